@@ -1,0 +1,42 @@
+/**
+ * How run events look on a terminal: the REPL's one view of the event stream.
+ * @module
+ */
+import type { RunEvent } from "../types.ts";
+
+/** ANSI styling that turns itself off when colour is not wanted. */
+export interface Style {
+  dim(text: string): string;
+  bold(text: string): string;
+  red(text: string): string;
+}
+
+/** Styles for a terminal (`color: true`) or for plain output. */
+export function createStyle(color: boolean): Style {
+  const wrap = (code: string) => (text: string) => color ? `\x1b[${code}m${text}\x1b[0m` : text;
+  return { dim: wrap("2"), bold: wrap("1"), red: wrap("31") };
+}
+
+function short(text: string, max: number): string {
+  const flat = text.replace(/\s+/g, " ");
+  return flat.length > max ? flat.slice(0, max - 1) + "…" : flat;
+}
+
+/** The line shown for an event, or null for events the REPL does not show. */
+export function renderEvent(event: RunEvent, style: Style): string | null {
+  const data = event.data;
+  switch (event.event) {
+    case "tool_call":
+      return style.dim(`  ↳ ${data.name}(${short(String(data.arguments), 120)})`);
+    case "tool_result": {
+      const detail = data.ok
+        ? short(JSON.stringify(data.data), 120)
+        : `error: ${short(String(data.error), 160)}`;
+      return style.dim(`    ${data.ok ? "✓" : "✗"} ${detail}`);
+    }
+    case "error":
+      return style.red(`  ! ${data.message}`);
+    default:
+      return null;
+  }
+}

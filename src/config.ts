@@ -1,0 +1,188 @@
+/**
+ * Every setting of the runtime, read from the environment, validated once, then frozen.
+ * @module
+ */
+import { ConfigError } from "./errors.ts";
+
+/** Most items a summary field keeps. */
+export const MAX_SUMMARY_ITEMS = 5;
+/** Longest serialized tool result fed back to the model. */
+export const MAX_TOOL_RESULT_CHARS = 2000;
+
+/** The validated settings. */
+export interface Config {
+  apiKey: string;
+  baseUrl: string;
+  model: string;
+  llmTimeoutSeconds: number;
+  llmRetries: number;
+  llmRetryBaseDelay: number;
+  maxToolIters: number;
+  maxRawTurns: number;
+  maxCtxTokens: number;
+  dbPath: string;
+  tracePath: string;
+  traceMaxPayloadChars: number;
+  runLiveTests: boolean;
+}
+
+type Kind = "string" | "url" | "positive" | "nonnegative" | "positiveInt" | "nonnegativeInt" | "flag";
+
+interface Setting {
+  key: keyof Config;
+  kind: Kind;
+  default: string;
+  meaning: string;
+}
+
+/** Each variable, its default and its meaning: the source of the README table and `--help`. */
+export const SETTINGS: Readonly<Record<string, Setting>> = {
+  OPENAI_API_KEY: {
+    key: "apiKey",
+    kind: "string",
+    default: "",
+    meaning: "key for the provider; required unless the base URL host is loopback",
+  },
+  OPENAI_BASE_URL: {
+    key: "baseUrl",
+    kind: "url",
+    default: "https://api.openai.com/v1",
+    meaning: "any OpenAI-compatible endpoint (DeepSeek, a local server)",
+  },
+  MODEL: { key: "model", kind: "string", default: "gpt-4o-mini", meaning: "model name" },
+  LLM_TIMEOUT_SECONDS: {
+    key: "llmTimeoutSeconds",
+    kind: "positive",
+    default: "60",
+    meaning: "per-request timeout",
+  },
+  LLM_RETRIES: {
+    key: "llmRetries",
+    kind: "nonnegativeInt",
+    default: "2",
+    meaning: "retries of transient errors",
+  },
+  LLM_RETRY_BASE_DELAY: {
+    key: "llmRetryBaseDelay",
+    kind: "nonnegative",
+    default: "0.5",
+    meaning: "exponential backoff base in seconds (0.5 s, 1.0 s, ...)",
+  },
+  AGENT_MAX_TOOL_ITERS: {
+    key: "maxToolIters",
+    kind: "positiveInt",
+    default: "8",
+    meaning: "loop steps per user turn",
+  },
+  AGENT_MAX_RAW_TURNS: {
+    key: "maxRawTurns",
+    kind: "positiveInt",
+    default: "20",
+    meaning: "recent raw turns kept before compaction",
+  },
+  AGENT_MAX_CTX_TOKENS: {
+    key: "maxCtxTokens",
+    kind: "positiveInt",
+    default: "6000",
+    meaning: "estimated token budget (chars / 4 heuristic)",
+  },
+  AGENT_DB_PATH: { key: "dbPath", kind: "string", default: "data/sessions.db", meaning: "SQLite file" },
+  AGENT_TRACE_PATH: {
+    key: "tracePath",
+    kind: "string",
+    default: "data/traces.jsonl",
+    meaning: "trace file",
+  },
+  AGENT_TRACE_MAX_PAYLOAD_CHARS: {
+    key: "traceMaxPayloadChars",
+    kind: "positiveInt",
+    default: "2000",
+    meaning: "longest string kept in a trace event",
+  },
+  RUN_LIVE_TESTS: {
+    key: "runLiveTests",
+    kind: "flag",
+    default: "",
+    meaning: "`1` plus a key runs the live tests",
+  },
+};
+
+const EXPECTED: Record<Kind, string> = {
+  string: "a string",
+  url: "an http:// or https:// URL",
+  positive: "a number greater than 0",
+  nonnegative: "a number of 0 or more",
+  positiveInt: "a whole number of 1 or more",
+  nonnegativeInt: "a whole number of 0 or more",
+  flag: "1 or unset",
+};
+
+function parseValue(name: string, setting: Setting, raw: string): string | number | boolean {
+  const fail = () =>
+    new ConfigError(name, `Invalid ${name}=${JSON.stringify(raw)}: expected ${EXPECTED[setting.kind]}`);
+  switch (setting.kind) {
+    case "string":
+      if (setting.key !== "apiKey" && raw.trim() === "") throw fail();
+      return raw;
+    case "url": {
+      let url: URL;
+      try {
+        url = new URL(raw);
+      } catch {
+        throw fail();
+      }
+      if (url.protocol !== "http:" && url.protocol !== "https:") throw fail();
+      return raw.replace(/\/+$/, "");
+    }
+    case "flag":
+      if (raw !== "" && raw !== "0" && raw !== "1") throw fail();
+      return raw === "1";
+    default: {
+      if (!/^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$/.test(raw)) throw fail();
+      const value = Number(raw);
+      const integer = setting.kind === "positiveInt" || setting.kind === "nonnegativeInt";
+      const positive = setting.kind === "positive" || setting.kind === "positiveInt";
+      if (!Number.isFinite(value) || (integer && !Number.isInteger(value))) throw fail();
+      if (value < 0 || (positive && value === 0)) throw fail();
+      return value;
+    }
+  }
+}
+
+/**
+ * Reads and validates every setting from `env`. Unset or empty variables take their defaults.
+ *
+ * Throws `ConfigError` naming the variable, its value and what was expected; never reads `.env`.
+ */
+export function loadConfig(env: Record<string, string | undefined>): Readonly<Config> {
+  const config: Record<string, unknown> = {};
+  for (const [name, setting] of Object.entries(SETTINGS)) {
+    const raw = env[name];
+    const value = raw === undefined || raw === "" ? setting.default : raw;
+    config[setting.key] = parseValue(name, setting, value);
+  }
+  return Object.freeze(config as unknown as Config);
+}
+
+/** The host names that count as loopback: a local server needs no API key. */
+export function isLoopbackUrl(baseUrl: string): boolean {
+  const host = new URL(baseUrl).hostname;
+  return host === "localhost" || host === "[::1]" || /^127\.\d+\.\d+\.\d+$/.test(host);
+}
+
+/** `host:port` of the base URL, with the scheme's default port filled in: what `--allow-net` must grant. */
+export function llmNetHost(baseUrl: string): string {
+  const url = new URL(baseUrl);
+  const port = url.port || (url.protocol === "https:" ? "443" : "80");
+  return `${url.hostname}:${port}`;
+}
+
+/** Fails with `ConfigError` when the key is missing for a provider that is not on loopback. */
+export function requireApiKey(config: Readonly<Config>): void {
+  if (config.apiKey === "" && !isLoopbackUrl(config.baseUrl)) {
+    throw new ConfigError(
+      "OPENAI_API_KEY",
+      `Missing OPENAI_API_KEY: ${config.baseUrl} is not a loopback address, so a key is required`,
+    );
+  }
+}

@@ -1,0 +1,53 @@
+/**
+ * The few error classes a caller catches. Everything else is a built-in error for misuse.
+ * @module
+ */
+
+/** A configuration value is missing or malformed. `main` prints the message and exits with code 2. */
+export class ConfigError extends Error {
+  override name = "ConfigError";
+  /** The environment variable at fault. */
+  readonly variable: string;
+
+  constructor(variable: string, message: string) {
+    super(message);
+    this.variable = variable;
+  }
+}
+
+/** Why an LLM call failed, as far as the runtime can tell. */
+export type LlmErrorKind = "timeout" | "network" | "http" | "invalid_response" | "aborted" | "script";
+
+/**
+ * A model call failed after the client's retries. The message names the cause (status, timeout, unreachable
+ * host) and never contains the API key.
+ */
+export class LlmError extends Error {
+  override name = "LlmError";
+  readonly kind: LlmErrorKind;
+  /** HTTP status, when the provider answered. */
+  readonly status: number | null;
+  /** How many retries were made before giving up. */
+  readonly retries: number;
+
+  constructor(
+    message: string,
+    options: { kind: LlmErrorKind; status?: number | null; retries?: number; cause?: unknown },
+  ) {
+    super(message, { cause: options.cause });
+    this.kind = options.kind;
+    this.status = options.status ?? null;
+    this.retries = options.retries ?? 0;
+  }
+}
+
+/** A session id is malformed, or the session belongs to another user. */
+export class SessionError extends Error {
+  override name = "SessionError";
+  readonly reason: "invalid_id" | "not_found";
+
+  constructor(message: string, reason: "invalid_id" | "not_found") {
+    super(message);
+    this.reason = reason;
+  }
+}

@@ -1,0 +1,24 @@
+/**
+ * The one interface every model client implements.
+ * @module
+ */
+import type { ChatReply, Message, ToolSchema } from "../types.ts";
+
+/** Options of {@linkcode LLM.chat}. */
+export interface ChatOptions {
+  /**
+   * The tools the model may call. Empty means a plain completion (used for summaries).
+   * @default {[]}
+   */
+  tools?: ToolSchema[];
+  /**
+   * Aborts the call; the client rejects with an `LlmError` of kind `aborted`.
+   * @default {undefined}
+   */
+  signal?: AbortSignal;
+}
+
+/** A chat model: messages and tools in, one reply out. Fails only with `LlmError`. */
+export interface LLM {
+  chat(messages: Message[], options?: ChatOptions): Promise<ChatReply>;
+}

@@ -1,0 +1,72 @@
+/**
+ * A deterministic model for tests and the offline demo: it replays a script of replies and records every
+ * request it was sent.
+ * @module
+ */
+import { LlmError } from "../errors.ts";
+import type { ChatReply, Message, ToolSchema, Usage } from "../types.ts";
+import type { ChatOptions, LLM } from "./llm.ts";
+
+/** A reply as a script writes it; tool call ids and arguments may be left to the runtime to fill in. */
+export interface ScriptedReply {
+  content?: string | null;
+  toolCalls?: { name: string; arguments?: string | Record<string, unknown>; id?: string }[];
+  usage?: Usage | null;
+  model?: string;
+}
+
+/** One request the scripted model saw. */
+export interface ScriptedRequest {
+  messages: Message[];
+  tools: ToolSchema[];
+}
+
+/** A step of the script: a reply, an error to throw, or a function of the request that returns a reply. */
+export type ScriptStep =
+  | ScriptedReply
+  | Error
+  | ((request: ScriptedRequest) => ScriptedReply | Promise<ScriptedReply>);
+
+/** Replays `steps` in order, one per call. Running out of steps fails with a clear `LlmError`. */
+export class ScriptedLLM implements LLM {
+  #steps: ScriptStep[];
+  #calls = 0;
+  /** Every request received, in order (copies, so later mutation by the caller does not show). */
+  readonly requests: ScriptedRequest[] = [];
+
+  constructor(steps: ScriptStep[]) {
+    this.#steps = [...steps];
+  }
+
+  /** How many script steps have not been used yet. */
+  get remaining(): number {
+    return this.#steps.length - this.#calls;
+  }
+
+  async chat(messages: Message[], options: ChatOptions = {}): Promise<ChatReply> {
+    const { tools = [], signal } = options;
+    const request = structuredClone({ messages, tools });
+    this.requests.push(request);
+    if (signal?.aborted) throw new LlmError("LLM request aborted", { kind: "aborted" });
+    const index = this.#calls++;
+    if (index >= this.#steps.length) {
+      throw new LlmError(
+        `Scripted model has no reply for request ${index + 1}: the script holds ${this.#steps.length}`,
+        { kind: "script" },
+      );
+    }
+    const step = this.#steps[index];
+    if (step instanceof Error) throw step;
+    const reply = typeof step === "function" ? await step(request) : step;
+    return {
+      content: reply.content ?? null,
+      toolCalls: (reply.toolCalls ?? []).map((call, i) => ({
+        id: call.id ?? `call_${index + 1}_${i + 1}`,
+        name: call.name,
+        arguments: typeof call.arguments === "string" ? call.arguments : JSON.stringify(call.arguments ?? {}),
+      })),
+      usage: reply.usage ?? null,
+      model: reply.model ?? "scripted",
+    };
+  }
+}

@@ -1,0 +1,185 @@
+/**
+ * runTurn(): the bounded tool-calling loop, the runtime's only control flow. Each step asks the model and
+ * acts on its native `tool_calls`; limits are checked before every model call; stopping is an outcome.
+ * @module
+ */
+import { buildContext } from "./context.ts";
+import { LlmError } from "./errors.ts";
+import type { LLM } from "./llm/llm.ts";
+import type { SessionStore } from "./store.ts";
+import { serializeToolResult, type ToolRegistry } from "./tools/registry.ts";
+import type {
+  EventSink,
+  RunEvent,
+  RunEventName,
+  StoredMessage,
+  TurnOutcome,
+  TurnResult,
+  TurnToolCall,
+  Usage,
+} from "./types.ts";
+
+/** Sent once, as a runtime message, when the model returns neither text nor tool calls. */
+export const EMPTY_REPLY_NUDGE =
+  "[runtime] Your last reply was empty. Answer the user's last message, or call one of the tools.";
+/** The closing answer after a second empty reply. */
+export const EMPTY_ANSWER = "I could not produce an answer to that. Please rephrase or try again.";
+/** The closing answer when the step limit is reached; the model is not asked again. */
+export const MAX_STEPS_ANSWER =
+  "I stopped before finishing: this turn reached its limit of tool steps. Ask me to continue if needed.";
+/** The closing answer when the turn was aborted (client gone, Ctrl-C). */
+export const ABORTED_ANSWER = "The turn was cancelled.";
+
+/** What a turn needs. Only `src/main.ts` builds the real ones; tests pass fakes. */
+export interface TurnDeps {
+  store: SessionStore;
+  llm: LLM;
+  tools: ToolRegistry;
+  /** Receives every event of the run: the trace, the REPL, an SSE stream. */
+  emit: EventSink;
+  /** Loop steps per user turn (AGENT_MAX_TOOL_ITERS). */
+  maxSteps: number;
+  /** @default {() => new Date()} */
+  now?: () => Date;
+  /** A unique id per call (run ids, message ids). @default {() => crypto.randomUUID()} */
+  newId?: () => string;
+  /** Aborts the turn: the in-flight model call and any further steps. @default {undefined} */
+  signal?: AbortSignal;
+}
+
+/** One user turn. */
+export interface TurnInput {
+  sessionId: string;
+  userId: string;
+  message: string;
+}
+
+function addUsage(total: Usage, usage: Usage | null): void {
+  if (usage === null) return;
+  for (const key of ["promptTokens", "completionTokens", "totalTokens"] as const) {
+    const value = usage[key];
+    if (value !== null) total[key] = (total[key] ?? 0) + value;
+  }
+}
+
+/** The user-facing text for a failed model call; names the cause, never the key (LlmError omits it). */
+function errorAnswer(error: unknown): string {
+  const cause = error instanceof LlmError ? error.message : "an internal error occurred";
+  return `Sorry, I could not get an answer from the model: ${cause}. Your message is saved; please try again.`;
+}
+
+/**
+ * Runs one user turn to its end and returns the outcome with the answer text. Fails only for a malformed
+ * session or user id (`SessionError`), an empty message (`TypeError`) or a store failure; model and tool
+ * problems become outcomes and tool results.
+ */
+export async function runTurn(input: TurnInput, deps: TurnDeps): Promise<TurnResult> {
+  const { store, llm, tools, emit, maxSteps, now = () => new Date(), newId = () => crypto.randomUUID() } =
+    deps;
+  const { signal } = deps;
+  if (typeof input.message !== "string" || input.message.trim() === "") {
+    throw new TypeError("Cannot run a turn: the message must be a non-empty string");
+  }
+  if (!Number.isInteger(maxSteps) || maxSteps < 1) {
+    throw new RangeError(`maxSteps must be >= 1, got ${maxSteps}`);
+  }
+
+  const session = store.getOrCreate(input.sessionId, input.userId);
+  const history: StoredMessage[] = store.messages(session.id);
+  const runId = newId();
+  const turn = session.turnCount + 1;
+  const usage: Usage = { promptTokens: null, completionTokens: null, totalTokens: null };
+  const calls: TurnToolCall[] = [];
+  let seq = 0;
+
+  const event = (name: RunEventName, step: number | null, data: Record<string, unknown>): void => {
+    const e: RunEvent = {
+      ts: now().toISOString(),
+      session_id: session.id,
+      run_id: runId,
+      turn,
+      event: name,
+      step,
+      data,
+    };
+    emit(e);
+  };
+  const save = (...messages: Omit<StoredMessage, "id" | "createdAt">[]): void => {
+    const stamped = messages.map((m) => ({ ...m, id: `${runId}:${seq++}`, createdAt: now().toISOString() }));
+    store.append(session.id, stamped);
+    history.push(...stamped);
+  };
+  const finish = (outcome: TurnOutcome, answer: string, steps: number): TurnResult => {
+    event("run_end", null, { outcome, steps, tool_calls: calls.length, usage });
+    return { sessionId: session.id, runId, turn, outcome, answer, toolCalls: calls, usage };
+  };
+
+  event("run_start", null, { user_id: input.userId, message: input.message });
+  save({ role: "user", content: input.message });
+
+  let nudged = false;
+  for (let step = 0; step < maxSteps; step++) {
+    if (signal?.aborted) return finish("aborted", ABORTED_ANSWER, step);
+    const messages = buildContext(history, { summary: session.summary });
+    const started = performance.now();
+    let reply;
+    try {
+      reply = await llm.chat(messages, { tools: tools.schemas(), signal });
+    } catch (error) {
+      if (signal?.aborted || (error instanceof LlmError && error.kind === "aborted")) {
+        return finish("aborted", ABORTED_ANSWER, step);
+      }
+      const e = error instanceof LlmError ? error : null;
+      event("error", step, {
+        kind: e?.kind ?? "internal",
+        status: e?.status ?? null,
+        retries: e?.retries ?? 0,
+        message: e?.message ?? String(error),
+      });
+      return finish("error", errorAnswer(error), step + 1);
+    }
+    addUsage(usage, reply.usage);
+    event("llm_call", step, {
+      model: reply.model,
+      latency_ms: Math.round(performance.now() - started),
+      prompt_tokens: reply.usage?.promptTokens ?? null,
+      completion_tokens: reply.usage?.completionTokens ?? null,
+      total_tokens: reply.usage?.totalTokens ?? null,
+      tool_call_count: reply.toolCalls.length,
+    });
+
+    if (reply.toolCalls.length > 0) {
+      const results: Omit<StoredMessage, "id" | "createdAt">[] = [];
+      for (const call of reply.toolCalls) {
+        event("tool_call", step, { id: call.id, name: call.name, arguments: call.arguments });
+        const result = await tools.execute(call, { sessionId: session.id, signal });
+        event("tool_result", step, { id: call.id, name: call.name, ...result });
+        calls.push({ name: call.name, arguments: call.arguments, ok: result.ok });
+        results.push({ role: "tool", content: serializeToolResult(result), toolCallId: call.id });
+      }
+      // The call and all its results land in one transaction, or (aborted) not at all.
+      if (signal?.aborted) return finish("aborted", ABORTED_ANSWER, step + 1);
+      save({ role: "assistant", content: reply.content, toolCalls: reply.toolCalls }, ...results);
+      continue;
+    }
+
+    if (reply.content !== null && reply.content.trim() !== "") {
+      save({ role: "assistant", content: reply.content });
+      event("answer", step, { text: reply.content });
+      return finish("answered", reply.content, step + 1);
+    }
+
+    if (!nudged) {
+      nudged = true;
+      save({ role: "runtime", content: EMPTY_REPLY_NUDGE });
+      continue;
+    }
+    save({ role: "assistant", content: EMPTY_ANSWER });
+    event("answer", step, { text: EMPTY_ANSWER, closing: "empty" });
+    return finish("empty", EMPTY_ANSWER, step + 1);
+  }
+
+  save({ role: "assistant", content: MAX_STEPS_ANSWER });
+  event("answer", maxSteps - 1, { text: MAX_STEPS_ANSWER, closing: "max_steps" });
+  return finish("max_steps", MAX_STEPS_ANSWER, maxSteps);
+}

@@ -1,0 +1,76 @@
+/**
+ * Least privilege: the permission flags a task runs with, derived from the configuration at task start, and
+ * the start-up check that names the exact flag that is missing.
+ * @module
+ */
+import { dirname, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { type Config, llmNetHost, loadConfig, SETTINGS } from "./config.ts";
+
+/** The docs corpus that search_mock reads, next to the sources. */
+export const DOCS_DIR = fileURLToPath(new URL("../data/docs", import.meta.url));
+
+/** Every environment variable the runtime reads: the only ones a task may see. */
+export const ENV_VARIABLES: readonly string[] = Object.keys(SETTINGS);
+
+function folders(config: Readonly<Config>): string[] {
+  return [...new Set([dirname(resolve(config.dbPath)), dirname(resolve(config.tracePath))])];
+}
+
+/**
+ * The `deno run` flags for a task: `--no-prompt`-friendly grants of read/write on the folders of the database
+ * and the trace, read of the docs corpus, the runtime's variables, and net to the LLM's host:port only.
+ * A configuration that does not load yields only the env grant, so the program itself reports the error.
+ */
+export function taskPermissionFlags(env: Record<string, string | undefined>): string[] {
+  const flags = [`--allow-env=${ENV_VARIABLES.join(",")}`];
+  let config: Readonly<Config>;
+  try {
+    config = loadConfig(env);
+  } catch {
+    return flags;
+  }
+  const writable = folders(config);
+  flags.push(`--allow-read=${[...writable, DOCS_DIR].join(",")}`);
+  flags.push(`--allow-write=${writable.join(",")}`);
+  flags.push(`--allow-net=${llmNetHost(config.baseUrl)}`);
+  return flags;
+}
+
+/**
+ * The flags this process lacks to do its work, each spelled as it must be passed; empty when all are
+ * granted. Queries without prompting.
+ */
+export function missingPermissions(config: Readonly<Config>): string[] {
+  const missing: string[] = [];
+  const net = llmNetHost(config.baseUrl);
+  if (Deno.permissions.querySync({ name: "net", host: net }).state !== "granted") {
+    missing.push(`--allow-net=${net}`);
+  }
+  for (const path of folders(config)) {
+    if (Deno.permissions.querySync({ name: "read", path }).state !== "granted") {
+      missing.push(`--allow-read=${path}`);
+    }
+    if (Deno.permissions.querySync({ name: "write", path }).state !== "granted") {
+      missing.push(`--allow-write=${path}`);
+    }
+  }
+  if (Deno.permissions.querySync({ name: "read", path: DOCS_DIR }).state !== "granted") {
+    missing.push(`--allow-read=${DOCS_DIR}`);
+  }
+  return missing;
+}
+
+/**
+ * The runtime's variables from the process environment, reading only those it is allowed to (an unreadable
+ * variable counts as unset; the task grants them all).
+ */
+export function readEnvironment(): Record<string, string | undefined> {
+  const env: Record<string, string | undefined> = {};
+  for (const name of ENV_VARIABLES) {
+    if (Deno.permissions.querySync({ name: "env", variable: name }).state === "granted") {
+      env[name] = Deno.env.get(name);
+    }
+  }
+  return env;
+}

@@ -1,0 +1,328 @@
+/**
+ * Sessions, messages and todos on SQLite (`node:sqlite`): WAL, a busy timeout, and every write transaction
+ * opened with `BEGIN IMMEDIATE` so two processes never deadlock on a lock upgrade.
+ * @module
+ */
+import { DatabaseSync, type StatementSync } from "node:sqlite";
+import { SessionError } from "./errors.ts";
+import type { Role, StoredMessage, ToolCall } from "./types.ts";
+
+/** The schema version this code writes, kept in `PRAGMA user_version`. */
+export const SCHEMA_VERSION = 1;
+
+const SCHEMA = `
+CREATE TABLE IF NOT EXISTS sessions (
+  id TEXT PRIMARY KEY,
+  user_id TEXT NOT NULL,
+  summary TEXT,
+  turn_count INTEGER NOT NULL DEFAULT 0,
+  created_at TEXT NOT NULL,
+  updated_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS sessions_by_user ON sessions(user_id, updated_at);
+CREATE TABLE IF NOT EXISTS messages (
+  id TEXT PRIMARY KEY,
+  session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+  role TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'tool', 'runtime')),
+  content TEXT,
+  tool_calls TEXT,
+  tool_call_id TEXT,
+  created_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS messages_by_session ON messages(session_id);
+CREATE TABLE IF NOT EXISTS todos (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+  text TEXT NOT NULL,
+  completed INTEGER NOT NULL DEFAULT 0,
+  created_at TEXT NOT NULL,
+  completed_at TEXT
+);
+CREATE INDEX IF NOT EXISTS todos_by_session ON todos(session_id);
+`;
+
+const SESSION_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+
+/** A session row. `summary` is the raw JSON text written by compaction, or null. */
+export interface Session {
+  id: string;
+  userId: string;
+  summary: string | null;
+  turnCount: number;
+  createdAt: string;
+  updatedAt: string;
+}
+
+/** A todo row. */
+export interface Todo {
+  id: number;
+  text: string;
+  completed: boolean;
+  createdAt: string;
+  completedAt: string | null;
+}
+
+/**
+ * Fails with `SessionError` unless `id` is 1–128 characters of `[A-Za-z0-9._:-]`. `what` names the value in
+ * the message ("session id", "user id").
+ */
+export function validateId(id: unknown, what = "session id"): string {
+  if (typeof id !== "string" || !SESSION_ID.test(id)) {
+    const shown = typeof id === "string"
+      ? JSON.stringify(id.length > 40 ? id.slice(0, 40) + "…" : id)
+      : typeof id;
+    throw new SessionError(
+      `Invalid ${what} ${shown}: expected 1-128 characters of letters, digits and . _ : -`,
+      "invalid_id",
+    );
+  }
+  return id;
+}
+
+interface SessionRow {
+  id: string;
+  user_id: string;
+  summary: string | null;
+  turn_count: number;
+  created_at: string;
+  updated_at: string;
+}
+
+interface MessageRow {
+  id: string;
+  role: Role;
+  content: string | null;
+  tool_calls: string | null;
+  tool_call_id: string | null;
+  created_at: string;
+}
+
+interface TodoRow {
+  id: number;
+  text: string;
+  completed: number;
+  created_at: string;
+  completed_at: string | null;
+}
+
+function toSession(row: SessionRow): Session {
+  return {
+    id: row.id,
+    userId: row.user_id,
+    summary: row.summary,
+    turnCount: row.turn_count,
+    createdAt: row.created_at,
+    updatedAt: row.updated_at,
+  };
+}
+
+function toMessage(row: MessageRow): StoredMessage {
+  const message: StoredMessage = {
+    id: row.id,
+    role: row.role,
+    content: row.content,
+    createdAt: row.created_at,
+  };
+  if (row.tool_calls !== null) message.toolCalls = JSON.parse(row.tool_calls) as ToolCall[];
+  if (row.tool_call_id !== null) message.toolCallId = row.tool_call_id;
+  return message;
+}
+
+function toTodo(row: TodoRow): Todo {
+  return {
+    id: row.id,
+    text: row.text,
+    completed: row.completed === 1,
+    createdAt: row.created_at,
+    completedAt: row.completed_at,
+  };
+}
+
+/** Options of {@linkcode SessionStore}. */
+export interface SessionStoreOptions {
+  /**
+   * The clock for every timestamp the store writes.
+   * @default {() => new Date()}
+   */
+  now?: () => Date;
+  /**
+   * How long a writer waits for another process's lock, in milliseconds.
+   * @default {5000}
+   */
+  busyTimeoutMs?: number;
+}
+
+/** The session store. One instance per process; statements are prepared once and reused. */
+export class SessionStore {
+  #db: DatabaseSync;
+  #now: () => Date;
+  #statements: Record<string, StatementSync>;
+
+  /** Opens (and if needed creates) the database at `path`; `":memory:"` gives a private in-memory one. */
+  constructor(path: string, options: SessionStoreOptions = {}) {
+    const { now = () => new Date(), busyTimeoutMs = 5000 } = options;
+    this.#now = now;
+    this.#db = new DatabaseSync(path);
+    try {
+      this.#db.exec(`PRAGMA busy_timeout = ${Math.trunc(busyTimeoutMs)}`);
+      this.#db.exec("PRAGMA journal_mode = WAL");
+      // NORMAL in WAL mode survives a process crash (kill -9); only a power loss may drop the last commits.
+      this.#db.exec("PRAGMA synchronous = NORMAL");
+      this.#db.exec("PRAGMA foreign_keys = ON");
+      this.#migrate();
+    } catch (error) {
+      this.#db.close();
+      throw error;
+    }
+    const db = this.#db;
+    this.#statements = {
+      getSession: db.prepare("SELECT * FROM sessions WHERE id = ?"),
+      insertSession: db.prepare(
+        "INSERT INTO sessions (id, user_id, summary, turn_count, created_at, updated_at) " +
+          "VALUES (?, ?, NULL, 0, ?, ?) ON CONFLICT(id) DO NOTHING",
+      ),
+      listSessions: db.prepare("SELECT * FROM sessions WHERE user_id = ? ORDER BY updated_at DESC, id"),
+      messages: db.prepare(
+        "SELECT id, role, content, tool_calls, tool_call_id, created_at FROM messages " +
+          "WHERE session_id = ? ORDER BY rowid",
+      ),
+      insertMessage: db.prepare(
+        // ON CONFLICT, not OR IGNORE: only a repeated id is skipped; CHECK and NOT NULL still fail loudly.
+        "INSERT INTO messages (id, session_id, role, content, tool_calls, tool_call_id, created_at) " +
+          "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO NOTHING",
+      ),
+      touchSession: db.prepare(
+        "UPDATE sessions SET turn_count = turn_count + ?, updated_at = ? WHERE id = ?",
+      ),
+      insertTodo: db.prepare(
+        "INSERT INTO todos (session_id, text, completed, created_at) VALUES (?, ?, 0, ?) RETURNING *",
+      ),
+      listTodos: db.prepare("SELECT * FROM todos WHERE session_id = ? ORDER BY id"),
+      completeTodo: db.prepare(
+        "UPDATE todos SET completed = 1, completed_at = COALESCE(completed_at, ?) " +
+          "WHERE id = ? AND session_id = ? RETURNING *",
+      ),
+    };
+  }
+
+  #migrate(): void {
+    const { user_version: version } = this.#db.prepare("PRAGMA user_version").get() as {
+      user_version: number;
+    };
+    if (version > SCHEMA_VERSION) {
+      throw new Error(
+        `Cannot open the session database: its schema version is ${version}, this program knows ${SCHEMA_VERSION}`,
+      );
+    }
+    if (version === SCHEMA_VERSION) return;
+    this.#transaction(() => {
+      this.#db.exec(SCHEMA);
+      this.#db.exec(`PRAGMA user_version = ${SCHEMA_VERSION}`);
+    });
+  }
+
+  /** Runs `work` inside `BEGIN IMMEDIATE … COMMIT`; rolls back and rethrows if it throws. */
+  #transaction<T>(work: () => T): T {
+    this.#db.exec("BEGIN IMMEDIATE");
+    try {
+      const result = work();
+      this.#db.exec("COMMIT");
+      return result;
+    } catch (error) {
+      this.#db.exec("ROLLBACK");
+      throw error;
+    }
+  }
+
+  #stamp(): string {
+    return this.#now().toISOString();
+  }
+
+  /** The session, or null if it does not exist. Fails with `SessionError` on a malformed id. */
+  get(sessionId: string): Session | null {
+    validateId(sessionId);
+    const row = this.#statements.getSession.get(sessionId) as SessionRow | undefined;
+    return row === undefined ? null : toSession(row);
+  }
+
+  /**
+   * The session, created for `userId` if new. Fails with `SessionError` (`not_found`) when it belongs to
+   * another user, so callers can answer as if it did not exist.
+   */
+  getOrCreate(sessionId: string, userId: string): Session {
+    validateId(sessionId);
+    validateId(userId, "user id");
+    const stamp = this.#stamp();
+    this.#statements.insertSession.run(sessionId, userId, stamp, stamp);
+    const session = this.get(sessionId)!;
+    if (session.userId !== userId) {
+      throw new SessionError(`Session "${sessionId}" not found`, "not_found");
+    }
+    return session;
+  }
+
+  /** The user's sessions, most recently updated first. */
+  listSessions(userId: string): Session[] {
+    validateId(userId, "user id");
+    return (this.#statements.listSessions.all(userId) as unknown as SessionRow[]).map(toSession);
+  }
+
+  /** Every stored message of the session, oldest first. */
+  messages(sessionId: string): StoredMessage[] {
+    return (this.#statements.messages.all(sessionId) as unknown as MessageRow[]).map(toMessage);
+  }
+
+  /**
+   * Appends messages in one transaction and returns how many were new. Idempotent: a message whose id is
+   * already stored is skipped, so saving the same state twice adds nothing. Each new `user` message adds one
+   * to the session's `turn_count`; runtime, assistant and tool messages do not.
+   */
+  append(sessionId: string, messages: readonly StoredMessage[]): number {
+    return this.#transaction(() => {
+      let added = 0;
+      let turns = 0;
+      for (const m of messages) {
+        const { changes } = this.#statements.insertMessage.run(
+          m.id,
+          sessionId,
+          m.role,
+          m.content,
+          m.toolCalls && m.toolCalls.length > 0 ? JSON.stringify(m.toolCalls) : null,
+          m.toolCallId ?? null,
+          m.createdAt,
+        );
+        if (changes === 0) continue;
+        added += 1;
+        if (m.role === "user") turns += 1;
+      }
+      if (added > 0) this.#statements.touchSession.run(turns, this.#stamp(), sessionId);
+      return added;
+    });
+  }
+
+  /** Adds an open todo to the session. */
+  addTodo(sessionId: string, text: string): Todo {
+    return this.#transaction(() => {
+      const row = this.#statements.insertTodo.get(sessionId, text, this.#stamp()) as unknown as TodoRow;
+      return toTodo(row);
+    });
+  }
+
+  /** The session's todos, in the order they were added. */
+  listTodos(sessionId: string): Todo[] {
+    return (this.#statements.listTodos.all(sessionId) as unknown as TodoRow[]).map(toTodo);
+  }
+
+  /** Marks the session's todo done and returns it; null when the session has no todo with that id. */
+  completeTodo(sessionId: string, id: number): Todo | null {
+    return this.#transaction(() => {
+      const row = this.#statements.completeTodo.get(this.#stamp(), id, sessionId) as TodoRow | undefined;
+      return row === undefined ? null : toTodo(row);
+    });
+  }
+
+  /** Closes the database. The store is unusable afterwards. */
+  close(): void {
+    if (this.#db.isOpen) this.#db.close();
+  }
+}

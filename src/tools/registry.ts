@@ -1,0 +1,121 @@
+/**
+ * The tool registry: owns argument parsing, JSON Schema validation and dispatch. A tool problem of any
+ * kind becomes a structured result for the model; nothing here throws over a tool.
+ * @module
+ */
+import { MAX_TOOL_RESULT_CHARS } from "../config.ts";
+import type { ToolCall, ToolResult, ToolSchema } from "../types.ts";
+import { type JsonSchema, validateJsonSchema } from "./json_schema.ts";
+
+/** What a handler learns about the call it serves. */
+export interface ToolContext {
+  sessionId: string;
+  signal?: AbortSignal;
+}
+
+/** A tool: its schema for the model and the handler that runs it. Handlers may throw; the registry catches. */
+export interface ToolSpec {
+  name: string;
+  description: string;
+  parameters: JsonSchema;
+  handler(args: Record<string, unknown>, context: ToolContext): unknown | Promise<unknown>;
+}
+
+/** Cuts a result whose serialized form is over `limit` characters, keeping a prefix of its data as text. */
+function fit(result: ToolResult, limit: number): ToolResult {
+  if (serializeToolResult(result).length <= limit) return result;
+  const text = JSON.stringify(result.data);
+  const cut = (keep: number): ToolResult => ({
+    ok: result.ok,
+    data: text.slice(0, keep),
+    error: null,
+    truncated: true,
+  });
+  // Escaping makes the serialized cut longer than its text by a varying amount: search the longest prefix.
+  let lo = 0;
+  let hi = Math.min(text.length, limit);
+  while (lo < hi) {
+    const mid = Math.ceil((lo + hi) / 2);
+    if (serializeToolResult(cut(mid)).length <= limit) lo = mid;
+    else hi = mid - 1;
+  }
+  return cut(lo);
+}
+
+function failure(error: string): ToolResult {
+  return { ok: false, data: null, error, truncated: false };
+}
+
+/** Options of {@linkcode ToolRegistry}. */
+export interface ToolRegistryOptions {
+  /**
+   * Longest serialized result handed back to the model.
+   * @default {MAX_TOOL_RESULT_CHARS}
+   */
+  maxResultChars?: number;
+}
+
+/** Holds the tools of a run and executes calls. `execute` never throws. */
+export class ToolRegistry {
+  #tools = new Map<string, ToolSpec>();
+  #maxResultChars: number;
+
+  constructor(tools: ToolSpec[], options: ToolRegistryOptions = {}) {
+    const { maxResultChars = MAX_TOOL_RESULT_CHARS } = options;
+    if (!(maxResultChars > 64)) throw new RangeError(`maxResultChars must be over 64, got ${maxResultChars}`);
+    this.#maxResultChars = maxResultChars;
+    for (const tool of tools) {
+      if (this.#tools.has(tool.name)) throw new TypeError(`Cannot register tool "${tool.name}" twice`);
+      this.#tools.set(tool.name, tool);
+    }
+  }
+
+  /** The tools' schemas as the model is offered them, in registration order. */
+  schemas(): ToolSchema[] {
+    return [...this.#tools.values()].map(({ name, description, parameters }) => ({
+      name,
+      description,
+      parameters: parameters as Record<string, unknown>,
+    }));
+  }
+
+  /** The registered tool names, in registration order. */
+  names(): string[] {
+    return [...this.#tools.keys()];
+  }
+
+  /**
+   * Parses, validates and runs one call. Invalid JSON, a schema violation, an unknown tool or a handler that
+   * throws all come back as `{ok: false, error}`; the serialized data is cut to the result limit.
+   */
+  async execute(call: ToolCall, context: ToolContext): Promise<ToolResult> {
+    const tool = this.#tools.get(call.name);
+    if (tool === undefined) {
+      return failure(`Unknown tool "${call.name}"; available tools: ${this.names().join(", ")}`);
+    }
+    let args: unknown;
+    try {
+      args = JSON.parse(call.arguments === "" ? "{}" : call.arguments);
+    } catch (error) {
+      return failure(
+        `Cannot run tool "${call.name}": arguments are not valid JSON (${(error as Error).message})`,
+      );
+    }
+    const problems = validateJsonSchema(tool.parameters, args);
+    if (problems.length > 0) {
+      return failure(`Cannot run tool "${call.name}": invalid arguments: ${problems.join("; ")}`);
+    }
+    try {
+      const data = await tool.handler(args as Record<string, unknown>, context);
+      return fit({ ok: true, data: data ?? null, error: null, truncated: false }, this.#maxResultChars);
+    } catch (error) {
+      const message = error instanceof Error ? error.message : String(error);
+      return failure(`Tool "${call.name}" failed: ${message}`);
+    }
+  }
+}
+
+/** The content of the tool message the model reads for a result. */
+export function serializeToolResult(result: ToolResult): string {
+  return JSON.stringify(result);
+}

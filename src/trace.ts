@@ -1,0 +1,119 @@
+/**
+ * The append-only JSONL trace: one run event per line, written as it happens. A trace that cannot be written
+ * never fails a turn: the tracer warns once on stderr and stops writing.
+ * @module
+ */
+import { dirname } from "node:path";
+import type { RunEvent } from "./types.ts";
+
+/** Cuts every string in `value` to `max` characters (marking the cut) and replaces each secret. */
+export function clip(value: unknown, max: number, secrets: readonly string[] = []): unknown {
+  if (typeof value === "string") {
+    let text = value;
+    for (const secret of secrets) if (secret !== "") text = text.replaceAll(secret, "[redacted]");
+    return text.length > max ? `${text.slice(0, max)}…[${text.length - max} more chars]` : text;
+  }
+  if (Array.isArray(value)) return value.map((item) => clip(item, max, secrets));
+  if (typeof value === "object" && value !== null) {
+    const out: Record<string, unknown> = {};
+    for (const [key, item] of Object.entries(value)) out[key] = clip(item, max, secrets);
+    return out;
+  }
+  return value;
+}
+
+/** Options of {@linkcode JsonlTracer}. */
+export interface JsonlTracerOptions {
+  /**
+   * Longest string kept in an event.
+   * @default {2000}
+   */
+  maxPayloadChars?: number;
+  /**
+   * Strings that must never reach the file (the API key); each occurrence becomes `[redacted]`.
+   * @default {[]}
+   */
+  secrets?: string[];
+  /**
+   * Where the one warning goes when the trace cannot be written.
+   * @default {(message) => console.error(message)}
+   */
+  warn?: (message: string) => void;
+}
+
+/** Writes events to a JSONL file through one handle kept open. `write` never throws. */
+export class JsonlTracer {
+  #path: string;
+  #maxPayloadChars: number;
+  #secrets: string[];
+  #warn: (message: string) => void;
+  #file: Deno.FsFile | null = null;
+  #failed = false;
+  #encoder = new TextEncoder();
+
+  constructor(path: string, options: JsonlTracerOptions = {}) {
+    const { maxPayloadChars = 2000, secrets = [], warn = (message) => console.error(message) } = options;
+    if (!(maxPayloadChars > 0)) {
+      throw new RangeError(`maxPayloadChars must be positive, got ${maxPayloadChars}`);
+    }
+    this.#path = path;
+    this.#maxPayloadChars = maxPayloadChars;
+    this.#secrets = secrets.filter((secret) => secret !== "");
+    this.#warn = warn;
+  }
+
+  /** Appends one event as one line, in a single write so a crash cannot interleave two events. */
+  write(event: RunEvent): void {
+    if (this.#failed) return;
+    try {
+      if (this.#file === null) {
+        Deno.mkdirSync(dirname(this.#path), { recursive: true });
+        this.#file = Deno.openSync(this.#path, { append: true, create: true });
+      }
+      const line = JSON.stringify(clip(event, this.#maxPayloadChars, this.#secrets)) + "\n";
+      const bytes = this.#encoder.encode(line);
+      let written = 0;
+      while (written < bytes.length) written += this.#file.writeSync(bytes.subarray(written));
+    } catch (error) {
+      this.#failed = true;
+      this.#warn(
+        `warning: cannot write the trace to ${this.#path} (${(error as Error).message}); ` +
+          "the run goes on without a trace",
+      );
+    }
+  }
+
+  /** Closes the file. Later writes reopen it. */
+  close(): void {
+    this.#file?.close();
+    this.#file = null;
+  }
+}
+
+/**
+ * Reads the events of a trace file, oldest first, keeping those `filter` accepts. A torn or malformed line
+ * (a crash mid-write) is skipped, never parsed as an event. A missing file reads as no events.
+ */
+export function readTrace(path: string, filter: (event: RunEvent) => boolean = () => true): RunEvent[] {
+  let text: string;
+  try {
+    text = Deno.readTextFileSync(path);
+  } catch (error) {
+    if (error instanceof Deno.errors.NotFound) return [];
+    throw error;
+  }
+  const events: RunEvent[] = [];
+  for (const line of text.split("\n")) {
+    if (line === "") continue;
+    let event: RunEvent;
+    try {
+      event = JSON.parse(line);
+    } catch {
+      continue;
+    }
+    if (typeof event === "object" && event !== null && typeof event.event === "string" && filter(event)) {
+      events.push(event);
+    }
+  }
+  return events;
+}

@@ -1,0 +1,112 @@
+/**
+ * The data that flows through the runtime: messages, tool calls and results, run events and turn results.
+ * Every other module speaks in these types; none of them carries behaviour.
+ * @module
+ */
+
+/** One function call the model asked for, exactly as it arrived (arguments are a JSON string). */
+export interface ToolCall {
+  id: string;
+  name: string;
+  arguments: string;
+}
+
+/**
+ * A conversation message as the runtime keeps it.
+ *
+ * `runtime` marks a message the runtime itself wrote into the conversation (the "[runtime]" nudge after an
+ * empty reply). It goes to the model as a user message but never counts as a user turn.
+ */
+export type Role = "system" | "user" | "assistant" | "tool" | "runtime";
+
+/** A message in the provider-neutral shape the context builder produces and LLM clients consume. */
+export interface Message {
+  role: Role;
+  content: string | null;
+  /** Assistant only: the calls the model made. */
+  toolCalls?: ToolCall[];
+  /** Tool only: which call this result answers. */
+  toolCallId?: string;
+}
+
+/** A message as stored in a session: its stable id makes saving idempotent. */
+export interface StoredMessage extends Message {
+  id: string;
+  createdAt: string;
+}
+
+/** A tool as the model sees it: the `function` part of a Chat Completions tool. */
+export interface ToolSchema {
+  name: string;
+  description: string;
+  parameters: Record<string, unknown>;
+}
+
+/** The outcome of one tool call, serialized into the tool message the model reads. */
+export interface ToolResult {
+  ok: boolean;
+  data: unknown;
+  error: string | null;
+  truncated: boolean;
+}
+
+/** Token counts as the provider reported them; the runtime never invents them. */
+export interface Usage {
+  promptTokens: number | null;
+  completionTokens: number | null;
+  totalTokens: number | null;
+}
+
+/** What one model call returned. */
+export interface ChatReply {
+  content: string | null;
+  toolCalls: ToolCall[];
+  usage: Usage | null;
+  model: string;
+}
+
+/** The names of the events a run emits, in the order they can occur. */
+export type RunEventName =
+  | "run_start"
+  | "llm_call"
+  | "tool_call"
+  | "tool_result"
+  | "compact"
+  | "answer"
+  | "error"
+  | "run_end";
+
+/** The one event type: the trace writes it, the REPL shows it, HTTP streams it. */
+export interface RunEvent {
+  ts: string;
+  session_id: string;
+  run_id: string;
+  turn: number;
+  event: RunEventName;
+  step: number | null;
+  data: Record<string, unknown>;
+}
+
+/** Receives every event of a run as it happens. Must not throw. */
+export type EventSink = (event: RunEvent) => void;
+
+/** How a turn ended. */
+export type TurnOutcome = "answered" | "max_steps" | "empty" | "aborted" | "error";
+
+/** A tool call as reported back to the caller of a turn. */
+export interface TurnToolCall {
+  name: string;
+  arguments: string;
+  ok: boolean;
+}
+
+/** What one user turn produced. */
+export interface TurnResult {
+  sessionId: string;
+  runId: string;
+  turn: number;
+  outcome: TurnOutcome;
+  answer: string;
+  toolCalls: TurnToolCall[];
+  usage: Usage;
+}

@@ -1,0 +1,85 @@
+/** Shared builders for tests: a store on a temp or in-memory database, real tools, a recording sink. */
+import { fileURLToPath } from "node:url";
+import type { TurnDeps } from "../src/loop.ts";
+import { ScriptedLLM, type ScriptStep } from "../src/llm/scripted.ts";
+import { SessionStore } from "../src/store.ts";
+import { calculatorTool } from "../src/tools/calculator.ts";
+import { ToolRegistry, type ToolSpec } from "../src/tools/registry.ts";
+import { createSearchTool, loadCorpus } from "../src/tools/search.ts";
+import { createTodoTool } from "../src/tools/todo.ts";
+import type { RunEvent } from "../src/types.ts";
+
+export const DOCS = fileURLToPath(new URL("../data/docs", import.meta.url));
+
+/** A fixed clock that advances one millisecond per reading, so timestamps are distinct and repeatable. */
+export function steppingClock(start = Date.parse("2026-01-01T00:00:00Z")): () => Date {
+  let t = start;
+  return () => new Date(t++);
+}
+
+/** Sequential ids: run-1, run-2, … */
+export function counterIds(prefix = "id"): () => string {
+  let n = 0;
+  return () => `${prefix}-${++n}`;
+}
+
+export interface Harness {
+  deps: TurnDeps;
+  llm: ScriptedLLM;
+  store: SessionStore;
+  events: RunEvent[];
+  [Symbol.dispose](): void;
+}
+
+/** Real tools (calculator, search over data/docs, todo) plus any extra test tools. */
+export function realTools(store: SessionStore, extra: ToolSpec[] = []): ToolRegistry {
+  return new ToolRegistry([
+    calculatorTool,
+    createSearchTool(loadCorpus(DOCS)),
+    createTodoTool(store),
+    ...extra,
+  ]);
+}
+
+/** Turn dependencies around a scripted model and an in-memory (or given) store. */
+export function harness(
+  script: ScriptStep[],
+  options: { store?: SessionStore; maxSteps?: number; extraTools?: ToolSpec[] } = {},
+): Harness {
+  const store = options.store ?? new SessionStore(":memory:", { now: steppingClock() });
+  const llm = new ScriptedLLM(script);
+  const events: RunEvent[] = [];
+  const deps: TurnDeps = {
+    store,
+    llm,
+    tools: realTools(store, options.extraTools),
+    emit: (event) => events.push(event),
+    maxSteps: options.maxSteps ?? 8,
+    now: steppingClock(),
+    newId: counterIds("run"),
+  };
+  return {
+    deps,
+    llm,
+    store,
+    events,
+    [Symbol.dispose]: () => {
+      if (options.store === undefined) store.close();
+    },
+  };
+}
+
+/** The parsed content of the last tool message in a request. */
+export function lastToolResult(
+  messages: { role: string; content: string | null }[],
+): Record<string, unknown> {
+  const tool = messages.findLast((m) => m.role === "tool");
+  if (tool === undefined) throw new Error("request has no tool message");
+  return JSON.parse(tool.content ?? "null");
+}
+
+/** A temp directory removed at dispose. */
+export function tempDir(): { path: string; [Symbol.dispose](): void } {
+  const path = Deno.makeTempDirSync({ prefix: "mra-test-" });
+  return { path, [Symbol.dispose]: () => Deno.removeSync(path, { recursive: true }) };
+}

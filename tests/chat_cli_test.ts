@@ -1,0 +1,114 @@
+/** The chat task end to end: `deno task chat` as a subprocess, piped stdin, a fake provider on 127.0.0.1. */
+import assert from "node:assert/strict";
+import { fileURLToPath } from "node:url";
+import { startFakeProvider } from "./fixtures/fake_openai.ts";
+import { tempDir } from "./_harness.ts";
+
+const ROOT = fileURLToPath(new URL("..", import.meta.url));
+
+async function chat(args: string[], stdin: string, env: Record<string, string>) {
+  const child = new Deno.Command("deno", {
+    args: ["task", "--quiet", "chat", ...args],
+    cwd: ROOT,
+    env: { NO_COLOR: "1", ...env },
+    clearEnv: true,
+    stdin: "piped",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  const writer = child.stdin.getWriter();
+  await writer.write(new TextEncoder().encode(stdin));
+  await writer.close();
+  const { code, stdout, stderr } = await child.output();
+  return { code, stdout: new TextDecoder().decode(stdout), stderr: new TextDecoder().decode(stderr) };
+}
+
+function baseEnv(dir: string, url: string): Record<string, string> {
+  return {
+    PATH: Deno.env.get("PATH") ?? "",
+    HOME: Deno.env.get("HOME") ?? dir,
+    DENO_DIR: Deno.env.get("DENO_DIR") ?? "",
+    OPENAI_BASE_URL: url,
+    AGENT_DB_PATH: `${dir}/db/sessions.db`,
+    AGENT_TRACE_PATH: `${dir}/trace/traces.jsonl`,
+  };
+}
+
+function withoutEmpty(env: Record<string, string>): Record<string, string> {
+  return Object.fromEntries(Object.entries(env).filter(([, v]) => v !== ""));
+}
+
+Deno.test("deno task chat answers piped questions through the calculator and remembers after a restart", async () => {
+  using dir = tempDir();
+  const provider = startFakeProvider();
+  try {
+    const env = withoutEmpty(baseEnv(dir.path, provider.url));
+    const first = await chat(["--session", "cli-1"], "what is 12*(3+4)?\nhello there\n", env);
+    assert.equal(first.code, 0, first.stderr);
+    assert.equal(first.stdout, "The answer is 84.\necho: hello there\n");
+    assert.equal(provider.requests.length, 3);
+
+    // A new process on the same database sends the earlier turns back to the model.
+    const second = await chat(["--session", "cli-1"], "and now?\n", env);
+    assert.equal(second.code, 0, second.stderr);
+    const history = (provider.requests.at(-1)!.messages as { role: string; content: string | null }[])
+      .filter((m) => m.role === "user").map((m) => m.content);
+    assert.deepEqual(history, ["what is 12*(3+4)?", "hello there", "and now?"]);
+
+    const trace = Deno.readTextFileSync(`${dir.path}/trace/traces.jsonl`).trim().split("\n").map((l) =>
+      JSON.parse(l)
+    );
+    const runs = trace.filter((e) => e.event === "run_end");
+    assert.deepEqual(runs.map((e) => e.turn), [1, 2, 3]);
+    assert.deepEqual(runs.map((e) => e.data.outcome), ["answered", "answered", "answered"]);
+  } finally {
+    await provider.close();
+  }
+});
+
+Deno.test("deno task chat stops with exit 2 and one clear line when the key is missing for a remote host", async () => {
+  using dir = tempDir();
+  const env = withoutEmpty(baseEnv(dir.path, "https://api.example.com/v1"));
+  const result = await chat([], "this must not be read\n", env);
+  assert.equal(result.code, 2);
+  assert.equal(result.stdout, "");
+  assert.match(
+    result.stderr,
+    /Missing OPENAI_API_KEY: https:\/\/api\.example\.com\/v1 is not a loopback address/,
+  );
+  assert.ok(
+    !(await Array.fromAsync(Deno.readDir(dir.path))).some((e) => e.name === "db"),
+    "no work was done",
+  );
+});
+
+Deno.test("deno task chat rejects a bad variable with exit 2 naming it", async () => {
+  using dir = tempDir();
+  const env = withoutEmpty({ ...baseEnv(dir.path, "http://127.0.0.1:9/v1"), AGENT_MAX_TOOL_ITERS: "zero" });
+  const result = await chat([], "", env);
+  assert.equal(result.code, 2);
+  assert.equal(
+    result.stderr.trim(),
+    'Invalid AGENT_MAX_TOOL_ITERS="zero": expected a whole number of 1 or more',
+  );
+});
+
+Deno.test("deno task chat reports an unreachable provider as an error answer and exit 1", async () => {
+  using dir = tempDir();
+  // Nothing listens on port 9 of loopback; retries are off so the test is quick.
+  const env = withoutEmpty({ ...baseEnv(dir.path, "http://127.0.0.1:9/v1"), LLM_RETRIES: "0" });
+  const result = await chat([], "hi\n", env);
+  assert.equal(result.code, 1);
+  assert.match(result.stdout, /could not get an answer from the model: .*127\.0\.0\.1/);
+});
+
+Deno.test("deno task chat --help documents the flags and every variable", async () => {
+  using dir = tempDir();
+  const result = await chat(["--help"], "", withoutEmpty(baseEnv(dir.path, "http://127.0.0.1:9/v1")));
+  assert.equal(result.code, 0);
+  for (
+    const word of ["--session", "--user", "OPENAI_API_KEY", "AGENT_TRACE_MAX_PAYLOAD_CHARS", "--env-file"]
+  ) {
+    assert.ok(result.stdout.includes(word), word);
+  }
+});

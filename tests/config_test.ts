@@ -1,0 +1,103 @@
+import assert from "node:assert/strict";
+import { isLoopbackUrl, llmNetHost, loadConfig, requireApiKey, SETTINGS } from "../src/config.ts";
+import { ConfigError } from "../src/errors.ts";
+
+Deno.test("loadConfig() gives every documented default for an empty environment", () => {
+  const config = loadConfig({});
+  assert.deepEqual({ ...config }, {
+    apiKey: "",
+    baseUrl: "https://api.openai.com/v1",
+    model: "gpt-4o-mini",
+    llmTimeoutSeconds: 60,
+    llmRetries: 2,
+    llmRetryBaseDelay: 0.5,
+    maxToolIters: 8,
+    maxRawTurns: 20,
+    maxCtxTokens: 6000,
+    dbPath: "data/sessions.db",
+    tracePath: "data/traces.jsonl",
+    traceMaxPayloadChars: 2000,
+    runLiveTests: false,
+  });
+  assert.ok(Object.isFrozen(config));
+});
+
+Deno.test("loadConfig() reads every variable", () => {
+  const config = loadConfig({
+    OPENAI_API_KEY: "k",
+    OPENAI_BASE_URL: "http://127.0.0.1:8080/v1/",
+    MODEL: "deepseek-chat",
+    LLM_TIMEOUT_SECONDS: "2.5",
+    LLM_RETRIES: "0",
+    LLM_RETRY_BASE_DELAY: "0",
+    AGENT_MAX_TOOL_ITERS: "3",
+    AGENT_MAX_RAW_TURNS: "4",
+    AGENT_MAX_CTX_TOKENS: "1000",
+    AGENT_DB_PATH: "/tmp/x.db",
+    AGENT_TRACE_PATH: "/tmp/t.jsonl",
+    AGENT_TRACE_MAX_PAYLOAD_CHARS: "10",
+    RUN_LIVE_TESTS: "1",
+  });
+  assert.equal(config.baseUrl, "http://127.0.0.1:8080/v1", "trailing slash dropped");
+  assert.equal(config.llmTimeoutSeconds, 2.5);
+  assert.equal(config.llmRetries, 0);
+  assert.equal(config.maxToolIters, 3);
+  assert.equal(config.runLiveTests, true);
+});
+
+Deno.test("loadConfig() names the variable, the value and what is expected for a bad value", () => {
+  const cases: [string, string, RegExp][] = [
+    ["LLM_TIMEOUT_SECONDS", "soon", /^Invalid LLM_TIMEOUT_SECONDS="soon": expected a number greater than 0$/],
+    ["LLM_TIMEOUT_SECONDS", "0", /expected a number greater than 0/],
+    ["LLM_RETRIES", "-1", /^Invalid LLM_RETRIES="-1": expected a whole number of 0 or more$/],
+    ["LLM_RETRIES", "1.5", /expected a whole number of 0 or more/],
+    ["LLM_RETRY_BASE_DELAY", "-0.5", /expected a number of 0 or more/],
+    ["AGENT_MAX_TOOL_ITERS", "0", /^Invalid AGENT_MAX_TOOL_ITERS="0": expected a whole number of 1 or more$/],
+    ["AGENT_MAX_CTX_TOKENS", "1e400", /expected a whole number of 1 or more/],
+    [
+      "OPENAI_BASE_URL",
+      "ftp://example.com",
+      /^Invalid OPENAI_BASE_URL="ftp:\/\/example.com": expected an http/,
+    ],
+    ["OPENAI_BASE_URL", "not a url", /expected an http:\/\/ or https:\/\/ URL/],
+    ["RUN_LIVE_TESTS", "yes", /expected 1 or unset/],
+  ];
+  for (const [name, value, pattern] of cases) {
+    assert.throws(
+      () => loadConfig({ [name]: value }),
+      (e) => e instanceof ConfigError && e.variable === name && pattern.test(e.message),
+      `${name}=${value}`,
+    );
+  }
+});
+
+Deno.test("requireApiKey() needs a key only when the base URL is not loopback", () => {
+  assert.throws(
+    () => requireApiKey(loadConfig({})),
+    /Missing OPENAI_API_KEY: https:\/\/api.openai.com\/v1 is not/,
+  );
+  requireApiKey(loadConfig({ OPENAI_API_KEY: "k" }));
+  for (const url of ["http://127.0.0.1:1/v1", "http://localhost:8080", "http://[::1]:9/v1"]) {
+    assert.ok(isLoopbackUrl(url), url);
+    requireApiKey(loadConfig({ OPENAI_BASE_URL: url }));
+  }
+  assert.ok(!isLoopbackUrl("http://127.example.com"));
+});
+
+Deno.test("llmNetHost() fills in the scheme's default port", () => {
+  assert.equal(llmNetHost("https://api.openai.com/v1"), "api.openai.com:443");
+  assert.equal(llmNetHost("http://localhost/v1"), "localhost:80");
+  assert.equal(llmNetHost("http://127.0.0.1:8787"), "127.0.0.1:8787");
+});
+
+Deno.test("every setting is documented in the README and .env.example", () => {
+  const readme = Deno.readTextFileSync(new URL("../README.md", import.meta.url));
+  const example = Deno.readTextFileSync(new URL("../.env.example", import.meta.url));
+  for (const [name, setting] of Object.entries(SETTINGS)) {
+    assert.match(readme, new RegExp(`^\\|\\s*${name}\\s*\\|`, "m"), `README lacks ${name}`);
+    assert.ok(example.includes(`${name}=`), `.env.example lacks ${name}`);
+    if (setting.default !== "") {
+      assert.ok(readme.includes(setting.default), `README lacks default of ${name}`);
+    }
+  }
+});

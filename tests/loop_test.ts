@@ -1,0 +1,204 @@
+import assert from "node:assert/strict";
+import { LlmError } from "../src/errors.ts";
+import { EMPTY_ANSWER, EMPTY_REPLY_NUDGE, MAX_STEPS_ANSWER, runTurn } from "../src/loop.ts";
+import { SessionStore } from "../src/store.ts";
+import { harness, lastToolResult, steppingClock, tempDir } from "./_harness.ts";
+
+const input = (message: string, sessionId = "s1") => ({ sessionId, userId: "u1", message });
+
+Deno.test("runTurn() answers 84 for 12*(3+4) from the calculator's result", async () => {
+  using h = harness([
+    { toolCalls: [{ name: "calculator", arguments: { expression: "12*(3+4)" } }] },
+    ({ messages }) => {
+      const result = lastToolResult(messages);
+      assert.equal(result.ok, true);
+      return { content: `The answer is ${(result.data as { result: number }).result}.` };
+    },
+  ]);
+  const result = await runTurn(input("what is 12*(3+4)?"), h.deps);
+  assert.equal(result.outcome, "answered");
+  assert.equal(result.answer, "The answer is 84.");
+  assert.equal(result.turn, 1);
+  assert.deepEqual(result.toolCalls, [{
+    name: "calculator",
+    arguments: '{"expression":"12*(3+4)"}',
+    ok: true,
+  }]);
+  const stored = h.store.messages("s1");
+  assert.deepEqual(stored.map((m) => m.role), ["user", "assistant", "tool", "assistant"]);
+  assert.equal(stored[2].toolCallId, stored[1].toolCalls![0].id);
+  assert.deepEqual(
+    h.events.map((e) => e.event),
+    ["run_start", "llm_call", "tool_call", "tool_result", "llm_call", "answer", "run_end"],
+  );
+  assert.ok(h.events.every((e) => e.run_id === result.runId && e.turn === 1 && e.session_id === "s1"));
+  // The second request carries the call and its result right after the user message.
+  const second = h.llm.requests[1].messages;
+  assert.deepEqual(second.map((m) => m.role), ["system", "user", "assistant", "tool"]);
+  assert.deepEqual(h.llm.requests[0].tools.map((t) => t.name), ["calculator", "search_mock", "todo"]);
+});
+
+Deno.test("runTurn() runs several tool calls of one reply in order, each answered by its own tool message", async () => {
+  using h = harness([
+    {
+      toolCalls: [
+        { id: "a", name: "calculator", arguments: { expression: "2**10" } },
+        { id: "b", name: "todo", arguments: { action: "add", text: "buy milk" } },
+        { id: "c", name: "todo", arguments: { action: "list" } },
+      ],
+    },
+    { content: "done" },
+  ]);
+  const result = await runTurn(input("go"), h.deps);
+  assert.equal(result.outcome, "answered");
+  const tools = h.store.messages("s1").filter((m) => m.role === "tool");
+  assert.deepEqual(tools.map((m) => m.toolCallId), ["a", "b", "c"]);
+  assert.equal(JSON.parse(tools[0].content!).data.result, 1024);
+  const listed = JSON.parse(tools[2].content!).data.todos;
+  assert.deepEqual(listed.map((t: { text: string }) => t.text), ["buy milk"]);
+  assert.deepEqual(h.events.filter((e) => e.event === "tool_call").map((e) => e.data.id), ["a", "b", "c"]);
+});
+
+Deno.test("runTurn() feeds an unknown tool back as an error listing the available tools", async () => {
+  using h = harness([
+    { toolCalls: [{ name: "weather", arguments: { city: "Paris" } }] },
+    ({ messages }) => ({ content: String(lastToolResult(messages).error) }),
+  ]);
+  const result = await runTurn(input("weather?"), h.deps);
+  assert.equal(result.outcome, "answered");
+  assert.match(result.answer, /Unknown tool "weather"; available tools: calculator, search_mock, todo/);
+  assert.deepEqual(result.toolCalls, [{ name: "weather", arguments: '{"city":"Paris"}', ok: false }]);
+});
+
+Deno.test("runTurn() reports invalid arguments with their path, then accepts the corrected call", async () => {
+  using h = harness([
+    { toolCalls: [{ name: "calculator", arguments: { expression: 42 } }] },
+    { toolCalls: [{ name: "calculator", arguments: "{not json" }] },
+    { toolCalls: [{ name: "calculator", arguments: { expression: "6*7" } }] },
+    ({ messages }) => ({ content: `= ${(lastToolResult(messages).data as { result: number }).result}` }),
+  ]);
+  const result = await runTurn(input("6 times 7"), h.deps);
+  assert.equal(result.outcome, "answered");
+  assert.equal(result.answer, "= 42");
+  assert.deepEqual(result.toolCalls.map((c) => c.ok), [false, false, true]);
+  const errors = h.store.messages("s1").filter((m) => m.role === "tool").map((m) =>
+    JSON.parse(m.content!).error
+  );
+  assert.match(errors[0], /\$\.expression: expected string, got integer/);
+  assert.match(errors[1], /arguments are not valid JSON/);
+  assert.equal(errors[2], null);
+});
+
+Deno.test("runTurn() nudges once after an empty reply, then closes with the fixed answer", async () => {
+  using h = harness([{ content: "" }, { content: null }]);
+  const result = await runTurn(input("hello"), h.deps);
+  assert.equal(result.outcome, "empty");
+  assert.equal(result.answer, EMPTY_ANSWER);
+  assert.equal(h.llm.requests.length, 2);
+  const retry = h.llm.requests[1].messages.at(-1)!;
+  assert.deepEqual(retry, { role: "runtime", content: EMPTY_REPLY_NUDGE });
+  assert.deepEqual(h.store.messages("s1").map((m) => m.role), ["user", "runtime", "assistant"]);
+  assert.equal(h.store.get("s1")!.turnCount, 1, "the nudge is not a user turn");
+});
+
+Deno.test("runTurn() answers normally when the nudge works", async () => {
+  using h = harness([{ content: "  " }, { content: "hi there" }]);
+  const result = await runTurn(input("hello"), h.deps);
+  assert.equal(result.outcome, "answered");
+  assert.equal(result.answer, "hi there");
+});
+
+Deno.test("runTurn() stops with max_steps when the model keeps calling tools", async () => {
+  const call = { toolCalls: [{ name: "calculator", arguments: { expression: "1+1" } }] };
+  using h = harness([call, call, call, call], { maxSteps: 3 });
+  const result = await runTurn(input("loop"), h.deps);
+  assert.equal(result.outcome, "max_steps");
+  assert.equal(result.answer, MAX_STEPS_ANSWER);
+  assert.equal(h.llm.requests.length, 3, "the model is not asked again after the limit");
+  assert.equal(h.llm.remaining, 1);
+  assert.equal(h.store.messages("s1").at(-1)!.content, MAX_STEPS_ANSWER);
+  assert.deepEqual(h.events.at(-1)!.data.outcome, "max_steps");
+});
+
+Deno.test("runTurn() ends with outcome error and a message naming the cause when the model fails", async () => {
+  using h = harness([
+    new LlmError("LLM request failed: HTTP 503 from api.example.com: overloaded", {
+      kind: "http",
+      status: 503,
+      retries: 2,
+    }),
+  ]);
+  const result = await runTurn(input("hi"), h.deps);
+  assert.equal(result.outcome, "error");
+  assert.match(result.answer, /HTTP 503 from api\.example\.com: overloaded/);
+  const error = h.events.find((e) => e.event === "error")!;
+  assert.deepEqual(error.data, {
+    kind: "http",
+    status: 503,
+    retries: 2,
+    message: "LLM request failed: HTTP 503 from api.example.com: overloaded",
+  });
+  // Consistent: the user message is kept, nothing half-written; the next turn works.
+  assert.deepEqual(h.store.messages("s1").map((m) => m.role), ["user"]);
+});
+
+Deno.test("runTurn() fails the turn, not the process, when the script runs out", async () => {
+  using h = harness([]);
+  const result = await runTurn(input("hi"), h.deps);
+  assert.equal(result.outcome, "error");
+  assert.match(result.answer, /Scripted model has no reply for request 1/);
+});
+
+Deno.test("runTurn() stops with aborted before asking the model when the signal is already aborted", async () => {
+  using h = harness([{ content: "never" }]);
+  const controller = new AbortController();
+  controller.abort();
+  const result = await runTurn(input("hi"), { ...h.deps, signal: controller.signal });
+  assert.equal(result.outcome, "aborted");
+  assert.equal(h.llm.requests.length, 0);
+});
+
+Deno.test("runTurn() keeps two sessions apart: messages, todos and turn counts", async () => {
+  using h = harness([
+    { toolCalls: [{ name: "todo", arguments: { action: "add", text: "window one task" } }] },
+    { content: "added" },
+    { toolCalls: [{ name: "todo", arguments: { action: "list" } }] },
+    ({ messages }) => ({ content: JSON.stringify(lastToolResult(messages).data) }),
+  ]);
+  await runTurn(input("add a todo", "w1"), h.deps);
+  const second = await runTurn(input("list todos", "w2"), h.deps);
+  assert.equal(second.answer, '{"todos":[]}');
+  assert.equal(second.turn, 1);
+  assert.deepEqual(h.store.listTodos("w1").map((t) => t.text), ["window one task"]);
+  assert.deepEqual(h.store.listTodos("w2"), []);
+  // The second session's requests never contain the first one's messages.
+  const seen = JSON.stringify(h.llm.requests.slice(2));
+  assert.ok(!seen.includes("add a todo") && !seen.includes("window one task"));
+  assert.equal(h.store.get("w1")!.turnCount, 1);
+});
+
+Deno.test("runTurn() counts turns across runs and a reopened database", async () => {
+  using dir = tempDir();
+  const path = `${dir.path}/s.db`;
+  const first = new SessionStore(path, { now: steppingClock() });
+  using h1 = harness([{ content: "one" }, { content: "two" }], { store: first });
+  assert.equal((await runTurn(input("a"), h1.deps)).turn, 1);
+  assert.equal((await runTurn(input("b"), h1.deps)).turn, 2);
+  first.close();
+  const reopened = new SessionStore(path);
+  using h2 = harness([{ content: "three" }], { store: reopened });
+  const third = await runTurn(input("c"), h2.deps);
+  assert.equal(third.turn, 3);
+  assert.deepEqual(
+    h2.llm.requests[0].messages.filter((m) => m.role !== "system").map((m) => m.content),
+    ["a", "one", "b", "two", "c"],
+  );
+  reopened.close();
+});
+
+Deno.test("runTurn() rejects an empty message and a malformed session id before doing anything", async () => {
+  using h = harness([{ content: "x" }]);
+  await assert.rejects(runTurn(input("   "), h.deps), TypeError);
+  await assert.rejects(runTurn(input("hi", "bad id!"), h.deps), /Invalid session id "bad id!"/);
+  assert.equal(h.llm.requests.length, 0);
+});

@@ -1,0 +1,68 @@
+import assert from "node:assert/strict";
+import { fileURLToPath } from "node:url";
+import { loadConfig } from "../src/config.ts";
+import { DOCS_DIR, missingPermissions, taskPermissionFlags } from "../src/permissions.ts";
+import { tempDir } from "./_harness.ts";
+
+const PROBE = fileURLToPath(new URL("./fixtures/permission_probe.ts", import.meta.url));
+
+Deno.test("taskPermissionFlags() grants net only to the LLM's host:port and files only to the data folders", () => {
+  const flags = taskPermissionFlags({
+    OPENAI_BASE_URL: "https://api.deepseek.com/v1",
+    AGENT_DB_PATH: "/srv/agent/db/s.db",
+    AGENT_TRACE_PATH: "/var/log/agent/t.jsonl",
+  });
+  assert.ok(flags.includes("--allow-net=api.deepseek.com:443"));
+  assert.ok(flags.includes("--allow-write=/srv/agent/db,/var/log/agent"));
+  assert.ok(flags.includes(`--allow-read=/srv/agent/db,/var/log/agent,${DOCS_DIR}`));
+  assert.ok(flags[0].startsWith("--allow-env=OPENAI_API_KEY,"));
+  assert.ok(
+    !flags.some((f) => f === "-A" || f === "--allow-all" || f === "--allow-net" || f === "--allow-read"),
+  );
+});
+
+Deno.test("taskPermissionFlags() grants only env when the configuration is invalid, so the program reports it", () => {
+  assert.deepEqual(taskPermissionFlags({ OPENAI_BASE_URL: "ftp://x" }).length, 1);
+});
+
+Deno.test("missingPermissions() names the exact net flag this process lacks", () => {
+  const config = loadConfig({ OPENAI_BASE_URL: "https://api.example.com/v1", AGENT_DB_PATH: "/tmp/x/s.db" });
+  // Tests run with --allow-net=127.0.0.1 only.
+  assert.ok(missingPermissions(config).includes("--allow-net=api.example.com:443"));
+});
+
+Deno.test("under the chat task's own flags a fetch to any other host and a read outside the data are denied", async () => {
+  using dir = tempDir();
+  const target = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen: () => {} }, () => new Response("ok"));
+  const port = target.addr.port;
+  const flags = taskPermissionFlags({
+    OPENAI_BASE_URL: `http://127.0.0.1:${port}/v1`,
+    AGENT_DB_PATH: `${dir.path}/data/s.db`,
+    AGENT_TRACE_PATH: `${dir.path}/data/t.jsonl`,
+  });
+  Deno.mkdirSync(`${dir.path}/data`);
+  Deno.writeTextFileSync(`${dir.path}/data/inside.txt`, "x");
+  Deno.writeTextFileSync(`${dir.path}/outside.txt`, "x");
+  const { stdout, code } = await new Deno.Command("deno", {
+    args: [
+      "run",
+      "--no-prompt",
+      ...flags,
+      PROBE,
+      `http://127.0.0.1:${port}/`,
+      `http://localhost:${port}/`,
+      `http://127.0.0.2:${port}/`,
+      `http://127.0.0.1:${port + 1}/`,
+      "https://example.com/",
+      `${dir.path}/data/inside.txt`,
+      `${dir.path}/outside.txt`,
+      "/etc/hostname",
+    ],
+    stdout: "piped",
+    stderr: "inherit",
+  }).output();
+  await target.shutdown();
+  assert.equal(code, 0);
+  const results = new TextDecoder().decode(stdout).trim().split("\n").map((l) => JSON.parse(l));
+  assert.deepEqual(results.map((r) => r.allowed), [true, false, false, false, false, true, false, false]);
+});

@@ -1,0 +1,134 @@
+import assert from "node:assert/strict";
+import { DatabaseSync } from "node:sqlite";
+import { SessionError } from "../src/errors.ts";
+import { SCHEMA_VERSION, SessionStore, validateId } from "../src/store.ts";
+import type { StoredMessage } from "../src/types.ts";
+import { steppingClock, tempDir } from "./_harness.ts";
+
+function msg(
+  id: string,
+  role: StoredMessage["role"],
+  content: string | null,
+  extra: Partial<StoredMessage> = {},
+) {
+  return { id, role, content, createdAt: "2026-01-01T00:00:00.000Z", ...extra } as StoredMessage;
+}
+
+Deno.test("SessionStore creates the schema with WAL and records its version", () => {
+  using dir = tempDir();
+  const store = new SessionStore(`${dir.path}/s.db`);
+  store.close();
+  const db = new DatabaseSync(`${dir.path}/s.db`);
+  assert.equal((db.prepare("PRAGMA journal_mode").get() as { journal_mode: string }).journal_mode, "wal");
+  assert.equal(
+    (db.prepare("PRAGMA user_version").get() as { user_version: number }).user_version,
+    SCHEMA_VERSION,
+  );
+  const tables = db.prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").all()
+    .map((r) => r.name);
+  assert.deepEqual(tables, ["messages", "sessions", "sqlite_sequence", "todos"]);
+  db.close();
+});
+
+Deno.test("SessionStore refuses a database written by a newer schema version", () => {
+  using dir = tempDir();
+  const db = new DatabaseSync(`${dir.path}/s.db`);
+  db.exec(`PRAGMA user_version = ${SCHEMA_VERSION + 1}`);
+  db.close();
+  assert.throws(() => new SessionStore(`${dir.path}/s.db`), /schema version is 2, this program knows 1/);
+});
+
+Deno.test("SessionStore.append() is idempotent: saving the same state twice adds nothing", () => {
+  const store = new SessionStore(":memory:", { now: steppingClock() });
+  store.getOrCreate("s", "u");
+  const state = [
+    msg("1", "user", "hi"),
+    msg("2", "assistant", null, { toolCalls: [{ id: "c1", name: "calculator", arguments: "{}" }] }),
+    msg("3", "tool", "{}", { toolCallId: "c1" }),
+    msg("4", "runtime", "[runtime] nudge"),
+    msg("5", "assistant", "bye"),
+  ];
+  assert.equal(store.append("s", state), 5);
+  const once = store.messages("s");
+  const turns = store.get("s")!.turnCount;
+  assert.equal(store.append("s", state), 0);
+  assert.deepEqual(store.messages("s"), once);
+  assert.equal(store.get("s")!.turnCount, turns);
+  assert.equal(turns, 1, "only real user messages count as turns");
+  assert.deepEqual(once[1].toolCalls, [{ id: "c1", name: "calculator", arguments: "{}" }]);
+  assert.equal(once[2].toolCallId, "c1");
+  store.close();
+});
+
+Deno.test("SessionStore.append() commits all of a tool turn or none of it", () => {
+  const store = new SessionStore(":memory:");
+  store.getOrCreate("s", "u");
+  const bad = [
+    msg("a", "assistant", null, { toolCalls: [{ id: "c1", name: "x", arguments: "{}" }] }),
+    // An invalid role makes the second insert fail inside the transaction.
+    msg("b", "bogus" as StoredMessage["role"], "{}", { toolCallId: "c1" }),
+  ];
+  assert.throws(() => store.append("s", bad), /CHECK constraint failed/);
+  assert.deepEqual(store.messages("s"), []);
+  store.close();
+});
+
+Deno.test("SessionStore keeps sessions of different users apart and hides them from each other", () => {
+  const store = new SessionStore(":memory:", { now: steppingClock() });
+  store.getOrCreate("mine", "alice");
+  store.getOrCreate("other", "alice");
+  assert.throws(
+    () => store.getOrCreate("mine", "bob"),
+    (e) => e instanceof SessionError && e.reason === "not_found",
+  );
+  store.append("other", [msg("m", "user", "x")]);
+  assert.deepEqual(store.listSessions("alice").map((s) => s.id), ["other", "mine"], "newest first");
+  assert.deepEqual(store.listSessions("bob"), []);
+  store.close();
+});
+
+Deno.test("SessionStore scopes todos to their session", () => {
+  const store = new SessionStore(":memory:", { now: steppingClock() });
+  store.getOrCreate("a", "u");
+  store.getOrCreate("b", "u");
+  const todo = store.addTodo("a", "write tests");
+  assert.equal(store.completeTodo("b", todo.id), null, "another session cannot complete it");
+  const done = store.completeTodo("a", todo.id)!;
+  assert.equal(done.completed, true);
+  assert.ok(done.completedAt !== null);
+  assert.deepEqual(store.listTodos("b"), []);
+  store.close();
+});
+
+Deno.test("validateId() accepts 1-128 characters of [A-Za-z0-9._:-] and names what is wrong otherwise", () => {
+  for (const ok of ["a", "A-window-1", "x.y_z:1", "a".repeat(128)]) assert.equal(validateId(ok), ok);
+  for (const bad of ["", "a".repeat(129), "with space", "semi;colon", "quote'", "é", "a/b"]) {
+    assert.throws(() => validateId(bad), /Invalid session id .*expected 1-128 characters/);
+  }
+  assert.throws(() => validateId(42), /Invalid session id number/);
+});
+
+Deno.test("SessionStore parameterizes queries: quotes and semicolons are stored verbatim", () => {
+  const store = new SessionStore(":memory:");
+  store.getOrCreate("s", "u");
+  const nasty = `'); DROP TABLE messages; --"\u0001\u00ff`;
+  store.append("s", [msg("m1", "user", nasty)]);
+  store.addTodo("s", nasty);
+  assert.equal(store.messages("s")[0].content, nasty);
+  assert.equal(store.listTodos("s")[0].text, nasty);
+  store.close();
+});
+
+Deno.test("two SessionStore handles on one file write concurrently without 'database is locked'", () => {
+  using dir = tempDir();
+  const a = new SessionStore(`${dir.path}/s.db`);
+  const b = new SessionStore(`${dir.path}/s.db`);
+  a.getOrCreate("s", "u");
+  for (let i = 0; i < 50; i++) {
+    (i % 2 === 0 ? a : b).append("s", [msg(`m${i}`, "user", `turn ${i}`)]);
+  }
+  assert.equal(a.get("s")!.turnCount, 50);
+  assert.equal(b.messages("s").length, 50);
+  a.close();
+  b.close();
+});

@@ -1,0 +1,66 @@
+import assert from "node:assert/strict";
+import { clip, JsonlTracer, readTrace } from "../src/trace.ts";
+import type { RunEvent } from "../src/types.ts";
+import { tempDir } from "./_harness.ts";
+
+const event = (n: number, data: Record<string, unknown> = {}): RunEvent => ({
+  ts: "2026-01-01T00:00:00.000Z",
+  session_id: "s",
+  run_id: "r",
+  turn: 1,
+  event: "llm_call",
+  step: n,
+  data,
+});
+
+Deno.test("JsonlTracer appends one JSON line per event with every field", () => {
+  using dir = tempDir();
+  const path = `${dir.path}/nested/t.jsonl`;
+  const tracer = new JsonlTracer(path);
+  tracer.write(event(0, { model: "m" }));
+  tracer.write(event(1));
+  tracer.close();
+  const lines = Deno.readTextFileSync(path).split("\n");
+  assert.equal(lines.length, 3);
+  assert.equal(lines[2], "");
+  assert.deepEqual(JSON.parse(lines[0]), event(0, { model: "m" }));
+  new JsonlTracer(path).close();
+  const again = new JsonlTracer(path);
+  again.write(event(2));
+  again.close();
+  assert.deepEqual(readTrace(path).map((e) => e.step), [0, 1, 2], "append-only across handles");
+});
+
+Deno.test("JsonlTracer cuts long strings and redacts secrets", () => {
+  using dir = tempDir();
+  const path = `${dir.path}/t.jsonl`;
+  const tracer = new JsonlTracer(path, { maxPayloadChars: 10, secrets: ["sk-SECRET"] });
+  tracer.write(event(0, { text: "x".repeat(25), nested: [{ key: "uses sk-SECRET here" }] }));
+  tracer.close();
+  const text = Deno.readTextFileSync(path);
+  assert.ok(!text.includes("sk-SECRET"));
+  const [e] = readTrace(path);
+  assert.equal(e.data.text, "xxxxxxxxxx…[15 more chars]");
+  assert.equal((e.data.nested as { key: string }[])[0].key, "uses [reda…[10 more chars]");
+  assert.deepEqual(clip({ n: 1, b: true, z: null }, 1), { n: 1, b: true, z: null });
+});
+
+Deno.test("JsonlTracer warns once and keeps going when the trace cannot be written", () => {
+  using dir = tempDir();
+  Deno.writeTextFileSync(`${dir.path}/file`, "");
+  const warnings: string[] = [];
+  const tracer = new JsonlTracer(`${dir.path}/file/t.jsonl`, { warn: (m) => warnings.push(m) });
+  tracer.write(event(0));
+  tracer.write(event(1));
+  tracer.close();
+  assert.equal(warnings.length, 1);
+  assert.match(warnings[0], /cannot write the trace to .*file\/t\.jsonl/);
+});
+
+Deno.test("readTrace() skips a torn last line and never parses it as an event", () => {
+  using dir = tempDir();
+  const path = `${dir.path}/t.jsonl`;
+  Deno.writeTextFileSync(path, JSON.stringify(event(0)) + "\n" + JSON.stringify(event(1)).slice(0, 30));
+  assert.deepEqual(readTrace(path).map((e) => e.step), [0]);
+  assert.deepEqual(readTrace(`${dir.path}/missing.jsonl`), []);
+});
