@@ -3,10 +3,12 @@
  * acts on its native `tool_calls`; limits are checked before every model call; stopping is an outcome.
  * @module
  */
-import { buildContext } from "./context.ts";
+import { buildContext, SYSTEM_PROMPT } from "./context.ts";
 import { LlmError } from "./errors.ts";
 import type { LLM } from "./llm/llm.ts";
+import { compactIfDue, type MemoryState } from "./memory.ts";
 import type { SessionStore } from "./store.ts";
+import type { Summarizer } from "./summarizer.ts";
 import { serializeToolResult, type ToolRegistry } from "./tools/registry.ts";
 import type {
   EventSink,
@@ -39,6 +41,12 @@ export interface TurnDeps {
   emit: EventSink;
   /** Loop steps per user turn (AGENT_MAX_TOOL_ITERS). */
   maxSteps: number;
+  /** Writes the summary when a compaction is due. */
+  summarizer: Summarizer;
+  /** Raw user turns kept before compaction (AGENT_MAX_RAW_TURNS). */
+  maxRawTurns: number;
+  /** Estimated token budget of a request (AGENT_MAX_CTX_TOKENS). */
+  maxCtxTokens: number;
   /** @default {() => new Date()} */
   now?: () => Date;
   /** A unique id per call (run ids, message ids). @default {() => crypto.randomUUID()} */
@@ -85,7 +93,13 @@ export async function runTurn(input: TurnInput, deps: TurnDeps): Promise<TurnRes
   }
 
   const session = store.getOrCreate(input.sessionId, input.userId);
-  const history: StoredMessage[] = store.messages(session.id);
+  let memory: MemoryState = {
+    sessionId: session.id,
+    summary: session.summary,
+    history: store.messages(session.id),
+  };
+  const schemas = tools.schemas();
+  const fixed = { system: [{ role: "system" as const, content: SYSTEM_PROMPT }], tools: schemas };
   const runId = newId();
   const turn = session.turnCount + 1;
   const usage: Usage = { promptTokens: null, completionTokens: null, totalTokens: null };
@@ -107,7 +121,7 @@ export async function runTurn(input: TurnInput, deps: TurnDeps): Promise<TurnRes
   const save = (...messages: Omit<StoredMessage, "id" | "createdAt">[]): void => {
     const stamped = messages.map((m) => ({ ...m, id: `${runId}:${seq++}`, createdAt: now().toISOString() }));
     store.append(session.id, stamped);
-    history.push(...stamped);
+    memory.history.push(...stamped);
   };
   const finish = (outcome: TurnOutcome, answer: string, steps: number): TurnResult => {
     event("run_end", null, { outcome, steps, tool_calls: calls.length, usage });
@@ -118,13 +132,32 @@ export async function runTurn(input: TurnInput, deps: TurnDeps): Promise<TurnRes
   save({ role: "user", content: input.message });
 
   let nudged = false;
+  let compacting = true;
   for (let step = 0; step < maxSteps; step++) {
     if (signal?.aborted) return finish("aborted", ABORTED_ANSWER, step);
-    const messages = buildContext(history, { summary: session.summary });
+    if (compacting) {
+      const { summarizer, maxRawTurns, maxCtxTokens } = deps;
+      const compaction = await compactIfDue(memory, fixed, {
+        store,
+        summarizer,
+        maxRawTurns,
+        maxCtxTokens,
+        now,
+        signal,
+      });
+      if (compaction !== null) {
+        event("compact", step, compaction.event);
+        addUsage(usage, compaction.usage);
+        memory = compaction.state;
+        // A failed (or impossible) compaction is not retried within the turn: one summary call per problem.
+        compacting = compaction.event.ok === true;
+      }
+    }
+    const messages = buildContext(memory.history, { summary: memory.summary });
     const started = performance.now();
     let reply;
     try {
-      reply = await llm.chat(messages, { tools: tools.schemas(), signal });
+      reply = await llm.chat(messages, { tools: schemas, signal });
     } catch (error) {
       if (signal?.aborted || (error instanceof LlmError && error.kind === "aborted")) {
         return finish("aborted", ABORTED_ANSWER, step);

@@ -17,6 +17,7 @@ import { calculatorTool } from "./tools/calculator.ts";
 import { ToolRegistry } from "./tools/registry.ts";
 import { createSearchTool, loadCorpus } from "./tools/search.ts";
 import { createTodoTool } from "./tools/todo.ts";
+import { createLlmSummarizer } from "./summarizer.ts";
 import { JsonlTracer } from "./trace.ts";
 
 function helpText(): string {
@@ -73,7 +74,15 @@ async function chat(config: Readonly<Config>, sessionId: string, userId: string)
     return await runChat({
       sessionId,
       userId,
-      deps: { store, llm, tools: buildTools(store), maxSteps: config.maxToolIters },
+      deps: {
+        store,
+        llm,
+        tools: buildTools(store),
+        maxSteps: config.maxToolIters,
+        summarizer: createLlmSummarizer(llm),
+        maxRawTurns: config.maxRawTurns,
+        maxCtxTokens: config.maxCtxTokens,
+      },
       emit: (event) => tracer.write(event),
       input: process.stdin,
       output: process.stdout,

@@ -16,6 +16,7 @@ CREATE TABLE IF NOT EXISTS sessions (
   user_id TEXT NOT NULL,
   summary TEXT,
   turn_count INTEGER NOT NULL DEFAULT 0,
+  compacted_turns INTEGER NOT NULL DEFAULT 0,
   created_at TEXT NOT NULL,
   updated_at TEXT NOT NULL
 );
@@ -49,6 +50,8 @@ export interface Session {
   userId: string;
   summary: string | null;
   turnCount: number;
+  /** User turns folded into the summary by compaction: `turnCount` = this + the stored user messages. */
+  compactedTurns: number;
   createdAt: string;
   updatedAt: string;
 }
@@ -84,6 +87,7 @@ interface SessionRow {
   user_id: string;
   summary: string | null;
   turn_count: number;
+  compacted_turns: number;
   created_at: string;
   updated_at: string;
 }
@@ -111,6 +115,7 @@ function toSession(row: SessionRow): Session {
     userId: row.user_id,
     summary: row.summary,
     turnCount: row.turn_count,
+    compactedTurns: row.compacted_turns,
     createdAt: row.created_at,
     updatedAt: row.updated_at,
   };
@@ -198,6 +203,10 @@ export class SessionStore {
         "INSERT INTO todos (session_id, text, completed, created_at) VALUES (?, ?, 0, ?) RETURNING *",
       ),
       listTodos: db.prepare("SELECT * FROM todos WHERE session_id = ? ORDER BY id"),
+      deleteMessage: db.prepare("DELETE FROM messages WHERE id = ? AND session_id = ?"),
+      setSummary: db.prepare(
+        "UPDATE sessions SET summary = ?, compacted_turns = compacted_turns + ?, updated_at = ? WHERE id = ?",
+      ),
       completeTodo: db.prepare(
         "UPDATE todos SET completed = 1, completed_at = COALESCE(completed_at, ?) " +
           "WHERE id = ? AND session_id = ? RETURNING *",
@@ -297,6 +306,24 @@ export class SessionStore {
       }
       if (added > 0) this.#statements.touchSession.run(turns, this.#stamp(), sessionId);
       return added;
+    });
+  }
+
+  /**
+   * Applies a compaction in one transaction: stores the new summary and deletes exactly the cut messages
+   * (counting `turns` user turns into `compacted_turns`). Either both happen or neither: if any id is not a
+   * stored message of the session, it throws and nothing changes.
+   */
+  applyCompaction(sessionId: string, summary: string, cutIds: readonly string[], turns: number): void {
+    this.#transaction(() => {
+      for (const id of cutIds) {
+        const { changes } = this.#statements.deleteMessage.run(id, sessionId);
+        if (changes !== 1) {
+          throw new Error(`Cannot compact session "${sessionId}": message "${id}" is not stored`);
+        }
+      }
+      const { changes } = this.#statements.setSummary.run(summary, turns, this.#stamp(), sessionId);
+      if (changes !== 1) throw new Error(`Cannot compact session "${sessionId}": no such session`);
     });
   }
 

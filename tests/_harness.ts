@@ -7,6 +7,7 @@ import { calculatorTool } from "../src/tools/calculator.ts";
 import { ToolRegistry, type ToolSpec } from "../src/tools/registry.ts";
 import { createSearchTool, loadCorpus } from "../src/tools/search.ts";
 import { createTodoTool } from "../src/tools/todo.ts";
+import { deterministicSummarizer, type Summarizer } from "../src/summarizer.ts";
 import type { RunEvent } from "../src/types.ts";
 
 export const DOCS = fileURLToPath(new URL("../data/docs", import.meta.url));
@@ -44,7 +45,14 @@ export function realTools(store: SessionStore, extra: ToolSpec[] = []): ToolRegi
 /** Turn dependencies around a scripted model and an in-memory (or given) store. */
 export function harness(
   script: ScriptStep[],
-  options: { store?: SessionStore; maxSteps?: number; extraTools?: ToolSpec[] } = {},
+  options: {
+    store?: SessionStore;
+    maxSteps?: number;
+    extraTools?: ToolSpec[];
+    summarizer?: Summarizer;
+    maxRawTurns?: number;
+    maxCtxTokens?: number;
+  } = {},
 ): Harness {
   const store = options.store ?? new SessionStore(":memory:", { now: steppingClock() });
   const llm = new ScriptedLLM(script);
@@ -55,6 +63,9 @@ export function harness(
     tools: realTools(store, options.extraTools),
     emit: (event) => events.push(event),
     maxSteps: options.maxSteps ?? 8,
+    summarizer: options.summarizer ?? deterministicSummarizer,
+    maxRawTurns: options.maxRawTurns ?? 20,
+    maxCtxTokens: options.maxCtxTokens ?? 6000,
     now: steppingClock(),
     newId: counterIds("run"),
   };

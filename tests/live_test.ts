@@ -7,6 +7,7 @@ import { loadConfig } from "../src/config.ts";
 import { runTurn } from "../src/loop.ts";
 import { OpenAICompatibleLLM } from "../src/llm/openai.ts";
 import { SessionStore } from "../src/store.ts";
+import { createLlmSummarizer } from "../src/summarizer.ts";
 import { realTools } from "./_harness.ts";
 
 const config = loadConfig({
@@ -35,7 +36,16 @@ Deno.test({
       });
       const result = await runTurn(
         { sessionId: "live", userId: "live", message: "Use the calculator: what is 1234 * 7 - 8572?" },
-        { store, llm, tools: realTools(store), emit: () => {}, maxSteps: 8 },
+        {
+          store,
+          llm,
+          tools: realTools(store),
+          emit: () => {},
+          maxSteps: 8,
+          summarizer: createLlmSummarizer(llm),
+          maxRawTurns: 20,
+          maxCtxTokens: 6000,
+        },
       );
       assert.equal(result.outcome, "answered", result.answer);
       assert.ok(result.toolCalls.some((c) => c.name === "calculator" && c.ok), "the calculator was used");

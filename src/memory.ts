@@ -1,0 +1,134 @@
+/**
+ * Writes a session's memory: before a context build, runs a due compaction end to end — plan the cut, ask
+ * the summarizer, validate and merge, trim to the reserve, persist atomically. Any failure abandons the
+ * compaction and leaves the session as it was.
+ * @module
+ */
+import {
+  estimateMessageTokens,
+  estimateRequestTokens,
+  fitSummary,
+  mergeSummary,
+  parseSummaryPatch,
+  planCompaction,
+  SUMMARY_FIELDS,
+  summaryReserve,
+} from "./compactor.ts";
+import { parseSummary, runtimeContextText, type Summary } from "./context.ts";
+import type { SessionStore } from "./store.ts";
+import type { Summarizer } from "./summarizer.ts";
+import type { Message, StoredMessage, ToolSchema, Usage } from "./types.ts";
+
+/** What compaction needs besides the session's state. */
+export interface CompactionDeps {
+  store: SessionStore;
+  summarizer: Summarizer;
+  /** AGENT_MAX_RAW_TURNS */
+  maxRawTurns: number;
+  /** AGENT_MAX_CTX_TOKENS */
+  maxCtxTokens: number;
+  now: () => Date;
+  signal?: AbortSignal;
+}
+
+/** The session as the loop holds it during a turn. */
+export interface MemoryState {
+  sessionId: string;
+  /** `sessions.summary`: JSON text or null. */
+  summary: string | null;
+  /** The raw messages, oldest first. */
+  history: StoredMessage[];
+}
+
+/** What a compaction attempt did: the new state, the `compact` event's data, the summary call's usage. */
+export interface CompactionResult {
+  state: MemoryState;
+  event: Record<string, unknown>;
+  usage: Usage | null;
+}
+
+function summaryTokens(summary: Summary | null): number {
+  return summary === null
+    ? 0
+    : estimateMessageTokens({ role: "system", content: runtimeContextText(summary) });
+}
+
+function sizes(summary: Summary): Record<string, number> {
+  return Object.fromEntries(SUMMARY_FIELDS.map((field) => [field, summary[field].length]));
+}
+
+/**
+ * Compacts when a threshold is exceeded; resolves to null when nothing is due. Never rejects for a summary
+ * problem: an LLM error, a timeout, invalid JSON or a schema violation gives `{ok: false, reason}` with the
+ * state unchanged. `fixed` is what every request carries besides messages and summary.
+ */
+export async function compactIfDue(
+  state: MemoryState,
+  fixed: { system: readonly Message[]; tools: readonly ToolSchema[] },
+  deps: CompactionDeps,
+): Promise<CompactionResult | null> {
+  const { store, summarizer, maxRawTurns, maxCtxTokens, now, signal } = deps;
+  const previous = parseSummary(state.summary);
+  const plan = planCompaction(state.history, {
+    maxRawTurns,
+    maxCtxTokens,
+    fixedTokens: estimateRequestTokens(fixed.system, fixed.tools),
+    currentSummaryTokens: summaryTokens(previous),
+  });
+  if (plan === null) return null;
+  const base = { trigger: plan.trigger, tokens_before: plan.tokensBefore };
+  if (plan.cutIndex === 0) {
+    const reason = "the current turn alone is over the token budget; it is sent anyway";
+    return { state, event: { ok: false, reason, over_budget: true, ...base }, usage: null };
+  }
+
+  const cut = state.history.slice(0, plan.cutIndex);
+  const started = performance.now();
+  let summary: Summary;
+  let usage: Usage | null = null;
+  try {
+    const reply = await summarizer({ previous, messages: cut }, signal);
+    usage = reply.usage;
+    const patch = parseSummaryPatch(reply.text);
+    summary = fitSummary(mergeSummary(previous, patch, now()), summaryReserve(maxCtxTokens), summaryTokens);
+  } catch (error) {
+    const reason = error instanceof SyntaxError
+      ? `summary is not valid JSON: ${error.message}`
+      : error instanceof Error
+      ? error.message
+      : String(error);
+    return { state, event: { ok: false, reason, ...base }, usage };
+  }
+
+  const turns = cut.filter((m) => m.role === "user").length;
+  const text = JSON.stringify(summary);
+  try {
+    store.applyCompaction(state.sessionId, text, cut.map((m) => m.id), turns);
+  } catch (error) {
+    // The transaction rolled back: summary and messages are as they were.
+    return {
+      state,
+      event: { ok: false, reason: `cannot store: ${(error as Error).message}`, ...base },
+      usage,
+    };
+  }
+  const history = state.history.slice(plan.cutIndex);
+  const tokensAfter = estimateRequestTokens(fixed.system, fixed.tools) + summaryTokens(summary) +
+    estimateRequestTokens(history);
+  return {
+    state: { sessionId: state.sessionId, summary: text, history },
+    event: {
+      ok: true,
+      ...base,
+      messages_removed: cut.length,
+      turns_removed: turns,
+      tokens_after: tokensAfter,
+      tokens_removed: plan.tokensBefore - tokensAfter,
+      over_budget: plan.overBudget,
+      summary_items: sizes(summary),
+      summary_chars: text.length,
+      latency_ms: Math.round(performance.now() - started),
+    },
+    usage,
+  };
+}
