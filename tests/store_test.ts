@@ -132,3 +132,24 @@ Deno.test("two SessionStore handles on one file write concurrently without 'data
   a.close();
   b.close();
 });
+
+Deno.test("SessionStore.applyCompaction() writes the summary and deletes exactly the cut messages, or nothing", () => {
+  const store = new SessionStore(":memory:");
+  store.getOrCreate("s", "u");
+  store.getOrCreate("other", "u");
+  store.append("s", [msg("1", "user", "a"), msg("2", "assistant", "b"), msg("3", "user", "c")]);
+  store.append("other", [msg("x", "user", "theirs")]);
+
+  assert.throws(() => store.applyCompaction("s", '{"facts":[]}', ["1", "x"], 1), /message "x" is not stored/);
+  assert.equal(store.get("s")!.summary, null);
+  assert.equal(store.messages("s").length, 3, "the first delete was rolled back");
+  assert.equal(store.messages("other").length, 1, "another session's message is never deleted");
+
+  store.applyCompaction("s", '{"facts":["a"]}', ["1", "2"], 1);
+  assert.deepEqual(store.messages("s").map((m) => m.id), ["3"]);
+  const session = store.get("s")!;
+  assert.equal(session.summary, '{"facts":["a"]}');
+  assert.equal(session.turnCount, 2);
+  assert.equal(session.compactedTurns, 1);
+  store.close();
+});
