@@ -114,6 +114,9 @@ export function planCompaction(messages: readonly Message[], options: PlanOption
   // Whatever the trigger, the kept turns must fit beside the fixed parts and the largest summary, so a
   // compaction never ends over budget unless the current turn alone is.
   const budget = maxCtxTokens - summaryTokens - fixedTokens;
+  // Over budget with messages that fit: the stored summary is larger than the reserve (AGENT_MAX_CTX_TOKENS
+  // was lowered). Cutting one turn lets the merge trim the summary to the reserve.
+  if (overTokens && turn === 0 && last > 0) turn = 1;
   while (turn < last && suffix[starts[turn]] > budget) turn++;
   const overBudget = suffix[starts[turn]] > budget;
   const cutIndex = starts[turn];
@@ -138,7 +141,8 @@ function unfence(text: string): string {
 
 /**
  * Parses and validates a summarizer's reply: a JSON object with at most the four fields, each an array of
- * strings of at most MAX_SUMMARY_ITEM_CHARS. A missing field counts as empty; blank items are dropped.
+ * strings of at most MAX_SUMMARY_ITEM_CHARS. A missing field counts as empty (null does not); whitespace and
+ * control characters are collapsed to single spaces and blank items dropped.
  * Throws `SyntaxError` for invalid JSON and `TypeError` naming the first schema violation.
  */
 export function parseSummaryPatch(text: string): SummaryPatch {
@@ -154,7 +158,7 @@ export function parseSummaryPatch(text: string): SummaryPatch {
   }
   const patch: SummaryPatch = { goals: [], facts: [], todos: [], unresolved: [] };
   for (const field of SUMMARY_FIELDS) {
-    const items = record[field] ?? [];
+    const items = record[field] === undefined ? [] : record[field];
     if (!Array.isArray(items)) throw new TypeError(`Cannot accept summary: "${field}" must be an array`);
     for (const [i, item] of items.entries()) {
       if (typeof item !== "string") {
@@ -165,11 +169,10 @@ export function parseSummaryPatch(text: string): SummaryPatch {
           `Cannot accept summary: ${field}[${i}] is ${item.length} characters, at most ${MAX_SUMMARY_ITEM_CHARS}`,
         );
       }
+      // Control characters (a pasted bell, a stray NUL) are noise, not meaning: they become spaces.
       // deno-lint-ignore no-control-regex
-      if (/[\u0000-\u001f]/.test(item.replace(/[\n\t]/g, " "))) {
-        throw new TypeError(`Cannot accept summary: ${field}[${i}] contains control characters`);
-      }
-      if (item.trim() !== "") patch[field].push(item.trim().replace(/\s+/g, " "));
+      const clean = item.replace(/[\u0000-\u001f\u007f]/g, " ").replace(/\s+/g, " ").trim();
+      if (clean !== "") patch[field].push(clean);
     }
   }
   return patch;

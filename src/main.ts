@@ -10,13 +10,10 @@ import { parseArgs } from "node:util";
 import { runChat } from "./cli/chat.ts";
 import { type Config, loadConfig, requireApiKey, SETTINGS } from "./config.ts";
 import { ConfigError, SessionError } from "./errors.ts";
-import { OpenAICompatibleLLM } from "./llm/openai.ts";
-import { DOCS_DIR, missingPermissions, readEnvironment } from "./permissions.ts";
+import { createLlmFromConfig } from "./llm/openai.ts";
+import { missingPermissions, readEnvironment } from "./permissions.ts";
 import { SessionStore, validateId } from "./store.ts";
-import { calculatorTool } from "./tools/calculator.ts";
-import { ToolRegistry } from "./tools/registry.ts";
-import { createSearchTool, loadCorpus } from "./tools/search.ts";
-import { createTodoTool } from "./tools/todo.ts";
+import { createBuiltinTools } from "./tools/builtin.ts";
 import { createLlmSummarizer } from "./summarizer.ts";
 import { JsonlTracer } from "./trace.ts";
 
@@ -50,10 +47,6 @@ function fail(message: string): never {
   Deno.exit(2);
 }
 
-function buildTools(store: SessionStore): ToolRegistry {
-  return new ToolRegistry([calculatorTool, createSearchTool(loadCorpus(DOCS_DIR)), createTodoTool(store)]);
-}
-
 async function chat(config: Readonly<Config>, sessionId: string, userId: string): Promise<number> {
   mkdirSync(dirname(config.dbPath), { recursive: true });
   const store = new SessionStore(config.dbPath);
@@ -63,21 +56,14 @@ async function chat(config: Readonly<Config>, sessionId: string, userId: string)
   });
   try {
     store.getOrCreate(sessionId, userId);
-    const llm = new OpenAICompatibleLLM({
-      baseUrl: config.baseUrl,
-      apiKey: config.apiKey,
-      model: config.model,
-      timeoutSeconds: config.llmTimeoutSeconds,
-      retries: config.llmRetries,
-      retryBaseDelaySeconds: config.llmRetryBaseDelay,
-    });
+    const llm = createLlmFromConfig(config);
     return await runChat({
       sessionId,
       userId,
       deps: {
         store,
         llm,
-        tools: buildTools(store),
+        tools: createBuiltinTools(store),
         maxSteps: config.maxToolIters,
         summarizer: createLlmSummarizer(llm),
         maxRawTurns: config.maxRawTurns,

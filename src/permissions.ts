@@ -17,12 +17,30 @@ function folders(config: Readonly<Config>): string[] {
   return [...new Set([dirname(resolve(config.dbPath)), dirname(resolve(config.tracePath))])];
 }
 
+/** Options of {@linkcode taskPermissionFlags}. */
+export interface TaskFlagsOptions {
+  /**
+   * `chat` works on the configured database and trace; `demo` on a fresh temporary folder instead.
+   * @default {"chat"}
+   */
+  task?: "chat" | "demo";
+  /**
+   * Where temporary folders are made (the demo's database and trace).
+   * @default {"/tmp"}
+   */
+  tempDir?: string;
+}
+
 /**
- * The `deno run` flags for a task: `--no-prompt`-friendly grants of read/write on the folders of the database
- * and the trace, read of the docs corpus, the runtime's variables, and net to the LLM's host:port only.
+ * The `deno run` flags for a task: read/write on the folders of the database and the trace (the demo: the
+ * temporary folder), read of the docs corpus, the runtime's variables, and net to the LLM's host:port only.
  * A configuration that does not load yields only the env grant, so the program itself reports the error.
  */
-export function taskPermissionFlags(env: Record<string, string | undefined>): string[] {
+export function taskPermissionFlags(
+  env: Record<string, string | undefined>,
+  options: TaskFlagsOptions = {},
+): string[] {
+  const { task = "chat", tempDir = "/tmp" } = options;
   const flags = [`--allow-env=${ENV_VARIABLES.join(",")}`];
   let config: Readonly<Config>;
   try {
@@ -30,7 +48,7 @@ export function taskPermissionFlags(env: Record<string, string | undefined>): st
   } catch {
     return flags;
   }
-  const writable = folders(config);
+  const writable = task === "demo" ? [resolve(tempDir)] : folders(config);
   flags.push(`--allow-read=${[...writable, DOCS_DIR].join(",")}`);
   flags.push(`--allow-write=${writable.join(",")}`);
   flags.push(`--allow-net=${llmNetHost(config.baseUrl)}`);

@@ -85,7 +85,10 @@ export function createLlmSummarizer(llm: LLM): Summarizer {
 
 function short(text: string): string {
   const flat = text.replace(/\s+/g, " ").trim();
-  return flat.length > 160 ? `${flat.slice(0, 159)}…` : flat;
+  if (flat.length <= 160) return flat;
+  // Never cut between the two halves of a surrogate pair.
+  const end = /[\ud800-\udbff]/.test(flat[158]) ? 158 : 159;
+  return `${flat.slice(0, end)}…`;
 }
 
 const GOAL = /^(i want|i'd like|i would like|my goal|help me|i need|i'm trying|i am trying)\b/i;

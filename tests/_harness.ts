@@ -3,10 +3,8 @@ import { fileURLToPath } from "node:url";
 import type { TurnDeps } from "../src/loop.ts";
 import { ScriptedLLM, type ScriptStep } from "../src/llm/scripted.ts";
 import { SessionStore } from "../src/store.ts";
-import { calculatorTool } from "../src/tools/calculator.ts";
-import { ToolRegistry, type ToolSpec } from "../src/tools/registry.ts";
-import { createSearchTool, loadCorpus } from "../src/tools/search.ts";
-import { createTodoTool } from "../src/tools/todo.ts";
+import { createBuiltinTools } from "../src/tools/builtin.ts";
+import type { ToolRegistry, ToolSpec } from "../src/tools/registry.ts";
 import { deterministicSummarizer, type Summarizer } from "../src/summarizer.ts";
 import type { RunEvent } from "../src/types.ts";
 
@@ -34,12 +32,7 @@ export interface Harness {
 
 /** Real tools (calculator, search over data/docs, todo) plus any extra test tools. */
 export function realTools(store: SessionStore, extra: ToolSpec[] = []): ToolRegistry {
-  return new ToolRegistry([
-    calculatorTool,
-    createSearchTool(loadCorpus(DOCS)),
-    createTodoTool(store),
-    ...extra,
-  ]);
+  return createBuiltinTools(store, { docsDir: DOCS, extra });
 }
 
 /** Turn dependencies around a scripted model and an in-memory (or given) store. */

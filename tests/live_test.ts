@@ -5,9 +5,11 @@
 import assert from "node:assert/strict";
 import { loadConfig } from "../src/config.ts";
 import { runTurn } from "../src/loop.ts";
-import { OpenAICompatibleLLM } from "../src/llm/openai.ts";
+import { createLlmFromConfig } from "../src/llm/openai.ts";
 import { SessionStore } from "../src/store.ts";
 import { createLlmSummarizer } from "../src/summarizer.ts";
+import { parseSummaryPatch } from "../src/compactor.ts";
+import { parseSummary } from "../src/context.ts";
 import { realTools } from "./_harness.ts";
 
 const config = loadConfig({
@@ -23,33 +25,84 @@ const reason = !config.runLiveTests
   : null;
 if (reason !== null) console.log(`live tests ignored: ${reason}`);
 
+function liveDeps(store: SessionStore, maxRawTurns = 20) {
+  const llm = createLlmFromConfig(config);
+  return {
+    store,
+    llm,
+    tools: realTools(store),
+    emit: () => {},
+    maxSteps: 8,
+    summarizer: createLlmSummarizer(llm),
+    maxRawTurns,
+    maxCtxTokens: 6000,
+  };
+}
+
 Deno.test({
   name: "live: the model calls the calculator by itself and answers 66",
   ignore: reason !== null,
   async fn() {
     const store = new SessionStore(":memory:");
     try {
-      const llm = new OpenAICompatibleLLM({
-        baseUrl: config.baseUrl,
-        apiKey: config.apiKey,
-        model: config.model,
-      });
       const result = await runTurn(
         { sessionId: "live", userId: "live", message: "Use the calculator: what is 1234 * 7 - 8572?" },
-        {
-          store,
-          llm,
-          tools: realTools(store),
-          emit: () => {},
-          maxSteps: 8,
-          summarizer: createLlmSummarizer(llm),
-          maxRawTurns: 20,
-          maxCtxTokens: 6000,
-        },
+        liveDeps(store),
       );
       assert.equal(result.outcome, "answered", result.answer);
       assert.ok(result.toolCalls.some((c) => c.name === "calculator" && c.ok), "the calculator was used");
       assert.match(result.answer, /\b66\b/);
+    } finally {
+      store.close();
+    }
+  },
+});
+
+Deno.test({
+  name: "live: a todo added in one turn is recalled in a follow-up",
+  ignore: reason !== null,
+  async fn() {
+    const store = new SessionStore(":memory:");
+    try {
+      const deps = liveDeps(store);
+      const id = { sessionId: "live-todo", userId: "live" };
+      await runTurn({ ...id, message: "Please add a todo: renew my passport before March." }, deps);
+      assert.equal(store.listTodos("live-todo").length, 1, "the todo tool stored it");
+      const result = await runTurn(
+        { ...id, message: "Which official document did I say I must renew?" },
+        deps,
+      );
+      assert.match(result.answer, /passport/i);
+    } finally {
+      store.close();
+    }
+  },
+});
+
+Deno.test({
+  name: "live: a compaction with the real model yields a valid summary that answers a follow-up",
+  ignore: reason !== null,
+  async fn() {
+    const store = new SessionStore(":memory:");
+    try {
+      const deps = liveDeps(store, 2);
+      const id = { sessionId: "live-compact", userId: "live" };
+      for (const message of ["My favourite colour is teal.", "I am planning a trip to Lisbon.", "Say hi."]) {
+        await runTurn({ ...id, message }, deps);
+      }
+      const summary = parseSummary(store.get("live-compact")!.summary);
+      assert.ok(summary !== null, "a summary was stored");
+      parseSummaryPatch(
+        JSON.stringify({
+          goals: summary.goals,
+          facts: summary.facts,
+          todos: summary.todos,
+          unresolved: summary.unresolved,
+        }),
+      );
+      assert.ok(!store.messages("live-compact").some((m) => m.content?.includes("teal")));
+      const result = await runTurn({ ...id, message: "What is my favourite colour?" }, deps);
+      assert.match(result.answer, /teal/i);
     } finally {
       store.close();
     }

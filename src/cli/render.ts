@@ -34,6 +34,14 @@ export function renderEvent(event: RunEvent, style: Style): string | null {
         : `error: ${short(String(data.error), 160)}`;
       return style.dim(`    ${data.ok ? "✓" : "✗"} ${detail}`);
     }
+    case "compact": {
+      if (data.ok !== true) return style.dim(`    ⟳ compaction skipped: ${data.reason}`);
+      const turns = data.turns_removed === 1 ? "1 turn" : `${data.turns_removed} turns`;
+      return style.dim(
+        `    ⟳ compacted ${turns} (${data.messages_removed} messages) into the summary; ` +
+          `request estimate ${data.tokens_before} → ${data.tokens_after} tokens`,
+      );
+    }
     case "error":
       return style.red(`  ! ${data.message}`);
     default:

@@ -4,6 +4,7 @@
  * the cause without ever showing the API key.
  * @module
  */
+import type { Config } from "../config.ts";
 import { LlmError, type LlmErrorKind } from "../errors.ts";
 import type { ChatReply, Message } from "../types.ts";
 import {
@@ -345,4 +346,20 @@ export class OpenAICompatibleLLM implements LLM {
       retries,
     });
   }
+}
+
+/** The client for a loaded configuration: its endpoint, key, model, timeout and retry settings. */
+export function createLlmFromConfig(
+  config: Readonly<Config>,
+  options: Pick<OpenAICompatibleLLMOptions, "fetch" | "onRetry"> = {},
+): OpenAICompatibleLLM {
+  return new OpenAICompatibleLLM({
+    baseUrl: config.baseUrl,
+    apiKey: config.apiKey,
+    model: config.model,
+    timeoutSeconds: config.llmTimeoutSeconds,
+    retries: config.llmRetries,
+    retryBaseDelaySeconds: config.llmRetryBaseDelay,
+    ...options,
+  });
 }

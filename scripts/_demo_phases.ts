@@ -1,0 +1,298 @@
+/**
+ * The acceptance demo's four phases. Each runs real turns and checks what the store, the requests and the
+ * trace show, returning a verdict with its reasons.
+ * @module
+ */
+import { parseSummary, RUNTIME_CONTEXT_HEADER } from "../src/context.ts";
+import type { Style } from "../src/cli/render.ts";
+import type { LLM } from "../src/llm/llm.ts";
+import { runTurn, type TurnDeps } from "../src/loop.ts";
+import type { SessionStore } from "../src/store.ts";
+import { readTrace } from "../src/trace.ts";
+import type { Message, RunEvent, StoredMessage, TurnResult } from "../src/types.ts";
+import { timelineHeader, timelineLine } from "./_demo_timeline.ts";
+
+/** The one user every phase speaks as; phase 2's windows are two sessions of this user. */
+const USER = "user-A";
+const CALC_SESSION = "demo-calculator";
+const WINDOW_1 = "A-window-1";
+const WINDOW_2 = "A-window-2";
+const MEMORY_SESSION = "demo-memory";
+/** Raw turns kept in phases 1 and 2: high enough that they never compact, whatever the environment says. */
+export const DEMO_RAW_TURNS = 20;
+/** Raw turns kept in phase 3, so that four filler turns push the early fact into the summary. */
+const MEMORY_RAW_TURNS = 3;
+
+const CALC_QUESTION = "What is 17 * 23 + 19?";
+const WINDOW_1_INPUTS = ["Add a todo: renew the domain name.", "My project is called Falcon."];
+const WINDOW_2_INPUTS = ["List my todos. Also, what is my project called?"];
+const EARLY_FACT = "My favourite colour is teal.";
+const FILLERS = [
+  "I'm reading about SQLite write-ahead logging today.",
+  "Quick check: what is 12 * (3 + 4)?",
+  "Search the docs for compaction summary.",
+];
+const FOLLOW_UP = "What is my favourite colour?";
+
+/** What the phases share: the real dependencies and everything they recorded. */
+export interface Demo {
+  deps: TurnDeps;
+  store: SessionStore;
+  out: (line: string) => void;
+  style: Style;
+  tracePath: string;
+  /** Every event emitted, in order (the same events the tracer wrote). */
+  events: RunEvent[];
+  /** Every request sent to the model, in order. */
+  requests: Message[][];
+}
+
+/** A phase's verdict: `reason` is what was shown on PASS, or every failed check on FAIL. */
+export interface Verdict {
+  ok: boolean;
+  reason: string;
+}
+
+/** One user turn and the requests the model was sent during it. */
+interface Exchange {
+  result: TurnResult;
+  requests: Message[][];
+}
+
+/** A tool call paired with the parsed tool message that answered it. */
+interface AnsweredCall {
+  name: string;
+  args: Record<string, unknown>;
+  result: { ok: boolean; data: Record<string, unknown> | null; error: string | null };
+}
+
+function verdict(problems: string[], success: string): Verdict {
+  return problems.length === 0 ? { ok: true, reason: success } : { ok: false, reason: problems.join("; ") };
+}
+
+/** Wraps `llm` so that a copy of every request's messages is kept in `requests` before it is sent. */
+export function recordRequests(llm: LLM, requests: Message[][]): LLM {
+  return {
+    chat(messages, options) {
+      requests.push(structuredClone(messages));
+      return llm.chat(messages, options);
+    },
+  };
+}
+
+/** The session's tool calls with their results, oldest first; calls without a stored result are left out. */
+function answeredCalls(messages: readonly StoredMessage[]): AnsweredCall[] {
+  const calls: AnsweredCall[] = [];
+  for (const m of messages) {
+    for (const call of m.toolCalls ?? []) {
+      const answer = messages.find((r) => r.role === "tool" && r.toolCallId === call.id);
+      if (answer === undefined) continue;
+      let args: Record<string, unknown> = {};
+      try {
+        args = JSON.parse(call.arguments);
+      } catch {
+        // The registry rejected these arguments; the call still counts, with none.
+      }
+      calls.push({ name: call.name, args, result: JSON.parse(answer.content ?? "null") });
+    }
+  }
+  return calls;
+}
+
+/** Whether `text` shows `value` as a whole number (plain or with thousands separators). */
+function mentionsNumber(text: string, value: number): boolean {
+  return [String(value), value.toLocaleString("en-US")].some((shown) =>
+    new RegExp(`(?<![\\d.])${shown.replace(/[.]/g, "\\.")}(?![\\d])`).test(text)
+  );
+}
+
+/** Runs one user turn, printing the user message, (through `emit`) its tool calls, and the answer. */
+async function say(
+  demo: Demo,
+  sessionId: string,
+  message: string,
+  maxRawTurns = DEMO_RAW_TURNS,
+): Promise<Exchange> {
+  const { out, style } = demo;
+  out(`  ${style.bold("user  ›")} ${message}`);
+  const first = demo.requests.length;
+  const result = await runTurn({ sessionId, userId: USER, message }, { ...demo.deps, maxRawTurns });
+  const outcome = result.outcome === "answered" ? "" : style.red(` [${result.outcome}]`);
+  out(`  ${style.bold("agent ›")} ${result.answer}${outcome}`);
+  return { result, requests: demo.requests.slice(first) };
+}
+
+/** Phase 1: an arithmetic question is answered with the calculator's own result. */
+async function calculatorPhase(demo: Demo): Promise<Verdict> {
+  const { result } = await say(demo, CALC_SESSION, CALC_QUESTION);
+  const problems: string[] = [];
+  if (result.outcome !== "answered") problems.push(`the turn ended with outcome ${result.outcome}`);
+  if (!result.toolCalls.some((c) => c.name === "calculator" && c.ok)) {
+    problems.push("the turn made no successful calculator call");
+  }
+  const computed = answeredCalls(demo.store.messages(CALC_SESSION))
+    .filter((c) => c.name === "calculator" && c.result.ok && typeof c.result.data?.result === "number")
+    .map((c) => c.result.data!.result as number);
+  const value = computed.at(-1);
+  if (value === undefined) problems.push("no calculator result is stored");
+  else if (!mentionsNumber(result.answer, value)) {
+    problems.push(`the answer does not contain the calculator's result ${value}`);
+  }
+  return verdict(problems, `the calculator returned ${value} and the answer contains it`);
+}
+
+/** Phase 2: two sessions of one user share nothing: todos, facts, history, turn counts. */
+async function windowsPhase(demo: Demo): Promise<Verdict> {
+  const { store, out, style } = demo;
+  out(style.dim(`  window 1 = session ${WINDOW_1}`));
+  for (const input of WINDOW_1_INPUTS) await say(demo, WINDOW_1, input);
+  out(style.dim(`  window 2 = session ${WINDOW_2}, same user ${USER}`));
+  const window2: Exchange[] = [];
+  for (const input of WINDOW_2_INPUTS) window2.push(await say(demo, WINDOW_2, input));
+
+  const problems: string[] = [];
+  const todos1 = store.listTodos(WINDOW_1);
+  const todos2 = store.listTodos(WINDOW_2);
+  out(style.dim(
+    `  store: ${WINDOW_1} todos ${JSON.stringify(todos1.map((t) => t.text))}, ` +
+      `${WINDOW_2} todos ${JSON.stringify(todos2.map((t) => t.text))}`,
+  ));
+  if (todos1.length !== 1 || !/domain/i.test(todos1[0].text)) {
+    problems.push(`window 1 should hold exactly the domain todo, holds ${JSON.stringify(todos1)}`);
+  }
+  if (todos2.length !== 0) problems.push(`window 2's todo list in the store is not empty`);
+  const listed = answeredCalls(store.messages(WINDOW_2)).filter((c) =>
+    c.name === "todo" && c.args.action === "list"
+  );
+  if (listed.length === 0) problems.push("window 2 never called the todo tool with action list");
+  for (const call of listed) {
+    const shown = call.result.data?.todos;
+    if (!call.result.ok || !Array.isArray(shown) || shown.length !== 0) {
+      problems.push(`window 2's todo list result is not an empty list: ${JSON.stringify(call.result)}`);
+    }
+  }
+  const answer = window2.at(-1)!.result.answer;
+  if (/falcon/i.test(answer)) problems.push("window 2's answer names window 1's project Falcon");
+
+  // Window 1's distinctive texts: none of them may reach a request made for window 2.
+  const secrets = [...WINDOW_1_INPUTS, "Falcon", ...todos1.map((t) => t.text)].map((s) => s.toLowerCase());
+  for (const request of window2.flatMap((e) => e.requests)) {
+    for (const m of request) {
+      const text = `${m.content ?? ""} ${(m.toolCalls ?? []).map((c) => c.arguments).join(" ")}`
+        .toLowerCase();
+      const leaked = secrets.find((s) => text.includes(s));
+      if (leaked !== undefined) problems.push(`a window 2 request carried window 1's text "${leaked}"`);
+    }
+  }
+
+  const s1 = store.get(WINDOW_1);
+  const s2 = store.get(WINDOW_2);
+  out(style.dim(`  store: turn_count ${WINDOW_1}=${s1?.turnCount}, ${WINDOW_2}=${s2?.turnCount}`));
+  if (s1?.turnCount !== WINDOW_1_INPUTS.length || s2?.turnCount !== WINDOW_2_INPUTS.length) {
+    problems.push(
+      `turn counts are ${s1?.turnCount} and ${s2?.turnCount}, expected ` +
+        `${WINDOW_1_INPUTS.length} and ${WINDOW_2_INPUTS.length}`,
+    );
+  }
+  const users = (id: string) => store.messages(id).filter((m) => m.role === "user").map((m) => m.content);
+  if (JSON.stringify(users(WINDOW_1)) !== JSON.stringify(WINDOW_1_INPUTS)) {
+    problems.push("window 1's stored history is not exactly its own user messages");
+  }
+  if (JSON.stringify(users(WINDOW_2)) !== JSON.stringify(WINDOW_2_INPUTS)) {
+    problems.push("window 2's stored history is not exactly its own user messages");
+  }
+  return verdict(
+    problems,
+    "the todo and the project name stayed in window 1; window 2 saw an empty list, no window 1 text, " +
+      "and its own history and turn count",
+  );
+}
+
+function printSummary(demo: Demo, text: string | null): void {
+  const { out, style } = demo;
+  const summary = parseSummary(text);
+  if (summary === null) {
+    out(style.dim(`  summary: ${text === null ? "(none)" : "(not a valid summary)"}`));
+    return;
+  }
+  out(`  ${style.bold("summary")} (sessions.summary, updated ${summary.updated_at}):`);
+  for (const field of ["goals", "facts", "todos", "unresolved"] as const) {
+    const items = summary[field];
+    out(`    ${`${field}:`.padEnd(12)}${items.length === 0 ? style.dim("(none)") : `- ${items[0]}`}`);
+    for (const item of items.slice(1)) out(`    ${"".padEnd(12)}- ${item}`);
+  }
+}
+
+/** Phase 3: an early fact survives compaction only in the summary, and the follow-up is answered from it. */
+async function memoryPhase(demo: Demo): Promise<Verdict> {
+  const { store, out, style } = demo;
+  out(style.dim(`  session ${MEMORY_SESSION} keeps ${MEMORY_RAW_TURNS} raw turns (AGENT_MAX_RAW_TURNS)`));
+  for (const input of [EARLY_FACT, ...FILLERS]) await say(demo, MEMORY_SESSION, input, MEMORY_RAW_TURNS);
+  const rawBefore = store.messages(MEMORY_SESSION);
+  printSummary(demo, store.get(MEMORY_SESSION)?.summary ?? null);
+  const { result, requests } = await say(demo, MEMORY_SESSION, FOLLOW_UP, MEMORY_RAW_TURNS);
+
+  const problems: string[] = [];
+  const compactions = demo.events.filter((e) => e.session_id === MEMORY_SESSION && e.event === "compact");
+  if (!compactions.some((e) => e.data.ok === true)) {
+    const reasons = [...new Set(compactions.map((e) => String(e.data.reason)))].join(", ");
+    problems.push(`no compaction succeeded${reasons === "" ? "" : ` (${reasons})`}`);
+  }
+  if (rawBefore.some((m) => /teal/i.test(m.content ?? ""))) {
+    problems.push("before the follow-up, the raw stored messages still mention teal");
+  }
+  if (store.messages(MEMORY_SESSION).some((m) => m.role === "user" && /teal/i.test(m.content ?? ""))) {
+    problems.push("the early fact is still a raw stored user message");
+  }
+  // The first request of the follow-up is what the model had to answer from.
+  const asked = requests[0] ?? [];
+  const carriers = asked.filter((m) => /teal/i.test(m.content ?? ""));
+  if (carriers.length === 0) problems.push("the follow-up request does not carry the early fact at all");
+  if (carriers.some((m) => m.role !== "system" || !m.content!.startsWith(RUNTIME_CONTEXT_HEADER))) {
+    problems.push("the follow-up request carries the early fact outside the [RUNTIME CONTEXT] message");
+  }
+  if (!/\bteal\b/i.test(result.answer)) problems.push("the answer does not mention teal");
+  const removed = compactions.filter((e) => e.data.ok === true)
+    .reduce((n, e) => n + Number(e.data.turns_removed ?? 0), 0);
+  return verdict(
+    problems,
+    `${removed} turns were compacted; teal reached the model only inside [RUNTIME CONTEXT] and the answer names it`,
+  );
+}
+
+/** Phase 4: the trace file holds every run, well formed, with the events the other phases produced. */
+function tracePhase(demo: Demo): Verdict {
+  const { out, style } = demo;
+  const events = readTrace(demo.tracePath);
+  const runs = new Map<string, RunEvent[]>();
+  for (const e of events) runs.set(e.run_id, [...(runs.get(e.run_id) ?? []), e]);
+  out(style.dim(`  ${demo.tracePath}: ${events.length} events in ${runs.size} runs`));
+  const start = events.length === 0 ? 0 : Date.parse(events[0].ts);
+  out(style.bold(timelineHeader()));
+  for (const e of events) out(timelineLine(e, start));
+
+  const problems: string[] = [];
+  if (runs.size === 0) problems.push("the trace holds no runs");
+  for (const [id, run] of runs) {
+    if (run[0].event !== "run_start" || run.at(-1)!.event !== "run_end") {
+      problems.push(`run ${id.slice(0, 8)} does not start with run_start and end with run_end`);
+    }
+  }
+  const unmeasured = events.filter((e) => e.event === "llm_call" && typeof e.data.latency_ms !== "number");
+  if (unmeasured.length > 0) problems.push(`${unmeasured.length} llm_call events have no latency_ms`);
+  for (const name of ["compact", "tool_call", "tool_result"]) {
+    if (!events.some((e) => e.event === name)) problems.push(`the trace has no ${name} event`);
+  }
+  return verdict(
+    problems,
+    `${runs.size} runs, each from run_start to run_end; every llm_call has latency_ms; ` +
+      "compact, tool_call and tool_result are present",
+  );
+}
+
+export const PHASES: readonly { name: string; run: (demo: Demo) => Verdict | Promise<Verdict> }[] = [
+  { name: "Calculator loop", run: calculatorPhase },
+  { name: "Two windows", run: windowsPhase },
+  { name: "Follow-up after compaction", run: memoryPhase },
+  { name: "Trace", run: tracePhase },
+];

@@ -1,0 +1,35 @@
+/**
+ * The runtime's built-in tools, in the order the model is offered them.
+ * @module
+ */
+import { DOCS_DIR } from "../permissions.ts";
+import type { SessionStore } from "../store.ts";
+import { calculatorTool } from "./calculator.ts";
+import { ToolRegistry, type ToolSpec } from "./registry.ts";
+import { createSearchTool, loadCorpus } from "./search.ts";
+import { createTodoTool } from "./todo.ts";
+
+/** Options of {@linkcode createBuiltinTools}. */
+export interface BuiltinToolsOptions {
+  /**
+   * The folder of Markdown documents `search_mock` searches.
+   * @default {DOCS_DIR}
+   */
+  docsDir?: string;
+  /**
+   * More tools, offered after the built-in ones.
+   * @default {[]}
+   */
+  extra?: ToolSpec[];
+}
+
+/** A registry of `calculator`, `search_mock` (over the docs corpus) and `todo` (over `store`). */
+export function createBuiltinTools(store: SessionStore, options: BuiltinToolsOptions = {}): ToolRegistry {
+  const { docsDir = DOCS_DIR, extra = [] } = options;
+  return new ToolRegistry([
+    calculatorTool,
+    createSearchTool(loadCorpus(docsDir)),
+    createTodoTool(store),
+    ...extra,
+  ]);
+}
