@@ -135,7 +135,7 @@ export function planCompaction(messages: readonly Message[], options: PlanOption
 
 /** Removes one surrounding ```json fence, which models add even when told not to. */
 function unfence(text: string): string {
-  const match = /^\s*```(?:json)?\s*\n([\s\S]*?)\n?```\s*$/.exec(text);
+  const match = /^\s*```(?:json)?\s*\n([\s\S]*?)\n?```\s*$/i.exec(text);
   return match ? match[1] : text;
 }
 
@@ -171,7 +171,7 @@ export function parseSummaryPatch(text: string): SummaryPatch {
       }
       // Control characters (a pasted bell, a stray NUL) are noise, not meaning: they become spaces.
       // deno-lint-ignore no-control-regex
-      const clean = item.replace(/[\u0000-\u001f\u007f]/g, " ").replace(/\s+/g, " ").trim();
+      const clean = item.replace(/[\u0000-\u001f\u007f-\u009f]/g, " ").replace(/\s+/g, " ").trim();
       if (clean !== "") patch[field].push(clean);
     }
   }

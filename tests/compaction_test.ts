@@ -38,7 +38,12 @@ Deno.test("runTurn() compacts on the turn trigger, keeps the last turns raw and 
   assert.equal(compact.data.turns_removed, 1);
   assert.deepEqual(compact.data.summary_items, { goals: 0, facts: 1, todos: 0, unresolved: 0 });
   // Exactly the first turn went; the session's accounting still adds up.
-  assert.deepEqual(h.store.messages("c1").map((m) => m.content), ["I want to learn Deno", "a2", "third", "a3"]);
+  assert.deepEqual(h.store.messages("c1").map((m) => m.content), [
+    "I want to learn Deno",
+    "a2",
+    "third",
+    "a3",
+  ]);
   const session = h.store.get("c1")!;
   assert.equal(session.turnCount, 3);
   assert.equal(session.compactedTurns, 1);
@@ -47,7 +52,11 @@ Deno.test("runTurn() compacts on the turn trigger, keeps the last turns raw and 
   await runTurn(input("fourth"), h.deps);
   const requests = h.llm.requests.map((r) => r.messages);
   assert.ok(requests.every((r) => r[0].content === SYSTEM_PROMPT), "the first message never changes");
-  assert.equal(requests[1][1].content, "My favourite colour is teal.", "no block before the first compaction");
+  assert.equal(
+    requests[1][1].content,
+    "My favourite colour is teal.",
+    "no block before the first compaction",
+  );
   const blocks = requests.slice(2).map((r) => r[1]);
   assert.ok(blocks.every((m) => m.role === "system" && m.content!.startsWith(`${RUNTIME_CONTEXT_HEADER}\n`)));
   assert.match(blocks[0].content!, /favourite colour is teal/);
@@ -229,4 +238,8 @@ Deno.test("planCompaction() never cuts on a nudge, a tool or an assistant messag
   const plan = planCompaction(messages, { maxRawTurns: 2, maxCtxTokens: 10_000 })!;
   assert.equal(plan.cutIndex, 5);
   assert.equal(planCompaction(messages, { maxRawTurns: 3, maxCtxTokens: 10_000 }), null);
+});
+
+Deno.test("parseSummaryPatch() accepts an upper-case JSON fence and turns C0 and C1 control characters into spaces", () => {
+  assert.deepEqual(parseSummaryPatch('```JSON\n{"facts": ["a\\u0085b\\u001bc"]}\n```').facts, ["a b c"]);
 });
