@@ -24,9 +24,31 @@ export interface Config {
   tracePath: string;
   traceMaxPayloadChars: number;
   runLiveTests: boolean;
+  host: string;
+  port: number;
+  /** Bearer tokens and the user each stands for; empty means no auth (loopback only). */
+  apiTokens: readonly ApiToken[];
+  maxBodyBytes: number;
+  shutdownGraceSeconds: number;
 }
 
-type Kind = "string" | "url" | "positive" | "nonnegative" | "positiveInt" | "nonnegativeInt" | "flag";
+/** One `token:user_id` pair of AGENT_API_TOKENS. */
+export interface ApiToken {
+  token: string;
+  userId: string;
+}
+
+type Kind =
+  | "string"
+  | "url"
+  | "positive"
+  | "nonnegative"
+  | "positiveInt"
+  | "nonnegativeInt"
+  | "flag"
+  | "host"
+  | "port"
+  | "tokens";
 
 interface Setting {
   key: keyof Config;
@@ -105,6 +127,31 @@ export const SETTINGS: Readonly<Record<string, Setting>> = {
     default: "",
     meaning: "`1` plus a key runs the live tests",
   },
+  AGENT_HOST: { key: "host", kind: "host", default: "127.0.0.1", meaning: "serve: address to listen on" },
+  AGENT_PORT: {
+    key: "port",
+    kind: "port",
+    default: "8787",
+    meaning: "serve: port to listen on (0 picks one)",
+  },
+  AGENT_API_TOKENS: {
+    key: "apiTokens",
+    kind: "tokens",
+    default: "",
+    meaning: "serve: comma-separated token:user_id pairs; unset = no auth, loopback only",
+  },
+  AGENT_MAX_BODY_BYTES: {
+    key: "maxBodyBytes",
+    kind: "positiveInt",
+    default: "65536",
+    meaning: "serve: largest request body accepted",
+  },
+  AGENT_SHUTDOWN_GRACE_SECONDS: {
+    key: "shutdownGraceSeconds",
+    kind: "nonnegative",
+    default: "10",
+    meaning: "serve: how long running turns may finish on SIGINT/SIGTERM",
+  },
 };
 
 const EXPECTED: Record<Kind, string> = {
@@ -115,12 +162,39 @@ const EXPECTED: Record<Kind, string> = {
   positiveInt: "a whole number of 1 or more",
   nonnegativeInt: "a whole number of 0 or more",
   flag: "1 or unset",
+  host: "a host name or IP address",
+  port: "a port number from 0 to 65535",
+  tokens: "comma-separated token:user_id pairs (user ids of letters, digits and . _ : -)",
 };
 
-function parseValue(name: string, setting: Setting, raw: string): string | number | boolean {
-  const fail = () =>
-    new ConfigError(name, `Invalid ${name}=${JSON.stringify(raw)}: expected ${EXPECTED[setting.kind]}`);
+function parseTokens(raw: string, fail: () => ConfigError): ApiToken[] {
+  if (raw.trim() === "") return [];
+  const tokens: ApiToken[] = [];
+  for (const pair of raw.split(",")) {
+    const colon = pair.lastIndexOf(":");
+    const token = pair.slice(0, colon).trim();
+    const userId = pair.slice(colon + 1).trim();
+    if (colon < 1 || token === "" || !/^[A-Za-z0-9._:-]{1,128}$/.test(userId)) throw fail();
+    if (tokens.some((t) => t.token === token)) throw fail();
+    tokens.push({ token, userId });
+  }
+  return Object.freeze(tokens) as ApiToken[];
+}
+
+function parseValue(name: string, setting: Setting, raw: string): unknown {
+  // A secret's value is never echoed: the message says only what is wrong with it.
+  const shown = setting.kind === "tokens" ? "(value hidden)" : JSON.stringify(raw);
+  const fail = () => new ConfigError(name, `Invalid ${name}=${shown}: expected ${EXPECTED[setting.kind]}`);
   switch (setting.kind) {
+    case "host":
+      if (!/^[A-Za-z0-9.:\[\]-]+$/.test(raw)) throw fail();
+      return raw;
+    case "port": {
+      if (!/^\d{1,5}$/.test(raw.trim()) || Number(raw) > 65535) throw fail();
+      return Number(raw);
+    }
+    case "tokens":
+      return parseTokens(raw, fail);
     case "string":
       if (setting.key !== "apiKey" && raw.trim() === "") throw fail();
       return raw;
@@ -164,10 +238,20 @@ export function loadConfig(env: Record<string, string | undefined>): Readonly<Co
   return Object.freeze(config as unknown as Config);
 }
 
-/** The host names that count as loopback: a local server needs no API key. */
+/** Whether a host name or address is loopback: `localhost`, `127.x.x.x` or `::1`. */
+export function isLoopbackHost(host: string): boolean {
+  return host === "localhost" || host === "[::1]" || host === "::1" || /^127\.\d+\.\d+\.\d+$/.test(host);
+}
+
+/** Whether the base URL's host is loopback: a local server needs no API key. */
 export function isLoopbackUrl(baseUrl: string): boolean {
-  const host = new URL(baseUrl).hostname;
-  return host === "localhost" || host === "[::1]" || /^127\.\d+\.\d+\.\d+$/.test(host);
+  return isLoopbackHost(new URL(baseUrl).hostname);
+}
+
+/** What `--allow-net` must grant to listen: `host:port`, or the host alone for port 0 (any free port). */
+export function listenNetHost(config: Pick<Config, "host" | "port">): string {
+  const host = config.host.includes(":") && !config.host.startsWith("[") ? `[${config.host}]` : config.host;
+  return config.port === 0 ? host : `${host}:${config.port}`;
 }
 
 /** `host:port` of the base URL, with the scheme's default port filled in: what `--allow-net` must grant. */

@@ -76,6 +76,12 @@ function errorAnswer(error: unknown): string {
   return `Sorry, I could not get an answer from the model: ${cause}. Your message is saved; please try again.`;
 }
 
+function abortReason(signal: AbortSignal | undefined): string {
+  const reason = signal?.reason;
+  const text = reason instanceof Error ? reason.message : typeof reason === "string" ? reason : "";
+  return text === "" ? "the turn was aborted" : `the turn was aborted: ${text}`;
+}
+
 /**
  * Runs one user turn to its end and returns the outcome with the answer text. Fails only for a malformed
  * session or user id (`SessionError`), an empty message (`TypeError`) or a store failure; model and tool
@@ -128,13 +134,19 @@ export async function runTurn(input: TurnInput, deps: TurnDeps): Promise<TurnRes
     return { sessionId: session.id, runId, turn, outcome, answer, toolCalls: calls, usage };
   };
 
+  // An abort is an error event too, so the trace shows why a turn stopped early.
+  const abort = (step: number, steps: number): TurnResult => {
+    event("error", step, { kind: "aborted", status: null, retries: 0, message: abortReason(signal) });
+    return finish("aborted", ABORTED_ANSWER, steps);
+  };
+
   event("run_start", null, { user_id: input.userId, message: input.message });
   save({ role: "user", content: input.message });
 
   let nudged = false;
   let compacting = true;
   for (let step = 0; step < maxSteps; step++) {
-    if (signal?.aborted) return finish("aborted", ABORTED_ANSWER, step);
+    if (signal?.aborted) return abort(step, step);
     if (compacting) {
       const { summarizer, maxRawTurns, maxCtxTokens } = deps;
       const compaction = await compactIfDue(memory, fixed, {
@@ -160,7 +172,7 @@ export async function runTurn(input: TurnInput, deps: TurnDeps): Promise<TurnRes
       reply = await llm.chat(messages, { tools: schemas, signal });
     } catch (error) {
       if (signal?.aborted || (error instanceof LlmError && error.kind === "aborted")) {
-        return finish("aborted", ABORTED_ANSWER, step);
+        return abort(step, step);
       }
       const e = error instanceof LlmError ? error : null;
       event("error", step, {
@@ -191,7 +203,7 @@ export async function runTurn(input: TurnInput, deps: TurnDeps): Promise<TurnRes
         results.push({ role: "tool", content: serializeToolResult(result), toolCallId: call.id });
       }
       // The call and all its results land in one transaction, or (aborted) not at all.
-      if (signal?.aborted) return finish("aborted", ABORTED_ANSWER, step + 1);
+      if (signal?.aborted) return abort(step, step + 1);
       save({ role: "assistant", content: reply.content, toolCalls: reply.toolCalls }, ...results);
       continue;
     }

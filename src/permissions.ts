@@ -5,7 +5,7 @@
  */
 import { dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { type Config, llmNetHost, loadConfig, SETTINGS } from "./config.ts";
+import { type Config, listenNetHost, llmNetHost, loadConfig, SETTINGS } from "./config.ts";
 
 /** The docs corpus that search_mock reads, next to the sources. */
 export const DOCS_DIR = fileURLToPath(new URL("../data/docs", import.meta.url));
@@ -20,10 +20,11 @@ function folders(config: Readonly<Config>): string[] {
 /** Options of {@linkcode taskPermissionFlags}. */
 export interface TaskFlagsOptions {
   /**
-   * `chat` works on the configured database and trace; `demo` on a fresh temporary folder instead.
+   * `chat` and `serve` work on the configured database and trace (`serve` also listens on AGENT_HOST:
+   * AGENT_PORT); `demo` works on a fresh temporary folder instead.
    * @default {"chat"}
    */
-  task?: "chat" | "demo";
+  task?: "chat" | "serve" | "demo";
   /**
    * Where temporary folders are made (the demo's database and trace).
    * @default {"/tmp"}
@@ -51,19 +52,24 @@ export function taskPermissionFlags(
   const writable = task === "demo" ? [resolve(tempDir)] : folders(config);
   flags.push(`--allow-read=${[...writable, DOCS_DIR].join(",")}`);
   flags.push(`--allow-write=${writable.join(",")}`);
-  flags.push(`--allow-net=${llmNetHost(config.baseUrl)}`);
+  const net = [llmNetHost(config.baseUrl)];
+  if (task === "serve") net.push(listenNetHost(config));
+  flags.push(`--allow-net=${net.join(",")}`);
   return flags;
 }
 
 /**
- * The flags this process lacks to do its work, each spelled as it must be passed; empty when all are
- * granted. Queries without prompting.
+ * The flags this process lacks to do its work (with `listen`, also to listen on AGENT_HOST:AGENT_PORT), each
+ * spelled as it must be passed; empty when all are granted. Queries without prompting.
  */
-export function missingPermissions(config: Readonly<Config>): string[] {
+export function missingPermissions(config: Readonly<Config>, options: { listen?: boolean } = {}): string[] {
   const missing: string[] = [];
-  const net = llmNetHost(config.baseUrl);
-  if (Deno.permissions.querySync({ name: "net", host: net }).state !== "granted") {
-    missing.push(`--allow-net=${net}`);
+  const hosts = [llmNetHost(config.baseUrl)];
+  if (options.listen) hosts.push(listenNetHost(config));
+  for (const host of hosts) {
+    if (Deno.permissions.querySync({ name: "net", host }).state !== "granted") {
+      missing.push(`--allow-net=${host}`);
+    }
   }
   for (const path of folders(config)) {
     if (Deno.permissions.querySync({ name: "read", path }).state !== "granted") {

@@ -207,6 +207,8 @@ export class SessionStore {
       setSummary: db.prepare(
         "UPDATE sessions SET summary = ?, compacted_turns = compacted_turns + ?, updated_at = ? WHERE id = ?",
       ),
+      deleteSession: db.prepare("DELETE FROM sessions WHERE id = ?"),
+      ping: db.prepare("SELECT 1 AS ok"),
       completeTodo: db.prepare(
         "UPDATE todos SET completed = 1, completed_at = COALESCE(completed_at, ?) " +
           "WHERE id = ? AND session_id = ? RETURNING *",
@@ -325,6 +327,25 @@ export class SessionStore {
       const { changes } = this.#statements.setSummary.run(summary, turns, this.#stamp(), sessionId);
       if (changes !== 1) throw new Error(`Cannot compact session "${sessionId}": no such session`);
     });
+  }
+
+  /**
+   * Deletes the session with its messages, todos and summary in one transaction; true if it existed. (The
+   * trace is append-only and keeps the session's events.)
+   */
+  deleteSession(sessionId: string): boolean {
+    validateId(sessionId);
+    // Messages and todos go by ON DELETE CASCADE, inside the same transaction.
+    return this.#transaction(() => this.#statements.deleteSession.run(sessionId).changes === 1);
+  }
+
+  /** True when the database answers a trivial query; never throws. */
+  ping(): boolean {
+    try {
+      return (this.#statements.ping.get() as { ok: number } | undefined)?.ok === 1;
+    } catch {
+      return false;
+    }
   }
 
   /** Adds an open todo to the session. */

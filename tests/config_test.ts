@@ -18,6 +18,11 @@ Deno.test("loadConfig() gives every documented default for an empty environment"
     tracePath: "data/traces.jsonl",
     traceMaxPayloadChars: 2000,
     runLiveTests: false,
+    host: "127.0.0.1",
+    port: 8787,
+    apiTokens: [],
+    maxBodyBytes: 65536,
+    shutdownGraceSeconds: 10,
   });
   assert.ok(Object.isFrozen(config));
 });
@@ -69,6 +74,23 @@ Deno.test("loadConfig() names the variable, the value and what is expected for a
       `${name}=${value}`,
     );
   }
+});
+
+Deno.test("loadConfig() parses AGENT_API_TOKENS into token:user pairs and never echoes a malformed value", () => {
+  assert.deepEqual(loadConfig({ AGENT_API_TOKENS: "s3cr:et:alice, t2:bob" }).apiTokens, [
+    { token: "s3cr:et", userId: "alice" },
+    { token: "t2", userId: "bob" },
+  ]);
+  for (const bad of ["justatoken", ":alice", "tok:bad user", "a:x,a:y"]) {
+    assert.throws(
+      () => loadConfig({ AGENT_API_TOKENS: bad }),
+      (e) => e instanceof ConfigError && e.message.includes("(value hidden)") && !e.message.includes(bad),
+      bad,
+    );
+  }
+  assert.throws(() => loadConfig({ AGENT_PORT: "65536" }), /expected a port number from 0 to 65535/);
+  assert.throws(() => loadConfig({ AGENT_HOST: "a b" }), /AGENT_HOST/);
+  assert.throws(() => loadConfig({ AGENT_MAX_BODY_BYTES: "0" }), /AGENT_MAX_BODY_BYTES/);
 });
 
 Deno.test("requireApiKey() needs a key only when the base URL is not loopback", () => {

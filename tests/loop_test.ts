@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { LlmError } from "../src/errors.ts";
 import { EMPTY_ANSWER, EMPTY_REPLY_NUDGE, MAX_STEPS_ANSWER, runTurn } from "../src/loop.ts";
+import { ScriptedLLM } from "../src/llm/scripted.ts";
 import { SessionStore } from "../src/store.ts";
 import { harness, lastToolResult, steppingClock, tempDir } from "./_harness.ts";
 
@@ -156,6 +157,36 @@ Deno.test("runTurn() stops with aborted before asking the model when the signal 
   const result = await runTurn(input("hi"), { ...h.deps, signal: controller.signal });
   assert.equal(result.outcome, "aborted");
   assert.equal(h.llm.requests.length, 0);
+  assert.deepEqual(h.events.map((e) => e.event), ["run_start", "error", "run_end"]);
+  assert.equal(h.events[1].data.kind, "aborted");
+});
+
+Deno.test("runTurn() aborted during tool execution stores neither the call nor any of its results", async () => {
+  const controller = new AbortController();
+  const slow = {
+    name: "slow",
+    description: "aborts the turn while it runs",
+    parameters: { type: "object" as const },
+    handler: () => {
+      controller.abort(new Error("client disconnected"));
+      return { done: true };
+    },
+  };
+  using h = harness([
+    {
+      toolCalls: [{ name: "slow", arguments: {} }, { name: "calculator", arguments: { expression: "1+1" } }],
+    },
+    { content: "never" },
+  ], { extraTools: [slow] });
+  const result = await runTurn(input("go"), { ...h.deps, signal: controller.signal });
+  assert.equal(result.outcome, "aborted");
+  assert.deepEqual(h.store.messages("s1").map((m) => m.role), ["user"], "nothing half-done is stored");
+  const error = h.events.find((e) => e.event === "error")!;
+  assert.equal(error.data.message, "the turn was aborted: client disconnected");
+  // The next turn on the same session works and sees a consistent history.
+  const next = await runTurn(input("again"), { ...h.deps, llm: new ScriptedLLM([{ content: "fine" }]) });
+  assert.equal(next.outcome, "answered");
+  assert.equal(next.turn, 2);
 });
 
 Deno.test("runTurn() keeps two sessions apart: messages, todos and turn counts", async () => {

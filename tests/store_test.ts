@@ -153,3 +153,22 @@ Deno.test("SessionStore.applyCompaction() writes the summary and deletes exactly
   assert.equal(session.compactedTurns, 1);
   store.close();
 });
+
+Deno.test("SessionStore.deleteSession() removes the session, its messages and todos, and nothing else", () => {
+  const store = new SessionStore(":memory:");
+  for (const id of ["gone", "kept"]) {
+    store.getOrCreate(id, "u");
+    store.append(id, [msg(`${id}-1`, "user", "hi")]);
+    store.addTodo(id, "t");
+  }
+  assert.equal(store.deleteSession("gone"), true);
+  assert.equal(store.get("gone"), null);
+  assert.deepEqual(store.messages("gone"), []);
+  assert.deepEqual(store.listTodos("gone"), []);
+  assert.equal(store.messages("kept").length, 1);
+  assert.equal(store.listTodos("kept").length, 1);
+  assert.equal(store.deleteSession("gone"), false);
+  assert.equal(store.ping(), true);
+  store.close();
+  assert.equal(store.ping(), false);
+});

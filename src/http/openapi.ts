@@ -1,0 +1,230 @@
+/**
+ * The OpenAPI 3.1 description of the HTTP API, served at `/openapi.json`. A test checks that every route
+ * the router serves is described here, with its method.
+ * @module
+ */
+
+const error = {
+  type: "object",
+  required: ["error"],
+  properties: {
+    error: {
+      type: "object",
+      required: ["code", "message"],
+      properties: {
+        code: { type: "string" },
+        message: { type: "string" },
+        run_id: { type: "string", description: "present on 502/504: find the run in the trace" },
+      },
+    },
+  },
+};
+
+const errors = (...statuses: number[]) =>
+  Object.fromEntries(
+    statuses.map((status) => [
+      String(status),
+      {
+        description: DESCRIPTIONS[status],
+        content: { "application/json": { schema: { $ref: "#/components/schemas/Error" } } },
+      },
+    ]),
+  );
+
+const DESCRIPTIONS: Record<number, string> = {
+  400: "malformed JSON, missing or non-string message, or invalid session id",
+  401: "missing or unknown bearer token",
+  404: "unknown route, or a session that does not exist or belongs to another user",
+  405: "method not allowed on this path",
+  413: "body over AGENT_MAX_BODY_BYTES",
+  415: "body is not application/json",
+  429: "the session already has 8 turns waiting; see Retry-After",
+  502: "the model failed (the body carries the run_id)",
+  503: "the server is shutting down",
+  504: "the model timed out (the body carries the run_id)",
+};
+
+const json = (schema: unknown, description = "OK") => ({
+  description,
+  content: { "application/json": { schema } },
+});
+
+const sessionId = {
+  name: "id",
+  in: "path",
+  required: true,
+  description: "1-128 characters of A-Z a-z 0-9 . _ : -",
+  schema: { type: "string", pattern: "^[A-Za-z0-9._:-]{1,128}$" },
+};
+
+/** The document. */
+export const OPENAPI = {
+  openapi: "3.1.0",
+  info: {
+    title: "mini-runtime-agent",
+    version: "1.0.0",
+    description:
+      'Sessions API over one bounded tool-calling loop. Errors are {"error": {"code", "message"}}.',
+  },
+  components: {
+    securitySchemes: { bearer: { type: "http", scheme: "bearer" } },
+    schemas: {
+      Error: error,
+      Turn: {
+        type: "object",
+        required: ["session_id", "run_id", "turn", "outcome", "answer", "tool_calls", "usage"],
+        properties: {
+          session_id: { type: "string" },
+          run_id: { type: "string" },
+          turn: { type: "integer" },
+          outcome: { enum: ["answered", "max_steps", "empty", "aborted", "error"] },
+          answer: { type: "string" },
+          tool_calls: {
+            type: "array",
+            items: {
+              type: "object",
+              properties: {
+                name: { type: "string" },
+                arguments: { type: "string" },
+                ok: { type: "boolean" },
+              },
+            },
+          },
+          usage: {
+            type: "object",
+            properties: {
+              prompt_tokens: { type: ["integer", "null"] },
+              completion_tokens: { type: ["integer", "null"] },
+              total_tokens: { type: ["integer", "null"] },
+            },
+          },
+        },
+      },
+      RunEvent: {
+        type: "object",
+        required: ["ts", "session_id", "run_id", "turn", "event", "step", "data"],
+        properties: {
+          ts: { type: "string" },
+          session_id: { type: "string" },
+          run_id: { type: "string" },
+          turn: { type: "integer" },
+          event: {
+            enum: [
+              "run_start",
+              "llm_call",
+              "tool_call",
+              "tool_result",
+              "compact",
+              "answer",
+              "error",
+              "run_end",
+            ],
+          },
+          step: { type: ["integer", "null"] },
+          data: { type: "object" },
+        },
+      },
+    },
+  },
+  security: [{ bearer: [] }],
+  paths: {
+    "/healthz": {
+      get: {
+        summary: "Liveness and database check (no auth, no secrets)",
+        security: [],
+        responses: {
+          "200": json({
+            type: "object",
+            properties: { ok: { type: "boolean" }, model: { type: "string" }, db: { type: "string" } },
+          }),
+          ...errors(503),
+        },
+      },
+    },
+    "/openapi.json": {
+      get: { summary: "This document", security: [], responses: { "200": json({ type: "object" }) } },
+    },
+    "/v1/sessions": {
+      get: {
+        summary: "The caller's sessions, newest first",
+        responses: {
+          "200": json({
+            type: "object",
+            properties: {
+              sessions: {
+                type: "array",
+                items: {
+                  type: "object",
+                  properties: {
+                    id: { type: "string" },
+                    turn_count: { type: "integer" },
+                    updated_at: { type: "string" },
+                  },
+                },
+              },
+            },
+          }),
+          ...errors(401),
+        },
+      },
+    },
+    "/v1/sessions/{id}": {
+      parameters: [sessionId],
+      get: {
+        summary: "Turn count, summary and messages of one session",
+        responses: { "200": json({ type: "object" }), ...errors(400, 401, 404) },
+      },
+      delete: {
+        summary: "Delete the session's messages, todos and summary (trace lines stay: append-only)",
+        responses: { "204": { description: "deleted" }, ...errors(400, 401, 404) },
+      },
+    },
+    "/v1/sessions/{id}/messages": {
+      parameters: [sessionId],
+      post: {
+        summary: "Run one user turn; with Accept: text/event-stream, stream its run events as SSE",
+        requestBody: {
+          required: true,
+          content: {
+            "application/json": {
+              schema: { type: "object", required: ["message"], properties: { message: { type: "string" } } },
+            },
+          },
+        },
+        responses: {
+          "200": {
+            description: "The turn's result, or an SSE stream of run events (one `event:` per RunEvent)",
+            content: {
+              "application/json": { schema: { $ref: "#/components/schemas/Turn" } },
+              "text/event-stream": { schema: { type: "string" } },
+            },
+          },
+          ...errors(400, 401, 404, 413, 415, 429, 502, 503, 504),
+        },
+      },
+    },
+    "/v1/sessions/{id}/todos": {
+      parameters: [sessionId],
+      get: {
+        summary: "The session's todos",
+        responses: { "200": json({ type: "object" }), ...errors(400, 401, 404) },
+      },
+    },
+    "/v1/sessions/{id}/trace": {
+      parameters: [
+        sessionId,
+        { name: "run_id", in: "query", required: false, schema: { type: "string" } },
+      ],
+      get: {
+        summary: "The session's trace events (optionally of one run)",
+        responses: {
+          "200": json({
+            type: "object",
+            properties: { events: { type: "array", items: { $ref: "#/components/schemas/RunEvent" } } },
+          }),
+          ...errors(400, 401, 404),
+        },
+      },
+    },
+  },
+} as const;

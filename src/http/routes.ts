@@ -1,0 +1,130 @@
+/**
+ * The route table. Every `/v1` route authenticates first and answers another user's session as 404, as if
+ * it did not exist.
+ * @module
+ */
+import { parseSummary } from "../context.ts";
+import { type Session, validateId } from "../store.ts";
+import { readTrace } from "../trace.ts";
+import { HttpError } from "./errors.ts";
+import type { HandlerDeps } from "./handler.ts";
+import { OPENAPI } from "./openapi.ts";
+import type { Route } from "./router.ts";
+import { handleTurn } from "./turn_route.ts";
+
+function notFound(sessionId: string): HttpError {
+  return new HttpError(404, "not_found", `Session "${sessionId}" not found`);
+}
+
+/** The caller's session or 404: a malformed id is 400, another user's session is indistinguishable. */
+function ownSession(deps: HandlerDeps, sessionId: string, userId: string): Session {
+  validateId(sessionId);
+  const session = deps.store.get(sessionId);
+  if (session === null || session.userId !== userId) throw notFound(sessionId);
+  return session;
+}
+
+/** The routes the server serves, in matching order. */
+export function createRoutes(deps: HandlerDeps): Route[] {
+  const user = (request: Request) => deps.authenticator.authenticate(request);
+  return [
+    {
+      method: "GET",
+      path: "/healthz",
+      handle: () => {
+        const db = deps.store.ping();
+        return Response.json({ ok: db, model: deps.model, db: db ? "ok" : "unavailable" }, {
+          status: db ? 200 : 503,
+        });
+      },
+    },
+    { method: "GET", path: "/openapi.json", handle: () => Response.json(OPENAPI) },
+    {
+      method: "GET",
+      path: "/v1/sessions",
+      handle: (request) => {
+        const sessions = deps.store.listSessions(user(request)).map((s) => ({
+          id: s.id,
+          turn_count: s.turnCount,
+          updated_at: s.updatedAt,
+        }));
+        return Response.json({ sessions });
+      },
+    },
+    {
+      method: "GET",
+      path: "/v1/sessions/{id}",
+      handle: (request, { params }) => {
+        const session = ownSession(deps, params.id, user(request));
+        const messages = deps.store.messages(session.id).map((m) => ({
+          role: m.role,
+          content: m.content,
+          tool_calls: m.toolCalls ?? null,
+          tool_call_id: m.toolCallId ?? null,
+          created_at: m.createdAt,
+        }));
+        return Response.json({
+          session_id: session.id,
+          turn_count: session.turnCount,
+          summary: parseSummary(session.summary),
+          created_at: session.createdAt,
+          updated_at: session.updatedAt,
+          messages,
+        });
+      },
+    },
+    {
+      method: "DELETE",
+      path: "/v1/sessions/{id}",
+      handle: async (request, { params }) => {
+        const userId = user(request);
+        ownSession(deps, params.id, userId);
+        // Through the session's queue, so a delete never lands in the middle of a running turn.
+        await deps.queue.run(params.id, () => Promise.resolve(deps.store.deleteSession(params.id)), {
+          signal: request.signal,
+        });
+        return new Response(null, { status: 204 });
+      },
+    },
+    {
+      method: "POST",
+      path: "/v1/sessions/{id}/messages",
+      handle: (request, { params }) => {
+        const userId = user(request);
+        validateId(params.id);
+        return handleTurn(request, params.id, userId, deps);
+      },
+    },
+    {
+      method: "GET",
+      path: "/v1/sessions/{id}/todos",
+      handle: (request, { params }) => {
+        const session = ownSession(deps, params.id, user(request));
+        const todos = deps.store.listTodos(session.id).map((t) => ({
+          id: t.id,
+          text: t.text,
+          completed: t.completed,
+          created_at: t.createdAt,
+          completed_at: t.completedAt,
+        }));
+        return Response.json({ session_id: session.id, todos });
+      },
+    },
+    {
+      method: "GET",
+      path: "/v1/sessions/{id}/trace",
+      handle: (request, { params, url }) => {
+        const session = ownSession(deps, params.id, user(request));
+        const runId = url.searchParams.get("run_id");
+        // Trace lines outlive a deleted session; events older than this session belong to an earlier one
+        // with the same id (maybe another user's) and are never shown.
+        const since = session.createdAt;
+        const events = readTrace(
+          deps.tracePath,
+          (e) => e.session_id === session.id && e.ts >= since && (runId === null || e.run_id === runId),
+        );
+        return Response.json({ session_id: session.id, events });
+      },
+    },
+  ];
+}

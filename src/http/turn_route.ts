@@ -1,0 +1,124 @@
+/**
+ * `POST /v1/sessions/{id}/messages`: one user turn through the same `runTurn` the REPL uses, answered as JSON
+ * or, with `Accept: text/event-stream`, as Server-Sent Events — one SSE event per run event, from the same
+ * event stream the trace is written from.
+ * @module
+ */
+import { runTurn } from "../loop.ts";
+import type { RunEvent, TurnResult } from "../types.ts";
+import { readMessageField } from "./body.ts";
+import { HttpError } from "./errors.ts";
+import type { HandlerDeps } from "./handler.ts";
+
+/** The JSON a finished turn is answered with. */
+export function turnBody(result: TurnResult): Record<string, unknown> {
+  return {
+    session_id: result.sessionId,
+    run_id: result.runId,
+    turn: result.turn,
+    outcome: result.outcome,
+    answer: result.answer,
+    tool_calls: result.toolCalls,
+    usage: {
+      prompt_tokens: result.usage.promptTokens,
+      completion_tokens: result.usage.completionTokens,
+      total_tokens: result.usage.totalTokens,
+    },
+  };
+}
+
+/** One SSE frame. `data` is one line of JSON, so no event can break the framing. */
+export function sseFrame(event: string, data: unknown): string {
+  return `event: ${event}\ndata: ${JSON.stringify(data)}\n\n`;
+}
+
+function wantsEventStream(request: Request): boolean {
+  return (request.headers.get("accept") ?? "").toLowerCase().includes("text/event-stream");
+}
+
+/** The status for a turn that ended in `error`: 504 for a model timeout, 502 for any other model failure. */
+function failureStatus(kind: unknown): 502 | 504 {
+  return kind === "timeout" ? 504 : 502;
+}
+
+/**
+ * Handles one turn for `userId` on `sessionId`. Everything that can reject the request (body, ownership,
+ * a full queue) is checked before anything is written, so a rejected request changes nothing.
+ */
+export async function handleTurn(
+  request: Request,
+  sessionId: string,
+  userId: string,
+  deps: HandlerDeps,
+): Promise<Response> {
+  const message = await readMessageField(request, { maxBytes: deps.maxBodyBytes, signal: request.signal });
+  const existing = deps.store.get(sessionId);
+  if (existing !== null && existing.userId !== userId) {
+    throw new HttpError(404, "not_found", `Session "${sessionId}" not found`);
+  }
+  // Checked before streaming starts: an SSE response cannot change its status later.
+  const full = deps.queue.rejection(sessionId);
+  if (full !== null) throw full;
+  const signal = AbortSignal.any([request.signal, deps.shutdownSignal]);
+  const run = (emit: (event: RunEvent) => void) =>
+    deps.queue.run(
+      sessionId,
+      () => runTurn({ sessionId, userId, message }, { ...deps.turn, emit, signal }),
+      { signal },
+    );
+
+  if (!wantsEventStream(request)) {
+    let errorKind: unknown = null;
+    const result = await run((event) => {
+      deps.emit(event);
+      if (event.event === "error") errorKind = event.data.kind;
+    });
+    if (result.outcome === "error") {
+      const status = failureStatus(errorKind);
+      const code = status === 504 ? "llm_timeout" : "llm_error";
+      return Response.json({ error: { code, message: result.answer, run_id: result.runId } }, { status });
+    }
+    return Response.json(turnBody(result));
+  }
+
+  const encoder = new TextEncoder();
+  let controller!: ReadableStreamDefaultController<Uint8Array>;
+  let open = true;
+  const send = (event: string, data: unknown) => {
+    if (open) controller.enqueue(encoder.encode(sseFrame(event, data)));
+  };
+  const stream = new ReadableStream<Uint8Array>({
+    start(c) {
+      controller = c;
+    },
+    cancel() {
+      // The client went away; request.signal aborts the turn.
+      open = false;
+    },
+  });
+  run((event) => {
+    deps.emit(event);
+    send(event.event, event);
+  }).then(
+    () => {},
+    (error) => {
+      const status = error instanceof HttpError ? error.status : 500;
+      const code = error instanceof HttpError ? error.code : "internal";
+      if (!(error instanceof HttpError)) deps.log(`error: turn on ${sessionId} failed: ${String(error)}`);
+      send("error", {
+        error: { code, message: error instanceof HttpError ? error.message : "internal error", status },
+      });
+    },
+  ).finally(() => {
+    if (!open) return;
+    open = false;
+    controller.close();
+  });
+  return new Response(stream, {
+    headers: {
+      "content-type": "text/event-stream; charset=utf-8",
+      "cache-control": "no-cache",
+      "x-accel-buffering": "no",
+    },
+  });
+}

@@ -1,0 +1,170 @@
+/** Builders for HTTP tests: handler dependencies around a store, a real trace file and a controllable model. */
+import { LlmError } from "../src/errors.ts";
+import { Authenticator } from "../src/http/auth.ts";
+import { createHandler, type HandlerDeps } from "../src/http/handler.ts";
+import { SessionQueue } from "../src/http/session_queue.ts";
+import type { ChatOptions, LLM } from "../src/llm/llm.ts";
+import { SessionStore } from "../src/store.ts";
+import { deterministicSummarizer } from "../src/summarizer.ts";
+import { JsonlTracer } from "../src/trace.ts";
+import type { ChatReply, Message } from "../src/types.ts";
+import { realTools } from "./_harness.ts";
+
+/**
+ * A model that answers by rule (arithmetic → calculator call, tool result → "The answer is N.", else an
+ * echo) after an optional delay, and honours the abort signal: the test can see the signal reach it.
+ */
+export class RuleLLM implements LLM {
+  delayMs: number;
+  fail: LlmError | null = null;
+  calls = 0;
+  aborted = 0;
+  /** Resolvers of calls waiting on `hold`. */
+  #held: (() => void)[] = [];
+  hold = false;
+
+  constructor(delayMs = 0) {
+    this.delayMs = delayMs;
+  }
+
+  /** Lets every held call go on. */
+  release(): void {
+    this.hold = false;
+    for (const go of this.#held.splice(0)) go();
+  }
+
+  async chat(messages: Message[], options: ChatOptions = {}): Promise<ChatReply> {
+    this.calls++;
+    const { signal } = options;
+    await new Promise<void>((resolve, reject) => {
+      const onAbort = () => {
+        clearTimeout(timer);
+        this.aborted++;
+        reject(new LlmError("LLM request was aborted", { kind: "aborted" }));
+      };
+      const done = () => {
+        clearTimeout(timer);
+        signal?.removeEventListener("abort", onAbort);
+        resolve();
+      };
+      const timer = this.hold ? undefined : setTimeout(done, this.delayMs);
+      if (this.hold) this.#held.push(done);
+      if (signal?.aborted) return onAbort();
+      signal?.addEventListener("abort", onAbort, { once: true });
+    });
+    if (this.fail) throw this.fail;
+    const last = messages.at(-1)!;
+    if (last.role === "tool") {
+      const result = JSON.parse(last.content ?? "{}");
+      return reply(`The answer is ${result.data?.result}.`);
+    }
+    const expression = /\d+\s*[-+*/]\s*\d+/.exec(last.content ?? "");
+    if (expression) {
+      return {
+        content: null,
+        toolCalls: [{
+          id: `call_${this.calls}`,
+          name: "calculator",
+          arguments: JSON.stringify({ expression: expression[0] }),
+        }],
+        usage: { promptTokens: 10, completionTokens: 2, totalTokens: 12 },
+        model: "rule",
+      };
+    }
+    return reply(`echo: ${last.content}`);
+  }
+}
+
+function reply(content: string): ChatReply {
+  return {
+    content,
+    toolCalls: [],
+    usage: { promptTokens: 10, completionTokens: 2, totalTokens: 12 },
+    model: "rule",
+  };
+}
+
+export interface HttpHarness {
+  deps: HandlerDeps;
+  handler: (request: Request) => Promise<Response>;
+  llm: RuleLLM;
+  store: SessionStore;
+  tracePath: string;
+  logs: string[];
+  shutdown: AbortController;
+  setShuttingDown(value: boolean): void;
+  [Symbol.dispose](): void;
+}
+
+/** Handler deps on an in-memory store and a temp trace file; `tokens` turn auth on. */
+export function httpHarness(
+  options: { tokens?: { token: string; userId: string }[]; delayMs?: number; maxBodyBytes?: number } = {},
+): HttpHarness {
+  const dir = Deno.makeTempDirSync({ prefix: "mra-http-" });
+  const tracePath = `${dir}/trace.jsonl`;
+  const store = new SessionStore(":memory:");
+  const tracer = new JsonlTracer(tracePath);
+  const llm = new RuleLLM(options.delayMs ?? 0);
+  const logs: string[] = [];
+  const shutdown = new AbortController();
+  let shuttingDown = false;
+  const deps: HandlerDeps = {
+    store,
+    turn: {
+      store,
+      llm,
+      tools: realTools(store),
+      maxSteps: 8,
+      summarizer: deterministicSummarizer,
+      maxRawTurns: 20,
+      maxCtxTokens: 6000,
+    },
+    emit: (event) => tracer.write(event),
+    authenticator: new Authenticator(options.tokens ?? []),
+    queue: new SessionQueue({ maxWaiting: 8 }),
+    maxBodyBytes: options.maxBodyBytes ?? 65536,
+    tracePath,
+    model: "rule",
+    shutdownSignal: shutdown.signal,
+    isShuttingDown: () => shuttingDown,
+    log: (line) => logs.push(line),
+  };
+  return {
+    deps,
+    handler: createHandler(deps),
+    llm,
+    store,
+    tracePath,
+    logs,
+    shutdown,
+    setShuttingDown: (value) => (shuttingDown = value),
+    [Symbol.dispose]: () => {
+      tracer.close();
+      store.close();
+      Deno.removeSync(dir, { recursive: true });
+    },
+  };
+}
+
+/** A JSON POST of `{message}` (or a raw body) to a session's messages route. */
+export function postMessage(
+  session: string,
+  body: unknown,
+  headers: Record<string, string> = {},
+): Request {
+  return new Request(`http://agent.test/v1/sessions/${session}/messages`, {
+    method: "POST",
+    headers: { "content-type": "application/json", ...headers },
+    body: typeof body === "string" ? body : JSON.stringify(body),
+  });
+}
+
+/** Parses an SSE body into `{event, data}` frames. */
+export function parseSse(text: string): { event: string; data: Record<string, unknown> }[] {
+  return text.split("\n\n").filter((frame) => frame.trim() !== "").map((frame) => {
+    const lines = frame.split("\n");
+    const event = lines.find((l) => l.startsWith("event: "))!.slice(7);
+    const data = JSON.parse(lines.filter((l) => l.startsWith("data: ")).map((l) => l.slice(6)).join("\n"));
+    return { event, data };
+  });
+}
