@@ -1,15 +1,15 @@
 /**
  * Prints the least-privilege `deno run` permission flags for this configuration, for `deno.json` tasks:
  * `deno run --no-prompt $(deno run ... scripts/task_flags.ts chat) src/main.ts chat`. The argument names
- * the task (`chat`, the default, `serve` or `demo`).
+ * the task (`chat`, the default, `serve`, `demo` or `compile`).
  * @module
  */
 import { tmpdir } from "node:os";
 import { readEnvironment, taskPermissionFlags } from "../src/permissions.ts";
 
 const task = Deno.args[0] ?? "chat";
-if (task !== "chat" && task !== "serve" && task !== "demo") {
-  console.error(`Unknown task "${task}": expected chat, serve or demo`);
+if (task !== "chat" && task !== "serve" && task !== "demo" && task !== "compile") {
+  console.error(`Unknown task "${task}": expected chat, serve, demo or compile`);
   Deno.exit(2);
 }
 console.log(taskPermissionFlags(readEnvironment(), { task, tempDir: tmpdir() }).join(" "));

@@ -21,10 +21,10 @@ function folders(config: Readonly<Config>): string[] {
 export interface TaskFlagsOptions {
   /**
    * `chat` and `serve` work on the configured database and trace (`serve` also listens on AGENT_HOST:
-   * AGENT_PORT); `demo` works on a fresh temporary folder instead.
+   * AGENT_PORT); `demo` works on a fresh temporary folder instead; `compile` bakes in what all three need.
    * @default {"chat"}
    */
-  task?: "chat" | "serve" | "demo";
+  task?: "chat" | "serve" | "demo" | "compile";
   /**
    * Where temporary folders are made (the demo's database and trace).
    * @default {"/tmp"}
@@ -49,11 +49,15 @@ export function taskPermissionFlags(
   } catch {
     return flags;
   }
-  const writable = task === "demo" ? [resolve(tempDir)] : folders(config);
+  const writable = task === "demo"
+    ? [resolve(tempDir)]
+    : task === "compile"
+    ? [...folders(config), resolve(tempDir)]
+    : folders(config);
   flags.push(`--allow-read=${[...writable, DOCS_DIR].join(",")}`);
   flags.push(`--allow-write=${writable.join(",")}`);
   const net = [llmNetHost(config.baseUrl)];
-  if (task === "serve") net.push(listenNetHost(config));
+  if (task === "serve" || task === "compile") net.push(listenNetHost(config));
   flags.push(`--allow-net=${net.join(",")}`);
   return flags;
 }
