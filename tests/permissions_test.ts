@@ -66,3 +66,14 @@ Deno.test("under the chat task's own flags a fetch to any other host and a read 
   const results = new TextDecoder().decode(stdout).trim().split("\n").map((l) => JSON.parse(l));
   assert.deepEqual(results.map((r) => r.allowed), [true, false, false, false, false, true, false, false]);
 });
+
+Deno.test("taskPermissionFlags() for serve adds only the listen address to the net grant", () => {
+  const flags = taskPermissionFlags(
+    { OPENAI_BASE_URL: "https://api.openai.com/v1", AGENT_HOST: "127.0.0.1", AGENT_PORT: "9000" },
+    { task: "serve" },
+  );
+  assert.ok(flags.includes("--allow-net=api.openai.com:443,127.0.0.1:9000"));
+  const demo = taskPermissionFlags({}, { task: "demo", tempDir: "/var/tmp" });
+  assert.ok(demo.includes("--allow-write=/var/tmp"));
+  assert.ok(demo.includes(`--allow-read=/var/tmp,${DOCS_DIR}`));
+});
