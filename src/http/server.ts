@@ -3,6 +3,7 @@
  * running turns finish for the grace period, abort the rest, and resolve once every response is done.
  * @module
  */
+import { HttpError } from "./errors.ts";
 import { createHandler, type HandlerDeps } from "./handler.ts";
 
 /** Options of {@linkcode serveHttp}. */
@@ -35,6 +36,9 @@ export function serveHttp(
 ): RunningServer {
   const { hostname, port, stop, graceSeconds, onListen } = options;
   const abortTurns = new AbortController();
+  // The reason doubles as the answer for turns still waiting in a queue: 503, as for any request now.
+  const reason = () =>
+    new HttpError(503, "shutting_down", "The server is shutting down; retry elsewhere or later");
   let shuttingDown = false;
   const handler = createHandler({
     ...deps,
@@ -53,12 +57,12 @@ export function serveHttp(
       deps.log(`shutting down: ${deps.queue.active} turn(s) running, up to ${graceSeconds}s to finish`);
       const timer = setTimeout(() => {
         if (deps.queue.active > 0) deps.log(`grace period over: aborting ${deps.queue.active} turn(s)`);
-        abortTurns.abort(new Error("the server is shutting down"));
+        abortTurns.abort(reason());
       }, graceSeconds * 1000);
       // shutdown() stops accepting at once and resolves when the in-flight responses are done.
       await server.shutdown();
       clearTimeout(timer);
-      abortTurns.abort(new Error("the server is shutting down"));
+      abortTurns.abort(reason());
       resolve();
     };
     if (stop.aborted) begin();
