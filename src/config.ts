@@ -30,6 +30,8 @@ export interface Config {
   apiTokens: readonly ApiToken[];
   maxBodyBytes: number;
   shutdownGraceSeconds: number;
+  /** Stream answers token by token (REPL and SSE requests). */
+  stream: boolean;
 }
 
 /** One `token:user_id` pair of AGENT_API_TOKENS. */
@@ -126,6 +128,12 @@ export const SETTINGS: Readonly<Record<string, Setting>> = {
     kind: "flag",
     default: "",
     meaning: "`1` plus a key runs the live tests",
+  },
+  AGENT_STREAM: {
+    key: "stream",
+    kind: "flag",
+    default: "1",
+    meaning: "stream answers as they arrive (REPL, SSE); 0 turns it off",
   },
   AGENT_HOST: { key: "host", kind: "host", default: "127.0.0.1", meaning: "serve: address to listen on" },
   AGENT_PORT: {

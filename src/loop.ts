@@ -53,6 +53,11 @@ export interface TurnDeps {
   newId?: () => string;
   /** Aborts the turn: the in-flight model call and any further steps. @default {undefined} */
   signal?: AbortSignal;
+  /**
+   * Receives answer text as it streams from the model, with the step it belongs to: a live view only,
+   * never traced (the `answer` event holds the full text). @default {undefined}
+   */
+  onDelta?: (text: string, step: number) => void;
 }
 
 /** One user turn. */
@@ -169,7 +174,8 @@ export async function runTurn(input: TurnInput, deps: TurnDeps): Promise<TurnRes
     const started = performance.now();
     let reply;
     try {
-      reply = await llm.chat(messages, { tools: schemas, signal });
+      const onDelta = deps.onDelta === undefined ? undefined : (text: string) => deps.onDelta!(text, step);
+      reply = await llm.chat(messages, { tools: schemas, signal, onDelta });
     } catch (error) {
       if (signal?.aborted || (error instanceof LlmError && error.kind === "aborted")) {
         return abort(step, step);

@@ -74,7 +74,7 @@ function openRuntime(config: Readonly<Config>): Runtime {
     maxPayloadChars: config.traceMaxPayloadChars,
     secrets: [config.apiKey, ...config.apiTokens.map((t) => t.token)],
   });
-  const llm = createLlmFromConfig(config);
+  const llm = createLlmFromConfig(config, { stream: config.stream });
   return {
     store,
     tracer,

@@ -56,7 +56,10 @@ export class RuleLLM implements LLM {
     const last = messages.at(-1)!;
     if (last.role === "tool") {
       const result = JSON.parse(last.content ?? "{}");
-      return reply(`The answer is ${result.data?.result}.`);
+      const text = `The answer is ${result.data?.result}.`;
+      // Streams like a provider: word by word, then the whole reply.
+      for (const word of text.match(/\S+\s*/g) ?? []) options.onDelta?.(word);
+      return reply(text);
     }
     const expression = /\d+\s*[-+*/]\s*\d+/.exec(last.content ?? "");
     if (expression) {

@@ -112,3 +112,61 @@ Deno.test("deno task chat --help documents the flags and every variable", async 
     assert.ok(result.stdout.includes(word), word);
   }
 });
+
+Deno.test("deno task chat prints streamed text as it arrives, before the turn ends", async () => {
+  using dir = tempDir();
+  const provider = startFakeProvider();
+  let release!: () => void;
+  provider.hold = new Promise((resolve) => (release = resolve));
+  try {
+    const child = new Deno.Command("deno", {
+      args: ["task", "--quiet", "chat"],
+      cwd: ROOT,
+      env: { NO_COLOR: "1", ...withoutEmpty(baseEnv(dir.path, provider.url)) },
+      clearEnv: true,
+      stdin: "piped",
+      stdout: "piped",
+      stderr: "piped",
+    }).spawn();
+    const writer = child.stdin.getWriter();
+    await writer.write(new TextEncoder().encode("hello there\n"));
+    await writer.close();
+    const reader = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
+    let seen = "";
+    while (!seen.includes("echo:")) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      seen += value;
+    }
+    // The provider is still holding the rest of the answer: what we saw is the first delta alone.
+    assert.equal(seen, "echo: ");
+    release();
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      seen += value;
+    }
+    const { code } = await child.status;
+    await child.stderr.cancel();
+    assert.equal(code, 0);
+    assert.equal(seen, "echo: hello there\n");
+    assert.equal(provider.requests[0].stream, true);
+  } finally {
+    release();
+    await provider.close();
+  }
+});
+
+Deno.test("deno task chat with AGENT_STREAM=0 asks for the whole reply at once", async () => {
+  using dir = tempDir();
+  const provider = startFakeProvider();
+  try {
+    const env = withoutEmpty({ ...baseEnv(dir.path, provider.url), AGENT_STREAM: "0" });
+    const result = await chat([], "hello there\n", env);
+    assert.equal(result.code, 0, result.stderr);
+    assert.equal(result.stdout, "echo: hello there\n");
+    assert.equal(provider.requests[0].stream, undefined);
+  } finally {
+    await provider.close();
+  }
+});

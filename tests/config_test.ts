@@ -23,6 +23,7 @@ Deno.test("loadConfig() gives every documented default for an empty environment"
     apiTokens: [],
     maxBodyBytes: 65536,
     shutdownGraceSeconds: 10,
+    stream: true,
   });
   assert.ok(Object.isFrozen(config));
 });

@@ -269,11 +269,19 @@ Deno.test("Accept: text/event-stream streams the run's events as SSE, the same e
     "llm_call",
     "tool_call",
     "tool_result",
+    "delta",
+    "delta",
+    "delta",
+    "delta",
     "llm_call",
     "answer",
     "run_end",
   ]);
-  assert.ok(frames.every((f) => f.data.event === f.event));
-  assert.equal(frames[5].data.data && (frames[5].data.data as { text: string }).text, "The answer is 12.");
-  assert.deepEqual(frames.map((f) => f.data), readTrace(h.tracePath));
+  const deltas = frames.filter((f) => f.event === "delta").map((f) => f.data.text).join("");
+  const answer = frames.find((f) => f.event === "answer")!.data.data as { text: string };
+  assert.equal(deltas, "The answer is 12.");
+  assert.equal(deltas, answer.text, "the deltas add up to the answer");
+  const events = frames.filter((f) => f.event !== "delta");
+  assert.ok(events.every((f) => f.data.event === f.event));
+  assert.deepEqual(events.map((f) => f.data), readTrace(h.tracePath), "deltas are never traced");
 });

@@ -233,3 +233,18 @@ Deno.test("runTurn() rejects an empty message and a malformed session id before 
   await assert.rejects(runTurn(input("hi", "bad id!"), h.deps), /Invalid session id "bad id!"/);
   assert.equal(h.llm.requests.length, 0);
 });
+
+Deno.test("runTurn() passes streamed text to onDelta with its step, and never into the trace", async () => {
+  using h = harness([
+    { toolCalls: [{ name: "calculator", arguments: { expression: "2+2" } }] },
+    { content: "It is 4.", deltas: ["It ", "is ", "4."] },
+  ]);
+  const deltas: [string, number][] = [];
+  const result = await runTurn(input("2+2?"), {
+    ...h.deps,
+    onDelta: (text, step) => deltas.push([text, step]),
+  });
+  assert.equal(result.answer, "It is 4.");
+  assert.deepEqual(deltas, [["It ", 1], ["is ", 1], ["4.", 1]]);
+  assert.ok(!h.events.some((e) => JSON.stringify(e).includes('"It "')));
+});

@@ -105,8 +105,25 @@ export async function runChat(options: ChatOptions): Promise<number> {
     if (interactive) closed = true;
   });
 
+  // True while streamed answer text is on the current output line.
+  let streaming = false;
+  const endStreamLine = () => {
+    if (streaming) output.write("\n");
+    streaming = false;
+  };
+  const onDelta = (text: string): void => {
+    if (!streaming) {
+      thinking.stop();
+      if (interactive) output.write(`${style.bold("agent>")} `);
+      streaming = true;
+    }
+    output.write(text);
+  };
+
   const show = (event: RunEvent): void => {
     emit(event);
+    // Text streamed alongside tool calls is finished before the tool lines appear.
+    if (event.event === "tool_call") endStreamLine();
     if (!interactive) return;
     const line = renderEvent(event, style);
     if (line === null) return;
@@ -147,17 +164,19 @@ export async function runChat(options: ChatOptions): Promise<number> {
         ...deps,
         emit: show,
         signal: current.signal,
+        onDelta,
       });
     } finally {
       thinking.stop();
       current = null;
     }
     if (result.outcome === "error") failed = true;
-    if (interactive) {
+    const shown = streaming && result.outcome === "answered";
+    endStreamLine();
+    // A streamed answer is already on screen, as it arrived; anything else is printed whole.
+    if (!shown) {
       const text = result.outcome === "aborted" ? style.dim(result.answer) : result.answer;
-      output.write(`${style.bold("agent>")} ${text}\n`);
-    } else {
-      output.write(result.answer + "\n");
+      output.write(interactive ? `${style.bold("agent>")} ${text}\n` : `${result.answer}\n`);
     }
     if (closed) break;
     if (interactive) rl.prompt();

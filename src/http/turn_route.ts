@@ -1,7 +1,7 @@
 /**
  * `POST /v1/sessions/{id}/messages`: one user turn through the same `runTurn` the REPL uses, answered as JSON
  * or, with `Accept: text/event-stream`, as Server-Sent Events — one SSE event per run event, from the same
- * event stream the trace is written from.
+ * event stream the trace is written from, plus `delta` events (`{"text"}`) while the answer streams.
  * @module
  */
 import { runTurn } from "../loop.ts";
@@ -60,10 +60,10 @@ export async function handleTurn(
   const full = deps.queue.rejection(sessionId);
   if (full !== null) throw full;
   const signal = AbortSignal.any([request.signal, deps.shutdownSignal]);
-  const run = (emit: (event: RunEvent) => void) =>
+  const run = (emit: (event: RunEvent) => void, onDelta?: (text: string) => void) =>
     deps.queue.run(
       sessionId,
-      () => runTurn({ sessionId, userId, message }, { ...deps.turn, emit, signal }),
+      () => runTurn({ sessionId, userId, message }, { ...deps.turn, emit, signal, onDelta }),
       { signal },
     );
 
@@ -96,17 +96,26 @@ export async function handleTurn(
       open = false;
     },
   });
-  run((event) => {
-    deps.emit(event);
-    send(event.event, event);
-  }).then(
+  run(
+    (event) => {
+      deps.emit(event);
+      send(event.event, event);
+    },
+    // Deltas are a live view for this client only: never traced, the answer event holds the full text.
+    (text) => send("delta", { text }),
+  ).then(
     () => {},
     (error) => {
-      const status = error instanceof HttpError ? error.status : 500;
-      const code = error instanceof HttpError ? error.code : "internal";
-      if (!(error instanceof HttpError)) deps.log(`error: turn on ${sessionId} failed: ${String(error)}`);
+      // A client gone while waiting is routine (the JSON path answers it 499 without a log line).
+      if (error instanceof DOMException && error.name === "AbortError") return;
+      const known = error instanceof HttpError;
+      if (!known) deps.log(`error: turn on ${sessionId} failed: ${String(error)}`);
       send("error", {
-        error: { code, message: error instanceof HttpError ? error.message : "internal error", status },
+        error: {
+          code: known ? error.code : "internal",
+          message: known ? error.message : "internal error",
+          status: known ? error.status : 500,
+        },
       });
     },
   ).finally(() => {

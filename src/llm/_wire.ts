@@ -32,6 +32,10 @@ export interface ChatCompletionRequestBody {
   messages: WireMessage[];
   /** Present only when at least one tool is offered: some providers reject `tools: []`. */
   tools?: WireTool[];
+  /** Present only on a streaming request. */
+  stream?: true;
+  /** Asks for the final usage chunk; present only on a streaming request. */
+  stream_options?: { include_usage: boolean };
 }
 
 /** Longest piece of a provider's body quoted in an error message. */
@@ -130,8 +134,7 @@ function tokenCount(value: unknown): number | null {
   return typeof value === "number" && Number.isFinite(value) ? value : null;
 }
 
-function parseToolCall(raw: unknown, index: number): ToolCall {
-  const where = `choices[0].message.tool_calls[${index}]`;
+function parseToolCall(raw: unknown, where: string): ToolCall {
   if (!isRecord(raw)) throw invalid(`${where} is not an object`);
   if (typeof raw.id !== "string" || raw.id === "") throw invalid(`${where} has no id`);
   const fn = raw.function;
@@ -186,19 +189,57 @@ function readCompletion(body: unknown, fallbackModel: string): ChatReply {
   const first = choices[0];
   const message = isRecord(first) ? first.message : undefined;
   if (!isRecord(message)) throw invalid("choices[0].message is missing");
+  const model = typeof body.model === "string" && body.model !== "" ? body.model : fallbackModel;
+  return readMessage(message, "choices[0].message", body.usage, model);
+}
 
+/** The one place a message becomes a reply, so a streamed reply is normalised exactly like a whole one. */
+function readMessage(
+  message: Record<string, unknown>,
+  where: string,
+  usage: unknown,
+  model: string,
+): ChatReply {
   const rawCalls = message.tool_calls ?? [];
-  if (!Array.isArray(rawCalls)) throw invalid("choices[0].message.tool_calls is not an array");
-  const toolCalls = rawCalls.map(parseToolCall);
+  if (!Array.isArray(rawCalls)) throw invalid(`${where}.tool_calls is not an array`);
+  const toolCalls = rawCalls.map((raw, index) => parseToolCall(raw, `${where}.tool_calls[${index}]`));
 
   const rawContent = message.content ?? null;
   if (rawContent !== null && typeof rawContent !== "string") {
-    throw invalid("choices[0].message.content is neither a string nor null");
+    throw invalid(`${where}.content is neither a string nor null`);
   }
   const content = rawContent === "" && toolCalls.length > 0 ? null : rawContent;
+  return { content, toolCalls, usage: parseUsage(usage), model };
+}
 
-  const model = typeof body.model === "string" && body.model !== "" ? body.model : fallbackModel;
-  return { content, toolCalls, usage: parseUsage(body.usage), model };
+/** Options of {@linkcode replyFromMessage}. */
+export interface ReplyFromMessageOptions {
+  /** The body's `usage` object, read as {@linkcode parseCompletion} reads it. @default {undefined} */
+  usage?: unknown;
+  /** The model the reply names. @default {""} */
+  model?: string;
+  /** Where the message came from (the provider's host), named in error messages. @default {undefined} */
+  source?: string;
+  /** How error messages name the message, e.g. `choices[0].delta` for a streamed one. @default {"message"} */
+  where?: string;
+}
+
+/**
+ * The reply for one assistant message object in the wire shape (`content`, `tool_calls`), normalised
+ * exactly as {@linkcode parseCompletion} normalises `choices[0].message`; a streamed reply is reassembled
+ * into that shape and read here. Throws `LlmError` of kind `invalid_response` like `parseCompletion`.
+ */
+export function replyFromMessage(
+  message: Record<string, unknown>,
+  options: ReplyFromMessageOptions = {},
+): ChatReply {
+  const { usage, model = "", source, where = "message" } = options;
+  try {
+    return readMessage(message, where, usage, model);
+  } catch (error) {
+    if (error instanceof InvalidCompletion) throw invalidResponseError(error.message, source);
+    throw error;
+  }
 }
 
 /** The provider's own explanation in `{"error": {"message"}}` (or `{"error": "..."}`), if any. */

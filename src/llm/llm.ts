@@ -16,6 +16,13 @@ export interface ChatOptions {
    * @default {undefined}
    */
   signal?: AbortSignal;
+  /**
+   * Called with each piece of answer text as it arrives; never with reasoning. The pieces join to the
+   * reply's `content`. A client that does not stream may never call it. A live view only: it must not
+   * throw, and should return quickly.
+   * @default {undefined}
+   */
+  onDelta?: (text: string) => void;
 }
 
 /** A chat model: messages and tools in, one reply out. Fails only with `LlmError`. */

@@ -15,6 +15,8 @@ import {
   providerErrorMessage,
   quoteBody,
 } from "./_wire.ts";
+import { ReplyAssembler } from "./_reply_assembler.ts";
+import { SseParser } from "./_sse.ts";
 import type { ChatOptions, LLM } from "./llm.ts";
 
 export { buildRequestBody, parseCompletion } from "./_wire.ts";
@@ -51,10 +53,22 @@ export interface OpenAICompatibleLLMOptions {
   /** The model name sent with every request. Required. */
   model: string;
   /**
-   * Deadline of one attempt, headers and body included.
+   * Deadline of one attempt: headers and body included, or when streaming, until the first byte of the body.
    * @default {60}
    */
   timeoutSeconds?: number;
+  /**
+   * Stream the answer: send `stream: true` (with `stream_options.include_usage`), read the Server-Sent
+   * Events and pass answer text to {@linkcode ChatOptions.onDelta} as it arrives. The reply is the one the
+   * non-streaming call would return. `main` decides, from `AGENT_STREAM`.
+   * @default {false}
+   */
+  stream?: boolean;
+  /**
+   * When streaming, the longest silence allowed between two chunks of the body after the first one.
+   * @default {timeoutSeconds}
+   */
+  idleTimeoutSeconds?: number;
   /**
    * Retries of a timeout, a network failure or HTTP 408/409/429/5xx; 0 tries once.
    * @default {2}
@@ -98,7 +112,7 @@ interface Failure {
   retryAfterMs: number | null;
 }
 
-/** The result of one attempt: a reply, or why there is none. A streaming attempt will return the same. */
+/** The result of one attempt, streaming or not: a reply, or why there is none. */
 type Attempt = { ok: true; reply: ChatReply } | { ok: false; failure: Failure };
 
 function sleep(ms: number, signal?: AbortSignal): Promise<void> {
@@ -134,6 +148,24 @@ function describeThrown(error: unknown): string {
   });
 }
 
+/** The next chunk of `reader`, or a rejection with the reason as soon as `signal` aborts. */
+function readOrAbort(
+  reader: ReadableStreamDefaultReader<Uint8Array>,
+  signal: AbortSignal,
+): Promise<ReadableStreamReadResult<Uint8Array>> {
+  if (signal.aborted) return Promise.reject(signal.reason);
+  return new Promise((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+    // The read left pending on abort settles when the caller cancels the reader.
+    reader.read().then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
+  });
+}
+
+function isJsonResponse(response: Response): boolean {
+  return (response.headers.get("content-type") ?? "").toLowerCase().includes("application/json");
+}
+
 function isRetryableStatus(status: number): boolean {
   return status === 408 || status === 409 || status === 429 || (status >= 500 && status < 600);
 }
@@ -167,7 +199,14 @@ function requireNumber(
  * are retried up to `retries` times with exponential backoff (or the provider's `Retry-After`, capped at
  * 60 s); other statuses and unreadable bodies fail at once. The caller's `signal` aborts at any point,
  * waits included. `chat` rejects only with `LlmError`, whose message names the cause and never contains
- * the API key, except for `TypeError` on a malformed message (see {@linkcode buildRequestBody}).
+ * the API key, except for `TypeError` on a malformed message (see {@linkcode buildRequestBody}) and
+ * whatever `onDelta` throws.
+ *
+ * With `stream`, the body is read as Server-Sent Events: `timeoutSeconds` bounds the wait for its first
+ * byte and `idleTimeoutSeconds` each silence after it. A failure is retried only before the first body byte
+ * arrived; after it, a broken, stalled or malformed stream fails at once, so no answer text is ever shown
+ * twice. A stream must end with `[DONE]` or at least carry a `finish_reason`. A server that ignores
+ * `stream` and answers with one JSON completion is read as such, its text passed to `onDelta` in one piece.
  */
 export class OpenAICompatibleLLM implements LLM {
   #url: string;
@@ -175,6 +214,8 @@ export class OpenAICompatibleLLM implements LLM {
   #apiKey: string;
   #model: string;
   #timeoutSeconds: number;
+  #stream: boolean;
+  #idleTimeoutSeconds: number;
   #retries: number;
   #retryBaseDelaySeconds: number;
   #fetch: typeof globalThis.fetch;
@@ -189,6 +230,8 @@ export class OpenAICompatibleLLM implements LLM {
       apiKey = "",
       model,
       timeoutSeconds = 60,
+      stream = false,
+      idleTimeoutSeconds = timeoutSeconds,
       retries = 2,
       retryBaseDelaySeconds = 0.5,
       fetch = globalThis.fetch,
@@ -212,6 +255,10 @@ export class OpenAICompatibleLLM implements LLM {
       throw new TypeError(`${CANNOT_CREATE}: "model" must be a non-empty string`);
     }
     requireNumber("timeoutSeconds", timeoutSeconds, "a number greater than 0", (n) => n > 0);
+    if (typeof stream !== "boolean") {
+      throw new TypeError(`${CANNOT_CREATE}: "stream" must be a boolean, got ${typeof stream}`);
+    }
+    requireNumber("idleTimeoutSeconds", idleTimeoutSeconds, "a number greater than 0", (n) => n > 0);
     requireNumber("retries", retries, "a whole number of 0 or more", (n) => Number.isInteger(n) && n >= 0);
     requireNumber("retryBaseDelaySeconds", retryBaseDelaySeconds, "a number of 0 or more", (n) => n >= 0);
     requireFunction("fetch", fetch);
@@ -225,6 +272,8 @@ export class OpenAICompatibleLLM implements LLM {
     this.#apiKey = apiKey;
     this.#model = model;
     this.#timeoutSeconds = timeoutSeconds;
+    this.#stream = stream;
+    this.#idleTimeoutSeconds = idleTimeoutSeconds;
     this.#retries = retries;
     this.#retryBaseDelaySeconds = retryBaseDelaySeconds;
     this.#fetch = fetch;
@@ -235,12 +284,16 @@ export class OpenAICompatibleLLM implements LLM {
 
   /** Sends one chat request, retrying transient failures; see the class documentation for the contract. */
   async chat(messages: Message[], options: ChatOptions = {}): Promise<ChatReply> {
-    const { tools = [], signal } = options;
+    const { tools = [], signal, onDelta } = options;
+    const request = buildRequestBody(this.#model, messages, tools);
+    if (this.#stream) Object.assign(request, { stream: true, stream_options: { include_usage: true } });
     // Built once: every attempt sends the same bytes.
-    const body = JSON.stringify(buildRequestBody(this.#model, messages, tools));
+    const body = JSON.stringify(request);
     for (let retries = 0;; retries++) {
       if (signal?.aborted) throw this.#finalError(this.#abortedFailure(), retries);
-      const outcome = await this.#attempt(body, signal);
+      const outcome = this.#stream
+        ? await this.#streamAttempt(body, signal, onDelta)
+        : await this.#attempt(body, signal);
       if (outcome.ok) return outcome.reply;
       const { failure } = outcome;
       if (!failure.retryable || retries >= this.#retries) throw this.#finalError(failure, retries);
@@ -268,31 +321,145 @@ export class OpenAICompatibleLLM implements LLM {
       this.#timeoutSeconds * 1000,
     );
     const combined = signal === undefined ? deadline.signal : AbortSignal.any([signal, deadline.signal]);
-    const headers: Record<string, string> = { "Content-Type": "application/json" };
-    if (this.#apiKey !== "") headers.Authorization = `Bearer ${this.#apiKey}`;
     const fetch = this.#fetch;
     let response: Response;
     let text: string;
     try {
-      response = await fetch(this.#url, { method: "POST", headers, body, signal: combined });
+      response = await fetch(this.#url, { method: "POST", headers: this.#headers(), body, signal: combined });
       // Reading the whole body under the same deadline also frees it, whatever the status.
       text = await response.text();
     } catch (error) {
-      if (signal?.aborted) return { ok: false, failure: this.#abortedFailure() };
-      if (deadline.signal.aborted) {
-        return {
-          ok: false,
-          failure: this.#failure("timeout", `LLM request timed out after ${this.#timeoutSeconds} s`, true),
-        };
-      }
-      const message = `LLM host ${this.#host} is unreachable: ${describeThrown(error)}`;
-      // fetch signals network failures with TypeError; anything else is a broken fetch, not worth retrying.
-      return { ok: false, failure: this.#failure("network", message, error instanceof TypeError) };
+      return { ok: false, failure: this.#thrownFailure(error, signal, deadline.signal) };
     } finally {
       clearTimeout(timer);
     }
     if (!response.ok) return { ok: false, failure: this.#httpFailure(response, text) };
     return this.#parse(text);
+  }
+
+  /**
+   * One streaming POST, its body read as Server-Sent Events under the first-byte deadline, then the idle
+   * one. Never throws, except what `onDelta` throws; clears its timer and cancels the body on every path.
+   */
+  async #streamAttempt(
+    body: string,
+    signal: AbortSignal | undefined,
+    onDelta: ((text: string) => void) | undefined,
+  ): Promise<Attempt> {
+    const deadline = new AbortController();
+    const expire = (seconds: number) =>
+      setTimeout(
+        () => deadline.abort(new DOMException("LLM request timed out", "TimeoutError")),
+        seconds * 1000,
+      );
+    let timer = expire(this.#timeoutSeconds);
+    const combined = signal === undefined ? deadline.signal : AbortSignal.any([signal, deadline.signal]);
+    const fetch = this.#fetch;
+    let reader: ReadableStreamDefaultReader<Uint8Array> | undefined;
+    try {
+      let response: Response;
+      let text: string | undefined;
+      try {
+        const headers = this.#headers(true);
+        response = await fetch(this.#url, { method: "POST", headers, body, signal: combined });
+        if (!response.ok || response.body === null || isJsonResponse(response)) text = await response.text();
+      } catch (error) {
+        return { ok: false, failure: this.#thrownFailure(error, signal, deadline.signal) };
+      }
+      if (!response.ok) return { ok: false, failure: this.#httpFailure(response, text ?? "") };
+      if (text !== undefined || response.body === null) {
+        // A server that ignores `stream: true` sends one whole completion.
+        const outcome = this.#parse(text ?? "");
+        if (outcome.ok && outcome.reply.content) onDelta?.(outcome.reply.content);
+        return outcome;
+      }
+      reader = response.body.getReader();
+      const parser = new SseParser();
+      const assembler = new ReplyAssembler({ model: this.#model, source: this.#host });
+      let bytes = 0;
+      while (!assembler.done) {
+        let chunk: ReadableStreamReadResult<Uint8Array>;
+        try {
+          chunk = await readOrAbort(reader, combined);
+        } catch (error) {
+          const failure = bytes === 0
+            ? this.#thrownFailure(error, signal, deadline.signal)
+            : this.#brokenStreamFailure(error, signal, deadline.signal, bytes);
+          return { ok: false, failure };
+        }
+        if (!chunk.done && chunk.value.byteLength > 0) {
+          bytes += chunk.value.byteLength;
+          clearTimeout(timer);
+          timer = expire(this.#idleTimeoutSeconds);
+        }
+        for (const event of chunk.done ? parser.end() : parser.push(chunk.value)) {
+          let piece: string;
+          try {
+            piece = assembler.add(event);
+          } catch (error) {
+            return { ok: false, failure: this.#invalidFailure(error) };
+          }
+          if (signal?.aborted) return { ok: false, failure: this.#abortedFailure() };
+          if (piece !== "") onDelta?.(piece);
+          if (assembler.done) break;
+        }
+        if (chunk.done) break;
+      }
+      if (signal?.aborted) return { ok: false, failure: this.#abortedFailure() };
+      if (!assembler.complete) {
+        const reason = `the stream ended after ${bytes} bytes without [DONE] or a finish_reason`;
+        return { ok: false, failure: this.#invalidFailure(invalidResponseError(reason, this.#host)) };
+      }
+      try {
+        return { ok: true, reply: assembler.reply() };
+      } catch (error) {
+        return { ok: false, failure: this.#invalidFailure(error) };
+      }
+    } finally {
+      clearTimeout(timer);
+      // Frees the connection when the stream stops early ([DONE], an error); a no-op on a finished body.
+      await reader?.cancel().catch(() => {});
+    }
+  }
+
+  #headers(stream = false): Record<string, string> {
+    const headers: Record<string, string> = { "Content-Type": "application/json" };
+    if (stream) headers.Accept = "text/event-stream";
+    if (this.#apiKey !== "") headers.Authorization = `Bearer ${this.#apiKey}`;
+    return headers;
+  }
+
+  /** A request that threw before any body byte arrived: an abort, the deadline, or the network. */
+  #thrownFailure(error: unknown, signal: AbortSignal | undefined, deadline: AbortSignal): Failure {
+    if (signal?.aborted) return this.#abortedFailure();
+    if (deadline.aborted) {
+      return this.#failure("timeout", `LLM request timed out after ${this.#timeoutSeconds} s`, true);
+    }
+    const message = `LLM host ${this.#host} is unreachable: ${describeThrown(error)}`;
+    // fetch signals network failures with TypeError; anything else is a broken fetch, not worth retrying.
+    return this.#failure("network", message, error instanceof TypeError);
+  }
+
+  /** A stream that stopped after some of it arrived: never retried, the caller may have shown its text. */
+  #brokenStreamFailure(
+    error: unknown,
+    signal: AbortSignal | undefined,
+    deadline: AbortSignal,
+    bytes: number,
+  ): Failure {
+    if (signal?.aborted) return this.#abortedFailure();
+    if (deadline.aborted) {
+      const message = `LLM stream from ${this.#host} stalled: no data for ${this.#idleTimeoutSeconds} s ` +
+        `after ${bytes} bytes`;
+      return this.#failure("timeout", message, false);
+    }
+    const message = `LLM stream from ${this.#host} broke after ${bytes} bytes: ${describeThrown(error)}`;
+    return this.#failure("network", message, false);
+  }
+
+  #invalidFailure(error: unknown): Failure {
+    if (!(error instanceof LlmError)) throw error;
+    return this.#failure("invalid_response", error.message, false);
   }
 
   #parse(text: string): Attempt {
@@ -306,8 +473,7 @@ export class OpenAICompatibleLLM implements LLM {
     try {
       return { ok: true, reply: parseCompletion(json, { model: this.#model, source: this.#host }) };
     } catch (error) {
-      if (!(error instanceof LlmError)) throw error;
-      return { ok: false, failure: this.#failure("invalid_response", error.message, false) };
+      return { ok: false, failure: this.#invalidFailure(error) };
     }
   }
 
@@ -348,10 +514,13 @@ export class OpenAICompatibleLLM implements LLM {
   }
 }
 
-/** The client for a loaded configuration: its endpoint, key, model, timeout and retry settings. */
+/**
+ * The client for a loaded configuration: its endpoint, key, model, timeout and retry settings. Streaming is
+ * the caller's choice (`options.stream`, off by default).
+ */
 export function createLlmFromConfig(
   config: Readonly<Config>,
-  options: Pick<OpenAICompatibleLLMOptions, "fetch" | "onRetry"> = {},
+  options: Pick<OpenAICompatibleLLMOptions, "fetch" | "onRetry" | "stream"> = {},
 ): OpenAICompatibleLLM {
   return new OpenAICompatibleLLM({
     baseUrl: config.baseUrl,

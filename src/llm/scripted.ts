@@ -10,6 +10,11 @@ import type { ChatOptions, LLM } from "./llm.ts";
 /** A reply as a script writes it; tool call ids and arguments may be left to the runtime to fill in. */
 export interface ScriptedReply {
   content?: string | null;
+  /**
+   * How the content streams to `onDelta`: pieces that must add up to `content`. Without it, the content is
+   * delivered as one piece.
+   */
+  deltas?: string[];
   toolCalls?: { name: string; arguments?: string | Record<string, unknown>; id?: string }[];
   usage?: Usage | null;
   model?: string;
@@ -58,8 +63,16 @@ export class ScriptedLLM implements LLM {
     const step = this.#steps[index];
     if (step instanceof Error) throw step;
     const reply = typeof step === "function" ? await step(request) : step;
+    const content = reply.content ?? null;
+    if (options.onDelta !== undefined && content !== null && content !== "") {
+      const pieces = reply.deltas ?? [content];
+      if (pieces.join("") !== content) {
+        throw new TypeError(`Scripted reply ${index + 1}: its deltas do not add up to its content`);
+      }
+      for (const piece of pieces) options.onDelta(piece);
+    }
     return {
-      content: reply.content ?? null,
+      content,
       toolCalls: (reply.toolCalls ?? []).map((call, i) => ({
         id: call.id ?? `call_${index + 1}_${i + 1}`,
         name: call.name,
