@@ -101,7 +101,13 @@ export interface HttpHarness {
 
 /** Handler deps on an in-memory store and a temp trace file; `tokens` turn auth on. */
 export function httpHarness(
-  options: { tokens?: { token: string; userId: string }[]; delayMs?: number; maxBodyBytes?: number } = {},
+  options: {
+    tokens?: { token: string; userId: string }[];
+    delayMs?: number;
+    maxBodyBytes?: number;
+    /** Turns a session's queue admits behind the running one (the server uses 8). */
+    maxWaiting?: number;
+  } = {},
 ): HttpHarness {
   const dir = Deno.makeTempDirSync({ prefix: "mra-http-" });
   const tracePath = `${dir}/trace.jsonl`;
@@ -124,7 +130,7 @@ export function httpHarness(
     },
     emit: (event) => tracer.write(event),
     authenticator: new Authenticator(options.tokens ?? []),
-    queue: new SessionQueue({ maxWaiting: 8 }),
+    queue: new SessionQueue({ maxWaiting: options.maxWaiting ?? 8 }),
     maxBodyBytes: options.maxBodyBytes ?? 65536,
     tracePath,
     model: "rule",

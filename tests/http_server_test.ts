@@ -243,6 +243,26 @@ Deno.test("9 simultaneous POSTs to one session all succeed with turns 1..9, neve
   });
 });
 
+Deno.test("20 simultaneous POSTs to one session whose queue admits them all get turns 1..20 in order", async () => {
+  // The server's bound is 8 waiting (see the 429 test above); with room for 19, nothing is refused and the
+  // queue alone must keep 20 concurrent turns from interleaving.
+  using h = httpHarness({ maxWaiting: 19 });
+  h.llm.hold = true;
+  await withServer(h, async ({ url }) => {
+    const requests = Array.from({ length: 20 }, (_, i) => post(url, "twenty", `what is ${i + 1}*2?`));
+    await until(() => h.llm.calls === 1 && h.deps.queue.waiting("twenty") === 19, "19 turns to wait");
+    h.llm.release();
+    const responses = await Promise.all(requests);
+    const bodies = await Promise.all(responses.map((r) => r.json()));
+    assert.deepEqual(responses.map((r) => r.status), Array(20).fill(200));
+    assertSerializedTurns(
+      h,
+      "twenty",
+      bodies.map((b, index) => ({ index, turn: b.turn, answer: b.answer })),
+    );
+  });
+});
+
 /** Counts model calls in flight at once, and the running turns the queue reports at each call. */
 class OverlapLLM implements LLM {
   inFlight = 0;
