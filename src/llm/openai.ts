@@ -17,6 +17,18 @@ import {
 } from "./_wire.ts";
 import { ReplyAssembler } from "./_reply_assembler.ts";
 import { SseParser } from "./_sse.ts";
+import {
+  type Attempt,
+  CANNOT_CREATE,
+  describeThrown,
+  type Failure,
+  isJsonResponse,
+  isRetryableStatus,
+  readOrAbort,
+  requireFunction,
+  requireNumber,
+  sleep,
+} from "./_fetch_helpers.ts";
 import type { ChatOptions, LLM } from "./llm.ts";
 
 export { buildRequestBody, parseCompletion } from "./_wire.ts";
@@ -99,97 +111,6 @@ export interface OpenAICompatibleLLMOptions {
    * @default {undefined}
    */
   onRetry?: (info: RetryInfo) => void;
-}
-
-/** One failed attempt, classified. */
-interface Failure {
-  kind: LlmErrorKind;
-  /** Already redacted. */
-  message: string;
-  status: number | null;
-  retryable: boolean;
-  /** The provider's `Retry-After` in ms, which replaces the backoff for this retry. */
-  retryAfterMs: number | null;
-}
-
-/** The result of one attempt, streaming or not: a reply, or why there is none. */
-type Attempt = { ok: true; reply: ChatReply } | { ok: false; failure: Failure };
-
-function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal?.aborted) return reject(signal.reason);
-    const onAbort = () => {
-      clearTimeout(timer);
-      reject(signal?.reason);
-    };
-    const timer = setTimeout(() => {
-      signal?.removeEventListener("abort", onAbort);
-      resolve();
-    }, ms);
-    signal?.addEventListener("abort", onAbort, { once: true });
-  });
-}
-
-/** The messages of an error and its causes, with URLs cut to their host (no path, no query). */
-function describeThrown(error: unknown): string {
-  const parts: string[] = [];
-  let current: unknown = error;
-  for (let depth = 0; current !== undefined && current !== null && depth < 4; depth++) {
-    const text = current instanceof Error ? current.message : String(current);
-    if (text !== "" && !parts.includes(text)) parts.push(text);
-    current = current instanceof Error ? current.cause : undefined;
-  }
-  return parts.join(": ").replace(/https?:\/\/[^\s)]+/g, (url) => {
-    try {
-      return new URL(url).host;
-    } catch {
-      return "[url]";
-    }
-  });
-}
-
-/** The next chunk of `reader`, or a rejection with the reason as soon as `signal` aborts. */
-function readOrAbort(
-  reader: ReadableStreamDefaultReader<Uint8Array>,
-  signal: AbortSignal,
-): Promise<ReadableStreamReadResult<Uint8Array>> {
-  if (signal.aborted) return Promise.reject(signal.reason);
-  return new Promise((resolve, reject) => {
-    const onAbort = () => reject(signal.reason);
-    signal.addEventListener("abort", onAbort, { once: true });
-    // The read left pending on abort settles when the caller cancels the reader.
-    reader.read().then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
-  });
-}
-
-function isJsonResponse(response: Response): boolean {
-  return (response.headers.get("content-type") ?? "").toLowerCase().includes("application/json");
-}
-
-function isRetryableStatus(status: number): boolean {
-  return status === 408 || status === 409 || status === 429 || (status >= 500 && status < 600);
-}
-
-const CANNOT_CREATE = "Cannot create OpenAICompatibleLLM";
-
-function requireFunction(name: string, value: unknown): void {
-  if (value !== undefined && typeof value !== "function") {
-    throw new TypeError(`${CANNOT_CREATE}: "${name}" must be a function, got ${typeof value}`);
-  }
-}
-
-function requireNumber(
-  name: string,
-  value: unknown,
-  expected: string,
-  inRange: (n: number) => boolean,
-): void {
-  if (typeof value !== "number") {
-    throw new TypeError(`${CANNOT_CREATE}: "${name}" must be ${expected}, got ${typeof value}`);
-  }
-  if (!Number.isFinite(value) || !inRange(value)) {
-    throw new RangeError(`${CANNOT_CREATE}: "${name}" must be ${expected}, got ${value}`);
-  }
 }
 
 /**
