@@ -197,6 +197,7 @@ export async function runTurn(input: TurnInput, deps: TurnDeps): Promise<TurnRes
       completion_tokens: reply.usage?.completionTokens ?? null,
       total_tokens: reply.usage?.totalTokens ?? null,
       tool_call_count: reply.toolCalls.length,
+      retries: reply.retries ?? 0,
     });
 
     if (reply.toolCalls.length > 0) {

@@ -63,6 +63,8 @@ export interface ChatReply {
   toolCalls: ToolCall[];
   usage: Usage | null;
   model: string;
+  /** Transient failures retried before this reply came (0 or absent: the first attempt answered). */
+  retries?: number;
 }
 
 /** The names of the events a run emits, in the order they can occur. */

@@ -645,7 +645,10 @@ Deno.test("OpenAICompatibleLLM({stream: true}) retries a 500 and a 429 that come
   );
   const deltas: string[] = [];
   const { llm, delays } = makeClient(fetch);
-  assert.deepEqual(await llm.chat(HELLO, { onDelta: (text) => deltas.push(text) }), OK_REPLY);
+  assert.deepEqual(await llm.chat(HELLO, { onDelta: (text) => deltas.push(text) }), {
+    ...OK_REPLY,
+    retries: 2,
+  });
   assert.equal(sent.length, 3);
   assert.deepEqual(delays, [500, 2000]);
   assert.deepEqual(deltas, ["o", "k"], "each piece once");
@@ -655,7 +658,7 @@ Deno.test("OpenAICompatibleLLM({stream: true}) retries a body that breaks before
   const broken = body([], "error");
   const { fetch, sent } = stubFetch(sseStep(broken), sseStep(() => body(OK_EVENTS)));
   const { llm, delays } = makeClient(fetch);
-  assert.deepEqual(await llm.chat(HELLO), OK_REPLY);
+  assert.deepEqual(await llm.chat(HELLO), { ...OK_REPLY, retries: 1 });
   assert.equal(sent.length, 2);
   assert.deepEqual(delays, [500]);
 });
@@ -664,7 +667,7 @@ Deno.test("OpenAICompatibleLLM({stream: true}) retries when the first byte does 
   const silent = body([], "stall");
   const { fetch, sent } = stubFetch(sseStep(silent), sseStep(() => body(OK_EVENTS)));
   const { llm, delays } = makeClient(fetch, { timeoutSeconds: 0.05 });
-  assert.deepEqual(await llm.chat(HELLO), OK_REPLY);
+  assert.deepEqual(await llm.chat(HELLO), { ...OK_REPLY, retries: 1 });
   assert.equal(sent.length, 2);
   assert.equal(sent[0].signal.aborted, true, "the first attempt was cut off");
   assert.deepEqual(delays, [500]);

@@ -215,7 +215,7 @@ export class OpenAICompatibleLLM implements LLM {
       const outcome = this.#stream
         ? await this.#streamAttempt(body, signal, onDelta)
         : await this.#attempt(body, signal);
-      if (outcome.ok) return outcome.reply;
+      if (outcome.ok) return retries === 0 ? outcome.reply : { ...outcome.reply, retries };
       const { failure } = outcome;
       if (!failure.retryable || retries >= this.#retries) throw this.#finalError(failure, retries);
 
