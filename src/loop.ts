@@ -15,6 +15,7 @@ import type {
   RunEvent,
   RunEventName,
   StoredMessage,
+  ToolCall,
   TurnOutcome,
   TurnResult,
   TurnToolCall,
@@ -79,6 +80,19 @@ function addUsage(total: Usage, usage: Usage | null): void {
 function errorAnswer(error: unknown): string {
   const cause = error instanceof LlmError ? error.message : "an internal error occurred";
   return `Sorry, I could not get an answer from the model: ${cause}. Your message is saved; please try again.`;
+}
+
+/**
+ * The calls with every id present and distinct: a result is matched to its call by id, so a provider that
+ * repeats or omits one would otherwise leave a call with two results or none.
+ */
+function uniqueCallIds(calls: readonly ToolCall[], prefix: string): ToolCall[] {
+  const seen = new Set<string>();
+  return calls.map((call, i) => {
+    const id = call.id === "" || seen.has(call.id) ? `call_${prefix}_${i}` : call.id;
+    seen.add(id);
+    return id === call.id ? call : { ...call, id };
+  });
 }
 
 function abortReason(signal: AbortSignal | undefined): string {
@@ -201,8 +215,9 @@ export async function runTurn(input: TurnInput, deps: TurnDeps): Promise<TurnRes
     });
 
     if (reply.toolCalls.length > 0) {
+      const toolCalls = uniqueCallIds(reply.toolCalls, `${runId}:${step}`);
       const results: Omit<StoredMessage, "id" | "createdAt">[] = [];
-      for (const call of reply.toolCalls) {
+      for (const call of toolCalls) {
         event("tool_call", step, { id: call.id, name: call.name, arguments: call.arguments });
         const result = await tools.execute(call, { sessionId: session.id, signal });
         event("tool_result", step, { id: call.id, name: call.name, ...result });
@@ -211,7 +226,7 @@ export async function runTurn(input: TurnInput, deps: TurnDeps): Promise<TurnRes
       }
       // The call and all its results land in one transaction, or (aborted) not at all.
       if (signal?.aborted) return abort(step, step + 1);
-      save({ role: "assistant", content: reply.content, toolCalls: reply.toolCalls }, ...results);
+      save({ role: "assistant", content: reply.content, toolCalls }, ...results);
       continue;
     }
 

@@ -248,3 +248,23 @@ Deno.test("runTurn() passes streamed text to onDelta with its step, and never in
   assert.deepEqual(deltas, [["It ", 1], ["is ", 1], ["4.", 1]]);
   assert.ok(!h.events.some((e) => JSON.stringify(e).includes('"It "')));
 });
+
+Deno.test("runTurn() gives repeated or empty tool call ids distinct ones, so each result has one call", async () => {
+  using h = harness([
+    {
+      toolCalls: [
+        { id: "dup", name: "calculator", arguments: { expression: "1+1" } },
+        { id: "dup", name: "calculator", arguments: { expression: "2+2" } },
+        { id: "", name: "calculator", arguments: { expression: "3+3" } },
+      ],
+    },
+    { content: "done" },
+  ]);
+  await runTurn(input("go"), h.deps);
+  const [, assistant, ...rest] = h.store.messages("s1");
+  const ids = assistant.toolCalls!.map((c) => c.id);
+  assert.equal(ids[0], "dup");
+  assert.equal(new Set(ids).size, 3);
+  assert.ok(ids.every((id) => id !== ""));
+  assert.deepEqual(rest.filter((m) => m.role === "tool").map((m) => m.toolCallId), ids);
+});
