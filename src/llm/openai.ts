@@ -243,14 +243,25 @@ export class OpenAICompatibleLLM implements LLM {
     );
     const combined = signal === undefined ? deadline.signal : AbortSignal.any([signal, deadline.signal]);
     const fetch = this.#fetch;
-    let response: Response;
+    let response: Response | undefined;
     let text: string;
     try {
       response = await fetch(this.#url, { method: "POST", headers: this.#headers(), body, signal: combined });
       // Reading the whole body under the same deadline also frees it, whatever the status.
       text = await response.text();
     } catch (error) {
-      return { ok: false, failure: this.#thrownFailure(error, signal, deadline.signal) };
+      const failure = this.#thrownFailure(error, signal, deadline.signal);
+      // The host answered and then the body broke: say so, rather than "unreachable" (still retried).
+      if (response !== undefined && failure.kind === "network") {
+        failure.message = this.#failure(
+          "network",
+          `LLM response from ${this.#host} broke mid-body (HTTP ${response.status}): ${
+            describeThrown(error)
+          }`,
+          failure.retryable,
+        ).message;
+      }
+      return { ok: false, failure };
     } finally {
       clearTimeout(timer);
     }
