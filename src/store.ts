@@ -22,15 +22,16 @@ CREATE TABLE IF NOT EXISTS sessions (
 );
 CREATE INDEX IF NOT EXISTS sessions_by_user ON sessions(user_id, updated_at);
 CREATE TABLE IF NOT EXISTS messages (
-  id TEXT PRIMARY KEY,
+  id TEXT NOT NULL,
   session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
   role TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'tool', 'runtime')),
   content TEXT,
   tool_calls TEXT,
   tool_call_id TEXT,
-  created_at TEXT NOT NULL
+  created_at TEXT NOT NULL,
+  -- Ids are unique per session: another session's message can never make a save a silent no-op.
+  PRIMARY KEY (session_id, id)
 );
-CREATE INDEX IF NOT EXISTS messages_by_session ON messages(session_id);
 CREATE TABLE IF NOT EXISTS todos (
   id INTEGER PRIMARY KEY AUTOINCREMENT,
   session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
@@ -194,7 +195,7 @@ export class SessionStore {
       insertMessage: db.prepare(
         // ON CONFLICT, not OR IGNORE: only a repeated id is skipped; CHECK and NOT NULL still fail loudly.
         "INSERT INTO messages (id, session_id, role, content, tool_calls, tool_call_id, created_at) " +
-          "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO NOTHING",
+          "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(session_id, id) DO NOTHING",
       ),
       touchSession: db.prepare(
         "UPDATE sessions SET turn_count = turn_count + ?, updated_at = ? WHERE id = ?",

@@ -172,3 +172,14 @@ Deno.test("SessionStore.deleteSession() removes the session, its messages and to
   store.close();
   assert.equal(store.ping(), false);
 });
+
+Deno.test("SessionStore keeps message ids per session: the same id in two sessions is two messages", () => {
+  const store = new SessionStore(":memory:");
+  store.getOrCreate("a", "u");
+  store.getOrCreate("b", "u");
+  assert.equal(store.append("a", [msg("run-1:0", "user", "in a")]), 1);
+  assert.equal(store.append("b", [msg("run-1:0", "user", "in b")]), 1);
+  assert.equal(store.messages("b")[0].content, "in b");
+  assert.equal(store.get("b")!.turnCount, 1);
+  store.close();
+});

@@ -1,0 +1,380 @@
+/**
+ * Property-based tests of `SessionStore` (`src/store.ts`) on `:memory:` and on a temp file: saving is
+ * idempotent by message id, turn counts follow distinct user messages, and compaction keeps
+ * `turnCount === compactedTurns + stored user messages`.
+ */
+import assert from "node:assert/strict";
+import fc from "fast-check";
+import { type Session, SessionStore } from "../src/store.ts";
+import type { Role, StoredMessage, ToolCall } from "../src/types.ts";
+import { steppingClock, tempDir } from "./_harness.ts";
+
+// ---------------------------------------------------------------------------------------------------------
+// Arbitraries.
+
+const ID_CHARS = "ABCxyz019._:-".split("");
+const SESSION_ID = fc.oneof(
+  { weight: 5, arbitrary: fc.string({ unit: fc.constantFrom(...ID_CHARS), minLength: 1, maxLength: 12 }) },
+  { weight: 1, arbitrary: fc.string({ unit: fc.constantFrom(...ID_CHARS), minLength: 120, maxLength: 128 }) },
+);
+const USER_ID = fc.constantFrom("alice", "bob", "u.1:x-y_z");
+
+/** Units of hostile text: quotes, SQL punctuation, escapes, control characters (never NUL), CJK, emoji. */
+const UNIT = fc.constantFrom(
+  ..."a Z7'\";--\\%_*/()".split(""),
+  "' OR 1=1 --",
+  "'); DROP TABLE messages; --",
+  "\n",
+  "\r\n",
+  "\t",
+  "\u0001",
+  "\u001f",
+  "\u007f",
+  "你好",
+  "é",
+  "😀",
+  "\u{10ffff}",
+  "\ufeff",
+  "\u2028",
+);
+const TEXT = fc.oneof(
+  fc.string({ unit: UNIT, maxLength: 40 }),
+  fc.string({ unit: "binary", maxLength: 40 }).map((s) => s.replaceAll("\0", "")),
+  fc.string({ unit: "grapheme", maxLength: 20 }),
+);
+
+const TOOL_CALL: fc.Arbitrary<ToolCall> = fc.record({
+  id: TEXT,
+  name: fc.constantFrom("calculator", "todo", "search_mock", "x'; --"),
+  arguments: fc.oneof(
+    fc.dictionary(fc.string({ maxLength: 5 }), TEXT, { maxKeys: 3 }).map((o) => JSON.stringify(o)),
+    TEXT,
+  ),
+}, { noNullPrototype: true });
+
+/** A message without its id (ids are assigned so that they are globally unique, as the runtime's are). */
+type Draft = Omit<StoredMessage, "id">;
+
+const CREATED_AT = fc.date({
+  min: new Date("2020-01-01T00:00:00Z"),
+  max: new Date("2030-01-01T00:00:00Z"),
+  noInvalidDate: true,
+}).map((d) => d.toISOString());
+
+const DRAFT: fc.Arbitrary<Draft> = fc.oneof(
+  {
+    weight: 3,
+    arbitrary: fc.record({ role: fc.constant<Role>("user"), content: TEXT, createdAt: CREATED_AT }),
+  },
+  {
+    weight: 3,
+    arbitrary: fc.record({
+      role: fc.constant<Role>("assistant"),
+      content: fc.option(TEXT),
+      toolCalls: fc.array(TOOL_CALL, { maxLength: 3 }),
+      createdAt: CREATED_AT,
+    }),
+  },
+  {
+    weight: 2,
+    arbitrary: fc.record({
+      role: fc.constant<Role>("tool"),
+      content: TEXT,
+      toolCallId: TEXT,
+      createdAt: CREATED_AT,
+    }),
+  },
+  {
+    weight: 1,
+    arbitrary: fc.record({ role: fc.constant<Role>("runtime"), content: TEXT, createdAt: CREATED_AT }),
+  },
+);
+
+/** One `append` call as generated: new drafts, plus earlier messages of the session sent again. */
+interface BatchPlan {
+  session: number;
+  fresh: Draft[];
+  resend: number[];
+  /** Send the session's whole state so far before the fresh messages, as a full re-save would. */
+  full: boolean;
+}
+
+const BATCH: fc.Arbitrary<BatchPlan> = fc.record({
+  session: fc.nat({ max: 2 }),
+  fresh: fc.array(DRAFT, { maxLength: 5 }),
+  resend: fc.array(fc.nat(), { maxLength: 3 }),
+  full: fc.boolean(),
+});
+
+/** Sessions (each owned by `users[i]`), a prefix that makes message ids hostile too, and the batches. */
+interface Plan {
+  sessions: string[];
+  users: string[];
+  idPrefix: string;
+  batches: BatchPlan[];
+}
+
+const PLAN: fc.Arbitrary<Plan> = fc.record({
+  sessions: fc.uniqueArray(SESSION_ID, { minLength: 1, maxLength: 3 }),
+  users: fc.array(USER_ID, { minLength: 3, maxLength: 3 }),
+  idPrefix: TEXT,
+  batches: fc.array(BATCH, { minLength: 1, maxLength: 10 }),
+});
+
+interface Batch {
+  sessionId: string;
+  messages: StoredMessage[];
+}
+
+/** Turns a plan into concrete `append` calls with globally unique message ids. */
+function batchesOf(plan: Plan): Batch[] {
+  let counter = 0;
+  const sent = new Map<string, StoredMessage[]>();
+  return plan.batches.map(({ session, fresh, resend, full }) => {
+    const sessionId = plan.sessions[session % plan.sessions.length];
+    const earlier = sent.get(sessionId) ?? [];
+    const again = full
+      ? [...earlier]
+      : earlier.length === 0
+      ? []
+      : resend.map((i) => earlier[i % earlier.length]);
+    const created = fresh.map((draft) => ({ ...draft, id: `${plan.idPrefix}#${counter++}` }));
+    sent.set(sessionId, [...earlier, ...created]);
+    return { sessionId, messages: [...again, ...created] };
+  });
+}
+
+/** What `messages()` must return for a message: `toolCalls` only when non-empty, `toolCallId` when set. */
+function stored(message: StoredMessage): StoredMessage {
+  const expected: StoredMessage = {
+    id: message.id,
+    role: message.role,
+    content: message.content,
+    createdAt: message.createdAt,
+  };
+  if (message.toolCalls !== undefined && message.toolCalls.length > 0) expected.toolCalls = message.toolCalls;
+  if (message.toolCallId !== undefined) expected.toolCallId = message.toolCallId;
+  return expected;
+}
+
+/** The reference model: per session, the distinct messages in first-append order. */
+function model(batches: Batch[]): Map<string, StoredMessage[]> {
+  const seen = new Set<string>();
+  const sessions = new Map<string, StoredMessage[]>();
+  for (const { sessionId, messages } of batches) {
+    const list = sessions.get(sessionId) ?? [];
+    for (const m of messages) {
+      if (seen.has(m.id)) continue;
+      seen.add(m.id);
+      list.push(stored(m));
+    }
+    sessions.set(sessionId, list);
+  }
+  return sessions;
+}
+
+function openAll(plan: Plan, store: SessionStore): void {
+  plan.sessions.forEach((id, i) => store.getOrCreate(id, plan.users[i]));
+}
+
+/** Everything observable about the plan's sessions, timestamps included. */
+function snapshot(plan: Plan, store: SessionStore) {
+  return {
+    sessions: plan.sessions.map((id) => ({ session: store.get(id), messages: store.messages(id) })),
+    lists: [...new Set(plan.users)].map((user) => store.listSessions(user)),
+  };
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Properties.
+
+Deno.test("SessionStore.append() saving any sequence of states twice equals saving it once", () => {
+  using dir = tempDir();
+  let run = 0;
+  fc.assert(
+    fc.property(PLAN, (plan) => {
+      const batches = batchesOf(plan);
+      const path = `${dir.path}/run-${run++}.db`;
+      // One clock each: a repeated save that added nothing must not even touch updated_at.
+      const once = new SessionStore(":memory:", { now: steppingClock() });
+      const twiceInARow = new SessionStore(path, { now: steppingClock() });
+      const sequenceTwice = new SessionStore(":memory:", { now: steppingClock() });
+      try {
+        for (const store of [once, twiceInARow, sequenceTwice]) openAll(plan, store);
+        const expected = model(batches);
+        let total = 0;
+        for (const { sessionId, messages } of batches) {
+          const added = once.append(sessionId, messages);
+          total += added;
+          assert.equal(twiceInARow.append(sessionId, messages), added);
+          assert.equal(twiceInARow.append(sessionId, messages), 0, "the same batch again adds nothing");
+          assert.equal(sequenceTwice.append(sessionId, messages), added);
+        }
+        for (const { sessionId, messages } of batches) {
+          assert.equal(sequenceTwice.append(sessionId, messages), 0, "the whole sequence again adds nothing");
+        }
+        assert.equal(total, [...expected.values()].reduce((n, list) => n + list.length, 0));
+
+        const reference = snapshot(plan, once);
+        assert.deepEqual(snapshot(plan, twiceInARow), reference);
+        assert.deepEqual(snapshot(plan, sequenceTwice), reference);
+        for (const [i, id] of plan.sessions.entries()) {
+          const messages = expected.get(id) ?? [];
+          assert.deepEqual(once.messages(id), messages);
+          const session = once.get(id)!;
+          assert.equal(session.userId, plan.users[i]);
+          assert.equal(session.turnCount, messages.filter((m) => m.role === "user").length);
+          assert.equal(session.compactedTurns, 0);
+          assert.equal(session.summary, null);
+        }
+        // The file store reads back the same after a reopen.
+        twiceInARow.close();
+        const reopened = new SessionStore(path);
+        try {
+          assert.deepEqual(snapshot(plan, reopened), reference);
+        } finally {
+          reopened.close();
+        }
+      } finally {
+        once.close();
+        twiceInARow.close();
+        sequenceTwice.close();
+      }
+    }),
+    { numRuns: 150 },
+  );
+});
+
+const FIXED = new Date("2026-03-04T05:06:07.000Z");
+
+Deno.test("SessionStore.append() of a prefix then the full list equals appending the full list", () => {
+  fc.assert(
+    fc.property(
+      SESSION_ID,
+      TEXT,
+      fc.array(DRAFT, { maxLength: 20 }),
+      fc.nat(),
+      fc.array(fc.nat(), { maxLength: 6 }),
+      (sessionId, idPrefix, drafts, cut, repeats) => {
+        const unique = drafts.map((d, i) => ({ ...d, id: `${idPrefix}#${i}` }));
+        // Some ids appear twice in the list itself: only their first occurrence counts.
+        const full = [...unique];
+        if (unique.length > 0) {
+          for (const r of repeats) full.splice(r % full.length, 0, unique[r % unique.length]);
+        }
+        const k = cut % (full.length + 1);
+        const users = new Set(full.filter((m) => m.role === "user").map((m) => m.id));
+
+        const stepwise = new SessionStore(":memory:", { now: () => FIXED });
+        const direct = new SessionStore(":memory:", { now: () => FIXED });
+        try {
+          for (const store of [stepwise, direct]) store.getOrCreate(sessionId, "alice");
+          const first = stepwise.append(sessionId, full.slice(0, k));
+          const second = stepwise.append(sessionId, full);
+          const all = direct.append(sessionId, full);
+          assert.equal(all, unique.length);
+          assert.equal(first + second, all);
+          assert.equal(first, new Set(full.slice(0, k).map((m) => m.id)).size);
+          assert.deepEqual(stepwise.messages(sessionId), direct.messages(sessionId));
+          assert.deepEqual(stepwise.get(sessionId), direct.get(sessionId));
+          assert.deepEqual(stepwise.listSessions("alice"), direct.listSessions("alice"));
+          // turnCount counts distinct user-message ids, however often they were appended.
+          assert.equal(direct.get(sessionId)!.turnCount, users.size);
+          assert.deepEqual(direct.messages(sessionId), model([{ sessionId, messages: full }]).get(sessionId));
+        } finally {
+          stepwise.close();
+          direct.close();
+        }
+      },
+    ),
+    { numRuns: 300 },
+  );
+});
+
+/** A step of the compaction property: append fresh messages, compact a prefix, or try an invalid cut. */
+type Step =
+  | { kind: "append"; session: number; drafts: Draft[] }
+  | { kind: "compact"; session: number; cut: number; summary: string }
+  | { kind: "bad"; session: number; cut: number; how: "unknown" | "other-session" | "twice" };
+
+const STEP: fc.Arbitrary<Step> = fc.oneof(
+  fc.record({
+    kind: fc.constant("append" as const),
+    session: fc.nat({ max: 1 }),
+    drafts: fc.array(DRAFT, { minLength: 1, maxLength: 6 }),
+  }),
+  fc.record({
+    kind: fc.constant("compact" as const),
+    session: fc.nat({ max: 1 }),
+    cut: fc.nat(),
+    summary: TEXT,
+  }),
+  fc.record({
+    kind: fc.constant("bad" as const),
+    session: fc.nat({ max: 1 }),
+    cut: fc.nat(),
+    how: fc.constantFrom("unknown" as const, "other-session" as const, "twice" as const),
+  }),
+);
+
+function assertTurnInvariant(store: SessionStore, sessionId: string): Session {
+  const session = store.get(sessionId)!;
+  const users = store.messages(sessionId).filter((m) => m.role === "user").length;
+  assert.equal(session.turnCount, session.compactedTurns + users, JSON.stringify(session));
+  return session;
+}
+
+Deno.test("SessionStore.applyCompaction() with random cut prefixes keeps turnCount = compactedTurns + users", () => {
+  using dir = tempDir();
+  let run = 0;
+  fc.assert(
+    fc.property(fc.array(STEP, { minLength: 1, maxLength: 25 }), fc.boolean(), (steps, onFile) => {
+      const store = new SessionStore(onFile ? `${dir.path}/c-${run++}.db` : ":memory:", {
+        now: steppingClock(),
+      });
+      const ids = ["s-a", "s-b"];
+      let counter = 0;
+      try {
+        for (const id of ids) store.getOrCreate(id, "alice");
+        for (const step of steps) {
+          const sessionId = ids[step.session];
+          const before = store.messages(sessionId);
+          if (step.kind === "append") {
+            store.append(sessionId, step.drafts.map((d) => ({ ...d, id: `m${counter++}` })));
+          } else if (step.kind === "compact") {
+            const k = step.cut % (before.length + 1);
+            const cut = before.slice(0, k);
+            const old = store.get(sessionId)!;
+            const turns = cut.filter((m) => m.role === "user").length;
+            store.applyCompaction(sessionId, step.summary, cut.map((m) => m.id), turns);
+            const now = store.get(sessionId)!;
+            assert.equal(now.summary, step.summary);
+            assert.equal(now.compactedTurns, old.compactedTurns + turns);
+            assert.equal(now.turnCount, old.turnCount, "compaction never changes the turn count");
+            assert.deepEqual(store.messages(sessionId), before.slice(k));
+          } else {
+            const other = store.messages(ids[1 - step.session]);
+            const k = step.cut % (before.length + 1);
+            const cut = before.slice(0, k).map((m) => m.id);
+            const intruder = step.how === "unknown"
+              ? "no-such-message"
+              : step.how === "other-session"
+              ? other[0]?.id ?? "no-such-message"
+              : cut[0] ?? "no-such-message";
+            cut.splice(step.cut % (cut.length + 1), 0, intruder);
+            const old = { session: store.get(sessionId), other: store.messages(ids[1 - step.session]) };
+            assert.throws(() => store.applyCompaction(sessionId, "{}", cut, 1), /Cannot compact session/);
+            // All or nothing: not one message or counter changed, in either session.
+            assert.deepEqual(store.get(sessionId), old.session);
+            assert.deepEqual(store.messages(sessionId), before);
+            assert.deepEqual(store.messages(ids[1 - step.session]), old.other);
+          }
+          for (const id of ids) assertTurnInvariant(store, id);
+        }
+      } finally {
+        store.close();
+      }
+    }),
+    { numRuns: 200 },
+  );
+});
