@@ -22,6 +22,30 @@ export function clip(value: unknown, max: number, secrets: readonly string[] = [
   return value;
 }
 
+/**
+ * Cuts a torn last line (a crash inside a write) off an open trace file, so the next event starts on a line
+ * of its own and every line of the file is a whole event. Only bytes after the last newline go: those can
+ * only be a crashed writer's, since each event is appended in one write.
+ */
+function dropTornTail(file: Deno.FsFile): void {
+  const size = file.statSync().size;
+  const chunk = new Uint8Array(64 * 1024);
+  for (let end = size; end > 0;) {
+    const start = Math.max(0, end - chunk.length);
+    const view = chunk.subarray(0, end - start);
+    file.seekSync(start, Deno.SeekMode.Start);
+    let read = 0;
+    while (read < view.length) read += file.readSync(view.subarray(read)) ?? view.length;
+    const newline = view.lastIndexOf(0x0a);
+    if (newline !== -1) {
+      if (start + newline + 1 < size) file.truncateSync(start + newline + 1);
+      return;
+    }
+    end = start;
+  }
+  if (size > 0) file.truncateSync(0);
+}
+
 /** Options of {@linkcode JsonlTracer}. */
 export interface JsonlTracerOptions {
   /**
@@ -68,7 +92,8 @@ export class JsonlTracer {
     try {
       if (this.#file === null) {
         Deno.mkdirSync(dirname(this.#path), { recursive: true });
-        this.#file = Deno.openSync(this.#path, { append: true, create: true });
+        this.#file = Deno.openSync(this.#path, { read: true, append: true, create: true });
+        dropTornTail(this.#file);
       }
       const line = JSON.stringify(clip(event, this.#maxPayloadChars, this.#secrets)) + "\n";
       const bytes = this.#encoder.encode(line);

@@ -64,3 +64,15 @@ Deno.test("readTrace() skips a torn last line and never parses it as an event", 
   assert.deepEqual(readTrace(path).map((e) => e.step), [0]);
   assert.deepEqual(readTrace(`${dir.path}/missing.jsonl`), []);
 });
+
+Deno.test("JsonlTracer cuts a torn last line off before writing, so every line is a whole event", () => {
+  using dir = tempDir();
+  const path = `${dir.path}/t.jsonl`;
+  Deno.writeTextFileSync(path, JSON.stringify(event(0)) + "\n" + JSON.stringify(event(1)).slice(0, 30));
+  const tracer = new JsonlTracer(path);
+  tracer.write(event(2));
+  tracer.close();
+  const lines = Deno.readTextFileSync(path).split("\n");
+  assert.deepEqual(lines.slice(0, -1).map((l) => JSON.parse(l).step), [0, 2]);
+  assert.equal(lines.at(-1), "");
+});

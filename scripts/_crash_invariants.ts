@@ -1,0 +1,208 @@
+/**
+ * The crash test's invariant checker: what must hold of a session database and a trace file after any
+ * kill — integrity, tool calls paired with their results, a valid summary, turn accounting, whole trace
+ * lines. One string per violation.
+ * @module
+ */
+import { existsSync } from "node:fs";
+import { DatabaseSync } from "node:sqlite";
+import { SUMMARY_FIELDS } from "../src/compactor.ts";
+import { MAX_SUMMARY_ITEMS } from "../src/config.ts";
+import { parseSummary } from "../src/context.ts";
+import { SessionStore } from "../src/store.ts";
+import { readTrace } from "../src/trace.ts";
+import type { StoredMessage } from "../src/types.ts";
+
+const EVENT_NAMES = new Set([
+  "run_start",
+  "llm_call",
+  "tool_call",
+  "tool_result",
+  "compact",
+  "answer",
+  "error",
+  "run_end",
+]);
+const SUMMARY_KEYS = new Set<string>([...SUMMARY_FIELDS, "updated_at"]);
+
+// ---------------------------------------------------------------------------------------------------------
+// The invariants
+
+/** Whether `value` is a plain JSON object. */
+export function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+/** `text` on one line, cut to `max` characters. */
+export function clip(text: string, max = 120): string {
+  return JSON.stringify(text.length > max ? `${text.slice(0, max)}…` : text);
+}
+
+/** Why a trace line is not an event with the required fields, or null when it is one. */
+function eventProblem(line: string): string | null {
+  let value: unknown;
+  try {
+    value = JSON.parse(line);
+  } catch {
+    return "is not JSON (a torn or glued line)";
+  }
+  if (!isRecord(value)) return "is not a JSON object";
+  const bad: string[] = [];
+  if (typeof value.ts !== "string" || Number.isNaN(Date.parse(value.ts))) bad.push("ts");
+  if (typeof value.session_id !== "string") bad.push("session_id");
+  if (typeof value.run_id !== "string") bad.push("run_id");
+  if (!Number.isInteger(value.turn)) bad.push("turn");
+  if (typeof value.event !== "string" || !EVENT_NAMES.has(value.event)) bad.push("event");
+  if (value.step !== null && !Number.isInteger(value.step)) bad.push("step");
+  if (!isRecord(value.data)) bad.push("data");
+  return bad.length > 0 ? `is not an event (bad ${bad.join(", ")})` : null;
+}
+
+function checkToolPairs(sessionId: string, messages: readonly StoredMessage[], out: string[]): void {
+  for (let i = 0; i < messages.length; i++) {
+    const m = messages[i];
+    if (m.role === "tool") {
+      out.push(
+        `session ${sessionId}: tool message ${m.id} (call ${m.toolCallId}) has no assistant call before it`,
+      );
+      continue;
+    }
+    if (m.role !== "assistant" || !m.toolCalls?.length) continue;
+    const ids = m.toolCalls.map((call) => call.id);
+    let j = i + 1;
+    while (j < messages.length && messages[j].role === "tool") j++;
+    const results = messages.slice(i + 1, j);
+    for (const id of new Set(ids)) {
+      const count = results.filter((r) => r.toolCallId === id).length;
+      const calls = ids.filter((x) => x === id).length;
+      if (count !== 1 || calls !== 1) {
+        out.push(
+          `session ${sessionId}: call ${id} of message ${m.id} has ${count} tool messages (expected 1)`,
+        );
+      }
+    }
+    for (const r of results) {
+      if (!ids.includes(r.toolCallId ?? "")) {
+        out.push(`session ${sessionId}: tool message ${r.id} answers ${r.toolCallId}, not called by ${m.id}`);
+      }
+    }
+    i = j - 1;
+  }
+}
+
+function checkSummary(sessionId: string, text: string | null, out: string[]): void {
+  if (text === null) return;
+  if (parseSummary(text) === null) {
+    out.push(`session ${sessionId}: summary is not summary JSON: ${clip(text)}`);
+    return;
+  }
+  const value = JSON.parse(text) as Record<string, unknown>;
+  const unknown = Object.keys(value).filter((key) => !SUMMARY_KEYS.has(key));
+  if (unknown.length > 0) out.push(`session ${sessionId}: summary has unknown keys ${unknown.join(", ")}`);
+  if (typeof value.updated_at !== "string") {
+    out.push(`session ${sessionId}: summary has no updated_at string`);
+  }
+  for (const field of SUMMARY_FIELDS) {
+    const items = value[field] as string[];
+    if (items.length > MAX_SUMMARY_ITEMS) {
+      out.push(
+        `session ${sessionId}: summary.${field} has ${items.length} items (at most ${MAX_SUMMARY_ITEMS})`,
+      );
+    }
+  }
+}
+
+function checkDatabase(path: string, out: string[]): void {
+  if (!existsSync(path)) return;
+  let sessionIds: string[];
+  try {
+    const raw = new DatabaseSync(path);
+    try {
+      const rows = raw.prepare("PRAGMA integrity_check").all();
+      const verdict = rows.map((row) => String(Object.values(row)[0])).join("; ");
+      if (verdict !== "ok") out.push(`integrity_check: ${clip(verdict, 300)}`);
+      const orphans = raw.prepare("PRAGMA foreign_key_check").all();
+      if (orphans.length > 0) out.push(`foreign_key_check: ${orphans.length} rows without their parent`);
+      sessionIds = raw.prepare("SELECT id FROM sessions ORDER BY id").all().map((row) => String(row.id));
+    } finally {
+      raw.close();
+    }
+  } catch (error) {
+    out.push(`cannot check the database: ${(error as Error).message}`);
+    return;
+  }
+  let store: SessionStore;
+  try {
+    store = new SessionStore(path);
+  } catch (error) {
+    out.push(`cannot open the store: ${(error as Error).message}`);
+    return;
+  }
+  try {
+    for (const id of sessionIds) {
+      const session = store.get(id)!;
+      let messages: StoredMessage[];
+      try {
+        messages = store.messages(id);
+      } catch (error) {
+        out.push(`session ${id}: cannot read its messages: ${(error as Error).message}`);
+        continue;
+      }
+      checkToolPairs(id, messages, out);
+      checkSummary(id, session.summary, out);
+      const users = messages.filter((m) => m.role === "user").length;
+      if (session.turnCount !== session.compactedTurns + users) {
+        out.push(
+          `session ${id}: turn_count ${session.turnCount} != compacted_turns ${session.compactedTurns} + ` +
+            `${users} stored user messages`,
+        );
+      }
+    }
+  } finally {
+    store.close();
+  }
+}
+
+function checkTraceFile(path: string, out: string[]): void {
+  let text: string;
+  try {
+    text = Deno.readTextFileSync(path);
+  } catch (error) {
+    if (error instanceof Deno.errors.NotFound) return;
+    throw error;
+  }
+  const lines = text.split("\n");
+  const tail = lines.pop()!;
+  let whole = 0;
+  lines.forEach((line, i) => {
+    const problem = eventProblem(line);
+    if (problem === null) whole++;
+    else out.push(`trace line ${i + 1} ${problem}: ${clip(line)}`);
+  });
+  if (tail !== "" && eventProblem(tail) === null) {
+    out.push(`trace ends with an unterminated line that parses as an event: ${clip(tail)}`);
+  }
+  const read = readTrace(path).length;
+  if (read !== whole) out.push(`readTrace returned ${read} events; the trace has ${whole} whole event lines`);
+}
+
+/**
+ * Checks what a crash must never break, and returns one message per violation (empty: all hold): SQLite's
+ * `integrity_check` (and foreign keys); per session, every assistant tool call answered by exactly one tool
+ * message right after it and no tool message without its call, a summary that is null or valid (the four
+ * string arrays, at most MAX_SUMMARY_ITEMS each), `turn_count = compacted_turns + stored user messages`;
+ * every complete trace line an event with the required fields, only the last line possibly torn, and
+ * `readTrace` returning exactly the whole events. Missing files count as empty. Call it only while no
+ * other process writes the files.
+ */
+export function checkCrashInvariants(dbPath: string, tracePath: string): string[] {
+  const out: string[] = [];
+  checkDatabase(dbPath, out);
+  checkTraceFile(tracePath, out);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The rounds
+
+/** How a round picks its kill. The `*_blocked` modes hold the database's write lock to force the moment. */

@@ -1,0 +1,348 @@
+/**
+ * The crash test's fake OpenAI-compatible provider on 127.0.0.1. It answers by rule, like a tiny model:
+ * summary JSON for a summary request, one or two `calculator` calls (sometimes a `todo` add as well) for
+ * arithmetic, a `todo` call for "add a todo: …", text quoting the results after tool messages, anything
+ * else a short text. Each reply comes after a seeded random delay, streamed (SSE) or as one JSON body, and
+ * every moment — request received, reply about to go, reply sent — is reported and awaited, so the crash
+ * test can kill the client exactly then.
+ * @module
+ */
+import { SUMMARY_PROMPT } from "../src/summarizer.ts";
+
+/** A seeded PRNG (mulberry32): numbers in [0, 1), the same sequence for the same seed. */
+export function createRng(seed: number): () => number {
+  let state = seed >>> 0;
+  return function next(): number {
+    state = (state + 0x6d2b79f5) >>> 0;
+    let t = state;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** What a request asks for: a compaction summary, a reply to a user message, a reply to tool results. */
+export type RequestKind = "summary" | "chat" | "tool_results";
+/** What a reply carries. */
+export type ReplyKind = "summary" | "tool_calls" | "answer";
+
+/** One tool call of a reply. */
+export interface WireCall {
+  id: string;
+  name: string;
+  arguments: string;
+}
+
+/**
+ * A moment of one exchange: `request` when the body has been read (before the delay), `reply` when the
+ * reply is about to be sent, `sent` once its whole body is handed to the connection.
+ */
+export type ProviderMoment =
+  | { kind: "request"; request: RequestKind; index: number; stream: boolean }
+  | { kind: "reply" | "sent"; reply: ReplyKind; index: number; calls: WireCall[] };
+
+/** Options of {@linkcode startCrashProvider}. */
+export interface CrashProviderOptions {
+  /**
+   * Seed of the delays and of the rule-based choices (second calls, extra todo calls).
+   * @default {1}
+   */
+  seed?: number;
+  /**
+   * Longest random delay before a reply, in milliseconds.
+   * @default {40}
+   */
+  maxDelayMs?: number;
+  /**
+   * Told of every moment and awaited before the exchange goes on. A handler is not always told that its
+   * client went away, so moments may still come for a killed client: callers ignore those.
+   * @default {() => {}}
+   */
+  onMoment?: (moment: ProviderMoment) => void | Promise<void>;
+}
+
+/** The running provider. */
+export interface CrashProvider {
+  /** The base URL for `OPENAI_BASE_URL`. */
+  url: string;
+  /** Every request body, in arrival order. */
+  requests: Record<string, unknown>[];
+  /** Replies sent (some perhaps to a client already killed), by kind, and the tool calls they made. */
+  stats: { summaries: number; toolReplies: number; toolCalls: number; answers: number };
+  /** The text of every tool result a request carried (tool messages, and `[tool …]` lines of summaries). */
+  toolResultsSeen: string[];
+  /** Resolves when no exchange is in progress (a killed client's last reply has been dropped). */
+  idle(): Promise<void>;
+  /** Stops the server; resolves once it is closed. */
+  close(): Promise<void>;
+}
+
+interface WireMessage {
+  role: string;
+  content: string | null;
+}
+
+interface Decision {
+  kind: ReplyKind;
+  content: string | null;
+  calls: WireCall[];
+}
+
+const EXPRESSION = /[(\d][\d\s+\-*/%().]*[\d)]/g;
+
+function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+function requestKind(messages: readonly WireMessage[]): RequestKind {
+  if (messages[0]?.role === "system" && messages[0].content === SUMMARY_PROMPT) return "summary";
+  return messages.at(-1)?.role === "tool" ? "tool_results" : "chat";
+}
+
+function short(text: string): string {
+  return text.length <= 150 ? text : `${text.slice(0, 149)}…`;
+}
+
+/** Rule-based replies; `rng` drives the optional extra calls. Call ids and todo texts are numbered. */
+class Rules {
+  #rng: () => number;
+  #calls = 0;
+  #todos = 0;
+  #prefix: string;
+
+  constructor(seed: number, rng: () => number) {
+    this.#prefix = `call_${seed}_`;
+    this.#rng = rng;
+  }
+
+  decide(kind: RequestKind, messages: readonly WireMessage[]): Decision {
+    if (kind === "summary") {
+      return { kind, content: this.#summary(messages.at(-1)?.content ?? ""), calls: [] };
+    }
+    if (kind === "tool_results") return { kind: "answer", content: this.#results(messages), calls: [] };
+    const text = messages.at(-1)?.content ?? "";
+    const calls: WireCall[] = [];
+    const todo = /add a todo:\s*(.+)$/i.exec(text);
+    const expressions = (text.match(EXPRESSION) ?? []).map((e) => e.trim()).filter((e) => /[-+*/%]/.test(e));
+    if (todo !== null) {
+      calls.push(this.#todoCall(todo[1].trim()));
+    } else if (expressions.length > 0) {
+      for (const expression of expressions.slice(0, 2)) calls.push(this.#call("calculator", { expression }));
+      if (calls.length === 1 && this.#rng() < 0.5) {
+        calls.push(this.#call("calculator", { expression: `(${expressions[0]})*2` }));
+      }
+      if (this.#rng() < 0.3) calls.push(this.#todoCall(`check ${expressions[0]}`));
+    }
+    if (calls.length > 0) return { kind: "tool_calls", content: null, calls };
+    return { kind: "answer", content: this.#chat(text, messages), calls };
+  }
+
+  #call(name: string, args: Record<string, unknown>): WireCall {
+    return { id: `${this.#prefix}${++this.#calls}`, name, arguments: JSON.stringify(args) };
+  }
+
+  // Todo texts are unique, so the crash test can tell which todo's result was stored.
+  #todoCall(text: string): WireCall {
+    return this.#call("todo", { action: "add", text: `${text} #${++this.#todos}` });
+  }
+
+  #summary(transcript: string): string {
+    const users = [...transcript.matchAll(/^\[user\] (.*)$/gm)].map((m) => m[1]);
+    const facts = users.slice(-2).reverse().map((u) => short(`User said: ${u}`));
+    const todos: string[] = [];
+    for (const [, args] of transcript.matchAll(/^\[assistant calls todo\] (.*)$/gm)) {
+      try {
+        const { text } = JSON.parse(args);
+        if (typeof text === "string") todos.unshift(short(text));
+      } catch {
+        // Not JSON: nothing to remember.
+      }
+    }
+    const goals = this.#rng() < 0.3 ? ["Get arithmetic checked with the calculator"] : [];
+    return JSON.stringify({
+      goals,
+      facts: facts.length > 0 ? facts : ["Nothing new was said"],
+      todos: todos.slice(0, 2),
+      unresolved: [],
+    });
+  }
+
+  #results(messages: readonly WireMessage[]): string {
+    const parts: string[] = [];
+    for (let i = messages.length - 1; i >= 0 && messages[i].role === "tool"; i--) {
+      let result;
+      try {
+        result = JSON.parse(messages[i].content ?? "");
+      } catch {
+        parts.unshift("a result I could not read");
+        continue;
+      }
+      const data = result?.data;
+      if (!result?.ok) parts.unshift(`a tool failed: ${result?.error}`);
+      else if (typeof data?.result === "number") parts.unshift(`${data.expression} = ${data.result}`);
+      else if (data?.todo) parts.unshift(`added todo ${data.todo.id}: ${data.todo.text}`);
+      else parts.unshift("done");
+    }
+    return `${parts.join("; ")}.`;
+  }
+
+  #chat(text: string, messages: readonly WireMessage[]): string {
+    const said = /my name is (\w+)/i.exec(text);
+    if (said !== null) return `Nice to meet you, ${said[1]}.`;
+    if (/what is my name/i.test(text)) {
+      const known = messages.map((m) => /my name is (\w+)/i.exec(m.content ?? "")).findLast((m) =>
+        m !== null
+      );
+      return known ? `Your name is ${known[1]}.` : "I do not know your name yet.";
+    }
+    return `Noted: ${short(text)}`;
+  }
+}
+
+function completion(model: string, decision: Decision): Record<string, unknown> {
+  const message: Record<string, unknown> = { role: "assistant", content: decision.content };
+  if (decision.calls.length > 0) {
+    message.tool_calls = decision.calls.map((c) => ({
+      id: c.id,
+      type: "function",
+      function: { name: c.name, arguments: c.arguments },
+    }));
+  }
+  return {
+    id: "chatcmpl-crash",
+    object: "chat.completion",
+    created: 0,
+    model,
+    choices: [{ index: 0, message, finish_reason: decision.calls.length > 0 ? "tool_calls" : "stop" }],
+    usage: { prompt_tokens: 20, completion_tokens: 8, total_tokens: 28 },
+  };
+}
+
+/** The reply as SSE frames, OpenAI style: argument fragments by `index`, usage in a `choices: []` chunk. */
+function sseFrames(model: string, decision: Decision): string[] {
+  const base = { id: "chatcmpl-crash", object: "chat.completion.chunk", created: 0, model };
+  const chunks: Record<string, unknown>[] = [];
+  const push = (delta: Record<string, unknown>, finish: string | null = null) =>
+    chunks.push({ ...base, choices: [{ index: 0, delta, finish_reason: finish }], usage: null });
+  push({ role: "assistant", content: "" });
+  decision.calls.forEach((call, index) => {
+    const half = Math.ceil(call.arguments.length / 2);
+    push({
+      tool_calls: [{ index, id: call.id, type: "function", function: { name: call.name, arguments: "" } }],
+    });
+    push({ tool_calls: [{ index, function: { arguments: call.arguments.slice(0, half) } }] });
+    push({ tool_calls: [{ index, function: { arguments: call.arguments.slice(half) } }] });
+  });
+  for (const word of decision.content?.match(/\S+\s*/g) ?? []) push({ content: word });
+  push({}, decision.calls.length > 0 ? "tool_calls" : "stop");
+  chunks.push({ ...base, choices: [], usage: { prompt_tokens: 20, completion_tokens: 8, total_tokens: 28 } });
+  return [...chunks.map((c) => `data: ${JSON.stringify(c)}\n\n`), "data: [DONE]\n\n"];
+}
+
+function toolResults(kind: RequestKind, messages: readonly WireMessage[]): string[] {
+  if (kind === "summary") {
+    return [...(messages.at(-1)?.content ?? "").matchAll(/^\[tool [^\]]*\] (.*)$/gm)].map((m) => m[1]);
+  }
+  return messages.filter((m) => m.role === "tool").map((m) => m.content ?? "");
+}
+
+/** Starts the provider on an ephemeral loopback port. */
+export function startCrashProvider(options: CrashProviderOptions = {}): CrashProvider {
+  const { seed = 1, maxDelayMs = 40, onMoment = () => {} } = options;
+  if (!Number.isInteger(seed)) {
+    throw new TypeError(`Cannot start the provider: seed must be an integer, got ${seed}`);
+  }
+  if (!(maxDelayMs >= 0)) {
+    throw new RangeError(`Cannot start the provider: maxDelayMs must be >= 0, got ${maxDelayMs}`);
+  }
+  const rng = createRng(seed);
+  const rules = new Rules(seed, rng);
+  const requests: Record<string, unknown>[] = [];
+  const stats = { summaries: 0, toolReplies: 0, toolCalls: 0, answers: 0 };
+  const toolResultsSeen: string[] = [];
+  const encoder = new TextEncoder();
+  let busy = 0;
+  let waiters: (() => void)[] = [];
+  const release = () => {
+    if (--busy > 0) return;
+    for (const wake of waiters) wake();
+    waiters = [];
+  };
+
+  async function exchange(request: Request): Promise<Response> {
+    const body = await request.json();
+    const index = requests.push(body) - 1;
+    const messages = (body.messages ?? []) as WireMessage[];
+    const stream = body.stream === true;
+    const kind = requestKind(messages);
+    toolResultsSeen.push(...toolResults(kind, messages));
+    await onMoment({ kind: "request", request: kind, index, stream });
+    const decision = rules.decide(kind, messages);
+    await delay(Math.floor(rng() * (maxDelayMs + 1)));
+    // Aborted only when the runtime notices the client left; often it does not (see onMoment).
+    const gone = () => request.signal.aborted;
+    if (gone()) return new Response(null, { status: 499 });
+    const moment = { reply: decision.kind, index, calls: decision.calls };
+    await onMoment({ kind: "reply", ...moment });
+    if (gone()) return new Response(null, { status: 499 });
+    stats[
+      decision.kind === "summary" ? "summaries" : decision.kind === "tool_calls" ? "toolReplies" : "answers"
+    ]++;
+    stats.toolCalls += decision.calls.length;
+    const model = String(body.model);
+    const text = stream ? sseFrames(model, decision) : [JSON.stringify(completion(model, decision))];
+    // A stream goes out in up to three pieces with short gaps, so a kill can land mid-reply.
+    const [a, b] = [Math.floor(rng() * text.length), Math.floor(rng() * text.length)].sort((x, y) => x - y);
+    const pieces = (stream ? [text.slice(0, a), text.slice(a, b), text.slice(b)] : [text])
+      .map((p) => p.join("")).filter((p) => p !== "");
+    let cancelled = false;
+    busy++;
+    const out = new ReadableStream<Uint8Array>({
+      async start(controller) {
+        try {
+          for (const [i, piece] of pieces.entries()) {
+            if (i > 0) await delay(Math.floor(rng() * 4));
+            if (cancelled || gone()) return;
+            controller.enqueue(encoder.encode(piece));
+          }
+          controller.close();
+          if (!cancelled && !gone()) await onMoment({ kind: "sent", ...moment });
+        } catch {
+          // The client went away mid-reply (it was killed): nothing to deliver.
+        } finally {
+          release();
+        }
+      },
+      cancel() {
+        cancelled = true;
+      },
+    });
+    const type = stream ? "text/event-stream" : "application/json";
+    return new Response(out, { headers: { "content-type": type } });
+  }
+
+  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen: () => {} }, async (request) => {
+    const url = new URL(request.url);
+    if (request.method !== "POST" || url.pathname !== "/v1/chat/completions") {
+      await request.body?.cancel();
+      return Response.json({ error: { message: "not found" } }, { status: 404 });
+    }
+    busy++;
+    try {
+      return await exchange(request);
+    } catch (error) {
+      return Response.json({ error: { message: String(error) } }, { status: 500 });
+    } finally {
+      release();
+    }
+  });
+
+  return {
+    url: `http://127.0.0.1:${server.addr.port}/v1`,
+    requests,
+    stats,
+    toolResultsSeen,
+    idle: () => busy === 0 ? Promise.resolve() : new Promise<void>((resolve) => waiters.push(resolve)),
+    close: () => server.shutdown(),
+  };
+}
