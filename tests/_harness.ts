@@ -87,3 +87,39 @@ export function tempDir(): { path: string; [Symbol.dispose](): void } {
   const path = Deno.makeTempDirSync({ prefix: "mra-test-" });
   return { path, [Symbol.dispose]: () => Deno.removeSync(path, { recursive: true }) };
 }
+
+/** The repository root, where `deno task` runs. */
+export const ROOT = fileURLToPath(new URL("..", import.meta.url));
+
+/** What a finished subprocess printed and how it ended. */
+export interface ProcessResult {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/**
+ * Runs `command args` in the repository root with `stdin` piped in and `NO_COLOR=1`, and collects its
+ * output. With `clearEnv`, the child sees only `env`.
+ */
+export async function runProcess(
+  command: string,
+  args: string[],
+  options: { env?: Record<string, string>; stdin?: string; clearEnv?: boolean } = {},
+): Promise<ProcessResult> {
+  const { env = {}, stdin = "", clearEnv = false } = options;
+  const child = new Deno.Command(command, {
+    args,
+    cwd: ROOT,
+    env: { NO_COLOR: "1", ...env },
+    clearEnv,
+    stdin: "piped",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  const writer = child.stdin.getWriter();
+  await writer.write(new TextEncoder().encode(stdin));
+  await writer.close();
+  const { code, stdout, stderr } = await child.output();
+  return { code, stdout: new TextDecoder().decode(stdout), stderr: new TextDecoder().decode(stderr) };
+}

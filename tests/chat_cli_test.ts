@@ -1,26 +1,10 @@
 /** The chat task end to end: `deno task chat` as a subprocess, piped stdin, a fake provider on 127.0.0.1. */
 import assert from "node:assert/strict";
-import { fileURLToPath } from "node:url";
 import { startFakeProvider } from "./fixtures/fake_openai.ts";
-import { tempDir } from "./_harness.ts";
+import { ROOT, runProcess, tempDir } from "./_harness.ts";
 
-const ROOT = fileURLToPath(new URL("..", import.meta.url));
-
-async function chat(args: string[], stdin: string, env: Record<string, string>) {
-  const child = new Deno.Command("deno", {
-    args: ["task", "--quiet", "chat", ...args],
-    cwd: ROOT,
-    env: { NO_COLOR: "1", ...env },
-    clearEnv: true,
-    stdin: "piped",
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
-  const writer = child.stdin.getWriter();
-  await writer.write(new TextEncoder().encode(stdin));
-  await writer.close();
-  const { code, stdout, stderr } = await child.output();
-  return { code, stdout: new TextDecoder().decode(stdout), stderr: new TextDecoder().decode(stderr) };
+function chat(args: string[], stdin: string, env: Record<string, string>) {
+  return runProcess("deno", ["task", "--quiet", "chat", ...args], { env, stdin, clearEnv: true });
 }
 
 function baseEnv(dir: string, url: string): Record<string, string> {

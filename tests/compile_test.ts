@@ -3,29 +3,15 @@
  * which this environment cannot reach, so the test runs only when DENORT_BIN points to a real denort.
  */
 import assert from "node:assert/strict";
-import { fileURLToPath } from "node:url";
 import { startFakeProvider } from "./fixtures/fake_openai.ts";
-import { tempDir } from "./_harness.ts";
+import { ROOT, runProcess, tempDir } from "./_harness.ts";
 
-const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const denort = Deno.env.get("DENORT_BIN") ?? "";
 const reason = denort === "" ? "DENORT_BIN is not set (deno compile cannot download denort here)" : null;
 if (reason !== null) console.log(`compile test ignored: ${reason}`);
 
-async function run(command: string, args: string[], env: Record<string, string>, stdin = "") {
-  const child = new Deno.Command(command, {
-    args,
-    cwd: ROOT,
-    env: { NO_COLOR: "1", ...env },
-    stdin: "piped",
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
-  const writer = child.stdin.getWriter();
-  await writer.write(new TextEncoder().encode(stdin));
-  await writer.close();
-  const { code, stdout, stderr } = await child.output();
-  return { code, stdout: new TextDecoder().decode(stdout), stderr: new TextDecoder().decode(stderr) };
+function run(command: string, args: string[], env: Record<string, string>, stdin = "") {
+  return runProcess(command, args, { env, stdin });
 }
 
 Deno.test({

@@ -6,7 +6,6 @@
  * the loop, the HTTP handler and the chat task, and finds the key nowhere.
  */
 import assert from "node:assert/strict";
-import { fileURLToPath } from "node:url";
 import { type Config, loadConfig } from "../src/config.ts";
 import { LlmError } from "../src/errors.ts";
 import { Authenticator } from "../src/http/auth.ts";
@@ -18,7 +17,7 @@ import { SessionStore } from "../src/store.ts";
 import { createLlmSummarizer, deterministicSummarizer } from "../src/summarizer.ts";
 import { JsonlTracer, readTrace } from "../src/trace.ts";
 import type { RunEvent, StoredMessage, TurnResult } from "../src/types.ts";
-import { realTools } from "./_harness.ts";
+import { realTools, runProcess } from "./_harness.ts";
 import {
   type Behaviour,
   completion,
@@ -37,7 +36,6 @@ import {
   textChunks,
 } from "./fixtures/fault_provider.ts";
 
-const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const KEY = "sk-fault-matrix-key-7c1e";
 const SESSION = "fault-1";
 const USER = "tester";
@@ -785,21 +783,8 @@ function searchable(value: unknown): string {
 }
 
 /** Runs `deno task chat` with piped stdin, as tests/chat_cli_test.ts does. */
-async function chatTask(stdin: string, env: Record<string, string>) {
-  const child = new Deno.Command("deno", {
-    args: ["task", "--quiet", "chat"],
-    cwd: ROOT,
-    env: { NO_COLOR: "1", ...env },
-    clearEnv: true,
-    stdin: "piped",
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
-  const writer = child.stdin.getWriter();
-  await writer.write(new TextEncoder().encode(stdin));
-  await writer.close();
-  const { code, stdout, stderr } = await child.output();
-  return { code, stdout: new TextDecoder().decode(stdout), stderr: new TextDecoder().decode(stderr) };
+function chatTask(stdin: string, env: Record<string, string>) {
+  return runProcess("deno", ["task", "--quiet", "chat"], { env, stdin, clearEnv: true });
 }
 
 Deno.test("fault: the sentinel key reaches the provider and nowhere else", async () => {
