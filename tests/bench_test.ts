@@ -1,0 +1,147 @@
+/**
+ * Smoke tests of the bench: its measurement functions at tiny sizes return well-formed, sane results. Shapes
+ * and counts only, never a time threshold: the machine's speed is not under test.
+ */
+import assert from "node:assert/strict";
+import { parseSummaryPatch } from "../src/compactor.ts";
+import { SUMMARY_PROMPT } from "../src/summarizer.ts";
+import { answer } from "../scripts/_bench_provider.ts";
+import { formatReport } from "../scripts/_bench_report.ts";
+import { distribution, median, percentile } from "../scripts/_bench_stats.ts";
+import {
+  type BenchReport,
+  judgeTargets,
+  measureGrowth,
+  measureHttp,
+  measureMemory,
+  measureOverhead,
+  measureStartup,
+} from "../scripts/bench.ts";
+
+function assertPositiveFinite(value: number, what: string): void {
+  assert.ok(Number.isFinite(value) && value > 0, `${what} must be positive and finite, got ${value}`);
+}
+
+Deno.test("bench provider answers a sum with a call, a result with an answer, a summary with JSON", () => {
+  const call = answer({ messages: [{ role: "user", content: "what is 12*(3+4)?" }] });
+  assert.equal(call.kind, "tool_call");
+  const calls = call.message.tool_calls as { function: { arguments: string } }[];
+  assert.deepEqual(JSON.parse(calls[0].function.arguments), { expression: "12*(3+4)" });
+
+  const tool = JSON.stringify({ ok: true, data: { expression: "12*(3+4)", result: 84 }, error: null });
+  const final = answer({ messages: [{ role: "tool", content: tool }] });
+  assert.equal(final.kind, "answer");
+  assert.match(String(final.message.content), /84/);
+
+  const summary = answer({
+    messages: [
+      { role: "system", content: SUMMARY_PROMPT },
+      { role: "user", content: `Messages being removed:\n[tool calculator] ${tool}` },
+    ],
+  });
+  assert.equal(summary.kind, "summary");
+  const patch = parseSummaryPatch(String(summary.message.content));
+  assert.deepEqual(patch.facts, ["The calculator returned 84."]);
+});
+
+Deno.test("bench statistics give the nearest-rank percentile and the middle median", () => {
+  assert.equal(median([3, 1, 2]), 2);
+  assert.equal(median([4, 1, 2, 3]), 2.5);
+  assert.equal(percentile([1, 2, 3, 4, 5, 6, 7, 8, 9, 10], 95), 10);
+  assert.equal(percentile([1, 2, 3, 4, 5, 6, 7, 8, 9, 10], 50), 5);
+  assert.deepEqual(distribution([]).count, 0);
+});
+
+Deno.test("measureOverhead() times runtime and floor turns and gives a positive, finite ratio", async () => {
+  const result = await measureOverhead({ rounds: 1, turns: 3 });
+  assert.equal(result.session, "fresh per round");
+  assert.equal(result.runtime.count, 3);
+  assert.equal(result.floor.count, 3);
+  assert.equal(result.floorWithSummaries.count, 3);
+  assertPositiveFinite(result.runtime.median, "runtime median");
+  assertPositiveFinite(result.floor.median, "floor median");
+  assertPositiveFinite(result.ratio, "ratio");
+  assertPositiveFinite(result.p95Ratio, "p95 ratio");
+  assert.equal(result.roundRatios.length, 1);
+  // Three turns stay under the default 20 raw turns: no compaction, so no summary call.
+  assert.equal(result.summaryCallsPerRound, 0);
+  assert.equal(result.afterCompaction.runtime.count, 0);
+});
+
+Deno.test("measureGrowth() over 25 turns compacts at the default 20 raw turns, in budget", async () => {
+  const result = await measureGrowth({ turns: 25 });
+  assert.equal(result.turns, 25);
+  assert.equal(result.window, 12);
+  assertPositiveFinite(result.ratio, "growth ratio");
+  assertPositiveFinite(result.driftCorrectedRatio, "drift-corrected growth ratio");
+  assertPositiveFinite(result.lastVsReference, "last window against the reference turns");
+  assert.equal(result.requestBytesFirstTurn.length, 2);
+  assert.equal(result.requestBytesLastTurn.length, 2);
+  for (const bytes of [...result.requestBytesFirstTurn, ...result.requestBytesLastTurn]) assert.ok(bytes > 0);
+  assert.ok(
+    result.requestBytesLastTurn[0] > result.requestBytesFirstTurn[0],
+    "the history grows the request",
+  );
+  assert.ok(
+    result.summaryCalls >= 1,
+    `compaction must have called the summarizer, got ${result.summaryCalls}`,
+  );
+  assert.equal(result.compactions.ok, result.summaryCalls);
+  assert.equal(result.compactions.failed, 0);
+  assert.equal(result.maxCtxTokens, 6000);
+  assert.ok(result.underBudget);
+  assert.ok(result.dbBytes > 0 && result.traceBytes > 0);
+});
+
+Deno.test("measureHttp() serves 2 clients × 2 turns, also on one session, without errors", async () => {
+  const result = await measureHttp({ clients: [2], turnsPerClient: 2, sharedClients: 2, latencyMs: 5 });
+  assert.equal(result.exitCode, 0);
+  assert.equal(result.rows.length, 2);
+  const [distinct, shared] = result.rows;
+  assert.equal(distinct.sessions, "distinct");
+  assert.equal(distinct.turns, 4);
+  assert.equal(distinct.errors, 0);
+  assert.equal(distinct.wrongAnswers, 0);
+  assertPositiveFinite(distinct.turnsPerSecond, "turns/s");
+  assertPositiveFinite(distinct.efficiency, "efficiency");
+  assertPositiveFinite(distinct.efficiencyVsFloor ?? NaN, "efficiency against the floor");
+  assert.equal(distinct.floor?.turns, 4);
+  assert.equal(shared.sessions, "one");
+  assert.equal(shared.turns, 4);
+  assert.equal(shared.errors, 0);
+  assert.equal(shared.gaveUp, 0);
+  assert.ok(result.rssAfterLoadMiB > 0);
+});
+
+Deno.test("measureMemory() and measureStartup() read serve's RSS and time serve and chat", async () => {
+  const memory = await measureMemory({ sessions: 5, concurrency: 2 });
+  assert.equal(memory.listed, 5);
+  assert.equal(memory.errors, 0);
+  assert.deepEqual(memory.exitCodes, [0, 0]);
+  for (const rss of [memory.idleRssMiB, memory.afterCreateRssMiB, memory.restartRssMiB]) {
+    assertPositiveFinite(rss, "RSS");
+  }
+  const startup = await measureStartup({ repeats: 1 });
+  assert.ok(startup.chatOk);
+  assert.equal(startup.serveMs.length, 1);
+  assertPositiveFinite(startup.serveMedianMs, "serve start-up");
+  assertPositiveFinite(startup.chatMedianMs, "chat start-up");
+  assertPositiveFinite(startup.taskFlagsMedianMs, "task_flags");
+
+  const report: BenchReport = {
+    mode: "quick",
+    machine: { cores: 2, deno: "x", v8: "y", os: "z" },
+    seconds: 1,
+    memory,
+    startup,
+    targets: judgeTargets({
+      mode: "quick",
+      machine: { cores: 2, deno: "x", v8: "y", os: "z" },
+      seconds: 1,
+      memory,
+    }),
+  };
+  assert.equal(report.targets.overhead, null);
+  assert.equal(typeof report.targets.memory, "boolean");
+  assert.match(formatReport(report), /Memory — VmRSS/);
+});
