@@ -102,13 +102,7 @@ function openRig(script: Behaviour[], then: ScriptEnd = "ok", options: RigOption
     AGENT_TRACE_PATH: `${dir}/traces.jsonl`,
   });
   const delays: number[] = [];
-  const llm = options.fromConfig ? createLlmFromConfig(config, { stream }) : new OpenAICompatibleLLM({
-    baseUrl: config.baseUrl,
-    apiKey: config.apiKey,
-    model: config.model,
-    timeoutSeconds: config.llmTimeoutSeconds,
-    retries: config.llmRetries,
-    retryBaseDelaySeconds: config.llmRetryBaseDelay,
+  const llm = options.fromConfig ? createLlmFromConfig(config, { stream }) : createLlmFromConfig(config, {
     stream,
     now: options.now,
     sleep: (ms) => {

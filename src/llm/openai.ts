@@ -448,11 +448,11 @@ export class OpenAICompatibleLLM implements LLM {
 
 /**
  * The client for a loaded configuration: its endpoint, key, model, timeout and retry settings. Streaming is
- * the caller's choice (`options.stream`, off by default).
+ * the caller's choice (`options.stream`, off by default); tests may inject `fetch`, `sleep` and `now`.
  */
 export function createLlmFromConfig(
   config: Readonly<Config>,
-  options: Pick<OpenAICompatibleLLMOptions, "fetch" | "onRetry" | "stream"> = {},
+  options: Pick<OpenAICompatibleLLMOptions, "fetch" | "onRetry" | "stream" | "sleep" | "now"> = {},
 ): OpenAICompatibleLLM {
   return new OpenAICompatibleLLM({
     baseUrl: config.baseUrl,
