@@ -264,9 +264,13 @@ export class SessionStore {
   getOrCreate(sessionId: string, userId: string): Session {
     validateId(sessionId);
     validateId(userId, "user id");
-    const stamp = this.#stamp();
-    this.#statements.insertSession.run(sessionId, userId, stamp, stamp);
-    const session = this.get(sessionId)!;
+    // Read first: an existing session (every turn but the first) costs no write transaction.
+    let session = this.get(sessionId);
+    if (session === null) {
+      const stamp = this.#stamp();
+      this.#statements.insertSession.run(sessionId, userId, stamp, stamp);
+      session = this.get(sessionId)!;
+    }
     if (session.userId !== userId) {
       throw new SessionError(`Session "${sessionId}" not found`, "not_found");
     }
