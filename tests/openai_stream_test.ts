@@ -9,39 +9,25 @@ import {
   OpenAICompatibleLLM,
   type OpenAICompatibleLLMOptions,
 } from "../src/llm/openai.ts";
-import type { ChatReply, Message, ToolSchema } from "../src/types.ts";
+import type { ChatReply, ToolSchema } from "../src/types.ts";
+import {
+  BASE,
+  HELLO,
+  KEY,
+  llmError,
+  makeClient as makeStubClient,
+  MODEL,
+  OPENAPI,
+  respond,
+  type Step,
+  stubFetch,
+  WIRE,
+} from "./_openai_stubs.ts";
 
-// CI clones the repo into some folder and puts shared/ beside it: always resolve from this file.
-const WIRE = new URL("../../shared/fixtures/wire/", import.meta.url);
-const OPENAPI = new URL("../../shared/openai/chat-completions.openapi.json", import.meta.url);
-
-const KEY = "sk-test-SENTINEL-123";
-const BASE = "https://api.example.com/v1";
-const MODEL = "test-model";
-const HELLO: Message[] = [{ role: "user", content: "hello" }];
 const encoder = new TextEncoder();
 
 // ---------------------------------------------------------------------------------------------------------
 // Stubs
-
-interface Sent {
-  headers: Headers;
-  body: Record<string, unknown>;
-  signal: AbortSignal;
-}
-
-type Step = (signal: AbortSignal) => Promise<Response>;
-
-/** A fetch that answers with `steps` in order (the last one repeats) and records every request. */
-function stubFetch(...steps: Step[]): { fetch: typeof globalThis.fetch; sent: Sent[] } {
-  const sent: Sent[] = [];
-  function fetch(_input: string | URL | Request, init: RequestInit = {}): Promise<Response> {
-    const signal = init.signal ?? new AbortController().signal;
-    sent.push({ headers: new Headers(init.headers), body: JSON.parse(String(init.body)), signal });
-    return steps[Math.min(sent.length, steps.length) - 1](signal);
-  }
-  return { fetch, sent };
-}
 
 /** How a stubbed body ends after its chunks. */
 type Ending = "close" | "error" | "stall";
@@ -82,44 +68,9 @@ function sseStep(source: Body | (() => Body), status = 200): Step {
   };
 }
 
-function respond(status: number, text: string, headers: Record<string, string> = {}): Step {
-  return () => Promise.resolve(new Response(text, { status, headers }));
-}
-
-function recordingSleep(): { sleep: (ms: number) => Promise<void>; delays: number[] } {
-  const delays: number[] = [];
-  function sleep(ms: number): Promise<void> {
-    delays.push(ms);
-    return Promise.resolve();
-  }
-  return { sleep, delays };
-}
-
-function makeClient(
-  fetch: typeof globalThis.fetch,
-  options: Partial<OpenAICompatibleLLMOptions> = {},
-): { llm: OpenAICompatibleLLM; delays: number[] } {
-  const { sleep, delays } = recordingSleep();
-  const llm = new OpenAICompatibleLLM({
-    baseUrl: BASE,
-    apiKey: KEY,
-    model: MODEL,
-    fetch,
-    sleep,
-    stream: true,
-    ...options,
-  });
-  return { llm, delays };
-}
-
-async function llmError(promise: Promise<unknown>): Promise<LlmError> {
-  try {
-    await promise;
-  } catch (error) {
-    assert.ok(error instanceof LlmError, `expected an LlmError, got ${error}`);
-    return error;
-  }
-  assert.fail("expected the call to reject");
+/** A streaming client on `fetch` (`stream: false` for the whole-reply comparison). */
+function makeClient(fetch: typeof globalThis.fetch, options: Partial<OpenAICompatibleLLMOptions> = {}) {
+  return makeStubClient(fetch, { stream: true, ...options });
 }
 
 /** One `data:` event per chunk; the string "[DONE]" as is. */

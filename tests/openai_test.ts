@@ -9,51 +9,23 @@ import {
   type RetryInfo,
 } from "../src/llm/openai.ts";
 import type { ChatReply, Message, ToolSchema } from "../src/types.ts";
-
-// CI clones the repo into some folder and puts shared/ beside it: always resolve from this file.
-const WIRE = new URL("../../shared/fixtures/wire/", import.meta.url);
-const OPENAPI = new URL("../../shared/openai/chat-completions.openapi.json", import.meta.url);
-
-const KEY = "sk-test-SENTINEL-123";
-const BASE = "https://api.example.com/v1";
-const MODEL = "test-model";
+import {
+  BASE,
+  HELLO,
+  KEY,
+  llmError,
+  makeClient,
+  MODEL,
+  OPENAPI,
+  recordingSleep,
+  respond,
+  type Step,
+  stubFetch,
+  WIRE,
+} from "./_openai_stubs.ts";
 
 // ---------------------------------------------------------------------------------------------------------
 // Stubs
-
-interface Sent {
-  url: string;
-  method: string | undefined;
-  headers: Headers;
-  body: unknown;
-  signal: AbortSignal;
-}
-
-/** One scripted answer of the stub fetch, given the signal the client passed. */
-type Step = (signal: AbortSignal) => Promise<Response>;
-
-/** A fetch that answers with `steps` in order (the last one repeats) and records every request. */
-function stubFetch(...steps: Step[]): { fetch: typeof globalThis.fetch; sent: Sent[] } {
-  const sent: Sent[] = [];
-  function fetch(input: string | URL | Request, init: RequestInit = {}): Promise<Response> {
-    const signal = init.signal ?? new AbortController().signal;
-    sent.push({
-      url: String(input),
-      method: init.method,
-      headers: new Headers(init.headers),
-      body: JSON.parse(String(init.body)),
-      signal,
-    });
-    const step = steps[Math.min(sent.length, steps.length) - 1];
-    return step(signal);
-  }
-  return { fetch, sent };
-}
-
-function respond(status: number, body: unknown, headers: Record<string, string> = {}): Step {
-  const text = typeof body === "string" ? body : JSON.stringify(body);
-  return () => Promise.resolve(new Response(text, { status, headers }));
-}
 
 /** Never answers: rejects only when the client aborts (its timeout or the caller's signal). */
 function hang(): Step {
@@ -66,16 +38,6 @@ function hang(): Step {
 
 function throwing(error: unknown): Step {
   return () => Promise.reject(error);
-}
-
-/** A sleep that records each requested delay and returns at once. */
-function recordingSleep(): { sleep: (ms: number) => Promise<void>; delays: number[] } {
-  const delays: number[] = [];
-  function sleep(ms: number): Promise<void> {
-    delays.push(ms);
-    return Promise.resolve();
-  }
-  return { sleep, delays };
 }
 
 function completion(message: Record<string, unknown>, extra: Record<string, unknown> = {}): unknown {
@@ -91,33 +53,12 @@ function completion(message: Record<string, unknown>, extra: Record<string, unkn
 
 const OK: Step = respond(200, completion({ content: "ok" }));
 
-function makeClient(
-  fetch: typeof globalThis.fetch,
-  options: Partial<OpenAICompatibleLLMOptions> = {},
-): { llm: OpenAICompatibleLLM; delays: number[] } {
-  const { sleep, delays } = recordingSleep();
-  const llm = new OpenAICompatibleLLM({ baseUrl: BASE, apiKey: KEY, model: MODEL, fetch, sleep, ...options });
-  return { llm, delays };
-}
-
-async function llmError(promise: Promise<unknown>): Promise<LlmError> {
-  try {
-    await promise;
-  } catch (error) {
-    assert.ok(error instanceof LlmError, `expected an LlmError, got ${error}`);
-    return error;
-  }
-  assert.fail("expected the call to reject");
-}
-
 /** Every place the key could hide in an error: message, stack, inspection (which includes the cause). */
 function assertNoKey(error: Error): void {
   for (const text of [error.message, String(error), error.stack ?? "", Deno.inspect(error, { depth: 10 })]) {
     assert.ok(!text.includes(KEY), `the API key leaked: ${text}`);
   }
 }
-
-const HELLO: Message[] = [{ role: "user", content: "hello" }];
 
 // ---------------------------------------------------------------------------------------------------------
 // Recorded wire data
