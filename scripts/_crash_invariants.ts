@@ -11,18 +11,9 @@ import { MAX_SUMMARY_ITEMS } from "../src/config.ts";
 import { parseSummary } from "../src/context.ts";
 import { SessionStore } from "../src/store.ts";
 import { readTrace } from "../src/trace.ts";
-import type { StoredMessage } from "../src/types.ts";
+import { RUN_EVENT_NAMES, type StoredMessage } from "../src/types.ts";
 
-const EVENT_NAMES = new Set([
-  "run_start",
-  "llm_call",
-  "tool_call",
-  "tool_result",
-  "compact",
-  "answer",
-  "error",
-  "run_end",
-]);
+const EVENT_NAMES = new Set<string>(RUN_EVENT_NAMES);
 const SUMMARY_KEYS = new Set<string>([...SUMMARY_FIELDS, "updated_at"]);
 
 // ---------------------------------------------------------------------------------------------------------

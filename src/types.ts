@@ -1,6 +1,7 @@
 /**
  * The data that flows through the runtime: messages, tool calls and results, run events and turn results.
- * Every other module speaks in these types; none of them carries behaviour.
+ * Every other module speaks in these types; none of them carries behaviour (the one value is the list of
+ * event names, so schemas and checkers derive from it).
  * @module
  */
 
@@ -68,15 +69,19 @@ export interface ChatReply {
 }
 
 /** The names of the events a run emits, in the order they can occur. */
-export type RunEventName =
-  | "run_start"
-  | "llm_call"
-  | "tool_call"
-  | "tool_result"
-  | "compact"
-  | "answer"
-  | "error"
-  | "run_end";
+export const RUN_EVENT_NAMES = [
+  "run_start",
+  "llm_call",
+  "tool_call",
+  "tool_result",
+  "compact",
+  "answer",
+  "error",
+  "run_end",
+] as const;
+
+/** One of {@linkcode RUN_EVENT_NAMES}. */
+export type RunEventName = (typeof RUN_EVENT_NAMES)[number];
 
 /** The one event type: the trace writes it, the REPL shows it, HTTP streams it. */
 export interface RunEvent {

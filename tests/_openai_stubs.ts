@@ -78,3 +78,15 @@ export async function llmError(promise: Promise<unknown>): Promise<LlmError> {
   }
   assert.fail("expected the call to reject");
 }
+
+/** `all` cut at the given positions (out-of-range and repeated ones ignored), in order. */
+export function cutBytes(all: Uint8Array, positions: number[]): Uint8Array[] {
+  const points = [...new Set(positions)].filter((p) => p > 0 && p < all.length).sort((a, b) => a - b);
+  const pieces: Uint8Array[] = [];
+  let start = 0;
+  for (const point of [...points, all.length]) {
+    pieces.push(all.slice(start, point));
+    start = point;
+  }
+  return pieces;
+}

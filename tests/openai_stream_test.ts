@@ -12,6 +12,7 @@ import {
 import type { ChatReply, ToolSchema } from "../src/types.ts";
 import {
   BASE,
+  cutBytes,
   HELLO,
   KEY,
   llmError,
@@ -283,17 +284,6 @@ async function assertStreamedReply(item: StreamCase, reply: ChatReply, deltas: s
     assert.ok(!joined.includes(reasoning.slice(0, 40)), "no reasoning text reached onDelta");
     assert.ok(!JSON.stringify(reply).includes(reasoning.slice(0, 40)), "no reasoning text in the reply");
   }
-}
-
-function cutBytes(all: Uint8Array, positions: number[]): Uint8Array[] {
-  const points = [...new Set(positions)].filter((p) => p > 0 && p < all.length).sort((a, b) => a - b);
-  const pieces: Uint8Array[] = [];
-  let start = 0;
-  for (const point of [...points, all.length]) {
-    pieces.push(all.slice(start, point));
-    start = point;
-  }
-  return pieces;
 }
 
 Deno.test("the wire fixture folder holds the five recorded streams", () => {

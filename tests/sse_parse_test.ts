@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import fc from "fast-check";
 import { readSseEvents, type SseEvent, SseParser, type SseParserOptions } from "../src/llm/_sse.ts";
+import { cutBytes } from "./_openai_stubs.ts";
 
 const encoder = new TextEncoder();
 
@@ -34,18 +35,6 @@ async function collect(stream: ReadableStream<Uint8Array>, options?: SseParserOp
   return events;
 }
 
-/** `bytes` cut at the given positions. */
-function cut(all: Uint8Array, positions: number[]): Uint8Array[] {
-  const points = [...new Set(positions)].filter((p) => p > 0 && p < all.length).sort((a, b) => a - b);
-  const pieces: Uint8Array[] = [];
-  let start = 0;
-  for (const point of [...points, all.length]) {
-    pieces.push(all.slice(start, point));
-    start = point;
-  }
-  return pieces;
-}
-
 const data = (text: string): SseEvent => ({ event: null, data: text });
 
 Deno.test("SseParser dispatches one event per blank line", () => {
@@ -65,7 +54,7 @@ Deno.test("SseParser decodes a multi-byte UTF-8 character split across chunks", 
     assert.deepEqual(parse([all.slice(0, i), all.slice(i)]), [data("né 🌍 日本")], `split at byte ${i}`);
   }
   // One byte per chunk: every character arrives in pieces.
-  assert.deepEqual(parse(cut(all, [...all.keys()])), [data("né 🌍 日本")]);
+  assert.deepEqual(parse(cutBytes(all, [...all.keys()])), [data("né 🌍 日本")]);
 });
 
 Deno.test("SseParser accepts \\r\\n, \\r and \\n line ends, mixed", () => {
@@ -185,7 +174,7 @@ Deno.test("SseParser gives the same events however the bytes are cut (property)"
   fc.assert(
     fc.property(streamArbitrary, fc.array(fc.nat(), { maxLength: 40 }), ({ text, expected }, positions) => {
       const all = encoder.encode(text);
-      const pieces = cut(all, positions.map((p) => p % (all.length + 1)));
+      const pieces = cutBytes(all, positions.map((p) => p % (all.length + 1)));
       assert.deepEqual(parse(pieces), expected);
     }),
     { numRuns: 300 },
@@ -194,7 +183,7 @@ Deno.test("SseParser gives the same events however the bytes are cut (property)"
 
 Deno.test("readSseEvents() yields the events of a body read to its end", async () => {
   const all = encoder.encode("data: a\n\nevent: e\ndata: b\r\n\r\ndata: [DONE]");
-  const events = await collect(streamOf(cut(all, [3, 9, 10, 25])));
+  const events = await collect(streamOf(cutBytes(all, [3, 9, 10, 25])));
   assert.deepEqual(events, [data("a"), { event: "e", data: "b" }, data("[DONE]")]);
   assert.deepEqual(await collect(streamOf([all]), { dispatchAtEnd: false }), [
     data("a"),

@@ -3,6 +3,7 @@
  * the router serves is described here, with its method.
  * @module
  */
+import { RUN_EVENT_NAMES } from "../types.ts";
 
 const error = {
   type: "object",
@@ -108,18 +109,7 @@ export const OPENAPI = {
           session_id: { type: "string" },
           run_id: { type: "string" },
           turn: { type: "integer" },
-          event: {
-            enum: [
-              "run_start",
-              "llm_call",
-              "tool_call",
-              "tool_result",
-              "compact",
-              "answer",
-              "error",
-              "run_end",
-            ],
-          },
+          event: { enum: RUN_EVENT_NAMES },
           step: { type: ["integer", "null"] },
           data: { type: "object" },
         },
