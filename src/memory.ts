@@ -69,10 +69,11 @@ export async function compactIfDue(
 ): Promise<CompactionResult | null> {
   const { store, summarizer, maxRawTurns, maxCtxTokens, now, signal } = deps;
   const previous = parseSummary(state.summary);
+  const fixedTokens = estimateRequestTokens(fixed.system, fixed.tools);
   const plan = planCompaction(state.history, {
     maxRawTurns,
     maxCtxTokens,
-    fixedTokens: estimateRequestTokens(fixed.system, fixed.tools),
+    fixedTokens,
     currentSummaryTokens: summaryTokens(previous),
   });
   if (plan === null) return null;
@@ -113,7 +114,7 @@ export async function compactIfDue(
     };
   }
   const history = state.history.slice(plan.cutIndex);
-  const tokensAfter = estimateRequestTokens(fixed.system, fixed.tools) + summaryTokens(summary) +
+  const tokensAfter = fixedTokens + summaryTokens(summary) +
     estimateRequestTokens(history);
   return {
     state: { sessionId: state.sessionId, summary: text, history },
