@@ -4,67 +4,28 @@
  * @module
  */
 import { DatabaseSync, type StatementSync } from "node:sqlite";
+import { freezeMessage, HistoryCache } from "./_history_cache.ts";
+import {
+  type MessageRow,
+  SCHEMA,
+  type Session,
+  type SessionRow,
+  storedForm,
+  type Todo,
+  type TodoRow,
+  toMessage,
+  toSession,
+  toTodo,
+} from "./_store_rows.ts";
 import { SessionError } from "./errors.ts";
-import type { Role, StoredMessage, ToolCall } from "./types.ts";
+import type { StoredMessage } from "./types.ts";
+
+export type { Session, Todo };
 
 /** The schema version this code writes, kept in `PRAGMA user_version`. */
 export const SCHEMA_VERSION = 1;
 
-const SCHEMA = `
-CREATE TABLE IF NOT EXISTS sessions (
-  id TEXT PRIMARY KEY,
-  user_id TEXT NOT NULL,
-  summary TEXT,
-  turn_count INTEGER NOT NULL DEFAULT 0,
-  compacted_turns INTEGER NOT NULL DEFAULT 0,
-  created_at TEXT NOT NULL,
-  updated_at TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS sessions_by_user ON sessions(user_id, updated_at);
-CREATE TABLE IF NOT EXISTS messages (
-  id TEXT NOT NULL,
-  session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
-  role TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'tool', 'runtime')),
-  content TEXT,
-  tool_calls TEXT,
-  tool_call_id TEXT,
-  created_at TEXT NOT NULL,
-  -- Ids are unique per session: another session's message can never make a save a silent no-op.
-  PRIMARY KEY (session_id, id)
-);
-CREATE TABLE IF NOT EXISTS todos (
-  id INTEGER PRIMARY KEY AUTOINCREMENT,
-  session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
-  text TEXT NOT NULL,
-  completed INTEGER NOT NULL DEFAULT 0,
-  created_at TEXT NOT NULL,
-  completed_at TEXT
-);
-CREATE INDEX IF NOT EXISTS todos_by_session ON todos(session_id);
-`;
-
 const SESSION_ID = /^[A-Za-z0-9._:-]{1,128}$/;
-
-/** A session row. `summary` is the raw JSON text written by compaction, or null. */
-export interface Session {
-  id: string;
-  userId: string;
-  summary: string | null;
-  turnCount: number;
-  /** User turns folded into the summary by compaction: `turnCount` = this + the stored user messages. */
-  compactedTurns: number;
-  createdAt: string;
-  updatedAt: string;
-}
-
-/** A todo row. */
-export interface Todo {
-  id: number;
-  text: string;
-  completed: boolean;
-  createdAt: string;
-  completedAt: string | null;
-}
 
 /**
  * Fails with `SessionError` unless `id` is 1–128 characters of `[A-Za-z0-9._:-]`. `what` names the value in
@@ -83,67 +44,6 @@ export function validateId(id: unknown, what = "session id"): string {
   return id;
 }
 
-interface SessionRow {
-  id: string;
-  user_id: string;
-  summary: string | null;
-  turn_count: number;
-  compacted_turns: number;
-  created_at: string;
-  updated_at: string;
-}
-
-interface MessageRow {
-  id: string;
-  role: Role;
-  content: string | null;
-  tool_calls: string | null;
-  tool_call_id: string | null;
-  created_at: string;
-}
-
-interface TodoRow {
-  id: number;
-  text: string;
-  completed: number;
-  created_at: string;
-  completed_at: string | null;
-}
-
-function toSession(row: SessionRow): Session {
-  return {
-    id: row.id,
-    userId: row.user_id,
-    summary: row.summary,
-    turnCount: row.turn_count,
-    compactedTurns: row.compacted_turns,
-    createdAt: row.created_at,
-    updatedAt: row.updated_at,
-  };
-}
-
-function toMessage(row: MessageRow): StoredMessage {
-  const message: StoredMessage = {
-    id: row.id,
-    role: row.role,
-    content: row.content,
-    createdAt: row.created_at,
-  };
-  if (row.tool_calls !== null) message.toolCalls = JSON.parse(row.tool_calls) as ToolCall[];
-  if (row.tool_call_id !== null) message.toolCallId = row.tool_call_id;
-  return message;
-}
-
-function toTodo(row: TodoRow): Todo {
-  return {
-    id: row.id,
-    text: row.text,
-    completed: row.completed === 1,
-    createdAt: row.created_at,
-    completedAt: row.completed_at,
-  };
-}
-
 /** Options of {@linkcode SessionStore}. */
 export interface SessionStoreOptions {
   /**
@@ -156,6 +56,11 @@ export interface SessionStoreOptions {
    * @default {5000}
    */
   busyTimeoutMs?: number;
+  /**
+   * How many sessions' message lists are kept in memory, so a turn does not reload its history.
+   * @default {256}
+   */
+  historyCacheSessions?: number;
 }
 
 /** The session store. One instance per process; statements are prepared once and reused. */
@@ -163,10 +68,18 @@ export class SessionStore {
   #db: DatabaseSync;
   #now: () => Date;
   #statements: Record<string, StatementSync>;
+  #history: HistoryCache;
+  /** `PRAGMA data_version` when the cache was last checked: it changes when another connection commits. */
+  #dataVersion = -1;
 
   /** Opens (and if needed creates) the database at `path`; `":memory:"` gives a private in-memory one. */
   constructor(path: string, options: SessionStoreOptions = {}) {
-    const { now = () => new Date(), busyTimeoutMs = 5000 } = options;
+    const {
+      now = () => new Date(),
+      busyTimeoutMs = 5000,
+      historyCacheSessions = 256,
+    } = options;
+    this.#history = new HistoryCache(historyCacheSessions);
     this.#now = now;
     this.#db = new DatabaseSync(path);
     try {
@@ -210,6 +123,10 @@ export class SessionStore {
       ),
       deleteSession: db.prepare("DELETE FROM sessions WHERE id = ?"),
       ping: db.prepare("SELECT 1 AS ok"),
+      dataVersion: db.prepare("PRAGMA data_version"),
+      begin: db.prepare("BEGIN IMMEDIATE"),
+      commit: db.prepare("COMMIT"),
+      rollback: db.prepare("ROLLBACK"),
       completeTodo: db.prepare(
         "UPDATE todos SET completed = 1, completed_at = COALESCE(completed_at, ?) " +
           "WHERE id = ? AND session_id = ? RETURNING *",
@@ -235,15 +152,33 @@ export class SessionStore {
 
   /** Runs `work` inside `BEGIN IMMEDIATE … COMMIT`; rolls back and rethrows if it throws. */
   #transaction<T>(work: () => T): T {
-    this.#db.exec("BEGIN IMMEDIATE");
+    // Prepared once, in the constructor; the migration runs before they exist.
+    const statements = this.#statements as Record<string, StatementSync> | undefined;
+    const run = (sql: "BEGIN IMMEDIATE" | "COMMIT" | "ROLLBACK", name: "begin" | "commit" | "rollback") =>
+      statements === undefined ? this.#db.exec(sql) : statements[name].run();
+    run("BEGIN IMMEDIATE", "begin");
     try {
       const result = work();
-      this.#db.exec("COMMIT");
+      run("COMMIT", "commit");
       return result;
     } catch (error) {
-      this.#db.exec("ROLLBACK");
+      run("ROLLBACK", "rollback");
       throw error;
     }
+  }
+
+  /**
+   * The cached message list of the session, or undefined. Drops the whole cache first if another
+   * connection (another process, another store) committed since the last look: its writes are not in it.
+   */
+  #cachedHistory(sessionId: string): readonly StoredMessage[] | undefined {
+    const { data_version: version } = this.#statements.dataVersion.get() as { data_version: number };
+    if (version !== this.#dataVersion) {
+      this.#history.forget();
+      this.#dataVersion = version;
+      return undefined;
+    }
+    return this.#history.get(sessionId);
   }
 
   #stamp(): string {
@@ -283,9 +218,17 @@ export class SessionStore {
     return (this.#statements.listSessions.all(userId) as unknown as SessionRow[]).map(toSession);
   }
 
-  /** Every stored message of the session, oldest first. */
+  /**
+   * Every stored message of the session, oldest first: a new array each call, of frozen messages. Served
+   * from memory while this store is the only writer, so a turn does not reload its history.
+   */
   messages(sessionId: string): StoredMessage[] {
-    return (this.#statements.messages.all(sessionId) as unknown as MessageRow[]).map(toMessage);
+    const cached = this.#cachedHistory(sessionId);
+    if (cached !== undefined) return cached.slice();
+    const rows = this.#statements.messages.all(sessionId) as unknown as MessageRow[];
+    const messages = rows.map((row) => freezeMessage(toMessage(row)));
+    this.#history.put(sessionId, messages);
+    return messages.slice();
   }
 
   /**
@@ -294,26 +237,29 @@ export class SessionStore {
    * to the session's `turn_count`; runtime, assistant and tool messages do not.
    */
   append(sessionId: string, messages: readonly StoredMessage[]): number {
-    return this.#transaction(() => {
-      let added = 0;
+    const added: StoredMessage[] = [];
+    this.#transaction(() => {
       let turns = 0;
       for (const m of messages) {
+        const toolCalls = m.toolCalls && m.toolCalls.length > 0 ? JSON.stringify(m.toolCalls) : null;
         const { changes } = this.#statements.insertMessage.run(
           m.id,
           sessionId,
           m.role,
           m.content,
-          m.toolCalls && m.toolCalls.length > 0 ? JSON.stringify(m.toolCalls) : null,
+          toolCalls,
           m.toolCallId ?? null,
           m.createdAt,
         );
         if (changes === 0) continue;
-        added += 1;
+        added.push(storedForm(m, toolCalls));
         if (m.role === "user") turns += 1;
       }
-      if (added > 0) this.#statements.touchSession.run(turns, this.#stamp(), sessionId);
-      return added;
+      if (added.length > 0) this.#statements.touchSession.run(turns, this.#stamp(), sessionId);
     });
+    // Committed: the cached list (if any) gets exactly what a reload would now return.
+    if (added.length > 0) this.#history.append(sessionId, added);
+    return added.length;
   }
 
   /**
@@ -332,6 +278,7 @@ export class SessionStore {
       const { changes } = this.#statements.setSummary.run(summary, turns, this.#stamp(), sessionId);
       if (changes !== 1) throw new Error(`Cannot compact session "${sessionId}": no such session`);
     });
+    this.#history.remove(sessionId, cutIds);
   }
 
   /**
@@ -341,7 +288,9 @@ export class SessionStore {
   deleteSession(sessionId: string): boolean {
     validateId(sessionId);
     // Messages and todos go by ON DELETE CASCADE, inside the same transaction.
-    return this.#transaction(() => this.#statements.deleteSession.run(sessionId).changes === 1);
+    const deleted = this.#transaction(() => this.#statements.deleteSession.run(sessionId).changes === 1);
+    this.#history.forget(sessionId);
+    return deleted;
   }
 
   /** True when the database answers a trivial query; never throws. */
@@ -376,6 +325,7 @@ export class SessionStore {
 
   /** Closes the database. The store is unusable afterwards. */
   close(): void {
+    this.#history.forget();
     if (this.#db.isOpen) this.#db.close();
   }
 }

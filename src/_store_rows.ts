@@ -1,0 +1,131 @@
+/**
+ * The store's tables and rows: the schema it creates, and how a row becomes a value and back. Private to
+ * `store.ts`, which re-exports the public types.
+ * @module
+ */
+import { freezeMessage } from "./_history_cache.ts";
+import type { Role, StoredMessage, ToolCall } from "./types.ts";
+
+/** The tables, created in one transaction when the schema version is new. */
+export const SCHEMA = `
+CREATE TABLE IF NOT EXISTS sessions (
+  id TEXT PRIMARY KEY,
+  user_id TEXT NOT NULL,
+  summary TEXT,
+  turn_count INTEGER NOT NULL DEFAULT 0,
+  compacted_turns INTEGER NOT NULL DEFAULT 0,
+  created_at TEXT NOT NULL,
+  updated_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS sessions_by_user ON sessions(user_id, updated_at);
+CREATE TABLE IF NOT EXISTS messages (
+  id TEXT NOT NULL,
+  session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+  role TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'tool', 'runtime')),
+  content TEXT,
+  tool_calls TEXT,
+  tool_call_id TEXT,
+  created_at TEXT NOT NULL,
+  -- Ids are unique per session: another session's message can never make a save a silent no-op.
+  PRIMARY KEY (session_id, id)
+);
+CREATE TABLE IF NOT EXISTS todos (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+  text TEXT NOT NULL,
+  completed INTEGER NOT NULL DEFAULT 0,
+  created_at TEXT NOT NULL,
+  completed_at TEXT
+);
+CREATE INDEX IF NOT EXISTS todos_by_session ON todos(session_id);
+`;
+
+/** A session row. `summary` is the raw JSON text written by compaction, or null. */
+export interface Session {
+  id: string;
+  userId: string;
+  summary: string | null;
+  turnCount: number;
+  /** User turns folded into the summary by compaction: `turnCount` = this + the stored user messages. */
+  compactedTurns: number;
+  createdAt: string;
+  updatedAt: string;
+}
+
+/** A todo row. */
+export interface Todo {
+  id: number;
+  text: string;
+  completed: boolean;
+  createdAt: string;
+  completedAt: string | null;
+}
+
+export interface SessionRow {
+  id: string;
+  user_id: string;
+  summary: string | null;
+  turn_count: number;
+  compacted_turns: number;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface MessageRow {
+  id: string;
+  role: Role;
+  content: string | null;
+  tool_calls: string | null;
+  tool_call_id: string | null;
+  created_at: string;
+}
+
+export interface TodoRow {
+  id: number;
+  text: string;
+  completed: number;
+  created_at: string;
+  completed_at: string | null;
+}
+
+export function toSession(row: SessionRow): Session {
+  return {
+    id: row.id,
+    userId: row.user_id,
+    summary: row.summary,
+    turnCount: row.turn_count,
+    compactedTurns: row.compacted_turns,
+    createdAt: row.created_at,
+    updatedAt: row.updated_at,
+  };
+}
+
+export function toMessage(row: MessageRow): StoredMessage {
+  const message: StoredMessage = {
+    id: row.id,
+    role: row.role,
+    content: row.content,
+    createdAt: row.created_at,
+  };
+  if (row.tool_calls !== null) message.toolCalls = JSON.parse(row.tool_calls) as ToolCall[];
+  if (row.tool_call_id !== null) message.toolCallId = row.tool_call_id;
+  return message;
+}
+
+/** The message as {@linkcode toMessage} reads it back after it was stored with `toolCalls` as given. */
+export function storedForm(m: StoredMessage, toolCalls: string | null): StoredMessage {
+  const message: StoredMessage = { id: m.id, role: m.role, content: m.content, createdAt: m.createdAt };
+  if (toolCalls !== null) message.toolCalls = JSON.parse(toolCalls) as ToolCall[];
+  if (m.toolCallId !== undefined && m.toolCallId !== null) message.toolCallId = m.toolCallId;
+  return freezeMessage(message);
+}
+
+export function toTodo(row: TodoRow): Todo {
+  return {
+    id: row.id,
+    text: row.text,
+    completed: row.completed === 1,
+    createdAt: row.created_at,
+    completedAt: row.completed_at,
+  };
+}

@@ -1,0 +1,136 @@
+import assert from "node:assert/strict";
+import { SessionStore } from "../src/store.ts";
+import type { StoredMessage } from "../src/types.ts";
+import { tempDir } from "./_harness.ts";
+
+function msg(
+  id: string,
+  role: StoredMessage["role"],
+  content: string | null,
+  extra: Partial<StoredMessage> = {},
+) {
+  return { id, role, content, createdAt: "2026-01-01T00:00:00.000Z", ...extra } as StoredMessage;
+}
+
+/** What a store that has never read the session would return: a fresh connection, no cache. */
+function reloaded(path: string, sessionId: string): StoredMessage[] {
+  const fresh = new SessionStore(path, { historyCacheSessions: 0 });
+  try {
+    return fresh.messages(sessionId);
+  } finally {
+    fresh.close();
+  }
+}
+
+function toolTurn(run: string): StoredMessage[] {
+  return [
+    msg(`${run}:1`, "assistant", null, {
+      toolCalls: [{ id: `call_${run}`, name: "calculator", arguments: '{"expression":"6*7"}' }],
+    }),
+    msg(`${run}:2`, "tool", '{"ok":true,"data":{"result":42}}', { toolCallId: `call_${run}` }),
+  ];
+}
+
+Deno.test("SessionStore.messages() from memory equals a reload after appends, repeats, compaction and deletion", () => {
+  using dir = tempDir();
+  const path = `${dir.path}/s.db`;
+  const store = new SessionStore(path);
+  try {
+    store.getOrCreate("s", "u");
+    store.getOrCreate("other", "u");
+    assert.deepEqual(store.messages("s"), []);
+    for (const run of ["r1", "r2", "r3"]) {
+      store.append("s", [msg(`${run}:0`, "user", `question ${run}`)]);
+      store.append("s", toolTurn(run));
+      // A repeated save adds nothing to the stored list, so nothing to the cached one either.
+      store.append("s", toolTurn(run));
+      store.append("s", [msg(`${run}:3`, "assistant", "42"), msg(`${run}:4`, "runtime", "[runtime] nudge")]);
+      assert.deepEqual(store.messages("s"), reloaded(path, "s"));
+    }
+    assert.equal(store.messages("s").length, 15);
+    store.append("other", [msg("o:0", "user", "elsewhere")]);
+    store.applyCompaction(
+      "s",
+      '{"goals":[],"facts":[],"todos":[],"unresolved":[]}',
+      ["r1:0", "r1:1", "r1:2"],
+      1,
+    );
+    assert.deepEqual(store.messages("s"), reloaded(path, "s"));
+    assert.equal(store.messages("s")[0].id, "r1:3");
+    assert.deepEqual(store.messages("other").map((m) => m.id), ["o:0"]);
+    // A failed transaction leaves the cached list as the stored one.
+    assert.throws(() => store.applyCompaction("s", "{}", ["r2:0", "missing"], 1), /is not stored/);
+    assert.throws(() => store.append("s", [msg("bad", "nobody" as StoredMessage["role"], "x")]));
+    assert.deepEqual(store.messages("s"), reloaded(path, "s"));
+    assert.equal(store.deleteSession("s"), true);
+    assert.deepEqual(store.messages("s"), []);
+  } finally {
+    store.close();
+  }
+});
+
+Deno.test("SessionStore.messages() sees what another connection committed since it last read", () => {
+  using dir = tempDir();
+  const path = `${dir.path}/s.db`;
+  const a = new SessionStore(path);
+  const b = new SessionStore(path);
+  try {
+    a.getOrCreate("s", "u");
+    a.append("s", [msg("a:0", "user", "from a")]);
+    assert.deepEqual(a.messages("s").map((m) => m.id), ["a:0"]);
+    b.append("s", [msg("b:0", "user", "from b")]);
+    assert.deepEqual(a.messages("s").map((m) => m.id), ["a:0", "b:0"]);
+    // Both orders of writers: a's own write after b's is in its list too.
+    b.append("s", [msg("b:1", "assistant", "b again")]);
+    a.append("s", [msg("a:1", "user", "a again")]);
+    assert.deepEqual(a.messages("s").map((m) => m.id), ["a:0", "b:0", "b:1", "a:1"]);
+    b.applyCompaction("s", '{"goals":[],"facts":[],"todos":[],"unresolved":[]}', ["a:0", "b:0", "b:1"], 2);
+    assert.deepEqual(a.messages("s").map((m) => m.id), ["a:1"]);
+    assert.equal(b.deleteSession("s"), true);
+    assert.deepEqual(a.messages("s"), []);
+  } finally {
+    a.close();
+    b.close();
+  }
+});
+
+Deno.test("SessionStore.messages() hands out a fresh array of frozen messages", () => {
+  const store = new SessionStore(":memory:");
+  try {
+    store.getOrCreate("s", "u");
+    store.append("s", [msg("r:0", "user", "hi"), ...toolTurn("r")]);
+    const first = store.messages("s");
+    first.push(msg("local", "user", "not stored"));
+    assert.equal(store.messages("s").length, 3);
+    assert.throws(() => {
+      (store.messages("s")[0] as { content: string | null }).content = "changed";
+    }, TypeError);
+    assert.throws(
+      () => store.messages("s")[1].toolCalls!.push({ id: "x", name: "y", arguments: "{}" }),
+      TypeError,
+    );
+    assert.equal(store.messages("s")[0].content, "hi");
+  } finally {
+    store.close();
+  }
+});
+
+Deno.test("SessionStore keeps at most historyCacheSessions lists, and every list stays right", () => {
+  const store = new SessionStore(":memory:", { historyCacheSessions: 2 });
+  try {
+    for (const id of ["a", "b", "c"]) {
+      store.getOrCreate(id, "u");
+      store.append(id, [msg(`${id}:0`, "user", id)]);
+      store.messages(id);
+    }
+    // "a" fell out of the cache; writing to it and reading it back still gives the stored list.
+    store.append("a", [msg("a:1", "assistant", "A")]);
+    for (const id of ["a", "b", "c"]) store.append(id, [msg(`${id}:2`, "user", "again")]);
+    assert.deepEqual(store.messages("a").map((m) => m.id), ["a:0", "a:1", "a:2"]);
+    assert.deepEqual(store.messages("b").map((m) => m.id), ["b:0", "b:2"]);
+    assert.deepEqual(store.messages("c").map((m) => m.id), ["c:0", "c:2"]);
+    assert.throws(() => new SessionStore(":memory:", { historyCacheSessions: -1 }), RangeError);
+  } finally {
+    store.close();
+  }
+});
