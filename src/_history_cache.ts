@@ -6,15 +6,6 @@
  */
 import type { StoredMessage } from "./types.ts";
 
-/** Freezes a message the cache shares between callers, with its tool calls. */
-export function freezeMessage(message: StoredMessage): StoredMessage {
-  if (message.toolCalls !== undefined) {
-    for (const call of message.toolCalls) Object.freeze(call);
-    Object.freeze(message.toolCalls);
-  }
-  return Object.freeze(message);
-}
-
 /** Message lists by session id, at most `limit` of them; the least recently used goes first. */
 export class HistoryCache {
   #lists = new Map<string, StoredMessage[]>();

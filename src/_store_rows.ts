@@ -3,7 +3,7 @@
  * `store.ts`, which re-exports the public types.
  * @module
  */
-import { freezeMessage } from "./_history_cache.ts";
+import { freezeMessage } from "./context.ts";
 import type { Role, StoredMessage, ToolCall } from "./types.ts";
 
 /** The tables, created in one transaction when the schema version is new. */

@@ -27,12 +27,25 @@ export function estimateMessageTokens(message: Message): number {
   return estimateTokens(text);
 }
 
+// The estimate of a frozen tool list (the registry's), computed once.
+const toolTokens = new WeakMap<readonly ToolSchema[], number>();
+
+function estimateToolTokens(tools: readonly ToolSchema[]): number {
+  if (tools.length === 0) return 0;
+  let tokens = toolTokens.get(tools);
+  if (tokens === undefined) {
+    tokens = estimateTokens(JSON.stringify(tools));
+    if (Object.isFrozen(tools)) toolTokens.set(tools, tokens);
+  }
+  return tokens;
+}
+
 /** Estimated tokens of a request: its messages and the tool schemas offered with it. */
 export function estimateRequestTokens(
   messages: readonly Message[],
   tools: readonly ToolSchema[] = [],
 ): number {
-  let tokens = tools.length === 0 ? 0 : estimateTokens(JSON.stringify(tools));
+  let tokens = estimateToolTokens(tools);
   for (const message of messages) tokens += estimateMessageTokens(message);
   return tokens;
 }

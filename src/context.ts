@@ -81,19 +81,65 @@ export interface BuildContextOptions {
 }
 
 /**
+ * Freezes a message and its tool calls in place and returns it. A frozen message can be shared (the store's
+ * history cache hands the same objects to every turn) and its request JSON reused.
+ */
+export function freezeMessage<T extends Message>(message: T): T {
+  if (message.toolCalls !== undefined) {
+    for (const call of message.toolCalls) Object.freeze(call);
+    Object.freeze(message.toolCalls);
+  }
+  return Object.freeze(message);
+}
+
+// What the model sees of a frozen stored message, built once per message: the same object goes into every
+// request, so the client serializes it once (see `serializeRequestBody`).
+const stripped = new WeakMap<Message, Message>();
+// The last system prompt and runtime-context block built, for the same reason.
+let systemMessage: Message = Object.freeze({ role: "system", content: SYSTEM_PROMPT });
+let contextMessage: { summary: string; message: Message | null } | null = null;
+
+function strip(source: Message): Message {
+  const cached = stripped.get(source);
+  if (cached !== undefined) return cached;
+  const { role, content, toolCalls, toolCallId } = source;
+  const message: Message = { role, content };
+  if (toolCalls !== undefined && toolCalls.length > 0) message.toolCalls = toolCalls;
+  if (toolCallId !== undefined) message.toolCallId = toolCallId;
+  if (!Object.isFrozen(source)) return message;
+  Object.freeze(message);
+  stripped.set(source, message);
+  return message;
+}
+
+function systemPromptMessage(systemPrompt: string): Message {
+  if (systemMessage.content !== systemPrompt) {
+    systemMessage = Object.freeze({ role: "system", content: systemPrompt });
+  }
+  return systemMessage;
+}
+
+function runtimeContextMessage(summary: string): Message | null {
+  if (contextMessage?.summary !== summary) {
+    const parsed = parseSummary(summary);
+    const message: Message | null = parsed === null
+      ? null
+      : Object.freeze({ role: "system", content: runtimeContextText(parsed) });
+    contextMessage = { summary, message };
+  }
+  return contextMessage.message;
+}
+
+/**
  * The messages of one request: system prompt, then the [RUNTIME CONTEXT] block if there is a valid
- * summary, then `messages` stripped to what the model sees. Pure; never throws.
+ * summary, then `messages` stripped to what the model sees. Pure; never throws. The result's messages are
+ * frozen where they come from frozen ones (the store's), and then the same objects on every call.
  */
 export function buildContext(messages: readonly Message[], options: BuildContextOptions = {}): Message[] {
   const { summary = null, systemPrompt = SYSTEM_PROMPT } = options;
-  const request: Message[] = [{ role: "system", content: systemPrompt }];
-  const parsed = parseSummary(summary);
-  if (parsed !== null) request.push({ role: "system", content: runtimeContextText(parsed) });
-  for (const { role, content, toolCalls, toolCallId } of messages) {
-    const message: Message = { role, content };
-    if (toolCalls !== undefined && toolCalls.length > 0) message.toolCalls = toolCalls;
-    if (toolCallId !== undefined) message.toolCallId = toolCallId;
-    request.push(message);
-  }
+  const request: Message[] = [systemPromptMessage(systemPrompt)];
+  const context = summary === null ? null : runtimeContextMessage(summary);
+  if (context !== null) request.push(context);
+  for (const message of messages) request.push(strip(message));
   return request;
 }

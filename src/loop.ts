@@ -3,7 +3,7 @@
  * acts on its native `tool_calls`; limits are checked before every model call; stopping is an outcome.
  * @module
  */
-import { buildContext, SYSTEM_PROMPT } from "./context.ts";
+import { buildContext, freezeMessage, SYSTEM_PROMPT } from "./context.ts";
 import { LlmError } from "./errors.ts";
 import type { LLM } from "./llm/llm.ts";
 import { compactIfDue, type MemoryState } from "./memory.ts";
@@ -144,7 +144,10 @@ export async function runTurn(input: TurnInput, deps: TurnDeps): Promise<TurnRes
     emit(e);
   };
   const save = (...messages: Omit<StoredMessage, "id" | "createdAt">[]): void => {
-    const stamped = messages.map((m) => ({ ...m, id: `${runId}:${seq++}`, createdAt: now().toISOString() }));
+    // Frozen like the store's own copies: the same objects go into every request of the turn.
+    const stamped = messages.map((m) =>
+      freezeMessage({ ...m, id: `${runId}:${seq++}`, createdAt: now().toISOString() })
+    );
     store.append(session.id, stamped);
     memory.history.push(...stamped);
   };

@@ -4,7 +4,7 @@
  * @module
  */
 import { DatabaseSync, type StatementSync } from "node:sqlite";
-import { freezeMessage, HistoryCache } from "./_history_cache.ts";
+import { HistoryCache } from "./_history_cache.ts";
 import {
   type MessageRow,
   SCHEMA,
@@ -17,6 +17,7 @@ import {
   toSession,
   toTodo,
 } from "./_store_rows.ts";
+import { freezeMessage } from "./context.ts";
 import { SessionError } from "./errors.ts";
 import type { StoredMessage } from "./types.ts";
 

@@ -77,6 +77,13 @@ function toWireMessage(message: Message, index: number): WireMessage {
   }
 }
 
+function toWireTools(tools: readonly ToolSchema[]): WireTool[] {
+  return tools.map(({ name, description, parameters }) => ({
+    type: "function",
+    function: { name, description, parameters },
+  }));
+}
+
 /**
  * Maps runtime messages and tools to a Chat Completions request body.
  *
@@ -90,13 +97,59 @@ export function buildRequestBody(
   tools: readonly ToolSchema[] = [],
 ): ChatCompletionRequestBody {
   const body: ChatCompletionRequestBody = { model, messages: messages.map(toWireMessage) };
-  if (tools.length > 0) {
-    body.tools = tools.map(({ name, description, parameters }) => ({
-      type: "function",
-      function: { name, description, parameters },
-    }));
-  }
+  if (tools.length > 0) body.tools = toWireTools(tools);
   return body;
+}
+
+// The JSON of frozen messages and tool lists, computed once: a session's history goes out on every request
+// of every turn, and serializing it again each time was most of building a request. Only frozen values are
+// cached, so a cached text can never go stale.
+const messageJson = new WeakMap<Message, string>();
+const toolsJson = new WeakMap<readonly ToolSchema[], string>();
+
+function wireMessageJson(message: Message, index: number): string {
+  let json = messageJson.get(message);
+  if (json === undefined) {
+    json = JSON.stringify(toWireMessage(message, index));
+    if (Object.isFrozen(message)) messageJson.set(message, json);
+  }
+  return json;
+}
+
+function wireToolsJson(tools: readonly ToolSchema[]): string {
+  let json = toolsJson.get(tools);
+  if (json === undefined) {
+    json = JSON.stringify(toWireTools(tools));
+    if (Object.isFrozen(tools)) toolsJson.set(tools, json);
+  }
+  return json;
+}
+
+/** Options of {@linkcode serializeRequestBody}. */
+export interface SerializeRequestOptions {
+  /**
+   * Ask for a streamed reply, with the final usage chunk.
+   * @default {false}
+   */
+  stream?: boolean;
+}
+
+/**
+ * The request body as JSON text: exactly `JSON.stringify` of {@linkcode buildRequestBody}'s body (plus
+ * `stream` and `stream_options` when streaming), with each frozen message's and the frozen tool list's JSON
+ * reused from earlier requests. Throws like `buildRequestBody`.
+ */
+export function serializeRequestBody(
+  model: string,
+  messages: readonly Message[],
+  tools: readonly ToolSchema[] = [],
+  options: SerializeRequestOptions = {},
+): string {
+  const { stream = false } = options;
+  let json = `{"model":${JSON.stringify(model)},"messages":[${messages.map(wireMessageJson).join(",")}]`;
+  if (tools.length > 0) json += `,"tools":${wireToolsJson(tools)}`;
+  if (stream) json += `,"stream":true,"stream_options":{"include_usage":true}`;
+  return json + "}";
 }
 
 /** Options of {@linkcode parseCompletion}. */

@@ -10,7 +10,7 @@ export interface ChatOptions {
    * The tools the model may call. Empty means a plain completion (used for summaries).
    * @default {[]}
    */
-  tools?: ToolSchema[];
+  tools?: readonly ToolSchema[];
   /**
    * Aborts the call; the client rejects with an `LlmError` of kind `aborted`.
    * @default {undefined}

@@ -8,12 +8,12 @@ import type { Config } from "../config.ts";
 import { LlmError, type LlmErrorKind } from "../errors.ts";
 import type { ChatReply, Message } from "../types.ts";
 import {
-  buildRequestBody,
   invalidResponseError,
   parseCompletion,
   parseRetryAfter,
   providerErrorMessage,
   quoteBody,
+  serializeRequestBody,
 } from "./_wire.ts";
 import { ReplyAssembler } from "./_reply_assembler.ts";
 import { SseParser } from "./_sse.ts";
@@ -31,7 +31,7 @@ import {
 } from "./_fetch_helpers.ts";
 import type { ChatOptions, LLM } from "./llm.ts";
 
-export { buildRequestBody, parseCompletion } from "./_wire.ts";
+export { buildRequestBody, parseCompletion, serializeRequestBody } from "./_wire.ts";
 export type {
   ChatCompletionRequestBody,
   ParseCompletionOptions,
@@ -206,10 +206,8 @@ export class OpenAICompatibleLLM implements LLM {
   /** Sends one chat request, retrying transient failures; see the class documentation for the contract. */
   async chat(messages: Message[], options: ChatOptions = {}): Promise<ChatReply> {
     const { tools = [], signal, onDelta } = options;
-    const request = buildRequestBody(this.#model, messages, tools);
-    if (this.#stream) Object.assign(request, { stream: true, stream_options: { include_usage: true } });
     // Built once: every attempt sends the same bytes.
-    const body = JSON.stringify(request);
+    const body = serializeRequestBody(this.#model, messages, tools, { stream: this.#stream });
     for (let retries = 0;; retries++) {
       if (signal?.aborted) throw this.#finalError(this.#abortedFailure(), retries);
       const outcome = this.#stream

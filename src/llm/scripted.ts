@@ -23,7 +23,7 @@ export interface ScriptedReply {
 /** One request the scripted model saw. */
 export interface ScriptedRequest {
   messages: Message[];
-  tools: ToolSchema[];
+  tools: readonly ToolSchema[];
 }
 
 /** A step of the script: a reply, an error to throw, or a function of the request that returns a reply. */

@@ -58,6 +58,7 @@ export interface ToolRegistryOptions {
 /** Holds the tools of a run and executes calls. `execute` never throws. */
 export class ToolRegistry {
   #tools = new Map<string, ToolSpec>();
+  #schemas: readonly ToolSchema[];
   #maxResultChars: number;
 
   constructor(tools: ToolSpec[], options: ToolRegistryOptions = {}) {
@@ -68,15 +69,17 @@ export class ToolRegistry {
       if (this.#tools.has(tool.name)) throw new TypeError(`Cannot register tool "${tool.name}" twice`);
       this.#tools.set(tool.name, tool);
     }
+    // Built once and frozen: every request offers the same array, so its JSON is serialized once too.
+    this.#schemas = Object.freeze(
+      [...this.#tools.values()].map(({ name, description, parameters }) =>
+        Object.freeze({ name, description, parameters: parameters as Record<string, unknown> })
+      ),
+    );
   }
 
-  /** The tools' schemas as the model is offered them, in registration order. */
-  schemas(): ToolSchema[] {
-    return [...this.#tools.values()].map(({ name, description, parameters }) => ({
-      name,
-      description,
-      parameters: parameters as Record<string, unknown>,
-    }));
+  /** The tools' schemas as the model is offered them, in registration order; the same frozen array each call. */
+  schemas(): readonly ToolSchema[] {
+    return this.#schemas;
   }
 
   /** The registered tool names, in registration order. */

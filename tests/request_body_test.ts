@@ -1,0 +1,95 @@
+import assert from "node:assert/strict";
+import fc from "fast-check";
+import { buildContext, freezeMessage } from "../src/context.ts";
+import { buildRequestBody, serializeRequestBody } from "../src/llm/openai.ts";
+import type { Message, ToolSchema } from "../src/types.ts";
+
+const TOOLS: readonly ToolSchema[] = Object.freeze([
+  Object.freeze({
+    name: "calculator",
+    description: "Evaluates arithmetic.",
+    parameters: { type: "object", properties: { expression: { type: "string" } }, required: ["expression"] },
+  }),
+]);
+
+const TEXT = fc.string({ unit: "grapheme", maxLength: 40 });
+
+const MESSAGE: fc.Arbitrary<Message> = fc.oneof(
+  fc.record({ role: fc.constantFrom("user" as const, "system" as const, "runtime" as const), content: TEXT }),
+  fc.record({ role: fc.constant("assistant" as const), content: fc.option(TEXT) }),
+  fc.record({
+    role: fc.constant("assistant" as const),
+    content: fc.option(TEXT),
+    toolCalls: fc.array(fc.record({ id: TEXT, name: TEXT, arguments: TEXT }), { maxLength: 3 }),
+  }),
+  fc.record({
+    role: fc.constant("tool" as const),
+    content: fc.option(TEXT),
+    toolCallId: TEXT.filter((s) => s !== ""),
+  }),
+);
+
+Deno.test("serializeRequestBody() is byte-identical to JSON.stringify(buildRequestBody()), frozen or not, again and again", () => {
+  fc.assert(
+    fc.property(
+      fc.array(fc.tuple(MESSAGE, fc.boolean()), { maxLength: 12 }),
+      fc.boolean(),
+      fc.boolean(),
+      (drawn, withTools, stream) => {
+        const messages = drawn.map(([m, frozen]) => frozen ? freezeMessage(structuredClone(m)) : m);
+        const tools = withTools ? TOOLS : [];
+        const expected: Record<string, unknown> = { ...buildRequestBody("gpt-test", messages, tools) };
+        if (stream) Object.assign(expected, { stream: true, stream_options: { include_usage: true } });
+        const first = serializeRequestBody("gpt-test", messages, tools, { stream });
+        assert.equal(first, JSON.stringify(expected));
+        // The second time the frozen parts come from the cache.
+        assert.equal(serializeRequestBody("gpt-test", messages, tools, { stream }), first);
+      },
+    ),
+    { numRuns: 500 },
+  );
+});
+
+Deno.test("serializeRequestBody() serializes a message that is not frozen anew, so a change is never stale", () => {
+  const message: Message = { role: "user", content: "first" };
+  assert.match(serializeRequestBody("m", [message]), /"first"/);
+  message.content = "second";
+  assert.match(serializeRequestBody("m", [message]), /"second"/);
+  assert.doesNotMatch(serializeRequestBody("m", [message]), /"first"/);
+  const tools = [{ name: "a", description: "A", parameters: { type: "object" } }];
+  assert.match(serializeRequestBody("m", [message], tools), /"name":"a"/);
+  tools[0].name = "b";
+  assert.match(serializeRequestBody("m", [message], tools), /"name":"b"/);
+});
+
+Deno.test("serializeRequestBody() still rejects a tool message without toolCallId", () => {
+  const broken = freezeMessage({ role: "tool", content: "{}" } as Message);
+  assert.throws(() => serializeRequestBody("m", [broken]), /tool message 0 has no toolCallId/);
+  assert.throws(() => serializeRequestBody("m", [broken]), /tool message 0 has no toolCallId/);
+});
+
+Deno.test("buildContext() hands back the same frozen objects for frozen messages, fresh ones otherwise", () => {
+  const stored = freezeMessage({
+    id: "r:1",
+    createdAt: "2026-01-01T00:00:00.000Z",
+    role: "assistant" as const,
+    content: null,
+    toolCalls: [{ id: "c1", name: "calculator", arguments: "{}" }],
+  });
+  const loose = { id: "r:2", createdAt: "2026-01-01T00:00:00.000Z", role: "user" as const, content: "hi" };
+  const summary = '{"goals":["g"],"facts":[],"todos":[],"unresolved":[],"updated_at":"x"}';
+  const a = buildContext([stored, loose], { summary });
+  const b = buildContext([stored, loose], { summary });
+  assert.equal(a[0], b[0]);
+  assert.equal(a[1], b[1]);
+  assert.equal(a[2], b[2]);
+  assert.notEqual(a[3], b[3]);
+  assert.ok(Object.isFrozen(a[2]) && !Object.isFrozen(a[3]));
+  assert.deepEqual(a[2], { role: "assistant", content: null, toolCalls: stored.toolCalls });
+  // A new summary gives a new block; an invalid one gives none.
+  const c = buildContext([stored], { summary: summary.replace('"g"', '"h"') });
+  assert.notEqual(c[1], a[1]);
+  assert.match(c[1].content!, /"h"/);
+  assert.equal(buildContext([stored], { summary: "not json" }).length, 2);
+  assert.equal(buildContext([], { systemPrompt: "other" })[0].content, "other");
+});
