@@ -71,7 +71,8 @@ export function answer(body: Record<string, unknown>): { kind: Kind; message: Re
   return { kind: "echo", message: { role: "assistant", content: `echo: ${last?.content ?? ""}` } };
 }
 
-function completion(model: string, message: Record<string, unknown>, promptChars: number) {
+/** A chat.completion body carrying `message`, with usage estimated from the prompt's characters. Pure but for its id and clock. */
+export function completion(model: string, message: Record<string, unknown>, promptChars: number) {
   const promptTokens = Math.ceil(promptChars / 4);
   const completionTokens = Math.ceil(JSON.stringify(message).length / 4);
   return {

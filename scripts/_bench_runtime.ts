@@ -49,6 +49,11 @@ export interface BenchRuntimeOptions {
    * @default {{}}
    */
   env?: Record<string, string>;
+  /**
+   * The `fetch` the client sends with (the section on the runtime's own work answers in-process).
+   * @default {globalThis.fetch}
+   */
+  fetch?: typeof fetch;
 }
 
 /** Opens the runtime: `sessions.db` and `traces.jsonl` in `dir`, the provider at `baseUrl`. */
@@ -57,7 +62,7 @@ export function openBenchRuntime(
   baseUrl: string,
   options: BenchRuntimeOptions = {},
 ): BenchRuntime {
-  const { env = {} } = options;
+  const { env = {}, fetch: send = fetch } = options;
   const dbPath = join(dir, "sessions.db");
   const tracePath = join(dir, "traces.jsonl");
   const config = loadConfig({
@@ -71,7 +76,7 @@ export function openBenchRuntime(
   // Keeps a reference to each body: no copy and no classification inside the timed turn.
   const recordingFetch: typeof fetch = (input, init) => {
     if (typeof init?.body === "string") sent.push(init.body);
-    return fetch(input, init);
+    return send(input, init);
   };
   const store = new SessionStore(config.dbPath);
   const tracer = new JsonlTracer(config.tracePath, {

@@ -19,6 +19,7 @@
  * the same run. Nothing here asserts a time: the targets are reported as met or missed.
  * @module
  */
+import { measureRuntimeWork, type WorkResult } from "./_bench_work.ts";
 import { parseArgs } from "node:util";
 import { cleanUpAll } from "./_bench_process.ts";
 import { formatReport } from "./_bench_report.ts";
@@ -85,6 +86,8 @@ export interface BenchReport {
   machine: { cores: number; deno: string; v8: string; os: string };
   seconds: number;
   overhead?: OverheadResult;
+  /** The runtime's own work per turn, model answered in-process (part of the overhead section). */
+  work?: WorkResult;
   growth?: GrowthResult;
   http?: HttpResult;
   memory?: MemoryResult;
@@ -153,6 +156,7 @@ export async function runBench(options: RunBenchOptions = {}): Promise<BenchRepo
     return result;
   };
   report.overhead = await step("overhead", () => measureOverhead(sizes.overhead));
+  if (report.overhead !== undefined) report.work = await measureRuntimeWork(sizes.overhead);
   report.growth = await step("growth", () => measureGrowth(sizes.growth));
   report.http = await step("http", () => measureHttp({ ...sizes.http, serveFlags }));
   report.memory = await step("memory", () => measureMemory(sizes.memory));

@@ -3,6 +3,7 @@
  * and counts only, never a time threshold: the machine's speed is not under test.
  */
 import assert from "node:assert/strict";
+import { measureRuntimeWork } from "../scripts/_bench_work.ts";
 import { parseSummaryPatch } from "../src/compactor.ts";
 import { SUMMARY_PROMPT } from "../src/summarizer.ts";
 import { answer } from "../scripts/_bench_provider.ts";
@@ -66,6 +67,18 @@ Deno.test("measureOverhead() times runtime and floor turns and gives a positive,
   // Three turns stay under the default 20 raw turns: no compaction, so no summary call.
   assert.equal(result.summaryCallsPerRound, 0);
   assert.equal(result.afterCompaction.runtime.count, 0);
+});
+
+Deno.test("measureRuntimeWork() times turns against an in-process model and splits them at compaction", async () => {
+  const result = await measureRuntimeWork({ rounds: 1, turns: 22 });
+  assert.equal(result.all.count, 22);
+  // The default 20 raw turns: turns 21 and 22 each compact one turn.
+  assert.equal(result.beforeCompaction.count, 20);
+  assert.equal(result.compacting.count, 2);
+  for (const [name, value] of Object.entries({ all: result.all.median, stub: result.stubMedianUs })) {
+    assertPositiveFinite(value, name);
+  }
+  await assert.rejects(() => measureRuntimeWork({ rounds: 0 }), RangeError);
 });
 
 Deno.test("measureGrowth() over 25 turns compacts at the default 20 raw turns, in budget", async () => {
