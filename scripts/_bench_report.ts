@@ -258,7 +258,7 @@ function targetRows(report: BenchReport): string[][] {
 
 /** The report as text: a header, one table per section that ran, the targets. */
 export function formatReport(report: BenchReport): string {
-  const { machine, targets } = report;
+  const { machine } = report;
   return [
     `mini-runtime-agent bench (${report.mode}) — Deno ${machine.deno}, V8 ${machine.v8}, ${machine.os}, ` +
     `${machine.cores} cores, ${report.seconds.toFixed(1)} s`,
