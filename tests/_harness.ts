@@ -6,7 +6,17 @@ import { SessionStore } from "../src/store.ts";
 import { createBuiltinTools } from "../src/tools/builtin.ts";
 import type { ToolRegistry, ToolSpec } from "../src/tools/registry.ts";
 import { deterministicSummarizer, type Summarizer } from "../src/summarizer.ts";
-import type { RunEvent } from "../src/types.ts";
+import type { RunEvent, StoredMessage } from "../src/types.ts";
+
+/** A stored message with a fixed timestamp, for store tests. */
+export function storedMessage(
+  id: string,
+  role: StoredMessage["role"],
+  content: string | null,
+  extra: Partial<StoredMessage> = {},
+): StoredMessage {
+  return { id, role, content, createdAt: "2026-01-01T00:00:00.000Z", ...extra } as StoredMessage;
+}
 
 export const DOCS = fileURLToPath(new URL("../data/docs", import.meta.url));
 

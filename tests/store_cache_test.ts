@@ -1,16 +1,9 @@
 import assert from "node:assert/strict";
 import { SessionStore } from "../src/store.ts";
 import type { StoredMessage } from "../src/types.ts";
-import { tempDir } from "./_harness.ts";
+import { storedMessage, tempDir } from "./_harness.ts";
 
-function msg(
-  id: string,
-  role: StoredMessage["role"],
-  content: string | null,
-  extra: Partial<StoredMessage> = {},
-) {
-  return { id, role, content, createdAt: "2026-01-01T00:00:00.000Z", ...extra } as StoredMessage;
-}
+const msg = storedMessage;
 
 /** What a store that has never read the session would return: a fresh connection, no cache. */
 function reloaded(path: string, sessionId: string): StoredMessage[] {

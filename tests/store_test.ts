@@ -3,16 +3,9 @@ import { DatabaseSync } from "node:sqlite";
 import { SessionError } from "../src/errors.ts";
 import { SCHEMA_VERSION, SessionStore, validateId } from "../src/store.ts";
 import type { StoredMessage } from "../src/types.ts";
-import { steppingClock, tempDir } from "./_harness.ts";
+import { steppingClock, storedMessage, tempDir } from "./_harness.ts";
 
-function msg(
-  id: string,
-  role: StoredMessage["role"],
-  content: string | null,
-  extra: Partial<StoredMessage> = {},
-) {
-  return { id, role, content, createdAt: "2026-01-01T00:00:00.000Z", ...extra } as StoredMessage;
-}
+const msg = storedMessage;
 
 Deno.test("SessionStore creates the schema with WAL and records its version", () => {
   using dir = tempDir();
