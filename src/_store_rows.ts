@@ -71,18 +71,27 @@ export interface SessionRow {
   updated_at: string;
 }
 
+/**
+ * The columns a message is read back with. Free text comes back as bytes: `node:sqlite` cuts a TEXT value at
+ * its first NUL character, while the bytes hold all of it.
+ */
+export const MESSAGE_COLUMNS =
+  "id, role, CAST(content AS BLOB) AS content, tool_calls, CAST(tool_call_id AS BLOB) AS tool_call_id, created_at";
+/** The columns a todo is read back with; see {@linkcode MESSAGE_COLUMNS}. */
+export const TODO_COLUMNS = "id, CAST(text AS BLOB) AS text, completed, created_at, completed_at";
+
 export interface MessageRow {
   id: string;
   role: Role;
-  content: string | null;
+  content: Uint8Array | null;
   tool_calls: string | null;
-  tool_call_id: string | null;
+  tool_call_id: Uint8Array | null;
   created_at: string;
 }
 
 export interface TodoRow {
   id: number;
-  text: string;
+  text: Uint8Array;
   completed: number;
   created_at: string;
   completed_at: string | null;
@@ -100,30 +109,30 @@ export function toSession(row: SessionRow): Session {
   };
 }
 
+// ignoreBOM: a text that starts with U+FEFF keeps it.
+const decoder = new TextDecoder("utf-8", { ignoreBOM: true });
+
+function text(bytes: Uint8Array): string {
+  return decoder.decode(bytes);
+}
+
+/** A message row read with {@linkcode MESSAGE_COLUMNS}, frozen (the store's cache shares it). */
 export function toMessage(row: MessageRow): StoredMessage {
   const message: StoredMessage = {
     id: row.id,
     role: row.role,
-    content: row.content,
+    content: row.content === null ? null : text(row.content),
     createdAt: row.created_at,
   };
   if (row.tool_calls !== null) message.toolCalls = JSON.parse(row.tool_calls) as ToolCall[];
-  if (row.tool_call_id !== null) message.toolCallId = row.tool_call_id;
-  return message;
-}
-
-/** The message as {@linkcode toMessage} reads it back after it was stored with `toolCalls` as given. */
-export function storedForm(m: StoredMessage, toolCalls: string | null): StoredMessage {
-  const message: StoredMessage = { id: m.id, role: m.role, content: m.content, createdAt: m.createdAt };
-  if (toolCalls !== null) message.toolCalls = JSON.parse(toolCalls) as ToolCall[];
-  if (m.toolCallId !== undefined && m.toolCallId !== null) message.toolCallId = m.toolCallId;
+  if (row.tool_call_id !== null) message.toolCallId = text(row.tool_call_id);
   return freezeMessage(message);
 }
 
 export function toTodo(row: TodoRow): Todo {
   return {
     id: row.id,
-    text: row.text,
+    text: text(row.text),
     completed: row.completed === 1,
     createdAt: row.created_at,
     completedAt: row.completed_at,

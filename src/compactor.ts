@@ -5,6 +5,7 @@
  */
 import { MAX_SUMMARY_ITEMS } from "./config.ts";
 import type { Summary } from "./context.ts";
+import { isFrozenToolList } from "./tools/registry.ts";
 import type { Message, ToolSchema } from "./types.ts";
 
 /** Longest item a summary field may hold; longer ones make the summary invalid. */
@@ -35,7 +36,7 @@ function estimateToolTokens(tools: readonly ToolSchema[]): number {
   let tokens = toolTokens.get(tools);
   if (tokens === undefined) {
     tokens = estimateTokens(JSON.stringify(tools));
-    if (Object.isFrozen(tools)) toolTokens.set(tools, tokens);
+    if (isFrozenToolList(tools)) toolTokens.set(tools, tokens);
   }
   return tokens;
 }

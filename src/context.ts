@@ -92,6 +92,13 @@ export function freezeMessage<T extends Message>(message: T): T {
   return Object.freeze(message);
 }
 
+/** True when the message and its tool calls are frozen: only such a message's derived values are cached. */
+export function isFrozenMessage(message: Message): boolean {
+  if (!Object.isFrozen(message)) return false;
+  const calls = message.toolCalls;
+  return calls === undefined || (Object.isFrozen(calls) && calls.every((call) => Object.isFrozen(call)));
+}
+
 // What the model sees of a frozen stored message, built once per message: the same object goes into every
 // request, so the client serializes it once (see `serializeRequestBody`).
 const stripped = new WeakMap<Message, Message>();
@@ -106,7 +113,7 @@ function strip(source: Message): Message {
   const message: Message = { role, content };
   if (toolCalls !== undefined && toolCalls.length > 0) message.toolCalls = toolCalls;
   if (toolCallId !== undefined) message.toolCallId = toolCallId;
-  if (!Object.isFrozen(source)) return message;
+  if (!isFrozenMessage(source)) return message;
   Object.freeze(message);
   stripped.set(source, message);
   return message;

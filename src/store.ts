@@ -6,18 +6,18 @@
 import { DatabaseSync, type StatementSync } from "node:sqlite";
 import { HistoryCache } from "./_history_cache.ts";
 import {
+  MESSAGE_COLUMNS,
   type MessageRow,
   SCHEMA,
   type Session,
   type SessionRow,
-  storedForm,
   type Todo,
+  TODO_COLUMNS,
   type TodoRow,
   toMessage,
   toSession,
   toTodo,
 } from "./_store_rows.ts";
-import { freezeMessage } from "./context.ts";
 import { SessionError } from "./errors.ts";
 import type { StoredMessage } from "./types.ts";
 
@@ -103,21 +103,21 @@ export class SessionStore {
       ),
       listSessions: db.prepare("SELECT * FROM sessions WHERE user_id = ? ORDER BY updated_at DESC, id"),
       messages: db.prepare(
-        "SELECT id, role, content, tool_calls, tool_call_id, created_at FROM messages " +
-          "WHERE session_id = ? ORDER BY rowid",
+        `SELECT ${MESSAGE_COLUMNS} FROM messages WHERE session_id = ? ORDER BY rowid`,
       ),
       insertMessage: db.prepare(
         // ON CONFLICT, not OR IGNORE: only a repeated id is skipped; CHECK and NOT NULL still fail loudly.
         "INSERT INTO messages (id, session_id, role, content, tool_calls, tool_call_id, created_at) " +
-          "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(session_id, id) DO NOTHING",
+          // The row as stored comes back for the history cache; none when the id was already stored.
+          `VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(session_id, id) DO NOTHING RETURNING ${MESSAGE_COLUMNS}`,
       ),
       touchSession: db.prepare(
         "UPDATE sessions SET turn_count = turn_count + ?, updated_at = ? WHERE id = ?",
       ),
       insertTodo: db.prepare(
-        "INSERT INTO todos (session_id, text, completed, created_at) VALUES (?, ?, 0, ?) RETURNING *",
+        `INSERT INTO todos (session_id, text, completed, created_at) VALUES (?, ?, 0, ?) RETURNING ${TODO_COLUMNS}`,
       ),
-      listTodos: db.prepare("SELECT * FROM todos WHERE session_id = ? ORDER BY id"),
+      listTodos: db.prepare(`SELECT ${TODO_COLUMNS} FROM todos WHERE session_id = ? ORDER BY id`),
       deleteMessage: db.prepare("DELETE FROM messages WHERE id = ? AND session_id = ?"),
       setSummary: db.prepare(
         "UPDATE sessions SET summary = ?, compacted_turns = compacted_turns + ?, updated_at = ? WHERE id = ?",
@@ -130,7 +130,7 @@ export class SessionStore {
       rollback: db.prepare("ROLLBACK"),
       completeTodo: db.prepare(
         "UPDATE todos SET completed = 1, completed_at = COALESCE(completed_at, ?) " +
-          "WHERE id = ? AND session_id = ? RETURNING *",
+          `WHERE id = ? AND session_id = ? RETURNING ${TODO_COLUMNS}`,
       ),
     };
   }
@@ -227,7 +227,7 @@ export class SessionStore {
     const cached = this.#cachedHistory(sessionId);
     if (cached !== undefined) return cached.slice();
     const rows = this.#statements.messages.all(sessionId) as unknown as MessageRow[];
-    const messages = rows.map((row) => freezeMessage(toMessage(row)));
+    const messages = rows.map(toMessage);
     this.#history.put(sessionId, messages);
     return messages.slice();
   }
@@ -242,23 +242,22 @@ export class SessionStore {
     this.#transaction(() => {
       let turns = 0;
       for (const m of messages) {
-        const toolCalls = m.toolCalls && m.toolCalls.length > 0 ? JSON.stringify(m.toolCalls) : null;
-        const { changes } = this.#statements.insertMessage.run(
+        const row = this.#statements.insertMessage.get(
           m.id,
           sessionId,
           m.role,
           m.content,
-          toolCalls,
+          m.toolCalls && m.toolCalls.length > 0 ? JSON.stringify(m.toolCalls) : null,
           m.toolCallId ?? null,
           m.createdAt,
-        );
-        if (changes === 0) continue;
-        added.push(storedForm(m, toolCalls));
+        ) as MessageRow | undefined;
+        if (row === undefined) continue;
+        added.push(toMessage(row));
         if (m.role === "user") turns += 1;
       }
       if (added.length > 0) this.#statements.touchSession.run(turns, this.#stamp(), sessionId);
     });
-    // Committed: the cached list (if any) gets exactly what a reload would now return.
+    // Committed: the cached list (if any) gets the rows as stored, exactly what a reload would return.
     if (added.length > 0) this.#history.append(sessionId, added);
     return added.length;
   }

@@ -93,3 +93,12 @@ Deno.test("buildContext() hands back the same frozen objects for frozen messages
   assert.equal(buildContext([stored], { summary: "not json" }).length, 2);
   assert.equal(buildContext([], { systemPrompt: "other" })[0].content, "other");
 });
+
+Deno.test("serializeRequestBody() does not cache a frozen message whose tool calls can still change", () => {
+  const calls = [{ id: "c1", name: "calculator", arguments: '{"expression":"1+1"}' }];
+  const message = Object.freeze({ role: "assistant" as const, content: null, toolCalls: calls });
+  assert.match(serializeRequestBody("m", [message]), /1\+1/);
+  calls[0] = { id: "c1", name: "calculator", arguments: '{"expression":"2+2"}' };
+  assert.match(serializeRequestBody("m", [message]), /2\+2/);
+  assert.match(buildContext([message])[1].toolCalls![0].arguments, /2\+2/);
+});

@@ -127,3 +127,31 @@ Deno.test("SessionStore keeps at most historyCacheSessions lists, and every list
     store.close();
   }
 });
+
+Deno.test("SessionStore returns text with NUL characters whole, from memory and from disk, and todos too", () => {
+  using dir = tempDir();
+  const path = `${dir.path}/s.db`;
+  const store = new SessionStore(path);
+  try {
+    store.getOrCreate("s", "u");
+    const text = "before\u0000after \ufeffbom";
+    store.append("s", [
+      msg("r:0", "user", "\ufeffstarts with a BOM"),
+      msg("r:1", "tool", text, { toolCallId: "call\u0000x" }),
+      // A lone surrogate has no UTF-8 form: it is stored as U+FFFD, and memory says the same as disk.
+      msg("r:2", "assistant", "lone \ud800 surrogate"),
+    ]);
+    const cached = store.messages("s");
+    assert.deepEqual(cached, reloaded(path, "s"));
+    assert.equal(cached[0].content, "\ufeffstarts with a BOM");
+    assert.equal(cached[1].content, text);
+    assert.equal(cached[1].toolCallId, "call\u0000x");
+    assert.equal(cached[2].content, "lone \ufffd surrogate");
+    const todo = store.addTodo("s", "buy\u0000milk");
+    assert.equal(todo.text, "buy\u0000milk");
+    assert.equal(store.listTodos("s")[0].text, "buy\u0000milk");
+    assert.equal(store.completeTodo("s", todo.id)?.text, "buy\u0000milk");
+  } finally {
+    store.close();
+  }
+});

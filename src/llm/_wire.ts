@@ -4,7 +4,9 @@
  * ones.
  * @module
  */
+import { isFrozenMessage } from "../context.ts";
 import { LlmError } from "../errors.ts";
+import { isFrozenToolList } from "../tools/registry.ts";
 import type { ChatReply, Message, ToolCall, ToolSchema, Usage } from "../types.ts";
 
 /** A tool call as the request body carries it inside an assistant message. */
@@ -102,8 +104,8 @@ export function buildRequestBody(
 }
 
 // The JSON of frozen messages and tool lists, computed once: a session's history goes out on every request
-// of every turn, and serializing it again each time was most of building a request. Only frozen values are
-// cached, so a cached text can never go stale.
+// of every turn, and serializing it again each time was most of building a request. Only frozen values (with
+// their tool calls, or their parameters) are cached, so a cached text does not go stale.
 const messageJson = new WeakMap<Message, string>();
 const toolsJson = new WeakMap<readonly ToolSchema[], string>();
 
@@ -111,7 +113,7 @@ function wireMessageJson(message: Message, index: number): string {
   let json = messageJson.get(message);
   if (json === undefined) {
     json = JSON.stringify(toWireMessage(message, index));
-    if (Object.isFrozen(message)) messageJson.set(message, json);
+    if (isFrozenMessage(message)) messageJson.set(message, json);
   }
   return json;
 }
@@ -120,7 +122,7 @@ function wireToolsJson(tools: readonly ToolSchema[]): string {
   let json = toolsJson.get(tools);
   if (json === undefined) {
     json = JSON.stringify(toWireTools(tools));
-    if (Object.isFrozen(tools)) toolsJson.set(tools, json);
+    if (isFrozenToolList(tools)) toolsJson.set(tools, json);
   }
   return json;
 }

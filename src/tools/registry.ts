@@ -42,6 +42,23 @@ function fit(result: ToolResult, limit: number): ToolResult {
   return cut(lo);
 }
 
+function deepFreeze<T>(value: T): T {
+  if (typeof value === "object" && value !== null && !Object.isFrozen(value)) {
+    for (const item of Object.values(value)) deepFreeze(item);
+    Object.freeze(value);
+  }
+  return value;
+}
+
+/**
+ * True for a tool list whose values can be cached: the list, each schema and its parameters frozen (what
+ * {@linkcode ToolRegistry.schemas} returns, frozen all the way down).
+ */
+export function isFrozenToolList(tools: readonly ToolSchema[]): boolean {
+  return Object.isFrozen(tools) &&
+    tools.every((tool) => Object.isFrozen(tool) && Object.isFrozen(tool.parameters));
+}
+
 function failure(error: string): ToolResult {
   return { ok: false, data: null, error, truncated: false };
 }
@@ -69,15 +86,23 @@ export class ToolRegistry {
       if (this.#tools.has(tool.name)) throw new TypeError(`Cannot register tool "${tool.name}" twice`);
       this.#tools.set(tool.name, tool);
     }
-    // Built once and frozen: every request offers the same array, so its JSON is serialized once too.
+    // Built once and frozen, parameters copied and frozen too: every request offers the same array, so its
+    // JSON is serialized once.
     this.#schemas = Object.freeze(
       [...this.#tools.values()].map(({ name, description, parameters }) =>
-        Object.freeze({ name, description, parameters: parameters as Record<string, unknown> })
+        Object.freeze({
+          name,
+          description,
+          parameters: deepFreeze(structuredClone(parameters)) as Record<string, unknown>,
+        })
       ),
     );
   }
 
-  /** The tools' schemas as the model is offered them, in registration order; the same frozen array each call. */
+  /**
+   * The tools' schemas as the model is offered them, in registration order: the same array each call, frozen
+   * all the way down (a copy of each tool's parameters).
+   */
   schemas(): readonly ToolSchema[] {
     return this.#schemas;
   }
