@@ -144,9 +144,15 @@ export async function runTurn(input: TurnInput, deps: TurnDeps): Promise<TurnRes
     emit(e);
   };
   const save = (...messages: Omit<StoredMessage, "id" | "createdAt">[]): void => {
-    // Frozen like the store's own copies: the same objects go into every request of the turn.
+    // Frozen like the store's own copies: the same objects go into every request of the turn. The tool calls
+    // are copied first, so the model client's own objects are never frozen under it.
     const stamped = messages.map((m) =>
-      freezeMessage({ ...m, id: `${runId}:${seq++}`, createdAt: now().toISOString() })
+      freezeMessage({
+        ...m,
+        ...(m.toolCalls === undefined ? {} : { toolCalls: m.toolCalls.map((call) => ({ ...call })) }),
+        id: `${runId}:${seq++}`,
+        createdAt: now().toISOString(),
+      })
     );
     store.append(session.id, stamped);
     memory.history.push(...stamped);

@@ -268,3 +268,22 @@ Deno.test("runTurn() gives repeated or empty tool call ids distinct ones, so eac
   assert.ok(ids.every((id) => id !== ""));
   assert.deepEqual(rest.filter((m) => m.role === "tool").map((m) => m.toolCallId), ids);
 });
+
+Deno.test("runTurn() never freezes the objects the model client returned", async () => {
+  using h = harness([]);
+  const call = { id: "call_1", name: "calculator", arguments: '{"expression":"6*7"}' };
+  const replies = [
+    { content: null, toolCalls: [call], usage: null, model: "m" },
+    { content: "42", toolCalls: [], usage: null, model: "m" },
+  ];
+  let i = 0;
+  const deps = { ...h.deps, llm: { chat: () => Promise.resolve(replies[i++]) } };
+  const result = await runTurn(input("what is 6*7?"), deps);
+  assert.equal(result.answer, "42");
+  assert.equal(Object.isFrozen(call), false);
+  assert.equal(Object.isFrozen(replies[0].toolCalls), false);
+  // The stored copy is frozen and equal.
+  const stored = h.store.messages("s1")[1];
+  assert.ok(Object.isFrozen(stored.toolCalls![0]));
+  assert.deepEqual(stored.toolCalls, [call]);
+});
