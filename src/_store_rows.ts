@@ -1,5 +1,5 @@
 /**
- * The store's tables and rows: the schema it creates, and how a row becomes a value and back. Private to
+ * The store's tables and rows: the schema it creates, and how a row becomes a value. Private to
  * `store.ts`, which re-exports the public types.
  * @module
  */

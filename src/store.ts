@@ -69,6 +69,8 @@ export class SessionStore {
   #db: DatabaseSync;
   #now: () => Date;
   #statements: Record<string, StatementSync>;
+  /** BEGIN IMMEDIATE, COMMIT, ROLLBACK: prepared before the migration, the first transaction. */
+  #control!: { begin: StatementSync; commit: StatementSync; rollback: StatementSync };
   #history: HistoryCache;
   /** `PRAGMA data_version` when the cache was last checked: it changes when another connection commits. */
   #dataVersion = -1;
@@ -89,6 +91,11 @@ export class SessionStore {
       // NORMAL in WAL mode survives a process crash (kill -9); only a power loss may drop the last commits.
       this.#db.exec("PRAGMA synchronous = NORMAL");
       this.#db.exec("PRAGMA foreign_keys = ON");
+      this.#control = {
+        begin: this.#db.prepare("BEGIN IMMEDIATE"),
+        commit: this.#db.prepare("COMMIT"),
+        rollback: this.#db.prepare("ROLLBACK"),
+      };
       this.#migrate();
     } catch (error) {
       this.#db.close();
@@ -125,9 +132,6 @@ export class SessionStore {
       deleteSession: db.prepare("DELETE FROM sessions WHERE id = ?"),
       ping: db.prepare("SELECT 1 AS ok"),
       dataVersion: db.prepare("PRAGMA data_version"),
-      begin: db.prepare("BEGIN IMMEDIATE"),
-      commit: db.prepare("COMMIT"),
-      rollback: db.prepare("ROLLBACK"),
       completeTodo: db.prepare(
         "UPDATE todos SET completed = 1, completed_at = COALESCE(completed_at, ?) " +
           `WHERE id = ? AND session_id = ? RETURNING ${TODO_COLUMNS}`,
@@ -153,17 +157,14 @@ export class SessionStore {
 
   /** Runs `work` inside `BEGIN IMMEDIATE … COMMIT`; rolls back and rethrows if it throws. */
   #transaction<T>(work: () => T): T {
-    // Prepared once, in the constructor; the migration runs before they exist.
-    const statements = this.#statements as Record<string, StatementSync> | undefined;
-    const run = (sql: "BEGIN IMMEDIATE" | "COMMIT" | "ROLLBACK", name: "begin" | "commit" | "rollback") =>
-      statements === undefined ? this.#db.exec(sql) : statements[name].run();
-    run("BEGIN IMMEDIATE", "begin");
+    const { begin, commit, rollback } = this.#control;
+    begin.run();
     try {
       const result = work();
-      run("COMMIT", "commit");
+      commit.run();
       return result;
     } catch (error) {
-      run("ROLLBACK", "rollback");
+      rollback.run();
       throw error;
     }
   }
