@@ -6,6 +6,9 @@
 import { freezeMessage } from "./context.ts";
 import type { Role, StoredMessage, ToolCall } from "./types.ts";
 
+/** What a version-1 database needs before {@linkcode SCHEMA}: its index on (user_id, updated_at) goes. */
+export const UPGRADE_FROM_1 = "DROP INDEX IF EXISTS sessions_by_user;";
+
 /** The tables, created in one transaction when the schema version is new. */
 export const SCHEMA = `
 CREATE TABLE IF NOT EXISTS sessions (
@@ -17,7 +20,8 @@ CREATE TABLE IF NOT EXISTS sessions (
   created_at TEXT NOT NULL,
   updated_at TEXT NOT NULL
 );
-CREATE INDEX IF NOT EXISTS sessions_by_user ON sessions(user_id, updated_at);
+-- By user only: every save updates updated_at, which an index on it would rewrite each time.
+CREATE INDEX IF NOT EXISTS sessions_of_user ON sessions(user_id);
 CREATE TABLE IF NOT EXISTS messages (
   id TEXT NOT NULL,
   session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
@@ -76,17 +80,18 @@ export interface SessionRow {
  * its first NUL character, while the bytes hold all of it.
  */
 export const MESSAGE_COLUMNS =
-  "id, role, CAST(content AS BLOB) AS content, tool_calls, CAST(tool_call_id AS BLOB) AS tool_call_id, created_at";
+  "CAST(id AS BLOB) AS id, role, CAST(content AS BLOB) AS content, tool_calls, " +
+  "CAST(tool_call_id AS BLOB) AS tool_call_id, CAST(created_at AS BLOB) AS created_at";
 /** The columns a todo is read back with; see {@linkcode MESSAGE_COLUMNS}. */
 export const TODO_COLUMNS = "id, CAST(text AS BLOB) AS text, completed, created_at, completed_at";
 
 export interface MessageRow {
-  id: string;
+  id: Uint8Array;
   role: Role;
   content: Uint8Array | null;
   tool_calls: string | null;
   tool_call_id: Uint8Array | null;
-  created_at: string;
+  created_at: Uint8Array;
 }
 
 export interface TodoRow {
@@ -119,14 +124,57 @@ function text(bytes: Uint8Array): string {
 /** A message row read with {@linkcode MESSAGE_COLUMNS}, frozen (the store's cache shares it). */
 export function toMessage(row: MessageRow): StoredMessage {
   const message: StoredMessage = {
-    id: row.id,
+    id: text(row.id),
     role: row.role,
     content: row.content === null ? null : text(row.content),
-    createdAt: row.created_at,
+    createdAt: text(row.created_at),
   };
   if (row.tool_calls !== null) message.toolCalls = JSON.parse(row.tool_calls) as ToolCall[];
   if (row.tool_call_id !== null) message.toolCallId = text(row.tool_call_id);
   return freezeMessage(message);
+}
+
+/** A message about to be inserted, as {@linkcode toMessage} will read it back, and its tool_calls column. */
+export interface MessageToStore {
+  /** Frozen. */
+  message: StoredMessage;
+  /** The tool calls' JSON, or null when there are none (an empty list is not stored). */
+  toolCalls: string | null;
+}
+
+function requireText(index: number, field: string, value: unknown, nullable = false): void {
+  if (typeof value === "string" || (nullable && (value === null || value === undefined))) return;
+  const expected = nullable ? "a string or null" : "a string";
+  throw new TypeError(`Cannot append message ${index}: "${field}" must be ${expected}, got ${typeof value}`);
+}
+
+/**
+ * The message `m` (the `index`-th of its save) exactly as reading its row back will return it, without
+ * reading it: SQLite keeps a string as UTF-8, where a lone surrogate becomes U+FFFD (`toWellFormed`), and
+ * tool calls come back through their JSON. Only the stored fields are kept. `TypeError` for a field of the
+ * wrong type, which SQLite would otherwise store converted.
+ */
+export function toStore(m: StoredMessage, index: number): MessageToStore {
+  requireText(index, "id", m.id);
+  requireText(index, "role", m.role);
+  requireText(index, "content", m.content, true);
+  requireText(index, "createdAt", m.createdAt);
+  requireText(index, "toolCallId", m.toolCallId, true);
+  if (m.toolCalls !== undefined && !Array.isArray(m.toolCalls)) {
+    throw new TypeError(
+      `Cannot append message ${index}: "toolCalls" must be an array, got ${typeof m.toolCalls}`,
+    );
+  }
+  const toolCalls = m.toolCalls !== undefined && m.toolCalls.length > 0 ? JSON.stringify(m.toolCalls) : null;
+  const message: StoredMessage = {
+    id: m.id.toWellFormed(),
+    role: m.role,
+    content: m.content === null ? null : m.content.toWellFormed(),
+    createdAt: m.createdAt.toWellFormed(),
+  };
+  if (toolCalls !== null) message.toolCalls = JSON.parse(toolCalls) as ToolCall[];
+  if (typeof m.toolCallId === "string") message.toolCallId = m.toolCallId.toWellFormed();
+  return { message: freezeMessage(message), toolCalls };
 }
 
 export function toTodo(row: TodoRow): Todo {

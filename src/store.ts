@@ -16,7 +16,9 @@ import {
   type TodoRow,
   toMessage,
   toSession,
+  toStore,
   toTodo,
+  UPGRADE_FROM_1,
 } from "./_store_rows.ts";
 import { SessionError } from "./errors.ts";
 import type { StoredMessage } from "./types.ts";
@@ -24,7 +26,7 @@ import type { StoredMessage } from "./types.ts";
 export type { Session, Todo };
 
 /** The schema version this code writes, kept in `PRAGMA user_version`. */
-export const SCHEMA_VERSION = 1;
+export const SCHEMA_VERSION = 2;
 
 const SESSION_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
@@ -115,8 +117,7 @@ export class SessionStore {
       insertMessage: db.prepare(
         // ON CONFLICT, not OR IGNORE: only a repeated id is skipped; CHECK and NOT NULL still fail loudly.
         "INSERT INTO messages (id, session_id, role, content, tool_calls, tool_call_id, created_at) " +
-          // The row as stored comes back for the history cache; none when the id was already stored.
-          `VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(session_id, id) DO NOTHING RETURNING ${MESSAGE_COLUMNS}`,
+          "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(session_id, id) DO NOTHING",
       ),
       touchSession: db.prepare(
         "UPDATE sessions SET turn_count = turn_count + ?, updated_at = ? WHERE id = ?",
@@ -150,6 +151,7 @@ export class SessionStore {
     }
     if (version === SCHEMA_VERSION) return;
     this.#transaction(() => {
+      if (version === 1) this.#db.exec(UPGRADE_FROM_1);
       this.#db.exec(SCHEMA);
       this.#db.exec(`PRAGMA user_version = ${SCHEMA_VERSION}`);
     });
@@ -239,26 +241,28 @@ export class SessionStore {
    * to the session's `turn_count`; runtime, assistant and tool messages do not.
    */
   append(sessionId: string, messages: readonly StoredMessage[]): number {
+    // Checked and put in stored form before the transaction: a malformed message changes nothing.
+    const rows = messages.map(toStore);
     const added: StoredMessage[] = [];
     this.#transaction(() => {
       let turns = 0;
-      for (const m of messages) {
-        const row = this.#statements.insertMessage.get(
+      for (const { message: m, toolCalls } of rows) {
+        const { changes } = this.#statements.insertMessage.run(
           m.id,
           sessionId,
           m.role,
           m.content,
-          m.toolCalls && m.toolCalls.length > 0 ? JSON.stringify(m.toolCalls) : null,
+          toolCalls,
           m.toolCallId ?? null,
           m.createdAt,
-        ) as MessageRow | undefined;
-        if (row === undefined) continue;
-        added.push(toMessage(row));
+        );
+        if (changes === 0) continue;
+        added.push(m);
         if (m.role === "user") turns += 1;
       }
       if (added.length > 0) this.#statements.touchSession.run(turns, this.#stamp(), sessionId);
     });
-    // Committed: the cached list (if any) gets the rows as stored, exactly what a reload would return.
+    // Committed: the cached list (if any) gets the messages in stored form, exactly what a reload returns.
     if (added.length > 0) this.#history.append(sessionId, added);
     return added.length;
   }

@@ -206,7 +206,7 @@ function assertSchema(path: string, counts: { sessions: number }): void {
       const name of [
         "messages",
         "sessions",
-        "sessions_by_user",
+        "sessions_of_user",
         "todos",
         "todos_by_session",
       ]

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import fc from "fast-check";
 import { SessionStore } from "../src/store.ts";
 import type { StoredMessage } from "../src/types.ts";
 import { storedMessage, tempDir } from "./_harness.ts";
@@ -135,6 +136,7 @@ Deno.test("SessionStore returns text with NUL characters whole, from memory and 
   try {
     store.getOrCreate("s", "u");
     const text = "before\u0000after \ufeffbom";
+    store.messages("s"); // in memory from here on: the append adds to the cached list
     store.append("s", [
       msg("r:0", "user", "\ufeffstarts with a BOM"),
       msg("r:1", "tool", text, { toolCallId: "call\u0000x" }),
@@ -154,4 +156,108 @@ Deno.test("SessionStore returns text with NUL characters whole, from memory and 
   } finally {
     store.close();
   }
+});
+
+Deno.test("SessionStore keeps in memory each message as a reload returns it, every field", () => {
+  using dir = tempDir();
+  const path = `${dir.path}/s.db`;
+  const store = new SessionStore(path);
+  try {
+    store.getOrCreate("s", "u");
+    const call = { id: "c\ud800", name: "calculator", arguments: '{"expression":"1+1"}', extra: "kept" };
+    const input = [
+      msg("id\u0000nul", "user", "x", { createdAt: "2026\u0000" }),
+      msg("lone\udc00", "assistant", null, { toolCalls: [call], createdAt: "t\ud800" }),
+      // Unknown keys are not stored, and an empty list of calls is stored as none.
+      { ...msg("empty", "assistant", "a", { toolCalls: [] }), note: "dropped" } as StoredMessage,
+      msg("t", "tool", "r", { toolCallId: "c\ud800" }),
+    ];
+    // Read first, so the session's list is in memory and the append adds to it, as in a turn.
+    assert.deepEqual(store.messages("s"), []);
+    assert.equal(store.append("s", input), 4);
+    const cached = store.messages("s");
+    assert.deepEqual(cached, reloaded(path, "s"));
+    assert.equal(cached[0].id, "id\u0000nul");
+    assert.equal(cached[0].createdAt, "2026\u0000");
+    assert.equal(cached[1].id, "lone\ufffd");
+    assert.equal(cached[1].createdAt, "t\ufffd");
+    // The calls come back through their JSON, which escapes a lone surrogate rather than replacing it.
+    assert.deepEqual(cached[1].toolCalls, [call]);
+    assert.equal("toolCalls" in cached[2], false);
+    assert.equal("note" in cached[2], false);
+    assert.equal(cached[3].toolCallId, "c\ufffd");
+    assert.ok(cached.every((m) => Object.isFrozen(m)));
+    // The caller's objects are neither frozen nor changed.
+    assert.equal(Object.isFrozen(input[1]), false);
+    assert.equal(Object.isFrozen(call), false);
+    assert.equal(input[1].id, "lone\udc00");
+    // The stored ids are the ones compaction deletes by.
+    store.applyCompaction("s", "{}", [cached[0].id, cached[1].id], 1);
+    assert.deepEqual(store.messages("s"), reloaded(path, "s"));
+    assert.deepEqual(store.messages("s").map((m) => m.id), ["empty", "t"]);
+  } finally {
+    store.close();
+  }
+});
+
+Deno.test("SessionStore.append() refuses a message with a field of the wrong type and stores none of the save", () => {
+  const store = new SessionStore(":memory:");
+  try {
+    store.getOrCreate("s", "u");
+    const bad: [Record<string, unknown>, RegExp][] = [
+      [{ content: 42 }, /message 1: "content" must be a string or null, got number/],
+      [{ id: undefined }, /message 1: "id" must be a string, got undefined/],
+      [{ createdAt: new Date() }, /message 1: "createdAt" must be a string, got object/],
+      [{ toolCallId: 7 }, /message 1: "toolCallId" must be a string or null, got number/],
+      [{ toolCalls: "calls" }, /message 1: "toolCalls" must be an array, got string/],
+    ];
+    for (const [override, error] of bad) {
+      const broken = { ...msg("b", "tool", "x"), ...override } as unknown as StoredMessage;
+      assert.throws(() => store.append("s", [msg("a", "user", "hi"), broken]), error);
+      assert.deepEqual(store.messages("s"), []);
+      assert.equal(store.get("s")?.turnCount, 0);
+    }
+  } finally {
+    store.close();
+  }
+});
+
+// Any code point, and often the ones a store can get wrong: lone surrogates (which the "binary" unit never
+// yields), NUL and a BOM. What a reload returns of them is the test's oracle.
+const ANY_TEXT = fc.string({
+  unit: fc.oneof(
+    fc.constantFrom("\ud800", "\udfff", "\u0000", "\ufeff"),
+    fc.string({ unit: "binary", minLength: 1, maxLength: 1 }),
+  ),
+  maxLength: 12,
+});
+
+Deno.test("SessionStore: a property, any text in any field is in memory what a reload returns", () => {
+  using dir = tempDir();
+  let run = 0;
+  const call = fc.record({ id: ANY_TEXT, name: ANY_TEXT, arguments: ANY_TEXT });
+  const message = fc.record({
+    role: fc.constantFrom<StoredMessage["role"]>("user", "assistant", "tool", "runtime"),
+    content: fc.option(ANY_TEXT),
+    createdAt: ANY_TEXT,
+    toolCalls: fc.option(fc.array(call, { maxLength: 2 }), { nil: undefined }),
+    toolCallId: fc.option(ANY_TEXT, { nil: undefined }),
+  }, { requiredKeys: ["role", "content", "createdAt"] });
+  fc.assert(
+    fc.property(fc.array(fc.tuple(ANY_TEXT, message), { minLength: 1, maxLength: 6 }), (drafts) => {
+      const path = `${dir.path}/p-${run++}.db`;
+      const store = new SessionStore(path);
+      try {
+        store.getOrCreate("s", "u");
+        store.messages("s");
+        // Ids made distinct after their stored form, which is what the primary key sees.
+        const input = drafts.map(([id, m], i) => ({ ...m, id: `${i}:${id}` }) as StoredMessage);
+        store.append("s", input);
+        assert.deepEqual(store.messages("s"), reloaded(path, "s"));
+      } finally {
+        store.close();
+      }
+    }),
+    { numRuns: 150 },
+  );
 });

@@ -28,7 +28,54 @@ Deno.test("SessionStore refuses a database written by a newer schema version", (
   const db = new DatabaseSync(`${dir.path}/s.db`);
   db.exec(`PRAGMA user_version = ${SCHEMA_VERSION + 1}`);
   db.close();
-  assert.throws(() => new SessionStore(`${dir.path}/s.db`), /schema version is 2, this program knows 1/);
+  assert.throws(
+    () => new SessionStore(`${dir.path}/s.db`),
+    new RegExp(`schema version is ${SCHEMA_VERSION + 1}, this program knows ${SCHEMA_VERSION}$`),
+  );
+});
+
+Deno.test("SessionStore upgrades a version-1 database in place: its data stays, the index by updated_at goes", () => {
+  using dir = tempDir();
+  const path = `${dir.path}/s.db`;
+  const v1 = new DatabaseSync(path);
+  // The version-1 schema as it shipped: sessions were also indexed by updated_at.
+  v1.exec(`
+    CREATE TABLE sessions (id TEXT PRIMARY KEY, user_id TEXT NOT NULL, summary TEXT,
+      turn_count INTEGER NOT NULL DEFAULT 0, compacted_turns INTEGER NOT NULL DEFAULT 0,
+      created_at TEXT NOT NULL, updated_at TEXT NOT NULL);
+    CREATE INDEX sessions_by_user ON sessions(user_id, updated_at);
+    CREATE TABLE messages (id TEXT NOT NULL,
+      session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+      role TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'tool', 'runtime')),
+      content TEXT, tool_calls TEXT, tool_call_id TEXT, created_at TEXT NOT NULL, PRIMARY KEY (session_id, id));
+    CREATE TABLE todos (id INTEGER PRIMARY KEY AUTOINCREMENT,
+      session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE, text TEXT NOT NULL,
+      completed INTEGER NOT NULL DEFAULT 0, created_at TEXT NOT NULL, completed_at TEXT);
+    CREATE INDEX todos_by_session ON todos(session_id);
+    INSERT INTO sessions VALUES ('old', 'u', NULL, 1, 0, '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:01.000Z');
+    INSERT INTO sessions VALUES ('new', 'u', NULL, 0, 0, '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:02.000Z');
+    INSERT INTO messages VALUES ('m1', 'old', 'user', 'hi', NULL, NULL, '2026-01-01T00:00:01.000Z');
+    PRAGMA user_version = 1;
+  `);
+  v1.close();
+
+  const store = new SessionStore(path);
+  try {
+    assert.deepEqual(store.listSessions("u").map((s) => s.id), ["new", "old"]);
+    assert.deepEqual(store.messages("old").map((m) => [m.id, m.content]), [["m1", "hi"]]);
+    assert.equal(store.get("old")?.turnCount, 1);
+  } finally {
+    store.close();
+  }
+  const db = new DatabaseSync(path);
+  try {
+    assert.equal((db.prepare("PRAGMA user_version").get() as { user_version: number }).user_version, 2);
+    const indexes = db.prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL")
+      .all().map((r) => r.name);
+    assert.deepEqual(indexes.sort(), ["sessions_of_user", "todos_by_session"]);
+  } finally {
+    db.close();
+  }
 });
 
 Deno.test("SessionStore.append() is idempotent: saving the same state twice adds nothing", () => {
