@@ -12,6 +12,7 @@ import { runChat } from "./cli/chat.ts";
 import { type Config, isLoopbackHost, loadConfig, requireApiKey, SETTINGS } from "./config.ts";
 import { ConfigError, SessionError } from "./errors.ts";
 import { Authenticator } from "./http/auth.ts";
+import { BatchedLog, writeStderr } from "./http/batched_log.ts";
 import { serveHttp } from "./http/server.ts";
 import { SessionQueue } from "./http/session_queue.ts";
 import { createLlmFromConfig } from "./llm/openai.ts";
@@ -115,6 +116,8 @@ async function chat(config: Readonly<Config>, sessionId: string, userId: string)
 
 async function serve(config: Readonly<Config>): Promise<number> {
   const runtime = openRuntime(config);
+  // Request lines go out in batches; flushed before "stopped" and on every way out.
+  const log = new BatchedLog(writeStderr);
   const stop = new AbortController();
   const onSignal = () => stop.abort();
   Deno.addSignalListener("SIGINT", onSignal);
@@ -129,7 +132,7 @@ async function serve(config: Readonly<Config>): Promise<number> {
       maxBodyBytes: config.maxBodyBytes,
       tracePath: config.tracePath,
       model: config.model,
-      log: (line) => console.error(line),
+      log: (line) => log.line(line),
     }, {
       hostname: config.host,
       port: config.port,
@@ -141,9 +144,11 @@ async function serve(config: Readonly<Config>): Promise<number> {
       },
     });
     await server.finished;
+    log.close();
     console.error("stopped");
     return 0;
   } finally {
+    log.close();
     Deno.removeSignalListener("SIGINT", onSignal);
     Deno.removeSignalListener("SIGTERM", onSignal);
     runtime.close();

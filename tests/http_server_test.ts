@@ -743,6 +743,12 @@ Deno.test("deno task serve listens, answers /healthz, and stops cleanly with exi
       const health = await fetch(`http://127.0.0.1:${port}/healthz`);
       assert.equal(health.status, 200);
       assert.equal((await health.json()).ok, true);
+      // The request line is written within the log's flush period, not only at shutdown.
+      const deadline = Date.now() + 5_000;
+      while (!/GET \/healthz 200/.test(stderr) && Date.now() < deadline) {
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      assert.match(stderr, /GET \/healthz 200/, "the request line arrives while the server runs");
     } finally {
       try {
         child.kill("SIGTERM");
@@ -753,8 +759,11 @@ Deno.test("deno task serve listens, answers /healthz, and stops cleanly with exi
       await drained;
       assert.equal(status.code, 0, stderr);
     }
-    assert.match(stderr, /GET \/healthz 200/);
-    assert.match(stderr, /^stopped$/m);
+    // In order: the request, the shutdown, and "stopped" last.
+    const at = (pattern: RegExp) => stderr.search(pattern);
+    assert.ok(at(/GET \/healthz 200/) !== -1, stderr);
+    assert.ok(at(/GET \/healthz 200/) < at(/^shutting down: 0 turn\(s\) running/m), stderr);
+    assert.ok(at(/^shutting down/m) < at(/^stopped$/m), stderr);
   } finally {
     await provider.close();
   }

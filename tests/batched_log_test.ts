@@ -1,0 +1,68 @@
+import assert from "node:assert/strict";
+import { BatchedLog } from "../src/http/batched_log.ts";
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+Deno.test("BatchedLog writes the lines of one flush period together, in order, once the period is over", async () => {
+  const writes: string[] = [];
+  const log = new BatchedLog((text) => writes.push(text), { flushMs: 30 });
+  try {
+    log.line("GET /healthz 200 0ms");
+    log.line("POST /v1/sessions/a/messages 200 104ms");
+    log.line("error: something");
+    assert.deepEqual(writes, [], "nothing is written before the period ends");
+    await sleep(80);
+    assert.deepEqual(writes, [
+      "GET /healthz 200 0ms\nPOST /v1/sessions/a/messages 200 104ms\nerror: something\n",
+    ]);
+    log.line("next");
+    await sleep(80);
+    assert.deepEqual(writes.slice(1), ["next\n"], "a later line starts a new period");
+  } finally {
+    log.close();
+  }
+});
+
+Deno.test("BatchedLog writes at once when the buffer is full, on flush() and after close()", () => {
+  const writes: string[] = [];
+  const log = new BatchedLog((text) => writes.push(text), { flushMs: 60_000, maxBufferedChars: 10 });
+  log.line("1234");
+  log.line("5678"); // 10 characters with the newlines
+  assert.deepEqual(writes, ["1234\n5678\n"]);
+  log.line("a");
+  log.flush();
+  assert.deepEqual(writes.slice(1), ["a\n"]);
+  log.flush();
+  assert.equal(writes.length, 2, "an empty flush writes nothing");
+  log.line("b");
+  log.close();
+  assert.deepEqual(writes.slice(2), ["b\n"], "close() flushes");
+  log.line("after");
+  assert.deepEqual(writes.slice(3), ["after\n"], "once closed, a line is written at once");
+  // The ops sanitizer checks that no timer is left running.
+});
+
+Deno.test("BatchedLog drops a batch whose write fails and goes on with the next", () => {
+  const writes: string[] = [];
+  let fail = true;
+  const log = new BatchedLog((text) => {
+    if (fail) throw new Error("EPIPE");
+    writes.push(text);
+  }, { flushMs: 60_000 });
+  log.line("lost");
+  assert.doesNotThrow(() => log.flush());
+  fail = false;
+  log.line("kept");
+  log.close();
+  assert.deepEqual(writes, ["kept\n"]);
+});
+
+Deno.test("BatchedLog refuses a flush period or buffer size that is not positive", () => {
+  assert.throws(() => new BatchedLog(() => {}, { flushMs: 0 }), /flushMs must be positive, got 0/);
+  assert.throws(
+    () => new BatchedLog(() => {}, { maxBufferedChars: -1 }),
+    /maxBufferedChars must be positive/,
+  );
+});
