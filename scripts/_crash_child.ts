@@ -1,0 +1,200 @@
+/**
+ * The crash test's child: a `chat` subprocess on the test's database and trace, started with the task's
+ * own permission flags, and what it leaves on disk (trace lines, the session, todos). Private to
+ * `crash_test.ts`.
+ * @module
+ */
+import { existsSync } from "node:fs";
+import { DatabaseSync } from "node:sqlite";
+import { fileURLToPath } from "node:url";
+import { taskPermissionFlags } from "../src/permissions.ts";
+import { SessionStore } from "../src/store.ts";
+import { isRecord } from "./_crash_invariants.ts";
+import type { CrashProvider, ProviderMoment } from "./_crash_provider.ts";
+
+const ROOT = fileURLToPath(new URL("..", import.meta.url));
+/** The session every round works on. */
+export const CRASH_SESSION = "crash-1";
+
+/** The state of a crash run: its files, its provider, and how far its schedule got. */
+export interface Run {
+  dbPath: string;
+  tracePath: string;
+  provider: CrashProvider;
+  seed: number;
+  spawns: number;
+  line: number;
+  listener: ((moment: ProviderMoment) => void | Promise<void>) | null;
+}
+
+/** A running `chat` child. */
+export interface Chat {
+  child: Deno.ChildProcess;
+  write(text: string): void;
+  finish(): Promise<{ code: number; stdout: string; stderr: string }>;
+}
+
+/** Resolves after `ms` milliseconds. */
+export function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** Starts `chat` on the run's files, streaming or not. */
+export function spawnChat(run: Run, stream: boolean): Chat {
+  run.spawns++;
+  const env: Record<string, string> = {
+    OPENAI_BASE_URL: run.provider.url,
+    AGENT_DB_PATH: run.dbPath,
+    AGENT_TRACE_PATH: run.tracePath,
+    AGENT_MAX_RAW_TURNS: "2",
+    AGENT_STREAM: stream ? "1" : "0",
+    LLM_RETRIES: "0",
+    NO_COLOR: "1",
+  };
+  for (const name of ["PATH", "HOME", "DENO_DIR"]) {
+    const value = Deno.env.get(name);
+    if (value) env[name] = value;
+  }
+  const child = new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      "--no-prompt",
+      ...taskPermissionFlags(env),
+      "src/main.ts",
+      "chat",
+      "--session",
+      CRASH_SESSION,
+    ],
+    cwd: ROOT,
+    env,
+    clearEnv: true,
+    stdin: "piped",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  const stdout = new Response(child.stdout).text();
+  const stderr = new Response(child.stderr).text();
+  const writer = child.stdin.getWriter();
+  let writing = Promise.resolve();
+  const encoder = new TextEncoder();
+  return {
+    child,
+    write: (text) => {
+      // A killed child's stdin is a broken pipe: the line is simply lost, as it would be.
+      writing = writing.then(() => writer.write(encoder.encode(`${text}\n`))).catch(() => {});
+    },
+    finish: async () => {
+      await writing;
+      await writer.close().catch(() => {});
+      const { code } = await child.status;
+      return { code, stdout: await stdout, stderr: await stderr };
+    },
+  };
+}
+
+/** The text of `path` from byte `offset` on; empty when the file does not exist. */
+export function readFrom(path: string, offset: number): string {
+  let file: Deno.FsFile;
+  try {
+    file = Deno.openSync(path);
+  } catch (error) {
+    if (error instanceof Deno.errors.NotFound) return "";
+    throw error;
+  }
+  try {
+    const size = file.statSync().size;
+    const bytes = new Uint8Array(Math.max(0, size - offset));
+    file.seekSync(offset, Deno.SeekMode.Start);
+    let filled = 0;
+    while (filled < bytes.length) {
+      const n = file.readSync(bytes.subarray(filled));
+      if (n === null || n === 0) break;
+      filled += n;
+    }
+    return new TextDecoder().decode(bytes.subarray(0, filled));
+  } finally {
+    file.close();
+  }
+}
+
+/** The size of `path`, 0 when it does not exist. */
+export function fileSize(path: string): number {
+  try {
+    return Deno.statSync(path).size;
+  } catch {
+    return 0;
+  }
+}
+
+/** The whole event lines of a trace excerpt (a torn last line is not one). */
+export function wholeEvents(text: string): Record<string, unknown>[] {
+  const events: Record<string, unknown>[] = [];
+  for (const line of text.split("\n").slice(0, -1)) {
+    try {
+      const event = JSON.parse(line);
+      if (isRecord(event)) events.push(event);
+    } catch {
+      // Reported by the invariant check.
+    }
+  }
+  return events;
+}
+
+/**
+ * The session's turn count, compacted turns and stored tool messages; null before it exists, or when the
+ * database cannot be read (the invariant check reports why).
+ */
+export function readSession(
+  dbPath: string,
+): { turns: number; compacted: number; toolIds: Set<string>; tools: string[] } | null {
+  if (!existsSync(dbPath)) return null;
+  let store: SessionStore | null = null;
+  try {
+    store = new SessionStore(dbPath);
+    const session = store.get(CRASH_SESSION);
+    if (session === null) return null;
+    const tools = store.messages(CRASH_SESSION).filter((m) => m.role === "tool");
+    return {
+      turns: session.turnCount,
+      compacted: session.compactedTurns,
+      toolIds: new Set(tools.map((m) => m.toolCallId ?? "")),
+      tools: tools.map((m) => m.content ?? ""),
+    };
+  } catch {
+    return null;
+  } finally {
+    store?.close();
+  }
+}
+
+/** Holds the database's write lock (`BEGIN IMMEDIATE`) until released: a writer in the child waits. */
+export function holdWriteLock(dbPath: string): { release(): void } {
+  const db = new DatabaseSync(dbPath);
+  db.exec("PRAGMA busy_timeout = 2000");
+  db.exec("BEGIN IMMEDIATE");
+  return {
+    release() {
+      try {
+        db.exec("ROLLBACK");
+      } finally {
+        db.close();
+      }
+    },
+  };
+}
+
+/** Todo rows whose tool result neither reached the provider nor is stored. */
+export function countOrphanTodos(run: Run): number {
+  if (!existsSync(run.dbPath)) return 0;
+  let db: DatabaseSync | null = null;
+  try {
+    db = new DatabaseSync(run.dbPath);
+    const rows = db.prepare("SELECT text FROM todos WHERE session_id = ?").all(CRASH_SESSION);
+    const results = [...run.provider.toolResultsSeen, ...(readSession(run.dbPath)?.tools ?? [])];
+    return rows.filter((row) => !results.some((r) => r.includes(JSON.stringify(String(row.text))))).length;
+  } catch {
+    return 0; // an unreadable database is the invariant check's to report
+  } finally {
+    db?.close();
+  }
+}
