@@ -32,9 +32,10 @@ function overheadSection(report: BenchReport): string[] {
   return [
     `1. Per-turn overhead — calculator turn (2 model calls), 0-latency provider process, ` +
     `${o.rounds} rounds × ` +
-    `${o.turnsPerRound} turns, A B C interleaved by round, A on a session ${o.session}`,
+    `${o.turnsPerRound} turns, A D B C interleaved by round, A and D on a session ${o.session}`,
     table(header, [
       dist("A runtime: runTurn, full stack", o.runtime, x(o.ratio)),
+      dist("D runtime persisting nothing (store in memory, no trace)", o.inMemory, x(o.inMemoryRatio)),
       dist("B floor: the 2 chat bodies, plain fetch", o.floor, "1.00×"),
       dist(
         "C floor + the summary calls A made",
@@ -42,6 +43,7 @@ function overheadSection(report: BenchReport): string[] {
         x(o.floorWithSummaries.median / o.floor.median),
       ),
       dist("A, turns before compaction is due", o.beforeCompaction.runtime, x(o.beforeCompaction.ratio)),
+      dist("D, same turns", o.beforeCompaction.inMemory, x(o.beforeCompaction.inMemoryRatio)),
       dist("B, same turns", o.beforeCompaction.floor, ""),
       dist("A, turns that compacted", o.afterCompaction.runtime, x(o.afterCompaction.ratio)),
       dist("B, same turns", o.afterCompaction.floor, ""),

@@ -54,6 +54,12 @@ export interface BenchRuntimeOptions {
    * @default {globalThis.fetch}
    */
   fetch?: typeof fetch;
+  /**
+   * False keeps nothing: the store in `:memory:` and every trace event discarded, to tell what persisting
+   * costs from what the rest of the runtime costs. The files' paths are still reported.
+   * @default {true}
+   */
+  persist?: boolean;
 }
 
 /** Opens the runtime: `sessions.db` and `traces.jsonl` in `dir`, the provider at `baseUrl`. */
@@ -62,7 +68,7 @@ export function openBenchRuntime(
   baseUrl: string,
   options: BenchRuntimeOptions = {},
 ): BenchRuntime {
-  const { env = {}, fetch: send = fetch } = options;
+  const { env = {}, fetch: send = fetch, persist = true } = options;
   const dbPath = join(dir, "sessions.db");
   const tracePath = join(dir, "traces.jsonl");
   const config = loadConfig({
@@ -78,11 +84,13 @@ export function openBenchRuntime(
     if (typeof init?.body === "string") sent.push(init.body);
     return send(input, init);
   };
-  const store = new SessionStore(config.dbPath);
-  const tracer = new JsonlTracer(config.tracePath, {
-    maxPayloadChars: config.traceMaxPayloadChars,
-    secrets: [config.apiKey],
-  });
+  const store = new SessionStore(persist ? config.dbPath : ":memory:");
+  const tracer = persist
+    ? new JsonlTracer(config.tracePath, {
+      maxPayloadChars: config.traceMaxPayloadChars,
+      secrets: [config.apiKey],
+    })
+    : null;
   const llm = createLlmFromConfig(config, { stream: false, fetch: recordingFetch });
   const compactions = { ok: 0, failed: 0 };
   const emit = (event: RunEvent) => {
@@ -90,7 +98,7 @@ export function openBenchRuntime(
       if (event.data.ok === true) compactions.ok++;
       else compactions.failed++;
     }
-    tracer.write(event);
+    tracer?.write(event);
   };
   const deps: TurnDeps = {
     store,
@@ -118,7 +126,7 @@ export function openBenchRuntime(
     },
     turn: (sessionId, message) => runTurn({ sessionId, userId: "bench", message }, deps),
     close: () => {
-      tracer.close();
+      tracer?.close();
       store.close();
     },
   };

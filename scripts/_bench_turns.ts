@@ -21,7 +21,7 @@ export function turnMessage(i: number): string {
 
 /** Options of {@linkcode measureOverhead}. */
 export interface OverheadOptions {
-  /** Rounds of A (runtime) then B (floor) then C (floor with the summary calls). @default {10} */
+  /** Rounds of A (runtime), D (runtime persisting nothing), B and C (floors). @default {10} */
   rounds?: number;
   /** Turns per round, each round on a fresh session. @default {100} */
   turns?: number;
@@ -38,14 +38,27 @@ export interface OverheadResult {
   floor: Distribution;
   /** C: every request the runtime sent in that turn (the summary call too, when it compacted), replayed. */
   floorWithSummaries: Distribution;
+  /**
+   * D: the same turns through the same stack with nothing persisted (the store in `:memory:`, no trace
+   * file): what the runtime costs beyond the floor before a single write reaches the disk.
+   */
+  inMemory: Distribution;
+  /** median D / median B */
+  inMemoryRatio: number;
   /** median A / median B */
   ratio: number;
   /** p95 A / p95 B */
   p95Ratio: number;
   /** median A / median C: the runtime's cost beyond the model calls it chose to make. */
   ratioWithSummaries: number;
-  /** Turns 1..AGENT_MAX_RAW_TURNS of each round (no compaction due): A, B and their ratio. */
-  beforeCompaction: { runtime: Distribution; floor: Distribution; ratio: number };
+  /** Turns 1..AGENT_MAX_RAW_TURNS of each round (no compaction due): A, B, D and the ratios to B. */
+  beforeCompaction: {
+    runtime: Distribution;
+    floor: Distribution;
+    ratio: number;
+    inMemory: Distribution;
+    inMemoryRatio: number;
+  };
   /** Turns after AGENT_MAX_RAW_TURNS (a compaction every turn): A, B and their ratio. */
   afterCompaction: { runtime: Distribution; floor: Distribution; ratio: number };
   /** median A / median B of each round. */
@@ -63,8 +76,9 @@ function ratioOf(
 
 /**
  * Per-turn overhead: a calculator turn through the full stack (A) versus a plain fetch loop sending the same
- * bodies (B, and C with the summary calls). One unmeasured round on its own session records the bodies and
- * warms both paths up; then each round runs A, B and C over `turns` turns, A on a fresh session.
+ * bodies (B, and C with the summary calls), and the full stack persisting nothing (D). One unmeasured round
+ * on its own session records the bodies and warms every path up; then each round runs A, D, B and C over
+ * `turns` turns, A and D on fresh sessions.
  */
 export async function measureOverhead(options: OverheadOptions = {}): Promise<OverheadResult> {
   const { rounds = 10, turns = 100 } = options;
@@ -77,6 +91,8 @@ export async function measureOverhead(options: OverheadOptions = {}): Promise<Ov
   cleanup.defer(() => temp.remove());
   const runtime = openBenchRuntime(temp.path, provider.url);
   cleanup.defer(() => runtime.close());
+  const volatile = openBenchRuntime(temp.path, provider.url, { persist: false });
+  cleanup.defer(() => volatile.close());
   const captured: SentRequest[][] = [];
   for (let i = 0; i < turns; i++) {
     const result = await runtime.turn("capture", turnMessage(i));
@@ -90,21 +106,34 @@ export async function measureOverhead(options: OverheadOptions = {}): Promise<Ov
     if (bodies.length !== 2) throw new Error(`Turn ${i + 1} sent ${bodies.length} chat requests, not 2`);
   });
   for (const bodies of chat) await floorTurn(runtime.url, bodies);
+  for (let i = 0; i < turns; i++) await volatile.turn("capture", turnMessage(i));
+  volatile.takeRequests();
 
   const a: number[][] = [];
   const b: number[][] = [];
   const c: number[][] = [];
+  const d: number[][] = [];
   let summaryCalls = 0;
   for (let r = 0; r < rounds; r++) {
     const ra: number[] = [];
     const rb: number[] = [];
     const rc: number[] = [];
+    const rd: number[] = [];
     for (let i = 0; i < turns; i++) {
       const started = performance.now();
       const result = await runtime.turn(`round-${r}`, turnMessage(i));
       ra.push(performance.now() - started);
       if (result.outcome !== "answered") throw new Error(`Round ${r + 1} turn ${i + 1}: ${result.outcome}`);
       summaryCalls += runtime.takeRequests().filter((s) => s.summary).length;
+    }
+    for (let i = 0; i < turns; i++) {
+      const started = performance.now();
+      const result = await volatile.turn(`round-${r}`, turnMessage(i));
+      rd.push(performance.now() - started);
+      if (result.outcome !== "answered") {
+        throw new Error(`Round ${r + 1} turn ${i + 1} (D): ${result.outcome}`);
+      }
+      volatile.takeRequests();
     }
     for (let i = 0; i < turns; i++) {
       const started = performance.now();
@@ -119,12 +148,17 @@ export async function measureOverhead(options: OverheadOptions = {}): Promise<Ov
     a.push(ra);
     b.push(rb);
     c.push(rc);
+    d.push(rd);
   }
   const flat = (rows: number[][], keep: (i: number) => boolean = () => true) =>
     rows.flatMap((row) => row.filter((_, i) => keep(i)));
   const runtimeAll = distribution(flat(a));
   const floorAll = distribution(flat(b));
   const floorSummaries = distribution(flat(c));
+  const inMemory = distribution(flat(d));
+  const before = (i: number) => !compacting[i];
+  const inMemoryBefore = distribution(flat(d, before));
+  const floorBefore = distribution(flat(b, before));
   return {
     rounds,
     turnsPerRound: turns,
@@ -132,13 +166,16 @@ export async function measureOverhead(options: OverheadOptions = {}): Promise<Ov
     runtime: runtimeAll,
     floor: floorAll,
     floorWithSummaries: floorSummaries,
+    inMemory,
+    inMemoryRatio: inMemory.median / floorAll.median,
     ratio: runtimeAll.median / floorAll.median,
     p95Ratio: runtimeAll.p95 / floorAll.p95,
     ratioWithSummaries: runtimeAll.median / floorSummaries.median,
-    beforeCompaction: ratioOf(
-      distribution(flat(a, (i) => !compacting[i])),
-      distribution(flat(b, (i) => !compacting[i])),
-    ),
+    beforeCompaction: {
+      ...ratioOf(distribution(flat(a, before)), floorBefore),
+      inMemory: inMemoryBefore,
+      inMemoryRatio: inMemoryBefore.median / floorBefore.median,
+    },
     afterCompaction: ratioOf(
       distribution(flat(a, (i) => compacting[i])),
       distribution(flat(b, (i) => compacting[i])),

@@ -4,9 +4,11 @@
  */
 import assert from "node:assert/strict";
 import { measureRuntimeWork } from "../scripts/_bench_work.ts";
+import { openBenchRuntime } from "../scripts/_bench_runtime.ts";
+import { existsSync } from "node:fs";
 import { parseSummaryPatch } from "../src/compactor.ts";
 import { SUMMARY_PROMPT } from "../src/summarizer.ts";
-import { answer } from "../scripts/_bench_provider.ts";
+import { answer, completion } from "../scripts/_bench_provider.ts";
 import { formatReport } from "../scripts/_bench_report.ts";
 import { distribution, median, percentile } from "../scripts/_bench_stats.ts";
 import {
@@ -58,6 +60,9 @@ Deno.test("measureOverhead() times runtime and floor turns and gives a positive,
   assert.equal(result.session, "fresh per round");
   assert.equal(result.runtime.count, 3);
   assert.equal(result.floor.count, 3);
+  assert.equal(result.inMemory.count, 3);
+  assertPositiveFinite(result.inMemoryRatio, "inMemoryRatio");
+  assert.equal(result.beforeCompaction.inMemory.count, 3);
   assert.equal(result.floorWithSummaries.count, 3);
   assertPositiveFinite(result.runtime.median, "runtime median");
   assertPositiveFinite(result.floor.median, "floor median");
@@ -67,6 +72,31 @@ Deno.test("measureOverhead() times runtime and floor turns and gives a positive,
   // Three turns stay under the default 20 raw turns: no compaction, so no summary call.
   assert.equal(result.summaryCallsPerRound, 0);
   assert.equal(result.afterCompaction.runtime.count, 0);
+});
+
+Deno.test("openBenchRuntime({persist: false}) answers a turn without writing a database or a trace file", async () => {
+  const dir = Deno.makeTempDirSync();
+  try {
+    const model: typeof fetch = (_input, init) => {
+      const body = JSON.parse(String(init?.body));
+      const message = answer(body).message;
+      return Promise.resolve(Response.json(completion(body.model, message, 10)));
+    };
+    const runtime = openBenchRuntime(dir, "http://127.0.0.1:9/v1", { persist: false, fetch: model });
+    try {
+      const result = await runtime.turn("s", "what is 6*7?");
+      assert.equal(result.outcome, "answered");
+      assert.match(result.answer, /42/);
+      assert.equal(runtime.store.messages("s").length, 4, "the turn is stored, in memory");
+    } finally {
+      runtime.close();
+    }
+    assert.equal(existsSync(runtime.dbPath), false);
+    assert.equal(existsSync(runtime.tracePath), false);
+    assert.deepEqual([...Deno.readDirSync(dir)], []);
+  } finally {
+    Deno.removeSync(dir, { recursive: true });
+  }
 });
 
 Deno.test("measureRuntimeWork() times turns against an in-process model and splits them at compaction", async () => {
