@@ -30,6 +30,17 @@ function headers(context: AttemptContext, stream: boolean): Record<string, strin
   return headers;
 }
 
+/** The POST of one attempt. A local copy of `fetch`, so it is never called as a method of the context. */
+function post(
+  context: AttemptContext,
+  body: string,
+  signal: AbortSignal,
+  stream: boolean,
+): Promise<Response> {
+  const fetch = context.fetch;
+  return fetch(context.url, { method: "POST", headers: headers(context, stream), body, signal });
+}
+
 function timeoutError(): DOMException {
   return new DOMException("LLM request timed out", "TimeoutError");
 }
@@ -44,16 +55,10 @@ export async function plainAttempt(
   const deadline = new AbortController();
   const timer = setTimeout(() => deadline.abort(timeoutError()), context.timeoutSeconds * 1000);
   const combined = signal === undefined ? deadline.signal : AbortSignal.any([signal, deadline.signal]);
-  const fetch = context.fetch;
   let response: Response | undefined;
   let text: string;
   try {
-    response = await fetch(context.url, {
-      method: "POST",
-      headers: headers(context, false),
-      body,
-      signal: combined,
-    });
+    response = await post(context, body, combined, false);
     // Reading the whole body under the same deadline also frees it, whatever the status.
     text = await response.text();
   } catch (error) {
@@ -85,18 +90,12 @@ export async function streamAttempt(
   const expire = (seconds: number) => setTimeout(() => deadline.abort(timeoutError()), seconds * 1000);
   let timer = expire(context.timeoutSeconds);
   const combined = signal === undefined ? deadline.signal : AbortSignal.any([signal, deadline.signal]);
-  const fetch = context.fetch;
   let reader: ReadableStreamDefaultReader<Uint8Array> | undefined;
   try {
     let response: Response;
     let text: string | undefined;
     try {
-      response = await fetch(context.url, {
-        method: "POST",
-        headers: headers(context, true),
-        body,
-        signal: combined,
-      });
+      response = await post(context, body, combined, true);
       if (!response.ok || response.body === null || isJsonResponse(response)) text = await response.text();
     } catch (error) {
       return { ok: false, failure: failures.thrown(error, signal, deadline.signal) };
