@@ -6,8 +6,15 @@
 import { freezeMessage } from "./context.ts";
 import type { Role, StoredMessage, ToolCall } from "./types.ts";
 
-/** What a version-1 database needs before {@linkcode SCHEMA}: its index on (user_id, updated_at) goes. */
-export const UPGRADE_FROM_1 = "DROP INDEX IF EXISTS sessions_by_user;";
+/**
+ * Replaces the index on sessions(user_id, updated_at) that earlier releases created, which every save rewrote.
+ * Idempotent, and the schema version stays: an earlier release still opens the database, and works the same
+ * with the new index.
+ */
+export const REPLACE_OLD_INDEX = `
+DROP INDEX IF EXISTS sessions_by_user;
+CREATE INDEX IF NOT EXISTS sessions_of_user ON sessions(user_id);
+`;
 
 /** The tables, created in one transaction when the schema version is new. */
 export const SCHEMA = `
@@ -142,10 +149,18 @@ export interface MessageToStore {
   toolCalls: string | null;
 }
 
-function requireText(index: number, field: string, value: unknown, nullable = false): void {
-  if (typeof value === "string" || (nullable && (value === null || value === undefined))) return;
-  const expected = nullable ? "a string or null" : "a string";
-  throw new TypeError(`Cannot append message ${index}: "${field}" must be ${expected}, got ${typeof value}`);
+/** `nullable`: null allowed too; `optional`: null or absent. */
+function requireText(index: number, field: string, value: unknown, allow?: "nullable" | "optional"): void {
+  if (typeof value === "string") return;
+  if (allow !== undefined && value === null) return;
+  if (allow === "optional" && value === undefined) return;
+  const expected = allow === undefined
+    ? "a string"
+    : allow === "nullable"
+    ? "a string or null"
+    : "a string, null or absent";
+  const got = value === null ? "null" : typeof value;
+  throw new TypeError(`Cannot append message ${index}: "${field}" must be ${expected}, got ${got}`);
 }
 
 /**
@@ -157,15 +172,15 @@ function requireText(index: number, field: string, value: unknown, nullable = fa
 export function toStore(m: StoredMessage, index: number): MessageToStore {
   requireText(index, "id", m.id);
   requireText(index, "role", m.role);
-  requireText(index, "content", m.content, true);
+  requireText(index, "content", m.content, "nullable");
   requireText(index, "createdAt", m.createdAt);
-  requireText(index, "toolCallId", m.toolCallId, true);
-  if (m.toolCalls !== undefined && !Array.isArray(m.toolCalls)) {
-    throw new TypeError(
-      `Cannot append message ${index}: "toolCalls" must be an array, got ${typeof m.toolCalls}`,
-    );
+  requireText(index, "toolCallId", m.toolCallId, "optional");
+  // Null or absent: no calls, as an empty list is.
+  const calls = m.toolCalls ?? [];
+  if (!Array.isArray(calls)) {
+    throw new TypeError(`Cannot append message ${index}: "toolCalls" must be an array, got ${typeof calls}`);
   }
-  const toolCalls = m.toolCalls !== undefined && m.toolCalls.length > 0 ? JSON.stringify(m.toolCalls) : null;
+  const toolCalls = calls.length > 0 ? JSON.stringify(calls) : null;
   const message: StoredMessage = {
     id: m.id.toWellFormed(),
     role: m.role,

@@ -13,6 +13,7 @@ import { type Config, isLoopbackHost, loadConfig, requireApiKey, SETTINGS } from
 import { ConfigError, SessionError } from "./errors.ts";
 import { Authenticator } from "./http/auth.ts";
 import { BatchedLog, writeStderr } from "./http/batched_log.ts";
+import { REQUEST_LINE } from "./http/handler.ts";
 import { serveHttp } from "./http/server.ts";
 import { SessionQueue } from "./http/session_queue.ts";
 import { createLlmFromConfig } from "./llm/openai.ts";
@@ -116,7 +117,7 @@ async function chat(config: Readonly<Config>, sessionId: string, userId: string)
 
 async function serve(config: Readonly<Config>): Promise<number> {
   const runtime = openRuntime(config);
-  // Request lines go out in batches; flushed before "stopped" and on every way out.
+  // Request lines go out in batches, any other line (errors, shutdown) at once; all before "stopped".
   const log = new BatchedLog(writeStderr);
   const stop = new AbortController();
   const onSignal = () => stop.abort();
@@ -132,7 +133,7 @@ async function serve(config: Readonly<Config>): Promise<number> {
       maxBodyBytes: config.maxBodyBytes,
       tracePath: config.tracePath,
       model: config.model,
-      log: (line) => log.line(line),
+      log: (line) => log.line(line, !REQUEST_LINE.test(line)),
     }, {
       hostname: config.host,
       port: config.port,

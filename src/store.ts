@@ -8,6 +8,7 @@ import { HistoryCache } from "./_history_cache.ts";
 import {
   MESSAGE_COLUMNS,
   type MessageRow,
+  REPLACE_OLD_INDEX,
   SCHEMA,
   type Session,
   type SessionRow,
@@ -18,7 +19,6 @@ import {
   toSession,
   toStore,
   toTodo,
-  UPGRADE_FROM_1,
 } from "./_store_rows.ts";
 import { SessionError } from "./errors.ts";
 import type { StoredMessage } from "./types.ts";
@@ -26,7 +26,7 @@ import type { StoredMessage } from "./types.ts";
 export type { Session, Todo };
 
 /** The schema version this code writes, kept in `PRAGMA user_version`. */
-export const SCHEMA_VERSION = 2;
+export const SCHEMA_VERSION = 1;
 
 const SESSION_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
@@ -149,9 +149,14 @@ export class SessionStore {
         `Cannot open the session database: its schema version is ${version}, this program knows ${SCHEMA_VERSION}`,
       );
     }
-    if (version === SCHEMA_VERSION) return;
+    if (version === SCHEMA_VERSION) {
+      const old = this.#db.prepare(
+        "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'sessions_by_user'",
+      );
+      if (old.get() !== undefined) this.#transaction(() => this.#db.exec(REPLACE_OLD_INDEX));
+      return;
+    }
     this.#transaction(() => {
-      if (version === 1) this.#db.exec(UPGRADE_FROM_1);
       this.#db.exec(SCHEMA);
       this.#db.exec(`PRAGMA user_version = ${SCHEMA_VERSION}`);
     });
@@ -283,7 +288,8 @@ export class SessionStore {
       const { changes } = this.#statements.setSummary.run(summary, turns, this.#stamp(), sessionId);
       if (changes !== 1) throw new Error(`Cannot compact session "${sessionId}": no such session`);
     });
-    this.#history.remove(sessionId, cutIds);
+    // The ids as stored: SQLite matched a lone surrogate in an id as U+FFFD.
+    this.#history.remove(sessionId, cutIds.map((id) => id.toWellFormed()));
   }
 
   /**

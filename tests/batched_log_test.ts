@@ -44,6 +44,18 @@ Deno.test("BatchedLog writes at once when the buffer is full, on flush() and aft
   // The ops sanitizer checks that no timer is left running.
 });
 
+Deno.test("BatchedLog writes an urgent line at once, after the lines buffered before it", () => {
+  const writes: string[] = [];
+  const log = new BatchedLog((text) => writes.push(text), { flushMs: 60_000 });
+  log.line("GET /a 200 1ms");
+  log.line("error: boom", true);
+  assert.deepEqual(writes, ["GET /a 200 1ms\nerror: boom\n"]);
+  log.line("GET /b 200 1ms");
+  assert.equal(writes.length, 1, "a request line after it waits again");
+  log.close();
+  assert.deepEqual(writes.slice(1), ["GET /b 200 1ms\n"]);
+});
+
 Deno.test("BatchedLog drops a batch whose write fails and goes on with the next", () => {
   const writes: string[] = [];
   let fail = true;

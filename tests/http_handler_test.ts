@@ -1,6 +1,7 @@
 /** The HTTP handler called directly with `new Request(...)`: every route and every error. */
 import assert from "node:assert/strict";
 import { LlmError } from "../src/errors.ts";
+import { REQUEST_LINE } from "../src/http/handler.ts";
 import { OPENAPI } from "../src/http/openapi.ts";
 import { createRoutes } from "../src/http/routes.ts";
 import { readTrace } from "../src/trace.ts";
@@ -96,6 +97,24 @@ Deno.test("unknown routes are 404 and wrong methods 405 with Allow", async () =>
   assert.equal(put.status, 405);
   assert.equal(put.headers.get("allow"), "GET, DELETE");
   await put.body?.cancel();
+});
+
+Deno.test("the handler logs one line per request in REQUEST_LINE's shape, and an unexpected error in another", async () => {
+  using h = httpHarness();
+  for (const path of ["/healthz", "/nope"]) await (await h.handler(get(path))).body?.cancel();
+  h.store.close(); // the next request fails inside the route: a logged 500
+  const broken = await h.handler(get("/v1/sessions"));
+  assert.equal(broken.status, 500);
+  await broken.body?.cancel();
+  const requests = h.logs.filter((line) => REQUEST_LINE.test(line));
+  assert.deepEqual(requests.map((line) => line.replace(/ \d+ms$/, "")), [
+    "GET /healthz 200",
+    "GET /nope 404",
+    "GET /v1/sessions 500",
+  ]);
+  const others = h.logs.filter((line) => !REQUEST_LINE.test(line));
+  assert.equal(others.length, 1, h.logs.join("\n"));
+  assert.match(others[0], /^error: /);
 });
 
 Deno.test("with API tokens every /v1 route needs a known bearer token", async () => {

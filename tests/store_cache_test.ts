@@ -191,10 +191,47 @@ Deno.test("SessionStore keeps in memory each message as a reload returns it, eve
     assert.equal(Object.isFrozen(input[1]), false);
     assert.equal(Object.isFrozen(call), false);
     assert.equal(input[1].id, "lone\udc00");
-    // The stored ids are the ones compaction deletes by.
-    store.applyCompaction("s", "{}", [cached[0].id, cached[1].id], 1);
+    // Compaction by the caller's own ids: SQLite matches the lone surrogate as U+FFFD, and so does memory.
+    store.applyCompaction("s", "{}", [input[0].id, input[1].id], 1);
     assert.deepEqual(store.messages("s"), reloaded(path, "s"));
     assert.deepEqual(store.messages("s").map((m) => m.id), ["empty", "t"]);
+  } finally {
+    store.close();
+  }
+});
+
+Deno.test("SessionStore.append() that the database refuses midway leaves memory as the database: unchanged", () => {
+  using dir = tempDir();
+  const path = `${dir.path}/s.db`;
+  const store = new SessionStore(path);
+  try {
+    store.getOrCreate("s", "u");
+    store.append("s", [msg("a", "user", "hi")]);
+    const before = store.messages("s");
+    // The role passes the type check and fails SQLite's CHECK after the first row went in: all rolls back.
+    const broken = msg("c", "nobody" as StoredMessage["role"], "x");
+    assert.throws(
+      () => store.append("s", [msg("b", "assistant", "fine"), broken]),
+      /CHECK constraint failed/,
+    );
+    assert.deepEqual(store.messages("s"), before);
+    assert.deepEqual(store.messages("s"), reloaded(path, "s"));
+    assert.equal(store.get("s")?.turnCount, 1);
+  } finally {
+    store.close();
+  }
+});
+
+Deno.test("SessionStore.append() stores null or absent tool calls and call id as none", () => {
+  const store = new SessionStore(":memory:");
+  try {
+    store.getOrCreate("s", "u");
+    store.messages("s");
+    const nulls = { toolCalls: null, toolCallId: null } as unknown as Partial<StoredMessage>;
+    assert.equal(store.append("s", [msg("a", "assistant", "x", nulls)]), 1);
+    const [stored] = store.messages("s");
+    assert.equal("toolCalls" in stored, false);
+    assert.equal("toolCallId" in stored, false);
   } finally {
     store.close();
   }
@@ -208,8 +245,10 @@ Deno.test("SessionStore.append() refuses a message with a field of the wrong typ
       [{ content: 42 }, /message 1: "content" must be a string or null, got number/],
       [{ id: undefined }, /message 1: "id" must be a string, got undefined/],
       [{ createdAt: new Date() }, /message 1: "createdAt" must be a string, got object/],
-      [{ toolCallId: 7 }, /message 1: "toolCallId" must be a string or null, got number/],
+      [{ toolCallId: 7 }, /message 1: "toolCallId" must be a string, null or absent, got number/],
       [{ toolCalls: "calls" }, /message 1: "toolCalls" must be an array, got string/],
+      [{ content: undefined }, /message 1: "content" must be a string or null, got undefined/],
+      [{ role: null }, /message 1: "role" must be a string, got null/],
     ];
     for (const [override, error] of bad) {
       const broken = { ...msg("b", "tool", "x"), ...override } as unknown as StoredMessage;

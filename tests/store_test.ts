@@ -34,11 +34,11 @@ Deno.test("SessionStore refuses a database written by a newer schema version", (
   );
 });
 
-Deno.test("SessionStore upgrades a version-1 database in place: its data stays, the index by updated_at goes", () => {
+Deno.test("SessionStore replaces the index by updated_at of a database an earlier release wrote, keeping its data and version", () => {
   using dir = tempDir();
   const path = `${dir.path}/s.db`;
   const v1 = new DatabaseSync(path);
-  // The version-1 schema as it shipped: sessions were also indexed by updated_at.
+  // The schema as earlier releases wrote it: sessions were also indexed by updated_at.
   v1.exec(`
     CREATE TABLE sessions (id TEXT PRIMARY KEY, user_id TEXT NOT NULL, summary TEXT,
       turn_count INTEGER NOT NULL DEFAULT 0, compacted_turns INTEGER NOT NULL DEFAULT 0,
@@ -69,7 +69,8 @@ Deno.test("SessionStore upgrades a version-1 database in place: its data stays, 
   }
   const db = new DatabaseSync(path);
   try {
-    assert.equal((db.prepare("PRAGMA user_version").get() as { user_version: number }).user_version, 2);
+    // The version stays, so an earlier release still opens the database (and finds its queries served).
+    assert.equal((db.prepare("PRAGMA user_version").get() as { user_version: number }).user_version, 1);
     const indexes = db.prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL")
       .all().map((r) => r.name);
     assert.deepEqual(indexes.sort(), ["sessions_of_user", "todos_by_session"]);

@@ -22,9 +22,10 @@ export interface BatchedLogOptions {
 
 /**
  * Lines in order, written by `write` in batches: a line waits at most `flushMs`, or until `maxBufferedChars`
- * are buffered. `flush()` writes what is buffered now; after `close()` every line is written at once. The
- * timer never keeps the process alive, so call `close()` before exiting. A failing `write` (stderr closed)
- * drops that batch: the log never fails the request that logged.
+ * are buffered. An urgent line (an error, the shutdown) goes out at once, with everything before it, so a
+ * crash right after it still leaves it written. `flush()` writes what is buffered now; after `close()` every
+ * line is written at once. The timer never keeps the process alive, so call `close()` before exiting. A
+ * failing `write` (stderr closed) drops that batch: the log never fails the request that logged.
  */
 export class BatchedLog {
   #write: (text: string) => void;
@@ -46,11 +47,11 @@ export class BatchedLog {
     this.#maxBufferedChars = maxBufferedChars;
   }
 
-  /** Buffers one line (without its newline). */
-  line(text: string): void {
+  /** Buffers one line (without its newline); an `urgent` one is written at once, after those buffered. */
+  line(text: string, urgent = false): void {
     this.#lines.push(text);
     this.#chars += text.length + 1;
-    if (this.#closed || this.#chars >= this.#maxBufferedChars) {
+    if (urgent || this.#closed || this.#chars >= this.#maxBufferedChars) {
       this.flush();
       return;
     }

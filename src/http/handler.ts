@@ -37,6 +37,9 @@ export interface HandlerDeps {
   log(line: string): void;
 }
 
+/** The one line the handler logs per request, `POST /v1/sessions/a/messages 200 104ms`; other lines differ. */
+export const REQUEST_LINE = /^[A-Z]+ \S+ \d{3} \d+ms$/;
+
 /** Builds the handler. The returned function never rejects: every failure becomes a JSON error response. */
 export function createHandler(deps: HandlerDeps): (request: Request) => Promise<Response> {
   const router = new Router(createRoutes(deps));

@@ -5,20 +5,15 @@
  * @module
  */
 import { type Attempt, isJsonResponse, readOrAbort } from "./_fetch_helpers.ts";
-import type { Failures } from "./_failures.ts";
+import type { FailureContext, Failures } from "./_failures.ts";
 import { ReplyAssembler } from "./_reply_assembler.ts";
 import { SseParser } from "./_sse.ts";
 import { invalidResponseError } from "./_wire.ts";
 
-/** What every attempt of one client shares. */
-export interface AttemptContext {
+/** What every attempt of one client shares: what its failures name, and where and how it posts. */
+export interface AttemptContext extends FailureContext {
   /** `{baseUrl}/chat/completions` */
   url: string;
-  host: string;
-  model: string;
-  apiKey: string;
-  timeoutSeconds: number;
-  idleTimeoutSeconds: number;
   fetch: typeof globalThis.fetch;
   failures: Failures;
 }

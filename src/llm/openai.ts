@@ -163,15 +163,12 @@ export class OpenAICompatibleLLM implements LLM {
     requireFunction("now", now);
     requireFunction("onRetry", onRetry);
 
-    this.#failures = new Failures({ host: url.host, model, apiKey, timeoutSeconds, idleTimeoutSeconds, now });
+    const named = { host: url.host, model, apiKey, timeoutSeconds, idleTimeoutSeconds, now };
+    this.#failures = new Failures(named);
     this.#context = {
+      ...named,
       // Config already strips trailing slashes; a hand-built client must not produce "//chat/completions".
       url: `${baseUrl.replace(/\/+$/, "")}/chat/completions`,
-      host: url.host,
-      model,
-      apiKey,
-      timeoutSeconds,
-      idleTimeoutSeconds,
       fetch,
       failures: this.#failures,
     };
