@@ -6,15 +6,17 @@
 import { freezeMessage } from "./context.ts";
 import type { Role, StoredMessage, ToolCall } from "./types.ts";
 
+// By user only: every save updates updated_at, which an index on it would rewrite each time.
+const SESSIONS_INDEX = "CREATE INDEX IF NOT EXISTS sessions_of_user ON sessions(user_id);";
+
+/** The index on sessions(user_id, updated_at) that earlier releases created, which every save rewrote. */
+export const OLD_SESSIONS_INDEX = "sessions_by_user";
+
 /**
- * Replaces the index on sessions(user_id, updated_at) that earlier releases created, which every save rewrote.
- * Idempotent, and the schema version stays: an earlier release still opens the database, and works the same
- * with the new index.
+ * Replaces {@linkcode OLD_SESSIONS_INDEX}. Idempotent, and the schema version stays: an earlier release still
+ * opens the database, and works the same with the new index.
  */
-export const REPLACE_OLD_INDEX = `
-DROP INDEX IF EXISTS sessions_by_user;
-CREATE INDEX IF NOT EXISTS sessions_of_user ON sessions(user_id);
-`;
+export const REPLACE_OLD_INDEX = `DROP INDEX IF EXISTS ${OLD_SESSIONS_INDEX};\n${SESSIONS_INDEX}`;
 
 /** The tables, created in one transaction when the schema version is new. */
 export const SCHEMA = `
@@ -27,8 +29,7 @@ CREATE TABLE IF NOT EXISTS sessions (
   created_at TEXT NOT NULL,
   updated_at TEXT NOT NULL
 );
--- By user only: every save updates updated_at, which an index on it would rewrite each time.
-CREATE INDEX IF NOT EXISTS sessions_of_user ON sessions(user_id);
+${SESSIONS_INDEX}
 CREATE TABLE IF NOT EXISTS messages (
   id TEXT NOT NULL,
   session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,

@@ -8,6 +8,7 @@ import { HistoryCache } from "./_history_cache.ts";
 import {
   MESSAGE_COLUMNS,
   type MessageRow,
+  OLD_SESSIONS_INDEX,
   REPLACE_OLD_INDEX,
   SCHEMA,
   type Session,
@@ -150,10 +151,10 @@ export class SessionStore {
       );
     }
     if (version === SCHEMA_VERSION) {
-      const old = this.#db.prepare(
-        "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'sessions_by_user'",
-      );
-      if (old.get() !== undefined) this.#transaction(() => this.#db.exec(REPLACE_OLD_INDEX));
+      const old = this.#db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = ?");
+      if (old.get(OLD_SESSIONS_INDEX) !== undefined) {
+        this.#transaction(() => this.#db.exec(REPLACE_OLD_INDEX));
+      }
       return;
     }
     this.#transaction(() => {
