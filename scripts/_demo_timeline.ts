@@ -11,7 +11,7 @@ function tokensOf(event: RunEvent): string | null {
   }
   if (event.event === "compact") return d.ok === true ? `${d.tokens_before}→${d.tokens_after}` : null;
   if (event.event === "run_end") {
-    const total = (d.usage as { totalTokens?: number | null } | undefined)?.totalTokens;
+    const total = (d.usage as { total_tokens?: number | null } | undefined)?.total_tokens;
     return total === null || total === undefined ? null : `${total} total`;
   }
   return null;

@@ -32,6 +32,12 @@ export interface Config {
   shutdownGraceSeconds: number;
   /** Stream answers token by token (REPL and SSE requests). */
   stream: boolean;
+  /** Largest model reply accepted, in bytes (streamed or whole); more ends the call as `too_large`. */
+  llmMaxReplyBytes: number;
+  /** Tool calls run per model reply; the rest get a tool error naming the limit. */
+  maxToolCallsPerStep: number;
+  /** Size at which the trace file is rotated, in bytes. */
+  traceMaxBytes: number;
 }
 
 /** One `token:user_id` pair of AGENT_API_TOKENS. */
@@ -57,7 +63,12 @@ interface Setting {
   kind: Kind;
   default: string;
   meaning: string;
+  /** The smallest value that can work, for numbers. */
+  min?: number;
 }
+
+/** Shortest API token accepted: shorter ones can be guessed. */
+export const MIN_TOKEN_CHARS = 16;
 
 /** Each variable, its default and its meaning: the source of the README table and `--help`. */
 export const SETTINGS: Readonly<Record<string, Setting>> = {
@@ -78,7 +89,14 @@ export const SETTINGS: Readonly<Record<string, Setting>> = {
     key: "llmTimeoutSeconds",
     kind: "positive",
     default: "60",
-    meaning: "per-request timeout",
+    meaning: "deadline of one model call, streamed or not, from request to last byte",
+  },
+  LLM_MAX_REPLY_BYTES: {
+    key: "llmMaxReplyBytes",
+    kind: "positiveInt",
+    default: "1048576",
+    meaning: "largest model reply accepted (streamed or whole); more ends the call with error too_large",
+    min: 1024,
   },
   LLM_RETRIES: {
     key: "llmRetries",
@@ -97,6 +115,12 @@ export const SETTINGS: Readonly<Record<string, Setting>> = {
     kind: "positiveInt",
     default: "8",
     meaning: "loop steps per user turn",
+  },
+  AGENT_MAX_TOOL_CALLS_PER_STEP: {
+    key: "maxToolCallsPerStep",
+    kind: "positiveInt",
+    default: "16",
+    meaning: "tool calls run per model reply; each call beyond gets a tool error",
   },
   AGENT_MAX_RAW_TURNS: {
     key: "maxRawTurns",
@@ -123,6 +147,13 @@ export const SETTINGS: Readonly<Record<string, Setting>> = {
     default: "2000",
     meaning: "longest string kept in a trace event",
   },
+  AGENT_TRACE_MAX_BYTES: {
+    key: "traceMaxBytes",
+    kind: "positiveInt",
+    default: "67108864",
+    meaning: "trace file size that rotates it (the last 5 rotated files are kept)",
+    min: 4096,
+  },
   RUN_LIVE_TESTS: {
     key: "runLiveTests",
     kind: "flag",
@@ -133,7 +164,7 @@ export const SETTINGS: Readonly<Record<string, Setting>> = {
     key: "stream",
     kind: "flag",
     default: "1",
-    meaning: "stream answers as they arrive (REPL, SSE); 0 turns it off",
+    meaning: "stream answers as they arrive (REPL, SSE): 1 or true; 0 or false turns it off",
   },
   AGENT_HOST: { key: "host", kind: "host", default: "127.0.0.1", meaning: "serve: address to listen on" },
   AGENT_PORT: {
@@ -146,13 +177,15 @@ export const SETTINGS: Readonly<Record<string, Setting>> = {
     key: "apiTokens",
     kind: "tokens",
     default: "",
-    meaning: "serve: comma-separated token:user_id pairs; unset = no auth, loopback only",
+    meaning:
+      `serve: comma-separated token:user_id pairs, tokens of ${MIN_TOKEN_CHARS}+ characters; unset = no auth, loopback only`,
   },
   AGENT_MAX_BODY_BYTES: {
     key: "maxBodyBytes",
     kind: "positiveInt",
     default: "65536",
     meaning: "serve: largest request body accepted",
+    min: 1024,
   },
   AGENT_SHUTDOWN_GRACE_SECONDS: {
     key: "shutdownGraceSeconds",
@@ -169,21 +202,33 @@ const EXPECTED: Record<Kind, string> = {
   nonnegative: "a number of 0 or more",
   positiveInt: "a whole number of 1 or more",
   nonnegativeInt: "a whole number of 0 or more",
-  flag: "1 or unset",
+  flag: "1, 0, true, false or unset",
   host: "a host name or IP address",
   port: "a port number from 0 to 65535",
   tokens: "comma-separated token:user_id pairs (user ids of letters, digits and . _ : -)",
 };
 
-function parseTokens(raw: string, fail: () => ConfigError): ApiToken[] {
+/** The pairs of AGENT_API_TOKENS. A message names a pair by its position and user, never by its token. */
+function parseTokens(raw: string, fail: (detail?: string) => ConfigError): ApiToken[] {
   if (raw.trim() === "") return [];
   const tokens: ApiToken[] = [];
-  for (const pair of raw.split(",")) {
+  for (const [index, pair] of raw.split(",").entries()) {
     const colon = pair.lastIndexOf(":");
     const token = pair.slice(0, colon).trim();
     const userId = pair.slice(colon + 1).trim();
     if (colon < 1 || token === "" || !/^[A-Za-z0-9._:-]{1,128}$/.test(userId)) throw fail();
-    if (tokens.some((t) => t.token === token)) throw fail();
+    const named = `pair ${index + 1} (user ${userId})`;
+    if (token.length < MIN_TOKEN_CHARS) {
+      throw fail(
+        `the token of ${named} is ${token.length} characters, at least ${MIN_TOKEN_CHARS} are needed`,
+      );
+    }
+    const first = tokens.findIndex((t) => t.token === token);
+    if (first !== -1) {
+      throw fail(
+        `the token of ${named} is the same as that of pair ${first + 1} (user ${tokens[first].userId})`,
+      );
+    }
     tokens.push({ token, userId });
   }
   return Object.freeze(tokens) as ApiToken[];
@@ -192,7 +237,8 @@ function parseTokens(raw: string, fail: () => ConfigError): ApiToken[] {
 function parseValue(name: string, setting: Setting, raw: string): unknown {
   // A secret's value is never echoed: the message says only what is wrong with it.
   const shown = setting.kind === "tokens" ? "(value hidden)" : JSON.stringify(raw);
-  const fail = () => new ConfigError(name, `Invalid ${name}=${shown}: expected ${EXPECTED[setting.kind]}`);
+  const fail = (detail?: string) =>
+    new ConfigError(name, `Invalid ${name}=${shown}: ${detail ?? `expected ${EXPECTED[setting.kind]}`}`);
   switch (setting.kind) {
     case "host":
       if (!/^[A-Za-z0-9.:\[\]-]+$/.test(raw)) throw fail();
@@ -216,9 +262,11 @@ function parseValue(name: string, setting: Setting, raw: string): unknown {
       if (url.protocol !== "http:" && url.protocol !== "https:") throw fail();
       return raw.replace(/\/+$/, "");
     }
-    case "flag":
-      if (raw !== "" && raw !== "0" && raw !== "1") throw fail();
-      return raw === "1";
+    case "flag": {
+      const flag = raw.trim().toLowerCase();
+      if (flag !== "" && flag !== "0" && flag !== "1" && flag !== "true" && flag !== "false") throw fail();
+      return flag === "1" || flag === "true";
+    }
     default: {
       if (!/^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$/.test(raw)) throw fail();
       const value = Number(raw);
@@ -226,6 +274,9 @@ function parseValue(name: string, setting: Setting, raw: string): unknown {
       const positive = setting.kind === "positive" || setting.kind === "positiveInt";
       if (!Number.isFinite(value) || (integer && !Number.isInteger(value))) throw fail();
       if (value < 0 || (positive && value === 0)) throw fail();
+      if (setting.min !== undefined && value < setting.min) {
+        throw fail(`expected at least ${setting.min}; smaller cannot work`);
+      }
       return value;
     }
   }

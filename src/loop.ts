@@ -68,6 +68,15 @@ export interface TurnInput {
   message: string;
 }
 
+/** Usage as the trace and the HTTP API spell it, in snake_case like every other key they carry. */
+export function usageData(usage: Usage): Record<string, number | null> {
+  return {
+    prompt_tokens: usage.promptTokens,
+    completion_tokens: usage.completionTokens,
+    total_tokens: usage.totalTokens,
+  };
+}
+
 function addUsage(total: Usage, usage: Usage | null): void {
   if (usage === null) return;
   for (const key of ["promptTokens", "completionTokens", "totalTokens"] as const) {
@@ -158,7 +167,7 @@ export async function runTurn(input: TurnInput, deps: TurnDeps): Promise<TurnRes
     memory.history.push(...stamped);
   };
   const finish = (outcome: TurnOutcome, answer: string, steps: number): TurnResult => {
-    event("run_end", null, { outcome, steps, tool_calls: calls.length, usage });
+    event("run_end", null, { outcome, steps, tool_calls: calls.length, usage: usageData(usage) });
     return { sessionId: session.id, runId, turn, outcome, answer, toolCalls: calls, usage };
   };
 

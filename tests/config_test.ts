@@ -24,6 +24,9 @@ Deno.test("loadConfig() gives every documented default for an empty environment"
     maxBodyBytes: 65536,
     shutdownGraceSeconds: 10,
     stream: true,
+    llmMaxReplyBytes: 1048576,
+    maxToolCallsPerStep: 16,
+    traceMaxBytes: 67108864,
   });
   assert.ok(Object.isFrozen(config));
 });
@@ -66,7 +69,7 @@ Deno.test("loadConfig() names the variable, the value and what is expected for a
       /^Invalid OPENAI_BASE_URL="ftp:\/\/example.com": expected an http/,
     ],
     ["OPENAI_BASE_URL", "not a url", /expected an http:\/\/ or https:\/\/ URL/],
-    ["RUN_LIVE_TESTS", "yes", /expected 1 or unset/],
+    ["RUN_LIVE_TESTS", "yes", /expected 1, 0, true, false or unset/],
   ];
   for (const [name, value, pattern] of cases) {
     assert.throws(
@@ -78,10 +81,13 @@ Deno.test("loadConfig() names the variable, the value and what is expected for a
 });
 
 Deno.test("loadConfig() parses AGENT_API_TOKENS into token:user pairs and never echoes a malformed value", () => {
-  assert.deepEqual(loadConfig({ AGENT_API_TOKENS: "s3cr:et:alice, t2:bob" }).apiTokens, [
-    { token: "s3cr:et", userId: "alice" },
-    { token: "t2", userId: "bob" },
-  ]);
+  assert.deepEqual(
+    loadConfig({ AGENT_API_TOKENS: "s3cr:et-0123456789:alice, t2-0123456789abcd:bob" }).apiTokens,
+    [
+      { token: "s3cr:et-0123456789", userId: "alice" },
+      { token: "t2-0123456789abcd", userId: "bob" },
+    ],
+  );
   for (const bad of ["justatoken", ":alice", "tok:bad user", "a:x,a:y"]) {
     assert.throws(
       () => loadConfig({ AGENT_API_TOKENS: bad }),
@@ -92,6 +98,50 @@ Deno.test("loadConfig() parses AGENT_API_TOKENS into token:user pairs and never 
   assert.throws(() => loadConfig({ AGENT_PORT: "65536" }), /expected a port number from 0 to 65535/);
   assert.throws(() => loadConfig({ AGENT_HOST: "a b" }), /AGENT_HOST/);
   assert.throws(() => loadConfig({ AGENT_MAX_BODY_BYTES: "0" }), /AGENT_MAX_BODY_BYTES/);
+});
+
+Deno.test("loadConfig() rejects a token under 16 characters and names a duplicate by position and user", () => {
+  const short = "tok-short-15chr";
+  assert.throws(
+    () => loadConfig({ AGENT_API_TOKENS: `${"a".repeat(16)}:alice,${short}:bob` }),
+    (e) =>
+      e instanceof ConfigError && !e.message.includes(short) &&
+      /the token of pair 2 \(user bob\) is 15 characters, at least 16 are needed/.test(e.message),
+  );
+  const token = "same-token-0123456789";
+  assert.throws(
+    () => loadConfig({ AGENT_API_TOKENS: `${token}:alice,${"b".repeat(16)}:bob,${token}:carol` }),
+    (e) =>
+      e instanceof ConfigError && !e.message.includes(token) &&
+      /the token of pair 3 \(user carol\) is the same as that of pair 1 \(user alice\)/.test(e.message),
+  );
+  assert.equal(loadConfig({ AGENT_API_TOKENS: `${"c".repeat(16)}:alice` }).apiTokens.length, 1);
+});
+
+Deno.test("loadConfig() takes AGENT_STREAM as 0, 1, true or false and rejects anything else", () => {
+  for (
+    const [raw, expected] of [["1", true], ["true", true], ["TRUE", true], ["0", false], ["false", false]]
+  ) {
+    assert.equal(loadConfig({ AGENT_STREAM: raw as string }).stream, expected, String(raw));
+  }
+  assert.equal(loadConfig({}).stream, true);
+  assert.throws(
+    () => loadConfig({ AGENT_STREAM: "yes" }),
+    /Invalid AGENT_STREAM="yes": expected 1, 0, true, false/,
+  );
+});
+
+Deno.test("loadConfig() rejects sizes too small to work: a body limit under 1,024 bytes", () => {
+  assert.throws(
+    () => loadConfig({ AGENT_MAX_BODY_BYTES: "1023" }),
+    (e) =>
+      e instanceof ConfigError &&
+      /^Invalid AGENT_MAX_BODY_BYTES="1023": expected at least 1024/.test(e.message),
+  );
+  assert.equal(loadConfig({ AGENT_MAX_BODY_BYTES: "1024" }).maxBodyBytes, 1024);
+  assert.equal(loadConfig({}).llmMaxReplyBytes, 1_048_576);
+  assert.equal(loadConfig({}).maxToolCallsPerStep, 16);
+  assert.equal(loadConfig({}).traceMaxBytes, 64 * 1024 * 1024);
 });
 
 Deno.test("requireApiKey() needs a key only when the base URL is not loopback", () => {

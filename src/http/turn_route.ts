@@ -4,7 +4,7 @@
  * event stream the trace is written from, plus `delta` events (`{"text"}`) while the answer streams.
  * @module
  */
-import { runTurn } from "../loop.ts";
+import { runTurn, usageData } from "../loop.ts";
 import type { RunEvent, TurnResult } from "../types.ts";
 import { readMessageField } from "./body.ts";
 import { HttpError } from "./errors.ts";
@@ -19,11 +19,7 @@ export function turnBody(result: TurnResult): Record<string, unknown> {
     outcome: result.outcome,
     answer: result.answer,
     tool_calls: result.toolCalls,
-    usage: {
-      prompt_tokens: result.usage.promptTokens,
-      completion_tokens: result.usage.completionTokens,
-      total_tokens: result.usage.totalTokens,
-    },
+    usage: usageData(result.usage),
   };
 }
 
