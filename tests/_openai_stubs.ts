@@ -4,9 +4,9 @@ import { LlmError } from "../src/errors.ts";
 import { OpenAICompatibleLLM, type OpenAICompatibleLLMOptions } from "../src/llm/openai.ts";
 import type { Message } from "../src/types.ts";
 
-// CI clones the repo into some folder and puts shared/ beside it: always resolve from this file.
-export const WIRE = new URL("../../shared/fixtures/wire/", import.meta.url);
-export const OPENAPI = new URL("../../shared/openai/chat-completions.openapi.json", import.meta.url);
+// The project's own copies (tests/fixtures/README.md says where they came from), resolved from this file.
+export const WIRE = new URL("./fixtures/wire/", import.meta.url);
+export const OPENAPI = new URL("./fixtures/openai/chat-completions.openapi.json", import.meta.url);
 
 export const KEY = "sk-test-SENTINEL-123";
 export const BASE = "https://api.example.com/v1";

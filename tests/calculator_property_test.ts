@@ -3,8 +3,8 @@
  * an exact rational reference, random garbage that must fail only with `CalculatorError`, linear work on
  * worst-case inputs, and the length and nesting limits.
  */
+import { fc } from "./_dev_deps.ts";
 import assert from "node:assert/strict";
-import fc from "fast-check";
 import {
   CalculatorError,
   evaluate,

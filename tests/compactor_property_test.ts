@@ -2,8 +2,8 @@
  * Property-based tests of compaction over random, well-formed sessions: the pure planner, the summary
  * schema and merge, and `compactIfDue()` end to end on an in-memory SessionStore.
  */
+import { fc } from "./_dev_deps.ts";
 import assert from "node:assert/strict";
-import fc from "fast-check";
 import {
   estimateMessageTokens,
   estimateRequestTokens,

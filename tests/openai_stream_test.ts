@@ -1,6 +1,5 @@
+import { Ajv2020, fc } from "./_dev_deps.ts";
 import assert from "node:assert/strict";
-import { Ajv2020 } from "ajv/dist/2020.js";
-import fc from "fast-check";
 import { loadConfig } from "../src/config.ts";
 import { LlmError } from "../src/errors.ts";
 import { ReplyAssembler } from "../src/llm/_reply_assembler.ts";

@@ -1,5 +1,5 @@
+import { Ajv2020 } from "./_dev_deps.ts";
 import assert from "node:assert/strict";
-import { Ajv2020 } from "ajv/dist/2020.js";
 import { LlmError } from "../src/errors.ts";
 import {
   buildRequestBody,

@@ -1,5 +1,5 @@
+import { fc } from "./_dev_deps.ts";
 import assert from "node:assert/strict";
-import fc from "fast-check";
 import { buildContext, freezeMessage } from "../src/context.ts";
 import { buildRequestBody, serializeRequestBody } from "../src/llm/openai.ts";
 import type { Message, ToolSchema } from "../src/types.ts";

@@ -3,10 +3,10 @@
  * parameterization under hostile text, constant-time token comparison and per-user session isolation over
  * HTTP, and least privilege under each task's real permission flags.
  */
+import { fc } from "./_dev_deps.ts";
 import assert from "node:assert/strict";
 import { DatabaseSync } from "node:sqlite";
 import { fileURLToPath } from "node:url";
-import fc from "fast-check";
 import { parseSummary, RUNTIME_CONTEXT_HEADER, runtimeContextText, SYSTEM_PROMPT } from "../src/context.ts";
 import { SessionError } from "../src/errors.ts";
 import { timingSafeEqual } from "../src/http/auth.ts";

@@ -1,5 +1,5 @@
+import { fc } from "./_dev_deps.ts";
 import assert from "node:assert/strict";
-import fc from "fast-check";
 import { readSseEvents, type SseEvent, SseParser, type SseParserOptions } from "../src/llm/_sse.ts";
 import { cutBytes } from "./_openai_stubs.ts";
 

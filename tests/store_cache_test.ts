@@ -1,5 +1,5 @@
+import { fc } from "./_dev_deps.ts";
 import assert from "node:assert/strict";
-import fc from "fast-check";
 import { SessionStore } from "../src/store.ts";
 import type { StoredMessage } from "../src/types.ts";
 import { storedMessage, tempDir } from "./_harness.ts";

@@ -3,8 +3,8 @@
  * idempotent by message id, turn counts follow distinct user messages, and compaction keeps
  * `turnCount === compactedTurns + stored user messages`.
  */
+import { fc } from "./_dev_deps.ts";
 import assert from "node:assert/strict";
-import fc from "fast-check";
 import { type Session, SessionStore } from "../src/store.ts";
 import type { Role, StoredMessage, ToolCall } from "../src/types.ts";
 import { steppingClock, tempDir } from "./_harness.ts";
