@@ -4,12 +4,12 @@
  * @module
  */
 import { mkdirSync } from "node:fs";
-import { dirname } from "node:path";
+import { dirname, resolve } from "node:path";
 import process from "node:process";
 import { parseArgs } from "node:util";
 import { main as demoMain } from "../scripts/acceptance_demo.ts";
 import { runChat } from "./cli/chat.ts";
-import { type Config, isLoopbackHost, loadConfig, requireApiKey, SETTINGS } from "./config.ts";
+import { type Config, isLoopbackHost, listenNetHost, loadConfig, requireApiKey, SETTINGS } from "./config.ts";
 import { ConfigError, SessionError } from "./errors.ts";
 import { Authenticator } from "./http/auth.ts";
 import { BatchedLog, writeStderr } from "./http/batched_log.ts";
@@ -69,9 +69,62 @@ interface Runtime {
   close(): void;
 }
 
+/** What an error says, without the "Error: " a stack would add. */
+function detail(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+/** The session database, opened and proven writable, or a `ConfigError` naming the file and what to do. */
+function openStore(dbPath: string): SessionStore {
+  const path = resolve(dbPath);
+  try {
+    mkdirSync(dirname(path), { recursive: true });
+  } catch (error) {
+    throw new ConfigError(
+      "AGENT_DB_PATH",
+      `Cannot create the database folder ${dirname(path)}: ${detail(error)}; ` +
+        "create it writable, or set AGENT_DB_PATH to a file in a writable folder",
+    );
+  }
+  try {
+    return new SessionStore(path);
+  } catch (error) {
+    throw new ConfigError(
+      "AGENT_DB_PATH",
+      `Cannot open the session database ${path}: ${detail(error)}; ` +
+        "make the file and its folder writable, or set AGENT_DB_PATH to another file",
+    );
+  }
+}
+
+/** Fails with a `ConfigError` naming the file unless the trace can be appended to (created if new). */
+function requireWritableTrace(tracePath: string): void {
+  const path = resolve(tracePath);
+  try {
+    mkdirSync(dirname(path), { recursive: true });
+    Deno.openSync(path, { append: true, create: true }).close();
+  } catch (error) {
+    throw new ConfigError(
+      "AGENT_TRACE_PATH",
+      `Cannot write the trace file ${path}: ${detail(error)}; ` +
+        "make the file and its folder writable, or set AGENT_TRACE_PATH to another file",
+    );
+  }
+}
+
+/**
+ * Opens everything a command works on, before any input is read: a database or trace that cannot be
+ * written is one line and exit code 2 here, never a failure in the middle of the first turn.
+ */
 function openRuntime(config: Readonly<Config>): Runtime {
-  mkdirSync(dirname(config.dbPath), { recursive: true });
-  const store = new SessionStore(config.dbPath);
+  let store: SessionStore;
+  try {
+    requireWritableTrace(config.tracePath);
+    store = openStore(config.dbPath);
+  } catch (error) {
+    if (error instanceof ConfigError) fail(error.message);
+    throw error;
+  }
   const tracer = new JsonlTracer(config.tracePath, {
     maxPayloadChars: config.traceMaxPayloadChars,
     secrets: [config.apiKey, ...config.apiTokens.map((t) => t.token)],
@@ -115,6 +168,31 @@ async function chat(config: Readonly<Config>, sessionId: string, userId: string)
   }
 }
 
+/** Starts the server, or exits with one line naming the address and what to do when it cannot listen. */
+function listen<T>(start: () => T, config: Readonly<Config>): T {
+  try {
+    return start();
+  } catch (error) {
+    const where = `Cannot listen on ${listenNetHost(config)} (AGENT_HOST, AGENT_PORT)`;
+    if (error instanceof Deno.errors.AddrInUse) {
+      fail(
+        `${where}: the port is already in use; stop the other server, or set AGENT_PORT to a free port (0 picks one)`,
+      );
+    }
+    if (error instanceof Deno.errors.AddrNotAvailable) {
+      fail(
+        `${where}: ${config.host} is not an address of this machine; set AGENT_HOST to one (127.0.0.1 for loopback)`,
+      );
+    }
+    if (error instanceof Deno.errors.PermissionDenied) {
+      fail(
+        `${where}: the system does not allow it (ports below 1024 need privileges); set AGENT_PORT to 1024 or above`,
+      );
+    }
+    fail(`${where}: ${detail(error)}`);
+  }
+}
+
 async function serve(config: Readonly<Config>): Promise<number> {
   const runtime = openRuntime(config);
   // Request lines go out in batches, any other line (errors, shutdown) at once; all before "stopped".
@@ -124,26 +202,27 @@ async function serve(config: Readonly<Config>): Promise<number> {
   Deno.addSignalListener("SIGINT", onSignal);
   Deno.addSignalListener("SIGTERM", onSignal);
   try {
-    const server = serveHttp({
-      store: runtime.store,
-      turn: runtime.turn,
-      emit: (event) => runtime.tracer.write(event),
-      authenticator: new Authenticator(config.apiTokens),
-      queue: new SessionQueue({ maxWaiting: MAX_QUEUED_TURNS }),
-      maxBodyBytes: config.maxBodyBytes,
-      tracePath: config.tracePath,
-      model: config.model,
-      log: (line) => log.line(line, !REQUEST_LINE.test(line)),
-    }, {
-      hostname: config.host,
-      port: config.port,
-      stop: stop.signal,
-      graceSeconds: config.shutdownGraceSeconds,
-      onListen: ({ hostname, port }) => {
-        const auth = config.apiTokens.length > 0 ? `${config.apiTokens.length} API token(s)` : "no auth";
-        console.error(`listening on http://${hostname}:${port} (${auth}, model ${config.model})`);
-      },
-    });
+    const server = listen(() =>
+      serveHttp({
+        store: runtime.store,
+        turn: runtime.turn,
+        emit: (event) => runtime.tracer.write(event),
+        authenticator: new Authenticator(config.apiTokens),
+        queue: new SessionQueue({ maxWaiting: MAX_QUEUED_TURNS }),
+        maxBodyBytes: config.maxBodyBytes,
+        tracePath: config.tracePath,
+        model: config.model,
+        log: (line) => log.line(line, !REQUEST_LINE.test(line)),
+      }, {
+        hostname: config.host,
+        port: config.port,
+        stop: stop.signal,
+        graceSeconds: config.shutdownGraceSeconds,
+        onListen: ({ hostname, port }) => {
+          const auth = config.apiTokens.length > 0 ? `${config.apiTokens.length} API token(s)` : "no auth";
+          console.error(`listening on http://${hostname}:${port} (${auth}, model ${config.model})`);
+        },
+      }), config);
     await server.finished;
     log.close();
     console.error("stopped");

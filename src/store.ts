@@ -100,6 +100,7 @@ export class SessionStore {
         rollback: this.#db.prepare("ROLLBACK"),
       };
       this.#migrate();
+      this.#requireWritable();
     } catch (error) {
       this.#db.close();
       throw error;
@@ -161,6 +162,20 @@ export class SessionStore {
       this.#db.exec(SCHEMA);
       this.#db.exec(`PRAGMA user_version = ${SCHEMA_VERSION}`);
     });
+  }
+
+  /**
+   * Fails now, at open, when the database cannot be written (a read-only file, a read-only folder for its
+   * journal), rather than in the middle of the first turn: a write that is rolled back.
+   */
+  #requireWritable(): void {
+    const { begin, rollback } = this.#control;
+    begin.run();
+    try {
+      this.#db.exec(`PRAGMA user_version = ${SCHEMA_VERSION}`);
+    } finally {
+      rollback.run();
+    }
   }
 
   /** Runs `work` inside `BEGIN IMMEDIATE … COMMIT`; rolls back and rethrows if it throws. */

@@ -1,0 +1,217 @@
+/**
+ * Start-up failures of `chat` and `serve`: each is one line on stderr naming what failed, the path or port,
+ * and what to do, with exit code 2, before any input is read.
+ */
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { startFakeProvider } from "./fixtures/fake_openai.ts";
+import { runProcess, tempDir } from "./_harness.ts";
+
+/**
+ * Makes a file or folder unwritable: by its permission bits, and where those do not bind (root ignores them)
+ * by the immutable attribute. Returns the undo.
+ */
+function makeUnwritable(path: string): () => void {
+  const mode = Deno.statSync(path).mode! & 0o777;
+  Deno.chmodSync(path, Deno.statSync(path).isDirectory ? 0o555 : 0o444);
+  const chattr = (flag: string) => new Deno.Command("chattr", { args: [flag, path] }).outputSync().success;
+  const immutable = !writable(path) ? false : chattr("+i");
+  return () => {
+    if (immutable) chattr("-i");
+    Deno.chmodSync(path, mode);
+  };
+}
+
+/** Whether a write into `path` (a folder: a new file in it; a file: an append) goes through. */
+function writable(path: string): boolean {
+  try {
+    if (Deno.statSync(path).isDirectory) {
+      Deno.writeTextFileSync(`${path}/.probe`, "x");
+      Deno.removeSync(`${path}/.probe`);
+    } else {
+      Deno.openSync(path, { append: true }).close();
+    }
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Whether this machine can make a path unwritable for this process (root needs `chattr +i` to work). */
+function canMakeUnwritable(): boolean {
+  const dir = Deno.makeTempDirSync({ prefix: "mra-probe-" });
+  const undo = makeUnwritable(dir);
+  const works = !writable(dir);
+  undo();
+  Deno.removeSync(dir, { recursive: true });
+  return works;
+}
+
+const unwritable = canMakeUnwritable();
+const IGNORE_REASON = "cannot make a path unwritable here (root, and chattr +i does not work)";
+if (!unwritable) console.log(`ignored: ${IGNORE_REASON}`);
+
+function env(dir: string, extra: Record<string, string>): Record<string, string> {
+  const base: Record<string, string> = {
+    PATH: Deno.env.get("PATH") ?? "",
+    HOME: Deno.env.get("HOME") ?? dir,
+    AGENT_DB_PATH: join(dir, "db", "sessions.db"),
+    AGENT_TRACE_PATH: join(dir, "trace", "traces.jsonl"),
+  };
+  const denoDir = Deno.env.get("DENO_DIR");
+  if (denoDir !== undefined) base.DENO_DIR = denoDir;
+  return { ...base, ...extra };
+}
+
+function task(name: "chat" | "serve", vars: Record<string, string>, stdin = "") {
+  return runProcess("deno", ["task", "--quiet", name], { env: vars, stdin, clearEnv: true });
+}
+
+/** The one line a start-up failure prints, checked for its shape. */
+function assertOneLine(result: { code: number; stdout: string; stderr: string }, pattern: RegExp): void {
+  assert.equal(result.code, 2, result.stderr);
+  assert.equal(result.stdout, "");
+  const lines = result.stderr.trimEnd().split("\n");
+  assert.equal(lines.length, 1, `one line, got:\n${result.stderr}`);
+  assert.match(lines[0], pattern);
+  assert.doesNotMatch(lines[0], /^\s+at |error: Uncaught/);
+}
+
+Deno.test({
+  name: "chat with an unwritable database folder exits 2 with one line naming the folder, reading no input",
+  ignore: !unwritable,
+  fn: async () => {
+    using dir = tempDir();
+    const provider = startFakeProvider();
+    const locked = join(dir.path, "locked");
+    Deno.mkdirSync(locked);
+    const undo = makeUnwritable(locked);
+    try {
+      const vars = env(dir.path, {
+        OPENAI_BASE_URL: provider.url,
+        AGENT_DB_PATH: join(locked, "db", "sessions.db"),
+      });
+      const result = await task("chat", vars, "what is 12*(3+4)?\n");
+      assertOneLine(
+        result,
+        new RegExp(`^Cannot create the database folder ${locked}/db: .*; .*set AGENT_DB_PATH`),
+      );
+      assert.equal(provider.requests.length, 0, "no turn ran");
+
+      // The folder exists but takes no new file: SQLite cannot create the database in it.
+      const inside = env(dir.path, { OPENAI_BASE_URL: provider.url, AGENT_DB_PATH: join(locked, "s.db") });
+      assertOneLine(
+        await task("chat", inside, "hi\n"),
+        new RegExp(`^Cannot open the session database ${locked}/s\\.db: .*; .*AGENT_DB_PATH`),
+      );
+      assert.equal(provider.requests.length, 0, "no turn ran");
+    } finally {
+      undo();
+      await provider.close();
+    }
+  },
+});
+
+Deno.test({
+  name: "chat with a read-only database file exits 2 before reading input, and the file is unchanged",
+  ignore: !unwritable,
+  fn: async () => {
+    using dir = tempDir();
+    const provider = startFakeProvider();
+    try {
+      const vars = env(dir.path, { OPENAI_BASE_URL: provider.url });
+      const first = await task("chat", vars, "hello there\n");
+      assert.equal(first.code, 0, first.stderr);
+      assert.equal(provider.requests.length, 1);
+      const db = vars.AGENT_DB_PATH;
+      const before = Deno.readFileSync(db);
+      const undo = makeUnwritable(db);
+      let result;
+      try {
+        result = await task("chat", vars, "what is 12*(3+4)?\n");
+      } finally {
+        undo();
+      }
+      assertOneLine(
+        result,
+        new RegExp(`^Cannot open the session database ${db}: attempt to write a readonly database; `),
+      );
+      assert.equal(provider.requests.length, 1, "the second run asked the model nothing");
+      assert.deepEqual(Deno.readFileSync(db), before);
+    } finally {
+      await provider.close();
+    }
+  },
+});
+
+Deno.test({
+  name: "chat with an unwritable trace folder exits 2 with one line naming the trace file",
+  ignore: !unwritable,
+  fn: async () => {
+    using dir = tempDir();
+    const locked = join(dir.path, "trace-locked");
+    Deno.mkdirSync(locked);
+    const undo = makeUnwritable(locked);
+    try {
+      const vars = env(dir.path, {
+        OPENAI_BASE_URL: "http://127.0.0.1:9/v1",
+        AGENT_TRACE_PATH: join(locked, "traces.jsonl"),
+      });
+      assertOneLine(
+        await task("chat", vars, "hi\n"),
+        new RegExp(`^Cannot write the trace file ${locked}/traces\\.jsonl: .*; .*AGENT_TRACE_PATH`),
+      );
+    } finally {
+      undo();
+    }
+  },
+});
+
+Deno.test("serve on a port already in use exits 2 with one line naming the address and what to do", async () => {
+  using dir = tempDir();
+  const taken = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  try {
+    const port = taken.addr.port;
+    const vars = env(dir.path, { OPENAI_BASE_URL: "http://127.0.0.1:9/v1", AGENT_PORT: String(port) });
+    assertOneLine(
+      await task("serve", vars),
+      new RegExp(
+        `^Cannot listen on 127\\.0\\.0\\.1:${port} \\(AGENT_HOST, AGENT_PORT\\): the port is already in use; ` +
+          ".*set AGENT_PORT to a free port",
+      ),
+    );
+  } finally {
+    taken.close();
+  }
+});
+
+Deno.test("chat and serve reject values that cannot work with exit 2 and one line", async () => {
+  using dir = tempDir();
+  const cases: [string, Record<string, string>, RegExp][] = [
+    [
+      "serve",
+      { AGENT_API_TOKENS: "short-token:alice" },
+      /^Invalid AGENT_API_TOKENS=\(value hidden\): .*pair 1/,
+    ],
+    ["serve", { AGENT_MAX_BODY_BYTES: "100" }, /^Invalid AGENT_MAX_BODY_BYTES="100": expected at least 1024/],
+    ["chat", { AGENT_STREAM: "yes" }, /^Invalid AGENT_STREAM="yes"/],
+  ];
+  for (const [name, extra, pattern] of cases) {
+    const vars = env(dir.path, { OPENAI_BASE_URL: "http://127.0.0.1:9/v1", ...extra });
+    assertOneLine(await task(name as "chat" | "serve", vars, "hi\n"), pattern);
+  }
+  assert.ok(!(await Array.fromAsync(Deno.readDir(dir.path))).some((e) => e.name === "db"), "nothing opened");
+});
+
+Deno.test("deno task chat accepts AGENT_STREAM=true", async () => {
+  using dir = tempDir();
+  const provider = startFakeProvider();
+  try {
+    const vars = env(dir.path, { OPENAI_BASE_URL: provider.url, AGENT_STREAM: "true" });
+    const result = await task("chat", vars, "what is 12*(3+4)?\n");
+    assert.equal(result.code, 0, result.stderr);
+    assert.equal(result.stdout, "The answer is 84.\n");
+  } finally {
+    await provider.close();
+  }
+});
