@@ -174,9 +174,9 @@ export async function runChat(options: ChatOptions): Promise<number> {
     const shown = streaming && result.outcome === "answered";
     endStreamLine();
     // A streamed answer is already on screen, as it arrived; anything else is printed whole.
-    if (!shown) {
-      const text = result.outcome === "aborted" ? style.dim(result.answer) : result.answer;
-      output.write(interactive ? `${style.bold("agent>")} ${text}\n` : `${result.answer}\n`);
+    if (interactive && result.outcome === "aborted") output.write(`${style.dim("cancelled")}\n`);
+    else if (!shown) {
+      output.write(interactive ? `${style.bold("agent>")} ${result.answer}\n` : `${result.answer}\n`);
     }
     if (closed) break;
     if (interactive) rl.prompt();

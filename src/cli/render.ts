@@ -43,6 +43,8 @@ export function renderEvent(event: RunEvent, style: Style): string | null {
       );
     }
     case "error":
+      // A cancelled turn is said once, by the REPL's own "cancelled" line.
+      if (data.kind === "aborted") return null;
       return style.red(`  ! ${data.message}`);
     default:
       return null;

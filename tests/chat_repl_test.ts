@@ -1,0 +1,78 @@
+/** The interactive REPL, driven through in-memory streams as a terminal would drive it. */
+import assert from "node:assert/strict";
+import { PassThrough } from "node:stream";
+import { runChat } from "../src/cli/chat.ts";
+import { LlmError } from "../src/errors.ts";
+import type { ChatOptions, LLM } from "../src/llm/llm.ts";
+import type { ChatReply, Message } from "../src/types.ts";
+import { harness } from "./_harness.ts";
+
+/** Collects what is written to a stream as text. */
+function sink(): { stream: PassThrough; text(): string } {
+  const stream = new PassThrough();
+  let text = "";
+  stream.on("data", (chunk: Uint8Array | string) => {
+    text += typeof chunk === "string" ? chunk : new TextDecoder().decode(chunk);
+  });
+  return { stream, text: () => text };
+}
+
+async function until(check: () => boolean, what: string): Promise<void> {
+  for (let i = 0; i < 500 && !check(); i++) await new Promise((resolve) => setTimeout(resolve, 10));
+  assert.ok(check(), `timed out waiting for ${what}`);
+}
+
+/** A model whose first call waits for the turn's abort (as the real client does); later calls answer. */
+class HangingThenAnswering implements LLM {
+  calls = 0;
+  chat(_messages: Message[], options: ChatOptions = {}): Promise<ChatReply> {
+    if (this.calls++ > 0) {
+      return Promise.resolve({ content: "second answer", toolCalls: [], usage: null, model: "m" });
+    }
+    return new Promise((_, reject) => {
+      options.signal?.addEventListener(
+        "abort",
+        () => reject(new LlmError("LLM request was aborted", { kind: "aborted" })),
+        { once: true },
+      );
+    });
+  }
+}
+
+/** Strips ANSI escapes, so assertions read what a person sees. */
+function plain(text: string): string {
+  // deno-lint-ignore no-control-regex
+  return text.replace(/\x1b\[[0-9;]*[A-Za-z]/g, "");
+}
+
+Deno.test("the REPL says one line, 'cancelled', when Ctrl-C cancels a running turn", async () => {
+  using h = harness([]);
+  const llm = new HangingThenAnswering();
+  const input = new PassThrough();
+  const output = sink();
+  const status = sink();
+  const chat = runChat({
+    sessionId: "repl-1",
+    userId: "local",
+    deps: { ...h.deps, llm },
+    emit: h.deps.emit,
+    input,
+    output: output.stream,
+    status: status.stream,
+    interactive: true,
+  });
+  const runEnds = () => h.events.filter((e) => e.event === "run_end").length;
+  input.write("first question\r");
+  await until(() => llm.calls === 1, "the model call");
+  input.write("\x03"); // Ctrl-C
+  await until(() => runEnds() === 1, "the cancelled turn to end");
+  input.write("second question\r");
+  await until(() => runEnds() === 2, "the second turn");
+  input.write("/exit\r");
+  assert.equal(await chat, 0);
+
+  const shown = plain(output.text() + status.text());
+  const lines = shown.split(/\r?\n|\r/).filter((line) => /cancel|abort/i.test(line));
+  assert.deepEqual(lines.map((line) => line.trim()), ["cancelled"]);
+  assert.match(shown, /second answer/);
+});
