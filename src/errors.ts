@@ -41,12 +41,17 @@ export class LlmError extends Error {
   }
 }
 
-/** A session id is malformed, or the session belongs to another user. */
+/** Why a session cannot do what was asked. */
+export type SessionErrorReason = "invalid_id" | "not_found" | "nothing_to_retry";
+
+/**
+ * A session id is malformed, the session belongs to another user, or a retry found no unanswered message.
+ */
 export class SessionError extends Error {
   override name = "SessionError";
-  readonly reason: "invalid_id" | "not_found";
+  readonly reason: SessionErrorReason;
 
-  constructor(message: string, reason: "invalid_id" | "not_found") {
+  constructor(message: string, reason: SessionErrorReason) {
     super(message);
     this.reason = reason;
   }

@@ -4,7 +4,7 @@
  * @module
  */
 import { buildContext, freezeMessage, SYSTEM_PROMPT } from "./context.ts";
-import { LlmError } from "./errors.ts";
+import { LlmError, SessionError } from "./errors.ts";
 import type { LLM } from "./llm/llm.ts";
 import { compactIfDue, type MemoryState } from "./memory.ts";
 import type { SessionStore } from "./store.ts";
@@ -61,11 +61,57 @@ export interface TurnDeps {
   onDelta?: (text: string, step: number) => void;
 }
 
-/** One user turn. */
+/** One user turn: a new message, or (`retry`) the session's last unanswered one again. */
 export interface TurnInput {
   sessionId: string;
   userId: string;
-  message: string;
+  /** The user's new message; not read with `retry`. */
+  message?: string;
+  /**
+   * Rerun the last user message that has no answer (its turn ended `error`, or a crash cut it short) instead of
+   * adding one: no question is stored twice, and the turn keeps its number.
+   * @default {false}
+   */
+  retry?: boolean;
+}
+
+/**
+ * The last user message of `history` that no final answer follows (tool calls and results may), or null when
+ * the last turn was answered.
+ */
+export function unansweredMessage(history: readonly StoredMessage[]): StoredMessage | null {
+  for (let i = history.length - 1; i >= 0; i--) {
+    const m = history[i];
+    if (m.role === "user") return m;
+    if (m.role === "assistant" && (m.toolCalls ?? []).length === 0) return null;
+  }
+  return null;
+}
+
+/** The user's session, or null when it does not exist (or is another user's). */
+function existingSession(store: SessionStore, input: TurnInput) {
+  const session = store.get(input.sessionId);
+  return session !== null && session.userId === input.userId ? session : null;
+}
+
+/** What a turn starts from: its session, the message it answers, and whether that is already stored. */
+function openTurn(input: TurnInput, store: SessionStore) {
+  const { message, retry = false } = input;
+  if (!retry && (typeof message !== "string" || message.trim() === "")) {
+    throw new TypeError("Cannot run a turn: the message must be a non-empty string");
+  }
+  // A retry creates nothing: a session that does not exist has nothing to retry.
+  const session = retry ? existingSession(store, input) : store.getOrCreate(input.sessionId, input.userId);
+  const history = session === null ? [] : store.messages(session.id);
+  if (!retry) return { session: session!, history, message: message!, stored: false };
+  const question = unansweredMessage(history);
+  if (session === null || question === null || question.content === null) {
+    throw new SessionError(
+      `Cannot retry: session "${input.sessionId}" has no unanswered message (its last turn was answered)`,
+      "nothing_to_retry",
+    );
+  }
+  return { session, history, message: question.content, stored: true };
 }
 
 /** Usage as the trace and the HTTP API spell it, in snake_case like every other key they carry. */
@@ -86,9 +132,10 @@ function addUsage(total: Usage, usage: Usage | null): void {
 }
 
 /** The user-facing text for a failed model call; names the cause, never the key (LlmError omits it). */
-function errorAnswer(error: unknown): string {
+function errorAnswer(error: unknown, sessionId: string): string {
   const cause = error instanceof LlmError ? error.message : "an internal error occurred";
-  return `Sorry, I could not get an answer from the model: ${cause}. Your message is saved; please try again.`;
+  return `Sorry, I could not get an answer from the model: ${cause}. Your message is saved; ` +
+    `retry it with /retry in chat or POST /v1/sessions/${sessionId}/retry, without sending it again.`;
 }
 
 /**
@@ -112,33 +159,29 @@ function abortReason(signal: AbortSignal | undefined): string {
 
 /**
  * Runs one user turn to its end and returns the outcome with the answer text. Fails only for a malformed
- * session or user id (`SessionError`), an empty message (`TypeError`) or a store failure; model and tool
- * problems become outcomes and tool results.
+ * session or user id, a retry with nothing to retry (`SessionError`), an empty message (`TypeError`) or a
+ * store failure; model and tool problems become outcomes and tool results. A turn aborted before its answer
+ * is stored leaves nothing behind: what it stored is deleted again.
  */
 export async function runTurn(input: TurnInput, deps: TurnDeps): Promise<TurnResult> {
   const { store, llm, tools, emit, maxSteps, now = () => new Date(), newId = () => crypto.randomUUID() } =
     deps;
   const { signal } = deps;
-  if (typeof input.message !== "string" || input.message.trim() === "") {
-    throw new TypeError("Cannot run a turn: the message must be a non-empty string");
-  }
   if (!Number.isInteger(maxSteps) || maxSteps < 1) {
     throw new RangeError(`maxSteps must be >= 1, got ${maxSteps}`);
   }
 
-  const session = store.getOrCreate(input.sessionId, input.userId);
-  let memory: MemoryState = {
-    sessionId: session.id,
-    summary: session.summary,
-    history: store.messages(session.id),
-  };
+  const { session, history, message, stored } = openTurn(input, store);
+  let memory: MemoryState = { sessionId: session.id, summary: session.summary, history };
   const schemas = tools.schemas();
   const fixed = { system: [{ role: "system" as const, content: SYSTEM_PROMPT }], tools: schemas };
   const runId = newId();
-  const turn = session.turnCount + 1;
+  const turn = stored ? session.turnCount : session.turnCount + 1;
   const usage: Usage = { promptTokens: null, completionTokens: null, totalTokens: null };
   const calls: TurnToolCall[] = [];
   let seq = 0;
+  // What this run stored: an abort before the answer takes exactly these back.
+  const saved: string[] = [];
 
   const event = (name: RunEventName, step: number | null, data: Record<string, unknown>): void => {
     const e: RunEvent = {
@@ -165,20 +208,29 @@ export async function runTurn(input: TurnInput, deps: TurnDeps): Promise<TurnRes
     );
     store.append(session.id, stamped);
     memory.history.push(...stamped);
+    saved.push(...stamped.map((m) => m.id));
   };
   const finish = (outcome: TurnOutcome, answer: string, steps: number): TurnResult => {
     event("run_end", null, { outcome, steps, tool_calls: calls.length, usage: usageData(usage) });
     return { sessionId: session.id, runId, turn, outcome, answer, toolCalls: calls, usage };
   };
 
-  // An abort is an error event too, so the trace shows why a turn stopped early.
+  // An abort comes before the answer is stored: the turn is taken back (its question too, unless a retry's),
+  // and the trace's error event says so.
   const abort = (step: number, steps: number): TurnResult => {
-    event("error", step, { kind: "aborted", status: null, retries: 0, message: abortReason(signal) });
+    const discarded = store.discardMessages(session.id, saved);
+    event("error", step, {
+      kind: "aborted",
+      status: null,
+      retries: 0,
+      message: abortReason(signal),
+      discarded_messages: discarded,
+    });
     return finish("aborted", ABORTED_ANSWER, steps);
   };
 
-  event("run_start", null, { user_id: input.userId, message: input.message });
-  save({ role: "user", content: input.message });
+  event("run_start", null, { user_id: input.userId, message, ...(stored ? { retry: true } : {}) });
+  if (!stored) save({ role: "user", content: message });
 
   let nudged = false;
   let compacting = true;
@@ -219,7 +271,7 @@ export async function runTurn(input: TurnInput, deps: TurnDeps): Promise<TurnRes
         retries: e?.retries ?? 0,
         message: e?.message ?? String(error),
       });
-      return finish("error", errorAnswer(error), step + 1);
+      return finish("error", errorAnswer(error, session.id), step + 1);
     }
     addUsage(usage, reply.usage);
     event("llm_call", step, {

@@ -129,6 +129,7 @@ export class SessionStore {
       ),
       listTodos: db.prepare(`SELECT ${TODO_COLUMNS} FROM todos WHERE session_id = ? ORDER BY id`),
       deleteMessage: db.prepare("DELETE FROM messages WHERE id = ? AND session_id = ?"),
+      discardMessage: db.prepare("DELETE FROM messages WHERE id = ? AND session_id = ? RETURNING role"),
       setSummary: db.prepare(
         "UPDATE sessions SET summary = ?, compacted_turns = compacted_turns + ?, updated_at = ? WHERE id = ?",
       ),
@@ -306,6 +307,27 @@ export class SessionStore {
     });
     // The ids as stored: SQLite matched a lone surrogate in an id as U+FFFD.
     this.#history.remove(sessionId, cutIds.map((id) => id.toWellFormed()));
+  }
+
+  /**
+   * Takes a cancelled turn back in one transaction: deletes those of `ids` that are stored messages of the
+   * session, takes their user messages off `turn_count`, and returns how many were deleted. For a turn aborted
+   * before its answer was stored, so neither its question nor a half-turn stays behind.
+   */
+  discardMessages(sessionId: string, ids: readonly string[]): number {
+    const gone: string[] = [];
+    this.#transaction(() => {
+      let turns = 0;
+      for (const id of ids) {
+        const row = this.#statements.discardMessage.get(id, sessionId) as { role: string } | undefined;
+        if (row === undefined) continue;
+        gone.push(id);
+        if (row.role === "user") turns += 1;
+      }
+      if (turns > 0) this.#statements.touchSession.run(-turns, this.#stamp(), sessionId);
+    });
+    this.#history.remove(sessionId, gone.map((id) => id.toWellFormed()));
+    return gone.length;
   }
 
   /**

@@ -76,3 +76,44 @@ Deno.test("the REPL says one line, 'cancelled', when Ctrl-C cancels a running tu
   assert.deepEqual(lines.map((line) => line.trim()), ["cancelled"]);
   assert.match(shown, /second answer/);
 });
+
+Deno.test("the REPL's /retry answers the question of a failed turn without storing it twice", async () => {
+  using h = harness([
+    new LlmError("LLM request failed: HTTP 503 from provider.test", { kind: "http", status: 503 }),
+    { content: "the retried answer" },
+  ]);
+  const input = new PassThrough();
+  const output = sink();
+  const status = sink();
+  const chat = runChat({
+    sessionId: "repl-2",
+    userId: "local",
+    deps: h.deps,
+    emit: h.deps.emit,
+    input,
+    output: output.stream,
+    status: status.stream,
+    interactive: true,
+  });
+  const runEnds = () => h.events.filter((e) => e.event === "run_end").length;
+  input.write("/retry\r");
+  await until(
+    () => /no unanswered message/.test(output.text()),
+    "the answer to /retry with nothing to retry",
+  );
+  input.write("what went wrong?\r");
+  await until(() => runEnds() === 1, "the failed turn");
+  input.write("/retry\r");
+  await until(() => runEnds() === 2, "the retried turn");
+  input.write("/exit\r");
+  assert.equal(await chat, 0);
+
+  const shown = plain(output.text());
+  assert.match(shown, /retry it with \/retry/);
+  assert.match(shown, /the retried answer/);
+  assert.deepEqual(h.store.messages("repl-2").map((m) => [m.role, m.content]), [
+    ["user", "what went wrong?"],
+    ["assistant", "the retried answer"],
+  ]);
+  assert.equal(h.store.get("repl-2")!.turnCount, 1);
+});

@@ -5,6 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
+import { LlmError } from "../src/errors.ts";
 import { Authenticator } from "../src/http/auth.ts";
 import type { HandlerDeps } from "../src/http/handler.ts";
 import { type RunningServer, serveHttp } from "../src/http/server.ts";
@@ -310,7 +311,7 @@ Deno.test("20 distinct sessions at once all answer turn 1, their turns running c
   }, { overrides: { turn: { ...h.deps.turn, llm } } });
 });
 
-Deno.test("a client that disconnects mid-turn aborts the model call; only its question is kept", async () => {
+Deno.test("a client that disconnects mid-turn aborts the model call and the turn is taken back", async () => {
   using h = httpHarness();
   h.llm.hold = true;
   await withServer(h, async ({ url }) => {
@@ -326,15 +327,16 @@ Deno.test("a client that disconnects mid-turn aborts the model call; only its qu
     assert.deepEqual(trace.map((e) => e.event), ["run_start", "error", "run_end"]);
     assert.equal(trace[1].data.kind, "aborted");
     assert.equal(trace[2].data.outcome, "aborted");
-    assert.deepEqual(h.store.messages("gone").map((m) => [m.role, m.content]), [["user", "what is 6*7?"]]);
+    assert.deepEqual(h.store.messages("gone"), [], "neither the question nor a half-turn stays");
+    assert.equal(h.store.get("gone")!.turnCount, 0);
 
     h.llm.release();
     const next = await post(url, "gone", "hello again");
     assert.equal(next.status, 200);
     const body = await next.json();
-    assert.equal(body.turn, 2);
+    assert.equal(body.turn, 1);
     assert.equal(body.answer, "echo: hello again");
-    assert.deepEqual(h.store.messages("gone").map((m) => m.role), ["user", "user", "assistant"]);
+    assert.deepEqual(h.store.messages("gone").map((m) => m.role), ["user", "assistant"]);
   });
 });
 
@@ -386,7 +388,7 @@ Deno.test("an SSE client that goes away mid-stream aborts the turn the same way"
     assert.deepEqual(trace.map((e) => e.event), ["run_start", "error", "run_end"]);
     assert.equal(trace[1].data.kind, "aborted");
     assert.equal(trace[2].data.outcome, "aborted");
-    assert.deepEqual(h.store.messages("sse-gone").map((m) => m.role), ["user"]);
+    assert.deepEqual(h.store.messages("sse-gone"), [], "the cancelled turn is taken back");
     assert.ok(!h.logs.some((line) => line.startsWith("error:")), h.logs.join("\n"));
   });
 });
@@ -538,12 +540,8 @@ Deno.test("a turn still running when the grace period ends is aborted, JSON and 
     assert.equal((frames[2].data.data as { outcome: string }).outcome, "aborted");
 
     for (const session of ["held-json", "held-sse"]) {
-      assert.deepEqual(
-        h.store.messages(session).map((m) => m.role),
-        ["user"],
-        `${session} keeps its question`,
-      );
-      assert.equal(h.store.get(session)!.turnCount, 1);
+      assert.deepEqual(h.store.messages(session), [], `${session}'s cancelled turn is taken back`);
+      assert.equal(h.store.get(session)!.turnCount, 0);
       const outcomes = readTrace(h.tracePath, (e) => e.session_id === session && e.event === "run_end")
         .map((e) => e.data.outcome);
       assert.deepEqual(outcomes, ["aborted"]);
@@ -568,8 +566,9 @@ Deno.test("turns still waiting when the grace period ends get 503, not a logged 
 
     const aborted = await (await running).json();
     assert.equal(aborted.outcome, "aborted");
-    // Consistent whatever the status: the waiting turns never started and stored nothing.
-    assert.deepEqual(h.store.messages("drain").map((m) => m.content), ["what is 1*1?"]);
+    // Consistent whatever the status: the waiting turns never started and stored nothing, and the running one
+    // was taken back when it was aborted.
+    assert.deepEqual(h.store.messages("drain"), []);
     assert.equal(h.llm.calls, 1);
     const jsonResponse = await json;
     const jsonError = (await jsonResponse.json()).error;
@@ -767,4 +766,102 @@ Deno.test("deno task serve listens, answers /healthz, and stops cleanly with exi
   } finally {
     await provider.close();
   }
+});
+
+function retry(url: string, session: string, headers: Record<string, string> = {}): Promise<Response> {
+  return fetch(`${url}/v1/sessions/${session}/retry`, { method: "POST", headers });
+}
+
+Deno.test("POST /retry reruns the question of a turn that ended in error: same turn, stored once", async () => {
+  using h = httpHarness();
+  await withServer(h, async ({ url }) => {
+    h.llm.fail = new LlmError("LLM request failed: HTTP 500 from provider.test", {
+      kind: "http",
+      status: 500,
+    });
+    const failed = await post(url, "r1", "what is 6*7?");
+    assert.equal(failed.status, 502);
+    const error = (await failed.json()).error;
+    assert.match(error.message, /POST \/v1\/sessions\/r1\/retry/);
+    assert.deepEqual(h.store.messages("r1").map((m) => m.content), ["what is 6*7?"]);
+
+    h.llm.fail = null;
+    const retried = await retry(url, "r1");
+    assert.equal(retried.status, 200);
+    const body = await retried.json();
+    assert.equal(body.turn, 1);
+    assert.equal(body.answer, "The answer is 42.");
+    assert.deepEqual(turnsOf(h.store.messages("r1")), [{
+      question: "what is 6*7?",
+      answer: "The answer is 42.",
+    }]);
+    assert.equal(h.store.get("r1")!.turnCount, 1);
+    const starts = readTrace(h.tracePath, (e) => e.session_id === "r1" && e.event === "run_start");
+    assert.deepEqual(starts.map((e) => [e.turn, e.data.retry ?? false]), [[1, false], [1, true]]);
+
+    // Answered now: nothing to retry, and nothing changes.
+    const again = await retry(url, "r1");
+    assert.equal(again.status, 409);
+    assert.equal((await again.json()).error.code, "nothing_to_retry");
+    assert.equal(h.store.messages("r1").length, 4);
+    // A session that does not exist is 404, as on every route.
+    const missing = await retry(url, "never-used");
+    assert.equal(missing.status, 404);
+    await missing.body?.cancel();
+  });
+});
+
+Deno.test("POST /retry streams as SSE with Accept: text/event-stream", async () => {
+  using h = httpHarness();
+  await withServer(h, async ({ url }) => {
+    h.llm.fail = new LlmError("LLM request timed out after 1 s", { kind: "timeout" });
+    const failed = await post(url, "r2", "hello");
+    assert.equal(failed.status, 504);
+    await failed.body?.cancel();
+    h.llm.fail = null;
+    const response = await retry(url, "r2", { accept: "text/event-stream" });
+    assert.equal(response.status, 200);
+    const frames = parseSse(await response.text()).filter((f) => f.event !== "delta");
+    assert.deepEqual(frames.map((f) => f.event), ["run_start", "llm_call", "answer", "run_end"]);
+    assert.deepEqual(h.store.messages("r2").map((m) => m.content), ["hello", "echo: hello"]);
+  });
+});
+
+Deno.test("an SSE client with a large body that goes away mid-turn aborts the turn and leaves nothing", async () => {
+  // Unlike a JSON turn (below), a streamed one is written to as it runs, so Deno sees the closed connection and
+  // fires request.signal even though the body came after the headers.
+  using h = httpHarness();
+  h.llm.hold = true;
+  await withServer(h, async ({ url }) => {
+    const response = await post(url, "sse-big", `what is 6*7? ${"pad ".repeat(1000)}`, {
+      headers: { accept: "text/event-stream" },
+    });
+    const reader = response.body!.pipeThrough(new TextDecoderStream()).getReader();
+    assert.match((await reader.read()).value ?? "", /^event: run_start\n/);
+    await until(() => h.llm.calls === 1, "the model call to start");
+    await reader.cancel();
+    await until(() => h.llm.aborted === 1, "the model call to see the abort");
+    await until(() => h.deps.queue.size === 0, "the aborted turn to end");
+    assert.deepEqual(h.store.messages("sse-big"), []);
+    assert.equal(h.store.get("sse-big")!.turnCount, 0);
+  });
+});
+
+Deno.test("a JSON client with a large body that goes away: the turn runs to its answer and is stored", async () => {
+  // What the README documents: Deno 2.9's request.signal does not fire for such a client and a JSON response
+  // writes nothing before the turn ends, so the disconnect is not seen; the turn is answered and kept whole.
+  using h = httpHarness();
+  h.llm.hold = true;
+  await withServer(h, async ({ url }) => {
+    const client = new AbortController();
+    const question = `hello ${"pad ".repeat(1000)}`;
+    const request = post(url, "json-big", question, { signal: client.signal });
+    await until(() => h.llm.calls === 1, "the model call to start");
+    client.abort();
+    await assert.rejects(request);
+    h.llm.release();
+    await until(() => h.deps.queue.size === 0, "the turn to end");
+    assert.equal(h.llm.aborted, 0);
+    assert.deepEqual(turnsOf(h.store.messages("json-big")), [{ question, answer: `echo: ${question}` }]);
+  });
 });

@@ -161,7 +161,7 @@ Deno.test("runTurn() stops with aborted before asking the model when the signal 
   assert.equal(h.events[1].data.kind, "aborted");
 });
 
-Deno.test("runTurn() aborted during tool execution stores neither the call nor any of its results", async () => {
+Deno.test("runTurn() aborted during tool execution stores nothing: no call, no result, no question", async () => {
   const controller = new AbortController();
   const slow = {
     name: "slow",
@@ -180,13 +180,16 @@ Deno.test("runTurn() aborted during tool execution stores neither the call nor a
   ], { extraTools: [slow] });
   const result = await runTurn(input("go"), { ...h.deps, signal: controller.signal });
   assert.equal(result.outcome, "aborted");
-  assert.deepEqual(h.store.messages("s1").map((m) => m.role), ["user"], "nothing half-done is stored");
+  assert.deepEqual(h.store.messages("s1"), [], "the cancelled turn left nothing, not even its question");
+  assert.equal(h.store.get("s1")!.turnCount, 0);
   const error = h.events.find((e) => e.event === "error")!;
   assert.equal(error.data.message, "the turn was aborted: client disconnected");
-  // The next turn on the same session works and sees a consistent history.
+  assert.equal(error.data.discarded_messages, 1);
+  // The next turn on the same session works, takes the cancelled turn's number and sees a consistent history.
   const next = await runTurn(input("again"), { ...h.deps, llm: new ScriptedLLM([{ content: "fine" }]) });
   assert.equal(next.outcome, "answered");
-  assert.equal(next.turn, 2);
+  assert.equal(next.turn, 1);
+  assert.deepEqual(h.store.messages("s1").map((m) => m.content), ["again", "fine"]);
 });
 
 Deno.test("runTurn() keeps two sessions apart: messages, todos and turn counts", async () => {

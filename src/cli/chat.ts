@@ -5,6 +5,7 @@
  */
 import { createInterface } from "node:readline";
 import type { Readable, Writable } from "node:stream";
+import { SessionError } from "../errors.ts";
 import { runTurn, type TurnDeps } from "../loop.ts";
 import type { SessionStore } from "../store.ts";
 import type { RunEvent, TurnResult } from "../types.ts";
@@ -15,6 +16,7 @@ export const REPL_HELP = `Commands:
   /help      show this help
   /session   show the session id, user and turn count
   /todos     list this session's todos
+  /retry     run the last unanswered message again (after an error), without sending it twice
   /exit      leave (Ctrl-D works too; Ctrl-C cancels a running turn, or leaves at the prompt)`;
 
 /** Options of {@linkcode runChat}. */
@@ -147,7 +149,8 @@ export async function runChat(options: ChatOptions): Promise<number> {
       if (interactive) rl.prompt();
       continue;
     }
-    if (interactive && line.startsWith("/")) {
+    const retry = interactive && line === "/retry";
+    if (interactive && line.startsWith("/") && !retry) {
       if (line === "/exit" || line === "/quit") break;
       if (line === "/help") output.write(REPL_HELP + "\n");
       else if (line === "/session") output.write(describeSession(deps.store, sessionId, userId) + "\n");
@@ -158,17 +161,21 @@ export async function runChat(options: ChatOptions): Promise<number> {
     }
     current = new AbortController();
     if (interactive) thinking.start();
-    let result: TurnResult;
+    let result: TurnResult | null = null;
     try {
-      result = await runTurn({ sessionId, userId, message: line }, {
-        ...deps,
-        emit: show,
-        signal: current.signal,
-        onDelta,
-      });
+      const input = retry ? { sessionId, userId, retry } : { sessionId, userId, message: line };
+      result = await runTurn(input, { ...deps, emit: show, signal: current.signal, onDelta });
+    } catch (error) {
+      // Nothing to retry is an answer to the command, not a failure of the REPL.
+      if (!(error instanceof SessionError && error.reason === "nothing_to_retry")) throw error;
+      output.write(`${style.dim(error.message)}\n`);
     } finally {
       thinking.stop();
       current = null;
+    }
+    if (result === null) {
+      rl.prompt();
+      continue;
     }
     if (result.outcome === "error") failed = true;
     const shown = streaming && result.outcome === "answered";

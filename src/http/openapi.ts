@@ -37,6 +37,7 @@ const DESCRIPTIONS: Record<number, string> = {
   401: "missing or unknown bearer token",
   404: "unknown route, or a session that does not exist or belongs to another user",
   405: "method not allowed on this path",
+  409: "retry with nothing to retry: the session's last turn was answered",
   413: "body over AGENT_MAX_BODY_BYTES",
   415: "body is not application/json",
   429: "the session already has 8 turns waiting; see Retry-After",
@@ -190,6 +191,24 @@ export const OPENAPI = {
             },
           },
           ...errors(400, 401, 404, 413, 415, 429, 502, 503, 504),
+        },
+      },
+    },
+    "/v1/sessions/{id}/retry": {
+      parameters: [sessionId],
+      post: {
+        summary:
+          "Rerun the session's last unanswered message (after a turn ended in error) without sending it again; " +
+          "answered like a turn, JSON or SSE",
+        responses: {
+          "200": {
+            description: "The retried turn's result (same turn number), or an SSE stream of its run events",
+            content: {
+              "application/json": { schema: { $ref: "#/components/schemas/Turn" } },
+              "text/event-stream": { schema: { type: "string" } },
+            },
+          },
+          ...errors(400, 401, 404, 409, 429, 502, 503, 504),
         },
       },
     },

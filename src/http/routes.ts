@@ -96,6 +96,15 @@ export function createRoutes(deps: HandlerDeps): Route[] {
       },
     },
     {
+      method: "POST",
+      path: "/v1/sessions/{id}/retry",
+      handle: (request, { params }) => {
+        const userId = user(request);
+        ownSession(deps, params.id, userId);
+        return handleTurn(request, params.id, userId, deps, { retry: true });
+      },
+    },
+    {
       method: "GET",
       path: "/v1/sessions/{id}/todos",
       handle: (request, { params }) => {

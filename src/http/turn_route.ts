@@ -4,7 +4,7 @@
  * event stream the trace is written from, plus `delta` events (`{"text"}`) while the answer streams.
  * @module
  */
-import { runTurn, usageData } from "../loop.ts";
+import { runTurn, unansweredMessage, usageData } from "../loop.ts";
 import type { RunEvent, TurnResult } from "../types.ts";
 import { readMessageField } from "./body.ts";
 import { HttpError } from "./errors.ts";
@@ -37,20 +37,42 @@ function failureStatus(kind: unknown): 502 | 504 {
   return kind === "timeout" ? 504 : 502;
 }
 
+/** Options of {@linkcode handleTurn}. */
+export interface HandleTurnOptions {
+  /**
+   * Rerun the session's last unanswered message instead of reading a new one from the body (the body, if
+   * any, is not read). 409 `nothing_to_retry` when the last turn was answered.
+   * @default {false}
+   */
+  retry?: boolean;
+}
+
 /**
  * Handles one turn for `userId` on `sessionId`. Everything that can reject the request (body, ownership,
- * a full queue) is checked before anything is written, so a rejected request changes nothing.
+ * nothing to retry, a full queue) is checked before anything is written, so a rejected request changes
+ * nothing.
  */
 export async function handleTurn(
   request: Request,
   sessionId: string,
   userId: string,
   deps: HandlerDeps,
+  options: HandleTurnOptions = {},
 ): Promise<Response> {
-  const message = await readMessageField(request, { maxBytes: deps.maxBodyBytes, signal: request.signal });
+  const { retry = false } = options;
+  const message = retry
+    ? undefined
+    : await readMessageField(request, { maxBytes: deps.maxBodyBytes, signal: request.signal });
   const existing = deps.store.get(sessionId);
   if (existing !== null && existing.userId !== userId) {
     throw new HttpError(404, "not_found", `Session "${sessionId}" not found`);
+  }
+  if (retry && (existing === null || unansweredMessage(deps.store.messages(sessionId)) === null)) {
+    throw new HttpError(
+      409,
+      "nothing_to_retry",
+      `Cannot retry: session "${sessionId}" has no unanswered message (its last turn was answered)`,
+    );
   }
   // Checked before streaming starts: an SSE response cannot change its status later.
   const full = deps.queue.rejection(sessionId);
@@ -59,7 +81,7 @@ export async function handleTurn(
   const run = (emit: (event: RunEvent) => void, onDelta?: (text: string) => void) =>
     deps.queue.run(
       sessionId,
-      () => runTurn({ sessionId, userId, message }, { ...deps.turn, emit, signal, onDelta }),
+      () => runTurn({ sessionId, userId, message, retry }, { ...deps.turn, emit, signal, onDelta }),
       { signal },
     );
 
@@ -88,7 +110,8 @@ export async function handleTurn(
       controller = c;
     },
     cancel() {
-      // The client went away; request.signal aborts the turn.
+      // The client went away; request.signal aborts the turn (a write to the closed stream makes Deno see it
+      // even when the request's body came after its headers).
       open = false;
     },
   });

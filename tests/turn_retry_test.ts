@@ -1,0 +1,97 @@
+/** Retrying a turn that ended in error, and taking back a cancelled one, through `runTurn` itself. */
+import assert from "node:assert/strict";
+import { LlmError, SessionError } from "../src/errors.ts";
+import { runTurn, unansweredMessage } from "../src/loop.ts";
+import { ScriptedLLM } from "../src/llm/scripted.ts";
+import { harness, storedMessage } from "./_harness.ts";
+
+const key = { sessionId: "s1", userId: "u1" };
+const failure = () =>
+  new LlmError("LLM request failed: HTTP 500 from provider.test", { kind: "http", status: 500 });
+
+Deno.test("runTurn() with retry answers the question of a failed turn, keeping its number and one copy", async () => {
+  using h = harness([
+    { toolCalls: [{ name: "calculator", arguments: { expression: "6*7" } }] },
+    failure(),
+    { content: "It is 42." },
+  ]);
+  const failed = await runTurn({ ...key, message: "what is 6*7?" }, h.deps);
+  assert.equal(failed.outcome, "error");
+  assert.match(failed.answer, /retry it with \/retry in chat or POST \/v1\/sessions\/s1\/retry/);
+  // The completed tool step stays: the retry goes on from it.
+  assert.deepEqual(h.store.messages("s1").map((m) => m.role), ["user", "assistant", "tool"]);
+
+  const retried = await runTurn({ ...key, retry: true }, h.deps);
+  assert.equal(retried.outcome, "answered");
+  assert.equal(retried.turn, failed.turn);
+  assert.equal(retried.answer, "It is 42.");
+  assert.deepEqual(h.store.messages("s1").map((m) => m.role), ["user", "assistant", "tool", "assistant"]);
+  assert.equal(h.store.messages("s1").filter((m) => m.role === "user").length, 1);
+  assert.equal(h.store.get("s1")!.turnCount, 1);
+  // The model saw the question once, then the tool step, in the retried request.
+  const request = h.llm.requests.at(-1)!.messages;
+  assert.deepEqual(request.filter((m) => m.role === "user").map((m) => m.content), ["what is 6*7?"]);
+  const start = h.events.filter((e) => e.event === "run_start").at(-1)!;
+  assert.deepEqual(start.data, { user_id: "u1", message: "what is 6*7?", retry: true });
+});
+
+Deno.test("runTurn() with retry fails with nothing_to_retry after an answered turn, changing nothing", async () => {
+  using h = harness([{ content: "hi" }]);
+  await runTurn({ ...key, message: "hello" }, h.deps);
+  const before = h.store.messages("s1");
+  await assert.rejects(
+    runTurn({ ...key, retry: true }, h.deps),
+    (e) =>
+      e instanceof SessionError && e.reason === "nothing_to_retry" &&
+      /has no unanswered message/.test(e.message),
+  );
+  assert.deepEqual(h.store.messages("s1"), before);
+  await assert.rejects(
+    runTurn({ sessionId: "empty", userId: "u1", retry: true }, h.deps),
+    (e) => e instanceof SessionError && e.reason === "nothing_to_retry",
+  );
+  assert.equal(h.store.get("empty"), null, "a retry creates no session");
+});
+
+Deno.test("runTurn() with retry that is cancelled keeps the question, so it can be retried again", async () => {
+  using h = harness([failure()]);
+  await runTurn({ ...key, message: "what is 6*7?" }, h.deps);
+  const controller = new AbortController();
+  controller.abort(new Error("Ctrl-C"));
+  const cancelled = await runTurn({ ...key, retry: true }, { ...h.deps, signal: controller.signal });
+  assert.equal(cancelled.outcome, "aborted");
+  assert.deepEqual(h.store.messages("s1").map((m) => m.content), ["what is 6*7?"]);
+  const again = await runTurn({ ...key, retry: true }, {
+    ...h.deps,
+    llm: new ScriptedLLM([{ content: "42" }]),
+  });
+  assert.equal(again.answer, "42");
+});
+
+Deno.test("runTurn() cancelled before its answer takes back its question and turn count, and says so", async () => {
+  using h = harness([{ content: "first" }, failure()]);
+  await runTurn({ ...key, message: "one" }, h.deps);
+  const controller = new AbortController();
+  controller.abort(new Error("client disconnected"));
+  const cancelled = await runTurn({ ...key, message: "two" }, { ...h.deps, signal: controller.signal });
+  assert.equal(cancelled.outcome, "aborted");
+  assert.deepEqual(h.store.messages("s1").map((m) => m.content), ["one", "first"]);
+  assert.equal(h.store.get("s1")!.turnCount, 1);
+  const error = h.events.findLast((e) => e.event === "error")!;
+  assert.equal(error.data.kind, "aborted");
+  assert.equal(error.data.discarded_messages, 1);
+});
+
+Deno.test("unansweredMessage() finds the last question no final answer follows", () => {
+  const m = (id: string, role: "user" | "assistant" | "tool" | "runtime", extra = {}) =>
+    storedMessage(id, role, id, extra);
+  const call = { toolCalls: [{ id: "c", name: "calculator", arguments: "{}" }] };
+  assert.equal(unansweredMessage([]), null);
+  assert.equal(unansweredMessage([m("q", "user"), m("a", "assistant")]), null);
+  assert.equal(unansweredMessage([m("q", "user")])?.id, "q");
+  assert.equal(unansweredMessage([m("q", "user"), m("a", "assistant", call), m("t", "tool")])?.id, "q");
+  assert.equal(
+    unansweredMessage([m("q1", "user"), m("a", "assistant"), m("q2", "user"), m("n", "runtime")])?.id,
+    "q2",
+  );
+});
