@@ -76,6 +76,11 @@ export function createHandler(deps: HandlerDeps): (request: Request) => Promise<
     } catch (error) {
       response = toResponse(error, deps);
     }
+    if (request.method === "HEAD" && response.body !== null) {
+      // The GET response's status and headers, without its body.
+      await response.body.cancel();
+      response = new Response(null, { status: response.status, headers: response.headers });
+    }
     // The path only: query strings and headers (tokens) never reach the log.
     deps.log(
       `${request.method} ${url.pathname} ${response.status} ${Math.round(performance.now() - started)}ms`,
