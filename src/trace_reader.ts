@@ -4,6 +4,7 @@
  * @module
  */
 import { type AppendedLine, traceFiles } from "./trace.ts";
+import type { TraceCursor } from "./trace_cursor.ts";
 
 /** The part of an open file the reader uses; `Deno.FsFile` is one. */
 export interface TraceFile {
@@ -20,12 +21,6 @@ export interface TraceReaderOptions {
    * @default {(path) => Deno.open(path)}
    */
   open?: (path: string) => Promise<TraceFile>;
-}
-
-/** Where a page starts: the next event's file (by inode, which survives rotation) and byte offset. */
-export interface TraceCursor {
-  ino: number;
-  offset: number;
 }
 
 /** What {@linkcode TraceReader.page} selects. */
@@ -46,24 +41,6 @@ export interface TracePageQuery {
 export interface TracePage {
   events: Record<string, unknown>[];
   nextCursor: TraceCursor | null;
-}
-
-/** Encodes a cursor as opaque URL-safe text. */
-export function encodeTraceCursor(cursor: TraceCursor): string {
-  return btoa(`t1:${cursor.ino}:${cursor.offset}`).replaceAll("=", "");
-}
-
-/** Decodes {@linkcode encodeTraceCursor}'s text. @throws {SyntaxError} when the text is not a cursor. */
-export function decodeTraceCursor(text: string): TraceCursor {
-  let plain = "";
-  try {
-    plain = atob(text);
-  } catch {
-    // Not base64: reported below.
-  }
-  const match = /^t1:(\d{1,15}):(\d{1,15})$/.exec(plain);
-  if (match === null) throw new SyntaxError(`Cannot read cursor "${text.slice(0, 40)}": not a trace cursor`);
-  return { ino: Number(match[1]), offset: Number(match[2]) };
 }
 
 /** Lines of one (user, session) in one file, as parallel arrays to keep the index small. */

@@ -4,7 +4,8 @@
  * @module
  */
 import type { Session } from "../store.ts";
-import { decodeTraceCursor, encodeTraceCursor, type TraceCursor, type TraceReader } from "../trace_reader.ts";
+import { decodeTraceCursor, encodeTraceCursor, type TraceCursor } from "../trace_cursor.ts";
+import type { TraceReader } from "../trace_reader.ts";
 import { HttpError } from "./errors.ts";
 
 /** Events per page when the request names no `limit`. */
