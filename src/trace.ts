@@ -46,6 +46,18 @@ function dropTornTail(file: Deno.FsFile): void {
   if (size > 0) file.truncateSync(0);
 }
 
+/** Where one event's line landed, as the tracer reports it to {@linkcode JsonlTracerOptions.onAppend}. */
+export interface AppendedLine {
+  /** The file's inode: it survives the renames of rotation. */
+  ino: number;
+  /** Byte offset of the line in that file. */
+  offset: number;
+  /** Byte length of the line, newline included. */
+  length: number;
+  /** The event as written (clipped and redacted). */
+  event: Record<string, unknown>;
+}
+
 /** Options of {@linkcode JsonlTracer}. */
 export interface JsonlTracerOptions {
   /**
@@ -59,30 +71,72 @@ export interface JsonlTracerOptions {
    */
   secrets?: string[];
   /**
+   * Size at which the file is rotated: a line that would take it past this size first renames it to
+   * `<path>.1` (and `.1`…`.4` one up; the old `.5` is deleted), so at most 6 files of about this size exist.
+   * @default {64 * 1024 * 1024}
+   */
+  maxBytes?: number;
+  /**
+   * Called after each event is written, with where its line is (a trace reader indexes it). Must not throw.
+   * @default {undefined}
+   */
+  onAppend?: (line: AppendedLine) => void;
+  /**
    * Where the one warning goes when the trace cannot be written.
    * @default {(message) => console.error(message)}
    */
   warn?: (message: string) => void;
 }
 
-/** Writes events to a JSONL file through one handle kept open. `write` never throws. */
+/** How many rotated files are kept: `<path>.1` (newest) … `<path>.5`. */
+export const ROTATED_FILES = 5;
+
+/** The trace files of `path`, oldest first: `<path>.5` … `<path>.1`, `<path>`. */
+export function traceFiles(path: string): string[] {
+  const rotated = Array.from({ length: ROTATED_FILES }, (_, i) => `${path}.${ROTATED_FILES - i}`);
+  return [...rotated, path];
+}
+
+function inodeOf(info: Deno.FileInfo): number {
+  // Unix only; without inodes (Windows) every file looks the same and rotation by another process is missed.
+  return info.ino ?? 0;
+}
+
+/**
+ * Writes events to a JSONL file through one handle kept open, rotating it at `maxBytes`. `write` never
+ * throws. Several processes may append to one path: each line is one append-mode write, a writer reopens
+ * the path when another one rotated it, and rotation happens under an exclusive lock on the old file so two
+ * writers never rotate the same file twice.
+ */
 export class JsonlTracer {
   #path: string;
   #maxPayloadChars: number;
+  #maxBytes: number;
   #secrets: string[];
+  #onAppend: ((line: AppendedLine) => void) | undefined;
   #warn: (message: string) => void;
   #file: Deno.FsFile | null = null;
+  #ino = 0;
   #failed = false;
   #encoder = new TextEncoder();
 
   constructor(path: string, options: JsonlTracerOptions = {}) {
-    const { maxPayloadChars = 2000, secrets = [], warn = (message) => console.error(message) } = options;
+    const {
+      maxPayloadChars = 2000,
+      secrets = [],
+      maxBytes = 64 * 1024 * 1024,
+      onAppend,
+      warn = (message) => console.error(message),
+    } = options;
     if (!(maxPayloadChars > 0)) {
       throw new RangeError(`maxPayloadChars must be positive, got ${maxPayloadChars}`);
     }
+    if (!(maxBytes > 0)) throw new RangeError(`maxBytes must be positive, got ${maxBytes}`);
     this.#path = path;
     this.#maxPayloadChars = maxPayloadChars;
+    this.#maxBytes = maxBytes;
     this.#secrets = secrets.filter((secret) => secret !== "");
+    this.#onAppend = onAppend;
     this.#warn = warn;
   }
 
@@ -90,15 +144,14 @@ export class JsonlTracer {
   write(event: RunEvent): void {
     if (this.#failed) return;
     try {
-      if (this.#file === null) {
-        Deno.mkdirSync(dirname(this.#path), { recursive: true });
-        this.#file = Deno.openSync(this.#path, { read: true, append: true, create: true });
-        dropTornTail(this.#file);
-      }
-      const line = JSON.stringify(clip(event, this.#maxPayloadChars, this.#secrets)) + "\n";
-      const bytes = this.#encoder.encode(line);
+      const clipped = clip(event, this.#maxPayloadChars, this.#secrets) as Record<string, unknown>;
+      const bytes = this.#encoder.encode(JSON.stringify(clipped) + "\n");
+      const file = this.#fileFor(bytes.length);
       let written = 0;
-      while (written < bytes.length) written += this.#file.writeSync(bytes.subarray(written));
+      while (written < bytes.length) written += file.writeSync(bytes.subarray(written));
+      // In append mode the handle's position is the end of this write, whoever else appended before it.
+      const end = file.seekSync(0, Deno.SeekMode.Current);
+      this.#onAppend?.({ ino: this.#ino, offset: end - bytes.length, length: bytes.length, event: clipped });
     } catch (error) {
       this.#failed = true;
       this.#warn(
@@ -112,6 +165,65 @@ export class JsonlTracer {
   close(): void {
     this.#file?.close();
     this.#file = null;
+  }
+
+  /** The handle to append `length` bytes to: the path's current file, rotated first if the line would not fit. */
+  #fileFor(length: number): Deno.FsFile {
+    if (this.#file !== null && this.#pathInode() !== this.#ino) this.close();
+    if (this.#file === null) this.#open();
+    const size = this.#file!.statSync().size;
+    if (size > 0 && size + length > this.#maxBytes) {
+      this.#rotate(length);
+      this.close();
+      this.#open();
+    }
+    return this.#file!;
+  }
+
+  #open(): void {
+    Deno.mkdirSync(dirname(this.#path), { recursive: true });
+    const file = Deno.openSync(this.#path, { read: true, append: true, create: true });
+    try {
+      dropTornTail(file);
+      this.#ino = inodeOf(file.statSync());
+    } catch (error) {
+      file.close();
+      throw error;
+    }
+    this.#file = file;
+  }
+
+  /** The inode at the path now, or -1 when there is no file (another writer is between rename and create). */
+  #pathInode(): number {
+    try {
+      return inodeOf(Deno.statSync(this.#path));
+    } catch (error) {
+      if (error instanceof Deno.errors.NotFound) return -1;
+      throw error;
+    }
+  }
+
+  /** Shifts `<path>` → `.1` → … → `.5`, unless another writer rotated this file while we waited for the lock. */
+  #rotate(length: number): void {
+    const file = this.#file!;
+    file.lockSync(true);
+    try {
+      if (this.#pathInode() !== this.#ino || file.statSync().size + length <= this.#maxBytes) return;
+      for (let i = ROTATED_FILES - 1; i >= 1; i--) {
+        renameIfExists(`${this.#path}.${i}`, `${this.#path}.${i + 1}`);
+      }
+      Deno.renameSync(this.#path, `${this.#path}.1`);
+    } finally {
+      file.unlockSync();
+    }
+  }
+}
+
+function renameIfExists(from: string, to: string): void {
+  try {
+    Deno.renameSync(from, to);
+  } catch (error) {
+    if (!(error instanceof Deno.errors.NotFound)) throw error;
   }
 }
 

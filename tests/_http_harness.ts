@@ -7,6 +7,7 @@ import type { ChatOptions, LLM } from "../src/llm/llm.ts";
 import { SessionStore } from "../src/store.ts";
 import { deterministicSummarizer } from "../src/summarizer.ts";
 import { JsonlTracer } from "../src/trace.ts";
+import { type TraceFile, TraceReader } from "../src/trace_reader.ts";
 import type { ChatReply, Message } from "../src/types.ts";
 import { realTools } from "./_harness.ts";
 
@@ -93,6 +94,8 @@ export interface HttpHarness {
   llm: RuleLLM;
   store: SessionStore;
   tracePath: string;
+  tracer: JsonlTracer;
+  traceReader: TraceReader;
   logs: string[];
   shutdown: AbortController;
   setShuttingDown(value: boolean): void;
@@ -107,12 +110,20 @@ export function httpHarness(
     maxBodyBytes?: number;
     /** Turns a session's queue admits behind the running one (the server uses 8). */
     maxWaiting?: number;
+    /** Size at which the trace rotates. */
+    traceMaxBytes?: number;
+    /** How the trace reader opens files (to count what it reads). */
+    openTrace?: (path: string) => Promise<TraceFile>;
   } = {},
 ): HttpHarness {
   const dir = Deno.makeTempDirSync({ prefix: "mra-http-" });
   const tracePath = `${dir}/trace.jsonl`;
   const store = new SessionStore(":memory:");
-  const tracer = new JsonlTracer(tracePath);
+  const traceReader = new TraceReader(tracePath, { open: options.openTrace });
+  const tracer = new JsonlTracer(tracePath, {
+    maxBytes: options.traceMaxBytes,
+    onAppend: (line) => traceReader.noteAppend(line),
+  });
   const llm = new RuleLLM(options.delayMs ?? 0);
   const logs: string[] = [];
   const shutdown = new AbortController();
@@ -133,6 +144,7 @@ export function httpHarness(
     queue: new SessionQueue({ maxWaiting: options.maxWaiting ?? 8 }),
     maxBodyBytes: options.maxBodyBytes ?? 65536,
     tracePath,
+    traceReader,
     model: "rule",
     shutdownSignal: shutdown.signal,
     isShuttingDown: () => shuttingDown,
@@ -144,6 +156,8 @@ export function httpHarness(
     llm,
     store,
     tracePath,
+    tracer,
+    traceReader,
     logs,
     shutdown,
     setShuttingDown: (value) => (shuttingDown = value),

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import { clip, JsonlTracer, readTrace } from "../src/trace.ts";
+import { existsSync } from "node:fs";
+import { clip, JsonlTracer, readTrace, traceFiles } from "../src/trace.ts";
 import type { RunEvent } from "../src/types.ts";
 import { tempDir } from "./_harness.ts";
 
@@ -75,4 +76,53 @@ Deno.test("JsonlTracer cuts a torn last line off before writing, so every line i
   const lines = Deno.readTextFileSync(path).split("\n");
   assert.deepEqual(lines.slice(0, -1).map((l) => JSON.parse(l).step), [0, 2]);
   assert.equal(lines.at(-1), "");
+});
+
+/** Every line of every trace file of `path` (oldest file first), each parsed; throws on a torn line. */
+function allLines(path: string): RunEvent[] {
+  return traceFiles(path).flatMap((file) => {
+    let text = "";
+    try {
+      text = Deno.readTextFileSync(file);
+    } catch {
+      return [];
+    }
+    assert.ok(text === "" || text.endsWith("\n"), `${file} ends with a whole line`);
+    return text.split("\n").slice(0, -1).map((line) => JSON.parse(line));
+  });
+}
+
+Deno.test("JsonlTracer rotates at maxBytes into .1 (newest) … .5 and deletes older files", () => {
+  using dir = tempDir();
+  const path = `${dir.path}/traces.jsonl`;
+  const tracer = new JsonlTracer(path, { maxBytes: 1000 });
+  for (let n = 0; n < 200; n++) tracer.write(event(n, { pad: "x".repeat(50) }));
+  tracer.close();
+  const names = [...Deno.readDirSync(dir.path)].map((entry) => entry.name).sort();
+  assert.deepEqual(names, ["traces.jsonl", ...[1, 2, 3, 4, 5].map((i) => `traces.jsonl.${i}`)]);
+  for (const file of traceFiles(path)) assert.ok(Deno.statSync(file).size <= 1000, `${file} fits maxBytes`);
+  // The files hold the newest events, in order, without a gap; .1 is older than the live file.
+  const steps = allLines(path).map((e) => e.step!);
+  assert.equal(steps.at(-1), 199);
+  assert.deepEqual(steps, steps.map((_, i) => steps[0] + i));
+  assert.ok(readTrace(`${path}.1`).every((e) => e.step! < readTrace(path)[0].step!));
+});
+
+Deno.test("two tracers appending to one path across rotations lose no event and keep every line whole", () => {
+  using dir = tempDir();
+  const path = `${dir.path}/traces.jsonl`;
+  // Two processes' worth: each has its own handle, and each notices when the other rotated the file.
+  const first = new JsonlTracer(path, { maxBytes: 8000 });
+  const second = new JsonlTracer(path, { maxBytes: 8000 });
+  // Lines of two lengths, so the short one of the writer that did not rotate would still fit the old file.
+  for (let n = 0; n < 240; n++) {
+    if (n % 2 === 0) first.write(event(n, { pad: "y".repeat(60) }));
+    else second.write(event(n, { pad: "z" }));
+  }
+  first.close();
+  second.close();
+  assert.ok(Deno.statSync(`${path}.2`).isFile, "the trace rotated more than once");
+  assert.equal(existsSync(`${path}.6`), false);
+  // In order, too: after one writer rotated, the other's next line goes to the new file, not the renamed one.
+  assert.deepEqual(allLines(path).map((e) => e.step!), Array.from({ length: 240 }, (_, n) => n));
 });

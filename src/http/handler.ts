@@ -8,6 +8,7 @@
 import { SessionError } from "../errors.ts";
 import type { TurnDeps } from "../loop.ts";
 import type { SessionStore } from "../store.ts";
+import type { TraceReader } from "../trace_reader.ts";
 import type { EventSink } from "../types.ts";
 import type { Authenticator } from "./auth.ts";
 import { errorResponse, HttpError, httpErrorResponse } from "./errors.ts";
@@ -25,8 +26,14 @@ export interface HandlerDeps {
   authenticator: Authenticator;
   queue: SessionQueue;
   maxBodyBytes: number;
-  /** The JSONL trace file the trace route reads. */
+  /** The JSONL trace file the trace route reads (with its rotated files). */
   tracePath: string;
+  /**
+   * The index the trace route pages through; pass the one the tracer feeds (`onAppend`) so lines this
+   * process writes are never read back to index them.
+   * @default {new TraceReader(tracePath)}
+   */
+  traceReader?: TraceReader;
   /** The model name `/healthz` reports. */
   model: string;
   /** Aborts every running turn when the shutdown grace period is over. */
@@ -68,6 +75,11 @@ export function createHandler(deps: HandlerDeps): (request: Request) => Promise<
       response = await match.route.handle(request, { params: match.params, url });
     } catch (error) {
       response = toResponse(error, deps);
+    }
+    if (request.method === "HEAD" && response.body !== null) {
+      // The GET response's status and headers, without its body.
+      await response.body.cancel();
+      response = new Response(null, { status: response.status, headers: response.headers });
     }
     // The path only: query strings and headers (tokens) never reach the log.
     deps.log(

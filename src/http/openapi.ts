@@ -33,7 +33,7 @@ const errors = (...statuses: number[]) =>
   );
 
 const DESCRIPTIONS: Record<number, string> = {
-  400: "malformed JSON, missing or non-string message, or invalid session id",
+  400: "malformed JSON, missing or non-string message, invalid session id, or a bad trace limit or cursor",
   401: "missing or unknown bearer token",
   404: "unknown route, or a session that does not exist or belongs to another user",
   405: "method not allowed on this path",
@@ -58,6 +58,28 @@ const sessionId = {
   description: "1-128 characters of A-Z a-z 0-9 . _ : -",
   schema: { type: "string", pattern: "^[A-Za-z0-9._:-]{1,128}$" },
 };
+
+interface Operation {
+  summary: string;
+  security?: unknown[];
+  responses: Record<string, { description: string }>;
+  [key: string]: unknown;
+}
+type PathItem = { get?: Operation; [key: string]: unknown };
+
+/** Adds to every path with a GET its HEAD: the same statuses and headers, never a body. */
+function withHead(paths: Record<string, PathItem>): Record<string, PathItem> {
+  return Object.fromEntries(
+    Object.entries(paths).map(([path, item]) => {
+      if (item.get === undefined) return [path, item];
+      const responses = Object.fromEntries(
+        Object.entries(item.get.responses).map(([status, { description }]) => [status, { description }]),
+      );
+      const security = item.get.security === undefined ? {} : { security: item.get.security };
+      return [path, { ...item, head: { summary: "Same as GET, without the body", ...security, responses } }];
+    }),
+  );
+}
 
 /** The document. */
 export const OPENAPI = {
@@ -108,6 +130,7 @@ export const OPENAPI = {
         properties: {
           ts: { type: "string" },
           session_id: { type: "string" },
+          user_id: { type: "string", description: "absent on lines written before events carried it" },
           run_id: { type: "string" },
           turn: { type: "integer" },
           event: { enum: RUN_EVENT_NAMES },
@@ -118,7 +141,7 @@ export const OPENAPI = {
     },
   },
   security: [{ bearer: [] }],
-  paths: {
+  paths: withHead({
     "/healthz": {
       get: {
         summary: "Liveness and database check (no auth, no secrets)",
@@ -166,7 +189,8 @@ export const OPENAPI = {
         responses: { "200": json({ type: "object" }), ...errors(400, 401, 404) },
       },
       delete: {
-        summary: "Delete the session's messages, todos and summary (trace lines stay: append-only)",
+        summary: "Delete the session's messages, todos and summary; its trace route is 404 from then on, " +
+          "while its lines stay in the append-only trace file until rotation deletes them",
         responses: { "204": { description: "deleted" }, ...errors(400, 401, 404) },
       },
     },
@@ -223,17 +247,39 @@ export const OPENAPI = {
       parameters: [
         sessionId,
         { name: "run_id", in: "query", required: false, schema: { type: "string" } },
+        {
+          name: "limit",
+          in: "query",
+          required: false,
+          description: "events per page",
+          schema: { type: "integer", minimum: 1, maximum: 1000, default: 200 },
+        },
+        {
+          name: "cursor",
+          in: "query",
+          required: false,
+          description: "the next_cursor of the previous page (opaque)",
+          schema: { type: "string" },
+        },
       ],
       get: {
-        summary: "The session's trace events (optionally of one run)",
+        summary: "The session's trace events, oldest first, a page at a time (optionally of one run)",
         responses: {
           "200": json({
             type: "object",
-            properties: { events: { type: "array", items: { $ref: "#/components/schemas/RunEvent" } } },
+            required: ["session_id", "events", "next_cursor"],
+            properties: {
+              session_id: { type: "string" },
+              events: { type: "array", items: { $ref: "#/components/schemas/RunEvent" } },
+              next_cursor: {
+                type: ["string", "null"],
+                description: "pass as cursor for the next page; null on the last page",
+              },
+            },
           }),
           ...errors(400, 401, 404),
         },
       },
     },
-  },
+  }),
 } as const;

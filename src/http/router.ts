@@ -51,14 +51,18 @@ export class Router {
     return this.#routes.map((c) => c.route);
   }
 
-  /** Finds the route for `method` and `pathname`; path parameters are URI-decoded. */
+  /**
+   * Finds the route for `method` and `pathname`; path parameters are URI-decoded. `HEAD` matches the `GET`
+   * route (the handler drops the body), so every `Allow` list with GET has HEAD too.
+   */
   match(method: string, pathname: string): RouteMatch {
     const allow: string[] = [];
+    const wanted = method === "HEAD" ? "GET" : method;
     for (const { route, pattern, names } of this.#routes) {
       const found = pattern.exec(pathname);
       if (found === null) continue;
-      if (route.method !== method) {
-        allow.push(route.method);
+      if (route.method !== wanted) {
+        allow.push(...(route.method === "GET" ? ["GET", "HEAD"] : [route.method]));
         continue;
       }
       const params: Record<string, string> = {};

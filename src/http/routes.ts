@@ -5,11 +5,12 @@
  */
 import { parseSummary } from "../context.ts";
 import { type Session, validateId } from "../store.ts";
-import { readTrace } from "../trace.ts";
+import { TraceReader } from "../trace_reader.ts";
 import { HttpError } from "./errors.ts";
 import type { HandlerDeps } from "./handler.ts";
 import { OPENAPI } from "./openapi.ts";
 import type { Route } from "./router.ts";
+import { handleTrace } from "./trace_route.ts";
 import { handleTurn } from "./turn_route.ts";
 
 function notFound(sessionId: string): HttpError {
@@ -27,6 +28,7 @@ function ownSession(deps: HandlerDeps, sessionId: string, userId: string): Sessi
 /** The routes the server serves, in matching order. */
 export function createRoutes(deps: HandlerDeps): Route[] {
   const user = (request: Request) => deps.authenticator.authenticate(request);
+  const trace = deps.traceReader ?? new TraceReader(deps.tracePath);
   return [
     {
       method: "GET",
@@ -122,18 +124,8 @@ export function createRoutes(deps: HandlerDeps): Route[] {
     {
       method: "GET",
       path: "/v1/sessions/{id}/trace",
-      handle: (request, { params, url }) => {
-        const session = ownSession(deps, params.id, user(request));
-        const runId = url.searchParams.get("run_id");
-        // Trace lines outlive a deleted session; events older than this session belong to an earlier one
-        // with the same id (maybe another user's) and are never shown.
-        const since = session.createdAt;
-        const events = readTrace(
-          deps.tracePath,
-          (e) => e.session_id === session.id && e.ts >= since && (runId === null || e.run_id === runId),
-        );
-        return Response.json({ session_id: session.id, events });
-      },
+      handle: (request, { params }) =>
+        handleTrace(request, ownSession(deps, params.id, user(request)), trace),
     },
   ];
 }
