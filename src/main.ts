@@ -23,6 +23,7 @@ import { SessionStore, validateId } from "./store.ts";
 import { createLlmSummarizer } from "./summarizer.ts";
 import { createBuiltinTools } from "./tools/builtin.ts";
 import { JsonlTracer } from "./trace.ts";
+import { TraceReader } from "./trace_reader.ts";
 
 /** Turns a session may have waiting behind the running one before the server answers 429. */
 const MAX_QUEUED_TURNS = 8;
@@ -65,6 +66,7 @@ function fail(message: string): never {
 interface Runtime {
   store: SessionStore;
   tracer: JsonlTracer;
+  traceReader: TraceReader;
   turn: Omit<TurnDeps, "emit" | "signal">;
   close(): void;
 }
@@ -125,14 +127,19 @@ function openRuntime(config: Readonly<Config>): Runtime {
     if (error instanceof ConfigError) fail(error.message);
     throw error;
   }
+  // The server's trace route pages through this index; the lines this process writes go straight into it.
+  const traceReader = new TraceReader(config.tracePath);
   const tracer = new JsonlTracer(config.tracePath, {
     maxPayloadChars: config.traceMaxPayloadChars,
+    maxBytes: config.traceMaxBytes,
     secrets: [config.apiKey, ...config.apiTokens.map((t) => t.token)],
+    onAppend: (line) => traceReader.noteAppend(line),
   });
   const llm = createLlmFromConfig(config, { stream: config.stream });
   return {
     store,
     tracer,
+    traceReader,
     turn: {
       store,
       llm,
@@ -211,6 +218,7 @@ async function serve(config: Readonly<Config>): Promise<number> {
         queue: new SessionQueue({ maxWaiting: MAX_QUEUED_TURNS }),
         maxBodyBytes: config.maxBodyBytes,
         tracePath: config.tracePath,
+        traceReader: runtime.traceReader,
         model: config.model,
         log: (line) => log.line(line, !REQUEST_LINE.test(line)),
       }, {
@@ -223,6 +231,9 @@ async function serve(config: Readonly<Config>): Promise<number> {
           console.error(`listening on http://${hostname}:${port} (${auth}, model ${config.model})`);
         },
       }), config);
+    // Index the trace files already on disk now, in async chunks, so the first trace request does not wait
+    // for it; a failure here is the route's to report.
+    runtime.traceReader.refresh().catch(() => {});
     await server.finished;
     log.close();
     console.error("stopped");
