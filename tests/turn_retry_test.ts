@@ -95,3 +95,12 @@ Deno.test("unansweredMessage() finds the last question no final answer follows",
     "q2",
   );
 });
+
+Deno.test("run_end carries the turn's usage in snake_case, like llm_call and the HTTP body", async () => {
+  using h = harness([{ content: "hi", usage: { promptTokens: 7, completionTokens: 2, totalTokens: 9 } }]);
+  await runTurn({ ...key, message: "hello" }, h.deps);
+  const end = h.events.find((e) => e.event === "run_end")!;
+  assert.deepEqual(end.data.usage, { prompt_tokens: 7, completion_tokens: 2, total_tokens: 9 });
+  const call = h.events.find((e) => e.event === "llm_call")!;
+  assert.equal(call.data.prompt_tokens, 7);
+});
