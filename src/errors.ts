@@ -41,12 +41,12 @@ export class LlmError extends Error {
   }
 }
 
-/** A session id is malformed, or the session belongs to another user. */
+/** A session or user id is malformed. */
 export class SessionError extends Error {
   override name = "SessionError";
-  readonly reason: "invalid_id" | "not_found";
+  readonly reason: "invalid_id";
 
-  constructor(message: string, reason: "invalid_id" | "not_found") {
+  constructor(message: string, reason: "invalid_id") {
     super(message);
     this.reason = reason;
   }

@@ -126,12 +126,9 @@ export async function runTurn(input: TurnInput, deps: TurnDeps): Promise<TurnRes
     throw new RangeError(`maxSteps must be >= 1, got ${maxSteps}`);
   }
 
-  const session = store.getOrCreate(input.sessionId, input.userId);
-  let memory: MemoryState = {
-    sessionId: session.id,
-    summary: session.summary,
-    history: store.messages(session.id),
-  };
+  const key = { userId: input.userId, sessionId: input.sessionId };
+  const session = store.getOrCreate(key);
+  let memory: MemoryState = { key, summary: session.summary, history: store.messages(key) };
   const schemas = tools.schemas();
   const fixed = { system: [{ role: "system" as const, content: SYSTEM_PROMPT }], tools: schemas };
   const runId = newId();
@@ -144,6 +141,7 @@ export async function runTurn(input: TurnInput, deps: TurnDeps): Promise<TurnRes
     const e: RunEvent = {
       ts: now().toISOString(),
       session_id: session.id,
+      user_id: session.userId,
       run_id: runId,
       turn,
       event: name,
@@ -163,7 +161,7 @@ export async function runTurn(input: TurnInput, deps: TurnDeps): Promise<TurnRes
         createdAt: now().toISOString(),
       })
     );
-    store.append(session.id, stamped);
+    store.append(key, stamped);
     memory.history.push(...stamped);
   };
   const finish = (outcome: TurnOutcome, answer: string, steps: number): TurnResult => {
@@ -237,7 +235,7 @@ export async function runTurn(input: TurnInput, deps: TurnDeps): Promise<TurnRes
       const results: Omit<StoredMessage, "id" | "createdAt">[] = [];
       for (const call of toolCalls) {
         event("tool_call", step, { id: call.id, name: call.name, arguments: call.arguments });
-        const result = await tools.execute(call, { sessionId: session.id, signal });
+        const result = await tools.execute(call, { sessionId: session.id, userId: session.userId, signal });
         event("tool_result", step, { id: call.id, name: call.name, ...result });
         calls.push({ name: call.name, arguments: call.arguments, ok: result.ok });
         results.push({ role: "tool", content: serializeToolResult(result), toolCallId: call.id });

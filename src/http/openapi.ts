@@ -103,10 +103,11 @@ export const OPENAPI = {
       },
       RunEvent: {
         type: "object",
-        required: ["ts", "session_id", "run_id", "turn", "event", "step", "data"],
+        required: ["ts", "session_id", "user_id", "run_id", "turn", "event", "step", "data"],
         properties: {
           ts: { type: "string" },
           session_id: { type: "string" },
+          user_id: { type: "string", description: "the user the session belongs to" },
           run_id: { type: "string" },
           turn: { type: "integer" },
           event: { enum: RUN_EVENT_NAMES },

@@ -5,6 +5,7 @@
  * @module
  */
 import { runTurn, usageData } from "../loop.ts";
+import type { SessionKey } from "../store.ts";
 import type { RunEvent, TurnResult } from "../types.ts";
 import { readMessageField } from "./body.ts";
 import { HttpError } from "./errors.ts";
@@ -23,6 +24,11 @@ export function turnBody(result: TurnResult): Record<string, unknown> {
   };
 }
 
+/** The session's key in the `SessionQueue`: per user, like the session. NUL cannot occur in an id. */
+export function queueKey(key: SessionKey): string {
+  return `${key.userId}\u0000${key.sessionId}`;
+}
+
 /** One SSE frame. `data` is one line of JSON, so no event can break the framing. */
 export function sseFrame(event: string, data: unknown): string {
   return `event: ${event}\ndata: ${JSON.stringify(data)}\n\n`;
@@ -38,8 +44,8 @@ function failureStatus(kind: unknown): 502 | 504 {
 }
 
 /**
- * Handles one turn for `userId` on `sessionId`. Everything that can reject the request (body, ownership,
- * a full queue) is checked before anything is written, so a rejected request changes nothing.
+ * Handles one turn for `userId` on its session `sessionId` (created if new). Everything that can reject the
+ * request (body, a full queue) is checked before anything is written, so a rejected request changes nothing.
  */
 export async function handleTurn(
   request: Request,
@@ -48,17 +54,14 @@ export async function handleTurn(
   deps: HandlerDeps,
 ): Promise<Response> {
   const message = await readMessageField(request, { maxBytes: deps.maxBodyBytes, signal: request.signal });
-  const existing = deps.store.get(sessionId);
-  if (existing !== null && existing.userId !== userId) {
-    throw new HttpError(404, "not_found", `Session "${sessionId}" not found`);
-  }
+  const queued = queueKey({ userId, sessionId });
   // Checked before streaming starts: an SSE response cannot change its status later.
-  const full = deps.queue.rejection(sessionId);
+  const full = deps.queue.rejection(queued);
   if (full !== null) throw full;
   const signal = AbortSignal.any([request.signal, deps.shutdownSignal]);
   const run = (emit: (event: RunEvent) => void, onDelta?: (text: string) => void) =>
     deps.queue.run(
-      sessionId,
+      queued,
       () => runTurn({ sessionId, userId, message }, { ...deps.turn, emit, signal, onDelta }),
       { signal },
     );
