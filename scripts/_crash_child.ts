@@ -17,6 +17,7 @@ const ROOT = fileURLToPath(new URL("..", import.meta.url));
 export const CRASH_SESSION = "crash-1";
 /** The user `chat` runs as when `--user` is not given: the crash session's owner. */
 const CRASH_USER = "local";
+const CRASH_KEY = { userId: CRASH_USER, sessionId: CRASH_SESSION };
 
 /** The state of a crash run: its files, its provider, and how far its schedule got. */
 export interface Run {
@@ -153,9 +154,9 @@ export function readSession(
   let store: SessionStore | null = null;
   try {
     store = new SessionStore(dbPath);
-    const session = store.get({ userId: CRASH_USER, sessionId: CRASH_SESSION });
+    const session = store.get(CRASH_KEY);
     if (session === null) return null;
-    const tools = store.messages({ userId: CRASH_USER, sessionId: CRASH_SESSION }).filter((m) => m.role === "tool");
+    const tools = store.messages(CRASH_KEY).filter((m) => m.role === "tool");
     return {
       turns: session.turnCount,
       compacted: session.compactedTurns,

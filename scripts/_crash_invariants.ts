@@ -41,6 +41,7 @@ function eventProblem(line: string): string | null {
   const bad: string[] = [];
   if (typeof value.ts !== "string" || Number.isNaN(Date.parse(value.ts))) bad.push("ts");
   if (typeof value.session_id !== "string") bad.push("session_id");
+  if (typeof value.user_id !== "string") bad.push("user_id");
   if (typeof value.run_id !== "string") bad.push("run_id");
   if (!Number.isInteger(value.turn)) bad.push("turn");
   if (typeof value.event !== "string" || !EVENT_NAMES.has(value.event)) bad.push("event");

@@ -199,7 +199,8 @@ async function windowsPhase(demo: Demo): Promise<Verdict> {
         `${WINDOW_1_INPUTS.length} and ${WINDOW_2_INPUTS.length}`,
     );
   }
-  const users = (id: string) => store.messages(own(id)).filter((m) => m.role === "user").map((m) => m.content);
+  const users = (id: string) =>
+    store.messages(own(id)).filter((m) => m.role === "user").map((m) => m.content);
   if (JSON.stringify(users(WINDOW_1)) !== JSON.stringify(WINDOW_1_INPUTS)) {
     problems.push("window 1's stored history is not exactly its own user messages");
   }

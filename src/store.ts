@@ -317,7 +317,12 @@ export class SessionStore {
   addTodo(key: SessionKey, text: string): Todo {
     const { userId, sessionId } = checkKey(key);
     return this.#transaction(() => {
-      const row = this.#statements.insertTodo.get(userId, sessionId, text, this.#stamp()) as unknown as TodoRow;
+      const row = this.#statements.insertTodo.get(
+        userId,
+        sessionId,
+        text,
+        this.#stamp(),
+      ) as unknown as TodoRow;
       return toTodo(row);
     });
   }

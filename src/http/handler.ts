@@ -82,11 +82,7 @@ export function createHandler(deps: HandlerDeps): (request: Request) => Promise<
 
 function toResponse(error: unknown, deps: HandlerDeps): Response {
   if (error instanceof HttpError) return httpErrorResponse(error);
-  if (error instanceof SessionError) {
-    return error.reason === "invalid_id"
-      ? errorResponse(400, "invalid_session_id", error.message)
-      : errorResponse(404, "not_found", error.message);
-  }
+  if (error instanceof SessionError) return errorResponse(400, "invalid_session_id", error.message);
   if (error instanceof DOMException && error.name === "AbortError") {
     // The client is gone; nobody reads this.
     return errorResponse(499, "client_closed_request", "The client closed the request");

@@ -35,7 +35,7 @@ const errors = (...statuses: number[]) =>
 const DESCRIPTIONS: Record<number, string> = {
   400: "malformed JSON, missing or non-string message, or invalid session id",
   401: "missing or unknown bearer token",
-  404: "unknown route, or a session that does not exist or belongs to another user",
+  404: "unknown route, or the caller has no session of that id (session ids are per user)",
   405: "method not allowed on this path",
   413: "body over AGENT_MAX_BODY_BYTES",
   415: "body is not application/json",
