@@ -156,9 +156,14 @@ function dataOf(events: RunEvent[], name: string): Record<string, unknown>[] {
  * per call id (and no tool message stands alone), the given user messages are stored, and `turn_count`
  * is right and equals compacted turns plus stored user messages.
  */
-function assertIntact(store: SessionStore, sessionId: string, expected: { turns: number; users: string[] }) {
-  const messages = store.messages(keyOf(sessionId, USER));
-  const session = store.get(keyOf(sessionId, USER));
+function assertIntact(
+  store: SessionStore,
+  sessionId: string,
+  expected: { turns: number; users: string[] },
+  userId = USER,
+) {
+  const messages = store.messages(keyOf(sessionId, userId));
+  const session = store.get(keyOf(sessionId, userId));
   assert.ok(session !== null, `session ${sessionId} exists`);
   assert.equal(session.turnCount, expected.turns, "turn_count");
   assert.equal(session.turnCount, session.compactedTurns + messages.filter((m) => m.role === "user").length);
@@ -716,6 +721,7 @@ Deno.test("fault: over HTTP a model failure is 502 and a timeout 504, each with 
   const timedOutBody = await timedOut.json();
   assert.equal(timedOutBody.error.code, "llm_timeout");
   assert.equal(rig.provider.requests.length, 2);
+  // Without tokens every request is user "local".
   for (const [session, body, kind] of [["http-1", failedBody, "http"], ["http-2", timedOutBody, "timeout"]]) {
     const trace = await handler(
       new Request(`http://agent.test/v1/sessions/${session}/trace?run_id=${body.error.run_id}`),
@@ -723,13 +729,13 @@ Deno.test("fault: over HTTP a model failure is 502 and a timeout 504, each with 
     const { events } = await trace.json();
     assert.deepEqual(names(events), ["run_start", "error", "run_end"]);
     assert.equal(events[1].data.kind, kind);
-    assertIntact(rig.store, session, { turns: 1, users: ["hello"] });
+    assertIntact(rig.store, session, { turns: 1, users: ["hello"] }, "local");
   }
   rig.provider.setScript([]);
   const healthy = await handler(post("http-1", "what is 2+3?"));
   assert.equal(healthy.status, 200);
   assert.equal((await healthy.json()).answer, "The answer is 5.");
-  assertIntact(rig.store, "http-1", { turns: 2, users: ["hello", "what is 2+3?"] });
+  assertIntact(rig.store, "http-1", { turns: 2, users: ["hello", "what is 2+3?"] }, "local");
 });
 
 // ---------------------------------------------------------------------------------------------------------
