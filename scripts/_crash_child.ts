@@ -15,6 +15,9 @@ import type { CrashProvider, ProviderMoment } from "./_crash_provider.ts";
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 /** The session every round works on. */
 export const CRASH_SESSION = "crash-1";
+/** The user `chat` runs as when `--user` is not given: the crash session's owner. */
+const CRASH_USER = "local";
+const CRASH_KEY = { userId: CRASH_USER, sessionId: CRASH_SESSION };
 
 /** The state of a crash run: its files, its provider, and how far its schedule got. */
 export interface Run {
@@ -151,9 +154,9 @@ export function readSession(
   let store: SessionStore | null = null;
   try {
     store = new SessionStore(dbPath);
-    const session = store.get(CRASH_SESSION);
+    const session = store.get(CRASH_KEY);
     if (session === null) return null;
-    const tools = store.messages(CRASH_SESSION).filter((m) => m.role === "tool");
+    const tools = store.messages(CRASH_KEY).filter((m) => m.role === "tool");
     return {
       turns: session.turnCount,
       compacted: session.compactedTurns,
@@ -189,7 +192,8 @@ export function countOrphanTodos(run: Run): number {
   let db: DatabaseSync | null = null;
   try {
     db = new DatabaseSync(run.dbPath);
-    const rows = db.prepare("SELECT text FROM todos WHERE session_id = ?").all(CRASH_SESSION);
+    const rows = db.prepare("SELECT text FROM todos WHERE user_id = ? AND session_id = ?")
+      .all(CRASH_USER, CRASH_SESSION);
     const results = [...run.provider.toolResultsSeen, ...(readSession(run.dbPath)?.tools ?? [])];
     return rows.filter((row) => !results.some((r) => r.includes(JSON.stringify(String(row.text))))).length;
   } catch {

@@ -9,7 +9,7 @@ import { DatabaseSync } from "node:sqlite";
 import { SUMMARY_FIELDS } from "../src/compactor.ts";
 import { MAX_SUMMARY_ITEMS } from "../src/config.ts";
 import { parseSummary } from "../src/context.ts";
-import { SessionStore } from "../src/store.ts";
+import { type SessionKey, SessionStore } from "../src/store.ts";
 import { readTrace } from "../src/trace.ts";
 import { RUN_EVENT_NAMES, type StoredMessage } from "../src/types.ts";
 
@@ -41,6 +41,7 @@ function eventProblem(line: string): string | null {
   const bad: string[] = [];
   if (typeof value.ts !== "string" || Number.isNaN(Date.parse(value.ts))) bad.push("ts");
   if (typeof value.session_id !== "string") bad.push("session_id");
+  if (typeof value.user_id !== "string") bad.push("user_id");
   if (typeof value.run_id !== "string") bad.push("run_id");
   if (!Number.isInteger(value.turn)) bad.push("turn");
   if (typeof value.event !== "string" || !EVENT_NAMES.has(value.event)) bad.push("event");
@@ -105,7 +106,7 @@ function checkSummary(sessionId: string, text: string | null, out: string[]): vo
 
 function checkDatabase(path: string, out: string[]): void {
   if (!existsSync(path)) return;
-  let sessionIds: string[];
+  let sessionKeys: SessionKey[];
   try {
     const raw = new DatabaseSync(path);
     try {
@@ -114,7 +115,8 @@ function checkDatabase(path: string, out: string[]): void {
       if (verdict !== "ok") out.push(`integrity_check: ${clip(verdict, 300)}`);
       const orphans = raw.prepare("PRAGMA foreign_key_check").all();
       if (orphans.length > 0) out.push(`foreign_key_check: ${orphans.length} rows without their parent`);
-      sessionIds = raw.prepare("SELECT id FROM sessions ORDER BY id").all().map((row) => String(row.id));
+      sessionKeys = raw.prepare("SELECT user_id, id FROM sessions ORDER BY user_id, id").all()
+        .map((row) => ({ userId: String(row.user_id), sessionId: String(row.id) }));
     } finally {
       raw.close();
     }
@@ -130,11 +132,12 @@ function checkDatabase(path: string, out: string[]): void {
     return;
   }
   try {
-    for (const id of sessionIds) {
-      const session = store.get(id)!;
+    for (const key of sessionKeys) {
+      const id = key.sessionId;
+      const session = store.get(key)!;
       let messages: StoredMessage[];
       try {
-        messages = store.messages(id);
+        messages = store.messages(key);
       } catch (error) {
         out.push(`session ${id}: cannot read its messages: ${(error as Error).message}`);
         continue;

@@ -62,7 +62,8 @@ const long = history(250);
 
 const dir = Deno.makeTempDirSync({ prefix: "mra-micro-bench-" });
 const store = new SessionStore(join(dir, "sessions.db"));
-store.getOrCreate("micro", "bench");
+const key = { userId: "bench", sessionId: "micro" };
+store.getOrCreate(key);
 // What every request carries besides its messages: the system prompt and the built-in tools' schemas.
 const fixedTokens = estimateRequestTokens(
   [{ role: "system", content: SYSTEM_PROMPT }],
@@ -79,6 +80,7 @@ let appended = 0;
 const event: RunEvent = {
   ts: "2026-01-01T00:00:00.000Z",
   session_id: "micro",
+  user_id: "bench",
   run_id: "00000000-0000-4000-8000-000000000000",
   turn: 1,
   event: "tool_result",
@@ -107,7 +109,7 @@ Deno.bench("store: append one tool turn (2 calls + 2 results), temp file", { gro
     error: null,
     truncated: false,
   });
-  store.append("micro", [
+  store.append(key, [
     {
       id: `${id}:0`,
       role: "assistant",

@@ -6,7 +6,10 @@
  */
 import type { StoredMessage } from "./types.ts";
 
-/** Message lists by session id, at most `limit` of them; the least recently used goes first. */
+/**
+ * Message lists by session key (the store joins user and session id), at most `limit` of them; the least
+ * recently used goes first.
+ */
 export class HistoryCache {
   #lists = new Map<string, StoredMessage[]>();
   #limit: number;
@@ -19,39 +22,39 @@ export class HistoryCache {
   }
 
   /** The session's list (marked most recently used), or undefined. Callers must not change it. */
-  get(sessionId: string): readonly StoredMessage[] | undefined {
-    const list = this.#lists.get(sessionId);
+  get(key: string): readonly StoredMessage[] | undefined {
+    const list = this.#lists.get(key);
     if (list !== undefined) {
-      this.#lists.delete(sessionId);
-      this.#lists.set(sessionId, list);
+      this.#lists.delete(key);
+      this.#lists.set(key, list);
     }
     return list;
   }
 
   /** Keeps `list` (of frozen messages) as the session's, evicting the least recently used beyond the limit. */
-  put(sessionId: string, list: StoredMessage[]): void {
+  put(key: string, list: StoredMessage[]): void {
     if (this.#limit === 0) return;
-    this.#lists.delete(sessionId);
-    this.#lists.set(sessionId, list);
+    this.#lists.delete(key);
+    this.#lists.set(key, list);
     if (this.#lists.size > this.#limit) this.#lists.delete(this.#lists.keys().next().value!);
   }
 
   /** Adds committed messages to the session's list, if it is cached. */
-  append(sessionId: string, messages: readonly StoredMessage[]): void {
-    this.#lists.get(sessionId)?.push(...messages);
+  append(key: string, messages: readonly StoredMessage[]): void {
+    this.#lists.get(key)?.push(...messages);
   }
 
   /** Removes committed deletions from the session's list, if it is cached. */
-  remove(sessionId: string, ids: readonly string[]): void {
-    const list = this.#lists.get(sessionId);
+  remove(key: string, ids: readonly string[]): void {
+    const list = this.#lists.get(key);
     if (list === undefined) return;
     const gone = new Set(ids);
-    this.#lists.set(sessionId, list.filter((m) => !gone.has(m.id)));
+    this.#lists.set(key, list.filter((m) => !gone.has(m.id)));
   }
 
   /** Forgets one session, or with no argument all of them. */
-  forget(sessionId?: string): void {
-    if (sessionId === undefined) this.#lists.clear();
-    else this.#lists.delete(sessionId);
+  forget(key?: string): void {
+    if (key === undefined) this.#lists.clear();
+    else this.#lists.delete(key);
   }
 }

@@ -1,56 +1,10 @@
 /**
- * The store's tables and rows: the schema it creates, and how a row becomes a value. Private to
- * `store.ts`, which re-exports the public types.
+ * The store's rows: how a row becomes a value and a message becomes a row. Private to `store.ts`, which
+ * re-exports the public types (the schema is in `_store_schema.ts`).
  * @module
  */
 import { freezeMessage } from "./context.ts";
 import type { Role, StoredMessage, ToolCall } from "./types.ts";
-
-// By user only: every save updates updated_at, which an index on it would rewrite each time.
-const SESSIONS_INDEX = "CREATE INDEX IF NOT EXISTS sessions_of_user ON sessions(user_id);";
-
-/** The index on sessions(user_id, updated_at) that earlier releases created, which every save rewrote. */
-export const OLD_SESSIONS_INDEX = "sessions_by_user";
-
-/**
- * Replaces {@linkcode OLD_SESSIONS_INDEX}. Idempotent, and the schema version stays: an earlier release still
- * opens the database, and works the same with the new index.
- */
-export const REPLACE_OLD_INDEX = `DROP INDEX IF EXISTS ${OLD_SESSIONS_INDEX};\n${SESSIONS_INDEX}`;
-
-/** The tables, created in one transaction when the schema version is new. */
-export const SCHEMA = `
-CREATE TABLE IF NOT EXISTS sessions (
-  id TEXT PRIMARY KEY,
-  user_id TEXT NOT NULL,
-  summary TEXT,
-  turn_count INTEGER NOT NULL DEFAULT 0,
-  compacted_turns INTEGER NOT NULL DEFAULT 0,
-  created_at TEXT NOT NULL,
-  updated_at TEXT NOT NULL
-);
-${SESSIONS_INDEX}
-CREATE TABLE IF NOT EXISTS messages (
-  id TEXT NOT NULL,
-  session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
-  role TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'tool', 'runtime')),
-  content TEXT,
-  tool_calls TEXT,
-  tool_call_id TEXT,
-  created_at TEXT NOT NULL,
-  -- Ids are unique per session: another session's message can never make a save a silent no-op.
-  PRIMARY KEY (session_id, id)
-);
-CREATE TABLE IF NOT EXISTS todos (
-  id INTEGER PRIMARY KEY AUTOINCREMENT,
-  session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
-  text TEXT NOT NULL,
-  completed INTEGER NOT NULL DEFAULT 0,
-  created_at TEXT NOT NULL,
-  completed_at TEXT
-);
-CREATE INDEX IF NOT EXISTS todos_by_session ON todos(session_id);
-`;
 
 /** A session row. `summary` is the raw JSON text written by compaction, or null. */
 export interface Session {

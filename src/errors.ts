@@ -42,11 +42,9 @@ export class LlmError extends Error {
 }
 
 /** Why a session cannot do what was asked. */
-export type SessionErrorReason = "invalid_id" | "not_found" | "nothing_to_retry";
+export type SessionErrorReason = "invalid_id" | "nothing_to_retry";
 
-/**
- * A session id is malformed, the session belongs to another user, or a retry found no unanswered message.
- */
+/** A session or user id is malformed, or a retry found no unanswered message. */
 export class SessionError extends Error {
   override name = "SessionError";
   readonly reason: SessionErrorReason;

@@ -7,7 +7,7 @@ import { buildContext, freezeMessage, SYSTEM_PROMPT } from "./context.ts";
 import { LlmError, SessionError } from "./errors.ts";
 import type { LLM } from "./llm/llm.ts";
 import { compactIfDue, type MemoryState } from "./memory.ts";
-import type { SessionStore } from "./store.ts";
+import type { SessionKey, SessionStore } from "./store.ts";
 import type { Summarizer } from "./summarizer.ts";
 import { serializeToolResult, type ToolRegistry } from "./tools/registry.ts";
 import type {
@@ -88,26 +88,20 @@ export function unansweredMessage(history: readonly StoredMessage[]): StoredMess
   return null;
 }
 
-/** The user's session, or null when it does not exist (or is another user's). */
-function existingSession(store: SessionStore, input: TurnInput) {
-  const session = store.get(input.sessionId);
-  return session !== null && session.userId === input.userId ? session : null;
-}
-
 /** What a turn starts from: its session, the message it answers, and whether that is already stored. */
-function openTurn(input: TurnInput, store: SessionStore) {
+function openTurn(input: TurnInput, key: SessionKey, store: SessionStore) {
   const { message, retry = false } = input;
   if (!retry && (typeof message !== "string" || message.trim() === "")) {
     throw new TypeError("Cannot run a turn: the message must be a non-empty string");
   }
   // A retry creates nothing: a session that does not exist has nothing to retry.
-  const session = retry ? existingSession(store, input) : store.getOrCreate(input.sessionId, input.userId);
-  const history = session === null ? [] : store.messages(session.id);
+  const session = retry ? store.get(key) : store.getOrCreate(key);
+  const history = session === null ? [] : store.messages(key);
   if (!retry) return { session: session!, history, message: message!, stored: false };
   const question = unansweredMessage(history);
   if (session === null || question === null || question.content === null) {
     throw new SessionError(
-      `Cannot retry: session "${input.sessionId}" has no unanswered message (its last turn was answered)`,
+      `Cannot retry: session "${key.sessionId}" has no unanswered message (its last turn was answered)`,
       "nothing_to_retry",
     );
   }
@@ -171,8 +165,9 @@ export async function runTurn(input: TurnInput, deps: TurnDeps): Promise<TurnRes
     throw new RangeError(`maxSteps must be >= 1, got ${maxSteps}`);
   }
 
-  const { session, history, message, stored } = openTurn(input, store);
-  let memory: MemoryState = { sessionId: session.id, summary: session.summary, history };
+  const key = { userId: input.userId, sessionId: input.sessionId };
+  const { session, history, message, stored } = openTurn(input, key, store);
+  let memory: MemoryState = { key, summary: session.summary, history };
   const schemas = tools.schemas();
   const fixed = { system: [{ role: "system" as const, content: SYSTEM_PROMPT }], tools: schemas };
   const runId = newId();
@@ -187,6 +182,7 @@ export async function runTurn(input: TurnInput, deps: TurnDeps): Promise<TurnRes
     const e: RunEvent = {
       ts: now().toISOString(),
       session_id: session.id,
+      user_id: session.userId,
       run_id: runId,
       turn,
       event: name,
@@ -206,7 +202,7 @@ export async function runTurn(input: TurnInput, deps: TurnDeps): Promise<TurnRes
         createdAt: now().toISOString(),
       })
     );
-    store.append(session.id, stamped);
+    store.append(key, stamped);
     memory.history.push(...stamped);
     saved.push(...stamped.map((m) => m.id));
   };
@@ -218,7 +214,7 @@ export async function runTurn(input: TurnInput, deps: TurnDeps): Promise<TurnRes
   // An abort comes before the answer is stored: the turn is taken back (its question too, unless a retry's),
   // and the trace's error event says so.
   const abort = (step: number, steps: number): TurnResult => {
-    const discarded = store.discardMessages(session.id, saved);
+    const discarded = store.discardMessages(key, saved);
     event("error", step, {
       kind: "aborted",
       status: null,
@@ -289,7 +285,7 @@ export async function runTurn(input: TurnInput, deps: TurnDeps): Promise<TurnRes
       const results: Omit<StoredMessage, "id" | "createdAt">[] = [];
       for (const call of toolCalls) {
         event("tool_call", step, { id: call.id, name: call.name, arguments: call.arguments });
-        const result = await tools.execute(call, { sessionId: session.id, signal });
+        const result = await tools.execute(call, { sessionId: session.id, userId: session.userId, signal });
         event("tool_result", step, { id: call.id, name: call.name, ...result });
         calls.push({ name: call.name, arguments: call.arguments, ok: result.ok });
         results.push({ role: "tool", content: serializeToolResult(result), toolCallId: call.id });

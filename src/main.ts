@@ -159,7 +159,7 @@ function openRuntime(config: Readonly<Config>): Runtime {
 async function chat(config: Readonly<Config>, sessionId: string, userId: string): Promise<number> {
   const runtime = openRuntime(config);
   try {
-    runtime.store.getOrCreate(sessionId, userId);
+    runtime.store.getOrCreate({ userId, sessionId });
     return await runChat({
       sessionId,
       userId,

@@ -15,7 +15,7 @@ import {
   summaryReserve,
 } from "./compactor.ts";
 import { parseSummary, runtimeContextText, type Summary } from "./context.ts";
-import type { SessionStore } from "./store.ts";
+import type { SessionKey, SessionStore } from "./store.ts";
 import type { Summarizer } from "./summarizer.ts";
 import type { Message, StoredMessage, ToolSchema, Usage } from "./types.ts";
 
@@ -33,7 +33,7 @@ export interface CompactionDeps {
 
 /** The session as the loop holds it during a turn. */
 export interface MemoryState {
-  sessionId: string;
+  key: SessionKey;
   /** `sessions.summary`: JSON text or null. */
   summary: string | null;
   /** The raw messages, oldest first. */
@@ -104,7 +104,7 @@ export async function compactIfDue(
   const turns = cut.filter((m) => m.role === "user").length;
   const text = JSON.stringify(summary);
   try {
-    store.applyCompaction(state.sessionId, text, cut.map((m) => m.id), turns);
+    store.applyCompaction(state.key, text, cut.map((m) => m.id), turns);
   } catch (error) {
     // The transaction rolled back: summary and messages are as they were.
     return {
@@ -117,7 +117,7 @@ export async function compactIfDue(
   const tokensAfter = fixedTokens + summaryTokens(summary) +
     estimateRequestTokens(history);
   return {
-    state: { sessionId: state.sessionId, summary: text, history },
+    state: { key: state.key, summary: text, history },
     event: {
       ok: true,
       ...base,

@@ -8,9 +8,6 @@ import { HistoryCache } from "./_history_cache.ts";
 import {
   MESSAGE_COLUMNS,
   type MessageRow,
-  OLD_SESSIONS_INDEX,
-  REPLACE_OLD_INDEX,
-  SCHEMA,
   type Session,
   type SessionRow,
   type Todo,
@@ -21,13 +18,21 @@ import {
   toStore,
   toTodo,
 } from "./_store_rows.ts";
+import { migrate, SCHEMA_VERSION } from "./_store_schema.ts";
 import { SessionError } from "./errors.ts";
 import type { StoredMessage } from "./types.ts";
 
 export type { Session, Todo };
+export { SCHEMA_VERSION };
 
-/** The schema version this code writes, kept in `PRAGMA user_version`. */
-export const SCHEMA_VERSION = 1;
+/**
+ * Which session: a session belongs to its user, and ids are per user, so two users' sessions of the same id
+ * are two sessions that never see each other.
+ */
+export interface SessionKey {
+  userId: string;
+  sessionId: string;
+}
 
 const SESSION_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
@@ -46,6 +51,18 @@ export function validateId(id: unknown, what = "session id"): string {
     );
   }
   return id;
+}
+
+/** The key's two ids, checked with {@linkcode validateId}. */
+function checkKey(key: SessionKey): SessionKey {
+  validateId(key.userId, "user id");
+  validateId(key.sessionId);
+  return key;
+}
+
+/** The history cache's key: NUL cannot occur in an id, so two different pairs never meet. */
+function toCacheKey(key: SessionKey): string {
+  return `${key.userId}\u0000${key.sessionId}`;
 }
 
 /** Options of {@linkcode SessionStore}. */
@@ -99,7 +116,7 @@ export class SessionStore {
         commit: this.#db.prepare("COMMIT"),
         rollback: this.#db.prepare("ROLLBACK"),
       };
-      this.#migrate();
+      migrate(this.#db, (work) => this.#transaction(work));
       this.#requireWritable();
     } catch (error) {
       this.#db.close();
@@ -107,62 +124,46 @@ export class SessionStore {
     }
     const db = this.#db;
     this.#statements = {
-      getSession: db.prepare("SELECT * FROM sessions WHERE id = ?"),
+      getSession: db.prepare("SELECT * FROM sessions WHERE user_id = ? AND id = ?"),
       insertSession: db.prepare(
-        "INSERT INTO sessions (id, user_id, summary, turn_count, created_at, updated_at) " +
-          "VALUES (?, ?, NULL, 0, ?, ?) ON CONFLICT(id) DO NOTHING",
+        "INSERT INTO sessions (user_id, id, summary, turn_count, created_at, updated_at) " +
+          "VALUES (?, ?, NULL, 0, ?, ?) ON CONFLICT(user_id, id) DO NOTHING",
       ),
       listSessions: db.prepare("SELECT * FROM sessions WHERE user_id = ? ORDER BY updated_at DESC, id"),
       messages: db.prepare(
-        `SELECT ${MESSAGE_COLUMNS} FROM messages WHERE session_id = ? ORDER BY rowid`,
+        `SELECT ${MESSAGE_COLUMNS} FROM messages WHERE user_id = ? AND session_id = ? ORDER BY rowid`,
       ),
       insertMessage: db.prepare(
         // ON CONFLICT, not OR IGNORE: only a repeated id is skipped; CHECK and NOT NULL still fail loudly.
-        "INSERT INTO messages (id, session_id, role, content, tool_calls, tool_call_id, created_at) " +
-          "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(session_id, id) DO NOTHING",
+        "INSERT INTO messages (user_id, session_id, id, role, content, tool_calls, tool_call_id, created_at) " +
+          "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(user_id, session_id, id) DO NOTHING",
       ),
       touchSession: db.prepare(
-        "UPDATE sessions SET turn_count = turn_count + ?, updated_at = ? WHERE id = ?",
+        "UPDATE sessions SET turn_count = turn_count + ?, updated_at = ? WHERE user_id = ? AND id = ?",
       ),
       insertTodo: db.prepare(
-        `INSERT INTO todos (session_id, text, completed, created_at) VALUES (?, ?, 0, ?) RETURNING ${TODO_COLUMNS}`,
+        "INSERT INTO todos (user_id, session_id, text, completed, created_at) VALUES (?, ?, ?, 0, ?) " +
+          `RETURNING ${TODO_COLUMNS}`,
       ),
-      listTodos: db.prepare(`SELECT ${TODO_COLUMNS} FROM todos WHERE session_id = ? ORDER BY id`),
-      deleteMessage: db.prepare("DELETE FROM messages WHERE id = ? AND session_id = ?"),
-      discardMessage: db.prepare("DELETE FROM messages WHERE id = ? AND session_id = ? RETURNING role"),
+      listTodos: db.prepare(
+        `SELECT ${TODO_COLUMNS} FROM todos WHERE user_id = ? AND session_id = ? ORDER BY id`,
+      ),
+      deleteMessage: db.prepare("DELETE FROM messages WHERE user_id = ? AND session_id = ? AND id = ?"),
+      discardMessage: db.prepare(
+        "DELETE FROM messages WHERE user_id = ? AND session_id = ? AND id = ? RETURNING role",
+      ),
       setSummary: db.prepare(
-        "UPDATE sessions SET summary = ?, compacted_turns = compacted_turns + ?, updated_at = ? WHERE id = ?",
+        "UPDATE sessions SET summary = ?, compacted_turns = compacted_turns + ?, updated_at = ? " +
+          "WHERE user_id = ? AND id = ?",
       ),
-      deleteSession: db.prepare("DELETE FROM sessions WHERE id = ?"),
+      deleteSession: db.prepare("DELETE FROM sessions WHERE user_id = ? AND id = ?"),
       ping: db.prepare("SELECT 1 AS ok"),
       dataVersion: db.prepare("PRAGMA data_version"),
       completeTodo: db.prepare(
         "UPDATE todos SET completed = 1, completed_at = COALESCE(completed_at, ?) " +
-          `WHERE id = ? AND session_id = ? RETURNING ${TODO_COLUMNS}`,
+          `WHERE id = ? AND user_id = ? AND session_id = ? RETURNING ${TODO_COLUMNS}`,
       ),
     };
-  }
-
-  #migrate(): void {
-    const { user_version: version } = this.#db.prepare("PRAGMA user_version").get() as {
-      user_version: number;
-    };
-    if (version > SCHEMA_VERSION) {
-      throw new Error(
-        `Cannot open the session database: its schema version is ${version}, this program knows ${SCHEMA_VERSION}`,
-      );
-    }
-    if (version === SCHEMA_VERSION) {
-      const old = this.#db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = ?");
-      if (old.get(OLD_SESSIONS_INDEX) !== undefined) {
-        this.#transaction(() => this.#db.exec(REPLACE_OLD_INDEX));
-      }
-      return;
-    }
-    this.#transaction(() => {
-      this.#db.exec(SCHEMA);
-      this.#db.exec(`PRAGMA user_version = ${SCHEMA_VERSION}`);
-    });
   }
 
   /**
@@ -197,45 +198,38 @@ export class SessionStore {
    * The cached message list of the session, or undefined. Drops the whole cache first if another
    * connection (another process, another store) committed since the last look: its writes are not in it.
    */
-  #cachedHistory(sessionId: string): readonly StoredMessage[] | undefined {
+  #cachedHistory(cacheKey: string): readonly StoredMessage[] | undefined {
     const { data_version: version } = this.#statements.dataVersion.get() as { data_version: number };
     if (version !== this.#dataVersion) {
       this.#history.forget();
       this.#dataVersion = version;
       return undefined;
     }
-    return this.#history.get(sessionId);
+    return this.#history.get(cacheKey);
   }
 
   #stamp(): string {
     return this.#now().toISOString();
   }
 
-  /** The session, or null if it does not exist. Fails with `SessionError` on a malformed id. */
-  get(sessionId: string): Session | null {
-    validateId(sessionId);
-    const row = this.#statements.getSession.get(sessionId) as SessionRow | undefined;
+  /** The session, or null if the user has no session of that id. Fails with `SessionError` on a malformed id. */
+  get(key: SessionKey): Session | null {
+    const { userId, sessionId } = checkKey(key);
+    const row = this.#statements.getSession.get(userId, sessionId) as SessionRow | undefined;
     return row === undefined ? null : toSession(row);
   }
 
   /**
-   * The session, created for `userId` if new. Fails with `SessionError` (`not_found`) when it belongs to
-   * another user, so callers can answer as if it did not exist.
+   * The user's session, created if new. Another user's session of the same id is another session: it is
+   * neither returned nor touched. Fails only with `SessionError` on a malformed id (or a store failure).
    */
-  getOrCreate(sessionId: string, userId: string): Session {
-    validateId(sessionId);
-    validateId(userId, "user id");
+  getOrCreate(key: SessionKey): Session {
     // Read first: an existing session (every turn but the first) costs no write transaction.
-    let session = this.get(sessionId);
-    if (session === null) {
-      const stamp = this.#stamp();
-      this.#statements.insertSession.run(sessionId, userId, stamp, stamp);
-      session = this.get(sessionId)!;
-    }
-    if (session.userId !== userId) {
-      throw new SessionError(`Session "${sessionId}" not found`, "not_found");
-    }
-    return session;
+    const session = this.get(key);
+    if (session !== null) return session;
+    const stamp = this.#stamp();
+    this.#statements.insertSession.run(key.userId, key.sessionId, stamp, stamp);
+    return this.get(key)!;
   }
 
   /** The user's sessions, most recently updated first. */
@@ -248,12 +242,14 @@ export class SessionStore {
    * Every stored message of the session, oldest first: a new array each call, of frozen messages. Served
    * from memory while this store is the only writer, so a turn does not reload its history.
    */
-  messages(sessionId: string): StoredMessage[] {
-    const cached = this.#cachedHistory(sessionId);
+  messages(key: SessionKey): StoredMessage[] {
+    const { userId, sessionId } = checkKey(key);
+    const cacheKey = toCacheKey(key);
+    const cached = this.#cachedHistory(cacheKey);
     if (cached !== undefined) return cached.slice();
-    const rows = this.#statements.messages.all(sessionId) as unknown as MessageRow[];
+    const rows = this.#statements.messages.all(userId, sessionId) as unknown as MessageRow[];
     const messages = rows.map(toMessage);
-    this.#history.put(sessionId, messages);
+    this.#history.put(cacheKey, messages);
     return messages.slice();
   }
 
@@ -262,7 +258,8 @@ export class SessionStore {
    * already stored is skipped, so saving the same state twice adds nothing. Each new `user` message adds one
    * to the session's `turn_count`; runtime, assistant and tool messages do not.
    */
-  append(sessionId: string, messages: readonly StoredMessage[]): number {
+  append(key: SessionKey, messages: readonly StoredMessage[]): number {
+    const { userId, sessionId } = checkKey(key);
     // Checked and put in stored form before the transaction: a malformed message changes nothing.
     const rows = messages.map(toStore);
     const added: StoredMessage[] = [];
@@ -270,8 +267,9 @@ export class SessionStore {
       let turns = 0;
       for (const { message: m, toolCalls } of rows) {
         const { changes } = this.#statements.insertMessage.run(
-          m.id,
+          userId,
           sessionId,
+          m.id,
           m.role,
           m.content,
           toolCalls,
@@ -282,10 +280,10 @@ export class SessionStore {
         added.push(m);
         if (m.role === "user") turns += 1;
       }
-      if (added.length > 0) this.#statements.touchSession.run(turns, this.#stamp(), sessionId);
+      if (added.length > 0) this.#statements.touchSession.run(turns, this.#stamp(), userId, sessionId);
     });
     // Committed: the cached list (if any) gets the messages in stored form, exactly what a reload returns.
-    if (added.length > 0) this.#history.append(sessionId, added);
+    if (added.length > 0) this.#history.append(toCacheKey(key), added);
     return added.length;
   }
 
@@ -294,19 +292,20 @@ export class SessionStore {
    * (counting `turns` user turns into `compacted_turns`). Either both happen or neither: if any id is not a
    * stored message of the session, it throws and nothing changes.
    */
-  applyCompaction(sessionId: string, summary: string, cutIds: readonly string[], turns: number): void {
+  applyCompaction(key: SessionKey, summary: string, cutIds: readonly string[], turns: number): void {
+    const { userId, sessionId } = checkKey(key);
     this.#transaction(() => {
       for (const id of cutIds) {
-        const { changes } = this.#statements.deleteMessage.run(id, sessionId);
+        const { changes } = this.#statements.deleteMessage.run(userId, sessionId, id);
         if (changes !== 1) {
           throw new Error(`Cannot compact session "${sessionId}": message "${id}" is not stored`);
         }
       }
-      const { changes } = this.#statements.setSummary.run(summary, turns, this.#stamp(), sessionId);
+      const { changes } = this.#statements.setSummary.run(summary, turns, this.#stamp(), userId, sessionId);
       if (changes !== 1) throw new Error(`Cannot compact session "${sessionId}": no such session`);
     });
     // The ids as stored: SQLite matched a lone surrogate in an id as U+FFFD.
-    this.#history.remove(sessionId, cutIds.map((id) => id.toWellFormed()));
+    this.#history.remove(toCacheKey(key), cutIds.map((id) => id.toWellFormed()));
   }
 
   /**
@@ -314,31 +313,36 @@ export class SessionStore {
    * session, takes their user messages off `turn_count`, and returns how many were deleted. For a turn aborted
    * before its answer was stored, so neither its question nor a half-turn stays behind.
    */
-  discardMessages(sessionId: string, ids: readonly string[]): number {
+  discardMessages(key: SessionKey, ids: readonly string[]): number {
+    const { userId, sessionId } = checkKey(key);
     const gone: string[] = [];
     this.#transaction(() => {
       let turns = 0;
       for (const id of ids) {
-        const row = this.#statements.discardMessage.get(id, sessionId) as { role: string } | undefined;
+        const row = this.#statements.discardMessage.get(userId, sessionId, id) as
+          | { role: string }
+          | undefined;
         if (row === undefined) continue;
         gone.push(id);
         if (row.role === "user") turns += 1;
       }
-      if (turns > 0) this.#statements.touchSession.run(-turns, this.#stamp(), sessionId);
+      if (turns > 0) this.#statements.touchSession.run(-turns, this.#stamp(), userId, sessionId);
     });
-    this.#history.remove(sessionId, gone.map((id) => id.toWellFormed()));
+    this.#history.remove(toCacheKey(key), gone.map((id) => id.toWellFormed()));
     return gone.length;
   }
 
   /**
-   * Deletes the session with its messages, todos and summary in one transaction; true if it existed. (The
-   * trace is append-only and keeps the session's events.)
+   * Deletes the user's session with its messages, todos and summary in one transaction; true if it existed.
+   * (The trace is append-only and keeps the session's events.)
    */
-  deleteSession(sessionId: string): boolean {
-    validateId(sessionId);
+  deleteSession(key: SessionKey): boolean {
+    const { userId, sessionId } = checkKey(key);
     // Messages and todos go by ON DELETE CASCADE, inside the same transaction.
-    const deleted = this.#transaction(() => this.#statements.deleteSession.run(sessionId).changes === 1);
-    this.#history.forget(sessionId);
+    const deleted = this.#transaction(() =>
+      this.#statements.deleteSession.run(userId, sessionId).changes === 1
+    );
+    this.#history.forget(toCacheKey(key));
     return deleted;
   }
 
@@ -352,22 +356,32 @@ export class SessionStore {
   }
 
   /** Adds an open todo to the session. */
-  addTodo(sessionId: string, text: string): Todo {
+  addTodo(key: SessionKey, text: string): Todo {
+    const { userId, sessionId } = checkKey(key);
     return this.#transaction(() => {
-      const row = this.#statements.insertTodo.get(sessionId, text, this.#stamp()) as unknown as TodoRow;
+      const row = this.#statements.insertTodo.get(
+        userId,
+        sessionId,
+        text,
+        this.#stamp(),
+      ) as unknown as TodoRow;
       return toTodo(row);
     });
   }
 
   /** The session's todos, in the order they were added. */
-  listTodos(sessionId: string): Todo[] {
-    return (this.#statements.listTodos.all(sessionId) as unknown as TodoRow[]).map(toTodo);
+  listTodos(key: SessionKey): Todo[] {
+    const { userId, sessionId } = checkKey(key);
+    return (this.#statements.listTodos.all(userId, sessionId) as unknown as TodoRow[]).map(toTodo);
   }
 
   /** Marks the session's todo done and returns it; null when the session has no todo with that id. */
-  completeTodo(sessionId: string, id: number): Todo | null {
+  completeTodo(key: SessionKey, id: number): Todo | null {
+    const { userId, sessionId } = checkKey(key);
     return this.#transaction(() => {
-      const row = this.#statements.completeTodo.get(this.#stamp(), id, sessionId) as TodoRow | undefined;
+      const row = this.#statements.completeTodo.get(this.#stamp(), id, userId, sessionId) as
+        | TodoRow
+        | undefined;
       return row === undefined ? null : toTodo(row);
     });
   }

@@ -87,6 +87,8 @@ export type RunEventName = (typeof RUN_EVENT_NAMES)[number];
 export interface RunEvent {
   ts: string;
   session_id: string;
+  /** The user the session belongs to: session ids are per user. */
+  user_id: string;
   run_id: string;
   turn: number;
   event: RunEventName;

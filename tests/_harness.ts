@@ -2,11 +2,16 @@
 import { fileURLToPath } from "node:url";
 import type { TurnDeps } from "../src/loop.ts";
 import { ScriptedLLM, type ScriptStep } from "../src/llm/scripted.ts";
-import { SessionStore } from "../src/store.ts";
+import { type SessionKey, SessionStore } from "../src/store.ts";
 import { createBuiltinTools } from "../src/tools/builtin.ts";
 import type { ToolRegistry, ToolSpec } from "../src/tools/registry.ts";
 import { deterministicSummarizer, type Summarizer } from "../src/summarizer.ts";
 import type { RunEvent, StoredMessage } from "../src/types.ts";
+
+/** The store key of `sessionId` owned by `userId` ("u", the user most tests run as, unless given). */
+export function keyOf(sessionId: string, userId = "u"): SessionKey {
+  return { userId, sessionId };
+}
 
 /** A stored message with a fixed timestamp, for store tests. */
 export function storedMessage(

@@ -87,7 +87,11 @@ Deno.test("openBenchRuntime({persist: false}) answers a turn without writing a d
       const result = await runtime.turn("s", "what is 6*7?");
       assert.equal(result.outcome, "answered");
       assert.match(result.answer, /42/);
-      assert.equal(runtime.store.messages("s").length, 4, "the turn is stored, in memory");
+      assert.equal(
+        runtime.store.messages({ userId: "bench", sessionId: "s" }).length,
+        4,
+        "the turn is stored, in memory",
+      );
     } finally {
       runtime.close();
     }

@@ -281,13 +281,13 @@ Deno.test("calculatorTool declares a strict schema with one required string argu
 });
 
 Deno.test("calculatorTool handler returns {expression, result}", async () => {
-  const output = await calculatorTool.handler({ expression: "12*(3+4)" }, { sessionId: "s1" });
+  const output = await calculatorTool.handler({ expression: "12*(3+4)" }, { sessionId: "s1", userId: "u1" });
   assert.deepEqual(output, { expression: "12*(3+4)", result: 84 });
 });
 
 Deno.test("calculatorTool handler throws CalculatorError for the registry to report", () => {
   assert.throws(
-    () => calculatorTool.handler({ expression: "1/0" }, { sessionId: "s1" }),
+    () => calculatorTool.handler({ expression: "1/0" }, { sessionId: "s1", userId: "u1" }),
     { name: "CalculatorError", message: 'Cannot evaluate "1/0": division by zero at position 1' },
   );
 });

@@ -1,5 +1,6 @@
 /** The chat task end to end: `deno task chat` as a subprocess, piped stdin, a fake provider on 127.0.0.1. */
 import assert from "node:assert/strict";
+import { SessionStore } from "../src/store.ts";
 import { startFakeProvider } from "./fixtures/fake_openai.ts";
 import { ROOT, runProcess, tempDir } from "./_harness.ts";
 
@@ -45,6 +46,43 @@ Deno.test("deno task chat answers piped questions through the calculator and rem
     const runs = trace.filter((e) => e.event === "run_end");
     assert.deepEqual(runs.map((e) => e.turn), [1, 2, 3]);
     assert.deepEqual(runs.map((e) => e.data.outcome), ["answered", "answered", "answered"]);
+  } finally {
+    await provider.close();
+  }
+});
+
+Deno.test("deno task chat --user bob starts on bob's own default session when default belongs to local", async () => {
+  using dir = tempDir();
+  const provider = startFakeProvider();
+  try {
+    const env = withoutEmpty(baseEnv(dir.path, provider.url));
+    const local = await chat([], "local's note\n", env);
+    assert.equal(local.code, 0, local.stderr);
+
+    const bob = await chat(["--user", "bob"], "hello from bob\n", env);
+    assert.equal(bob.code, 0, bob.stderr);
+    assert.equal(bob.stdout, "echo: hello from bob\n");
+    const sent = (provider.requests.at(-1)!.messages as { role: string; content: string | null }[])
+      .filter((m) => m.role === "user").map((m) => m.content);
+    assert.deepEqual(sent, ["hello from bob"], "bob's history is his own");
+
+    const store = new SessionStore(`${dir.path}/db/sessions.db`);
+    try {
+      for (const [user, note] of [["local", "local's note"], ["bob", "hello from bob"]]) {
+        const key = { userId: user, sessionId: "default" };
+        assert.equal(store.get(key)?.turnCount, 1, user);
+        assert.deepEqual(store.messages(key).filter((m) => m.role === "user").map((m) => m.content), [note]);
+      }
+    } finally {
+      store.close();
+    }
+    const trace = Deno.readTextFileSync(`${dir.path}/trace/traces.jsonl`).trim().split("\n").map((l) =>
+      JSON.parse(l)
+    );
+    assert.deepEqual(
+      trace.filter((e) => e.event === "run_end").map((e) => [e.user_id, e.session_id, e.turn]),
+      [["local", "default", 1], ["bob", "default", 1]],
+    );
   } finally {
     await provider.close();
   }

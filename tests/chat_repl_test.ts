@@ -5,7 +5,7 @@ import { runChat } from "../src/cli/chat.ts";
 import { LlmError } from "../src/errors.ts";
 import type { ChatOptions, LLM } from "../src/llm/llm.ts";
 import type { ChatReply, Message } from "../src/types.ts";
-import { harness } from "./_harness.ts";
+import { harness, keyOf } from "./_harness.ts";
 
 /** Collects what is written to a stream as text. */
 function sink(): { stream: PassThrough; text(): string } {
@@ -111,9 +111,9 @@ Deno.test("the REPL's /retry answers the question of a failed turn without stori
   const shown = plain(output.text());
   assert.match(shown, /retry it with \/retry/);
   assert.match(shown, /the retried answer/);
-  assert.deepEqual(h.store.messages("repl-2").map((m) => [m.role, m.content]), [
+  assert.deepEqual(h.store.messages(keyOf("repl-2", "local")).map((m) => [m.role, m.content]), [
     ["user", "what went wrong?"],
     ["assistant", "the retried answer"],
   ]);
-  assert.equal(h.store.get("repl-2")!.turnCount, 1);
+  assert.equal(h.store.get(keyOf("repl-2", "local"))!.turnCount, 1);
 });

@@ -32,7 +32,7 @@ import { deterministicSummarizer, type Summarizer } from "../src/summarizer.ts";
 import { calculatorTool } from "../src/tools/calculator.ts";
 import { serializeToolResult } from "../src/tools/registry.ts";
 import type { Message, StoredMessage, ToolSchema } from "../src/types.ts";
-import { steppingClock } from "./_harness.ts";
+import { keyOf, steppingClock } from "./_harness.ts";
 
 const RUNS = 200;
 const NOW = new Date("2026-02-03T04:05:06.000Z");
@@ -694,11 +694,11 @@ function stamp(messages: readonly Message[], from: number): StoredMessage[] {
 /** A session in a fresh in-memory store, with its messages appended and an optional earlier summary. */
 function openSession(messages: readonly Message[], summary: string | null) {
   const store = new SessionStore(":memory:", { now: steppingClock() });
-  store.getOrCreate("s1", "u1");
+  store.getOrCreate(keyOf("s1", "u1"));
   const stored = stamp(messages, 0);
-  store.append("s1", stored);
-  if (summary !== null) store.applyCompaction("s1", summary, [], 0);
-  const state: MemoryState = { sessionId: "s1", summary, history: store.messages("s1") };
+  store.append(keyOf("s1", "u1"), stored);
+  if (summary !== null) store.applyCompaction(keyOf("s1", "u1"), summary, [], 0);
+  const state: MemoryState = { key: keyOf("s1", "u1"), summary, history: store.messages(keyOf("s1", "u1")) };
   assert.deepEqual(state.history, stored, "the store gives back what was appended");
   return { store, state, stored, [Symbol.dispose]: () => store.close() };
 }
@@ -723,8 +723,12 @@ function compact(state: MemoryState, fixed: Fixed, store: SessionStore, summariz
 
 /** The session's stored accounting adds up: every user turn is either stored raw or folded into the summary. */
 function assertAccounting(store: SessionStore, state: MemoryState): void {
-  const session = store.get("s1")!;
-  assert.deepEqual(store.messages("s1"), state.history, "the store holds exactly the state's history");
+  const session = store.get(keyOf("s1", "u1"))!;
+  assert.deepEqual(
+    store.messages(keyOf("s1", "u1")),
+    state.history,
+    "the store holds exactly the state's history",
+  );
   assert.equal(session.summary, state.summary);
   assert.equal(session.turnCount, session.compactedTurns + users(state.history));
   if (state.summary !== null) {
@@ -750,7 +754,7 @@ Deno.test("compactIfDue() deletes exactly the cut, stores a valid summary and en
     fc.asyncProperty(E2E_CASE, async (c) => {
       using session = openSession(c.messages, earlierSummary(c.previous, c.maxCtxTokens));
       const { store, state, stored } = session;
-      const before = store.get("s1")!;
+      const before = store.get(keyOf("s1", "u1"))!;
       const limits = { maxRawTurns: c.maxRawTurns, maxCtxTokens: c.maxCtxTokens };
       const result = await compact(state, c.fixed, store, deterministicSummarizer, limits);
       const plan = planCompaction(stored, {
@@ -767,7 +771,7 @@ Deno.test("compactIfDue() deletes exactly the cut, stores a valid summary and en
         if (result !== null) assert.deepEqual(result.event.over_budget, true, JSON.stringify(result.event));
         assert.equal(result?.state ?? state, state);
         assertAccounting(store, state);
-        assert.deepEqual(store.get("s1"), before);
+        assert.deepEqual(store.get(keyOf("s1", "u1")), before);
         if (result === null) assert.ok(requestTokens(state, c.fixed) <= c.maxCtxTokens);
         return;
       }
@@ -775,7 +779,7 @@ Deno.test("compactIfDue() deletes exactly the cut, stores a valid summary and en
       const { state: after, event } = result;
       assert.deepEqual(after.history, stored.slice(plan.cutIndex));
       assertAccounting(store, after);
-      assert.equal(store.get("s1")!.compactedTurns, users(stored.slice(0, plan.cutIndex)));
+      assert.equal(store.get(keyOf("s1", "u1"))!.compactedTurns, users(stored.slice(0, plan.cutIndex)));
       assert.equal(event.messages_removed, plan.cutIndex);
       assert.equal(event.over_budget, plan.overBudget);
       assert.equal(parseSummary(after.summary)!.updated_at, NOW.toISOString());
@@ -805,7 +809,7 @@ Deno.test("compactIfDue() before every model call keeps a growing session consis
         for (const group of turnGroups(turn, t)) {
           const stored = stamp(group, next);
           next += group.length;
-          store.append("s1", stored);
+          store.append(keyOf("s1", "u1"), stored);
           state = { ...state, history: [...state.history, ...stored] };
           // The loop compacts before each model call: after the user message, a tool round or a nudge.
           if (group[0].role === "assistant" && group.length === 1) continue;
@@ -870,14 +874,14 @@ Deno.test("compactIfDue() abandons a compaction whose summarizer fails and leave
     fc.asyncProperty(broken, async (c) => {
       using session = openSession(c.messages, earlierSummary(c.previous, c.maxCtxTokens));
       const { store, state, stored } = session;
-      const before = store.get("s1")!;
+      const before = store.get(keyOf("s1", "u1"))!;
       const result = await compact(state, c.fixed, store, c.broken.summarizer, c);
       assert.ok(result !== null, "the turn trigger fired");
       assert.equal(result.event.ok, false);
       assert.ok(c.broken.reason(String(result.event.reason)), String(result.event.reason));
       assert.equal(result.state, state);
-      assert.deepEqual(store.messages("s1"), stored);
-      assert.deepEqual(store.get("s1"), before);
+      assert.deepEqual(store.messages(keyOf("s1", "u1")), stored);
+      assert.deepEqual(store.get(keyOf("s1", "u1")), before);
     }),
     { numRuns: RUNS },
   );

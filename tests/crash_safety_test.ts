@@ -19,6 +19,7 @@ function event(name: RunEvent["event"], turn = 1): RunEvent {
   return {
     ts: "2026-01-01T00:00:00.000Z",
     session_id: "s1",
+    user_id: "u1",
     run_id: `run-${turn}`,
     turn,
     event: name,
@@ -35,8 +36,9 @@ function validFiles(dir: string): { dbPath: string; tracePath: string } {
   const tracePath = join(dir, "traces.jsonl");
   const store = new SessionStore(dbPath);
   const at = "2026-01-01T00:00:00.000Z";
-  store.getOrCreate("s1", "u1");
-  store.append("s1", [
+  const key = { userId: "u1", sessionId: "s1" };
+  store.getOrCreate(key);
+  store.append(key, [
     { id: "m1", role: "user", content: "what is 1+2 and 3*4?", createdAt: at },
     {
       id: "m2",
@@ -53,7 +55,7 @@ function validFiles(dir: string): { dbPath: string; tracePath: string } {
     { id: "m5", role: "assistant", content: "3 and 12", createdAt: at },
   ]);
   const summary = { goals: [], facts: ["User is Ada"], todos: [], unresolved: [], updated_at: at };
-  store.applyCompaction("s1", JSON.stringify(summary), [], 0);
+  store.applyCompaction(key, JSON.stringify(summary), [], 0);
   store.close();
   Deno.writeTextFileSync(tracePath, line(event("run_start")) + line(event("run_end")));
   return { dbPath, tracePath };
@@ -95,8 +97,8 @@ Deno.test("checkCrashInvariants() reports a tool message without its call and a 
   const { dbPath, tracePath } = validFiles(dir.path);
   breakWith(
     dbPath,
-    "INSERT INTO messages (id, session_id, role, content, tool_calls, tool_call_id, created_at) " +
-      "VALUES ('m6', 's1', 'tool', '{}', NULL, 'ghost', 'x'); DELETE FROM messages WHERE id = 'm4'",
+    "INSERT INTO messages (user_id, session_id, id, role, content, tool_calls, tool_call_id, created_at) " +
+      "VALUES ('u1', 's1', 'm6', 'tool', '{}', NULL, 'ghost', 'x'); DELETE FROM messages WHERE id = 'm4'",
   );
   assert.deepEqual(checkCrashInvariants(dbPath, tracePath), [
     "session s1: call c2 of message m2 has 0 tool messages (expected 1)",
@@ -157,7 +159,7 @@ Deno.test("checkCrashInvariants() reports glued, incomplete and unterminated tra
   // JSON that readTrace would take for an event, but without the required fields.
   Deno.writeTextFileSync(tracePath, '{"ts": "yesterday", "event": "run_start"}\n');
   assert.deepEqual(checkCrashInvariants(dbPath, tracePath).map((v) => v.replace(/: ".*$/, "")), [
-    "trace line 1 is not an event (bad ts, session_id, run_id, turn, step, data)",
+    "trace line 1 is not an event (bad ts, session_id, user_id, run_id, turn, step, data)",
     "readTrace returned 1 events; the trace has 0 whole event lines",
   ]);
   Deno.writeTextFileSync(tracePath, whole + whole.trimEnd());

@@ -17,7 +17,7 @@ import { SessionStore } from "../src/store.ts";
 import { createLlmSummarizer, deterministicSummarizer } from "../src/summarizer.ts";
 import { JsonlTracer, readTrace } from "../src/trace.ts";
 import type { RunEvent, StoredMessage, TurnResult } from "../src/types.ts";
-import { realTools, runProcess } from "./_harness.ts";
+import { keyOf, realTools, runProcess } from "./_harness.ts";
 import {
   type Behaviour,
   completion,
@@ -156,9 +156,14 @@ function dataOf(events: RunEvent[], name: string): Record<string, unknown>[] {
  * per call id (and no tool message stands alone), the given user messages are stored, and `turn_count`
  * is right and equals compacted turns plus stored user messages.
  */
-function assertIntact(store: SessionStore, sessionId: string, expected: { turns: number; users: string[] }) {
-  const messages = store.messages(sessionId);
-  const session = store.get(sessionId);
+function assertIntact(
+  store: SessionStore,
+  sessionId: string,
+  expected: { turns: number; users: string[] },
+  userId = USER,
+) {
+  const messages = store.messages(keyOf(sessionId, userId));
+  const session = store.get(keyOf(sessionId, userId));
   assert.ok(session !== null, `session ${sessionId} exists`);
   assert.equal(session.turnCount, expected.turns, "turn_count");
   assert.equal(session.turnCount, session.compactedTurns + messages.filter((m) => m.role === "user").length);
@@ -213,7 +218,7 @@ Deno.test("fault: a hang past the timeout is retried once, then ends in error (t
   }]);
   assert.match(result.answer, /timed out after 0\.2 s/);
   assertIntact(rig.store, SESSION, { turns: 1, users: ["hello"] });
-  assert.deepEqual(rig.store.messages(SESSION).map((m) => m.role), ["user"]);
+  assert.deepEqual(rig.store.messages(keyOf(SESSION, USER)).map((m) => m.role), ["user"]);
   await assertNextTurnAnswered(rig, 2);
 });
 
@@ -385,7 +390,7 @@ Deno.test("fault: tool arguments that are not JSON become a tool error, then an 
   const sent = rig.provider.requests[1].body!.messages as Record<string, unknown>[];
   assert.equal(sent.at(-1)!.role, "tool");
   assert.equal(sent.at(-1)!.tool_call_id, "call_bad");
-  const tool = rig.store.messages(SESSION).find((m) => m.role === "tool")!;
+  const tool = rig.store.messages(keyOf(SESSION, USER)).find((m) => m.role === "tool")!;
   const stored = JSON.parse(tool.content!);
   assert.equal(stored.ok, false);
   assert.match(stored.error, /arguments are not valid JSON/);
@@ -440,7 +445,7 @@ Deno.test("fault: 50 tool calls store 50 results in one transaction, then an ans
   // The user message, then the call with all 50 results in one append (one transaction), then the answer.
   assert.deepEqual(appends.map((roles) => roles.length), [1, 51, 1]);
   assert.deepEqual(appends[1], ["assistant", ...Array(50).fill("tool")]);
-  const tools = rig.store.messages(SESSION).filter((m) => m.role === "tool");
+  const tools = rig.store.messages(keyOf(SESSION, USER)).filter((m) => m.role === "tool");
   assert.deepEqual(tools.map((m) => m.toolCallId), calls.map((c) => c.id));
   assert.deepEqual(tools.map((m) => JSON.parse(m.content!).data.result), calls.map((_, i) => i + 1));
   const events = rig.events(result.runId);
@@ -462,7 +467,7 @@ Deno.test("fault: tool calls repeating one id get distinct ids and one result ea
   const result = await rig.turn("three sums please");
   assert.equal(result.outcome, "answered");
   assert.equal(result.answer, "I ran 3 tools; 0 failed.");
-  const messages = rig.store.messages(SESSION);
+  const messages = rig.store.messages(keyOf(SESSION, USER));
   const ids = messages.find((m) => m.toolCalls?.length)!.toolCalls!.map((c) => c.id);
   assert.equal(ids[0], "call_dup");
   assert.equal(new Set(ids).size, 3);
@@ -484,7 +489,7 @@ Deno.test("fault: content and tool_calls both null twice: one nudge, then the tu
   assert.equal(rig.provider.requests.length, 2);
   const sent = rig.provider.requests[1].body!.messages as Record<string, unknown>[];
   assert.deepEqual(sent.at(-1), { role: "user", content: EMPTY_REPLY_NUDGE });
-  assert.deepEqual(rig.store.messages(SESSION).map((m) => [m.role, m.content]), [
+  assert.deepEqual(rig.store.messages(keyOf(SESSION, USER)).map((m) => [m.role, m.content]), [
     ["user", "what is 3*3?"],
     ["runtime", EMPTY_REPLY_NUDGE],
     ["assistant", EMPTY_ANSWER],
@@ -502,7 +507,7 @@ Deno.test("fault: content and tool_calls both null once: after the nudge, answer
   assert.equal(result.outcome, "answered");
   assert.equal(result.answer, "The answer is 9.");
   assert.equal(rig.provider.requests.length, 3);
-  assert.deepEqual(rig.store.messages(SESSION).map((m) => m.role), [
+  assert.deepEqual(rig.store.messages(keyOf(SESSION, USER)).map((m) => m.role), [
     "user",
     "runtime",
     "assistant",
@@ -525,7 +530,7 @@ Deno.test("fault: a 1 MB answer is stored and returned whole; the trace cuts it"
   const result = await rig.turn("tell me a very long story");
   assert.equal(result.outcome, "answered");
   assert.equal(result.answer, big);
-  assert.equal(rig.store.messages(SESSION).at(-1)!.content, big);
+  assert.equal(rig.store.messages(keyOf(SESSION, USER)).at(-1)!.content, big);
   const max = rig.config.traceMaxPayloadChars;
   assert.equal(max, 2000);
   const [answer] = dataOf(rig.events(result.runId), "answer");
@@ -569,7 +574,7 @@ Deno.test("fault: a stream cut after deltas is an error, not retried, nothing st
   const [ended] = dataOf(rig.events(stopped.runId), "error");
   assert.deepEqual([ended.kind, ended.retries], ["invalid_response", 0]);
   assert.match(String(ended.message), /the stream ended after \d+ bytes without \[DONE\] or a finish_reason/);
-  assert.deepEqual(rig.store.messages(SESSION).map((m) => m.role), ["user", "user"]);
+  assert.deepEqual(rig.store.messages(keyOf(SESSION, USER)).map((m) => m.role), ["user", "user"]);
   assertIntact(rig.store, SESSION, { turns: 2, users: ["hello", "hello again"] });
   await assertNextTurnAnswered(rig, 3);
 });
@@ -605,8 +610,8 @@ Deno.test("fault: a non-JSON summary abandons compaction; answered, messages kep
   assert.equal(compact.ok, false);
   assert.equal(compact.trigger, "turns");
   assert.match(String(compact.reason), /^summary is not valid JSON: /);
-  assert.equal(rig.store.get(SESSION)!.summary, null);
-  assert.deepEqual(rig.store.messages(SESSION).map((m) => m.content), [
+  assert.equal(rig.store.get(keyOf(SESSION, USER))!.summary, null);
+  assert.deepEqual(rig.store.messages(keyOf(SESSION, USER)).map((m) => m.content), [
     "my name is Ada",
     "echo: my name is Ada",
     "hello again",
@@ -617,7 +622,7 @@ Deno.test("fault: a non-JSON summary abandons compaction; answered, messages kep
   await assertNextTurnAnswered(rig, 3);
   const retried = readTrace(rig.tracePath, (e) => e.event === "compact" && e.turn === 3);
   assert.equal(retried[0].data.ok, true);
-  assert.match(rig.store.get(SESSION)!.summary!, /User said: my name is Ada/);
+  assert.match(rig.store.get(keyOf(SESSION, USER))!.summary!, /User said: my name is Ada/);
 });
 
 // ---------------------------------------------------------------------------------------------------------
@@ -716,6 +721,7 @@ Deno.test("fault: over HTTP a model failure is 502 and a timeout 504, each with 
   const timedOutBody = await timedOut.json();
   assert.equal(timedOutBody.error.code, "llm_timeout");
   assert.equal(rig.provider.requests.length, 2);
+  // Without tokens every request is user "local".
   for (const [session, body, kind] of [["http-1", failedBody, "http"], ["http-2", timedOutBody, "timeout"]]) {
     const trace = await handler(
       new Request(`http://agent.test/v1/sessions/${session}/trace?run_id=${body.error.run_id}`),
@@ -723,13 +729,13 @@ Deno.test("fault: over HTTP a model failure is 502 and a timeout 504, each with 
     const { events } = await trace.json();
     assert.deepEqual(names(events), ["run_start", "error", "run_end"]);
     assert.equal(events[1].data.kind, kind);
-    assertIntact(rig.store, session, { turns: 1, users: ["hello"] });
+    assertIntact(rig.store, session, { turns: 1, users: ["hello"] }, "local");
   }
   rig.provider.setScript([]);
   const healthy = await handler(post("http-1", "what is 2+3?"));
   assert.equal(healthy.status, 200);
   assert.equal((await healthy.json()).answer, "The answer is 5.");
-  assertIntact(rig.store, "http-1", { turns: 2, users: ["hello", "what is 2+3?"] });
+  assertIntact(rig.store, "http-1", { turns: 2, users: ["hello", "what is 2+3?"] }, "local");
 });
 
 // ---------------------------------------------------------------------------------------------------------
@@ -812,7 +818,7 @@ Deno.test("fault: the sentinel key reaches the provider and nowhere else", async
   await rig.turn("my key is not here", { sessionId: "sentinel-summary" });
   rig.provider.setScript([summaryInvalid()]);
   collect("summary: turn", await rig.turn("again", { sessionId: "sentinel-summary" }));
-  collect("summary: store", rig.store.messages("sentinel-summary"));
+  collect("summary: store", rig.store.messages(keyOf("sentinel-summary", USER)));
 
   // 2. A streaming client: cut mid-stream, and a 401 answered to a streaming request.
   {

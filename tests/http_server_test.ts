@@ -10,14 +10,20 @@ import { Authenticator } from "../src/http/auth.ts";
 import type { HandlerDeps } from "../src/http/handler.ts";
 import { type RunningServer, serveHttp } from "../src/http/server.ts";
 import type { SessionQueue } from "../src/http/session_queue.ts";
+import { queueKey } from "../src/http/turn_route.ts";
 import type { ChatOptions, LLM } from "../src/llm/llm.ts";
 import { readTrace } from "../src/trace.ts";
 import type { ChatReply, Message, StoredMessage } from "../src/types.ts";
 import { startFakeProvider } from "./fixtures/fake_openai.ts";
-import { tempDir } from "./_harness.ts";
+import { keyOf, tempDir } from "./_harness.ts";
 import { type HttpHarness, httpHarness, parseSse } from "./_http_harness.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
+
+/** Turns waiting behind the running one in the queue of the (unauthenticated) local user's session. */
+function waiting(h: HttpHarness, sessionId: string): number {
+  return h.deps.queue.waiting(queueKey(keyOf(sessionId, "local")));
+}
 const encoder = new TextEncoder();
 
 interface Served {
@@ -111,14 +117,14 @@ function assertSerializedTurns(
   const turns = answered.map((a) => a.turn);
   assert.equal(new Set(turns).size, turns.length, "every response has its own turn");
   assert.deepEqual(turns.toSorted((a, b) => a - b), answered.map((_, i) => i + 1));
-  const stored = turnsOf(h.store.messages(session));
+  const stored = turnsOf(h.store.messages(keyOf(session, "local")));
   assert.equal(stored.length, answered.length);
   for (const { index, turn, answer } of answered) {
     const n = index + 1;
     assert.equal(answer, `The answer is ${n * 2}.`);
     assert.deepEqual(stored[turn - 1], { question: `what is ${n}*2?`, answer: `The answer is ${n * 2}.` });
   }
-  assert.equal(h.store.get(session)!.turnCount, answered.length);
+  assert.equal(h.store.get(keyOf(session, "local"))!.turnCount, answered.length);
 }
 
 Deno.test("SSE over the network: frames arrive in order during the turn, then it closes", async () => {
@@ -142,7 +148,9 @@ Deno.test("SSE over the network: frames arrive in order during the turn, then it
         buffer = buffer.slice(end + 2);
         frames.push({ ...frame, read: reads });
         if (frame.event === "run_start") {
-          answerStoredAtStart = h.store.messages("sse-net").some((m) => m.role === "assistant");
+          answerStoredAtStart = h.store.messages(keyOf("sse-net", "local")).some((m) =>
+            m.role === "assistant"
+          );
         }
       }
     }
@@ -195,10 +203,10 @@ Deno.test("20 simultaneous POSTs to one session: 1 runs, 8 wait, 11 get 429 with
         }),
     );
     await until(
-      () => h.llm.calls === 1 && early.length + h.deps.queue.waiting("one") + 1 === 20,
+      () => h.llm.calls === 1 && early.length + waiting(h, "one") + 1 === 20,
       "every request to be running, waiting or answered",
     );
-    assert.equal(h.deps.queue.waiting("one"), 8);
+    assert.equal(waiting(h, "one"), 8);
     assert.ok(early.every((r) => r.status === 429), "only rejections come back while the turn is held");
     h.llm.release();
     const responses = await Promise.all(requests);
@@ -218,7 +226,7 @@ Deno.test("20 simultaneous POSTs to one session: 1 runs, 8 wait, 11 get 429 with
       return [{ index, turn: bodies[index].turn as number, answer: bodies[index].answer as string }];
     });
     assertSerializedTurns(h, "one", answered);
-    const stored = new Set(h.store.messages("one").map((m) => m.content));
+    const stored = new Set(h.store.messages(keyOf("one", "local")).map((m) => m.content));
     for (const i of rejected) assert.ok(!stored.has(`what is ${i + 1}*2?`), "a rejected turn stores nothing");
     assert.equal(h.llm.calls, 9 * 2);
   });
@@ -230,7 +238,10 @@ Deno.test("9 simultaneous POSTs to one session all succeed with turns 1..9, neve
   await withServer(h, async ({ url }) => {
     const requests = Array.from({ length: 9 }, (_, i) => post(url, "nine", `what is ${i + 1}*2?`));
     // All nine are in the server at once: one running, eight waiting.
-    await until(() => h.llm.calls === 1 && h.deps.queue.waiting("nine") === 8, "8 turns to wait");
+    await until(
+      () => h.llm.calls === 1 && waiting(h, "nine") === 8,
+      "8 turns to wait",
+    );
     h.llm.release();
     const responses = await Promise.all(requests);
     const bodies = await Promise.all(responses.map((r) => r.json()));
@@ -251,7 +262,10 @@ Deno.test("20 simultaneous POSTs to one session whose queue admits them all get 
   h.llm.hold = true;
   await withServer(h, async ({ url }) => {
     const requests = Array.from({ length: 20 }, (_, i) => post(url, "twenty", `what is ${i + 1}*2?`));
-    await until(() => h.llm.calls === 1 && h.deps.queue.waiting("twenty") === 19, "19 turns to wait");
+    await until(
+      () => h.llm.calls === 1 && waiting(h, "twenty") === 19,
+      "19 turns to wait",
+    );
     h.llm.release();
     const responses = await Promise.all(requests);
     const bodies = await Promise.all(responses.map((r) => r.json()));
@@ -327,8 +341,12 @@ Deno.test("a client that disconnects mid-turn aborts the model call and the turn
     assert.deepEqual(trace.map((e) => e.event), ["run_start", "error", "run_end"]);
     assert.equal(trace[1].data.kind, "aborted");
     assert.equal(trace[2].data.outcome, "aborted");
-    assert.deepEqual(h.store.messages("gone"), [], "neither the question nor a half-turn stays");
-    assert.equal(h.store.get("gone")!.turnCount, 0);
+    assert.deepEqual(
+      h.store.messages(keyOf("gone", "local")),
+      [],
+      "neither the question nor a half-turn stays",
+    );
+    assert.equal(h.store.get(keyOf("gone", "local"))!.turnCount, 0);
 
     h.llm.release();
     const next = await post(url, "gone", "hello again");
@@ -336,7 +354,7 @@ Deno.test("a client that disconnects mid-turn aborts the model call and the turn
     const body = await next.json();
     assert.equal(body.turn, 1);
     assert.equal(body.answer, "echo: hello again");
-    assert.deepEqual(h.store.messages("gone").map((m) => m.role), ["user", "assistant"]);
+    assert.deepEqual(h.store.messages(keyOf("gone", "local")).map((m) => m.role), ["user", "assistant"]);
   });
 });
 
@@ -348,17 +366,23 @@ Deno.test("a queued turn whose client disconnects never reaches the model or the
     await until(() => h.llm.calls === 1, "the first turn to reach the model");
     const client = new AbortController();
     const queued = post(url, "line", "never runs", { signal: client.signal });
-    await until(() => h.deps.queue.waiting("line") === 1, "the second turn to wait");
+    await until(
+      () => waiting(h, "line") === 1,
+      "the second turn to wait",
+    );
     client.abort();
     await assert.rejects(queued, (error) => error instanceof DOMException && error.name === "AbortError");
-    await until(() => h.deps.queue.waiting("line") === 0, "the waiting turn to be dropped");
+    await until(
+      () => waiting(h, "line") === 0,
+      "the waiting turn to be dropped",
+    );
 
     h.llm.release();
     const response = await first;
     assert.equal(response.status, 200);
     assert.equal((await response.json()).turn, 1);
     assert.equal(h.llm.calls, 2, "only the first turn's two model calls");
-    assert.deepEqual(turnsOf(h.store.messages("line")), [{
+    assert.deepEqual(turnsOf(h.store.messages(keyOf("line", "local"))), [{
       question: "what is 2*3?",
       answer: "The answer is 6.",
     }]);
@@ -388,7 +412,7 @@ Deno.test("an SSE client that goes away mid-stream aborts the turn the same way"
     assert.deepEqual(trace.map((e) => e.event), ["run_start", "error", "run_end"]);
     assert.equal(trace[1].data.kind, "aborted");
     assert.equal(trace[2].data.outcome, "aborted");
-    assert.deepEqual(h.store.messages("sse-gone"), [], "the cancelled turn is taken back");
+    assert.deepEqual(h.store.messages(keyOf("sse-gone", "local")), [], "the cancelled turn is taken back");
     assert.ok(!h.logs.some((line) => line.startsWith("error:")), h.logs.join("\n"));
   });
 });
@@ -408,22 +432,28 @@ Deno.test("a queued SSE turn whose client disconnects is dropped without an erro
       signal: client.signal,
     });
     assert.equal(queued.status, 200);
-    await until(() => h.deps.queue.waiting("sse-line") === 1, "the SSE turn to wait");
+    await until(
+      () => waiting(h, "sse-line") === 1,
+      "the SSE turn to wait",
+    );
     client.abort();
     await assert.rejects(
       queued.text(),
       (error) => error instanceof DOMException && error.name === "AbortError",
     );
-    await until(() => h.deps.queue.waiting("sse-line") === 0, "the waiting turn to be dropped");
+    await until(
+      () => waiting(h, "sse-line") === 0,
+      "the waiting turn to be dropped",
+    );
     h.llm.release();
     await (await first).body?.cancel();
     assert.equal(h.llm.calls, 2, "only the first turn's two model calls");
-    assert.ok(!h.store.messages("sse-line").some((m) => m.content === "never runs"));
+    assert.ok(!h.store.messages(keyOf("sse-line", "local")).some((m) => m.content === "never runs"));
     assert.deepEqual(h.logs.filter((line) => line.startsWith("error:")), [], "a disconnect is not an error");
   });
 });
 
-Deno.test("over the network another user's session is 404 everywhere; each lists only theirs", async () => {
+Deno.test("over the network session ids are per user: bob's GET/DELETE of alice's id is 404, his POST opens his own", async () => {
   const tokens = [
     { token: "tok-alice-0123456789", userId: "alice" },
     { token: "tok-bob-9876543210", userId: "bob" },
@@ -449,11 +479,12 @@ Deno.test("over the network another user's session is 404 everywhere; each lists
       assert.equal(response.status, 404, `${method} ${path}`);
       assert.equal((await response.json()).error.code, "not_found");
     }
-    const intrusion = await post(url, "alice-s", "let me in", { headers: bob });
-    assert.equal(intrusion.status, 404);
-    assert.equal((await intrusion.json()).error.code, "not_found");
-    assert.equal(h.llm.calls, calls, "bob's POST never reached the model");
-    assert.deepEqual(h.store.messages("alice-s").map((m) => m.content), [
+    assert.equal(h.llm.calls, calls, "bob's requests never reached the model");
+    const own = await post(url, "alice-s", "my own", { headers: bob });
+    assert.equal(own.status, 200);
+    const body = await own.json();
+    assert.deepEqual([body.session_id, body.turn, body.answer], ["alice-s", 1, "echo: my own"]);
+    assert.deepEqual(h.store.messages(keyOf("alice-s", "alice")).map((m) => m.content), [
       "hello from alice-s",
       "echo: hello from alice-s",
     ]);
@@ -464,7 +495,7 @@ Deno.test("over the network another user's session is 404 everywhere; each lists
       return (await response.json()).sessions.map((s: { id: string }) => s.id);
     };
     assert.deepEqual(await list(alice), ["alice-s"]);
-    assert.deepEqual(await list(bob), ["bob-s"]);
+    assert.deepEqual((await list(bob)).sort(), ["alice-s", "bob-s"]);
     const anonymous = await fetch(`${url}/v1/sessions`);
     assert.equal(anonymous.status, 401);
     await anonymous.body?.cancel();
@@ -503,7 +534,7 @@ Deno.test("on stop a running turn finishes within the grace period, new connecti
     await server.finished;
     assert.ok(h.logs.some((line) => line.startsWith("shutting down: 1 turn(s) running")), h.logs.join("\n"));
     assert.ok(!h.logs.some((line) => line.startsWith("grace period over")));
-    assert.equal(turnsOf(h.store.messages("late")).length, 1);
+    assert.equal(turnsOf(h.store.messages(keyOf("late", "local"))).length, 1);
   }, { graceSeconds: 5 });
 });
 
@@ -540,8 +571,12 @@ Deno.test("a turn still running when the grace period ends is aborted, JSON and 
     assert.equal((frames[2].data.data as { outcome: string }).outcome, "aborted");
 
     for (const session of ["held-json", "held-sse"]) {
-      assert.deepEqual(h.store.messages(session), [], `${session}'s cancelled turn is taken back`);
-      assert.equal(h.store.get(session)!.turnCount, 0);
+      assert.deepEqual(
+        h.store.messages(keyOf(session, "local")),
+        [],
+        `${session}'s cancelled turn is taken back`,
+      );
+      assert.equal(h.store.get(keyOf(session, "local"))!.turnCount, 0);
       const outcomes = readTrace(h.tracePath, (e) => e.session_id === session && e.event === "run_end")
         .map((e) => e.data.outcome);
       assert.deepEqual(outcomes, ["aborted"]);
@@ -560,7 +595,7 @@ Deno.test("turns still waiting when the grace period ends get 503, not a logged 
     await until(() => h.llm.calls === 1, "the first turn to reach the model");
     const json = post(url, "drain", "waiting json");
     const sse = post(url, "drain", "waiting sse", { headers: { accept: "text/event-stream" } });
-    await until(() => h.deps.queue.waiting("drain") === 2, "two turns to wait");
+    await until(() => waiting(h, "drain") === 2, "two turns to wait");
     stop.abort();
     await server.finished;
 
@@ -568,7 +603,7 @@ Deno.test("turns still waiting when the grace period ends get 503, not a logged 
     assert.equal(aborted.outcome, "aborted");
     // Consistent whatever the status: the waiting turns never started and stored nothing, and the running one
     // was taken back when it was aborted.
-    assert.deepEqual(h.store.messages("drain"), []);
+    assert.deepEqual(h.store.messages(keyOf("drain", "local")), []);
     assert.equal(h.llm.calls, 1);
     const jsonResponse = await json;
     const jsonError = (await jsonResponse.json()).error;
@@ -615,7 +650,7 @@ Deno.test("a chunked body over the limit gets 413 before it is all sent", async 
     // No Content-Length to go by: the server counted the bytes it read and stopped.
     assert.match(error.message, /at least \d+ bytes, the limit is 1024/);
     assert.ok(pulled < total, `the client had to produce ${pulled} of ${total} chunks`);
-    assert.equal(h.store.get("big"), null);
+    assert.equal(h.store.get(keyOf("big", "local")), null);
     assert.equal(h.llm.calls, 0);
   });
 });
@@ -657,7 +692,7 @@ Deno.test("a slowly trickling body on one connection does not hold up a request 
     assert.equal(quick.status, 200);
     assert.equal((await quick.json()).answer, "The answer is 20.");
     assert.equal(slowDone, false, "the slow body is still being sent");
-    assert.equal(h.store.get("slow"), null);
+    assert.equal(h.store.get(keyOf("slow", "local")), null);
 
     trickle.enqueue(encoder.encode(' steady"}'));
     trickle.close();
@@ -783,7 +818,7 @@ Deno.test("POST /retry reruns the question of a turn that ended in error: same t
     assert.equal(failed.status, 502);
     const error = (await failed.json()).error;
     assert.match(error.message, /POST \/v1\/sessions\/r1\/retry/);
-    assert.deepEqual(h.store.messages("r1").map((m) => m.content), ["what is 6*7?"]);
+    assert.deepEqual(h.store.messages(keyOf("r1", "local")).map((m) => m.content), ["what is 6*7?"]);
 
     h.llm.fail = null;
     const retried = await retry(url, "r1");
@@ -791,11 +826,11 @@ Deno.test("POST /retry reruns the question of a turn that ended in error: same t
     const body = await retried.json();
     assert.equal(body.turn, 1);
     assert.equal(body.answer, "The answer is 42.");
-    assert.deepEqual(turnsOf(h.store.messages("r1")), [{
+    assert.deepEqual(turnsOf(h.store.messages(keyOf("r1", "local"))), [{
       question: "what is 6*7?",
       answer: "The answer is 42.",
     }]);
-    assert.equal(h.store.get("r1")!.turnCount, 1);
+    assert.equal(h.store.get(keyOf("r1", "local"))!.turnCount, 1);
     const starts = readTrace(h.tracePath, (e) => e.session_id === "r1" && e.event === "run_start");
     assert.deepEqual(starts.map((e) => [e.turn, e.data.retry ?? false]), [[1, false], [1, true]]);
 
@@ -803,7 +838,7 @@ Deno.test("POST /retry reruns the question of a turn that ended in error: same t
     const again = await retry(url, "r1");
     assert.equal(again.status, 409);
     assert.equal((await again.json()).error.code, "nothing_to_retry");
-    assert.equal(h.store.messages("r1").length, 4);
+    assert.equal(h.store.messages(keyOf("r1", "local")).length, 4);
     // A session that does not exist is 404, as on every route.
     const missing = await retry(url, "never-used");
     assert.equal(missing.status, 404);
@@ -823,7 +858,7 @@ Deno.test("POST /retry streams as SSE with Accept: text/event-stream", async () 
     assert.equal(response.status, 200);
     const frames = parseSse(await response.text()).filter((f) => f.event !== "delta");
     assert.deepEqual(frames.map((f) => f.event), ["run_start", "llm_call", "answer", "run_end"]);
-    assert.deepEqual(h.store.messages("r2").map((m) => m.content), ["hello", "echo: hello"]);
+    assert.deepEqual(h.store.messages(keyOf("r2", "local")).map((m) => m.content), ["hello", "echo: hello"]);
   });
 });
 
@@ -842,8 +877,8 @@ Deno.test("an SSE client with a large body that goes away mid-turn aborts the tu
     await reader.cancel();
     await until(() => h.llm.aborted === 1, "the model call to see the abort");
     await until(() => h.deps.queue.size === 0, "the aborted turn to end");
-    assert.deepEqual(h.store.messages("sse-big"), []);
-    assert.equal(h.store.get("sse-big")!.turnCount, 0);
+    assert.deepEqual(h.store.messages(keyOf("sse-big", "local")), []);
+    assert.equal(h.store.get(keyOf("sse-big", "local"))!.turnCount, 0);
   });
 });
 
@@ -862,6 +897,9 @@ Deno.test("a JSON client with a large body that goes away: the turn runs to its 
     h.llm.release();
     await until(() => h.deps.queue.size === 0, "the turn to end");
     assert.equal(h.llm.aborted, 0);
-    assert.deepEqual(turnsOf(h.store.messages("json-big")), [{ question, answer: `echo: ${question}` }]);
+    assert.deepEqual(turnsOf(h.store.messages(keyOf("json-big", "local"))), [{
+      question,
+      answer: `echo: ${question}`,
+    }]);
   });
 });

@@ -10,7 +10,7 @@ import { SessionStore } from "../src/store.ts";
 import { createLlmSummarizer } from "../src/summarizer.ts";
 import { parseSummaryPatch } from "../src/compactor.ts";
 import { parseSummary } from "../src/context.ts";
-import { realTools } from "./_harness.ts";
+import { keyOf, realTools } from "./_harness.ts";
 
 const config = loadConfig({
   RUN_LIVE_TESTS: Deno.env.get("RUN_LIVE_TESTS"),
@@ -67,7 +67,7 @@ Deno.test({
       const deps = liveDeps(store);
       const id = { sessionId: "live-todo", userId: "live" };
       await runTurn({ ...id, message: "Please add a todo: renew my passport before March." }, deps);
-      assert.equal(store.listTodos("live-todo").length, 1, "the todo tool stored it");
+      assert.equal(store.listTodos(keyOf("live-todo", "live")).length, 1, "the todo tool stored it");
       const result = await runTurn(
         { ...id, message: "Which official document did I say I must renew?" },
         deps,
@@ -90,7 +90,7 @@ Deno.test({
       for (const message of ["My favourite colour is teal.", "I am planning a trip to Lisbon.", "Say hi."]) {
         await runTurn({ ...id, message }, deps);
       }
-      const summary = parseSummary(store.get("live-compact")!.summary);
+      const summary = parseSummary(store.get(keyOf("live-compact", "live"))!.summary);
       assert.ok(summary !== null, "a summary was stored");
       parseSummaryPatch(
         JSON.stringify({
@@ -100,7 +100,7 @@ Deno.test({
           unresolved: summary.unresolved,
         }),
       );
-      assert.ok(!store.messages("live-compact").some((m) => m.content?.includes("teal")));
+      assert.ok(!store.messages(keyOf("live-compact", "live")).some((m) => m.content?.includes("teal")));
       const result = await runTurn({ ...id, message: "What is my favourite colour?" }, deps);
       assert.match(result.answer, /teal/i);
     } finally {

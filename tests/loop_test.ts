@@ -3,7 +3,7 @@ import { LlmError } from "../src/errors.ts";
 import { EMPTY_ANSWER, EMPTY_REPLY_NUDGE, MAX_STEPS_ANSWER, runTurn } from "../src/loop.ts";
 import { ScriptedLLM } from "../src/llm/scripted.ts";
 import { SessionStore } from "../src/store.ts";
-import { harness, lastToolResult, steppingClock, tempDir } from "./_harness.ts";
+import { harness, keyOf, lastToolResult, steppingClock, tempDir } from "./_harness.ts";
 
 const input = (message: string, sessionId = "s1") => ({ sessionId, userId: "u1", message });
 
@@ -25,7 +25,7 @@ Deno.test("runTurn() answers 84 for 12*(3+4) from the calculator's result", asyn
     arguments: '{"expression":"12*(3+4)"}',
     ok: true,
   }]);
-  const stored = h.store.messages("s1");
+  const stored = h.store.messages(keyOf("s1", "u1"));
   assert.deepEqual(stored.map((m) => m.role), ["user", "assistant", "tool", "assistant"]);
   assert.equal(stored[2].toolCallId, stored[1].toolCalls![0].id);
   assert.deepEqual(
@@ -33,10 +33,36 @@ Deno.test("runTurn() answers 84 for 12*(3+4) from the calculator's result", asyn
     ["run_start", "llm_call", "tool_call", "tool_result", "llm_call", "answer", "run_end"],
   );
   assert.ok(h.events.every((e) => e.run_id === result.runId && e.turn === 1 && e.session_id === "s1"));
+  assert.deepEqual(
+    [...new Set(h.events.map((e) => e.user_id))],
+    ["u1"],
+    "every event names the session's user",
+  );
   // The second request carries the call and its result right after the user message.
   const second = h.llm.requests[1].messages;
   assert.deepEqual(second.map((m) => m.role), ["system", "user", "assistant", "tool"]);
   assert.deepEqual(h.llm.requests[0].tools.map((t) => t.name), ["calculator", "search_mock", "todo"]);
+});
+
+Deno.test("runTurn() keeps two users' turns on one session id apart: history, turn numbers, todos", async () => {
+  using h = harness([
+    { toolCalls: [{ name: "todo", arguments: { action: "add", text: "alice's task" } }] },
+    { content: "added" },
+    { toolCalls: [{ name: "todo", arguments: { action: "list" } }] },
+    ({ messages }) => ({ content: JSON.stringify(lastToolResult(messages).data) }),
+  ]);
+  const alice = await runTurn({ sessionId: "shared", userId: "alice", message: "add it" }, h.deps);
+  const bob = await runTurn({ sessionId: "shared", userId: "bob", message: "list mine" }, h.deps);
+  assert.deepEqual([alice.turn, bob.turn], [1, 1]);
+  assert.equal(bob.answer, '{"todos":[]}', "bob's todo tool sees bob's list only");
+  const bobsRequest = h.llm.requests[2].messages.filter((m) => m.role === "user").map((m) => m.content);
+  assert.deepEqual(bobsRequest, ["list mine"], "bob's context holds none of alice's messages");
+  assert.deepEqual(h.store.listTodos(keyOf("shared", "alice")).map((t) => t.text), ["alice's task"]);
+  assert.deepEqual(h.store.listTodos(keyOf("shared", "bob")), []);
+  assert.deepEqual(
+    h.events.filter((e) => e.event === "run_end").map((e) => [e.user_id, e.session_id, e.turn]),
+    [["alice", "shared", 1], ["bob", "shared", 1]],
+  );
 });
 
 Deno.test("runTurn() runs several tool calls of one reply in order, each answered by its own tool message", async () => {
@@ -52,7 +78,7 @@ Deno.test("runTurn() runs several tool calls of one reply in order, each answere
   ]);
   const result = await runTurn(input("go"), h.deps);
   assert.equal(result.outcome, "answered");
-  const tools = h.store.messages("s1").filter((m) => m.role === "tool");
+  const tools = h.store.messages(keyOf("s1", "u1")).filter((m) => m.role === "tool");
   assert.deepEqual(tools.map((m) => m.toolCallId), ["a", "b", "c"]);
   assert.equal(JSON.parse(tools[0].content!).data.result, 1024);
   const listed = JSON.parse(tools[2].content!).data.todos;
@@ -82,7 +108,7 @@ Deno.test("runTurn() reports invalid arguments with their path, then accepts the
   assert.equal(result.outcome, "answered");
   assert.equal(result.answer, "= 42");
   assert.deepEqual(result.toolCalls.map((c) => c.ok), [false, false, true]);
-  const errors = h.store.messages("s1").filter((m) => m.role === "tool").map((m) =>
+  const errors = h.store.messages(keyOf("s1", "u1")).filter((m) => m.role === "tool").map((m) =>
     JSON.parse(m.content!).error
   );
   assert.match(errors[0], /\$\.expression: expected string, got integer/);
@@ -98,8 +124,8 @@ Deno.test("runTurn() nudges once after an empty reply, then closes with the fixe
   assert.equal(h.llm.requests.length, 2);
   const retry = h.llm.requests[1].messages.at(-1)!;
   assert.deepEqual(retry, { role: "runtime", content: EMPTY_REPLY_NUDGE });
-  assert.deepEqual(h.store.messages("s1").map((m) => m.role), ["user", "runtime", "assistant"]);
-  assert.equal(h.store.get("s1")!.turnCount, 1, "the nudge is not a user turn");
+  assert.deepEqual(h.store.messages(keyOf("s1", "u1")).map((m) => m.role), ["user", "runtime", "assistant"]);
+  assert.equal(h.store.get(keyOf("s1", "u1"))!.turnCount, 1, "the nudge is not a user turn");
 });
 
 Deno.test("runTurn() answers normally when the nudge works", async () => {
@@ -117,7 +143,7 @@ Deno.test("runTurn() stops with max_steps when the model keeps calling tools", a
   assert.equal(result.answer, MAX_STEPS_ANSWER);
   assert.equal(h.llm.requests.length, 3, "the model is not asked again after the limit");
   assert.equal(h.llm.remaining, 1);
-  assert.equal(h.store.messages("s1").at(-1)!.content, MAX_STEPS_ANSWER);
+  assert.equal(h.store.messages(keyOf("s1", "u1")).at(-1)!.content, MAX_STEPS_ANSWER);
   assert.deepEqual(h.events.at(-1)!.data.outcome, "max_steps");
 });
 
@@ -140,7 +166,7 @@ Deno.test("runTurn() ends with outcome error and a message naming the cause when
     message: "LLM request failed: HTTP 503 from api.example.com: overloaded",
   });
   // Consistent: the user message is kept, nothing half-written; the next turn works.
-  assert.deepEqual(h.store.messages("s1").map((m) => m.role), ["user"]);
+  assert.deepEqual(h.store.messages(keyOf("s1", "u1")).map((m) => m.role), ["user"]);
 });
 
 Deno.test("runTurn() fails the turn, not the process, when the script runs out", async () => {
@@ -180,8 +206,9 @@ Deno.test("runTurn() aborted during tool execution stores nothing: no call, no r
   ], { extraTools: [slow] });
   const result = await runTurn(input("go"), { ...h.deps, signal: controller.signal });
   assert.equal(result.outcome, "aborted");
-  assert.deepEqual(h.store.messages("s1"), [], "the cancelled turn left nothing, not even its question");
-  assert.equal(h.store.get("s1")!.turnCount, 0);
+  const key = keyOf("s1", "u1");
+  assert.deepEqual(h.store.messages(key), [], "the cancelled turn left nothing, not even its question");
+  assert.equal(h.store.get(key)!.turnCount, 0);
   const error = h.events.find((e) => e.event === "error")!;
   assert.equal(error.data.message, "the turn was aborted: client disconnected");
   assert.equal(error.data.discarded_messages, 1);
@@ -189,7 +216,7 @@ Deno.test("runTurn() aborted during tool execution stores nothing: no call, no r
   const next = await runTurn(input("again"), { ...h.deps, llm: new ScriptedLLM([{ content: "fine" }]) });
   assert.equal(next.outcome, "answered");
   assert.equal(next.turn, 1);
-  assert.deepEqual(h.store.messages("s1").map((m) => m.content), ["again", "fine"]);
+  assert.deepEqual(h.store.messages(key).map((m) => m.content), ["again", "fine"]);
 });
 
 Deno.test("runTurn() keeps two sessions apart: messages, todos and turn counts", async () => {
@@ -203,12 +230,12 @@ Deno.test("runTurn() keeps two sessions apart: messages, todos and turn counts",
   const second = await runTurn(input("list todos", "w2"), h.deps);
   assert.equal(second.answer, '{"todos":[]}');
   assert.equal(second.turn, 1);
-  assert.deepEqual(h.store.listTodos("w1").map((t) => t.text), ["window one task"]);
-  assert.deepEqual(h.store.listTodos("w2"), []);
+  assert.deepEqual(h.store.listTodos(keyOf("w1", "u1")).map((t) => t.text), ["window one task"]);
+  assert.deepEqual(h.store.listTodos(keyOf("w2", "u1")), []);
   // The second session's requests never contain the first one's messages.
   const seen = JSON.stringify(h.llm.requests.slice(2));
   assert.ok(!seen.includes("add a todo") && !seen.includes("window one task"));
-  assert.equal(h.store.get("w1")!.turnCount, 1);
+  assert.equal(h.store.get(keyOf("w1", "u1"))!.turnCount, 1);
 });
 
 Deno.test("runTurn() counts turns across runs and a reopened database", async () => {
@@ -264,7 +291,7 @@ Deno.test("runTurn() gives repeated or empty tool call ids distinct ones, so eac
     { content: "done" },
   ]);
   await runTurn(input("go"), h.deps);
-  const [, assistant, ...rest] = h.store.messages("s1");
+  const [, assistant, ...rest] = h.store.messages(keyOf("s1", "u1"));
   const ids = assistant.toolCalls!.map((c) => c.id);
   assert.equal(ids[0], "dup");
   assert.equal(new Set(ids).size, 3);
@@ -286,7 +313,7 @@ Deno.test("runTurn() never freezes the objects the model client returned", async
   assert.equal(Object.isFrozen(call), false);
   assert.equal(Object.isFrozen(replies[0].toolCalls), false);
   // The stored copy is frozen and equal.
-  const stored = h.store.messages("s1")[1];
+  const stored = h.store.messages(keyOf("s1", "u1"))[1];
   assert.ok(Object.isFrozen(stored.toolCalls![0]));
   assert.deepEqual(stored.toolCalls, [call]);
 });

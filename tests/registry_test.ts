@@ -22,7 +22,7 @@ const boom: ToolSpec = {
     throw new Error("disk on fire");
   },
 };
-const ctx = { sessionId: "s" };
+const ctx = { sessionId: "s", userId: "u" };
 const call = (name: string, args: string) => ({ id: "c", name, arguments: args });
 
 Deno.test("ToolRegistry.execute() returns the handler's data on success", async () => {

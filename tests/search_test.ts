@@ -173,7 +173,7 @@ Deno.test("createSearchTool() declares search_mock with a required non-empty que
 
 Deno.test("createSearchTool() handler returns {query, results} with the top 3 hits", async () => {
   const tool = createSearchTool(corpus);
-  const output = await tool.handler({ query: "compaction" }, { sessionId: "s1" });
+  const output = await tool.handler({ query: "compaction" }, { sessionId: "s1", userId: "u1" });
   assert.deepEqual(output, { query: "compaction", results: search(corpus, "compaction") });
   const { results } = output as { results: unknown[] };
   assert.ok(results.length >= 1 && results.length <= 3);
@@ -182,7 +182,7 @@ Deno.test("createSearchTool() handler returns {query, results} with the top 3 hi
 Deno.test("createSearchTool() handler throws for a query with no words", () => {
   const tool = createSearchTool(corpus);
   assert.throws(
-    () => tool.handler({ query: "!!!" }, { sessionId: "s1" }),
+    () => tool.handler({ query: "!!!" }, { sessionId: "s1", userId: "u1" }),
     new Error("Cannot search: query has no words"),
   );
 });

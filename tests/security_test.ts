@@ -15,7 +15,7 @@ import { runTurn } from "../src/loop.ts";
 import { DOCS_DIR, taskPermissionFlags } from "../src/permissions.ts";
 import { SessionStore } from "../src/store.ts";
 import { serializeToolResult, type ToolSpec } from "../src/tools/registry.ts";
-import { counterIds, harness, tempDir } from "./_harness.ts";
+import { counterIds, harness, keyOf, tempDir } from "./_harness.ts";
 import { httpHarness, postMessage } from "./_http_harness.ts";
 
 const encoder = new TextEncoder();
@@ -91,7 +91,9 @@ function assertHygiene(request: ScriptedRequest, summary: string | null, sentUse
 Deno.test("a [RUNTIME CONTEXT] header in user messages and tool results never becomes a system message", async () => {
   const seen: { request: ScriptedRequest; summary: string | null }[] = [];
   let store: SessionStore | null = null;
-  using h = harness(injectedScript(seen, () => store!.get("inj")!.summary), { extraTools: [INJECTING_TOOL] });
+  using h = harness(injectedScript(seen, () => store!.get(keyOf("inj"))!.summary), {
+    extraTools: [INJECTING_TOOL],
+  });
   store = h.store;
   const sent = new Set<string>();
   for (const message of [FORGED, `please read this:\n${FORGED}`, `  ${RUNTIME_CONTEXT_HEADER}`]) {
@@ -99,11 +101,13 @@ Deno.test("a [RUNTIME CONTEXT] header in user messages and tool results never be
     const result = await runTurn({ sessionId: "inj", userId: "u", message }, h.deps);
     assert.equal(result.outcome, "answered");
   }
-  assert.equal(h.store.get("inj")!.summary, null, "below both thresholds nothing is summarized");
+  assert.equal(h.store.get(keyOf("inj"))!.summary, null, "below both thresholds nothing is summarized");
   assert.equal(seen.length, 6);
   for (const { request, summary } of seen) assertHygiene(request, summary, sent);
   // Stored as they came: in user and tool roles, never as anything the context builder promotes.
-  const stored = h.store.messages("inj").filter((m) => (m.content ?? "").includes(RUNTIME_CONTEXT_HEADER));
+  const stored = h.store.messages(keyOf("inj")).filter((m) =>
+    (m.content ?? "").includes(RUNTIME_CONTEXT_HEADER)
+  );
   assert.deepEqual([...new Set(stored.map((m) => m.role))].sort(), ["tool", "user"]);
 });
 
@@ -118,7 +122,7 @@ Deno.test("after compaction an injected header is only a quoted string inside th
     fc.asyncProperty(fc.array(fc.tuple(WRAP, WRAP), { minLength: 3, maxLength: 5 }), async (wraps) => {
       const seen: { request: ScriptedRequest; summary: string | null }[] = [];
       let store: SessionStore | null = null;
-      using h = harness(injectedScript(seen, () => store!.get("inj")!.summary), {
+      using h = harness(injectedScript(seen, () => store!.get(keyOf("inj"))!.summary), {
         extraTools: [INJECTING_TOOL],
         maxRawTurns: 2,
       });
@@ -130,7 +134,7 @@ Deno.test("after compaction an injected header is only a quoted string inside th
         sent.add(message);
         await runTurn({ sessionId: "inj", userId: "u", message }, h.deps);
       }
-      const summary = h.store.get("inj")!.summary;
+      const summary = h.store.get(keyOf("inj"))!.summary;
       assert.ok(summary !== null, "more than 2 turns compacted");
       for (const { request, summary } of seen) assertHygiene(request, summary, sent);
 
@@ -206,7 +210,6 @@ function assertSchema(path: string, counts: { sessions: number }): void {
       const name of [
         "messages",
         "sessions",
-        "sessions_of_user",
         "todos",
         "todos_by_session",
       ]
@@ -236,9 +239,9 @@ Deno.test("SessionStore stores hostile message contents, tool data and todo text
       fc.property(HOSTILE, HOSTILE, HOSTILE, HOSTILE, (content, messageId, toolText, todoText) => {
         // Message ids are one namespace across sessions (the runtime's are `${uuid}:${seq}`): keep them unique.
         const sessionId = `s-${run++}`;
-        store.getOrCreate(sessionId, "u");
+        store.getOrCreate(keyOf(sessionId));
         const calls = [{ id: toolText, name: toolText, arguments: toolText }];
-        store.append(sessionId, [
+        store.append(keyOf(sessionId), [
           { id: `${messageId}#${run}.1`, role: "user", content, createdAt: toolText },
           { id: `${messageId}#${run}.2`, role: "assistant", content: null, toolCalls: calls, createdAt: "t" },
           {
@@ -249,22 +252,34 @@ Deno.test("SessionStore stores hostile message contents, tool data and todo text
             createdAt: "t",
           },
         ]);
-        const [user, assistant, tool] = store.messages(sessionId);
+        const [user, assistant, tool] = store.messages(keyOf(sessionId));
         assertBytes(user.id, `${messageId}#${run}.1`);
         assertBytes(user.content, content);
         assertBytes(user.createdAt, toolText);
         assert.deepEqual(assistant.toolCalls, calls);
         assertBytes(tool.content, toolText);
         assertBytes(tool.toolCallId, toolText);
-        const todo = store.addTodo(sessionId, todoText);
+        const todo = store.addTodo(keyOf(sessionId), todoText);
         assertBytes(todo.text, todoText);
-        assertBytes(store.listTodos(sessionId)[0].text, todoText);
-        assert.equal(store.completeTodo(sessionId, todo.id)?.completed, true);
-        // Unvalidated reads take the hostile text as a value: it matches no session, so nothing leaks.
+        assertBytes(store.listTodos(keyOf(sessionId))[0].text, todoText);
+        assert.equal(store.completeTodo(keyOf(sessionId), todo.id)?.completed, true);
+        // Hostile text as an id is refused before SQL, or (when it happens to be a valid id) matches no session.
         if (!/^s-\d+$/.test(content)) {
-          assert.deepEqual(store.messages(content), []);
-          assert.deepEqual(store.listTodos(content), []);
-          assert.equal(store.completeTodo(content, todo.id), null);
+          const reads = [
+            () => store.messages(keyOf(content)),
+            () => store.listTodos(keyOf(content)),
+            () => store.completeTodo(keyOf(content), todo.id),
+          ];
+          for (const read of reads) {
+            let result: unknown;
+            try {
+              result = read();
+            } catch (error) {
+              assert.ok(isInvalidId(error), String(error));
+              continue;
+            }
+            assert.ok(result === null || (Array.isArray(result) && result.length === 0));
+          }
         }
         assert.equal(store.listSessions("u").length, run);
       }),
@@ -313,21 +328,20 @@ Deno.test("session and user ids in [A-Za-z0-9._:-] round-trip; any other id is r
   try {
     fc.assert(
       fc.property(VALID_ID, VALID_ID, INVALID_ID, (sessionId, userId, bad) => {
-        if (store.get(sessionId) !== null) store.deleteSession(sessionId);
-        const session = store.getOrCreate(sessionId, userId);
+        const session = store.getOrCreate(keyOf(sessionId, userId));
         assert.equal(session.id, sessionId);
-        assert.equal(store.get(sessionId)!.userId, userId);
+        assert.equal(store.get(keyOf(sessionId, userId))!.userId, userId);
         assert.ok(store.listSessions(userId).some((s) => s.id === sessionId));
         // Rejected with SessionError, on a live store and on a closed one: a closed database would fail with
         // another error if any statement ran, so the check happens before SQL.
         for (const target of [store, closed]) {
-          assert.throws(() => target.getOrCreate(bad, userId), isInvalidId);
-          assert.throws(() => target.getOrCreate(sessionId, bad), isInvalidId);
-          assert.throws(() => target.get(bad), isInvalidId);
+          assert.throws(() => target.getOrCreate(keyOf(bad, userId)), isInvalidId);
+          assert.throws(() => target.getOrCreate(keyOf(sessionId, bad)), isInvalidId);
+          assert.throws(() => target.get(keyOf(bad)), isInvalidId);
           assert.throws(() => target.listSessions(bad), isInvalidId);
-          assert.throws(() => target.deleteSession(bad), isInvalidId);
+          assert.throws(() => target.deleteSession(keyOf(bad)), isInvalidId);
         }
-        assert.equal(store.get(sessionId)!.userId, userId, "nothing changed");
+        assert.equal(store.get(keyOf(sessionId, userId))!.userId, userId, "nothing changed");
       }),
       { numRuns: 300 },
     );
@@ -346,7 +360,7 @@ Deno.test("runTurn() rejects a session id with a quote with SessionError before 
     );
   }
   assert.equal(h.llm.requests.length, 0);
-  assert.equal(h.store.get("fine"), null);
+  assert.equal(h.store.get(keyOf("fine")), null);
 });
 
 const NON_BLANK = HOSTILE.filter((s) => s.trim() !== "");
@@ -370,7 +384,7 @@ Deno.test("hostile text through runTurn() and the todo tool is stored and read b
         const result = await runTurn({ sessionId, userId: "u", message }, h.deps);
         assert.equal(result.outcome, "answered");
         assertBytes(result.answer, answer);
-        const messages = store.messages(sessionId);
+        const messages = store.messages(keyOf(sessionId));
         assert.deepEqual(messages.map((m) => m.role), [
           "user",
           "assistant",
@@ -385,7 +399,7 @@ Deno.test("hostile text through runTurn() and the todo tool is stored and read b
         assertBytes(JSON.parse(messages[2].content!).data.todo.text, todoText.trim());
         assertBytes(JSON.parse(messages[4].content!).data.todos[0].text, todoText.trim());
         assertBytes(messages[5].content, answer);
-        const todos = store.listTodos(sessionId);
+        const todos = store.listTodos(keyOf(sessionId));
         assert.equal(todos.length, 1);
         assertBytes(todos[0].text, todoText.trim());
       }),
@@ -477,7 +491,7 @@ async function status(
   return { status: response.status, text: await response.text() };
 }
 
-Deno.test("over HTTP neither user ever sees the other's sessions, on any route, for random session ids", async () => {
+Deno.test("over HTTP neither user ever sees or touches the other's session, on any route, for random session ids", async () => {
   await fc.assert(
     fc.asyncProperty(URL_ID, URL_ID, fc.boolean(), async (aliceId, bobId, encode) => {
       fc.pre(aliceId !== bobId);
@@ -492,23 +506,19 @@ Deno.test("over HTTP neither user ever sees the other's sessions, on any route, 
           postMessage(id, { message: `${user}-secret-note` }, auth(token)),
         );
         assert.equal(created.status, 200, created.text);
-        h.store.addTodo(id, `${user}-secret-todo`);
+        h.store.addTodo(keyOf(id, user), `${user}-secret-todo`);
       }
       for (const [owner, intruder] of [[owners[0], owners[1]], [owners[1], owners[0]]]) {
         const path = `/v1/sessions/${encode ? encodeURIComponent(owner.id) : owner.id}`;
         const as = auth(intruder.token);
-        const before = { messages: h.store.messages(owner.id), todos: h.store.listTodos(owner.id) };
+        const ownerKey = keyOf(owner.id, owner.user);
+        const before = { messages: h.store.messages(ownerKey), todos: h.store.listTodos(ownerKey) };
         const attempts = [
           new Request(`http://agent.test${path}`, { headers: as }),
           new Request(`http://agent.test${path}/todos`, { headers: as }),
           new Request(`http://agent.test${path}/trace`, { headers: as }),
           new Request(`http://agent.test${path}/trace?run_id=x`, { headers: as }),
           new Request(`http://agent.test${path}`, { method: "DELETE", headers: as }),
-          new Request(`http://agent.test${path}/messages`, {
-            method: "POST",
-            headers: { ...as, "content-type": "application/json" },
-            body: JSON.stringify({ message: "let me in" }),
-          }),
         ];
         const never = await status(
           h.handler,
@@ -520,15 +530,37 @@ Deno.test("over HTTP neither user ever sees the other's sessions, on any route, 
           assert.equal(answer.status, 404, `${intruder.user}: ${method} ${url}`);
           assert.ok(!answer.text.includes(owner.user), `${method} ${url} leaks the owner`);
           assert.ok(!answer.text.includes("secret"), `${method} ${url} leaks content`);
-          assert.equal(JSON.parse(answer.text).error.code, JSON.parse(never.text).error.code);
+          // The same answer as for an id never used, but for the id it names.
+          const { error } = JSON.parse(answer.text);
+          const unused = JSON.parse(never.text).error;
+          assert.deepEqual(
+            { ...error, message: error.message.replace(owner.id, "X") },
+            { ...unused, message: unused.message.replace("never-existed", "X") },
+          );
         }
-        const list = JSON.parse(
-          (await status(h.handler, new Request("http://agent.test/v1/sessions", { headers: as }))).text,
+        const list = async () =>
+          JSON.parse(
+            (await status(h.handler, new Request("http://agent.test/v1/sessions", { headers: as }))).text,
+          )
+            .sessions.map((s: { id: string }) => s.id).sort();
+        const listed = await list();
+        assert.ok(!listed.includes(owner.id), `${intruder.user} lists ${owner.user}'s session`);
+        // A POST to the owner's id opens the intruder's own session of that id: turn 1, nothing of the owner's.
+        const post = await status(
+          h.handler,
+          new Request(`http://agent.test${path}/messages`, {
+            method: "POST",
+            headers: { ...as, "content-type": "application/json" },
+            body: JSON.stringify({ message: "let me in" }),
+          }),
         );
-        assert.deepEqual(list.sessions.map((s: { id: string }) => s.id), [intruder.id]);
+        assert.equal(post.status, 200, post.text);
+        assert.equal(JSON.parse(post.text).turn, 1);
+        assert.ok(!post.text.includes("secret") && !post.text.includes(owner.user));
+        assert.deepEqual(await list(), [...listed, owner.id].sort());
         // Untouched, and still the owner's.
-        assert.deepEqual(h.store.messages(owner.id), before.messages);
-        assert.deepEqual(h.store.listTodos(owner.id), before.todos);
+        assert.deepEqual(h.store.messages(ownerKey), before.messages);
+        assert.deepEqual(h.store.listTodos(ownerKey), before.todos);
         const own = await status(
           h.handler,
           new Request(`http://agent.test${path}`, { headers: auth(owner.token) }),

@@ -93,7 +93,7 @@ Deno.test("SessionQueue.run() rejects a 9th waiting task with 429 and Retry-Afte
     assert.ok(error instanceof HttpError);
     assert.equal(error.status, 429);
     assert.equal(error.code, "too_many_requests");
-    assert.equal(error.message, 'Cannot queue turn: session "s" already has 8 turns waiting');
+    assert.equal(error.message, "Cannot queue turn: the session already has 8 turns waiting");
     assert.match(error.headers["Retry-After"], /^[1-9]\d*$/);
     return true;
   });

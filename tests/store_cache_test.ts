@@ -2,7 +2,7 @@ import { fc } from "./_dev_deps.ts";
 import assert from "node:assert/strict";
 import { SessionStore } from "../src/store.ts";
 import type { StoredMessage } from "../src/types.ts";
-import { storedMessage, tempDir } from "./_harness.ts";
+import { keyOf, storedMessage, tempDir } from "./_harness.ts";
 
 const msg = storedMessage;
 
@@ -10,7 +10,7 @@ const msg = storedMessage;
 function reloaded(path: string, sessionId: string): StoredMessage[] {
   const fresh = new SessionStore(path, { historyCacheSessions: 0 });
   try {
-    return fresh.messages(sessionId);
+    return fresh.messages(keyOf(sessionId));
   } finally {
     fresh.close();
   }
@@ -30,34 +30,36 @@ Deno.test("SessionStore.messages() from memory equals a reload after appends, re
   const path = `${dir.path}/s.db`;
   const store = new SessionStore(path);
   try {
-    store.getOrCreate("s", "u");
-    store.getOrCreate("other", "u");
-    assert.deepEqual(store.messages("s"), []);
+    store.getOrCreate(keyOf("s"));
+    store.getOrCreate(keyOf("other"));
+    assert.deepEqual(store.messages(keyOf("s")), []);
     for (const run of ["r1", "r2", "r3"]) {
-      store.append("s", [msg(`${run}:0`, "user", `question ${run}`)]);
-      store.append("s", toolTurn(run));
+      store.append(keyOf("s"), [msg(`${run}:0`, "user", `question ${run}`)]);
+      store.append(keyOf("s"), toolTurn(run));
       // A repeated save adds nothing to the stored list, so nothing to the cached one either.
-      store.append("s", toolTurn(run));
-      store.append("s", [msg(`${run}:3`, "assistant", "42"), msg(`${run}:4`, "runtime", "[runtime] nudge")]);
-      assert.deepEqual(store.messages("s"), reloaded(path, "s"));
+      store.append(keyOf("s"), toolTurn(run));
+      store.append(keyOf("s"), [
+        msg(`${run}:3`, "assistant", "42"),
+        msg(`${run}:4`, "runtime", "[runtime] nudge"),
+      ]);
+      assert.deepEqual(store.messages(keyOf("s")), reloaded(path, "s"));
     }
-    assert.equal(store.messages("s").length, 15);
-    store.append("other", [msg("o:0", "user", "elsewhere")]);
-    store.applyCompaction(
-      "s",
-      '{"goals":[],"facts":[],"todos":[],"unresolved":[]}',
-      ["r1:0", "r1:1", "r1:2"],
-      1,
-    );
-    assert.deepEqual(store.messages("s"), reloaded(path, "s"));
-    assert.equal(store.messages("s")[0].id, "r1:3");
-    assert.deepEqual(store.messages("other").map((m) => m.id), ["o:0"]);
+    assert.equal(store.messages(keyOf("s")).length, 15);
+    store.append(keyOf("other"), [msg("o:0", "user", "elsewhere")]);
+    store.applyCompaction(keyOf("s"), '{"goals":[],"facts":[],"todos":[],"unresolved":[]}', [
+      "r1:0",
+      "r1:1",
+      "r1:2",
+    ], 1);
+    assert.deepEqual(store.messages(keyOf("s")), reloaded(path, "s"));
+    assert.equal(store.messages(keyOf("s"))[0].id, "r1:3");
+    assert.deepEqual(store.messages(keyOf("other")).map((m) => m.id), ["o:0"]);
     // A failed transaction leaves the cached list as the stored one.
-    assert.throws(() => store.applyCompaction("s", "{}", ["r2:0", "missing"], 1), /is not stored/);
-    assert.throws(() => store.append("s", [msg("bad", "nobody" as StoredMessage["role"], "x")]));
-    assert.deepEqual(store.messages("s"), reloaded(path, "s"));
-    assert.equal(store.deleteSession("s"), true);
-    assert.deepEqual(store.messages("s"), []);
+    assert.throws(() => store.applyCompaction(keyOf("s"), "{}", ["r2:0", "missing"], 1), /is not stored/);
+    assert.throws(() => store.append(keyOf("s"), [msg("bad", "nobody" as StoredMessage["role"], "x")]));
+    assert.deepEqual(store.messages(keyOf("s")), reloaded(path, "s"));
+    assert.equal(store.deleteSession(keyOf("s")), true);
+    assert.deepEqual(store.messages(keyOf("s")), []);
   } finally {
     store.close();
   }
@@ -69,19 +71,24 @@ Deno.test("SessionStore.messages() sees what another connection committed since 
   const a = new SessionStore(path);
   const b = new SessionStore(path);
   try {
-    a.getOrCreate("s", "u");
-    a.append("s", [msg("a:0", "user", "from a")]);
-    assert.deepEqual(a.messages("s").map((m) => m.id), ["a:0"]);
-    b.append("s", [msg("b:0", "user", "from b")]);
-    assert.deepEqual(a.messages("s").map((m) => m.id), ["a:0", "b:0"]);
+    a.getOrCreate(keyOf("s"));
+    a.append(keyOf("s"), [msg("a:0", "user", "from a")]);
+    assert.deepEqual(a.messages(keyOf("s")).map((m) => m.id), ["a:0"]);
+    b.append(keyOf("s"), [msg("b:0", "user", "from b")]);
+    assert.deepEqual(a.messages(keyOf("s")).map((m) => m.id), ["a:0", "b:0"]);
     // Both orders of writers: a's own write after b's is in its list too.
-    b.append("s", [msg("b:1", "assistant", "b again")]);
-    a.append("s", [msg("a:1", "user", "a again")]);
-    assert.deepEqual(a.messages("s").map((m) => m.id), ["a:0", "b:0", "b:1", "a:1"]);
-    b.applyCompaction("s", '{"goals":[],"facts":[],"todos":[],"unresolved":[]}', ["a:0", "b:0", "b:1"], 2);
-    assert.deepEqual(a.messages("s").map((m) => m.id), ["a:1"]);
-    assert.equal(b.deleteSession("s"), true);
-    assert.deepEqual(a.messages("s"), []);
+    b.append(keyOf("s"), [msg("b:1", "assistant", "b again")]);
+    a.append(keyOf("s"), [msg("a:1", "user", "a again")]);
+    assert.deepEqual(a.messages(keyOf("s")).map((m) => m.id), ["a:0", "b:0", "b:1", "a:1"]);
+    b.applyCompaction(
+      keyOf("s"),
+      '{"goals":[],"facts":[],"todos":[],"unresolved":[]}',
+      ["a:0", "b:0", "b:1"],
+      2,
+    );
+    assert.deepEqual(a.messages(keyOf("s")).map((m) => m.id), ["a:1"]);
+    assert.equal(b.deleteSession(keyOf("s")), true);
+    assert.deepEqual(a.messages(keyOf("s")), []);
   } finally {
     a.close();
     b.close();
@@ -91,19 +98,19 @@ Deno.test("SessionStore.messages() sees what another connection committed since 
 Deno.test("SessionStore.messages() hands out a fresh array of frozen messages", () => {
   const store = new SessionStore(":memory:");
   try {
-    store.getOrCreate("s", "u");
-    store.append("s", [msg("r:0", "user", "hi"), ...toolTurn("r")]);
-    const first = store.messages("s");
+    store.getOrCreate(keyOf("s"));
+    store.append(keyOf("s"), [msg("r:0", "user", "hi"), ...toolTurn("r")]);
+    const first = store.messages(keyOf("s"));
     first.push(msg("local", "user", "not stored"));
-    assert.equal(store.messages("s").length, 3);
+    assert.equal(store.messages(keyOf("s")).length, 3);
     assert.throws(() => {
-      (store.messages("s")[0] as { content: string | null }).content = "changed";
+      (store.messages(keyOf("s"))[0] as { content: string | null }).content = "changed";
     }, TypeError);
     assert.throws(
-      () => store.messages("s")[1].toolCalls!.push({ id: "x", name: "y", arguments: "{}" }),
+      () => store.messages(keyOf("s"))[1].toolCalls!.push({ id: "x", name: "y", arguments: "{}" }),
       TypeError,
     );
-    assert.equal(store.messages("s")[0].content, "hi");
+    assert.equal(store.messages(keyOf("s"))[0].content, "hi");
   } finally {
     store.close();
   }
@@ -113,16 +120,16 @@ Deno.test("SessionStore keeps at most historyCacheSessions lists, and every list
   const store = new SessionStore(":memory:", { historyCacheSessions: 2 });
   try {
     for (const id of ["a", "b", "c"]) {
-      store.getOrCreate(id, "u");
-      store.append(id, [msg(`${id}:0`, "user", id)]);
-      store.messages(id);
+      store.getOrCreate(keyOf(id));
+      store.append(keyOf(id), [msg(`${id}:0`, "user", id)]);
+      store.messages(keyOf(id));
     }
     // "a" fell out of the cache; writing to it and reading it back still gives the stored list.
-    store.append("a", [msg("a:1", "assistant", "A")]);
-    for (const id of ["a", "b", "c"]) store.append(id, [msg(`${id}:2`, "user", "again")]);
-    assert.deepEqual(store.messages("a").map((m) => m.id), ["a:0", "a:1", "a:2"]);
-    assert.deepEqual(store.messages("b").map((m) => m.id), ["b:0", "b:2"]);
-    assert.deepEqual(store.messages("c").map((m) => m.id), ["c:0", "c:2"]);
+    store.append(keyOf("a"), [msg("a:1", "assistant", "A")]);
+    for (const id of ["a", "b", "c"]) store.append(keyOf(id), [msg(`${id}:2`, "user", "again")]);
+    assert.deepEqual(store.messages(keyOf("a")).map((m) => m.id), ["a:0", "a:1", "a:2"]);
+    assert.deepEqual(store.messages(keyOf("b")).map((m) => m.id), ["b:0", "b:2"]);
+    assert.deepEqual(store.messages(keyOf("c")).map((m) => m.id), ["c:0", "c:2"]);
     assert.throws(() => new SessionStore(":memory:", { historyCacheSessions: -1 }), RangeError);
   } finally {
     store.close();
@@ -134,25 +141,25 @@ Deno.test("SessionStore returns text with NUL characters whole, from memory and 
   const path = `${dir.path}/s.db`;
   const store = new SessionStore(path);
   try {
-    store.getOrCreate("s", "u");
+    store.getOrCreate(keyOf("s"));
     const text = "before\u0000after \ufeffbom";
-    store.messages("s"); // in memory from here on: the append adds to the cached list
-    store.append("s", [
+    store.messages(keyOf("s")); // in memory from here on: the append adds to the cached list
+    store.append(keyOf("s"), [
       msg("r:0", "user", "\ufeffstarts with a BOM"),
       msg("r:1", "tool", text, { toolCallId: "call\u0000x" }),
       // A lone surrogate has no UTF-8 form: it is stored as U+FFFD, and memory says the same as disk.
       msg("r:2", "assistant", "lone \ud800 surrogate"),
     ]);
-    const cached = store.messages("s");
+    const cached = store.messages(keyOf("s"));
     assert.deepEqual(cached, reloaded(path, "s"));
     assert.equal(cached[0].content, "\ufeffstarts with a BOM");
     assert.equal(cached[1].content, text);
     assert.equal(cached[1].toolCallId, "call\u0000x");
     assert.equal(cached[2].content, "lone \ufffd surrogate");
-    const todo = store.addTodo("s", "buy\u0000milk");
+    const todo = store.addTodo(keyOf("s"), "buy\u0000milk");
     assert.equal(todo.text, "buy\u0000milk");
-    assert.equal(store.listTodos("s")[0].text, "buy\u0000milk");
-    assert.equal(store.completeTodo("s", todo.id)?.text, "buy\u0000milk");
+    assert.equal(store.listTodos(keyOf("s"))[0].text, "buy\u0000milk");
+    assert.equal(store.completeTodo(keyOf("s"), todo.id)?.text, "buy\u0000milk");
   } finally {
     store.close();
   }
@@ -163,7 +170,7 @@ Deno.test("SessionStore keeps in memory each message as a reload returns it, eve
   const path = `${dir.path}/s.db`;
   const store = new SessionStore(path);
   try {
-    store.getOrCreate("s", "u");
+    store.getOrCreate(keyOf("s"));
     const call = { id: "c\ud800", name: "calculator", arguments: '{"expression":"1+1"}', extra: "kept" };
     const input = [
       msg("id\u0000nul", "user", "x", { createdAt: "2026\u0000" }),
@@ -173,9 +180,9 @@ Deno.test("SessionStore keeps in memory each message as a reload returns it, eve
       msg("t", "tool", "r", { toolCallId: "c\ud800" }),
     ];
     // Read first, so the session's list is in memory and the append adds to it, as in a turn.
-    assert.deepEqual(store.messages("s"), []);
-    assert.equal(store.append("s", input), 4);
-    const cached = store.messages("s");
+    assert.deepEqual(store.messages(keyOf("s")), []);
+    assert.equal(store.append(keyOf("s"), input), 4);
+    const cached = store.messages(keyOf("s"));
     assert.deepEqual(cached, reloaded(path, "s"));
     assert.equal(cached[0].id, "id\u0000nul");
     assert.equal(cached[0].createdAt, "2026\u0000");
@@ -192,9 +199,9 @@ Deno.test("SessionStore keeps in memory each message as a reload returns it, eve
     assert.equal(Object.isFrozen(call), false);
     assert.equal(input[1].id, "lone\udc00");
     // Compaction by the caller's own ids: SQLite matches the lone surrogate as U+FFFD, and so does memory.
-    store.applyCompaction("s", "{}", [input[0].id, input[1].id], 1);
-    assert.deepEqual(store.messages("s"), reloaded(path, "s"));
-    assert.deepEqual(store.messages("s").map((m) => m.id), ["empty", "t"]);
+    store.applyCompaction(keyOf("s"), "{}", [input[0].id, input[1].id], 1);
+    assert.deepEqual(store.messages(keyOf("s")), reloaded(path, "s"));
+    assert.deepEqual(store.messages(keyOf("s")).map((m) => m.id), ["empty", "t"]);
   } finally {
     store.close();
   }
@@ -205,18 +212,18 @@ Deno.test("SessionStore.append() that the database refuses midway leaves memory 
   const path = `${dir.path}/s.db`;
   const store = new SessionStore(path);
   try {
-    store.getOrCreate("s", "u");
-    store.append("s", [msg("a", "user", "hi")]);
-    const before = store.messages("s");
+    store.getOrCreate(keyOf("s"));
+    store.append(keyOf("s"), [msg("a", "user", "hi")]);
+    const before = store.messages(keyOf("s"));
     // The role passes the type check and fails SQLite's CHECK after the first row went in: all rolls back.
     const broken = msg("c", "nobody" as StoredMessage["role"], "x");
     assert.throws(
-      () => store.append("s", [msg("b", "assistant", "fine"), broken]),
+      () => store.append(keyOf("s"), [msg("b", "assistant", "fine"), broken]),
       /CHECK constraint failed/,
     );
-    assert.deepEqual(store.messages("s"), before);
-    assert.deepEqual(store.messages("s"), reloaded(path, "s"));
-    assert.equal(store.get("s")?.turnCount, 1);
+    assert.deepEqual(store.messages(keyOf("s")), before);
+    assert.deepEqual(store.messages(keyOf("s")), reloaded(path, "s"));
+    assert.equal(store.get(keyOf("s"))?.turnCount, 1);
   } finally {
     store.close();
   }
@@ -225,11 +232,11 @@ Deno.test("SessionStore.append() that the database refuses midway leaves memory 
 Deno.test("SessionStore.append() stores null or absent tool calls and call id as none", () => {
   const store = new SessionStore(":memory:");
   try {
-    store.getOrCreate("s", "u");
-    store.messages("s");
+    store.getOrCreate(keyOf("s"));
+    store.messages(keyOf("s"));
     const nulls = { toolCalls: null, toolCallId: null } as unknown as Partial<StoredMessage>;
-    assert.equal(store.append("s", [msg("a", "assistant", "x", nulls)]), 1);
-    const [stored] = store.messages("s");
+    assert.equal(store.append(keyOf("s"), [msg("a", "assistant", "x", nulls)]), 1);
+    const [stored] = store.messages(keyOf("s"));
     assert.equal("toolCalls" in stored, false);
     assert.equal("toolCallId" in stored, false);
   } finally {
@@ -240,7 +247,7 @@ Deno.test("SessionStore.append() stores null or absent tool calls and call id as
 Deno.test("SessionStore.append() refuses a message with a field of the wrong type and stores none of the save", () => {
   const store = new SessionStore(":memory:");
   try {
-    store.getOrCreate("s", "u");
+    store.getOrCreate(keyOf("s"));
     const bad: [Record<string, unknown>, RegExp][] = [
       [{ content: 42 }, /message 1: "content" must be a string or null, got number/],
       [{ id: undefined }, /message 1: "id" must be a string, got undefined/],
@@ -252,9 +259,9 @@ Deno.test("SessionStore.append() refuses a message with a field of the wrong typ
     ];
     for (const [override, error] of bad) {
       const broken = { ...msg("b", "tool", "x"), ...override } as unknown as StoredMessage;
-      assert.throws(() => store.append("s", [msg("a", "user", "hi"), broken]), error);
-      assert.deepEqual(store.messages("s"), []);
-      assert.equal(store.get("s")?.turnCount, 0);
+      assert.throws(() => store.append(keyOf("s"), [msg("a", "user", "hi"), broken]), error);
+      assert.deepEqual(store.messages(keyOf("s")), []);
+      assert.equal(store.get(keyOf("s"))?.turnCount, 0);
     }
   } finally {
     store.close();
@@ -287,12 +294,12 @@ Deno.test("SessionStore: a property, any text in any field is in memory what a r
       const path = `${dir.path}/p-${run++}.db`;
       const store = new SessionStore(path);
       try {
-        store.getOrCreate("s", "u");
-        store.messages("s");
+        store.getOrCreate(keyOf("s"));
+        store.messages(keyOf("s"));
         // Ids made distinct after their stored form, which is what the primary key sees.
         const input = drafts.map(([id, m], i) => ({ ...m, id: `${i}:${id}` }) as StoredMessage);
-        store.append("s", input);
-        assert.deepEqual(store.messages("s"), reloaded(path, "s"));
+        store.append(keyOf("s"), input);
+        assert.deepEqual(store.messages(keyOf("s")), reloaded(path, "s"));
       } finally {
         store.close();
       }

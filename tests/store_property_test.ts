@@ -5,9 +5,9 @@
  */
 import { fc } from "./_dev_deps.ts";
 import assert from "node:assert/strict";
-import { type Session, SessionStore } from "../src/store.ts";
+import { type Session, type SessionKey, SessionStore } from "../src/store.ts";
 import type { Role, StoredMessage, ToolCall } from "../src/types.ts";
-import { steppingClock, tempDir } from "./_harness.ts";
+import { keyOf, steppingClock, tempDir } from "./_harness.ts";
 
 // ---------------------------------------------------------------------------------------------------------
 // Arbitraries.
@@ -173,14 +173,22 @@ function model(batches: Batch[]): Map<string, StoredMessage[]> {
   return sessions;
 }
 
+/** The key of one of the plan's sessions, under the user the plan gives it. */
+function planKey(plan: Plan, sessionId: string): SessionKey {
+  return keyOf(sessionId, plan.users[plan.sessions.indexOf(sessionId)]);
+}
+
 function openAll(plan: Plan, store: SessionStore): void {
-  plan.sessions.forEach((id, i) => store.getOrCreate(id, plan.users[i]));
+  plan.sessions.forEach((id, i) => store.getOrCreate(keyOf(id, plan.users[i])));
 }
 
 /** Everything observable about the plan's sessions, timestamps included. */
 function snapshot(plan: Plan, store: SessionStore) {
   return {
-    sessions: plan.sessions.map((id) => ({ session: store.get(id), messages: store.messages(id) })),
+    sessions: plan.sessions.map((id) => ({
+      session: store.get(planKey(plan, id)),
+      messages: store.messages(planKey(plan, id)),
+    })),
     lists: [...new Set(plan.users)].map((user) => store.listSessions(user)),
   };
 }
@@ -204,14 +212,22 @@ Deno.test("SessionStore.append() saving any sequence of states twice equals savi
         const expected = model(batches);
         let total = 0;
         for (const { sessionId, messages } of batches) {
-          const added = once.append(sessionId, messages);
+          const added = once.append(planKey(plan, sessionId), messages);
           total += added;
-          assert.equal(twiceInARow.append(sessionId, messages), added);
-          assert.equal(twiceInARow.append(sessionId, messages), 0, "the same batch again adds nothing");
-          assert.equal(sequenceTwice.append(sessionId, messages), added);
+          assert.equal(twiceInARow.append(planKey(plan, sessionId), messages), added);
+          assert.equal(
+            twiceInARow.append(planKey(plan, sessionId), messages),
+            0,
+            "the same batch again adds nothing",
+          );
+          assert.equal(sequenceTwice.append(planKey(plan, sessionId), messages), added);
         }
         for (const { sessionId, messages } of batches) {
-          assert.equal(sequenceTwice.append(sessionId, messages), 0, "the whole sequence again adds nothing");
+          assert.equal(
+            sequenceTwice.append(planKey(plan, sessionId), messages),
+            0,
+            "the whole sequence again adds nothing",
+          );
         }
         assert.equal(total, [...expected.values()].reduce((n, list) => n + list.length, 0));
 
@@ -220,8 +236,8 @@ Deno.test("SessionStore.append() saving any sequence of states twice equals savi
         assert.deepEqual(snapshot(plan, sequenceTwice), reference);
         for (const [i, id] of plan.sessions.entries()) {
           const messages = expected.get(id) ?? [];
-          assert.deepEqual(once.messages(id), messages);
-          const session = once.get(id)!;
+          assert.deepEqual(once.messages(planKey(plan, id)), messages);
+          const session = once.get(planKey(plan, id))!;
           assert.equal(session.userId, plan.users[i]);
           assert.equal(session.turnCount, messages.filter((m) => m.role === "user").length);
           assert.equal(session.compactedTurns, 0);
@@ -268,19 +284,25 @@ Deno.test("SessionStore.append() of a prefix then the full list equals appending
         const stepwise = new SessionStore(":memory:", { now: () => FIXED });
         const direct = new SessionStore(":memory:", { now: () => FIXED });
         try {
-          for (const store of [stepwise, direct]) store.getOrCreate(sessionId, "alice");
-          const first = stepwise.append(sessionId, full.slice(0, k));
-          const second = stepwise.append(sessionId, full);
-          const all = direct.append(sessionId, full);
+          for (const store of [stepwise, direct]) store.getOrCreate(keyOf(sessionId, "alice"));
+          const first = stepwise.append(keyOf(sessionId, "alice"), full.slice(0, k));
+          const second = stepwise.append(keyOf(sessionId, "alice"), full);
+          const all = direct.append(keyOf(sessionId, "alice"), full);
           assert.equal(all, unique.length);
           assert.equal(first + second, all);
           assert.equal(first, new Set(full.slice(0, k).map((m) => m.id)).size);
-          assert.deepEqual(stepwise.messages(sessionId), direct.messages(sessionId));
-          assert.deepEqual(stepwise.get(sessionId), direct.get(sessionId));
+          assert.deepEqual(
+            stepwise.messages(keyOf(sessionId, "alice")),
+            direct.messages(keyOf(sessionId, "alice")),
+          );
+          assert.deepEqual(stepwise.get(keyOf(sessionId, "alice")), direct.get(keyOf(sessionId, "alice")));
           assert.deepEqual(stepwise.listSessions("alice"), direct.listSessions("alice"));
           // turnCount counts distinct user-message ids, however often they were appended.
-          assert.equal(direct.get(sessionId)!.turnCount, users.size);
-          assert.deepEqual(direct.messages(sessionId), model([{ sessionId, messages: full }]).get(sessionId));
+          assert.equal(direct.get(keyOf(sessionId, "alice"))!.turnCount, users.size);
+          assert.deepEqual(
+            direct.messages(keyOf(sessionId, "alice")),
+            model([{ sessionId, messages: full }]).get(sessionId),
+          );
         } finally {
           stepwise.close();
           direct.close();
@@ -318,8 +340,8 @@ const STEP: fc.Arbitrary<Step> = fc.oneof(
 );
 
 function assertTurnInvariant(store: SessionStore, sessionId: string): Session {
-  const session = store.get(sessionId)!;
-  const users = store.messages(sessionId).filter((m) => m.role === "user").length;
+  const session = store.get(keyOf(sessionId, "alice"))!;
+  const users = store.messages(keyOf(sessionId, "alice")).filter((m) => m.role === "user").length;
   assert.equal(session.turnCount, session.compactedTurns + users, JSON.stringify(session));
   return session;
 }
@@ -335,25 +357,25 @@ Deno.test("SessionStore.applyCompaction() with random cut prefixes keeps turnCou
       const ids = ["s-a", "s-b"];
       let counter = 0;
       try {
-        for (const id of ids) store.getOrCreate(id, "alice");
+        for (const id of ids) store.getOrCreate(keyOf(id, "alice"));
         for (const step of steps) {
           const sessionId = ids[step.session];
-          const before = store.messages(sessionId);
+          const before = store.messages(keyOf(sessionId, "alice"));
           if (step.kind === "append") {
-            store.append(sessionId, step.drafts.map((d) => ({ ...d, id: `m${counter++}` })));
+            store.append(keyOf(sessionId, "alice"), step.drafts.map((d) => ({ ...d, id: `m${counter++}` })));
           } else if (step.kind === "compact") {
             const k = step.cut % (before.length + 1);
             const cut = before.slice(0, k);
-            const old = store.get(sessionId)!;
+            const old = store.get(keyOf(sessionId, "alice"))!;
             const turns = cut.filter((m) => m.role === "user").length;
-            store.applyCompaction(sessionId, step.summary, cut.map((m) => m.id), turns);
-            const now = store.get(sessionId)!;
+            store.applyCompaction(keyOf(sessionId, "alice"), step.summary, cut.map((m) => m.id), turns);
+            const now = store.get(keyOf(sessionId, "alice"))!;
             assert.equal(now.summary, step.summary);
             assert.equal(now.compactedTurns, old.compactedTurns + turns);
             assert.equal(now.turnCount, old.turnCount, "compaction never changes the turn count");
-            assert.deepEqual(store.messages(sessionId), before.slice(k));
+            assert.deepEqual(store.messages(keyOf(sessionId, "alice")), before.slice(k));
           } else {
-            const other = store.messages(ids[1 - step.session]);
+            const other = store.messages(keyOf(ids[1 - step.session], "alice"));
             const k = step.cut % (before.length + 1);
             const cut = before.slice(0, k).map((m) => m.id);
             const intruder = step.how === "unknown"
@@ -362,12 +384,18 @@ Deno.test("SessionStore.applyCompaction() with random cut prefixes keeps turnCou
               ? other[0]?.id ?? "no-such-message"
               : cut[0] ?? "no-such-message";
             cut.splice(step.cut % (cut.length + 1), 0, intruder);
-            const old = { session: store.get(sessionId), other: store.messages(ids[1 - step.session]) };
-            assert.throws(() => store.applyCompaction(sessionId, "{}", cut, 1), /Cannot compact session/);
+            const old = {
+              session: store.get(keyOf(sessionId, "alice")),
+              other: store.messages(keyOf(ids[1 - step.session], "alice")),
+            };
+            assert.throws(
+              () => store.applyCompaction(keyOf(sessionId, "alice"), "{}", cut, 1),
+              /Cannot compact session/,
+            );
             // All or nothing: not one message or counter changed, in either session.
-            assert.deepEqual(store.get(sessionId), old.session);
-            assert.deepEqual(store.messages(sessionId), before);
-            assert.deepEqual(store.messages(ids[1 - step.session]), old.other);
+            assert.deepEqual(store.get(keyOf(sessionId, "alice")), old.session);
+            assert.deepEqual(store.messages(keyOf(sessionId, "alice")), before);
+            assert.deepEqual(store.messages(keyOf(ids[1 - step.session], "alice")), old.other);
           }
           for (const id of ids) assertTurnInvariant(store, id);
         }

@@ -1,9 +1,8 @@
 import assert from "node:assert/strict";
 import { DatabaseSync } from "node:sqlite";
-import { SessionError } from "../src/errors.ts";
 import { SCHEMA_VERSION, SessionStore, validateId } from "../src/store.ts";
 import type { StoredMessage } from "../src/types.ts";
-import { steppingClock, storedMessage, tempDir } from "./_harness.ts";
+import { keyOf, steppingClock, storedMessage, tempDir } from "./_harness.ts";
 
 const msg = storedMessage;
 
@@ -34,54 +33,9 @@ Deno.test("SessionStore refuses a database written by a newer schema version", (
   );
 });
 
-Deno.test("SessionStore replaces the index by updated_at of a database an earlier release wrote, keeping its data and version", () => {
-  using dir = tempDir();
-  const path = `${dir.path}/s.db`;
-  const v1 = new DatabaseSync(path);
-  // The schema as earlier releases wrote it: sessions were also indexed by updated_at.
-  v1.exec(`
-    CREATE TABLE sessions (id TEXT PRIMARY KEY, user_id TEXT NOT NULL, summary TEXT,
-      turn_count INTEGER NOT NULL DEFAULT 0, compacted_turns INTEGER NOT NULL DEFAULT 0,
-      created_at TEXT NOT NULL, updated_at TEXT NOT NULL);
-    CREATE INDEX sessions_by_user ON sessions(user_id, updated_at);
-    CREATE TABLE messages (id TEXT NOT NULL,
-      session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
-      role TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'tool', 'runtime')),
-      content TEXT, tool_calls TEXT, tool_call_id TEXT, created_at TEXT NOT NULL, PRIMARY KEY (session_id, id));
-    CREATE TABLE todos (id INTEGER PRIMARY KEY AUTOINCREMENT,
-      session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE, text TEXT NOT NULL,
-      completed INTEGER NOT NULL DEFAULT 0, created_at TEXT NOT NULL, completed_at TEXT);
-    CREATE INDEX todos_by_session ON todos(session_id);
-    INSERT INTO sessions VALUES ('old', 'u', NULL, 1, 0, '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:01.000Z');
-    INSERT INTO sessions VALUES ('new', 'u', NULL, 0, 0, '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:02.000Z');
-    INSERT INTO messages VALUES ('m1', 'old', 'user', 'hi', NULL, NULL, '2026-01-01T00:00:01.000Z');
-    PRAGMA user_version = 1;
-  `);
-  v1.close();
-
-  const store = new SessionStore(path);
-  try {
-    assert.deepEqual(store.listSessions("u").map((s) => s.id), ["new", "old"]);
-    assert.deepEqual(store.messages("old").map((m) => [m.id, m.content]), [["m1", "hi"]]);
-    assert.equal(store.get("old")?.turnCount, 1);
-  } finally {
-    store.close();
-  }
-  const db = new DatabaseSync(path);
-  try {
-    // The version stays, so an earlier release still opens the database (and finds its queries served).
-    assert.equal((db.prepare("PRAGMA user_version").get() as { user_version: number }).user_version, 1);
-    const indexes = db.prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL")
-      .all().map((r) => r.name);
-    assert.deepEqual(indexes.sort(), ["sessions_of_user", "todos_by_session"]);
-  } finally {
-    db.close();
-  }
-});
-
 Deno.test("SessionStore.append() is idempotent: saving the same state twice adds nothing", () => {
   const store = new SessionStore(":memory:", { now: steppingClock() });
-  store.getOrCreate("s", "u");
+  store.getOrCreate(keyOf("s"));
   const state = [
     msg("1", "user", "hi"),
     msg("2", "assistant", null, { toolCalls: [{ id: "c1", name: "calculator", arguments: "{}" }] }),
@@ -89,12 +43,12 @@ Deno.test("SessionStore.append() is idempotent: saving the same state twice adds
     msg("4", "runtime", "[runtime] nudge"),
     msg("5", "assistant", "bye"),
   ];
-  assert.equal(store.append("s", state), 5);
-  const once = store.messages("s");
-  const turns = store.get("s")!.turnCount;
-  assert.equal(store.append("s", state), 0);
-  assert.deepEqual(store.messages("s"), once);
-  assert.equal(store.get("s")!.turnCount, turns);
+  assert.equal(store.append(keyOf("s"), state), 5);
+  const once = store.messages(keyOf("s"));
+  const turns = store.get(keyOf("s"))!.turnCount;
+  assert.equal(store.append(keyOf("s"), state), 0);
+  assert.deepEqual(store.messages(keyOf("s")), once);
+  assert.equal(store.get(keyOf("s"))!.turnCount, turns);
   assert.equal(turns, 1, "only real user messages count as turns");
   assert.deepEqual(once[1].toolCalls, [{ id: "c1", name: "calculator", arguments: "{}" }]);
   assert.equal(once[2].toolCallId, "c1");
@@ -103,41 +57,27 @@ Deno.test("SessionStore.append() is idempotent: saving the same state twice adds
 
 Deno.test("SessionStore.append() commits all of a tool turn or none of it", () => {
   const store = new SessionStore(":memory:");
-  store.getOrCreate("s", "u");
+  store.getOrCreate(keyOf("s"));
   const bad = [
     msg("a", "assistant", null, { toolCalls: [{ id: "c1", name: "x", arguments: "{}" }] }),
     // An invalid role makes the second insert fail inside the transaction.
     msg("b", "bogus" as StoredMessage["role"], "{}", { toolCallId: "c1" }),
   ];
-  assert.throws(() => store.append("s", bad), /CHECK constraint failed/);
-  assert.deepEqual(store.messages("s"), []);
-  store.close();
-});
-
-Deno.test("SessionStore keeps sessions of different users apart and hides them from each other", () => {
-  const store = new SessionStore(":memory:", { now: steppingClock() });
-  store.getOrCreate("mine", "alice");
-  store.getOrCreate("other", "alice");
-  assert.throws(
-    () => store.getOrCreate("mine", "bob"),
-    (e) => e instanceof SessionError && e.reason === "not_found",
-  );
-  store.append("other", [msg("m", "user", "x")]);
-  assert.deepEqual(store.listSessions("alice").map((s) => s.id), ["other", "mine"], "newest first");
-  assert.deepEqual(store.listSessions("bob"), []);
+  assert.throws(() => store.append(keyOf("s"), bad), /CHECK constraint failed/);
+  assert.deepEqual(store.messages(keyOf("s")), []);
   store.close();
 });
 
 Deno.test("SessionStore scopes todos to their session", () => {
   const store = new SessionStore(":memory:", { now: steppingClock() });
-  store.getOrCreate("a", "u");
-  store.getOrCreate("b", "u");
-  const todo = store.addTodo("a", "write tests");
-  assert.equal(store.completeTodo("b", todo.id), null, "another session cannot complete it");
-  const done = store.completeTodo("a", todo.id)!;
+  store.getOrCreate(keyOf("a"));
+  store.getOrCreate(keyOf("b"));
+  const todo = store.addTodo(keyOf("a"), "write tests");
+  assert.equal(store.completeTodo(keyOf("b"), todo.id), null, "another session cannot complete it");
+  const done = store.completeTodo(keyOf("a"), todo.id)!;
   assert.equal(done.completed, true);
   assert.ok(done.completedAt !== null);
-  assert.deepEqual(store.listTodos("b"), []);
+  assert.deepEqual(store.listTodos(keyOf("b")), []);
   store.close();
 });
 
@@ -151,12 +91,12 @@ Deno.test("validateId() accepts 1-128 characters of [A-Za-z0-9._:-] and names wh
 
 Deno.test("SessionStore parameterizes queries: quotes and semicolons are stored verbatim", () => {
   const store = new SessionStore(":memory:");
-  store.getOrCreate("s", "u");
+  store.getOrCreate(keyOf("s"));
   const nasty = `'); DROP TABLE messages; --"\u0001\u00ff`;
-  store.append("s", [msg("m1", "user", nasty)]);
-  store.addTodo("s", nasty);
-  assert.equal(store.messages("s")[0].content, nasty);
-  assert.equal(store.listTodos("s")[0].text, nasty);
+  store.append(keyOf("s"), [msg("m1", "user", nasty)]);
+  store.addTodo(keyOf("s"), nasty);
+  assert.equal(store.messages(keyOf("s"))[0].content, nasty);
+  assert.equal(store.listTodos(keyOf("s"))[0].text, nasty);
   store.close();
 });
 
@@ -164,31 +104,34 @@ Deno.test("two SessionStore handles on one file write concurrently without 'data
   using dir = tempDir();
   const a = new SessionStore(`${dir.path}/s.db`);
   const b = new SessionStore(`${dir.path}/s.db`);
-  a.getOrCreate("s", "u");
+  a.getOrCreate(keyOf("s"));
   for (let i = 0; i < 50; i++) {
-    (i % 2 === 0 ? a : b).append("s", [msg(`m${i}`, "user", `turn ${i}`)]);
+    (i % 2 === 0 ? a : b).append(keyOf("s"), [msg(`m${i}`, "user", `turn ${i}`)]);
   }
-  assert.equal(a.get("s")!.turnCount, 50);
-  assert.equal(b.messages("s").length, 50);
+  assert.equal(a.get(keyOf("s"))!.turnCount, 50);
+  assert.equal(b.messages(keyOf("s")).length, 50);
   a.close();
   b.close();
 });
 
 Deno.test("SessionStore.applyCompaction() writes the summary and deletes exactly the cut messages, or nothing", () => {
   const store = new SessionStore(":memory:");
-  store.getOrCreate("s", "u");
-  store.getOrCreate("other", "u");
-  store.append("s", [msg("1", "user", "a"), msg("2", "assistant", "b"), msg("3", "user", "c")]);
-  store.append("other", [msg("x", "user", "theirs")]);
+  store.getOrCreate(keyOf("s"));
+  store.getOrCreate(keyOf("other"));
+  store.append(keyOf("s"), [msg("1", "user", "a"), msg("2", "assistant", "b"), msg("3", "user", "c")]);
+  store.append(keyOf("other"), [msg("x", "user", "theirs")]);
 
-  assert.throws(() => store.applyCompaction("s", '{"facts":[]}', ["1", "x"], 1), /message "x" is not stored/);
-  assert.equal(store.get("s")!.summary, null);
-  assert.equal(store.messages("s").length, 3, "the first delete was rolled back");
-  assert.equal(store.messages("other").length, 1, "another session's message is never deleted");
+  assert.throws(
+    () => store.applyCompaction(keyOf("s"), '{"facts":[]}', ["1", "x"], 1),
+    /message "x" is not stored/,
+  );
+  assert.equal(store.get(keyOf("s"))!.summary, null);
+  assert.equal(store.messages(keyOf("s")).length, 3, "the first delete was rolled back");
+  assert.equal(store.messages(keyOf("other")).length, 1, "another session's message is never deleted");
 
-  store.applyCompaction("s", '{"facts":["a"]}', ["1", "2"], 1);
-  assert.deepEqual(store.messages("s").map((m) => m.id), ["3"]);
-  const session = store.get("s")!;
+  store.applyCompaction(keyOf("s"), '{"facts":["a"]}', ["1", "2"], 1);
+  assert.deepEqual(store.messages(keyOf("s")).map((m) => m.id), ["3"]);
+  const session = store.get(keyOf("s"))!;
   assert.equal(session.summary, '{"facts":["a"]}');
   assert.equal(session.turnCount, 2);
   assert.equal(session.compactedTurns, 1);
@@ -198,17 +141,17 @@ Deno.test("SessionStore.applyCompaction() writes the summary and deletes exactly
 Deno.test("SessionStore.deleteSession() removes the session, its messages and todos, and nothing else", () => {
   const store = new SessionStore(":memory:");
   for (const id of ["gone", "kept"]) {
-    store.getOrCreate(id, "u");
-    store.append(id, [msg(`${id}-1`, "user", "hi")]);
-    store.addTodo(id, "t");
+    store.getOrCreate(keyOf(id));
+    store.append(keyOf(id), [msg(`${id}-1`, "user", "hi")]);
+    store.addTodo(keyOf(id), "t");
   }
-  assert.equal(store.deleteSession("gone"), true);
-  assert.equal(store.get("gone"), null);
-  assert.deepEqual(store.messages("gone"), []);
-  assert.deepEqual(store.listTodos("gone"), []);
-  assert.equal(store.messages("kept").length, 1);
-  assert.equal(store.listTodos("kept").length, 1);
-  assert.equal(store.deleteSession("gone"), false);
+  assert.equal(store.deleteSession(keyOf("gone")), true);
+  assert.equal(store.get(keyOf("gone")), null);
+  assert.deepEqual(store.messages(keyOf("gone")), []);
+  assert.deepEqual(store.listTodos(keyOf("gone")), []);
+  assert.equal(store.messages(keyOf("kept")).length, 1);
+  assert.equal(store.listTodos(keyOf("kept")).length, 1);
+  assert.equal(store.deleteSession(keyOf("gone")), false);
   assert.equal(store.ping(), true);
   store.close();
   assert.equal(store.ping(), false);
@@ -216,11 +159,11 @@ Deno.test("SessionStore.deleteSession() removes the session, its messages and to
 
 Deno.test("SessionStore keeps message ids per session: the same id in two sessions is two messages", () => {
   const store = new SessionStore(":memory:");
-  store.getOrCreate("a", "u");
-  store.getOrCreate("b", "u");
-  assert.equal(store.append("a", [msg("run-1:0", "user", "in a")]), 1);
-  assert.equal(store.append("b", [msg("run-1:0", "user", "in b")]), 1);
-  assert.equal(store.messages("b")[0].content, "in b");
-  assert.equal(store.get("b")!.turnCount, 1);
+  store.getOrCreate(keyOf("a"));
+  store.getOrCreate(keyOf("b"));
+  assert.equal(store.append(keyOf("a"), [msg("run-1:0", "user", "in a")]), 1);
+  assert.equal(store.append(keyOf("b"), [msg("run-1:0", "user", "in b")]), 1);
+  assert.equal(store.messages(keyOf("b"))[0].content, "in b");
+  assert.equal(store.get(keyOf("b"))!.turnCount, 1);
   store.close();
 });

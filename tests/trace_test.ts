@@ -7,6 +7,7 @@ import { tempDir } from "./_harness.ts";
 const event = (n: number, data: Record<string, unknown> = {}): RunEvent => ({
   ts: "2026-01-01T00:00:00.000Z",
   session_id: "s",
+  user_id: "u",
   run_id: "r",
   turn: 1,
   event: "llm_call",

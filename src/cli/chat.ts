@@ -70,13 +70,13 @@ class Thinking {
 }
 
 function describeSession(store: SessionStore, sessionId: string, userId: string): string {
-  const session = store.get(sessionId);
+  const session = store.get({ userId, sessionId });
   const turns = session?.turnCount ?? 0;
   return `session ${sessionId} (user ${userId}), ${turns} ${turns === 1 ? "turn" : "turns"}`;
 }
 
-function describeTodos(store: SessionStore, sessionId: string): string {
-  const todos = store.listTodos(sessionId);
+function describeTodos(store: SessionStore, sessionId: string, userId: string): string {
+  const todos = store.listTodos({ userId, sessionId });
   if (todos.length === 0) return "no todos in this session";
   return todos.map((t) => `  ${t.completed ? "[x]" : "[ ]"} ${t.id}. ${t.text}`).join("\n");
 }
@@ -154,7 +154,7 @@ export async function runChat(options: ChatOptions): Promise<number> {
       if (line === "/exit" || line === "/quit") break;
       if (line === "/help") output.write(REPL_HELP + "\n");
       else if (line === "/session") output.write(describeSession(deps.store, sessionId, userId) + "\n");
-      else if (line === "/todos") output.write(describeTodos(deps.store, sessionId) + "\n");
+      else if (line === "/todos") output.write(describeTodos(deps.store, sessionId, userId) + "\n");
       else output.write(`Unknown command ${line}. ${REPL_HELP}\n`);
       rl.prompt();
       continue;

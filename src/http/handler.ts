@@ -95,9 +95,8 @@ export function createHandler(deps: HandlerDeps): (request: Request) => Promise<
 function toResponse(error: unknown, deps: HandlerDeps): Response {
   if (error instanceof HttpError) return httpErrorResponse(error);
   if (error instanceof SessionError) {
-    if (error.reason === "invalid_id") return errorResponse(400, "invalid_session_id", error.message);
     if (error.reason === "nothing_to_retry") return errorResponse(409, "nothing_to_retry", error.message);
-    return errorResponse(404, "not_found", error.message);
+    return errorResponse(400, "invalid_session_id", error.message);
   }
   if (error instanceof DOMException && error.name === "AbortError") {
     // The client is gone; nobody reads this.

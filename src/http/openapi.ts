@@ -35,7 +35,7 @@ const errors = (...statuses: number[]) =>
 const DESCRIPTIONS: Record<number, string> = {
   400: "malformed JSON, missing or non-string message, invalid session id, or a bad trace limit or cursor",
   401: "missing or unknown bearer token",
-  404: "unknown route, or a session that does not exist or belongs to another user",
+  404: "unknown route, or the caller has no session of that id (session ids are per user)",
   405: "method not allowed on this path",
   409: "retry with nothing to retry: the session's last turn was answered",
   413: "body over AGENT_MAX_BODY_BYTES",
@@ -130,7 +130,10 @@ export const OPENAPI = {
         properties: {
           ts: { type: "string" },
           session_id: { type: "string" },
-          user_id: { type: "string", description: "absent on lines written before events carried it" },
+          user_id: {
+            type: "string",
+            description: "the user the session belongs to (absent on lines written before events carried it)",
+          },
           run_id: { type: "string" },
           turn: { type: "integer" },
           event: { enum: RUN_EVENT_NAMES },

@@ -1,6 +1,6 @@
 /**
- * The route table. Every `/v1` route authenticates first and answers another user's session as 404, as if
- * it did not exist.
+ * The route table. Every `/v1` route authenticates first and works on the caller's own sessions only: session
+ * ids are per user, so another user's session of the same id is simply not the caller's (404, as if unused).
  * @module
  */
 import { parseSummary } from "../context.ts";
@@ -11,17 +11,16 @@ import type { HandlerDeps } from "./handler.ts";
 import { OPENAPI } from "./openapi.ts";
 import type { Route } from "./router.ts";
 import { handleTrace } from "./trace_route.ts";
-import { handleTurn } from "./turn_route.ts";
+import { handleTurn, queueKey } from "./turn_route.ts";
 
 function notFound(sessionId: string): HttpError {
   return new HttpError(404, "not_found", `Session "${sessionId}" not found`);
 }
 
-/** The caller's session or 404: a malformed id is 400, another user's session is indistinguishable. */
+/** The caller's session or 404; a malformed id is 400. */
 function ownSession(deps: HandlerDeps, sessionId: string, userId: string): Session {
-  validateId(sessionId);
-  const session = deps.store.get(sessionId);
-  if (session === null || session.userId !== userId) throw notFound(sessionId);
+  const session = deps.store.get({ userId, sessionId });
+  if (session === null) throw notFound(sessionId);
   return session;
 }
 
@@ -58,7 +57,7 @@ export function createRoutes(deps: HandlerDeps): Route[] {
       path: "/v1/sessions/{id}",
       handle: (request, { params }) => {
         const session = ownSession(deps, params.id, user(request));
-        const messages = deps.store.messages(session.id).map((m) => ({
+        const messages = deps.store.messages({ userId: session.userId, sessionId: session.id }).map((m) => ({
           role: m.role,
           content: m.content,
           tool_calls: m.toolCalls ?? null,
@@ -81,8 +80,9 @@ export function createRoutes(deps: HandlerDeps): Route[] {
       handle: async (request, { params }) => {
         const userId = user(request);
         ownSession(deps, params.id, userId);
+        const key = { userId, sessionId: params.id };
         // Through the session's queue, so a delete never lands in the middle of a running turn.
-        await deps.queue.run(params.id, () => Promise.resolve(deps.store.deleteSession(params.id)), {
+        await deps.queue.run(queueKey(key), () => Promise.resolve(deps.store.deleteSession(key)), {
           signal: request.signal,
         });
         return new Response(null, { status: 204 });
@@ -111,7 +111,7 @@ export function createRoutes(deps: HandlerDeps): Route[] {
       path: "/v1/sessions/{id}/todos",
       handle: (request, { params }) => {
         const session = ownSession(deps, params.id, user(request));
-        const todos = deps.store.listTodos(session.id).map((t) => ({
+        const todos = deps.store.listTodos({ userId: session.userId, sessionId: session.id }).map((t) => ({
           id: t.id,
           text: t.text,
           completed: t.completed,

@@ -30,7 +30,7 @@ const INITIAL_TURN_MS = 1000;
 const MAX_RETRY_AFTER_SECONDS = 60;
 
 /**
- * Runs tasks one at a time per key (a session id), in the order `run` was called. A task that throws or
+ * Runs tasks one at a time per key (a session: its user and id), in the order `run` was called. A task that throws or
  * rejects only rejects its own `run`; the next one starts as usual. Keys with nothing running or waiting are
  * forgotten, so memory is bounded by the keys in use.
  */
@@ -78,7 +78,7 @@ export class SessionQueue {
     return new HttpError(
       429,
       "too_many_requests",
-      `Cannot queue turn: session "${key}" already has ${waiting.length} turns waiting`,
+      `Cannot queue turn: the session already has ${waiting.length} turns waiting`,
       { headers: { "Retry-After": String(this.#retryAfterSeconds()) } },
     );
   }

@@ -5,6 +5,7 @@
  * @module
  */
 import { runTurn, unansweredMessage, usageData } from "../loop.ts";
+import type { SessionKey } from "../store.ts";
 import type { RunEvent, TurnResult } from "../types.ts";
 import { readMessageField } from "./body.ts";
 import { HttpError } from "./errors.ts";
@@ -21,6 +22,11 @@ export function turnBody(result: TurnResult): Record<string, unknown> {
     tool_calls: result.toolCalls,
     usage: usageData(result.usage),
   };
+}
+
+/** The session's key in the `SessionQueue`: per user, like the session. NUL cannot occur in an id. */
+export function queueKey(key: SessionKey): string {
+  return `${key.userId}\u0000${key.sessionId}`;
 }
 
 /** One SSE frame. `data` is one line of JSON, so no event can break the framing. */
@@ -48,9 +54,9 @@ export interface HandleTurnOptions {
 }
 
 /**
- * Handles one turn for `userId` on `sessionId`. Everything that can reject the request (body, ownership,
- * nothing to retry, a full queue) is checked before anything is written, so a rejected request changes
- * nothing.
+ * Handles one turn for `userId` on its session `sessionId` (created if new). Everything that can reject the
+ * request (body, nothing to retry, a full queue) is checked before anything is written, so a rejected request
+ * changes nothing.
  */
 export async function handleTurn(
   request: Request,
@@ -63,24 +69,22 @@ export async function handleTurn(
   const message = retry
     ? undefined
     : await readMessageField(request, { maxBytes: deps.maxBodyBytes, signal: request.signal });
-  const existing = deps.store.get(sessionId);
-  if (existing !== null && existing.userId !== userId) {
-    throw new HttpError(404, "not_found", `Session "${sessionId}" not found`);
-  }
-  if (retry && (existing === null || unansweredMessage(deps.store.messages(sessionId)) === null)) {
+  const key = { userId, sessionId };
+  if (retry && (deps.store.get(key) === null || unansweredMessage(deps.store.messages(key)) === null)) {
     throw new HttpError(
       409,
       "nothing_to_retry",
       `Cannot retry: session "${sessionId}" has no unanswered message (its last turn was answered)`,
     );
   }
+  const queued = queueKey(key);
   // Checked before streaming starts: an SSE response cannot change its status later.
-  const full = deps.queue.rejection(sessionId);
+  const full = deps.queue.rejection(queued);
   if (full !== null) throw full;
   const signal = AbortSignal.any([request.signal, deps.shutdownSignal]);
   const run = (emit: (event: RunEvent) => void, onDelta?: (text: string) => void) =>
     deps.queue.run(
-      sessionId,
+      queued,
       () => runTurn({ sessionId, userId, message, retry }, { ...deps.turn, emit, signal, onDelta }),
       { signal },
     );

@@ -10,6 +10,8 @@ import { type JsonSchema, validateJsonSchema } from "./json_schema.ts";
 /** What a handler learns about the call it serves. */
 export interface ToolContext {
   sessionId: string;
+  /** The user the session belongs to: with `sessionId`, the session's key in the store. */
+  userId: string;
   signal?: AbortSignal;
 }
 

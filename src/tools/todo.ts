@@ -24,7 +24,8 @@ export function createTodoTool(store: SessionStore): ToolSpec {
       required: ["action"],
       additionalProperties: false,
     },
-    handler(args, { sessionId }) {
+    handler(args, { sessionId, userId }) {
+      const key = { userId, sessionId };
       switch (args.action) {
         case "add": {
           const text = typeof args.text === "string" ? args.text.trim() : "";
@@ -34,13 +35,13 @@ export function createTodoTool(store: SessionStore): ToolSpec {
               `Cannot add a todo: text is ${text.length} characters, at most ${MAX_TODO_TEXT_CHARS}`,
             );
           }
-          return { todo: store.addTodo(sessionId, text) };
+          return { todo: store.addTodo(key, text) };
         }
         case "complete": {
           if (typeof args.id !== "number") throw new Error('Cannot complete a todo: "id" is required');
-          const todo = store.completeTodo(sessionId, args.id);
+          const todo = store.completeTodo(key, args.id);
           if (todo === null) {
-            const open = store.listTodos(sessionId).map((t) => t.id);
+            const open = store.listTodos(key).map((t) => t.id);
             throw new Error(
               `Cannot complete todo ${args.id}: no such todo in this session` +
                 (open.length > 0 ? ` (ids: ${open.join(", ")})` : " (the list is empty)"),
@@ -49,7 +50,7 @@ export function createTodoTool(store: SessionStore): ToolSpec {
           return { todo };
         }
         default:
-          return { todos: store.listTodos(sessionId) };
+          return { todos: store.listTodos(key) };
       }
     },
   };

@@ -1,0 +1,128 @@
+/**
+ * The store's schema and how a database gets it: created on a new file, migrated from version 1 (sessions
+ * keyed by id alone), refused when newer than this code. Private to `store.ts`.
+ * @module
+ */
+import type { DatabaseSync } from "node:sqlite";
+
+/** The schema version this code writes, kept in `PRAGMA user_version`. */
+export const SCHEMA_VERSION = 2;
+
+/**
+ * The tables of version 2. A session is identified by its user and its id, so two users' sessions with the
+ * same id are two sessions. The sessions key starts with `user_id`, so it also serves "the user's sessions":
+ * no separate index (and none on `updated_at`, which every save rewrites).
+ */
+const SCHEMA = `
+CREATE TABLE sessions (
+  user_id TEXT NOT NULL,
+  id TEXT NOT NULL,
+  summary TEXT,
+  turn_count INTEGER NOT NULL DEFAULT 0,
+  compacted_turns INTEGER NOT NULL DEFAULT 0,
+  created_at TEXT NOT NULL,
+  updated_at TEXT NOT NULL,
+  PRIMARY KEY (user_id, id)
+);
+CREATE TABLE messages (
+  user_id TEXT NOT NULL,
+  session_id TEXT NOT NULL,
+  id TEXT NOT NULL,
+  role TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'tool', 'runtime')),
+  content TEXT,
+  tool_calls TEXT,
+  tool_call_id TEXT,
+  created_at TEXT NOT NULL,
+  -- Ids are unique per session: another session's message can never make a save a silent no-op.
+  PRIMARY KEY (user_id, session_id, id),
+  FOREIGN KEY (user_id, session_id) REFERENCES sessions(user_id, id) ON DELETE CASCADE
+);
+CREATE TABLE todos (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  user_id TEXT NOT NULL,
+  session_id TEXT NOT NULL,
+  text TEXT NOT NULL,
+  completed INTEGER NOT NULL DEFAULT 0,
+  created_at TEXT NOT NULL,
+  completed_at TEXT,
+  FOREIGN KEY (user_id, session_id) REFERENCES sessions(user_id, id) ON DELETE CASCADE
+);
+CREATE INDEX todos_by_session ON todos(user_id, session_id);
+`;
+
+/**
+ * Version 1 to 2, keeping every row. The old tables are renamed aside (their indexes dropped first, or the new
+ * ones of the same name would collide), the new ones created under the real names, and the rows copied: a
+ * message keeps its rowid (the order a session's messages are read in), a todo its id, and the todo counter
+ * its value, so an id deleted before the migration is never handed out again.
+ */
+const FROM_VERSION_1 = `
+DROP INDEX IF EXISTS sessions_by_user;
+DROP INDEX IF EXISTS sessions_of_user;
+DROP INDEX IF EXISTS todos_by_session;
+ALTER TABLE sessions RENAME TO sessions_v1;
+ALTER TABLE messages RENAME TO messages_v1;
+ALTER TABLE todos RENAME TO todos_v1;
+${SCHEMA}
+INSERT INTO sessions (user_id, id, summary, turn_count, compacted_turns, created_at, updated_at)
+  SELECT user_id, id, summary, turn_count, compacted_turns, created_at, updated_at FROM sessions_v1;
+INSERT INTO messages (rowid, user_id, session_id, id, role, content, tool_calls, tool_call_id, created_at)
+  SELECT m.rowid, s.user_id, m.session_id, m.id, m.role, m.content, m.tool_calls, m.tool_call_id, m.created_at
+  FROM messages_v1 AS m JOIN sessions_v1 AS s ON s.id = m.session_id ORDER BY m.rowid;
+INSERT INTO todos (id, user_id, session_id, text, completed, created_at, completed_at)
+  SELECT t.id, s.user_id, t.session_id, t.text, t.completed, t.created_at, t.completed_at
+  FROM todos_v1 AS t JOIN sessions_v1 AS s ON s.id = t.session_id ORDER BY t.id;
+DELETE FROM sqlite_sequence WHERE name = 'todos';
+INSERT INTO sqlite_sequence (name, seq) SELECT 'todos', seq FROM sqlite_sequence WHERE name = 'todos_v1';
+`;
+
+/** Children first: dropping a parent with foreign keys on deletes its rows, cascading. */
+const DROP_VERSION_1 = `
+DROP TABLE messages_v1;
+DROP TABLE todos_v1;
+DROP TABLE sessions_v1;
+`;
+
+function count(db: DatabaseSync, table: string): number {
+  return (db.prepare(`SELECT COUNT(*) AS n FROM ${table}`).get() as { n: number }).n;
+}
+
+/**
+ * Brings the database to {@linkcode SCHEMA_VERSION} inside `transaction` (one `BEGIN IMMEDIATE`), or fails
+ * and leaves it as it was: a newer version is refused, and so is a version-1 database with a message or todo
+ * of no session (the copy would lose it).
+ */
+export function migrate(db: DatabaseSync, transaction: (work: () => void) => void): void {
+  const version = () => (db.prepare("PRAGMA user_version").get() as { user_version: number }).user_version;
+  const seen = version();
+  if (seen > SCHEMA_VERSION) {
+    throw new Error(
+      `Cannot open the session database: its schema version is ${seen}, this program knows ${SCHEMA_VERSION}`,
+    );
+  }
+  if (seen === SCHEMA_VERSION) return;
+  transaction(() => {
+    // Read again under the write lock: another process may have migrated since.
+    const current = version();
+    if (current === SCHEMA_VERSION) return;
+    if (current === 0) {
+      db.exec(SCHEMA);
+    } else if (current === 1) {
+      db.exec(FROM_VERSION_1);
+      for (const table of ["messages", "todos"]) {
+        const before = count(db, `${table}_v1`);
+        const after = count(db, table);
+        if (before !== after) {
+          throw new Error(
+            `Cannot migrate the session database to version ${SCHEMA_VERSION}: ` +
+              `${before - after} of ${before} ${table} belong to no session`,
+          );
+        }
+      }
+      db.exec(DROP_VERSION_1);
+    } else {
+      throw new Error(`Cannot open the session database: unknown schema version ${current}`);
+    }
+    db.exec(`PRAGMA user_version = ${SCHEMA_VERSION}`);
+  });
+}

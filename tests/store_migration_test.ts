@@ -1,0 +1,192 @@
+/** Schema version 2 (sessions keyed by user and id): a new database, and a real version-1 one migrated. */
+import assert from "node:assert/strict";
+import { DatabaseSync } from "node:sqlite";
+import { SessionStore } from "../src/store.ts";
+import { keyOf, tempDir } from "./_harness.ts";
+import { SCHEMA_V1, SCHEMA_V1_OLD_INDEX } from "./fixtures/store_v1_schema.ts";
+
+const T0 = "2026-01-01T00:00:00.000Z";
+const CALLS = '[{"id":"c1","name":"calculator","arguments":"{\\"expression\\":\\"1+2\\"}"}]';
+
+/** Rows of every kind a version-1 database holds; ids deliberately not in insertion order. */
+const V1_ROWS = `
+INSERT INTO sessions VALUES ('default', 'alice', '{"facts":["likes teal"]}', 3, 1, '${T0}', '2026-01-01T00:00:09.000Z');
+INSERT INTO sessions VALUES ('work', 'alice', NULL, 0, 0, '${T0}', '2026-01-01T00:00:05.000Z');
+INSERT INTO sessions VALUES ('b-1', 'bob', NULL, 1, 0, '${T0}', '2026-01-01T00:00:07.000Z');
+INSERT INTO messages VALUES ('z', 'default', 'user', 'what is 1+2?', NULL, NULL, '2026-01-01T00:00:01.000Z');
+INSERT INTO messages VALUES ('a', 'default', 'assistant', NULL, '${CALLS}', NULL, '2026-01-01T00:00:02.000Z');
+INSERT INTO messages VALUES ('m', 'default', 'tool', '{"ok":true}', NULL, 'c1', '2026-01-01T00:00:03.000Z');
+INSERT INTO messages VALUES ('q', 'default', 'assistant', 'three' || char(0) || 'NUL', NULL, NULL, '2026-01-01T00:00:04.000Z');
+INSERT INTO messages VALUES ('z', 'b-1', 'user', 'bob here', NULL, NULL, '2026-01-01T00:00:06.000Z');
+INSERT INTO todos (session_id, text, completed, created_at, completed_at) VALUES ('default', 'open one', 0, '${T0}', NULL);
+INSERT INTO todos (session_id, text, completed, created_at, completed_at) VALUES ('b-1', 'bob''s', 0, '${T0}', NULL);
+INSERT INTO todos (session_id, text, completed, created_at, completed_at)
+  VALUES ('default', 'done one', 1, '${T0}', '2026-01-01T00:00:08.000Z');
+INSERT INTO todos (session_id, text, completed, created_at, completed_at) VALUES ('default', 'deleted', 0, '${T0}', NULL);
+DELETE FROM todos WHERE text = 'deleted';
+PRAGMA user_version = 1;
+`;
+
+function userVersion(path: string): number {
+  const db = new DatabaseSync(path);
+  try {
+    return (db.prepare("PRAGMA user_version").get() as { user_version: number }).user_version;
+  } finally {
+    db.close();
+  }
+}
+
+/** The schema as SQLite stores it, every object's name and SQL, in a stable order. */
+function schemaOf(path: string): string[] {
+  const db = new DatabaseSync(path);
+  try {
+    return db.prepare("SELECT type, name, sql FROM sqlite_master ORDER BY type, name").all()
+      .map((r) => `${r.type} ${r.name}: ${r.sql}`);
+  } finally {
+    db.close();
+  }
+}
+
+function writeV1(path: string, schema: string): void {
+  const db = new DatabaseSync(path);
+  db.exec("PRAGMA foreign_keys = ON");
+  db.exec(schema);
+  db.exec(V1_ROWS);
+  db.close();
+}
+
+Deno.test("SessionStore creates schema version 2 on a new database, sessions keyed by (user_id, id)", () => {
+  using dir = tempDir();
+  const path = `${dir.path}/s.db`;
+  new SessionStore(path).close();
+  assert.equal(userVersion(path), 2);
+  const db = new DatabaseSync(path);
+  try {
+    const key = (table: string) =>
+      (db.prepare(`PRAGMA table_info(${table})`).all() as { name: string; pk: number }[])
+        .filter((c) => c.pk > 0).sort((a, b) => a.pk - b.pk).map((c) => c.name);
+    assert.deepEqual(key("sessions"), ["user_id", "id"]);
+    assert.deepEqual(key("messages"), ["user_id", "session_id", "id"]);
+    const fks = (table: string) =>
+      (db.prepare(`PRAGMA foreign_key_list(${table})`).all() as {
+        from: string;
+        to: string;
+        on_delete: string;
+      }[])
+        .map((f) => `${f.from}->${f.to} ${f.on_delete}`);
+    assert.deepEqual(fks("messages"), ["user_id->user_id CASCADE", "session_id->id CASCADE"]);
+    assert.deepEqual(fks("todos"), ["user_id->user_id CASCADE", "session_id->id CASCADE"]);
+  } finally {
+    db.close();
+  }
+});
+
+for (
+  const [what, schema] of [["version-1", SCHEMA_V1], [
+    "version-1 (with the old sessions_by_user index)",
+    SCHEMA_V1_OLD_INDEX,
+  ]]
+) {
+  Deno.test(`SessionStore migrates a ${what} database to version 2 keeping every row; reopening is a no-op`, () => {
+    using dir = tempDir();
+    const path = `${dir.path}/s.db`;
+    writeV1(path, schema);
+
+    const store = new SessionStore(path, { now: () => new Date("2026-02-01T00:00:00.000Z") });
+    try {
+      assert.deepEqual(store.get(keyOf("default", "alice")), {
+        id: "default",
+        userId: "alice",
+        summary: '{"facts":["likes teal"]}',
+        turnCount: 3,
+        compactedTurns: 1,
+        createdAt: T0,
+        updatedAt: "2026-01-01T00:00:09.000Z",
+      });
+      assert.deepEqual(store.listSessions("alice").map((s) => [s.id, s.turnCount, s.updatedAt]), [
+        ["default", 3, "2026-01-01T00:00:09.000Z"],
+        ["work", 0, "2026-01-01T00:00:05.000Z"],
+      ]);
+      assert.deepEqual(store.listSessions("bob").map((s) => s.id), ["b-1"]);
+      assert.equal(store.get(keyOf("default", "bob")), null, "a session stays with its user");
+      assert.deepEqual(store.messages(keyOf("default", "alice")), [
+        { id: "z", role: "user", content: "what is 1+2?", createdAt: "2026-01-01T00:00:01.000Z" },
+        {
+          id: "a",
+          role: "assistant",
+          content: null,
+          toolCalls: JSON.parse(CALLS),
+          createdAt: "2026-01-01T00:00:02.000Z",
+        },
+        {
+          id: "m",
+          role: "tool",
+          content: '{"ok":true}',
+          toolCallId: "c1",
+          createdAt: "2026-01-01T00:00:03.000Z",
+        },
+        { id: "q", role: "assistant", content: "three\u0000NUL", createdAt: "2026-01-01T00:00:04.000Z" },
+      ], "insertion order, tool data and a NUL survive");
+      assert.deepEqual(store.messages(keyOf("b-1", "bob")).map((m) => [m.id, m.content]), [[
+        "z",
+        "bob here",
+      ]]);
+      assert.deepEqual(store.listTodos(keyOf("default", "alice")), [
+        { id: 1, text: "open one", completed: false, createdAt: T0, completedAt: null },
+        { id: 3, text: "done one", completed: true, createdAt: T0, completedAt: "2026-01-01T00:00:08.000Z" },
+      ]);
+      assert.deepEqual(store.listTodos(keyOf("b-1", "bob")).map((t) => [t.id, t.text]), [[2, "bob's"]]);
+      assert.equal(store.addTodo(keyOf("work", "alice"), "new").id, 5, "a deleted todo's id is never reused");
+      assert.equal(store.deleteSession(keyOf("default", "alice")), true);
+      assert.deepEqual(store.listTodos(keyOf("default", "alice")), [], "the composite keys cascade");
+    } finally {
+      store.close();
+    }
+
+    assert.equal(userVersion(path), 2);
+    const migrated = schemaOf(path);
+    assert.ok(
+      !migrated.some((line) => /_v1|sessions_by_user|sessions_of_user/.test(line)),
+      migrated.join("\n"),
+    );
+    const db = new DatabaseSync(path);
+    try {
+      assert.deepEqual(db.prepare("PRAGMA foreign_key_check").all(), []);
+      assert.equal(
+        (db.prepare("PRAGMA integrity_check").get() as { integrity_check: string }).integrity_check,
+        "ok",
+      );
+    } finally {
+      db.close();
+    }
+
+    const again = new SessionStore(path);
+    try {
+      assert.deepEqual(again.listSessions("alice").map((s) => s.id), ["work"]);
+      assert.equal(again.messages(keyOf("b-1", "bob")).length, 1);
+    } finally {
+      again.close();
+    }
+    assert.deepEqual(schemaOf(path), migrated, "reopening changes nothing");
+    assert.equal(userVersion(path), 2);
+  });
+}
+
+Deno.test("SessionStore refuses to migrate a version-1 database with a message of no session, changing nothing", () => {
+  using dir = tempDir();
+  const path = `${dir.path}/s.db`;
+  writeV1(path, SCHEMA_V1);
+  // Foreign keys off, as an old tool might have written it: an orphan the copy would lose.
+  const db = new DatabaseSync(path, { enableForeignKeyConstraints: false });
+  db.exec(
+    "INSERT INTO messages VALUES ('o', 'nobody', 'user', 'orphan', NULL, NULL, '2026-01-01T00:00:00.000Z')",
+  );
+  db.close();
+  const before = schemaOf(path);
+  assert.throws(
+    () => new SessionStore(path),
+    /Cannot migrate the session database to version 2: 1 of 6 messages/,
+  );
+  assert.equal(userVersion(path), 1);
+  assert.deepEqual(schemaOf(path), before, "the transaction rolled back");
+});
