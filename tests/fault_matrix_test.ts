@@ -59,6 +59,8 @@ interface RigOptions {
    * @default {false}
    */
   llmSummarizer?: boolean;
+  /** LLM_MAX_REPLY_BYTES. @default {1048576} */
+  maxReplyBytes?: number;
   /** The client's clock for HTTP-date `Retry-After`. @default {Date.now} */
   now?: () => number;
   /**
@@ -98,6 +100,7 @@ function openRig(script: Behaviour[], then: ScriptEnd = "ok", options: RigOption
     LLM_RETRIES: String(retries),
     LLM_RETRY_BASE_DELAY: options.fromConfig ? "0" : "",
     AGENT_MAX_RAW_TURNS: String(maxRawTurns),
+    LLM_MAX_REPLY_BYTES: String(options.maxReplyBytes ?? ""),
     AGENT_DB_PATH: `${dir}/sessions.db`,
     AGENT_TRACE_PATH: `${dir}/traces.jsonl`,
   });
@@ -513,7 +516,7 @@ Deno.test("fault: content and tool_calls both null once: after the nudge, answer
   await assertNextTurnAnswered(rig, 2);
 });
 
-Deno.test("fault: a 1 MB answer is stored and returned whole; the trace cuts it", async () => {
+Deno.test("fault: a 1 MB answer within LLM_MAX_REPLY_BYTES is stored and returned whole; the trace cuts it", async () => {
   const lines: string[] = [];
   for (let size = 0, i = 0; size < 1024 * 1024; i++) {
     const line = `line ${i}: lorem ipsum dolor — ✓ "quoted" \\ backslash\n`;
@@ -521,7 +524,8 @@ Deno.test("fault: a 1 MB answer is stored and returned whole; the trace cuts it"
     size += line.length;
   }
   const big = lines.join("") + "THE END";
-  await using rig = openRig([json(completion({ content: big }))]);
+  // Its JSON body is over 1 MiB (escapes, multi-byte characters): the limit is raised for it.
+  await using rig = openRig([json(completion({ content: big }))], "ok", { maxReplyBytes: 4 * 1024 * 1024 });
   const result = await rig.turn("tell me a very long story");
   assert.equal(result.outcome, "answered");
   assert.equal(result.answer, big);
