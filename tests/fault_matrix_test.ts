@@ -125,6 +125,7 @@ function openRig(script: Behaviour[], then: ScriptEnd = "ok", options: RigOption
     summarizer: options.llmSummarizer ? createLlmSummarizer(llm) : deterministicSummarizer,
     maxRawTurns: config.maxRawTurns,
     maxCtxTokens: config.maxCtxTokens,
+    maxToolCallsPerStep: config.maxToolCallsPerStep,
   };
   return {
     provider,
@@ -423,7 +424,7 @@ Deno.test("fault: an unknown tool becomes a tool error listing the tools, then a
   await assertNextTurnAnswered(rig, 2);
 });
 
-Deno.test("fault: 50 tool calls store 50 results in one transaction, then an answer", async () => {
+Deno.test("fault: 50 tool calls store 50 results in one transaction, the first 16 run, then an answer", async () => {
   const calls = Array.from({ length: 50 }, (_, i) => ({
     id: `call_${i}`,
     name: "calculator",
@@ -438,18 +439,21 @@ Deno.test("fault: 50 tool calls store 50 results in one transaction, then an ans
   };
   const result = await rig.turn("add one to each of 0..49");
   assert.equal(result.outcome, "answered");
-  assert.equal(result.answer, "I ran 50 tools; 0 failed.");
+  // AGENT_MAX_TOOL_CALLS_PER_STEP (16 by default): the other 34 are answered with a limit error.
+  assert.equal(result.answer, "I ran 50 tools; 34 failed.");
   assert.equal(rig.provider.requests.length, 2);
   // The user message, then the call with all 50 results in one append (one transaction), then the answer.
   assert.deepEqual(appends.map((roles) => roles.length), [1, 51, 1]);
   assert.deepEqual(appends[1], ["assistant", ...Array(50).fill("tool")]);
   const tools = rig.store.messages(SESSION).filter((m) => m.role === "tool");
   assert.deepEqual(tools.map((m) => m.toolCallId), calls.map((c) => c.id));
-  assert.deepEqual(tools.map((m) => JSON.parse(m.content!).data.result), calls.map((_, i) => i + 1));
+  const results = tools.map((m) => JSON.parse(m.content!));
+  assert.deepEqual(results.slice(0, 16).map((r) => r.data.result), calls.slice(0, 16).map((_, i) => i + 1));
+  assert.ok(results.slice(16).every((r) => !r.ok && /at most 16 run per reply/.test(r.error)));
   const events = rig.events(result.runId);
   assert.equal(dataOf(events, "llm_call")[0].tool_call_count, 50);
   assert.equal(dataOf(events, "tool_call").length, 50);
-  assert.equal(dataOf(events, "tool_result").filter((d) => d.ok === true).length, 50);
+  assert.equal(dataOf(events, "tool_result").filter((d) => d.ok === true).length, 16);
   assert.deepEqual(dataOf(events, "run_end")[0].steps, 2);
   assertIntact(rig.store, SESSION, { turns: 1, users: ["add one to each of 0..49"] });
   await assertNextTurnAnswered(rig, 2);

@@ -902,21 +902,39 @@ Deno.test("ReplyAssembler is complete after [DONE] or a finish_reason, and reads
   assert.equal(assembler.reply().content, "x");
 });
 
-Deno.test("ReplyAssembler rejects chunks of the wrong shape and calls that never got an id or a name", () => {
+Deno.test("ReplyAssembler rejects chunks of the wrong shape", () => {
   const cases: [unknown[], string][] = [
     [[[1, 2]], "stream chunk is not a JSON object"],
     [[{ choices: {} }], 'stream chunk "choices" is not an array'],
     [[chunk({ content: 42 })], "choices[0].delta.content is neither a string nor null"],
     [[chunk({ tool_calls: {} })], "choices[0].delta.tool_calls is not an array"],
     [[call(-1, { id: "a" })], "choices[0].delta.tool_calls[] index is not a whole number: -1"],
-    [[call(0, { function: { name: "x" } })], "choices[0].delta.tool_calls[0] has no id"],
-    [
-      [call(0, { id: "a", function: { arguments: "{}" } })],
-      "choices[0].delta.tool_calls[0] has no function name",
-    ],
     [[USAGE_CHUNK], 'the stream carried no "choices"'],
   ];
   for (const [chunks, reason] of cases) {
     assert.equal(assembleError(chunks).message, `Invalid LLM response from host.test: ${reason}`, reason);
   }
+});
+
+Deno.test("ReplyAssembler keeps a call without name or with arguments of the wrong type as a call with a problem", () => {
+  const { reply } = assemble([
+    call(0, { function: { name: "x", arguments: "{}" } }),
+    call(1, { id: "b", function: { arguments: '{"q":' } }),
+    call(1, { function: { arguments: "1}" } }),
+    call(2, { id: "c", function: { name: "calculator", arguments: 7 } }),
+    call(2, { function: { arguments: "{}" } }),
+    call(3, { id: "d", function: { name: "calculator", arguments: { expression: "2+2" } } }),
+    chunk({}, "tool_calls"),
+  ]);
+  assert.deepEqual(reply.toolCalls, [
+    { id: "", name: "x", arguments: "{}" },
+    { id: "b", name: "invalid_tool_call", arguments: '{"q":1}', problem: "it has no function name" },
+    {
+      id: "c",
+      name: "calculator",
+      arguments: "{}",
+      problem: "its arguments must be a JSON string or object, got number",
+    },
+    { id: "d", name: "calculator", arguments: '{"expression":"2+2"}' },
+  ]);
 });
