@@ -7,8 +7,7 @@ import assert from "node:assert/strict";
 import { loadConfig } from "../src/config.ts";
 import { createLlmFromConfig, OpenAICompatibleLLM } from "../src/llm/openai.ts";
 import { runTurn } from "../src/loop.ts";
-import { readTrace } from "../src/trace.ts";
-import { JsonlTracer } from "../src/trace.ts";
+import { JsonlTracer, readTrace } from "../src/trace.ts";
 import { SessionStore } from "../src/store.ts";
 import { BASE, HELLO, KEY, llmError, makeClient, MODEL, type Step, stubFetch } from "./_openai_stubs.ts";
 import { harness, tempDir } from "./_harness.ts";
@@ -16,8 +15,7 @@ import { endless, ok, startFaultProvider } from "./fixtures/fault_provider.ts";
 
 const encoder = new TextEncoder();
 
-/** A body that sends `head`, then `piece` on every read; it breaks after `giveUpAt` bytes, so a client that
- * reads without limit fails the test instead of hanging it. */
+/** An endless body as the stub fetch answers it. */
 interface Endless {
   stream: ReadableStream<Uint8Array>;
   /** Bytes the client pulled. */
@@ -25,6 +23,10 @@ interface Endless {
   cancelled: () => number;
 }
 
+/**
+ * A body that sends `head`, then `piece` on every read; it breaks after `giveUpAt` bytes, so a client that
+ * reads without limit fails the test instead of hanging it.
+ */
 function endlessBody(head: string, piece: string, giveUpAt = 64 * 1024 * 1024): Endless {
   let pulled = 0;
   let cancels = 0;
