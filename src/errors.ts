@@ -15,8 +15,18 @@ export class ConfigError extends Error {
   }
 }
 
-/** Why an LLM call failed, as far as the runtime can tell. */
-export type LlmErrorKind = "timeout" | "network" | "http" | "invalid_response" | "aborted" | "script";
+/**
+ * Why an LLM call failed, as far as the runtime can tell. `too_large`: the reply (streamed or whole) went
+ * past the client's byte limit and was dropped; never retried.
+ */
+export type LlmErrorKind =
+  | "timeout"
+  | "network"
+  | "http"
+  | "invalid_response"
+  | "too_large"
+  | "aborted"
+  | "script";
 
 /**
  * A model call failed after the client's retries. The message names the cause (status, timeout, unreachable

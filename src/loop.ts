@@ -9,7 +9,8 @@ import type { LLM } from "./llm/llm.ts";
 import { compactIfDue, type MemoryState } from "./memory.ts";
 import type { SessionKey, SessionStore } from "./store.ts";
 import type { Summarizer } from "./summarizer.ts";
-import { serializeToolResult, type ToolRegistry } from "./tools/registry.ts";
+import { DEFAULT_MAX_TOOL_CALLS_PER_STEP, runToolCalls } from "./tool_calls.ts";
+import type { ToolRegistry } from "./tools/registry.ts";
 import type {
   EventSink,
   RunEvent,
@@ -48,6 +49,11 @@ export interface TurnDeps {
   maxRawTurns: number;
   /** Estimated token budget of a request (AGENT_MAX_CTX_TOKENS). */
   maxCtxTokens: number;
+  /**
+   * Tool calls run per model reply (AGENT_MAX_TOOL_CALLS_PER_STEP). Each call beyond them gets a tool error
+   * naming the limit, so every call still has exactly one result. @default {16}
+   */
+  maxToolCallsPerStep?: number;
   /** @default {() => new Date()} */
   now?: () => Date;
   /** A unique id per call (run ids, message ids). @default {() => crypto.randomUUID()} */
@@ -163,6 +169,10 @@ export async function runTurn(input: TurnInput, deps: TurnDeps): Promise<TurnRes
   const { signal } = deps;
   if (!Number.isInteger(maxSteps) || maxSteps < 1) {
     throw new RangeError(`maxSteps must be >= 1, got ${maxSteps}`);
+  }
+  const { maxToolCallsPerStep = DEFAULT_MAX_TOOL_CALLS_PER_STEP } = deps;
+  if (!Number.isInteger(maxToolCallsPerStep) || maxToolCallsPerStep < 1) {
+    throw new RangeError(`maxToolCallsPerStep must be >= 1, got ${maxToolCallsPerStep}`);
   }
 
   const key = { userId: input.userId, sessionId: input.sessionId };
@@ -281,18 +291,16 @@ export async function runTurn(input: TurnInput, deps: TurnDeps): Promise<TurnRes
     });
 
     if (reply.toolCalls.length > 0) {
-      const toolCalls = uniqueCallIds(reply.toolCalls, `${runId}:${step}`);
-      const results: Omit<StoredMessage, "id" | "createdAt">[] = [];
-      for (const call of toolCalls) {
-        event("tool_call", step, { id: call.id, name: call.name, arguments: call.arguments });
-        const result = await tools.execute(call, { sessionId: session.id, userId: session.userId, signal });
-        event("tool_result", step, { id: call.id, name: call.name, ...result });
-        calls.push({ name: call.name, arguments: call.arguments, ok: result.ok });
-        results.push({ role: "tool", content: serializeToolResult(result), toolCallId: call.id });
-      }
+      const ran = await runToolCalls(uniqueCallIds(reply.toolCalls, `${runId}:${step}`), {
+        tools,
+        context: { sessionId: session.id, userId: session.userId, signal },
+        maxCalls: maxToolCallsPerStep,
+        emit: (name, data) => event(name, step, data),
+      });
+      calls.push(...ran.reported);
       // The call and all its results land in one transaction, or (aborted) not at all.
       if (signal?.aborted) return abort(step, step + 1);
-      save({ role: "assistant", content: reply.content, toolCalls }, ...results);
+      save({ role: "assistant", content: reply.content, toolCalls: ran.calls }, ...ran.results);
       continue;
     }
 

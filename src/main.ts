@@ -145,6 +145,7 @@ function openRuntime(config: Readonly<Config>): Runtime {
       llm,
       tools: createBuiltinTools(store),
       maxSteps: config.maxToolIters,
+      maxToolCallsPerStep: config.maxToolCallsPerStep,
       summarizer: createLlmSummarizer(llm),
       maxRawTurns: config.maxRawTurns,
       maxCtxTokens: config.maxCtxTokens,

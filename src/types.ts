@@ -10,6 +10,12 @@ export interface ToolCall {
   id: string;
   name: string;
   arguments: string;
+  /**
+   * Why the call cannot run, when the provider sent it malformed (no function name, arguments neither a
+   * JSON text nor an object). Set by the model client; the turn answers the call with this error and never
+   * stores it.
+   */
+  problem?: string;
 }
 
 /**

@@ -59,6 +59,8 @@ interface RigOptions {
    * @default {false}
    */
   llmSummarizer?: boolean;
+  /** LLM_MAX_REPLY_BYTES. @default {1048576} */
+  maxReplyBytes?: number;
   /** The client's clock for HTTP-date `Retry-After`. @default {Date.now} */
   now?: () => number;
   /**
@@ -98,6 +100,7 @@ function openRig(script: Behaviour[], then: ScriptEnd = "ok", options: RigOption
     LLM_RETRIES: String(retries),
     LLM_RETRY_BASE_DELAY: options.fromConfig ? "0" : "",
     AGENT_MAX_RAW_TURNS: String(maxRawTurns),
+    LLM_MAX_REPLY_BYTES: String(options.maxReplyBytes ?? ""),
     AGENT_DB_PATH: `${dir}/sessions.db`,
     AGENT_TRACE_PATH: `${dir}/traces.jsonl`,
   });
@@ -122,6 +125,7 @@ function openRig(script: Behaviour[], then: ScriptEnd = "ok", options: RigOption
     summarizer: options.llmSummarizer ? createLlmSummarizer(llm) : deterministicSummarizer,
     maxRawTurns: config.maxRawTurns,
     maxCtxTokens: config.maxCtxTokens,
+    maxToolCallsPerStep: config.maxToolCallsPerStep,
   };
   return {
     provider,
@@ -425,7 +429,7 @@ Deno.test("fault: an unknown tool becomes a tool error listing the tools, then a
   await assertNextTurnAnswered(rig, 2);
 });
 
-Deno.test("fault: 50 tool calls store 50 results in one transaction, then an answer", async () => {
+Deno.test("fault: 50 tool calls store 50 results in one transaction, the first 16 run, then an answer", async () => {
   const calls = Array.from({ length: 50 }, (_, i) => ({
     id: `call_${i}`,
     name: "calculator",
@@ -440,18 +444,21 @@ Deno.test("fault: 50 tool calls store 50 results in one transaction, then an ans
   };
   const result = await rig.turn("add one to each of 0..49");
   assert.equal(result.outcome, "answered");
-  assert.equal(result.answer, "I ran 50 tools; 0 failed.");
+  // AGENT_MAX_TOOL_CALLS_PER_STEP (16 by default): the other 34 are answered with a limit error.
+  assert.equal(result.answer, "I ran 50 tools; 34 failed.");
   assert.equal(rig.provider.requests.length, 2);
   // The user message, then the call with all 50 results in one append (one transaction), then the answer.
   assert.deepEqual(appends.map((roles) => roles.length), [1, 51, 1]);
   assert.deepEqual(appends[1], ["assistant", ...Array(50).fill("tool")]);
   const tools = rig.store.messages(keyOf(SESSION, USER)).filter((m) => m.role === "tool");
   assert.deepEqual(tools.map((m) => m.toolCallId), calls.map((c) => c.id));
-  assert.deepEqual(tools.map((m) => JSON.parse(m.content!).data.result), calls.map((_, i) => i + 1));
+  const results = tools.map((m) => JSON.parse(m.content!));
+  assert.deepEqual(results.slice(0, 16).map((r) => r.data.result), calls.slice(0, 16).map((_, i) => i + 1));
+  assert.ok(results.slice(16).every((r) => !r.ok && /at most 16 run per reply/.test(r.error)));
   const events = rig.events(result.runId);
   assert.equal(dataOf(events, "llm_call")[0].tool_call_count, 50);
   assert.equal(dataOf(events, "tool_call").length, 50);
-  assert.equal(dataOf(events, "tool_result").filter((d) => d.ok === true).length, 50);
+  assert.equal(dataOf(events, "tool_result").filter((d) => d.ok === true).length, 16);
   assert.deepEqual(dataOf(events, "run_end")[0].steps, 2);
   assertIntact(rig.store, SESSION, { turns: 1, users: ["add one to each of 0..49"] });
   await assertNextTurnAnswered(rig, 2);
@@ -518,7 +525,7 @@ Deno.test("fault: content and tool_calls both null once: after the nudge, answer
   await assertNextTurnAnswered(rig, 2);
 });
 
-Deno.test("fault: a 1 MB answer is stored and returned whole; the trace cuts it", async () => {
+Deno.test("fault: a 1 MB answer within LLM_MAX_REPLY_BYTES is stored and returned whole; the trace cuts it", async () => {
   const lines: string[] = [];
   for (let size = 0, i = 0; size < 1024 * 1024; i++) {
     const line = `line ${i}: lorem ipsum dolor — ✓ "quoted" \\ backslash\n`;
@@ -526,7 +533,8 @@ Deno.test("fault: a 1 MB answer is stored and returned whole; the trace cuts it"
     size += line.length;
   }
   const big = lines.join("") + "THE END";
-  await using rig = openRig([json(completion({ content: big }))]);
+  // Its JSON body is over 1 MiB (escapes, multi-byte characters): the limit is raised for it.
+  await using rig = openRig([json(completion({ content: big }))], "ok", { maxReplyBytes: 4 * 1024 * 1024 });
   const result = await rig.turn("tell me a very long story");
   assert.equal(result.outcome, "answered");
   assert.equal(result.answer, big);

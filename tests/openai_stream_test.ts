@@ -514,11 +514,60 @@ Deno.test("OpenAICompatibleLLM({stream: true}) reads a server that ignores strea
   assert.deepEqual(deltas, ["whole"]);
 });
 
-Deno.test("OpenAICompatibleLLM({stream: true}) waits longer than timeoutSeconds for a stream that keeps coming", async () => {
-  // Six chunks 40 ms apart: 240 ms in all, each silence far below the 150 ms deadline.
+Deno.test("OpenAICompatibleLLM({stream: true}) keeps a stream whose silences stay under idleTimeoutSeconds", async () => {
+  // Six chunks 40 ms apart: 240 ms in all, each silence far below the 150 ms idle deadline.
   const { fetch } = stubFetch(sseStep(body(OK_EVENTS, "close", 40)));
-  const { llm } = makeClient(fetch, { timeoutSeconds: 0.15 });
+  const { llm } = makeClient(fetch, { timeoutSeconds: 30, idleTimeoutSeconds: 0.15 });
   assert.deepEqual(await llm.chat(HELLO), OK_REPLY);
+});
+
+/** A body that sends `first`, then a keep-alive comment every `everyMs` until cancelled. */
+function pinging(first: string[], everyMs: number): Body {
+  let next = 0;
+  let cancels = 0;
+  // The wait in progress, so a cancel clears its timer (the sanitizer counts it otherwise).
+  let waiting: { timer: ReturnType<typeof setTimeout>; resolve: () => void } | undefined;
+  const stream = new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      if (next < first.length) return controller.enqueue(encoder.encode(first[next++]));
+      await new Promise<void>((resolve) => (waiting = { timer: setTimeout(resolve, everyMs), resolve }));
+      if (cancels === 0) controller.enqueue(encoder.encode(": ping\n\n"));
+    },
+    cancel() {
+      cancels++;
+      clearTimeout(waiting?.timer);
+      waiting?.resolve();
+    },
+  }, { highWaterMark: 0 });
+  return { stream, cancelled: () => cancels };
+}
+
+Deno.test("OpenAICompatibleLLM({stream: true}) ends a stream of keep-alive pings at timeoutSeconds, naming the whole-call deadline", async () => {
+  const source = pinging(OK_EVENTS.slice(0, 2), 10);
+  const { fetch, sent } = stubFetch(sseStep(source));
+  const deltas: string[] = [];
+  // Each ping restarts the idle deadline; only the whole-call one can end this stream.
+  const { llm, delays } = makeClient(fetch, { timeoutSeconds: 0.3, idleTimeoutSeconds: 0.2 });
+  const caller = new AbortController();
+  const guard = setTimeout(() => caller.abort(new Error("still streaming after 20 s")), 20_000);
+  try {
+    const error = await llmError(
+      llm.chat(HELLO, { signal: caller.signal, onDelta: (text) => deltas.push(text) }),
+    );
+    assert.equal(caller.signal.aborted, false, "the client ended the stream, not the test's guard");
+    assert.equal(error.kind, "timeout");
+    assert.equal(error.retries, 0);
+    assert.match(
+      error.message,
+      /^LLM stream from api\.example\.com ran past the 0\.3 s deadline of the whole call after \d+ bytes$/,
+    );
+  } finally {
+    clearTimeout(guard);
+  }
+  assert.equal(sent.length, 1, "not retried: text was already shown");
+  assert.deepEqual(delays, []);
+  assert.deepEqual(deltas, ["o"]);
+  assert.equal(source.cancelled(), 1);
 });
 
 // ---------------------------------------------------------------------------------------------------------
@@ -631,7 +680,18 @@ Deno.test("OpenAICompatibleLLM({stream: true}) fails without retry when the stre
 });
 
 Deno.test("OpenAICompatibleLLM({stream: true}) fails with timeout, without retry, when the stream stalls", async () => {
-  for (const options of [{ timeoutSeconds: 5, idleTimeoutSeconds: 0.05 }, { timeoutSeconds: 0.05 }]) {
+  const cases: [Partial<OpenAICompatibleLLMOptions>, RegExp][] = [
+    [
+      { timeoutSeconds: 5, idleTimeoutSeconds: 0.05 },
+      /^LLM stream from api\.example\.com stalled: no data for 0\.05 s after \d+ bytes$/,
+    ],
+    // The idle deadline defaults to the whole one, which was armed first and passes first.
+    [
+      { timeoutSeconds: 0.05 },
+      /^LLM stream from api\.example\.com ran past the 0\.05 s deadline of the whole call after \d+ bytes$/,
+    ],
+  ];
+  for (const [options, message] of cases) {
     const source = body(OK_EVENTS.slice(0, 2), "stall");
     const { fetch, sent } = stubFetch(sseStep(source));
     const deltas: string[] = [];
@@ -642,10 +702,7 @@ Deno.test("OpenAICompatibleLLM({stream: true}) fails with timeout, without retry
     assert.ok(performance.now() - started < 2000, "the idle deadline, not the 5 s one");
     assert.equal(error.kind, "timeout");
     assert.equal(error.retries, 0);
-    assert.match(
-      error.message,
-      /^LLM stream from api\.example\.com stalled: no data for 0\.05 s after \d+ bytes$/,
-    );
+    assert.match(error.message, message);
     assert.equal(sent.length, 1);
     assert.deepEqual(deltas, ["o"]);
     assert.equal(source.cancelled(), 1);
@@ -845,21 +902,39 @@ Deno.test("ReplyAssembler is complete after [DONE] or a finish_reason, and reads
   assert.equal(assembler.reply().content, "x");
 });
 
-Deno.test("ReplyAssembler rejects chunks of the wrong shape and calls that never got an id or a name", () => {
+Deno.test("ReplyAssembler rejects chunks of the wrong shape", () => {
   const cases: [unknown[], string][] = [
     [[[1, 2]], "stream chunk is not a JSON object"],
     [[{ choices: {} }], 'stream chunk "choices" is not an array'],
     [[chunk({ content: 42 })], "choices[0].delta.content is neither a string nor null"],
     [[chunk({ tool_calls: {} })], "choices[0].delta.tool_calls is not an array"],
     [[call(-1, { id: "a" })], "choices[0].delta.tool_calls[] index is not a whole number: -1"],
-    [[call(0, { function: { name: "x" } })], "choices[0].delta.tool_calls[0] has no id"],
-    [
-      [call(0, { id: "a", function: { arguments: "{}" } })],
-      "choices[0].delta.tool_calls[0] has no function name",
-    ],
     [[USAGE_CHUNK], 'the stream carried no "choices"'],
   ];
   for (const [chunks, reason] of cases) {
     assert.equal(assembleError(chunks).message, `Invalid LLM response from host.test: ${reason}`, reason);
   }
+});
+
+Deno.test("ReplyAssembler keeps a call without name or with arguments of the wrong type as a call with a problem", () => {
+  const { reply } = assemble([
+    call(0, { function: { name: "x", arguments: "{}" } }),
+    call(1, { id: "b", function: { arguments: '{"q":' } }),
+    call(1, { function: { arguments: "1}" } }),
+    call(2, { id: "c", function: { name: "calculator", arguments: 7 } }),
+    call(2, { function: { arguments: "{}" } }),
+    call(3, { id: "d", function: { name: "calculator", arguments: { expression: "2+2" } } }),
+    chunk({}, "tool_calls"),
+  ]);
+  assert.deepEqual(reply.toolCalls, [
+    { id: "", name: "x", arguments: "{}" },
+    { id: "b", name: "invalid_tool_call", arguments: '{"q":1}', problem: "it has no function name" },
+    {
+      id: "c",
+      name: "calculator",
+      arguments: "{}",
+      problem: "its arguments must be a JSON string or object, got number",
+    },
+    { id: "d", name: "calculator", arguments: '{"expression":"2+2"}' },
+  ]);
 });

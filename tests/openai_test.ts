@@ -811,21 +811,40 @@ Deno.test("parseCompletion() serializes tool arguments sent as an object and fil
   ]);
 });
 
-Deno.test("parseCompletion() rejects a tool call without id or function name", () => {
-  assert.equal(
-    invalidReason(
-      completion({ tool_calls: [{ type: "function", function: { name: "x", arguments: "{}" } }] }),
-    ),
-    "Invalid LLM response from host.test: choices[0].message.tool_calls[0] has no id",
-  );
-  assert.equal(
-    invalidReason(completion({ tool_calls: [{ id: "a", type: "function", function: { arguments: "{}" } }] })),
-    "Invalid LLM response from host.test: choices[0].message.tool_calls[0] has no function name",
-  );
-  assert.equal(
-    invalidReason(completion({ tool_calls: [{ id: "a", type: "function" }] })),
-    "Invalid LLM response from host.test: choices[0].message.tool_calls[0] has no function name",
-  );
+Deno.test("parseCompletion() keeps a malformed tool call as a call with a problem, beside the good ones", () => {
+  const reply = parsed({
+    content: null,
+    tool_calls: [
+      { type: "function", function: { name: "x", arguments: "{}" } },
+      { id: "b", type: "function", function: { arguments: '{"q":1}' } },
+      { id: "c", type: "function", function: { name: "", arguments: "{}" } },
+      { id: "d", type: "function", function: { name: "calculator", arguments: 42 } },
+      { id: "e", type: "function", function: { name: "calculator", arguments: [1, 2] } },
+      { id: "f", type: "function" },
+      "not a call",
+      { id: "g", type: "function", function: { name: "calculator", arguments: { expression: "1+1" } } },
+    ],
+  });
+  assert.deepEqual(reply.toolCalls, [
+    { id: "", name: "x", arguments: "{}" },
+    { id: "b", name: "invalid_tool_call", arguments: '{"q":1}', problem: "it has no function name" },
+    { id: "c", name: "invalid_tool_call", arguments: "{}", problem: "it has no function name" },
+    {
+      id: "d",
+      name: "calculator",
+      arguments: "{}",
+      problem: "its arguments must be a JSON string or object, got number",
+    },
+    {
+      id: "e",
+      name: "calculator",
+      arguments: "{}",
+      problem: "its arguments must be a JSON string or object, got array",
+    },
+    { id: "f", name: "invalid_tool_call", arguments: "{}", problem: "it has no function name" },
+    { id: "", name: "invalid_tool_call", arguments: "{}", problem: "the call is string, not an object" },
+    { id: "g", name: "calculator", arguments: '{"expression":"1+1"}' },
+  ]);
 });
 
 Deno.test("parseCompletion() turns an empty text beside tool calls into null and keeps it otherwise", () => {

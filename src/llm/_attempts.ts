@@ -1,10 +1,17 @@
 /**
- * One attempt of the fetch client: a POST under its own deadline, its body read whole or as Server-Sent
- * Events. An attempt never throws (but for what `onDelta` throws): it resolves with the reply or a classified
+ * One attempt of the fetch client: a POST under its own deadlines, its body read whole or as Server-Sent
+ * Events, never past the reply byte limit. An attempt never throws (but for what `onDelta` throws): it resolves with the reply or a classified
  * failure, and the client's retry loop decides what comes next. Private to `openai.ts`.
  * @module
  */
-import { type Attempt, isJsonResponse, readOrAbort } from "./_fetch_helpers.ts";
+import {
+  type Attempt,
+  type BoundedText,
+  Deadlines,
+  isJsonResponse,
+  readOrAbort,
+  readText,
+} from "./_fetch_helpers.ts";
 import type { FailureContext, Failures } from "./_failures.ts";
 import { ReplyAssembler } from "./_reply_assembler.ts";
 import { SseParser } from "./_sse.ts";
@@ -36,43 +43,52 @@ function post(
   return fetch(context.url, { method: "POST", headers: headers(context, stream), body, signal });
 }
 
-function timeoutError(): DOMException {
-  return new DOMException("LLM request timed out", "TimeoutError");
+/**
+ * The most of a non-2xx body kept in memory: enough for the provider's JSON error, whose start is quoted in
+ * the message; the rest is cancelled unread.
+ */
+export const MAX_ERROR_BODY_BYTES = 16_384;
+
+/** How much of a response's body to read: the reply limit, or less for an error body. */
+function bodyLimit(context: AttemptContext, response: Response): number {
+  return response.ok ? context.maxReplyBytes : Math.min(context.maxReplyBytes, MAX_ERROR_BODY_BYTES);
 }
 
-/** One POST whose whole body is read under the deadline (`timeoutSeconds`), whatever the status. */
+/** One POST whose body is read under the deadline (`timeoutSeconds`) and the byte limit, whatever the status. */
 export async function plainAttempt(
   context: AttemptContext,
   body: string,
   signal: AbortSignal | undefined,
 ): Promise<Attempt> {
   const { failures } = context;
-  const deadline = new AbortController();
-  const timer = setTimeout(() => deadline.abort(timeoutError()), context.timeoutSeconds * 1000);
-  const combined = signal === undefined ? deadline.signal : AbortSignal.any([signal, deadline.signal]);
+  const deadlines = new Deadlines(context.timeoutSeconds);
+  const combined = signal === undefined ? deadlines.signal : AbortSignal.any([signal, deadlines.signal]);
   let response: Response | undefined;
-  let text: string;
+  let read: BoundedText;
   try {
     response = await post(context, body, combined, false);
-    // Reading the whole body under the same deadline also frees it, whatever the status.
-    text = await response.text();
+    // Reading the body under the same deadline also frees it, whatever the status.
+    read = await readText(response.body, bodyLimit(context, response), combined);
   } catch (error) {
-    const failure = failures.thrown(error, signal, deadline.signal);
+    const failure = failures.thrown(error, signal, deadlines.signal);
     // The host answered and then the body broke: say so, rather than "unreachable" (still retried).
     if (response !== undefined && failure.kind === "network") {
       return { ok: false, failure: failures.brokenBody(error, response.status, failure.retryable) };
     }
     return { ok: false, failure };
   } finally {
-    clearTimeout(timer);
+    deadlines.clear();
   }
-  if (!response.ok) return { ok: false, failure: failures.http(response, text) };
-  return failures.parse(text);
+  if (!response.ok) return { ok: false, failure: failures.http(response, read.text) };
+  if (read.over) return { ok: false, failure: failures.tooLarge() };
+  return failures.parse(read.text);
 }
 
 /**
- * One streaming POST, its body read as Server-Sent Events under the first-byte deadline, then the idle
- * one. Clears its timer and cancels the body on every path.
+ * One streaming POST, its body read as Server-Sent Events under two deadlines: the whole attempt's
+ * (`timeoutSeconds`, from the request to the last byte, never extended) and, once the body flows, the
+ * longest silence (`idleTimeoutSeconds`, restarted by every chunk, keep-alive comments included). Stops at
+ * `maxReplyBytes`. Clears its timers and cancels the body on every path.
  */
 export async function streamAttempt(
   context: AttemptContext,
@@ -80,25 +96,26 @@ export async function streamAttempt(
   signal: AbortSignal | undefined,
   onDelta: ((text: string) => void) | undefined,
 ): Promise<Attempt> {
-  const { failures } = context;
-  const deadline = new AbortController();
-  const expire = (seconds: number) => setTimeout(() => deadline.abort(timeoutError()), seconds * 1000);
-  let timer = expire(context.timeoutSeconds);
-  const combined = signal === undefined ? deadline.signal : AbortSignal.any([signal, deadline.signal]);
+  const { failures, maxReplyBytes } = context;
+  const deadlines = new Deadlines(context.timeoutSeconds);
+  const combined = signal === undefined ? deadlines.signal : AbortSignal.any([signal, deadlines.signal]);
   let reader: ReadableStreamDefaultReader<Uint8Array> | undefined;
   try {
     let response: Response;
-    let text: string | undefined;
+    let read: BoundedText | undefined;
     try {
       response = await post(context, body, combined, true);
-      if (!response.ok || response.body === null || isJsonResponse(response)) text = await response.text();
+      if (!response.ok || response.body === null || isJsonResponse(response)) {
+        read = await readText(response.body, bodyLimit(context, response), combined);
+      }
     } catch (error) {
-      return { ok: false, failure: failures.thrown(error, signal, deadline.signal) };
+      return { ok: false, failure: failures.thrown(error, signal, deadlines.signal) };
     }
-    if (!response.ok) return { ok: false, failure: failures.http(response, text ?? "") };
-    if (text !== undefined || response.body === null) {
+    if (!response.ok) return { ok: false, failure: failures.http(response, read?.text ?? "") };
+    if (read !== undefined || response.body === null) {
       // A server that ignores `stream: true` sends one whole completion.
-      const outcome = failures.parse(text ?? "");
+      if (read?.over) return { ok: false, failure: failures.tooLarge() };
+      const outcome = failures.parse(read?.text ?? "");
       if (outcome.ok && outcome.reply.content) onDelta?.(outcome.reply.content);
       return outcome;
     }
@@ -112,14 +129,15 @@ export async function streamAttempt(
         chunk = await readOrAbort(reader, combined);
       } catch (error) {
         const failure = bytes === 0
-          ? failures.thrown(error, signal, deadline.signal)
-          : failures.brokenStream(error, signal, deadline.signal, bytes);
+          ? failures.thrown(error, signal, deadlines.signal)
+          : failures.brokenStream(error, signal, deadlines.passed, bytes);
         return { ok: false, failure };
       }
       if (!chunk.done && chunk.value.byteLength > 0) {
         bytes += chunk.value.byteLength;
-        clearTimeout(timer);
-        timer = expire(context.idleTimeoutSeconds);
+        // Counted before parsing: an endless answer is dropped at the limit, never held whole.
+        if (bytes > maxReplyBytes) return { ok: false, failure: failures.tooLarge() };
+        deadlines.restartIdle(context.idleTimeoutSeconds);
       }
       for (const event of chunk.done ? parser.end() : parser.push(chunk.value)) {
         let piece: string;
@@ -145,7 +163,7 @@ export async function streamAttempt(
       return { ok: false, failure: failures.invalid(error) };
     }
   } finally {
-    clearTimeout(timer);
+    deadlines.clear();
     // Frees the connection when the stream stops early ([DONE], an error); a no-op on a finished body.
     await reader?.cancel().catch(() => {});
   }

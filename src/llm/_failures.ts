@@ -4,7 +4,13 @@
  * @module
  */
 import { LlmError, type LlmErrorKind } from "../errors.ts";
-import { type Attempt, describeThrown, type Failure, isRetryableStatus } from "./_fetch_helpers.ts";
+import {
+  type Attempt,
+  type DeadlineName,
+  describeThrown,
+  type Failure,
+  isRetryableStatus,
+} from "./_fetch_helpers.ts";
 import {
   invalidResponseError,
   parseCompletion,
@@ -13,13 +19,15 @@ import {
   quoteBody,
 } from "./_wire.ts";
 
-/** What the messages name: the host (never the URL's path), the deadlines, and the key to keep out. */
+/** What the messages name: the host (never the URL's path), the limits, and the key to keep out. */
 export interface FailureContext {
   host: string;
   model: string;
   apiKey: string;
   timeoutSeconds: number;
   idleTimeoutSeconds: number;
+  /** The largest reply body accepted, in bytes. */
+  maxReplyBytes: number;
   /** The clock an HTTP-date `Retry-After` is measured against, in epoch milliseconds. */
   now: () => number;
 }
@@ -56,18 +64,30 @@ export class Failures {
   brokenStream(
     error: unknown,
     signal: AbortSignal | undefined,
-    deadline: AbortSignal,
+    passed: DeadlineName | null,
     bytes: number,
   ): Failure {
     if (signal?.aborted) return this.aborted();
-    const { host, idleTimeoutSeconds } = this.#context;
-    if (deadline.aborted) {
+    const { host, timeoutSeconds, idleTimeoutSeconds } = this.#context;
+    if (passed === "whole") {
+      const message = `LLM stream from ${host} ran past the ${timeoutSeconds} s deadline of the whole call ` +
+        `after ${bytes} bytes`;
+      return this.make("timeout", message, false);
+    }
+    if (passed === "idle") {
       const message =
         `LLM stream from ${host} stalled: no data for ${idleTimeoutSeconds} s after ${bytes} bytes`;
       return this.make("timeout", message, false);
     }
     const message = `LLM stream from ${host} broke after ${bytes} bytes: ${describeThrown(error)}`;
     return this.make("network", message, false);
+  }
+
+  /** A reply body past `maxReplyBytes`: dropped unread, never retried (the next answer would be as long). */
+  tooLarge(): Failure {
+    const { host, maxReplyBytes } = this.#context;
+    const message = `LLM reply from ${host} is too large: it went past the limit of ${maxReplyBytes} bytes`;
+    return this.make("too_large", message, false);
   }
 
   /** An `LlmError` from parsing becomes an `invalid_response` failure; anything else is a bug, rethrown. */

@@ -1,6 +1,7 @@
 /**
- * Private helpers of the fetch client: how an attempt's failure is classified, waits that honour an abort
- * signal, error descriptions without URLs' paths, and option checks.
+ * Private helpers of the fetch client: how an attempt's failure is classified, waits and reads that honour
+ * an abort signal, a body read under a byte limit, an attempt's deadlines, error descriptions without URLs'
+ * paths, and option checks.
  * @module
  */
 import type { LlmErrorKind } from "../errors.ts";
@@ -66,6 +67,95 @@ export function readOrAbort(
     // The read left pending on abort settles when the caller cancels the reader.
     reader.read().then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
   });
+}
+
+/** What {@linkcode readText} read. */
+export interface BoundedText {
+  /** The body as UTF-8 text; when `over`, only its first `limit` bytes. */
+  text: string;
+  /** Whether the body held more than `limit` bytes: reading stopped there and the rest was cancelled. */
+  over: boolean;
+}
+
+/**
+ * Reads `body` as UTF-8 text chunk by chunk, and stops as soon as more than `limit` bytes have arrived, so
+ * a body past the limit is never held whole. Rejects with the signal's reason as soon as it aborts, or with
+ * the stream's error; cancels whatever it did not read, on every path.
+ */
+export async function readText(
+  body: ReadableStream<Uint8Array> | null,
+  limit: number,
+  signal: AbortSignal,
+): Promise<BoundedText> {
+  if (body === null) return { text: "", over: false };
+  const reader = body.getReader();
+  const decoder = new TextDecoder();
+  const parts: string[] = [];
+  let bytes = 0;
+  try {
+    for (;;) {
+      const chunk = await readOrAbort(reader, signal);
+      if (chunk.done) break;
+      const room = limit - bytes;
+      bytes += chunk.value.byteLength;
+      if (bytes > limit) {
+        parts.push(decoder.decode(chunk.value.subarray(0, room)));
+        return { text: parts.join(""), over: true };
+      }
+      parts.push(decoder.decode(chunk.value, { stream: true }));
+    }
+    parts.push(decoder.decode());
+    return { text: parts.join(""), over: false };
+  } finally {
+    await reader.cancel().catch(() => {});
+  }
+}
+
+/** Which deadline of an attempt passed: the whole attempt's, or the longest silence of a stream. */
+export type DeadlineName = "whole" | "idle";
+
+/**
+ * The deadlines of one attempt on one abort signal: the whole attempt, from the request to the last byte
+ * (armed at construction, never extended), and the longest silence between two chunks of a streamed body
+ * (armed by {@linkcode Deadlines.restartIdle}). {@linkcode Deadlines.clear} must run on every path.
+ */
+export class Deadlines {
+  #controller = new AbortController();
+  #whole: ReturnType<typeof setTimeout>;
+  #idle: ReturnType<typeof setTimeout> | undefined;
+  #passed: DeadlineName | null = null;
+
+  constructor(seconds: number) {
+    this.#whole = setTimeout(() => this.#expire("whole"), seconds * 1000);
+  }
+
+  /** Aborts (with a `TimeoutError`) when the first deadline passes. */
+  get signal(): AbortSignal {
+    return this.#controller.signal;
+  }
+
+  /** Which deadline passed first, if one did. */
+  get passed(): DeadlineName | null {
+    return this.#passed;
+  }
+
+  /** Starts the silence deadline again: `seconds` from now. The whole-attempt deadline is untouched. */
+  restartIdle(seconds: number): void {
+    clearTimeout(this.#idle);
+    this.#idle = setTimeout(() => this.#expire("idle"), seconds * 1000);
+  }
+
+  clear(): void {
+    clearTimeout(this.#whole);
+    clearTimeout(this.#idle);
+  }
+
+  #expire(name: DeadlineName): void {
+    if (this.#passed !== null) return;
+    this.#passed = name;
+    this.clear();
+    this.#controller.abort(new DOMException("LLM request timed out", "TimeoutError"));
+  }
 }
 
 /** Whether the response says its body is JSON (a server that ignored `stream`). */

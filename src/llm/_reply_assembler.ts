@@ -29,6 +29,8 @@ interface PendingCall {
   type: string | undefined;
   name: string | undefined;
   arguments: string;
+  /** The first `arguments` fragment that was neither a string nor an object: the call cannot run. */
+  badArguments?: unknown;
 }
 
 function isRecord(value: unknown): value is Record<string, unknown> {
@@ -110,15 +112,15 @@ export class ReplyAssembler {
 
   /**
    * The reply so far, normalised as the non-streaming body would be (`""` beside tool calls becomes `null`,
-   * missing arguments `"{}"`). Throws `LlmError` of kind `invalid_response` when no chunk carried a choice,
-   * or a tool call never got its id or name.
+   * missing arguments `"{}"`, a call without name or with arguments of the wrong type comes back with its
+   * `problem`). Throws `LlmError` of kind `invalid_response` when no chunk carried a choice.
    */
   reply(): ChatReply {
     if (!this.#sawChoice) throw this.#invalid('the stream carried no "choices"');
     const calls = [...this.#calls.entries()].sort(([a], [b]) => a - b).map(([, call]) => ({
       id: call.id,
       type: call.type ?? "function",
-      function: { name: call.name, arguments: call.arguments },
+      function: { name: call.name, arguments: "badArguments" in call ? call.badArguments : call.arguments },
     }));
     const message: Record<string, unknown> = { content: this.#content };
     if (calls.length > 0) message.tool_calls = calls;
@@ -186,7 +188,8 @@ export class ReplyAssembler {
     if (typeof fn.name === "string" && fn.name !== "") call.name ??= fn.name;
     const args = fn.arguments;
     if (typeof args === "string") call.arguments += args;
-    else if (args !== undefined && args !== null) call.arguments += JSON.stringify(args);
+    else if (isRecord(args)) call.arguments += JSON.stringify(args);
+    else if (args !== undefined && args !== null && !("badArguments" in call)) call.badArguments = args;
   }
 
   #invalid(reason: string): LlmError {

@@ -7,6 +7,7 @@
 import { isFrozenMessage } from "../context.ts";
 import { LlmError } from "../errors.ts";
 import { isFrozenToolList } from "../tools/registry.ts";
+import { INVALID_TOOL_CALL_NAME } from "../tool_calls.ts";
 import type { ChatReply, Message, ToolCall, ToolSchema, Usage } from "../types.ts";
 
 /** A tool call as the request body carries it inside an assistant message. */
@@ -189,20 +190,37 @@ function tokenCount(value: unknown): number | null {
   return typeof value === "number" && Number.isFinite(value) ? value : null;
 }
 
-function parseToolCall(raw: unknown, where: string): ToolCall {
-  if (!isRecord(raw)) throw invalid(`${where} is not an object`);
-  if (typeof raw.id !== "string" || raw.id === "") throw invalid(`${where} has no id`);
-  const fn = raw.function;
-  if (!isRecord(fn) || typeof fn.name !== "string" || fn.name === "") {
-    throw invalid(`${where} has no function name`);
+function describeType(value: unknown): string {
+  return Array.isArray(value) ? "array" : value === null ? "null" : typeof value;
+}
+
+/**
+ * One tool call of a reply. Never throws: a call that cannot run is returned with its `problem`, so the
+ * other calls of the reply still run. A missing id becomes `""` (the loop gives it a unique one), a missing
+ * name the placeholder {@linkcode INVALID_TOOL_CALL_NAME}, and arguments of the wrong type `"{}"`: the call
+ * is stored and sent back on the next request, which must stay valid.
+ */
+function parseToolCall(raw: unknown): ToolCall {
+  const call = isRecord(raw) ? raw : {};
+  const fn = isRecord(call.function) ? call.function : {};
+  const problems: string[] = [];
+  if (!isRecord(raw)) problems.push(`the call is ${describeType(raw)}, not an object`);
+  let name = typeof fn.name === "string" ? fn.name : "";
+  if (name === "") {
+    name = INVALID_TOOL_CALL_NAME;
+    if (isRecord(raw)) problems.push("it has no function name");
   }
   const args = fn.arguments;
   // A call without arguments means "no arguments"; some providers send them as an object, not a string.
-  let serialized: string;
-  if (args === undefined || args === null || args === "") serialized = "{}";
-  else if (typeof args === "string") serialized = args;
-  else serialized = JSON.stringify(args);
-  return { id: raw.id, name: fn.name, arguments: serialized };
+  let serialized = "{}";
+  if (typeof args === "string" && args !== "") serialized = args;
+  else if (isRecord(args)) serialized = JSON.stringify(args);
+  else if (args !== undefined && args !== null && args !== "") {
+    problems.push(`its arguments must be a JSON string or object, got ${describeType(args)}`);
+  }
+  const parsed: ToolCall = { id: typeof call.id === "string" ? call.id : "", name, arguments: serialized };
+  if (problems.length > 0) parsed.problem = problems.join("; ");
+  return parsed;
 }
 
 function parseUsage(raw: unknown): Usage | null {
@@ -220,8 +238,9 @@ function parseUsage(raw: unknown): Usage | null {
  * Takes `choices[0].message`: its `content` (DeepSeek's `""` beside tool calls becomes `null`), its
  * `tool_calls` (missing arguments become `"{}"`, non-string arguments are serialized), `usage` as reported
  * (`null` when absent, never estimated) and `model` (`options.model` when the body has none). Drops
- * everything else, `reasoning_content` included. Throws `LlmError` of kind `invalid_response` when the
- * body has no choices, no message, or a tool call without id or function name.
+ * everything else, `reasoning_content` included. A malformed tool call does not fail the reply: it comes
+ * back with a `problem` (see {@linkcode ToolCall.problem}), a missing id as `""`. Throws `LlmError` of kind
+ * `invalid_response` when the body has no choices or no message.
  */
 export function parseCompletion(body: unknown, options: ParseCompletionOptions = {}): ChatReply {
   const { model = "", source } = options;
@@ -257,7 +276,7 @@ function readMessage(
 ): ChatReply {
   const rawCalls = message.tool_calls ?? [];
   if (!Array.isArray(rawCalls)) throw invalid(`${where}.tool_calls is not an array`);
-  const toolCalls = rawCalls.map((raw, index) => parseToolCall(raw, `${where}.tool_calls[${index}]`));
+  const toolCalls = rawCalls.map(parseToolCall);
 
   const rawContent = message.content ?? null;
   if (rawContent !== null && typeof rawContent !== "string") {

@@ -46,7 +46,9 @@ export interface OpenAICompatibleLLMOptions {
   /** The model name sent with every request. Required. */
   model: string;
   /**
-   * Deadline of one attempt: headers and body included, or when streaming, until the first byte of the body.
+   * Deadline of one attempt, streamed or not: from sending the request to the last byte of the reply. Nothing
+   * extends it, not a stream that keeps sending text nor one that sends only keep-alive comments; each retry
+   * gets a fresh one. Past it, the attempt fails with kind `timeout`, its message naming this deadline.
    * @default {60}
    */
   timeoutSeconds?: number;
@@ -58,10 +60,20 @@ export interface OpenAICompatibleLLMOptions {
    */
   stream?: boolean;
   /**
-   * When streaming, the longest silence allowed between two chunks of the body after the first one.
+   * When streaming, the longest silence allowed between two chunks of the body after the first one; any
+   * bytes restart it, keep-alive comments included. It only ever ends an attempt earlier than
+   * `timeoutSeconds` would; the message names which of the two passed.
    * @default {timeoutSeconds}
    */
   idleTimeoutSeconds?: number;
+  /**
+   * The largest reply accepted, in bytes of the response body as it arrives (the whole JSON body, or every
+   * byte of the event stream, comments included). Counted while reading: past it the attempt stops at once
+   * and `chat` fails with kind `too_large`, never retried. An error (non-2xx) body is kept only up to
+   * 16 KiB, or this limit if smaller.
+   * @default {1048576}
+   */
+  maxReplyBytes?: number;
   /**
    * Retries of a timeout, a network failure or HTTP 408/409/429/5xx; 0 tries once.
    * @default {2}
@@ -97,15 +109,16 @@ export interface OpenAICompatibleLLMOptions {
 /**
  * An {@linkcode LLM} over HTTP: POSTs `{model, messages, tools?}` to `{baseUrl}/chat/completions`.
  *
- * Each attempt has its own `timeoutSeconds` deadline. Timeouts, network failures and HTTP 408/409/429/5xx
+ * Each attempt has its own `timeoutSeconds` deadline, from request to last byte. A reply body past
+ * `maxReplyBytes` is dropped as it arrives: `too_large`, never retried. Timeouts, network failures and HTTP 408/409/429/5xx
  * are retried up to `retries` times with exponential backoff (or the provider's `Retry-After`, capped at
  * 60 s); other statuses and unreadable bodies fail at once. The caller's `signal` aborts at any point,
  * waits included. `chat` rejects only with `LlmError`, whose message names the cause and never contains
  * the API key, except for `TypeError` on a malformed message (see {@linkcode buildRequestBody}) and
  * whatever `onDelta` throws.
  *
- * With `stream`, the body is read as Server-Sent Events: `timeoutSeconds` bounds the wait for its first
- * byte and `idleTimeoutSeconds` each silence after it. A failure is retried only before the first body byte
+ * With `stream`, the body is read as Server-Sent Events: `timeoutSeconds` still bounds the whole attempt
+ * and `idleTimeoutSeconds` each silence after the first byte. A failure is retried only before the first body byte
  * arrived; after it, a broken, stalled or malformed stream fails at once, so no answer text is ever shown
  * twice. A stream must end with `[DONE]` or at least carry a `finish_reason`. A server that ignores
  * `stream` and answers with one JSON completion is read as such, its text passed to `onDelta` in one piece.
@@ -129,6 +142,7 @@ export class OpenAICompatibleLLM implements LLM {
       timeoutSeconds = 60,
       stream = false,
       idleTimeoutSeconds = timeoutSeconds,
+      maxReplyBytes = 1_048_576,
       retries = 2,
       retryBaseDelaySeconds = 0.5,
       fetch = globalThis.fetch,
@@ -156,6 +170,12 @@ export class OpenAICompatibleLLM implements LLM {
       throw new TypeError(`${CANNOT_CREATE}: "stream" must be a boolean, got ${typeof stream}`);
     }
     requireNumber("idleTimeoutSeconds", idleTimeoutSeconds, "a number greater than 0", (n) => n > 0);
+    requireNumber(
+      "maxReplyBytes",
+      maxReplyBytes,
+      "a whole number of 1 or more",
+      (n) => Number.isInteger(n) && n >= 1,
+    );
     requireNumber("retries", retries, "a whole number of 0 or more", (n) => Number.isInteger(n) && n >= 0);
     requireNumber("retryBaseDelaySeconds", retryBaseDelaySeconds, "a number of 0 or more", (n) => n >= 0);
     requireFunction("fetch", fetch);
@@ -163,7 +183,7 @@ export class OpenAICompatibleLLM implements LLM {
     requireFunction("now", now);
     requireFunction("onRetry", onRetry);
 
-    const named = { host: url.host, model, apiKey, timeoutSeconds, idleTimeoutSeconds, now };
+    const named = { host: url.host, model, apiKey, timeoutSeconds, idleTimeoutSeconds, maxReplyBytes, now };
     this.#failures = new Failures(named);
     this.#context = {
       ...named,
@@ -211,7 +231,7 @@ export class OpenAICompatibleLLM implements LLM {
 }
 
 /**
- * The client for a loaded configuration: its endpoint, key, model, timeout and retry settings. Streaming is
+ * The client for a loaded configuration: its endpoint, key, model, timeout, reply size and retry settings. Streaming is
  * the caller's choice (`options.stream`, off by default); tests may inject `fetch`, `sleep` and `now`.
  */
 export function createLlmFromConfig(
@@ -223,6 +243,7 @@ export function createLlmFromConfig(
     apiKey: config.apiKey,
     model: config.model,
     timeoutSeconds: config.llmTimeoutSeconds,
+    maxReplyBytes: config.llmMaxReplyBytes,
     retries: config.llmRetries,
     retryBaseDelaySeconds: config.llmRetryBaseDelay,
     ...options,

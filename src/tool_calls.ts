@@ -1,0 +1,129 @@
+/**
+ * runToolCalls(): how a turn answers the tool calls of one model reply. Every call gets exactly one result,
+ * in order. A call that must not run — malformed by the provider, beyond the per-reply limit, or with
+ * arguments over the size limit — is answered with a tool error instead, so the model can correct itself.
+ * Never throws over a tool.
+ * @module
+ */
+import { serializeToolResult, type ToolContext, type ToolRegistry } from "./tools/registry.ts";
+import type { Message, ToolCall, ToolResult, TurnToolCall } from "./types.ts";
+
+/** Largest tool-call `arguments` run or stored whole, in UTF-8 bytes (64 KiB). */
+export const MAX_TOOL_ARGUMENT_BYTES = 65_536;
+
+/** Characters of over-long arguments kept in the stored call, so the model can tell which call it was. */
+const CUT_PREFIX_CHARS = 200;
+
+/**
+ * The name stored for a call the provider sent without a usable function name. Providers reject a stored
+ * call with an empty name on the next request, so the history carries this placeholder; no tool has it.
+ */
+export const INVALID_TOOL_CALL_NAME = "invalid_tool_call";
+
+/** Tool calls run per model reply unless the turn says otherwise (`TurnDeps.maxToolCallsPerStep`). */
+export const DEFAULT_MAX_TOOL_CALLS_PER_STEP = 16;
+
+/** Options of {@linkcode runToolCalls}. */
+export interface RunToolCallsOptions {
+  /** Runs the calls. Required. */
+  tools: ToolRegistry;
+  /** What every handler learns about the call it serves. Required. */
+  context: ToolContext;
+  /**
+   * Calls run from one reply; each later one is answered with a limit error.
+   * @default {DEFAULT_MAX_TOOL_CALLS_PER_STEP}
+   */
+  maxCalls?: number;
+  /**
+   * Receives the data of the `tool_call` event before each call and of `tool_result` after it.
+   * @default {() => {}}
+   */
+  emit?: (name: "tool_call" | "tool_result", data: Record<string, unknown>) => void;
+}
+
+/** What {@linkcode runToolCalls} did: what to store, and what to report. */
+export interface ToolCallsOutcome {
+  /**
+   * The calls as the assistant message stores them, one per call in order: a placeholder name for a
+   * nameless call, over-long arguments cut (see {@linkcode cutArguments}), no `problem`.
+   */
+  calls: ToolCall[];
+  /** One tool message per call, in the same order. */
+  results: Message[];
+  /** The calls as the turn's result reports them. */
+  reported: TurnToolCall[];
+}
+
+function failure(error: string): ToolResult {
+  return { ok: false, data: null, error, truncated: false };
+}
+
+function utf8Length(text: string): number {
+  // A UTF-16 unit is at most 3 UTF-8 bytes: short texts need no encoding to be known under the limit.
+  return text.length * 3 <= MAX_TOOL_ARGUMENT_BYTES ? text.length : new TextEncoder().encode(text).byteLength;
+}
+
+/**
+ * The stored form of arguments over {@linkcode MAX_TOOL_ARGUMENT_BYTES}: the JSON text
+ * `{"cut":true,"bytes":N,"prefix":"…"}`. It is valid JSON, as the next request must be: providers take
+ * `arguments` as a JSON text and some parse it, so a raw prefix (broken JSON) could have the whole next
+ * request rejected. It says plainly that the arguments were cut and how long they were, and keeps their
+ * start so the model can tell which call it was.
+ */
+export function cutArguments(args: string, bytes: number): string {
+  return JSON.stringify({ cut: true, bytes, prefix: args.slice(0, CUT_PREFIX_CHARS) });
+}
+
+/** Why `call` (number `index` of `count`) must not run, or null when it may. */
+function refusal(
+  call: ToolCall,
+  index: number,
+  count: number,
+  maxCalls: number,
+  bytes: number,
+): string | null {
+  const named = call.name !== "" && call.name !== INVALID_TOOL_CALL_NAME;
+  const name = named ? call.name : INVALID_TOOL_CALL_NAME;
+  if (call.problem !== undefined || !named) {
+    const which = named ? `tool "${name}"` : `tool call ${index + 1}`;
+    return `Cannot run ${which}: ${call.problem ?? "it has no function name"}`;
+  }
+  if (index >= maxCalls) {
+    return `Cannot run tool "${name}": this reply made ${count} tool calls and at most ${maxCalls} run per ` +
+      `reply, so call ${index + 1} was not run; call it again in a later step if it is still needed`;
+  }
+  if (bytes > MAX_TOOL_ARGUMENT_BYTES) {
+    return `Cannot run tool "${name}": its arguments are ${bytes} bytes, over the limit of ` +
+      `${MAX_TOOL_ARGUMENT_BYTES}; send smaller arguments`;
+  }
+  return null;
+}
+
+/**
+ * Answers every call of one reply, in order: runs the first `maxCalls` that are well-formed and within the
+ * argument limit, and gives every other one a tool error saying why. Never throws over a tool (the
+ * registry catches handlers); rejects only if `emit` throws.
+ */
+export async function runToolCalls(
+  calls: readonly ToolCall[],
+  options: RunToolCallsOptions,
+): Promise<ToolCallsOutcome> {
+  const { tools, context, maxCalls = DEFAULT_MAX_TOOL_CALLS_PER_STEP, emit = () => {} } = options;
+  const outcome: ToolCallsOutcome = { calls: [], results: [], reported: [] };
+  for (const [index, call] of calls.entries()) {
+    const bytes = utf8Length(call.arguments);
+    const stored: ToolCall = {
+      id: call.id,
+      name: call.name === "" ? INVALID_TOOL_CALL_NAME : call.name,
+      arguments: bytes > MAX_TOOL_ARGUMENT_BYTES ? cutArguments(call.arguments, bytes) : call.arguments,
+    };
+    emit("tool_call", { id: stored.id, name: stored.name, arguments: stored.arguments });
+    const refused = refusal(call, index, calls.length, maxCalls, bytes);
+    const result = refused === null ? await tools.execute(call, context) : failure(refused);
+    emit("tool_result", { id: stored.id, name: stored.name, ...result });
+    outcome.calls.push(stored);
+    outcome.results.push({ role: "tool", content: serializeToolResult(result), toolCallId: stored.id });
+    outcome.reported.push({ name: stored.name, arguments: stored.arguments, ok: result.ok });
+  }
+  return outcome;
+}

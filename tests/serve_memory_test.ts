@@ -1,0 +1,139 @@
+/**
+ * The `serve` command as a subprocess against a provider whose answers stream forever: four concurrent
+ * turns end with `too_large` at LLM_MAX_REPLY_BYTES, and the server's resident memory stays bounded
+ * while they run and after they end.
+ */
+import assert from "node:assert/strict";
+import { readTrace } from "../src/trace.ts";
+import { ROOT, tempDir } from "./_harness.ts";
+import { endless, startFaultProvider } from "./fixtures/fault_provider.ts";
+
+/** The most resident memory the server may use, in kB (300 MB). */
+const RSS_LIMIT_KB = 300 * 1024;
+
+/**
+ * VmRSS of process `pid` in kB, or null once it is gone. Read through `cat`: Deno lets only `--allow-all`
+ * read `/proc` itself, and the test task grants `--allow-run` but not that.
+ */
+async function residentKb(pid: number): Promise<number | null> {
+  const { success, stdout } = await new Deno.Command("cat", {
+    args: [`/proc/${pid}/status`],
+    stdout: "piped",
+    stderr: "null",
+  }).output();
+  const match = success ? /^VmRSS:\s+(\d+) kB$/m.exec(new TextDecoder().decode(stdout)) : null;
+  return match === null ? null : Number(match[1]);
+}
+
+function freePort(): number {
+  const probe = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const { port } = probe.addr;
+  probe.close();
+  return port;
+}
+
+Deno.test({
+  name:
+    "serve keeps its memory under 300 MB while 4 turns stream endless answers, and ends each with too_large",
+  ignore: Deno.build.os !== "linux",
+  async fn() {
+    using dir = tempDir();
+    const provider = startFaultProvider([endless()], "repeat");
+    const port = freePort();
+    const env: Record<string, string> = {
+      PATH: Deno.env.get("PATH") ?? "",
+      HOME: Deno.env.get("HOME") ?? dir.path,
+      NO_COLOR: "1",
+      OPENAI_BASE_URL: provider.url,
+      AGENT_PORT: String(port),
+      AGENT_STREAM: "true",
+      LLM_MAX_REPLY_BYTES: "262144",
+      // Generous, so the reply limit is what ends the turns.
+      LLM_TIMEOUT_SECONDS: "600",
+      AGENT_DB_PATH: `${dir.path}/db/sessions.db`,
+      AGENT_TRACE_PATH: `${dir.path}/trace/traces.jsonl`,
+    };
+    const denoDir = Deno.env.get("DENO_DIR");
+    if (denoDir !== undefined) env.DENO_DIR = denoDir;
+    const child = new Deno.Command("deno", {
+      args: [
+        "run",
+        "--no-prompt",
+        "--allow-env",
+        "--allow-read",
+        "--allow-write",
+        "--allow-net",
+        "src/main.ts",
+        "serve",
+      ],
+      cwd: ROOT,
+      env,
+      clearEnv: true,
+      stdin: "null",
+      stdout: "null",
+      stderr: "piped",
+    }).spawn();
+    let stderr = "";
+    let onListening!: () => void;
+    const listening = new Promise<void>((resolve) => (onListening = resolve));
+    const drained = (async () => {
+      for await (const text of child.stderr.pipeThrough(new TextDecoderStream())) {
+        stderr += text;
+        if (stderr.includes("listening on")) onListening();
+      }
+      onListening();
+    })();
+    // Bounds the wait (never asserted as a time): a server that reads forever fails here, not hangs.
+    const guard = new AbortController();
+    const timer = setTimeout(() => guard.abort(new Error("the turns did not end within 120 s")), 120_000);
+    let peakKb = 0;
+    try {
+      await listening;
+      assert.match(stderr, /listening on/, stderr);
+      let running = true;
+      const sampler = (async () => {
+        while (running) {
+          const kb = await residentKb(child.pid);
+          if (kb !== null) peakKb = Math.max(peakKb, kb);
+          if (peakKb > RSS_LIMIT_KB) guard.abort(new Error(`RSS reached ${peakKb} kB`));
+          await new Promise((resolve) => setTimeout(resolve, 10));
+        }
+      })();
+      const turns = await Promise.all(
+        [1, 2, 3, 4].map(async (i) => {
+          const response = await fetch(`http://127.0.0.1:${port}/v1/sessions/mem-${i}/messages`, {
+            method: "POST",
+            headers: { "content-type": "application/json" },
+            body: JSON.stringify({ message: "tell me everything" }),
+            signal: guard.signal,
+          });
+          return { status: response.status, body: await response.json() };
+        }),
+      ).finally(() => (running = false));
+      await sampler;
+      const after = await residentKb(child.pid);
+      assert.ok(after !== null, "the server is still running");
+      peakKb = Math.max(peakKb, after);
+      for (const turn of turns) {
+        assert.equal(turn.status, 502, JSON.stringify(turn.body));
+        assert.equal(turn.body.error.code, "llm_error");
+        assert.match(turn.body.error.message, /too large: it went past the limit of 262144 bytes/);
+      }
+      assert.equal(provider.requests.length, 4, "too_large is never retried");
+      assert.ok(peakKb < RSS_LIMIT_KB, `peak RSS ${peakKb} kB`);
+    } finally {
+      clearTimeout(timer);
+      try {
+        child.kill("SIGTERM");
+      } catch {
+        // Already exited (it failed to start): the status below says why.
+      }
+      const status = await child.status;
+      await drained;
+      await provider.close();
+      assert.equal(status.code, 0, stderr);
+    }
+    const errors = readTrace(`${dir.path}/trace/traces.jsonl`, (e) => e.event === "error");
+    assert.deepEqual(errors.map((e) => e.data.kind), ["too_large", "too_large", "too_large", "too_large"]);
+  },
+});
