@@ -1,10 +1,11 @@
 /**
- * Start-up failures of `chat` and `serve`: each is one line on stderr naming what failed, the path or port,
- * and what to do, with exit code 2, before any input is read.
+ * Start-up of `chat` and `serve`: settings reach the runtime, and each failure is one line on stderr naming
+ * what failed, the path or port, and what to do, with exit code 2, before any input is read.
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { startFakeProvider } from "./fixtures/fake_openai.ts";
+import { completion, json, startFaultProvider } from "./fixtures/fault_provider.ts";
 import { runProcess, tempDir } from "./_harness.ts";
 
 /**
@@ -211,6 +212,53 @@ Deno.test("deno task chat accepts AGENT_STREAM=true", async () => {
     const result = await task("chat", vars, "what is 12*(3+4)?\n");
     assert.equal(result.code, 0, result.stderr);
     assert.equal(result.stdout, "The answer is 84.\n");
+  } finally {
+    await provider.close();
+  }
+});
+
+Deno.test("deno task chat applies AGENT_MAX_TOOL_CALLS_PER_STEP from the environment", async () => {
+  using dir = tempDir();
+  const call = (i: number) => ({
+    id: `call_${i}`,
+    type: "function",
+    function: { name: "calculator", arguments: JSON.stringify({ expression: `${i}+1` }) },
+  });
+  const provider = startFaultProvider([
+    json(completion({ content: null, tool_calls: [call(1), call(2), call(3)] }, "tool_calls")),
+  ]);
+  try {
+    const vars = env(dir.path, {
+      OPENAI_BASE_URL: provider.url,
+      AGENT_MAX_TOOL_CALLS_PER_STEP: "2",
+      AGENT_STREAM: "0",
+    });
+    const result = await task("chat", vars, "add up\n");
+    assert.equal(result.code, 0, result.stderr);
+    const trace = Deno.readTextFileSync(vars.AGENT_TRACE_PATH).trim().split("\n").map((line) =>
+      JSON.parse(line)
+    );
+    const results = trace.filter((e) => e.event === "tool_result").map((e) => [e.data.ok, e.data.error]);
+    assert.equal(results.length, 3);
+    assert.deepEqual(results.slice(0, 2), [[true, null], [true, null]]);
+    assert.equal(results[2][0], false);
+    assert.match(String(results[2][1]), /limit|2/);
+  } finally {
+    await provider.close();
+  }
+});
+
+Deno.test("deno task chat rotates the trace at AGENT_TRACE_MAX_BYTES", async () => {
+  using dir = tempDir();
+  const provider = startFakeProvider();
+  try {
+    const vars = env(dir.path, { OPENAI_BASE_URL: provider.url, AGENT_TRACE_MAX_BYTES: "4096" });
+    const questions = Array.from({ length: 12 }, (_, i) => `what is ${i}*(3+4)?`).join("\n") + "\n";
+    const result = await task("chat", vars, questions);
+    assert.equal(result.code, 0, result.stderr);
+    const rotated = `${vars.AGENT_TRACE_PATH}.1`;
+    assert.ok(Deno.statSync(rotated).size <= 4096, "the rotated file stayed within the limit");
+    assert.ok(Deno.statSync(vars.AGENT_TRACE_PATH).size <= 4096);
   } finally {
     await provider.close();
   }
