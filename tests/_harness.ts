@@ -138,3 +138,52 @@ export async function runProcess(
   const { code, stdout, stderr } = await child.output();
   return { code, stdout: new TextDecoder().decode(stdout), stderr: new TextDecoder().decode(stderr) };
 }
+
+/** A `serve` subprocess, its stderr collected as it arrives. */
+export interface ServeProcess {
+  child: Deno.ChildProcess;
+  /** Resolves once it printed "listening on" (or its stderr ended: it failed to start). */
+  listening: Promise<void>;
+  /** What it printed on stderr so far. */
+  stderr(): string;
+  /** Sends SIGTERM (if it still runs) and resolves to its exit code once its stderr is read to the end. */
+  stop(): Promise<number>;
+}
+
+/** Starts `deno <args>` (a serve command) in the repository root with exactly `env`. */
+export function spawnServe(args: string[], env: Record<string, string>): ServeProcess {
+  const child = new Deno.Command("deno", {
+    args,
+    cwd: ROOT,
+    env,
+    clearEnv: true,
+    stdin: "null",
+    stdout: "null",
+    stderr: "piped",
+  }).spawn();
+  let stderr = "";
+  let onListening!: () => void;
+  const listening = new Promise<void>((resolve) => (onListening = resolve));
+  const drained = (async () => {
+    for await (const text of child.stderr.pipeThrough(new TextDecoderStream())) {
+      stderr += text;
+      if (stderr.includes("listening on")) onListening();
+    }
+    onListening();
+  })();
+  return {
+    child,
+    listening,
+    stderr: () => stderr,
+    stop: async () => {
+      try {
+        child.kill("SIGTERM");
+      } catch {
+        // Already exited (it failed to start): its status says why.
+      }
+      const { code } = await child.status;
+      await drained;
+      return code;
+    },
+  };
+}

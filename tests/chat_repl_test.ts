@@ -5,7 +5,8 @@ import { runChat } from "../src/cli/chat.ts";
 import { LlmError } from "../src/errors.ts";
 import type { ChatOptions, LLM } from "../src/llm/llm.ts";
 import type { ChatReply, Message } from "../src/types.ts";
-import { harness, keyOf } from "./_harness.ts";
+import type { TurnDeps } from "../src/loop.ts";
+import { type Harness, harness, keyOf } from "./_harness.ts";
 
 /** Collects what is written to a stream as text. */
 function sink(): { stream: PassThrough; text(): string } {
@@ -45,16 +46,15 @@ function plain(text: string): string {
   return text.replace(/\x1b\[[0-9;]*[A-Za-z]/g, "");
 }
 
-Deno.test("the REPL says one line, 'cancelled', when Ctrl-C cancels a running turn", async () => {
-  using h = harness([]);
-  const llm = new HangingThenAnswering();
+/** An interactive REPL on in-memory streams: type into `input`, read `output` and `status`. */
+function startRepl(h: Harness, sessionId: string, deps: Partial<TurnDeps> = {}) {
   const input = new PassThrough();
   const output = sink();
   const status = sink();
-  const chat = runChat({
-    sessionId: "repl-1",
+  const exit = runChat({
+    sessionId,
     userId: "local",
-    deps: { ...h.deps, llm },
+    deps: { ...h.deps, ...deps },
     emit: h.deps.emit,
     input,
     output: output.stream,
@@ -62,6 +62,13 @@ Deno.test("the REPL says one line, 'cancelled', when Ctrl-C cancels a running tu
     interactive: true,
   });
   const runEnds = () => h.events.filter((e) => e.event === "run_end").length;
+  return { input, output, status, exit, runEnds };
+}
+
+Deno.test("the REPL says one line, 'cancelled', when Ctrl-C cancels a running turn", async () => {
+  using h = harness([]);
+  const llm = new HangingThenAnswering();
+  const { input, output, status, exit: chat, runEnds } = startRepl(h, "repl-1", { llm });
   input.write("first question\r");
   await until(() => llm.calls === 1, "the model call");
   input.write("\x03"); // Ctrl-C
@@ -82,20 +89,7 @@ Deno.test("the REPL's /retry answers the question of a failed turn without stori
     new LlmError("LLM request failed: HTTP 503 from provider.test", { kind: "http", status: 503 }),
     { content: "the retried answer" },
   ]);
-  const input = new PassThrough();
-  const output = sink();
-  const status = sink();
-  const chat = runChat({
-    sessionId: "repl-2",
-    userId: "local",
-    deps: h.deps,
-    emit: h.deps.emit,
-    input,
-    output: output.stream,
-    status: status.stream,
-    interactive: true,
-  });
-  const runEnds = () => h.events.filter((e) => e.event === "run_end").length;
+  const { input, output, exit: chat, runEnds } = startRepl(h, "repl-2");
   input.write("/retry\r");
   await until(
     () => /no unanswered message/.test(output.text()),

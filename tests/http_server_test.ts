@@ -15,7 +15,7 @@ import type { ChatOptions, LLM } from "../src/llm/llm.ts";
 import { readTrace } from "../src/trace.ts";
 import type { ChatReply, Message, StoredMessage } from "../src/types.ts";
 import { startFakeProvider } from "./fixtures/fake_openai.ts";
-import { keyOf, tempDir } from "./_harness.ts";
+import { keyOf, spawnServe, tempDir } from "./_harness.ts";
 import { type HttpHarness, httpHarness, parseSse } from "./_http_harness.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
@@ -748,51 +748,35 @@ Deno.test("deno task serve listens, answers /healthz, and stops cleanly with exi
   const port = probe.addr.port;
   probe.close();
   try {
-    const child = new Deno.Command("deno", {
-      args: ["task", "serve"],
-      cwd: ROOT,
-      env: subprocessEnv(dir.path, {
+    const serve = spawnServe(
+      ["task", "serve"],
+      subprocessEnv(dir.path, {
         AGENT_PORT: String(port),
         OPENAI_BASE_URL: provider.url,
         NO_COLOR: "1",
       }),
-      clearEnv: true,
-      stdin: "null",
-      stdout: "null",
-      stderr: "piped",
-    }).spawn();
-    let stderr = "";
-    let onListening!: () => void;
-    const listening = new Promise<void>((resolve) => (onListening = resolve));
-    const drained = (async () => {
-      for await (const text of child.stderr.pipeThrough(new TextDecoderStream())) {
-        stderr += text;
-        if (stderr.includes("listening on")) onListening();
-      }
-      onListening();
-    })();
+    );
     try {
-      await listening;
-      assert.match(stderr, new RegExp(`listening on http://127\\.0\\.0\\.1:${port} \\(no auth`), stderr);
+      await serve.listening;
+      assert.match(
+        serve.stderr(),
+        new RegExp(`listening on http://127\\.0\\.0\\.1:${port} \\(no auth`),
+        serve.stderr(),
+      );
       const health = await fetch(`http://127.0.0.1:${port}/healthz`);
       assert.equal(health.status, 200);
       assert.equal((await health.json()).ok, true);
       // The request line is written within the log's flush period, not only at shutdown.
       const deadline = Date.now() + 5_000;
-      while (!/GET \/healthz 200/.test(stderr) && Date.now() < deadline) {
+      while (!/GET \/healthz 200/.test(serve.stderr()) && Date.now() < deadline) {
         await new Promise((resolve) => setTimeout(resolve, 20));
       }
-      assert.match(stderr, /GET \/healthz 200/, "the request line arrives while the server runs");
+      assert.match(serve.stderr(), /GET \/healthz 200/, "the request line arrives while the server runs");
     } finally {
-      try {
-        child.kill("SIGTERM");
-      } catch {
-        // Already exited (it failed to start): the status below says why.
-      }
-      const status = await child.status;
-      await drained;
-      assert.equal(status.code, 0, stderr);
+      const code = await serve.stop();
+      assert.equal(code, 0, serve.stderr());
     }
+    const stderr = serve.stderr();
     // In order: the request, the shutdown, and "stopped" last.
     const at = (pattern: RegExp) => stderr.search(pattern);
     assert.ok(at(/GET \/healthz 200/) !== -1, stderr);

@@ -5,7 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { readTrace } from "../src/trace.ts";
-import { ROOT, tempDir } from "./_harness.ts";
+import { spawnServe, tempDir } from "./_harness.ts";
 import { endless, startFaultProvider } from "./fixtures/fault_provider.ts";
 
 /** The most resident memory the server may use, in kB (300 MB). */
@@ -55,8 +55,8 @@ Deno.test({
     };
     const denoDir = Deno.env.get("DENO_DIR");
     if (denoDir !== undefined) env.DENO_DIR = denoDir;
-    const child = new Deno.Command("deno", {
-      args: [
+    const serve = spawnServe(
+      [
         "run",
         "--no-prompt",
         "--allow-env",
@@ -66,34 +66,19 @@ Deno.test({
         "src/main.ts",
         "serve",
       ],
-      cwd: ROOT,
       env,
-      clearEnv: true,
-      stdin: "null",
-      stdout: "null",
-      stderr: "piped",
-    }).spawn();
-    let stderr = "";
-    let onListening!: () => void;
-    const listening = new Promise<void>((resolve) => (onListening = resolve));
-    const drained = (async () => {
-      for await (const text of child.stderr.pipeThrough(new TextDecoderStream())) {
-        stderr += text;
-        if (stderr.includes("listening on")) onListening();
-      }
-      onListening();
-    })();
+    );
     // Bounds the wait (never asserted as a time): a server that reads forever fails here, not hangs.
     const guard = new AbortController();
     const timer = setTimeout(() => guard.abort(new Error("the turns did not end within 120 s")), 120_000);
     let peakKb = 0;
     try {
-      await listening;
-      assert.match(stderr, /listening on/, stderr);
+      await serve.listening;
+      assert.match(serve.stderr(), /listening on/, serve.stderr());
       let running = true;
       const sampler = (async () => {
         while (running) {
-          const kb = await residentKb(child.pid);
+          const kb = await residentKb(serve.child.pid);
           if (kb !== null) peakKb = Math.max(peakKb, kb);
           if (peakKb > RSS_LIMIT_KB) guard.abort(new Error(`RSS reached ${peakKb} kB`));
           await new Promise((resolve) => setTimeout(resolve, 10));
@@ -111,7 +96,7 @@ Deno.test({
         }),
       ).finally(() => (running = false));
       await sampler;
-      const after = await residentKb(child.pid);
+      const after = await residentKb(serve.child.pid);
       assert.ok(after !== null, "the server is still running");
       peakKb = Math.max(peakKb, after);
       for (const turn of turns) {
@@ -123,15 +108,9 @@ Deno.test({
       assert.ok(peakKb < RSS_LIMIT_KB, `peak RSS ${peakKb} kB`);
     } finally {
       clearTimeout(timer);
-      try {
-        child.kill("SIGTERM");
-      } catch {
-        // Already exited (it failed to start): the status below says why.
-      }
-      const status = await child.status;
-      await drained;
+      const code = await serve.stop();
       await provider.close();
-      assert.equal(status.code, 0, stderr);
+      assert.equal(code, 0, serve.stderr());
     }
     const errors = readTrace(`${dir.path}/trace/traces.jsonl`, (e) => e.event === "error");
     assert.deepEqual(errors.map((e) => e.data.kind), ["too_large", "too_large", "too_large", "too_large"]);
