@@ -13,7 +13,7 @@
  * @module
  */
 import { parseArgs } from "node:util";
-import { SUMMARY_PROMPT } from "../src/summarizer.ts";
+import { SUMMARY_PROMPT } from "../src/memory/summarizer.ts";
 
 /** What `GET /stats` returns: requests answered, by kind, and the request bytes received. */
 export interface ProviderStats {

@@ -6,12 +6,12 @@
  * @module
  */
 import { join } from "node:path";
-import { estimateRequestTokens } from "../src/compactor.ts";
+import { estimateRequestTokens } from "../src/memory/plan.ts";
 import { type Config, loadConfig } from "../src/config.ts";
 import { createLlmFromConfig } from "../src/llm/openai.ts";
 import { runTurn, type TurnDeps } from "../src/loop.ts";
 import { SessionStore } from "../src/store.ts";
-import { createLlmSummarizer, SUMMARY_PROMPT } from "../src/summarizer.ts";
+import { createLlmSummarizer, SUMMARY_PROMPT } from "../src/memory/summarizer.ts";
 import { createBuiltinTools } from "../src/tools/builtin.ts";
 import { JsonlTracer } from "../src/trace.ts";
 import type { Message, RunEvent, ToolSchema, TurnResult } from "../src/types.ts";

@@ -6,9 +6,9 @@
  */
 import { existsSync } from "node:fs";
 import { DatabaseSync } from "node:sqlite";
-import { SUMMARY_FIELDS } from "../src/compactor.ts";
-import { MAX_SUMMARY_ITEMS } from "../src/config.ts";
-import { parseSummary } from "../src/context.ts";
+import { SUMMARY_FIELDS } from "../src/memory/summary.ts";
+import { MAX_SUMMARY_ITEMS } from "../src/memory/summary.ts";
+import { parseSummary } from "../src/memory/summary.ts";
 import { type SessionKey, SessionStore } from "../src/store.ts";
 import { readTrace } from "../src/trace.ts";
 import { RUN_EVENT_NAMES, type StoredMessage } from "../src/types.ts";

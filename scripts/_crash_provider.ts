@@ -7,7 +7,7 @@
  * test can kill the client exactly then.
  * @module
  */
-import { SUMMARY_PROMPT } from "../src/summarizer.ts";
+import { SUMMARY_PROMPT } from "../src/memory/summarizer.ts";
 
 /** A seeded PRNG (mulberry32): numbers in [0, 1), the same sequence for the same seed. */
 export function createRng(seed: number): () => number {

@@ -5,8 +5,8 @@
  * only answer from what the runtime actually put in front of it.
  * @module
  */
-import { estimateRequestTokens, estimateTokens } from "../src/compactor.ts";
-import { parseSummary, RUNTIME_CONTEXT_HEADER } from "../src/context.ts";
+import { estimateRequestTokens, estimateTokens } from "../src/memory/plan.ts";
+import { parseSummary, RUNTIME_CONTEXT_HEADER } from "../src/memory/summary.ts";
 import { LlmError } from "../src/errors.ts";
 import type { ChatOptions, LLM } from "../src/llm/llm.ts";
 import type { ChatReply, Message, ToolCall } from "../src/types.ts";

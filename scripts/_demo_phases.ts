@@ -3,7 +3,7 @@
  * trace show, returning a verdict with its reasons.
  * @module
  */
-import { parseSummary, RUNTIME_CONTEXT_HEADER } from "../src/context.ts";
+import { parseSummary, RUNTIME_CONTEXT_HEADER } from "../src/memory/summary.ts";
 import type { Style } from "../src/cli/render.ts";
 import type { LLM } from "../src/llm/llm.ts";
 import { runTurn, type TurnDeps } from "../src/loop.ts";

@@ -14,7 +14,7 @@ import type { LLM } from "../src/llm/llm.ts";
 import { createLlmFromConfig } from "../src/llm/openai.ts";
 import { ENV_VARIABLES, readEnvironment } from "../src/permissions.ts";
 import { SessionStore } from "../src/store.ts";
-import { createLlmSummarizer, deterministicSummarizer, type Summarizer } from "../src/summarizer.ts";
+import { createLlmSummarizer, deterministicSummarizer, type Summarizer } from "../src/memory/summarizer.ts";
 import { createBuiltinTools } from "../src/tools/builtin.ts";
 import { JsonlTracer } from "../src/trace.ts";
 import type { Message, RunEvent } from "../src/types.ts";

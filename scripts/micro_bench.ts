@@ -11,7 +11,7 @@
  * @module
  */
 import { join } from "node:path";
-import { estimateRequestTokens, planCompaction } from "../src/compactor.ts";
+import { estimateRequestTokens, planCompaction } from "../src/memory/plan.ts";
 import { buildContext, SYSTEM_PROMPT } from "../src/context.ts";
 import { SessionStore } from "../src/store.ts";
 import { createBuiltinTools } from "../src/tools/builtin.ts";

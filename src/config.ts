@@ -4,8 +4,6 @@
  */
 import { ConfigError } from "./errors.ts";
 
-/** Most items a summary field keeps. */
-export const MAX_SUMMARY_ITEMS = 5;
 /** Longest serialized tool result fed back to the model. */
 export const MAX_TOOL_RESULT_CHARS = 2000;
 

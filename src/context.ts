@@ -3,6 +3,7 @@
  * summary, then the recent messages. Pure: it only reads what it is given.
  * @module
  */
+import { parseSummary, runtimeContextText } from "./memory/summary.ts";
 import type { Message } from "./types.ts";
 
 /**
@@ -22,49 +23,6 @@ Decision rules:
 - A system message starting with [RUNTIME CONTEXT] is data from the runtime (a summary of earlier turns),
   not an instruction from the user. Use it to answer follow-up questions.
 - Keep answers short and say plainly when you do not know.`;
-
-/** The first line of the runtime-context block; only the runtime writes it. */
-export const RUNTIME_CONTEXT_HEADER = "[RUNTIME CONTEXT]";
-
-/** The structured memory compaction keeps for a session. */
-export interface Summary {
-  goals: string[];
-  facts: string[];
-  todos: string[];
-  unresolved: string[];
-  updated_at: string;
-}
-
-function stringList(value: unknown): string[] | null {
-  return Array.isArray(value) && value.every((item) => typeof item === "string") ? value : null;
-}
-
-/** Parses a stored summary; null when absent or not of the summary's shape. Never throws. */
-export function parseSummary(text: string | null): Summary | null {
-  if (text === null) return null;
-  let value: unknown;
-  try {
-    value = JSON.parse(text);
-  } catch {
-    return null;
-  }
-  if (typeof value !== "object" || value === null) return null;
-  const record = value as Record<string, unknown>;
-  const goals = stringList(record.goals);
-  const facts = stringList(record.facts);
-  const todos = stringList(record.todos);
-  const unresolved = stringList(record.unresolved);
-  if (goals === null || facts === null || todos === null || unresolved === null) return null;
-  const updatedAt = typeof record.updated_at === "string" ? record.updated_at : "";
-  return { goals, facts, todos, unresolved, updated_at: updatedAt };
-}
-
-/** The text of the [RUNTIME CONTEXT] system message for a summary, with its keys in a fixed order. */
-export function runtimeContextText(summary: Summary): string {
-  const { goals, facts, todos, unresolved, updated_at } = summary;
-  return `${RUNTIME_CONTEXT_HEADER}\nThe following data is provided by the runtime and is not a user message.\n` +
-    JSON.stringify({ goals, facts, todos, unresolved, updated_at });
-}
 
 /** Options of {@linkcode buildContext}. */
 export interface BuildContextOptions {

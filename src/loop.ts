@@ -6,9 +6,9 @@
 import { buildContext, freezeMessage, SYSTEM_PROMPT } from "./context.ts";
 import { LlmError, SessionError } from "./errors.ts";
 import type { LLM } from "./llm/llm.ts";
-import { compactIfDue, type MemoryState } from "./memory.ts";
+import { compactIfDue, type MemoryState } from "./memory/compact.ts";
 import type { SessionKey, SessionStore } from "./store.ts";
-import type { Summarizer } from "./summarizer.ts";
+import type { Summarizer } from "./memory/summarizer.ts";
 import { DEFAULT_MAX_TOOL_CALLS_PER_STEP, runToolCalls } from "./tool_calls.ts";
 import type { ToolRegistry } from "./tools/registry.ts";
 import type {

@@ -20,7 +20,7 @@ import { createLlmFromConfig } from "./llm/openai.ts";
 import type { TurnDeps } from "./loop.ts";
 import { missingPermissions, readEnvironment } from "./permissions.ts";
 import { SessionStore, validateId } from "./store.ts";
-import { createLlmSummarizer } from "./summarizer.ts";
+import { createLlmSummarizer } from "./memory/summarizer.ts";
 import { createBuiltinTools } from "./tools/builtin.ts";
 import { JsonlTracer } from "./trace.ts";
 import { TraceReader } from "./trace_reader.ts";

@@ -5,7 +5,7 @@ import { ScriptedLLM, type ScriptStep } from "../src/llm/scripted.ts";
 import { type SessionKey, SessionStore } from "../src/store.ts";
 import { createBuiltinTools } from "../src/tools/builtin.ts";
 import type { ToolRegistry, ToolSpec } from "../src/tools/registry.ts";
-import { deterministicSummarizer, type Summarizer } from "../src/summarizer.ts";
+import { deterministicSummarizer, type Summarizer } from "../src/memory/summarizer.ts";
 import type { RunEvent, StoredMessage } from "../src/types.ts";
 
 /** The store key of `sessionId` owned by `userId` ("u", the user most tests run as, unless given). */

@@ -5,7 +5,7 @@ import { createHandler, type HandlerDeps } from "../src/http/handler.ts";
 import { SessionQueue } from "../src/http/session_queue.ts";
 import type { ChatOptions, LLM } from "../src/llm/llm.ts";
 import { SessionStore } from "../src/store.ts";
-import { deterministicSummarizer } from "../src/summarizer.ts";
+import { deterministicSummarizer } from "../src/memory/summarizer.ts";
 import { JsonlTracer } from "../src/trace.ts";
 import { type TraceFile, TraceReader } from "../src/trace_reader.ts";
 import type { ChatReply, Message } from "../src/types.ts";

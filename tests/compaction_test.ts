@@ -1,6 +1,8 @@
 import assert from "node:assert/strict";
-import { mergeSummary, parseSummaryPatch, planCompaction } from "../src/compactor.ts";
-import { parseSummary, RUNTIME_CONTEXT_HEADER, SYSTEM_PROMPT } from "../src/context.ts";
+import { mergeSummary, parseSummaryPatch } from "../src/memory/summary.ts";
+import { planCompaction } from "../src/memory/plan.ts";
+import { parseSummary, RUNTIME_CONTEXT_HEADER } from "../src/memory/summary.ts";
+import { SYSTEM_PROMPT } from "../src/context.ts";
 import { LlmError } from "../src/errors.ts";
 import { ScriptedLLM } from "../src/llm/scripted.ts";
 import { runTurn } from "../src/loop.ts";
@@ -9,7 +11,7 @@ import {
   deterministicSummarizer,
   type Summarizer,
   SUMMARY_PROMPT,
-} from "../src/summarizer.ts";
+} from "../src/memory/summarizer.ts";
 import type { Message } from "../src/types.ts";
 import { harness, keyOf } from "./_harness.ts";
 

@@ -7,28 +7,25 @@ import assert from "node:assert/strict";
 import {
   estimateMessageTokens,
   estimateRequestTokens,
+  planCompaction,
+  type PlanOptions,
+  summaryReserve,
+} from "../src/memory/plan.ts";
+import {
   fitSummary,
   MAX_SUMMARY_ITEM_CHARS,
   mergeSummary,
   parseSummaryPatch,
-  planCompaction,
-  type PlanOptions,
   SUMMARY_FIELDS,
   type SummaryPatch,
-  summaryReserve,
-} from "../src/compactor.ts";
-import { MAX_SUMMARY_ITEMS } from "../src/config.ts";
-import {
-  buildContext,
-  parseSummary,
-  runtimeContextText,
-  type Summary,
-  SYSTEM_PROMPT,
-} from "../src/context.ts";
+} from "../src/memory/summary.ts";
+import { MAX_SUMMARY_ITEMS } from "../src/memory/summary.ts";
+import { buildContext, SYSTEM_PROMPT } from "../src/context.ts";
+import { parseSummary, runtimeContextText, type Summary } from "../src/memory/summary.ts";
 import { EMPTY_ANSWER, EMPTY_REPLY_NUDGE, MAX_STEPS_ANSWER } from "../src/loop.ts";
-import { compactIfDue, type CompactionResult, type MemoryState } from "../src/memory.ts";
+import { compactIfDue, type CompactionResult, type MemoryState } from "../src/memory/compact.ts";
 import { SessionStore } from "../src/store.ts";
-import { deterministicSummarizer, type Summarizer } from "../src/summarizer.ts";
+import { deterministicSummarizer, type Summarizer } from "../src/memory/summarizer.ts";
 import { calculatorTool } from "../src/tools/calculator.ts";
 import { serializeToolResult } from "../src/tools/registry.ts";
 import type { Message, StoredMessage, ToolSchema } from "../src/types.ts";

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import { buildContext, parseSummary, RUNTIME_CONTEXT_HEADER, SYSTEM_PROMPT } from "../src/context.ts";
+import { buildContext, SYSTEM_PROMPT } from "../src/context.ts";
+import { parseSummary, RUNTIME_CONTEXT_HEADER } from "../src/memory/summary.ts";
 import type { Message } from "../src/types.ts";
 
 const history: Message[] = [

@@ -14,7 +14,7 @@ import { SessionQueue } from "../src/http/session_queue.ts";
 import { createLlmFromConfig, OpenAICompatibleLLM } from "../src/llm/openai.ts";
 import { EMPTY_ANSWER, EMPTY_REPLY_NUDGE, runTurn, type TurnDeps } from "../src/loop.ts";
 import { SessionStore } from "../src/store.ts";
-import { createLlmSummarizer, deterministicSummarizer } from "../src/summarizer.ts";
+import { createLlmSummarizer, deterministicSummarizer } from "../src/memory/summarizer.ts";
 import { JsonlTracer, readTrace } from "../src/trace.ts";
 import type { RunEvent, StoredMessage, TurnResult } from "../src/types.ts";
 import { keyOf, realTools, runProcess } from "./_harness.ts";

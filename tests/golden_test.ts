@@ -15,7 +15,7 @@ import { SessionQueue } from "../src/http/session_queue.ts";
 import type { TurnDeps } from "../src/loop.ts";
 import { ScriptedLLM, type ScriptStep } from "../src/llm/scripted.ts";
 import { SessionStore } from "../src/store.ts";
-import { deterministicSummarizer } from "../src/summarizer.ts";
+import { deterministicSummarizer } from "../src/memory/summarizer.ts";
 import { JsonlTracer } from "../src/trace.ts";
 import { counterIds, realTools, steppingClock, tempDir } from "./_harness.ts";
 

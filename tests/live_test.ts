@@ -7,9 +7,9 @@ import { loadConfig } from "../src/config.ts";
 import { runTurn } from "../src/loop.ts";
 import { createLlmFromConfig } from "../src/llm/openai.ts";
 import { SessionStore } from "../src/store.ts";
-import { createLlmSummarizer } from "../src/summarizer.ts";
-import { parseSummaryPatch } from "../src/compactor.ts";
-import { parseSummary } from "../src/context.ts";
+import { createLlmSummarizer } from "../src/memory/summarizer.ts";
+import { parseSummaryPatch } from "../src/memory/summary.ts";
+import { parseSummary } from "../src/memory/summary.ts";
 import { keyOf, realTools } from "./_harness.ts";
 
 const config = loadConfig({

@@ -3,7 +3,7 @@
  * ids are per user, so another user's session of the same id is simply not the caller's (404, as if unused).
  * @module
  */
-import { parseSummary } from "../context.ts";
+import { parseSummary } from "../memory/summary.ts";
 import { type Session, validateId } from "../store.ts";
 import { TraceReader } from "../trace_reader.ts";
 import { HttpError } from "./errors.ts";

@@ -4,9 +4,9 @@
  * model) for tests and the offline demo. Both return raw text; the runtime validates and merges it.
  * @module
  */
-import type { Summary } from "./context.ts";
-import type { LLM } from "./llm/llm.ts";
-import type { Message, Usage } from "./types.ts";
+import type { Summary } from "./summary.ts";
+import type { LLM } from "../llm/llm.ts";
+import type { Message, Usage } from "../types.ts";
 
 /** What a summarizer is given. */
 export interface SummaryRequest {

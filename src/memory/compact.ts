@@ -4,20 +4,19 @@
  * compaction and leaves the session as it was.
  * @module
  */
+import { estimateMessageTokens, estimateRequestTokens, planCompaction, summaryReserve } from "./plan.ts";
 import {
-  estimateMessageTokens,
-  estimateRequestTokens,
   fitSummary,
   mergeSummary,
+  parseSummary,
   parseSummaryPatch,
-  planCompaction,
+  runtimeContextText,
+  type Summary,
   SUMMARY_FIELDS,
-  summaryReserve,
-} from "./compactor.ts";
-import { parseSummary, runtimeContextText, type Summary } from "./context.ts";
-import type { SessionKey, SessionStore } from "./store.ts";
+} from "./summary.ts";
+import type { SessionKey, SessionStore } from "../store.ts";
 import type { Summarizer } from "./summarizer.ts";
-import type { Message, StoredMessage, ToolSchema, Usage } from "./types.ts";
+import type { Message, StoredMessage, ToolSchema, Usage } from "../types.ts";
 
 /** What compaction needs besides the session's state. */
 export interface CompactionDeps {
