@@ -4,14 +4,14 @@
  * @module
  */
 import { dirname } from "node:path";
+import { redact } from "./redact.ts";
+import { shorten } from "./shorten.ts";
 import type { RunEvent } from "./types.ts";
 
 /** Cuts every string in `value` to `max` characters (marking the cut) and replaces each secret. */
 export function clip(value: unknown, max: number, secrets: readonly string[] = []): unknown {
   if (typeof value === "string") {
-    let text = value;
-    for (const secret of secrets) if (secret !== "") text = text.replaceAll(secret, "[redacted]");
-    return text.length > max ? `${text.slice(0, max)}…[${text.length - max} more chars]` : text;
+    return shorten(redact(value, secrets), max, { marker: (cut) => `…[${cut} more chars]` });
   }
   if (Array.isArray(value)) return value.map((item) => clip(item, max, secrets));
   if (typeof value === "object" && value !== null) {

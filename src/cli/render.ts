@@ -3,6 +3,7 @@
  * @module
  */
 import type { RunEvent } from "../types.ts";
+import { shorten } from "../shorten.ts";
 
 /** ANSI styling that turns itself off when colour is not wanted. */
 export interface Style {
@@ -18,8 +19,7 @@ export function createStyle(color: boolean): Style {
 }
 
 function short(text: string, max: number): string {
-  const flat = text.replace(/\s+/g, " ");
-  return flat.length > max ? flat.slice(0, max - 1) + "…" : flat;
+  return shorten(text, max, { oneLine: true, withinMax: true });
 }
 
 /** The line shown for an event, or null for events the REPL does not show. */

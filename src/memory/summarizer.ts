@@ -5,6 +5,7 @@
  * @module
  */
 import type { Summary } from "./summary.ts";
+import { shorten } from "../shorten.ts";
 import type { LLM } from "../llm/llm.ts";
 import type { Message, Usage } from "../types.ts";
 
@@ -54,8 +55,7 @@ export function renderTranscript(messages: readonly Message[]): string {
       if (m.content) lines.push(`[assistant] ${m.content}`);
     } else if (m.role === "tool") {
       const text = m.content ?? "";
-      const cut = text.length > MAX_TOOL_TEXT ? `${text.slice(0, MAX_TOOL_TEXT)}…` : text;
-      lines.push(`[tool ${names.get(m.toolCallId ?? "") ?? "result"}] ${cut}`);
+      lines.push(`[tool ${names.get(m.toolCallId ?? "") ?? "result"}] ${shorten(text, MAX_TOOL_TEXT)}`);
     } else if (m.role !== "runtime" && m.role !== "system") {
       lines.push(`[${m.role}] ${m.content ?? ""}`);
     }

@@ -13,6 +13,7 @@
  * @module
  */
 import type { ToolSpec } from "./registry.ts";
+import { shorten } from "../shorten.ts";
 
 /** Longest expression accepted, in UTF-16 code units; checked before any parsing. */
 export const MAX_EXPRESSION_LENGTH = 500;
@@ -47,8 +48,7 @@ const WHITESPACE = /\s+/y;
 
 /** Shortens the quoted expression so that a 500-character input does not make a 500-character message. */
 function quote(expression: string): string {
-  const preview = expression.length > 40 ? `${expression.slice(0, 40)}…` : expression;
-  return JSON.stringify(preview);
+  return JSON.stringify(shorten(expression, 40));
 }
 
 function describe(token: Token): string {
