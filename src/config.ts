@@ -68,129 +68,103 @@ interface Setting {
 /** Shortest API token accepted: shorter ones can be guessed. */
 export const MIN_TOKEN_CHARS = 16;
 
+/** One row of {@linkcode SETTINGS}. */
+function setting(key: keyof Config, kind: Kind, value: string, meaning: string, min?: number): Setting {
+  return { key, kind, default: value, meaning, ...(min === undefined ? {} : { min }) };
+}
+
 /** Each variable, its default and its meaning: the source of the README table and `--help`. */
 export const SETTINGS: Readonly<Record<string, Setting>> = {
-  OPENAI_API_KEY: {
-    key: "apiKey",
-    kind: "string",
-    default: "",
-    meaning: "key for the provider; required unless the base URL host is loopback",
-  },
-  OPENAI_BASE_URL: {
-    key: "baseUrl",
-    kind: "url",
-    default: "https://api.openai.com/v1",
-    meaning: "any OpenAI-compatible endpoint (DeepSeek, a local server)",
-  },
-  MODEL: { key: "model", kind: "string", default: "gpt-4o-mini", meaning: "model name" },
-  LLM_TIMEOUT_SECONDS: {
-    key: "llmTimeoutSeconds",
-    kind: "positive",
-    default: "60",
-    meaning: "deadline of one model call, streamed or not, from request to last byte",
-  },
-  LLM_MAX_REPLY_BYTES: {
-    key: "llmMaxReplyBytes",
-    kind: "positiveInt",
-    default: "1048576",
-    meaning: "largest model reply accepted (streamed or whole); more ends the call with error too_large",
-    min: 1024,
-  },
-  LLM_RETRIES: {
-    key: "llmRetries",
-    kind: "nonnegativeInt",
-    default: "2",
-    meaning: "retries of transient errors",
-  },
-  LLM_RETRY_BASE_DELAY: {
-    key: "llmRetryBaseDelay",
-    kind: "nonnegative",
-    default: "0.5",
-    meaning: "exponential backoff base in seconds (0.5 s, 1.0 s, ...)",
-  },
-  AGENT_MAX_TOOL_ITERS: {
-    key: "maxToolIters",
-    kind: "positiveInt",
-    default: "8",
-    meaning: "loop steps per user turn",
-  },
-  AGENT_MAX_TOOL_CALLS_PER_STEP: {
-    key: "maxToolCallsPerStep",
-    kind: "positiveInt",
-    default: "16",
-    meaning: "tool calls run per model reply; each call beyond gets a tool error",
-  },
-  AGENT_MAX_RAW_TURNS: {
-    key: "maxRawTurns",
-    kind: "positiveInt",
-    default: "20",
-    meaning: "recent raw turns kept before compaction",
-  },
-  AGENT_MAX_CTX_TOKENS: {
-    key: "maxCtxTokens",
-    kind: "positiveInt",
-    default: "6000",
-    meaning: "estimated token budget (chars / 4 heuristic)",
-  },
-  AGENT_DB_PATH: { key: "dbPath", kind: "string", default: "data/sessions.db", meaning: "SQLite file" },
-  AGENT_TRACE_PATH: {
-    key: "tracePath",
-    kind: "string",
-    default: "data/traces.jsonl",
-    meaning: "trace file",
-  },
-  AGENT_TRACE_MAX_PAYLOAD_CHARS: {
-    key: "traceMaxPayloadChars",
-    kind: "positiveInt",
-    default: "2000",
-    meaning: "longest string kept in a trace event",
-  },
-  AGENT_TRACE_MAX_BYTES: {
-    key: "traceMaxBytes",
-    kind: "positiveInt",
-    default: "67108864",
-    meaning: "trace file size that rotates it (the last 5 rotated files are kept)",
-    min: 4096,
-  },
-  RUN_LIVE_TESTS: {
-    key: "runLiveTests",
-    kind: "flag",
-    default: "",
-    meaning: "`1` plus a key runs the live tests",
-  },
-  AGENT_STREAM: {
-    key: "stream",
-    kind: "flag",
-    default: "1",
-    meaning: "stream answers as they arrive (REPL, SSE): 1 or true; 0 or false turns it off",
-  },
-  AGENT_HOST: { key: "host", kind: "host", default: "127.0.0.1", meaning: "serve: address to listen on" },
-  AGENT_PORT: {
-    key: "port",
-    kind: "port",
-    default: "8787",
-    meaning: "serve: port to listen on (0 picks one)",
-  },
-  AGENT_API_TOKENS: {
-    key: "apiTokens",
-    kind: "tokens",
-    default: "",
-    meaning:
-      `serve: comma-separated token:user_id pairs, tokens of ${MIN_TOKEN_CHARS}+ characters; unset = no auth, loopback only`,
-  },
-  AGENT_MAX_BODY_BYTES: {
-    key: "maxBodyBytes",
-    kind: "positiveInt",
-    default: "65536",
-    meaning: "serve: largest request body accepted",
-    min: 1024,
-  },
-  AGENT_SHUTDOWN_GRACE_SECONDS: {
-    key: "shutdownGraceSeconds",
-    kind: "nonnegative",
-    default: "10",
-    meaning: "serve: how long running turns may finish on SIGINT/SIGTERM",
-  },
+  OPENAI_API_KEY: setting(
+    "apiKey",
+    "string",
+    "",
+    "key for the provider; required unless the base URL host is loopback",
+  ),
+  OPENAI_BASE_URL: setting(
+    "baseUrl",
+    "url",
+    "https://api.openai.com/v1",
+    "any OpenAI-compatible endpoint (DeepSeek, a local server)",
+  ),
+  MODEL: setting("model", "string", "gpt-4o-mini", "model name"),
+  LLM_TIMEOUT_SECONDS: setting(
+    "llmTimeoutSeconds",
+    "positive",
+    "60",
+    "deadline of one model call, streamed or not, from request to last byte",
+  ),
+  LLM_MAX_REPLY_BYTES: setting(
+    "llmMaxReplyBytes",
+    "positiveInt",
+    "1048576",
+    "largest model reply accepted (streamed or whole); more ends the call with error too_large",
+    1024,
+  ),
+  LLM_RETRIES: setting("llmRetries", "nonnegativeInt", "2", "retries of transient errors"),
+  LLM_RETRY_BASE_DELAY: setting(
+    "llmRetryBaseDelay",
+    "nonnegative",
+    "0.5",
+    "exponential backoff base in seconds (0.5 s, 1.0 s, ...)",
+  ),
+  AGENT_MAX_TOOL_ITERS: setting("maxToolIters", "positiveInt", "8", "loop steps per user turn"),
+  AGENT_MAX_TOOL_CALLS_PER_STEP: setting(
+    "maxToolCallsPerStep",
+    "positiveInt",
+    "16",
+    "tool calls run per model reply; each call beyond gets a tool error",
+  ),
+  AGENT_MAX_RAW_TURNS: setting("maxRawTurns", "positiveInt", "20", "recent raw turns kept before compaction"),
+  AGENT_MAX_CTX_TOKENS: setting(
+    "maxCtxTokens",
+    "positiveInt",
+    "6000",
+    "estimated token budget (chars / 4 heuristic)",
+  ),
+  AGENT_DB_PATH: setting("dbPath", "string", "data/sessions.db", "SQLite file"),
+  AGENT_TRACE_PATH: setting("tracePath", "string", "data/traces.jsonl", "trace file"),
+  AGENT_TRACE_MAX_PAYLOAD_CHARS: setting(
+    "traceMaxPayloadChars",
+    "positiveInt",
+    "2000",
+    "longest string kept in a trace event",
+  ),
+  AGENT_TRACE_MAX_BYTES: setting(
+    "traceMaxBytes",
+    "positiveInt",
+    "67108864",
+    "trace file size that rotates it (the last 5 rotated files are kept)",
+    4096,
+  ),
+  RUN_LIVE_TESTS: setting("runLiveTests", "flag", "", "`1` plus a key runs the live tests"),
+  AGENT_STREAM: setting(
+    "stream",
+    "flag",
+    "1",
+    "stream answers as they arrive (REPL, SSE): 1 or true; 0 or false turns it off",
+  ),
+  AGENT_HOST: setting("host", "host", "127.0.0.1", "serve: address to listen on"),
+  AGENT_PORT: setting("port", "port", "8787", "serve: port to listen on (0 picks one)"),
+  AGENT_API_TOKENS: setting(
+    "apiTokens",
+    "tokens",
+    "",
+    `serve: comma-separated token:user_id pairs, tokens of ${MIN_TOKEN_CHARS}+ characters; unset = no auth, loopback only`,
+  ),
+  AGENT_MAX_BODY_BYTES: setting(
+    "maxBodyBytes",
+    "positiveInt",
+    "65536",
+    "serve: largest request body accepted",
+    1024,
+  ),
+  AGENT_SHUTDOWN_GRACE_SECONDS: setting(
+    "shutdownGraceSeconds",
+    "nonnegative",
+    "10",
+    "serve: how long running turns may finish on SIGINT/SIGTERM",
+  ),
 };
 
 const EXPECTED: Record<Kind, string> = {

@@ -1,0 +1,97 @@
+/**
+ * What a run reports, as it happens: one event type, a union with one interface per event and typed data. The
+ * trace writes it, the REPL shows it, HTTP streams it; all of them read it through these types.
+ * @module
+ */
+import type { ToolResult, TurnOutcome } from "./types.ts";
+
+/** The names of the events a run emits, in the order they can occur. */
+export const RUN_EVENT_NAMES = [
+  "run_start",
+  "llm_call",
+  "tool_call",
+  "tool_result",
+  "compact",
+  "answer",
+  "error",
+  "run_end",
+] as const;
+
+/** One of {@linkcode RUN_EVENT_NAMES}. */
+export type RunEventName = (typeof RUN_EVENT_NAMES)[number];
+
+/** Token counts in the trace's and the API's spelling; null where the provider gave none. */
+export interface UsageData {
+  prompt_tokens: number | null;
+  completion_tokens: number | null;
+  total_tokens: number | null;
+}
+
+/** The data of each event, by name. */
+export interface RunEventData {
+  run_start: { user_id: string; message: string; retry?: true };
+  llm_call: {
+    model: string;
+    latency_ms: number;
+    prompt_tokens: number | null;
+    completion_tokens: number | null;
+    total_tokens: number | null;
+    tool_call_count: number;
+    retries: number;
+  };
+  tool_call: { id: string; name: string; arguments: string };
+  tool_result: { id: string; name: string } & ToolResult;
+  compact: CompactData;
+  answer: { text: string; closing?: "empty" | "max_steps" };
+  error: {
+    kind: string;
+    status: number | null;
+    retries: number;
+    message: string;
+    /** On an abort: how many stored messages of the turn were taken back. */
+    discarded_messages?: number;
+  };
+  run_end: { outcome: TurnOutcome; steps: number; tool_calls: number; usage: UsageData };
+}
+
+/** What a compaction did: what it folded away, or why it did not. */
+export type CompactData =
+  & { trigger: "turns" | "tokens" | "turns+tokens"; tokens_before: number }
+  & (
+    | { ok: false; reason: string; over_budget?: true }
+    | {
+      ok: true;
+      messages_removed: number;
+      turns_removed: number;
+      tokens_after: number;
+      tokens_removed: number;
+      over_budget: boolean;
+      summary_items: Record<string, number>;
+      summary_chars: number;
+      latency_ms: number;
+    }
+  );
+
+/** One event named `N`: where it happened, and its data. */
+export interface RunEventOf<N extends RunEventName> {
+  ts: string;
+  session_id: string;
+  user_id: string;
+  run_id: string;
+  turn: number;
+  event: N;
+  /** The loop step, or null for events of the whole run (`run_start`, `run_end`). */
+  step: number | null;
+  data: RunEventData[N];
+}
+
+/** Any event of a run. */
+export type RunEvent = { [N in RunEventName]: RunEventOf<N> }[RunEventName];
+
+/** Receives every event of a run as it happens. Must not throw. */
+export type EventSink = (event: RunEvent) => void;
+
+/** Narrows an event to one name, for `find` and `filter`: `events.filter(isEvent("error"))`. */
+export function isEvent<N extends RunEventName>(name: N): (event: RunEvent) => event is RunEventOf<N> {
+  return (event): event is RunEventOf<N> => event.event === name;
+}
