@@ -92,6 +92,8 @@ export type RunEvent = { [N in RunEventName]: RunEventOf<N> }[RunEventName];
 export type EventSink = (event: RunEvent) => void;
 
 /** Narrows an event to one name, for `find` and `filter`: `events.filter(isEvent("error"))`. */
-export function isEvent<N extends RunEventName>(name: N): (event: RunEvent) => event is RunEventOf<N> {
-  return (event): event is RunEventOf<N> => event.event === name;
+export function isEvent<N extends RunEventName>(
+  name: N,
+): (event: RunEvent) => event is Extract<RunEvent, { event: N }> {
+  return (event): event is Extract<RunEvent, { event: N }> => event.event === name;
 }
