@@ -5,11 +5,11 @@
  * only answer from what the runtime actually put in front of it.
  * @module
  */
-import { estimateRequestTokens, estimateTokens } from "../src/memory/plan.ts";
-import { parseSummary, RUNTIME_CONTEXT_HEADER } from "../src/memory/summary.ts";
-import { LlmError } from "../src/errors.ts";
-import type { ChatOptions, LLM } from "../src/llm/llm.ts";
-import type { ChatReply, Message, ToolCall } from "../src/types.ts";
+import { estimateRequestTokens, estimateTokens } from "../memory/plan.ts";
+import { parseSummary, RUNTIME_CONTEXT_HEADER } from "../memory/summary.ts";
+import { LlmError } from "../errors.ts";
+import type { ChatOptions, LLM } from "./llm.ts";
+import type { ChatReply, Message, ToolCall } from "../types.ts";
 
 /** The `model` name the demo model reports in replies (and so in the trace's `llm_call` events). */
 export const DEMO_MODEL_NAME = "demo-rules";
