@@ -1,7 +1,7 @@
 /**
- * One attempt of the fetch client: a POST under its own deadlines, its body read whole or as Server-Sent
- * Events and never past the reply byte limit, and what went wrong named by pure functions. An attempt never
- * throws (but for what `onDelta` throws): the client's retry loop decides what a failure means.
+ * One attempt of the fetch client: a POST under its deadlines, its body read whole or as Server-Sent Events
+ * and never past the byte limit, what went wrong named by pure functions. Never throws (but what `onDelta`
+ * throws): the retry loop decides what a failure means.
  * @module
  */
 import { abortable } from "../abort.ts";
@@ -29,7 +29,7 @@ export interface Failure {
 /** The result of one attempt: a reply, or why there is none. */
 export type Attempt = { ok: true; reply: ChatReply } | { ok: false; failure: Failure };
 
-/** What every attempt of one client shares: where and how it posts, and what its failures name. */
+/** What every attempt of one client shares: where and how it posts, what its failures name. */
 export interface AttemptContext {
   /** `{baseUrl}/chat/completions` */
   url: string;
@@ -48,10 +48,7 @@ export interface AttemptContext {
 /** The failure of an aborted call. */
 export const ABORTED: Failure = Object.freeze(failure("aborted", "LLM request was aborted", false));
 
-/**
- * The most of a non-2xx body kept in memory: enough for the provider's JSON error, whose start is quoted;
- * the rest is cancelled unread.
- */
+/** Enough of a non-2xx body for the provider's JSON error, whose start is quoted; the rest goes unread. */
 const MAX_ERROR_BODY_BYTES = 16_384;
 
 function failure(
@@ -93,22 +90,21 @@ function classify(thrown: Thrown, context: AttemptContext): Failure {
   const { error, aborted, passed, status, bytes = 0 } = thrown;
   const { host, timeoutSeconds, idleTimeoutSeconds } = context;
   if (aborted) return ABORTED;
-  if (bytes > 0) {
-    if (passed === "whole") {
-      const message = `LLM stream from ${host} ran past the ${timeoutSeconds} s deadline of the whole call ` +
-        `after ${bytes} bytes`;
-      return failure("timeout", message, false);
-    }
-    if (passed === "idle") {
-      const message =
-        `LLM stream from ${host} stalled: no data for ${idleTimeoutSeconds} s after ${bytes} bytes`;
-      return failure("timeout", message, false);
-    }
+  const stream = `LLM stream from ${host}`;
+  if (bytes > 0 && passed === "whole") {
+    const message =
+      `${stream} ran past the ${timeoutSeconds} s deadline of the whole call after ${bytes} bytes`;
+    return failure("timeout", message, false);
+  }
+  if (bytes > 0 && passed === "idle") {
     return failure(
-      "network",
-      `LLM stream from ${host} broke after ${bytes} bytes: ${describeThrown(error)}`,
+      "timeout",
+      `${stream} stalled: no data for ${idleTimeoutSeconds} s after ${bytes} bytes`,
       false,
     );
+  }
+  if (bytes > 0) {
+    return failure("network", `${stream} broke after ${bytes} bytes: ${describeThrown(error)}`, false);
   }
   if (passed !== null) return failure("timeout", `LLM request timed out after ${timeoutSeconds} s`, true);
   const message = status === undefined
@@ -129,12 +125,8 @@ function httpFailure(response: Response, text: string, context: AttemptContext):
   detail = quoteBody(detail ?? text) || response.statusText;
   const said = detail === "" ? "" : `: ${detail}`;
   const retryable = status === 408 || status === 409 || status === 429 || (status >= 500 && status < 600);
-  const result = failure(
-    "http",
-    `LLM request failed: HTTP ${status} from ${context.host}${said}`,
-    retryable,
-    status,
-  );
+  const message = `LLM request failed: HTTP ${status} from ${context.host}${said}`;
+  const result = failure("http", message, retryable, status);
   if (retryable) result.retryAfterMs = parseRetryAfter(response.headers.get("retry-after"), context.now());
   return result;
 }
@@ -171,16 +163,13 @@ type DeadlineName = "whole" | "idle";
 /** One attempt's deadlines on one signal: the whole attempt (never extended) and a stream's silence. */
 class Deadlines {
   #controller = new AbortController();
+  readonly signal = this.#controller.signal;
+  passed: DeadlineName | null = null;
   #whole: ReturnType<typeof setTimeout>;
   #idle: ReturnType<typeof setTimeout> | undefined;
-  passed: DeadlineName | null = null;
 
   constructor(seconds: number) {
     this.#whole = setTimeout(() => this.#expire("whole"), seconds * 1000);
-  }
-
-  get signal(): AbortSignal {
-    return this.#controller.signal;
   }
 
   restartIdle(seconds: number): void {

@@ -107,32 +107,22 @@ export function buildRequestBody(
 const messageJson = new WeakMap<Message, string>();
 const toolsJson = new WeakMap<readonly ToolSchema[], string>();
 
-function isCacheableMessage(message: Message): boolean {
-  const calls = message.toolCalls;
-  return Object.isFrozen(message) &&
-    (calls === undefined || (Object.isFrozen(calls) && calls.every((call) => Object.isFrozen(call))));
-}
-
-function isCacheableToolList(tools: readonly ToolSchema[]): boolean {
-  return Object.isFrozen(tools) &&
-    tools.every((tool) => Object.isFrozen(tool) && Object.isFrozen(tool.parameters));
-}
-
 function wireMessageJson(message: Message, index: number): string {
   let json = messageJson.get(message);
-  if (json === undefined) {
-    json = JSON.stringify(toWireMessage(message, index));
-    if (isCacheableMessage(message)) messageJson.set(message, json);
-  }
+  if (json !== undefined) return json;
+  json = JSON.stringify(toWireMessage(message, index));
+  const calls = message.toolCalls;
+  const frozen = calls === undefined || (Object.isFrozen(calls) && calls.every(Object.isFrozen));
+  if (frozen && Object.isFrozen(message)) messageJson.set(message, json);
   return json;
 }
 
 function wireToolsJson(tools: readonly ToolSchema[]): string {
   let json = toolsJson.get(tools);
-  if (json === undefined) {
-    json = JSON.stringify(toWireTools(tools));
-    if (isCacheableToolList(tools)) toolsJson.set(tools, json);
-  }
+  if (json !== undefined) return json;
+  json = JSON.stringify(toWireTools(tools));
+  const frozen = tools.every((tool) => Object.isFrozen(tool) && Object.isFrozen(tool.parameters));
+  if (frozen && Object.isFrozen(tools)) toolsJson.set(tools, json);
   return json;
 }
 
@@ -163,10 +153,6 @@ export function serializeRequestBody(
 export function invalidResponseError(reason: string, source?: string): LlmError {
   const from = source === undefined ? "" : ` from ${source}`;
   return new LlmError(`Invalid LLM response${from}: ${reason}`, { kind: "invalid_response" });
-}
-
-function tokenCount(value: unknown): number | null {
-  return typeof value === "number" && Number.isFinite(value) ? value : null;
 }
 
 function describeType(value: unknown): string {
@@ -203,10 +189,11 @@ function parseToolCall(raw: unknown): ToolCall {
 
 function parseUsage(raw: unknown): Usage | null {
   if (!isRecord(raw)) return null;
+  const count = (value: unknown) => typeof value === "number" && Number.isFinite(value) ? value : null;
   return {
-    promptTokens: tokenCount(raw.prompt_tokens),
-    completionTokens: tokenCount(raw.completion_tokens),
-    totalTokens: tokenCount(raw.total_tokens),
+    promptTokens: count(raw.prompt_tokens),
+    completionTokens: count(raw.completion_tokens),
+    totalTokens: count(raw.total_tokens),
   };
 }
 
