@@ -18,7 +18,7 @@ import { createLlmSummarizer, deterministicSummarizer, type Summarizer } from ".
 import { createBuiltinTools } from "../src/tools/builtin.ts";
 import { JsonlTracer } from "../src/trace.ts";
 import type { Message, RunEvent } from "../src/types.ts";
-import { DemoModel } from "./_demo_model.ts";
+import { DemoModel } from "../src/llm/demo.ts";
 import { type Demo, DEMO_RAW_TURNS, PHASES, recordRequests, type Verdict } from "./_demo_phases.ts";
 
 /** Options of {@linkcode runDemo}. */

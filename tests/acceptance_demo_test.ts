@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
-import { DemoModel, extractExpression } from "../scripts/_demo_model.ts";
+import { DemoModel, extractExpression } from "../src/llm/demo.ts";
 import { runDemo } from "../scripts/acceptance_demo.ts";
 import type { Summarizer } from "../src/memory/summarizer.ts";
 

@@ -2,7 +2,7 @@ import { Ajv2020, fc } from "./_dev_deps.ts";
 import assert from "node:assert/strict";
 import { loadConfig } from "../src/config.ts";
 import { LlmError } from "../src/errors.ts";
-import { ReplyAssembler } from "../src/llm/_reply_assembler.ts";
+import { ReplyAssembler } from "../src/llm/stream.ts";
 import {
   createLlmFromConfig,
   OpenAICompatibleLLM,

@@ -1,6 +1,6 @@
 import { fc } from "./_dev_deps.ts";
 import assert from "node:assert/strict";
-import { readSseEvents, type SseEvent, SseParser, type SseParserOptions } from "../src/llm/_sse.ts";
+import { type SseEvent, SseParser, type SseParserOptions } from "../src/llm/stream.ts";
 import { cutBytes } from "./_openai_stubs.ts";
 
 const encoder = new TextEncoder();
@@ -14,25 +14,6 @@ function parse(chunks: (string | Uint8Array)[], options?: SseParserOptions): Sse
   const parser = new SseParser(options);
   const events = chunks.flatMap((chunk) => parser.push(bytes(chunk)));
   return [...events, ...parser.end()];
-}
-
-function streamOf(chunks: Uint8Array[], onCancel?: () => void): ReadableStream<Uint8Array> {
-  let next = 0;
-  return new ReadableStream({
-    pull(controller) {
-      if (next < chunks.length) controller.enqueue(chunks[next++]);
-      else controller.close();
-    },
-    cancel() {
-      onCancel?.();
-    },
-  });
-}
-
-async function collect(stream: ReadableStream<Uint8Array>, options?: SseParserOptions): Promise<SseEvent[]> {
-  const events: SseEvent[] = [];
-  for await (const event of readSseEvents(stream, options)) events.push(event);
-  return events;
 }
 
 const data = (text: string): SseEvent => ({ event: null, data: text });
@@ -181,42 +162,12 @@ Deno.test("SseParser gives the same events however the bytes are cut (property)"
   );
 });
 
-Deno.test("readSseEvents() yields the events of a body read to its end", async () => {
+Deno.test("SseParser reads a body cut into chunks to its end, with and without dispatchAtEnd", () => {
   const all = encoder.encode("data: a\n\nevent: e\ndata: b\r\n\r\ndata: [DONE]");
-  const events = await collect(streamOf(cutBytes(all, [3, 9, 10, 25])));
-  assert.deepEqual(events, [data("a"), { event: "e", data: "b" }, data("[DONE]")]);
-  assert.deepEqual(await collect(streamOf([all]), { dispatchAtEnd: false }), [
+  assert.deepEqual(parse(cutBytes(all, [3, 9, 10, 25])), [
     data("a"),
     { event: "e", data: "b" },
+    data("[DONE]"),
   ]);
-});
-
-Deno.test("readSseEvents() cancels the body when the consumer stops early", async () => {
-  let cancelled = 0;
-  const body = streamOf(
-    [bytes("data: a\n\n"), bytes("data: b\n\n"), bytes("data: c\n\n")],
-    () => cancelled++,
-  );
-  for await (const event of readSseEvents(body)) {
-    assert.deepEqual(event, data("a"));
-    break;
-  }
-  assert.equal(cancelled, 1);
-});
-
-Deno.test("readSseEvents() rejects with the body's read error", async () => {
-  let sent = false;
-  const body = new ReadableStream<Uint8Array>({
-    pull(controller) {
-      if (!sent) {
-        sent = true;
-        controller.enqueue(bytes("data: a\n\n"));
-      } else controller.error(new TypeError("connection reset"));
-    },
-  });
-  const seen: SseEvent[] = [];
-  await assert.rejects(async () => {
-    for await (const event of readSseEvents(body)) seen.push(event);
-  }, { name: "TypeError", message: "connection reset" });
-  assert.deepEqual(seen, [data("a")]);
+  assert.deepEqual(parse([all], { dispatchAtEnd: false }), [data("a"), { event: "e", data: "b" }]);
 });

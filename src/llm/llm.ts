@@ -6,20 +6,13 @@ import type { ChatReply, Message, ToolSchema } from "../types.ts";
 
 /** Options of {@linkcode LLM.chat}. */
 export interface ChatOptions {
-  /**
-   * The tools the model may call. Empty means a plain completion (used for summaries).
-   * @default {[]}
-   */
+  /** The tools the model may call; empty means a plain completion (summaries). @default {[]} */
   tools?: readonly ToolSchema[];
-  /**
-   * Aborts the call; the client rejects with an `LlmError` of kind `aborted`.
-   * @default {undefined}
-   */
+  /** Aborts the call; the client rejects with an `LlmError` of kind `aborted`. @default {undefined} */
   signal?: AbortSignal;
   /**
-   * Called with each piece of answer text as it arrives; never with reasoning. The pieces join to the
-   * reply's `content`. A client that does not stream may never call it. A live view only: it must not
-   * throw, and should return quickly.
+   * Called with each piece of answer text (never reasoning) as it arrives; the pieces join to the reply's
+   * `content`. A client that does not stream may never call it. Must not throw, should return quickly.
    * @default {undefined}
    */
   onDelta?: (text: string) => void;

@@ -4,22 +4,23 @@
  * the cause without ever showing the API key.
  * @module
  */
+import { delay } from "../abort.ts";
 import type { Config } from "../config.ts";
+import { LlmError } from "../errors.ts";
+import { redact } from "../redact.ts";
 import type { ChatReply, Message } from "../types.ts";
-import { type AttemptContext, plainAttempt, streamAttempt } from "./_attempts.ts";
-import { CANNOT_CREATE, requireFunction, requireNumber, sleep } from "./_fetch_helpers.ts";
-import { Failures } from "./_failures.ts";
-import { serializeRequestBody } from "./_wire.ts";
+import { ABORTED, attempt, type AttemptContext, type Failure } from "./_attempt.ts";
 import type { ChatOptions, LLM } from "./llm.ts";
+import { serializeRequestBody } from "./wire.ts";
 
-export { buildRequestBody, parseCompletion, serializeRequestBody } from "./_wire.ts";
+export { buildRequestBody, parseCompletion, serializeRequestBody } from "./wire.ts";
 export type {
   ChatCompletionRequestBody,
   ParseCompletionOptions,
   WireMessage,
   WireTool,
   WireToolCall,
-} from "./_wire.ts";
+} from "./wire.ts";
 
 /** Longest wait a provider's `Retry-After` may impose: beyond it, failing is more useful than hanging. */
 const MAX_RETRY_AFTER_MS = 60_000;
@@ -38,96 +39,83 @@ export interface RetryInfo {
 export interface OpenAICompatibleLLMOptions {
   /** The API root without a trailing slash, e.g. `https://api.openai.com/v1`. Required. */
   baseUrl: string;
-  /**
-   * Sent as `Authorization: Bearer <key>`; empty sends no Authorization header (local servers).
-   * @default {""}
-   */
+  /** Sent as `Authorization: Bearer <key>`; empty sends none (local servers). @default {""} */
   apiKey?: string;
   /** The model name sent with every request. Required. */
   model: string;
   /**
-   * Deadline of one attempt, streamed or not: from sending the request to the last byte of the reply. Nothing
-   * extends it, not a stream that keeps sending text nor one that sends only keep-alive comments; each retry
-   * gets a fresh one. Past it, the attempt fails with kind `timeout`, its message naming this deadline.
+   * Deadline of one attempt, streamed or not, from the request to the last byte; nothing extends it, each
+   * retry gets a fresh one. Past it, the attempt fails with kind `timeout`.
    * @default {60}
    */
   timeoutSeconds?: number;
   /**
-   * Stream the answer: send `stream: true` (with `stream_options.include_usage`), read the Server-Sent
-   * Events and pass answer text to {@linkcode ChatOptions.onDelta} as it arrives. The reply is the one the
-   * non-streaming call would return. `main` decides, from `AGENT_STREAM`.
+   * Send `stream: true` and pass answer text to {@linkcode ChatOptions.onDelta} as it arrives; the reply is
+   * the one the non-streaming call would return.
    * @default {false}
    */
   stream?: boolean;
   /**
-   * When streaming, the longest silence allowed between two chunks of the body after the first one; any
-   * bytes restart it, keep-alive comments included. It only ever ends an attempt earlier than
-   * `timeoutSeconds` would; the message names which of the two passed.
+   * When streaming, the longest silence between two chunks after the first; any bytes restart it.
    * @default {timeoutSeconds}
    */
   idleTimeoutSeconds?: number;
   /**
-   * The largest reply accepted, in bytes of the response body as it arrives (the whole JSON body, or every
-   * byte of the event stream, comments included). Counted while reading: past it the attempt stops at once
-   * and `chat` fails with kind `too_large`, never retried. An error (non-2xx) body is kept only up to
-   * 16 KiB, or this limit if smaller.
+   * The largest reply body accepted, counted while reading: past it the attempt stops, kind `too_large`,
+   * never retried. An error (non-2xx) body is kept only up to 16 KiB, or this limit if smaller.
    * @default {1048576}
    */
   maxReplyBytes?: number;
-  /**
-   * Retries of a timeout, a network failure or HTTP 408/409/429/5xx; 0 tries once.
-   * @default {2}
-   */
+  /** Retries of a timeout, a network failure or HTTP 408/409/429/5xx; 0 tries once. @default {2} */
   retries?: number;
-  /**
-   * Backoff base: retry n (from 0) waits base·2^n seconds unless the provider sent `Retry-After`.
-   * @default {0.5}
-   */
+  /** Backoff base: retry n (from 0) waits base·2^n seconds unless the provider sent `Retry-After`. @default {0.5} */
   retryBaseDelaySeconds?: number;
-  /**
-   * The fetch implementation; tests inject a stub.
-   * @default {globalThis.fetch}
-   */
+  /** The fetch implementation; tests inject a stub. @default {globalThis.fetch} */
   fetch?: typeof globalThis.fetch;
-  /**
-   * Waits between attempts. Must settle (resolve or reject) promptly when `signal` aborts.
-   * @default {a setTimeout-based sleep that rejects on abort and clears its timer}
-   */
+  /** Waits between attempts; must settle promptly when `signal` aborts. @default {delay} */
   sleep?: (ms: number, signal?: AbortSignal) => Promise<void>;
-  /**
-   * The clock an HTTP-date `Retry-After` is measured against, in epoch milliseconds.
-   * @default {Date.now}
-   */
+  /** The clock an HTTP-date `Retry-After` is measured against, in epoch ms. @default {Date.now} */
   now?: () => number;
-  /**
-   * Called before each retry, for the trace and the REPL. Must not throw.
-   * @default {undefined}
-   */
+  /** Called before each retry, for the trace and the REPL. Must not throw. @default {undefined} */
   onRetry?: (info: RetryInfo) => void;
+}
+
+const CANNOT_CREATE = "Cannot create OpenAICompatibleLLM";
+
+/** Throws `TypeError` unless `value` has `type` (or, for an optional function, is undefined). */
+function requireType(name: string, value: unknown, type: "string" | "boolean" | "function"): void {
+  if (typeof value !== type && !(type === "function" && value === undefined)) {
+    throw new TypeError(`${CANNOT_CREATE}: "${name}" must be a ${type}, got ${typeof value}`);
+  }
+}
+
+/** Throws `TypeError` for a non-number, `RangeError` for a number outside `inRange`. */
+function requireNumber(
+  name: string,
+  value: unknown,
+  expected: string,
+  inRange: (n: number) => boolean,
+): void {
+  if (typeof value !== "number") {
+    throw new TypeError(`${CANNOT_CREATE}: "${name}" must be ${expected}, got ${typeof value}`);
+  }
+  if (!Number.isFinite(value) || !inRange(value)) {
+    throw new RangeError(`${CANNOT_CREATE}: "${name}" must be ${expected}, got ${value}`);
+  }
 }
 
 /**
  * An {@linkcode LLM} over HTTP: POSTs `{model, messages, tools?}` to `{baseUrl}/chat/completions`.
  *
- * Each attempt has its own `timeoutSeconds` deadline, from request to last byte. A reply body past
- * `maxReplyBytes` is dropped as it arrives: `too_large`, never retried. Timeouts, network failures and HTTP 408/409/429/5xx
- * are retried up to `retries` times with exponential backoff (or the provider's `Retry-After`, capped at
- * 60 s); other statuses and unreadable bodies fail at once. The caller's `signal` aborts at any point,
- * waits included. `chat` rejects only with `LlmError`, whose message names the cause and never contains
- * the API key, except for `TypeError` on a malformed message (see {@linkcode buildRequestBody}) and
- * whatever `onDelta` throws.
- *
- * With `stream`, the body is read as Server-Sent Events: `timeoutSeconds` still bounds the whole attempt
- * and `idleTimeoutSeconds` each silence after the first byte. A failure is retried only before the first body byte
- * arrived; after it, a broken, stalled or malformed stream fails at once, so no answer text is ever shown
- * twice. A stream must end with `[DONE]` or at least carry a `finish_reason`. A server that ignores
- * `stream` and answers with one JSON completion is read as such, its text passed to `onDelta` in one piece.
+ * Timeouts, network failures and HTTP 408/409/429/5xx are retried up to `retries` times with exponential
+ * backoff (or the provider's `Retry-After`, capped at 60 s); a reply past `maxReplyBytes`, other statuses
+ * and unreadable bodies fail at once. A stream is retried only before its first body byte, so no answer
+ * text is shown twice, and must end with `[DONE]` or a `finish_reason`. The caller's `signal` aborts at any
+ * point, waits included. `chat` rejects only with `LlmError`, never showing the API key, except for a
+ * `TypeError` on a malformed message (see {@linkcode buildRequestBody}) and whatever `onDelta` throws.
  */
 export class OpenAICompatibleLLM implements LLM {
   #context: AttemptContext;
-  #failures: Failures;
-  #model: string;
-  #stream: boolean;
   #retries: number;
   #retryBaseDelaySeconds: number;
   #sleep: (ms: number, signal?: AbortSignal) => Promise<void>;
@@ -146,93 +134,91 @@ export class OpenAICompatibleLLM implements LLM {
       retries = 2,
       retryBaseDelaySeconds = 0.5,
       fetch = globalThis.fetch,
-      sleep: sleepFn = sleep,
+      sleep = delay,
       now = Date.now,
       onRetry,
     } = options;
-    let url: URL;
-    try {
-      url = new URL(baseUrl);
-    } catch {
-      throw new TypeError(`${CANNOT_CREATE}: "baseUrl" must be an http(s) URL, got ${String(baseUrl)}`);
+    const url = URL.parse(baseUrl);
+    if (url === null || (url.protocol !== "http:" && url.protocol !== "https:")) {
+      const got = url === null ? String(baseUrl) : url.protocol;
+      throw new TypeError(`${CANNOT_CREATE}: "baseUrl" must be an http(s) URL, got ${got}`);
     }
-    if (url.protocol !== "http:" && url.protocol !== "https:") {
-      throw new TypeError(`${CANNOT_CREATE}: "baseUrl" must be an http(s) URL, got ${url.protocol}`);
-    }
-    if (typeof apiKey !== "string") {
-      throw new TypeError(`${CANNOT_CREATE}: "apiKey" must be a string, got ${typeof apiKey}`);
-    }
+    requireType("apiKey", apiKey, "string");
     if (typeof model !== "string" || model.trim() === "") {
       throw new TypeError(`${CANNOT_CREATE}: "model" must be a non-empty string`);
     }
     requireNumber("timeoutSeconds", timeoutSeconds, "a number greater than 0", (n) => n > 0);
-    if (typeof stream !== "boolean") {
-      throw new TypeError(`${CANNOT_CREATE}: "stream" must be a boolean, got ${typeof stream}`);
-    }
+    requireType("stream", stream, "boolean");
     requireNumber("idleTimeoutSeconds", idleTimeoutSeconds, "a number greater than 0", (n) => n > 0);
-    requireNumber(
-      "maxReplyBytes",
-      maxReplyBytes,
-      "a whole number of 1 or more",
-      (n) => Number.isInteger(n) && n >= 1,
-    );
-    requireNumber("retries", retries, "a whole number of 0 or more", (n) => Number.isInteger(n) && n >= 0);
+    const whole = (min: number) => (n: number) => Number.isInteger(n) && n >= min;
+    requireNumber("maxReplyBytes", maxReplyBytes, "a whole number of 1 or more", whole(1));
+    requireNumber("retries", retries, "a whole number of 0 or more", whole(0));
     requireNumber("retryBaseDelaySeconds", retryBaseDelaySeconds, "a number of 0 or more", (n) => n >= 0);
-    requireFunction("fetch", fetch);
-    requireFunction("sleep", sleepFn);
-    requireFunction("now", now);
-    requireFunction("onRetry", onRetry);
+    for (const [name, value] of Object.entries({ fetch, sleep, now, onRetry })) {
+      requireType(name, value, "function");
+    }
 
-    const named = { host: url.host, model, apiKey, timeoutSeconds, idleTimeoutSeconds, maxReplyBytes, now };
-    this.#failures = new Failures(named);
     this.#context = {
-      ...named,
       // Config already strips trailing slashes; a hand-built client must not produce "//chat/completions".
       url: `${baseUrl.replace(/\/+$/, "")}/chat/completions`,
+      host: url.host,
+      model,
+      apiKey,
+      stream,
+      timeoutSeconds,
+      idleTimeoutSeconds,
+      maxReplyBytes,
       fetch,
-      failures: this.#failures,
+      now,
     };
-    this.#model = model;
-    this.#stream = stream;
     this.#retries = retries;
     this.#retryBaseDelaySeconds = retryBaseDelaySeconds;
-    this.#sleep = sleepFn;
+    this.#sleep = sleep;
     this.#onRetry = onRetry;
   }
 
   /** Sends one chat request, retrying transient failures; see the class documentation for the contract. */
   async chat(messages: Message[], options: ChatOptions = {}): Promise<ChatReply> {
     const { tools = [], signal, onDelta } = options;
+    const { model, stream } = this.#context;
     // Built once: every attempt sends the same bytes.
-    const body = serializeRequestBody(this.#model, messages, tools, { stream: this.#stream });
+    const body = serializeRequestBody(model, messages, tools, { stream });
     for (let retries = 0;; retries++) {
-      if (signal?.aborted) throw this.#failures.final(this.#failures.aborted(), retries);
-      const outcome = this.#stream
-        ? await streamAttempt(this.#context, body, signal, onDelta)
-        : await plainAttempt(this.#context, body, signal);
+      if (signal?.aborted) throw this.#error(ABORTED, retries);
+      const outcome = await attempt(this.#context, body, signal, onDelta);
       if (outcome.ok) return retries === 0 ? outcome.reply : { ...outcome.reply, retries };
       const { failure } = outcome;
-      if (!failure.retryable || retries >= this.#retries) throw this.#failures.final(failure, retries);
+      if (!failure.retryable || retries >= this.#retries) throw this.#error(failure, retries);
 
       const delayMs = failure.retryAfterMs === null
         ? this.#retryBaseDelaySeconds * 1000 * 2 ** retries
         : Math.min(failure.retryAfterMs, MAX_RETRY_AFTER_MS);
-      this.#onRetry?.({ attempt: retries + 1, delayMs, reason: failure.message });
-      const wait = this.#sleep;
+      this.#onRetry?.({ attempt: retries + 1, delayMs, reason: this.#redact(failure.message) });
+      const sleep = this.#sleep;
       try {
-        await wait(delayMs, signal);
+        await sleep(delayMs, signal);
       } catch (error) {
-        // An aborted wait is reported as an abort at the top of the loop; anything else is a broken sleep.
+        // An aborted wait is reported as an abort; anything else is a broken sleep.
         if (!signal?.aborted) throw error;
       }
-      if (signal?.aborted) throw this.#failures.final(this.#failures.aborted(), retries);
+      if (signal?.aborted) throw this.#error(ABORTED, retries);
     }
+  }
+
+  #redact(text: string): string {
+    return redact(text, [this.#context.apiKey]);
+  }
+
+  #error(failure: Failure, retries: number): LlmError {
+    const attempts = retries > 0 ? ` (${retries + 1} attempts)` : "";
+    const { kind, status } = failure;
+    return new LlmError(`${this.#redact(failure.message)}${attempts}`, { kind, status, retries });
   }
 }
 
 /**
- * The client for a loaded configuration: its endpoint, key, model, timeout, reply size and retry settings. Streaming is
- * the caller's choice (`options.stream`, off by default); tests may inject `fetch`, `sleep` and `now`.
+ * The client for a loaded configuration: its endpoint, key, model, timeout, reply size and retry settings.
+ * Streaming is the caller's choice (`options.stream`); tests may inject `fetch`, `sleep` and `now`.
  */
 export function createLlmFromConfig(
   config: Readonly<Config>,

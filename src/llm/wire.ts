@@ -1,12 +1,10 @@
 /**
- * The Chat Completions wire format: how runtime messages become a request body, and how a response body
- * becomes a {@linkcode ChatReply}. Pure functions only; `openai.ts` does the I/O and re-exports the public
- * ones.
+ * The Chat Completions wire format, mapping only: runtime messages and tools to a request body, a completion
+ * body to a {@linkcode ChatReply}, a provider's error text, `Retry-After`. Pure; the client does the I/O.
  * @module
  */
-import { isFrozenMessage } from "../context.ts";
 import { LlmError } from "../errors.ts";
-import { isFrozenToolList } from "../tools/registry.ts";
+import { shorten } from "../shorten.ts";
 import { INVALID_TOOL_CALL_NAME } from "../tool_calls.ts";
 import type { ChatReply, Message, ToolCall, ToolSchema, Usage } from "../types.ts";
 
@@ -41,8 +39,10 @@ export interface ChatCompletionRequestBody {
   stream_options?: { include_usage: boolean };
 }
 
-/** Longest piece of a provider's body quoted in an error message. */
-const MAX_QUOTED_CHARS = 200;
+/** Whether `value` is a plain JSON object (not null, not an array). */
+export function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
 
 function toWireMessage(message: Message, index: number): WireMessage {
   // Providers reject `content: null` on these roles; an empty string means the same to the model.
@@ -60,10 +60,10 @@ function toWireMessage(message: Message, index: number): WireMessage {
       return {
         role: "assistant",
         content: message.content || null,
-        tool_calls: calls.map((call) => ({
-          id: call.id,
+        tool_calls: calls.map(({ id, name, arguments: args }) => ({
+          id,
           type: "function",
-          function: { name: call.name, arguments: call.arguments },
+          function: { name, arguments: args },
         })),
       };
     }
@@ -88,11 +88,9 @@ function toWireTools(tools: readonly ToolSchema[]): WireTool[] {
 }
 
 /**
- * Maps runtime messages and tools to a Chat Completions request body.
- *
- * `runtime` messages go out as `user`; an assistant message with calls gets `tool_calls` (never an empty
- * array) and `content: null` when it has no text; `tools` is omitted when empty. Pure; throws `TypeError`
- * only for a malformed message (a tool message without `toolCallId`, an unknown role).
+ * Maps runtime messages and tools to a request body: `runtime` messages go out as `user`, an assistant
+ * message with calls gets `tool_calls` (`content: null` when it has no text), `tools` is omitted when empty.
+ * Throws `TypeError` only for a malformed message (a tool message without `toolCallId`, an unknown role).
  */
 export function buildRequestBody(
   model: string,
@@ -104,43 +102,39 @@ export function buildRequestBody(
   return body;
 }
 
-// The JSON of frozen messages and tool lists, computed once: a session's history goes out on every request
-// of every turn, and serializing it again each time was most of building a request. Only frozen values (with
-// their tool calls, or their parameters) are cached, so a cached text does not go stale.
+// A session's history goes out on every request of every turn, and serializing it again each time was most
+// of building a request. Only values frozen all the way the JSON reads them are cached, so none goes stale.
 const messageJson = new WeakMap<Message, string>();
 const toolsJson = new WeakMap<readonly ToolSchema[], string>();
 
 function wireMessageJson(message: Message, index: number): string {
   let json = messageJson.get(message);
-  if (json === undefined) {
-    json = JSON.stringify(toWireMessage(message, index));
-    if (isFrozenMessage(message)) messageJson.set(message, json);
-  }
+  if (json !== undefined) return json;
+  json = JSON.stringify(toWireMessage(message, index));
+  const calls = message.toolCalls;
+  const frozen = calls === undefined || (Object.isFrozen(calls) && calls.every(Object.isFrozen));
+  if (frozen && Object.isFrozen(message)) messageJson.set(message, json);
   return json;
 }
 
 function wireToolsJson(tools: readonly ToolSchema[]): string {
   let json = toolsJson.get(tools);
-  if (json === undefined) {
-    json = JSON.stringify(toWireTools(tools));
-    if (isFrozenToolList(tools)) toolsJson.set(tools, json);
-  }
+  if (json !== undefined) return json;
+  json = JSON.stringify(toWireTools(tools));
+  const frozen = tools.every((tool) => Object.isFrozen(tool) && Object.isFrozen(tool.parameters));
+  if (frozen && Object.isFrozen(tools)) toolsJson.set(tools, json);
   return json;
 }
 
 /** Options of {@linkcode serializeRequestBody}. */
 export interface SerializeRequestOptions {
-  /**
-   * Ask for a streamed reply, with the final usage chunk.
-   * @default {false}
-   */
+  /** Ask for a streamed reply, with the final usage chunk. @default {false} */
   stream?: boolean;
 }
 
 /**
- * The request body as JSON text: exactly `JSON.stringify` of {@linkcode buildRequestBody}'s body (plus
- * `stream` and `stream_options` when streaming), with each frozen message's and the frozen tool list's JSON
- * reused from earlier requests. Throws like `buildRequestBody`.
+ * Exactly `JSON.stringify(buildRequestBody(...))` (plus `stream` and `stream_options` when streaming), each
+ * frozen message's and the frozen tool list's JSON reused from earlier requests. Throws like `buildRequestBody`.
  */
 export function serializeRequestBody(
   model: string,
@@ -155,39 +149,10 @@ export function serializeRequestBody(
   return json + "}";
 }
 
-/** Options of {@linkcode parseCompletion}. */
-export interface ParseCompletionOptions {
-  /**
-   * The model the reply names when the body has no `model` (the one the request asked for).
-   * @default {""}
-   */
-  model?: string;
-  /**
-   * Where the body came from (the provider's host), named in error messages.
-   * @default {undefined}
-   */
-  source?: string;
-}
-
-/** A reason the body is not a usable completion; {@linkcode parseCompletion} turns it into an `LlmError`. */
-class InvalidCompletion extends Error {}
-
-function invalid(reason: string): InvalidCompletion {
-  return new InvalidCompletion(reason);
-}
-
 /** The `LlmError` for a body that is not a usable completion, worded the same for every cause. */
 export function invalidResponseError(reason: string, source?: string): LlmError {
   const from = source === undefined ? "" : ` from ${source}`;
   return new LlmError(`Invalid LLM response${from}: ${reason}`, { kind: "invalid_response" });
-}
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
-}
-
-function tokenCount(value: unknown): number | null {
-  return typeof value === "number" && Number.isFinite(value) ? value : null;
 }
 
 function describeType(value: unknown): string {
@@ -195,10 +160,9 @@ function describeType(value: unknown): string {
 }
 
 /**
- * One tool call of a reply. Never throws: a call that cannot run is returned with its `problem`, so the
- * other calls of the reply still run. A missing id becomes `""` (the loop gives it a unique one), a missing
- * name the placeholder {@linkcode INVALID_TOOL_CALL_NAME}, and arguments of the wrong type `"{}"`: the call
- * is stored and sent back on the next request, which must stay valid.
+ * Never throws: a call that cannot run keeps its `problem`, so the reply's other calls still run. A missing
+ * name becomes {@linkcode INVALID_TOOL_CALL_NAME} and bad arguments `"{}"`, because the call is stored and
+ * sent back on the next request, which must stay valid.
  */
 function parseToolCall(raw: unknown): ToolCall {
   const call = isRecord(raw) ? raw : {};
@@ -225,95 +189,70 @@ function parseToolCall(raw: unknown): ToolCall {
 
 function parseUsage(raw: unknown): Usage | null {
   if (!isRecord(raw)) return null;
+  const count = (value: unknown) => typeof value === "number" && Number.isFinite(value) ? value : null;
   return {
-    promptTokens: tokenCount(raw.prompt_tokens),
-    completionTokens: tokenCount(raw.completion_tokens),
-    totalTokens: tokenCount(raw.total_tokens),
+    promptTokens: count(raw.prompt_tokens),
+    completionTokens: count(raw.completion_tokens),
+    totalTokens: count(raw.total_tokens),
   };
 }
 
+/** Options of {@linkcode parseCompletion}. */
+export interface ParseCompletionOptions {
+  /** The model the reply names when the body has none (the one asked for). @default {""} */
+  model?: string;
+  /** Where the body came from (the provider's host), named in error messages. @default {undefined} */
+  source?: string;
+}
+
 /**
- * Reads a parsed non-streaming Chat Completions body into a {@linkcode ChatReply}.
- *
- * Takes `choices[0].message`: its `content` (DeepSeek's `""` beside tool calls becomes `null`), its
- * `tool_calls` (missing arguments become `"{}"`, non-string arguments are serialized), `usage` as reported
- * (`null` when absent, never estimated) and `model` (`options.model` when the body has none). Drops
- * everything else, `reasoning_content` included. A malformed tool call does not fail the reply: it comes
- * back with a `problem` (see {@linkcode ToolCall.problem}), a missing id as `""`. Throws `LlmError` of kind
- * `invalid_response` when the body has no choices or no message.
+ * Reads a parsed non-streaming completion body: `choices[0].message`'s `content` (DeepSeek's `""` beside
+ * tool calls becomes `null`) and `tool_calls` (a malformed call comes back with its `problem`), `usage` as
+ * reported (`null` when absent), `model` (else `options.model`); drops the rest, `reasoning_content`
+ * included. Throws `LlmError` of kind `invalid_response` when there is no choice or no message.
  */
 export function parseCompletion(body: unknown, options: ParseCompletionOptions = {}): ChatReply {
   const { model = "", source } = options;
-  try {
-    return readCompletion(body, model);
-  } catch (error) {
-    if (error instanceof InvalidCompletion) throw invalidResponseError(error.message, source);
-    throw error;
-  }
-}
-
-function readCompletion(body: unknown, fallbackModel: string): ChatReply {
-  if (!isRecord(body)) throw invalid("body is not a JSON object");
+  if (!isRecord(body)) throw invalidResponseError("body is not a JSON object", source);
   const choices = body.choices;
   if (!Array.isArray(choices) || choices.length === 0) {
     // Some gateways answer 200 with an error object instead of a completion.
     const detail = providerErrorMessage(body);
-    throw invalid(`"choices" is missing or empty${detail === null ? "" : ` (provider said: ${detail})`}`);
+    const said = detail === null ? "" : ` (provider said: ${detail})`;
+    throw invalidResponseError(`"choices" is missing or empty${said}`, source);
   }
-  const first = choices[0];
-  const message = isRecord(first) ? first.message : undefined;
-  if (!isRecord(message)) throw invalid("choices[0].message is missing");
-  const model = typeof body.model === "string" && body.model !== "" ? body.model : fallbackModel;
-  return readMessage(message, "choices[0].message", body.usage, model);
-}
-
-/** The one place a message becomes a reply, so a streamed reply is normalised exactly like a whole one. */
-function readMessage(
-  message: Record<string, unknown>,
-  where: string,
-  usage: unknown,
-  model: string,
-): ChatReply {
-  const rawCalls = message.tool_calls ?? [];
-  if (!Array.isArray(rawCalls)) throw invalid(`${where}.tool_calls is not an array`);
-  const toolCalls = rawCalls.map(parseToolCall);
-
-  const rawContent = message.content ?? null;
-  if (rawContent !== null && typeof rawContent !== "string") {
-    throw invalid(`${where}.content is neither a string nor null`);
-  }
-  const content = rawContent === "" && toolCalls.length > 0 ? null : rawContent;
-  return { content, toolCalls, usage: parseUsage(usage), model };
+  const message = isRecord(choices[0]) ? choices[0].message : undefined;
+  if (!isRecord(message)) throw invalidResponseError("choices[0].message is missing", source);
+  const named = typeof body.model === "string" && body.model !== "" ? body.model : model;
+  return replyFromMessage(message, { usage: body.usage, model: named, source, where: "choices[0].message" });
 }
 
 /** Options of {@linkcode replyFromMessage}. */
-export interface ReplyFromMessageOptions {
-  /** The body's `usage` object, read as {@linkcode parseCompletion} reads it. @default {undefined} */
+export interface ReplyFromMessageOptions extends ParseCompletionOptions {
+  /** The body's `usage` object. @default {undefined} */
   usage?: unknown;
-  /** The model the reply names. @default {""} */
-  model?: string;
-  /** Where the message came from (the provider's host), named in error messages. @default {undefined} */
-  source?: string;
-  /** How error messages name the message, e.g. `choices[0].delta` for a streamed one. @default {"message"} */
+  /** How error messages name the message, e.g. `choices[0].delta`. @default {"message"} */
   where?: string;
 }
 
 /**
- * The reply for one assistant message object in the wire shape (`content`, `tool_calls`), normalised
- * exactly as {@linkcode parseCompletion} normalises `choices[0].message`; a streamed reply is reassembled
- * into that shape and read here. Throws `LlmError` of kind `invalid_response` like `parseCompletion`.
+ * The reply for one assistant message in the wire shape, normalised as {@linkcode parseCompletion} does, so
+ * a reassembled stream gives the same reply as the whole body. Throws like `parseCompletion`.
  */
 export function replyFromMessage(
   message: Record<string, unknown>,
   options: ReplyFromMessageOptions = {},
 ): ChatReply {
   const { usage, model = "", source, where = "message" } = options;
-  try {
-    return readMessage(message, where, usage, model);
-  } catch (error) {
-    if (error instanceof InvalidCompletion) throw invalidResponseError(error.message, source);
-    throw error;
+  const rawCalls = message.tool_calls ?? [];
+  if (!Array.isArray(rawCalls)) throw invalidResponseError(`${where}.tool_calls is not an array`, source);
+  const toolCalls = rawCalls.map(parseToolCall);
+  const rawContent = message.content ?? null;
+  if (rawContent !== null && typeof rawContent !== "string") {
+    throw invalidResponseError(`${where}.content is neither a string nor null`, source);
   }
+  const content = rawContent === "" && toolCalls.length > 0 ? null : rawContent;
+  return { content, toolCalls, usage: parseUsage(usage), model };
 }
 
 /** The provider's own explanation in `{"error": {"message"}}` (or `{"error": "..."}`), if any. */
@@ -325,21 +264,19 @@ export function providerErrorMessage(body: unknown): string | null {
   return null;
 }
 
-/** The body text squeezed onto one line and cut to a length fit for an error message. */
+/** A provider's body text on one line, cut to a length fit for an error message. */
 export function quoteBody(text: string): string {
-  const line = text.replace(/\s+/g, " ").trim();
-  return line.length <= MAX_QUOTED_CHARS ? line : `${line.slice(0, MAX_QUOTED_CHARS)}…`;
+  return shorten(text, 200, { oneLine: true });
 }
 
 /**
- * The wait a `Retry-After` header asks for, in milliseconds: delta-seconds or an HTTP-date measured against
- * `nowMs`. `null` when the header is absent or unreadable; a date in the past means no wait.
+ * The wait a `Retry-After` header asks for, in ms: delta-seconds or an HTTP-date measured against `nowMs`
+ * (past means 0). `null` when absent or unreadable.
  */
 export function parseRetryAfter(header: string | null, nowMs: number): number | null {
   if (header === null) return null;
   const value = header.trim();
   if (/^\d+(\.\d+)?$/.test(value)) return Number(value) * 1000;
   const date = Date.parse(value);
-  if (Number.isNaN(date)) return null;
-  return Math.max(0, date - nowMs);
+  return Number.isNaN(date) ? null : Math.max(0, date - nowMs);
 }

@@ -1,25 +1,120 @@
 /**
- * Streaming reply assembly: the `data` payloads of a Chat Completions event stream, one at a time, become the
- * same {@linkcode ChatReply} the non-streaming body of that answer would give. Pure: the caller reads the
- * stream and hands each answer-text piece to whoever shows it.
+ * A streamed completion: Server-Sent Events parsed from bytes cut anywhere ({@linkcode SseParser}), and
+ * their chunks assembled into the reply the whole body would give ({@linkcode ReplyAssembler}). Pure: the
+ * client reads the stream, keeps its deadlines and shows the text.
  * @module
  */
 import type { LlmError } from "../errors.ts";
 import type { ChatReply } from "../types.ts";
-import { invalidResponseError, providerErrorMessage, quoteBody, replyFromMessage } from "./_wire.ts";
-import type { SseEvent } from "./_sse.ts";
+import { invalidResponseError, isRecord, providerErrorMessage, quoteBody, replyFromMessage } from "./wire.ts";
+
+/** One dispatched event. */
+export interface SseEvent {
+  /** The last `event:` field of the event; `null` when it had none (the spec's default type "message"). */
+  event: string | null;
+  /** Its `data:` fields joined with `\n`. */
+  data: string;
+}
+
+/** Options of {@linkcode SseParser}. */
+export interface SseParserOptions {
+  /**
+   * Dispatch the pending event when the stream ends without its blank line. The spec drops it, but servers
+   * sometimes close right after their last `data: [DONE]` line, which would turn an answer into an error.
+   * @default {true}
+   */
+  dispatchAtEnd?: boolean;
+}
+
+const LINE_END = /\r\n|\r|\n/g;
+
+/**
+ * An incremental WHATWG event-stream parser for bytes cut anywhere (inside a line, a UTF-8 character, a
+ * `\r\n`). A blank line dispatches; `:` starts a comment; one space after the colon is dropped; `data:` lines
+ * join with `\n`; `event:` names the event; `id:`, `retry:` and unknown fields are ignored; an event without
+ * data is not dispatched; a leading BOM is dropped. Never throws on input; invalid UTF-8 becomes U+FFFD.
+ */
+export class SseParser {
+  #decoder = new TextDecoder("utf-8");
+  #dispatchAtEnd: boolean;
+  /** The text after the last line end: never contains `\r` or `\n`. */
+  #partial = "";
+  /** The last text ended with `\r`: a `\n` starting the next text belongs to that line end. */
+  #skipLineFeed = false;
+  #eventType = "";
+  #data: string[] = [];
+  #ended = false;
+
+  constructor(options: SseParserOptions = {}) {
+    const { dispatchAtEnd = true } = options;
+    this.#dispatchAtEnd = dispatchAtEnd;
+  }
+
+  /** Feeds the next bytes; returns the events they completed, in order. */
+  push(bytes: Uint8Array): SseEvent[] {
+    if (this.#ended) throw new TypeError("Cannot push to SseParser: the stream has already ended");
+    return this.#feed(this.#decoder.decode(bytes, { stream: true }));
+  }
+
+  /** Ends the stream; returns the events still pending (see `dispatchAtEnd`). Later calls return none. */
+  end(): SseEvent[] {
+    if (this.#ended) return [];
+    const events = this.#feed(this.#decoder.decode());
+    this.#ended = true;
+    if (!this.#dispatchAtEnd) return events;
+    if (this.#partial !== "") this.#line(this.#partial, events);
+    this.#partial = "";
+    this.#dispatch(events);
+    return events;
+  }
+
+  #feed(text: string): SseEvent[] {
+    const events: SseEvent[] = [];
+    if (text === "") return events;
+    let from = 0;
+    if (this.#skipLineFeed) {
+      this.#skipLineFeed = false;
+      if (text.startsWith("\n")) from = 1;
+    }
+    const buffer = this.#partial + text.slice(from);
+    // `#partial` holds no line end, so the search can start where the new text does.
+    LINE_END.lastIndex = this.#partial.length;
+    let start = 0;
+    for (let match = LINE_END.exec(buffer); match !== null; match = LINE_END.exec(buffer)) {
+      this.#line(buffer.slice(start, match.index), events);
+      start = match.index + match[0].length;
+      if (match[0] === "\r" && start === buffer.length) this.#skipLineFeed = true;
+    }
+    this.#partial = buffer.slice(start);
+    return events;
+  }
+
+  #line(line: string, events: SseEvent[]): void {
+    if (line === "") return this.#dispatch(events);
+    if (line.startsWith(":")) return;
+    const colon = line.indexOf(":");
+    const field = colon === -1 ? line : line.slice(0, colon);
+    let value = colon === -1 ? "" : line.slice(colon + 1);
+    if (value.startsWith(" ")) value = value.slice(1);
+    if (field === "data") this.#data.push(value);
+    else if (field === "event") this.#eventType = value;
+    // `id` and `retry` only matter to a reconnecting EventSource; a chat completion is never resumed.
+  }
+
+  #dispatch(events: SseEvent[]): void {
+    if (this.#data.length > 0) {
+      events.push({ event: this.#eventType === "" ? null : this.#eventType, data: this.#data.join("\n") });
+    }
+    this.#data = [];
+    this.#eventType = "";
+  }
+}
 
 /** Options of {@linkcode ReplyAssembler}. */
 export interface ReplyAssemblerOptions {
-  /**
-   * The model the reply names when no chunk names one (the one the request asked for).
-   * @default {""}
-   */
+  /** The model the reply names when no chunk names one (the one asked for). @default {""} */
   model?: string;
-  /**
-   * Where the stream came from (the provider's host), named in error messages.
-   * @default {undefined}
-   */
+  /** Where the stream came from (the provider's host), named in error messages. @default {undefined} */
   source?: string;
 }
 
@@ -33,23 +128,12 @@ interface PendingCall {
   badArguments?: unknown;
 }
 
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
-}
-
-/** The stream's marker of its end, in place of a JSON chunk. */
-const DONE = "[DONE]";
-
 /**
- * Builds a reply from stream events, in order: {@linkcode ReplyAssembler.add} each event, then
- * {@linkcode ReplyAssembler.reply} once the stream is {@linkcode ReplyAssembler.complete}.
- *
- * Of `choices[0]` (the choice with `index` 0) it keeps `delta.content` (appended), `delta.tool_calls`
- * (merged by `index`: id, type and name from the first fragment that has them, `arguments` appended) and
- * `finish_reason`; of each chunk, a non-null `usage` (the last one wins: OpenAI's final `choices: []` chunk
- * or DeepSeek's `finish_reason` chunk) and the first `model`. Drops everything else: `reasoning_content`,
- * `refusal`, `obfuscation`, `service_tier`, `system_fingerprint`. Events named other than `message` or
- * `error` (keep-alive pings) are skipped.
+ * Builds a reply from stream events: {@linkcode ReplyAssembler.add} each, then
+ * {@linkcode ReplyAssembler.reply} once {@linkcode ReplyAssembler.complete}. Of the choice with `index` 0 it
+ * keeps `delta.content` (appended), `delta.tool_calls` (merged by `index`, `arguments` appended) and
+ * `finish_reason`; of the chunks, the last non-null `usage` and the first `model`. Drops everything else
+ * (reasoning included) and events named other than `message` or `error` (keep-alive pings).
  */
 export class ReplyAssembler {
   #fallbackModel: string;
@@ -84,15 +168,15 @@ export class ReplyAssembler {
   }
 
   /**
-   * Reads one event; returns the answer text it added (`""` for none — reasoning never counts). Throws
+   * Reads one event; returns the answer text it added (`""` for none, reasoning never counts). Throws
    * `LlmError` of kind `invalid_response` for data that is not JSON, a chunk of the wrong shape, or an error
-   * the provider sent instead of a chunk (its message quoted).
+   * the provider sent instead of a chunk.
    */
   add(event: SseEvent): string {
     if (this.#done) return "";
     if (event.event !== null && event.event !== "message" && event.event !== "error") return "";
     const data = event.data.trim();
-    if (data === DONE) {
+    if (data === "[DONE]") {
       this.#done = true;
       return "";
     }
@@ -101,19 +185,18 @@ export class ReplyAssembler {
     try {
       chunk = JSON.parse(data);
     } catch {
-      if (event.event === "error") throw this.#providerError(quoteBody(data));
+      if (event.event === "error") throw this.#providerError(data);
       throw this.#invalid(`stream data is not JSON: ${quoteBody(data)}`);
     }
     const detail = providerErrorMessage(chunk);
-    if (detail !== null) throw this.#providerError(quoteBody(detail));
-    if (event.event === "error") throw this.#providerError(quoteBody(data));
+    if (detail !== null) throw this.#providerError(detail);
+    if (event.event === "error") throw this.#providerError(data);
     return this.#chunk(chunk);
   }
 
   /**
-   * The reply so far, normalised as the non-streaming body would be (`""` beside tool calls becomes `null`,
-   * missing arguments `"{}"`, a call without name or with arguments of the wrong type comes back with its
-   * `problem`). Throws `LlmError` of kind `invalid_response` when no chunk carried a choice.
+   * The reply so far, normalised as the whole body would be (see `replyFromMessage`). Throws `LlmError` of
+   * kind `invalid_response` when no chunk carried a choice.
    */
   reply(): ChatReply {
     if (!this.#sawChoice) throw this.#invalid('the stream carried no "choices"');
@@ -197,6 +280,6 @@ export class ReplyAssembler {
   }
 
   #providerError(detail: string): LlmError {
-    return this.#invalid(`the provider sent an error mid-stream: ${detail}`);
+    return this.#invalid(`the provider sent an error mid-stream: ${quoteBody(detail)}`);
   }
 }

@@ -1,15 +1,14 @@
 /**
- * The acceptance demo's offline model: a small rule-based chat model that decides every reply by reading
- * the request it is sent (the last user message, the tool results, the [RUNTIME CONTEXT] block), never by
- * replaying a script. So the demo exercises the real loop, tools, store and compaction, and the model can
- * only answer from what the runtime actually put in front of it.
+ * The acceptance demo's offline model: rules that decide every reply from the request it is sent (the last
+ * user message, the tool results, the [RUNTIME CONTEXT] block), never from a script, so the demo exercises
+ * the real loop, tools, store and compaction, and can only answer from what the runtime put in front of it.
  * @module
  */
-import { estimateRequestTokens, estimateTokens } from "../src/memory/plan.ts";
-import { parseSummary, RUNTIME_CONTEXT_HEADER } from "../src/memory/summary.ts";
-import { LlmError } from "../src/errors.ts";
-import type { ChatOptions, LLM } from "../src/llm/llm.ts";
-import type { ChatReply, Message, ToolCall } from "../src/types.ts";
+import { LlmError } from "../errors.ts";
+import { estimateRequestTokens, estimateTokens } from "../memory/plan.ts";
+import { parseSummary, RUNTIME_CONTEXT_HEADER } from "../memory/summary.ts";
+import type { ChatReply, Message, ToolCall } from "../types.ts";
+import type { ChatOptions, LLM } from "./llm.ts";
 
 /** The `model` name the demo model reports in replies (and so in the trace's `llm_call` events). */
 export const DEMO_MODEL_NAME = "demo-rules";
@@ -17,9 +16,8 @@ export const DEMO_MODEL_NAME = "demo-rules";
 /** Options of {@linkcode DemoModel}. */
 export interface DemoModelOptions {
   /**
-   * Whether recall questions may be answered from the [RUNTIME CONTEXT] summary block. `false` gives a
-   * model that ignores the summary: it knows only the raw messages, which lets a test show the memory
-   * phase failing.
+   * Answer recall questions from the [RUNTIME CONTEXT] summary too; `false` knows only the raw messages,
+   * which lets a test show the memory phase failing.
    * @default {true}
    */
   readRuntimeContext?: boolean;
@@ -76,10 +74,7 @@ function lastUserText(messages: readonly Message[]): string {
   return messages.findLast((m) => m.role === "user")?.content ?? "";
 }
 
-/**
- * The statements in the request a remembered value may come from: raw user messages (newest first), then,
- * if allowed, the summary's facts and goals. Assistant text is not evidence of what the user said.
- */
+/** Where a remembered value may come from: user messages (newest first), then the summary's facts and goals. */
 function evidence(messages: readonly Message[], readRuntimeContext: boolean): string[] {
   const texts = messages.filter((m) => m.role === "user").map((m) => m.content ?? "").reverse();
   if (!readRuntimeContext) return texts;
@@ -172,13 +167,12 @@ function decide(messages: readonly Message[], offered: ReadonlySet<string>, read
 }
 
 /**
- * A deterministic {@linkcode LLM} that behaves like a small rule-based model: it answers from tool results
- * when the request ends with them; otherwise it calls `calculator` for arithmetic, `todo` for "add a todo …" /
- * "remind me to …" / "list my todos", `search_mock` for "search the docs for …", and answers recall questions
- * (favourite colour, project name) from the raw messages, then the [RUNTIME CONTEXT] summary, or says it does
- * not know. Usage is estimated from the request's size. Same request, same reply; tool call ids count up per
- * instance. Rejects only with an `LlmError` of kind `aborted`. Not a summarizer: use
- * `deterministicSummarizer` with it.
+ * A deterministic rule-based {@linkcode LLM}: it answers from tool results when the request ends with them;
+ * otherwise it calls `calculator` for arithmetic, `todo` for "add a todo …" / "remind me to …" / "list my
+ * todos", `search_mock` for "search the docs for …", and answers recall questions (favourite colour, project
+ * name) or says it does not know. Usage is estimated from the request's size; tool call ids count up per
+ * instance. Rejects only with an `LlmError` of kind `aborted`. Not a summarizer (use
+ * `deterministicSummarizer`).
  */
 export class DemoModel implements LLM {
   #readRuntimeContext: boolean;
