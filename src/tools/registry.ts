@@ -52,15 +52,6 @@ function deepFreeze<T>(value: T): T {
   return value;
 }
 
-/**
- * True for a tool list whose values can be cached: the list, each schema and its parameters frozen (what
- * {@linkcode ToolRegistry.schemas} returns, frozen all the way down).
- */
-export function isFrozenToolList(tools: readonly ToolSchema[]): boolean {
-  return Object.isFrozen(tools) &&
-    tools.every((tool) => Object.isFrozen(tool) && Object.isFrozen(tool.parameters));
-}
-
 function failure(error: string): ToolResult {
   return { ok: false, data: null, error, truncated: false };
 }
