@@ -97,26 +97,11 @@ export function spawnChat(run: Run, stream: boolean): Chat {
 
 /** The text of `path` from byte `offset` on; empty when the file does not exist. */
 export function readFrom(path: string, offset: number): string {
-  let file: Deno.FsFile;
   try {
-    file = Deno.openSync(path);
+    return new TextDecoder().decode(Deno.readFileSync(path).subarray(offset));
   } catch (error) {
     if (error instanceof Deno.errors.NotFound) return "";
     throw error;
-  }
-  try {
-    const size = file.statSync().size;
-    const bytes = new Uint8Array(Math.max(0, size - offset));
-    file.seekSync(offset, Deno.SeekMode.Start);
-    let filled = 0;
-    while (filled < bytes.length) {
-      const n = file.readSync(bytes.subarray(filled));
-      if (n === null || n === 0) break;
-      filled += n;
-    }
-    return new TextDecoder().decode(bytes.subarray(0, filled));
-  } finally {
-    file.close();
   }
 }
 

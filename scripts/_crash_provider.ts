@@ -43,20 +43,13 @@ export type ProviderMoment =
 
 /** Options of {@linkcode startCrashProvider}. */
 export interface CrashProviderOptions {
-  /**
-   * Seed of the delays and of the rule-based choices (second calls, extra todo calls).
-   * @default {1}
-   */
+  /** Seed of the delays and of the rule-based choices (second calls, extra todo calls). @default {1} */
   seed?: number;
-  /**
-   * Longest random delay before a reply, in milliseconds.
-   * @default {40}
-   */
+  /** Longest random delay before a reply, in milliseconds. @default {40} */
   maxDelayMs?: number;
   /**
-   * Told of every moment and awaited before the exchange goes on. A handler is not always told that its
-   * client went away, so moments may still come for a killed client: callers ignore those.
-   * @default {() => {}}
+   * Told of every moment and awaited before the exchange goes on. Moments may still come for a killed
+   * client (a handler is not always told it went away): callers ignore those. @default {() => {}}
    */
   onMoment?: (moment: ProviderMoment) => void | Promise<void>;
 }

@@ -25,25 +25,13 @@ export { checkCrashInvariants, CRASH_SESSION };
 
 /** Options of {@linkcode runCrashRounds}. */
 export interface CrashRoundsOptions {
-  /**
-   * Kill rounds to run on the one growing database.
-   * @default {50}
-   */
+  /** Kill rounds to run on the one growing database. @default {50} */
   rounds?: number;
-  /**
-   * Seed of the schedule and of the provider.
-   * @default {1}
-   */
+  /** Seed of the schedule and of the provider. @default {1} */
   seed?: number;
-  /**
-   * Receives one line per round and the violations' details.
-   * @default {console.log}
-   */
+  /** Receives one line per round and the violations' details. @default {console.log} */
   log?: (line: string) => void;
-  /**
-   * Keep the temporary folder with the database and the trace (its path is logged).
-   * @default {false}
-   */
+  /** Keep the temporary folder with the database and the trace (its path is logged). @default {false} */
   keep?: boolean;
 }
 
