@@ -6,16 +6,16 @@
  */
 import { join } from "node:path";
 import { estimateRequestTokens } from "../src/compactor.ts";
-import { type Config, loadConfig } from "../src/config.ts";
+import { loadConfig } from "../src/config.ts";
 import { createLlmFromConfig } from "../src/llm/openai.ts";
 import { runTurn, type TurnDeps } from "../src/loop.ts";
 import { SessionStore } from "../src/store.ts";
 import { createLlmSummarizer, SUMMARY_PROMPT } from "../src/summarizer.ts";
 import { createBuiltinTools } from "../src/tools/builtin.ts";
 import { JsonlTracer } from "../src/trace.ts";
-import type { Message, ToolSchema, TurnResult } from "../src/types.ts";
+import type { Message, ToolSchema } from "../src/types.ts";
 import { answer, completion } from "./_bench_provider.ts";
-import { type Distribution, distribution, makeTempDir, median, startProvider } from "./_bench_process.ts";
+import { distribution, makeTempDir, median, startProvider } from "./_bench_process.ts";
 
 const SUMMARY_PROMPT_JSON = JSON.stringify(SUMMARY_PROMPT);
 
