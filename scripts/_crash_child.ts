@@ -134,7 +134,7 @@ export function wholeEvents(text: string): Record<string, unknown>[] {
  */
 export function readSession(
   dbPath: string,
-): { turns: number; compacted: number; toolIds: Set<string>; tools: string[] } | null {
+): { turns: number; compacted: number; toolIds: Set<string> } | null {
   if (!existsSync(dbPath)) return null;
   let store: SessionStore | null = null;
   try {
@@ -146,7 +146,6 @@ export function readSession(
       turns: session.turnCount,
       compacted: session.compactedTurns,
       toolIds: new Set(tools.map((m) => m.toolCallId ?? "")),
-      tools: tools.map((m) => m.content ?? ""),
     };
   } catch {
     return null;
@@ -169,21 +168,4 @@ export function holdWriteLock(dbPath: string): { release(): void } {
       }
     },
   };
-}
-
-/** Todo rows whose tool result neither reached the provider nor is stored. */
-export function countOrphanTodos(run: Run): number {
-  if (!existsSync(run.dbPath)) return 0;
-  let db: DatabaseSync | null = null;
-  try {
-    db = new DatabaseSync(run.dbPath);
-    const rows = db.prepare("SELECT text FROM todos WHERE user_id = ? AND session_id = ?")
-      .all(CRASH_USER, CRASH_SESSION);
-    const results = [...run.provider.toolResultsSeen, ...(readSession(run.dbPath)?.tools ?? [])];
-    return rows.filter((row) => !results.some((r) => r.includes(JSON.stringify(String(row.text))))).length;
-  } catch {
-    return 0; // an unreadable database is the invariant check's to report
-  } finally {
-    db?.close();
-  }
 }
