@@ -1,272 +1,145 @@
 /**
- * The bench's subprocesses: spawn with piped output drained line by line (so a chatty child never blocks on
- * a full pipe), wait for a line, and stop with SIGTERM then SIGKILL after a grace period. Every process
- * started here is tracked until it is stopped, so one call can clean up on any path.
+ * The bench's subprocesses and numbers: a child whose output is drained line by line and that is stopped
+ * with SIGTERM then SIGKILL, the fake provider as its own process, temporary folders, `/proc` readings, and
+ * medians. Every process and folder made here is tracked, so {@linkcode cleanUpAll} can undo a run.
  * @module
  */
 import { fileURLToPath } from "node:url";
-import type { ProviderStats } from "./_bench_provider.ts";
 
-/** The repository root (the folder holding `deno.json`). */
-export const ROOT = fileURLToPath(new URL("..", import.meta.url));
+const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const PROVIDER = fileURLToPath(new URL("./_bench_provider.ts", import.meta.url));
-/** Lines of stderr kept for an error message. */
-const TAIL_LINES = 30;
-
-/** Options of {@linkcode ManagedProcess}. */
-export interface ManagedProcessOptions {
-  /** Environment of the child; with it, the parent's environment is not inherited. @default {undefined} */
-  env?: Record<string, string>;
-  /** @default {ROOT} */
-  cwd?: string;
-}
-
 const live = new Set<ManagedProcess>();
+const dirs = new Set<string>();
 
-/** A child process whose stdout and stderr are read to their end in the background. */
+/** A `deno` child in the repository root, its stdout lines kept with the time each arrived. */
 export class ManagedProcess {
-  /** `performance.now()` just before the spawn. */
-  readonly spawnedAt: number;
+  readonly spawnedAt = performance.now();
   readonly child: Deno.ChildProcess;
-  #stdin: WritableStreamDefaultWriter<Uint8Array>;
+  readonly lines: { text: string; at: number }[] = [];
+  /** The end of its stderr, once it has exited. */
+  stderr = "";
+  #done: Promise<Deno.CommandStatus>;
   #stdinOpen = true;
-  #lines: { text: string; at: number }[] = [];
-  #waiters: (() => void)[] = [];
-  #stderr: string[] = [];
-  #drained: Promise<void>;
-  #stopped: Promise<Deno.CommandStatus> | null = null;
-  #exited = false;
 
-  constructor(command: string, args: string[], options: ManagedProcessOptions = {}) {
-    const { env, cwd = ROOT } = options;
-    this.spawnedAt = performance.now();
-    this.child = new Deno.Command(command, {
-      args,
-      cwd,
-      env,
-      clearEnv: env !== undefined,
-      stdin: "piped",
-      stdout: "piped",
-      stderr: "piped",
-    }).spawn();
+  /** Spawns `deno args`; with `env`, the parent's environment is not inherited. */
+  constructor(args: string[], env?: Record<string, string>) {
+    const options = { args, cwd: ROOT, env, clearEnv: env !== undefined } as const;
+    const pipes = { stdin: "piped", stdout: "piped", stderr: "piped" } as const;
+    const child = this.child = new Deno.Command(Deno.execPath(), { ...options, ...pipes }).spawn();
     live.add(this);
-    this.#stdin = this.child.stdin.getWriter();
-    this.child.status.then(() => {
-      this.#exited = true;
-      this.#wake();
-    });
-    this.#drained = Promise.all([
-      this.#read(this.child.stdout, (text, at) => {
-        this.#lines.push({ text, at });
-        this.#wake();
-      }),
-      this.#read(this.child.stderr, (text) => {
-        this.#stderr.push(text);
-        if (this.#stderr.length > TAIL_LINES) this.#stderr.shift();
-      }),
-    ]).then(() => {});
+    const stdout = (async () => {
+      let rest = "";
+      for await (const chunk of child.stdout.pipeThrough(new TextDecoderStream())) {
+        const parts = (rest + chunk).split("\n");
+        rest = parts.pop()!;
+        for (const text of parts) this.lines.push({ text, at: performance.now() });
+      }
+    })().catch(() => {});
+    const stderr = new Response(child.stderr).text().then(
+      (text) => this.stderr = text.slice(-3000),
+      () => {},
+    );
+    this.#done = Promise.all([child.status, stdout, stderr]).then(([status]) => status);
   }
 
   get pid(): number {
     return this.child.pid;
   }
 
-  /** The last lines the child wrote to stderr. */
-  get stderrTail(): string {
-    return this.#stderr.join("\n");
-  }
-
-  /** Stdout lines so far, each with the `performance.now()` it was read at. */
-  get lines(): readonly { text: string; at: number }[] {
-    return this.#lines;
-  }
-
-  async #read(stream: ReadableStream<Uint8Array>, onLine: (text: string, at: number) => void): Promise<void> {
-    let rest = "";
-    try {
-      for await (const chunk of stream.pipeThrough(new TextDecoderStream())) {
-        const at = performance.now();
-        const parts = (rest + chunk).split("\n");
-        rest = parts.pop()!;
-        for (const part of parts) onLine(part, at);
-      }
-    } catch {
-      // The child died mid-write; what was read is kept.
-    }
-    if (rest !== "") onLine(rest, performance.now());
-  }
-
-  #wake(): void {
-    for (const wake of this.#waiters.splice(0)) wake();
-  }
-
-  /**
-   * Resolves with stdout line `index` (from 0) once it arrives. Rejects when the child exits first or after
-   * `timeoutMs`, with the child's stderr in the message.
-   */
+  /** Stdout line `index` once it arrives; rejects if the child exits first or `timeoutMs` pass. */
   async line(index: number, timeoutMs: number): Promise<{ text: string; at: number }> {
-    const deadline = performance.now() + timeoutMs;
-    while (this.#lines.length <= index) {
-      if (this.#exited) {
-        await this.#drained;
-        if (this.#lines.length > index) break;
-        throw new Error(`The child exited before writing stdout line ${index + 1}:\n${this.stderrTail}`);
+    let exited = false;
+    this.#done.then(() => exited = true);
+    for (const deadline = performance.now() + timeoutMs; this.lines.length <= index; await sleep(2)) {
+      if (exited || performance.now() > deadline) {
+        await this.stop();
+        throw new Error(`No stdout line ${index + 1} (${exited ? "exited" : "timed out"}):\n${this.stderr}`);
       }
-      const left = deadline - performance.now();
-      if (left <= 0) {
-        throw new Error(`No stdout line ${index + 1} after ${timeoutMs} ms:\n${this.stderrTail}`);
-      }
-      let timer: ReturnType<typeof setTimeout> | undefined;
-      await new Promise<void>((resolve) => {
-        this.#waiters.push(resolve);
-        timer = setTimeout(resolve, left);
-      });
-      clearTimeout(timer);
     }
-    return this.#lines[index];
+    return this.lines[index];
   }
 
-  /** Writes to the child's stdin. */
-  async write(text: string): Promise<void> {
-    await this.#stdin.write(new TextEncoder().encode(text));
-  }
-
-  /** Closes the child's stdin (idempotent; an already gone child is fine). */
-  async closeStdin(): Promise<void> {
-    if (!this.#stdinOpen) return;
+  /** Writes `text` to the child's stdin and closes it. */
+  async input(text: string): Promise<void> {
     this.#stdinOpen = false;
-    await this.#stdin.close().catch(() => {});
+    const writer = this.child.stdin.getWriter();
+    await writer.write(new TextEncoder().encode(text)).catch(() => {});
+    await writer.close().catch(() => {});
   }
 
-  /** Resolves with the exit status once the child has exited on its own, its output read. */
+  /** Resolves with the status once the child has exited by itself and its output is read. */
   async exited(): Promise<Deno.CommandStatus> {
-    const status = await this.child.status;
-    await this.closeStdin();
-    await this.#drained;
+    if (this.#stdinOpen) await this.input("");
+    const status = await this.#done;
     live.delete(this);
     return status;
   }
 
-  /**
-   * Stops the child: SIGTERM, then SIGKILL after `graceMs`. Resolves with its status once its output is read
-   * to the end. Idempotent; never rejects.
-   */
-  stop(graceMs = 5000): Promise<Deno.CommandStatus> {
-    this.#stopped ??= (async () => {
-      if (!this.#exited) {
-        try {
-          this.child.kill("SIGTERM");
-        } catch {
-          // It exited between the check and the signal.
-        }
+  /** SIGTERM, then SIGKILL after `graceMs`; resolves with the status. Never rejects. */
+  async stop(graceMs = 5000): Promise<Deno.CommandStatus> {
+    const signal = (name: Deno.Signal) => {
+      try {
+        this.child.kill(name);
+      } catch {
+        // Already gone.
       }
-      let timer: ReturnType<typeof setTimeout> | undefined;
-      const killed = new Promise<void>((resolve) => {
-        timer = setTimeout(() => {
-          try {
-            this.child.kill("SIGKILL");
-          } catch {
-            // Already gone.
-          }
-          resolve();
-        }, graceMs);
-      });
-      await Promise.race([this.child.status, killed]);
-      clearTimeout(timer);
-      return await this.exited();
-    })();
-    return this.#stopped;
+    };
+    signal("SIGTERM");
+    const timer = setTimeout(() => signal("SIGKILL"), graceMs);
+    const status = await this.exited();
+    clearTimeout(timer);
+    return status;
   }
 }
 
-const dirs = new Set<string>();
+/** Resolves after `ms` milliseconds. */
+export function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
 
-/** A temporary folder, removed (with its contents) by `remove` or by {@linkcode cleanUpAll}. */
+/** A temporary folder, removed by `remove` or by {@linkcode cleanUpAll}. */
 export async function makeTempDir(prefix: string): Promise<{ path: string; remove(): Promise<void> }> {
   const path = await Deno.makeTempDir({ prefix });
   dirs.add(path);
-  return {
-    path,
-    remove: async () => {
-      dirs.delete(path);
-      await Deno.remove(path, { recursive: true }).catch(() => {});
-    },
-  };
-}
-
-/**
- * Stops every process this module started that is still running, then removes every temporary folder
- * still there: for a bench interrupted by a signal. Never rejects.
- */
-export async function cleanUpAll(graceMs = 3000): Promise<void> {
-  await Promise.all([...live].map((p) => p.stop(graceMs)));
-  for (const path of [...dirs]) {
+  const remove = async () => {
     dirs.delete(path);
     await Deno.remove(path, { recursive: true }).catch(() => {});
-  }
+  };
+  return { path, remove };
 }
 
-/** A running `_bench_provider.ts` process. */
-export interface BenchProvider {
-  /** The base URL to configure (`OPENAI_BASE_URL`), ending in `/v1`. */
-  url: string;
-  port: number;
-  process: ManagedProcess;
-  /** The provider's request counts. */
-  stats(): Promise<ProviderStats>;
-  /** Stops it (closes its stdin, then SIGTERM, then SIGKILL). Never rejects. */
-  close(): Promise<void>;
+/** Stops every process still running and removes every folder still there (an interrupted bench). */
+export async function cleanUpAll(): Promise<void> {
+  await Promise.all([...live].map((p) => p.stop(3000)));
+  for (const path of [...dirs]) await Deno.remove(path, { recursive: true }).catch(() => {});
+  dirs.clear();
 }
 
-/** Options of {@linkcode startProvider}. */
-export interface StartProviderOptions {
-  /** Fixed delay before each answer. @default {0} */
-  latencyMs?: number;
-}
-
-/** Starts the fake provider as a separate process and resolves once it listens. */
-export async function startProvider(options: StartProviderOptions = {}): Promise<BenchProvider> {
-  const { latencyMs = 0 } = options;
-  const process = new ManagedProcess(Deno.execPath(), [
+/** Starts the fake provider as its own process (its CPU is not the runtime's) and waits until it listens. */
+export async function startProvider(latencyMs = 0) {
+  const process = new ManagedProcess([
     "run",
     "--quiet",
-    "--no-prompt",
     "--allow-net=127.0.0.1",
     PROVIDER,
-    "--latency-ms",
     String(latencyMs),
   ]);
-  let port: number;
-  try {
-    const first = await process.line(0, 20_000);
-    port = Number(first.text.trim());
-    if (!Number.isInteger(port) || port <= 0) throw new Error(`The provider printed ${first.text}`);
-  } catch (error) {
-    await process.stop();
-    throw error;
-  }
-  const url = `http://127.0.0.1:${port}/v1`;
+  const origin = `http://127.0.0.1:${Number((await process.line(0, 20_000)).text)}`;
   return {
-    url,
-    port,
+    /** The base URL for `OPENAI_BASE_URL`. */
+    url: `${origin}/v1`,
     process,
-    stats: async () => {
-      const response = await fetch(`http://127.0.0.1:${port}/stats`);
-      return await response.json() as ProviderStats;
-    },
-    close: async () => {
-      await process.closeStdin();
-      await process.stop();
-    },
+    /** Summary requests answered so far. */
+    summaries: async (): Promise<number> => (await (await fetch(`${origin}/stats`)).json()).summary,
+    close: async () => void await process.stop(),
   };
 }
 
-/** A free TCP port on 127.0.0.1 (free when asked; another process could take it before it is used). */
+/** A TCP port on 127.0.0.1 that was free when asked. */
 export function freePort(): number {
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const { port } = listener.addr as Deno.NetAddr;
   listener.close();
-  return port;
+  return listener.addr.port;
 }
 
 /** The environment a `deno` child needs besides the runtime's own variables. */
@@ -274,7 +147,43 @@ export function baseEnv(): Record<string, string> {
   const env: Record<string, string> = { NO_COLOR: "1" };
   for (const name of ["PATH", "HOME", "DENO_DIR", "TMPDIR"]) {
     const value = Deno.env.get(name);
-    if (value !== undefined && value !== "") env[name] = value;
+    if (value) env[name] = value;
   }
   return env;
+}
+
+/** VmRSS and VmHWM (peak) of `pid`, in MiB (Linux; `cat` reads `/proc` under narrower flags than `-A`). */
+export async function processMemory(pid: number): Promise<{ rssMiB: number; peakMiB: number }> {
+  const { stdout } = await new Deno.Command("cat", { args: [`/proc/${pid}/status`] }).output();
+  const status = new TextDecoder().decode(stdout);
+  const kib = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+) kB`, "m").exec(status)?.[1] ?? NaN);
+  return { rssMiB: kib("VmRSS") / 1024, peakMiB: kib("VmHWM") / 1024 };
+}
+
+/** Count, median, p95 and p99 of samples (milliseconds unless a caller says otherwise). */
+export type Distribution = ReturnType<typeof distribution>;
+
+/** The `p`-th percentile (0–100) by nearest rank; NaN for no values. */
+export function percentile(values: readonly number[], p: number): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted.length === 0
+    ? NaN
+    : sorted[Math.min(sorted.length, Math.max(1, Math.ceil((p / 100) * sorted.length))) - 1];
+}
+
+/** The median (the mean of the middle two for an even count); NaN for no values. */
+export function median(values: readonly number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 === 1 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+}
+
+/** Count, median, p95 and p99 of `values`. */
+export function distribution(values: readonly number[]) {
+  return {
+    count: values.length,
+    median: median(values),
+    p95: percentile(values, 95),
+    p99: percentile(values, 99),
+  };
 }

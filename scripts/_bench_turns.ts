@@ -1,89 +1,158 @@
 /**
- * The bench's in-process measurements: the per-turn overhead of the full stack against a plain-fetch floor
- * (interleaved by round), and the growth of one long session. Both run against a 0-latency provider
- * process, so what they time is the runtime and the loopback round trips, not a model.
+ * The bench's in-process sections: per-turn overhead against the plain-fetch floor (A/B/C/D interleaved by
+ * round), the runtime's own work with the model answered in-process (1b), and growth of one long session.
+ * The runtime is built as `src/main.ts` builds it, except that its `fetch` records every body it sends.
  * @module
  */
-import {
-  byteLength,
-  estimateBodyTokens,
-  floorTurn,
-  openBenchRuntime,
-  type SentRequest,
-} from "./_bench_runtime.ts";
-import { makeTempDir, startProvider } from "./_bench_process.ts";
-import { type Distribution, distribution, median } from "./_bench_stats.ts";
+import { join } from "node:path";
+import { estimateRequestTokens } from "../src/memory/plan.ts";
+import { loadConfig } from "../src/config.ts";
+import { createLlmFromConfig } from "../src/llm/openai.ts";
+import { runTurn, type TurnDeps } from "../src/loop.ts";
+import { SessionStore } from "../src/store.ts";
+import { createLlmSummarizer, SUMMARY_PROMPT } from "../src/memory/summarizer.ts";
+import { createBuiltinTools } from "../src/tools/builtin.ts";
+import { JsonlTracer } from "../src/trace.ts";
+import type { Message, ToolSchema } from "../src/types.ts";
+import { answer, completion } from "./_bench_provider.ts";
+import { distribution, makeTempDir, median, startProvider } from "./_bench_process.ts";
+
+const SUMMARY_PROMPT_JSON = JSON.stringify(SUMMARY_PROMPT);
+
+/**
+ * A runtime on `sessions.db` and `traces.jsonl` in `dir` against `baseUrl`, streaming off. `fetch` is what
+ * the client sends with; `persist: false` keeps nothing (store in `:memory:`, no trace file: variant D).
+ */
+export function openBenchRuntime(
+  dir: string,
+  baseUrl: string,
+  options: { fetch?: typeof fetch; persist?: boolean } = {},
+) {
+  const { fetch: send = fetch, persist = true } = options;
+  const dbPath = join(dir, "sessions.db");
+  const tracePath = join(dir, "traces.jsonl");
+  const config = loadConfig({
+    OPENAI_BASE_URL: baseUrl,
+    AGENT_DB_PATH: dbPath,
+    AGENT_TRACE_PATH: tracePath,
+    AGENT_STREAM: "0",
+  });
+  let sent: string[] = [];
+  // Keeps a reference to each body: no copy and no classification inside the timed turn.
+  const recording: typeof fetch = (input, init) => {
+    if (typeof init?.body === "string") sent.push(init.body);
+    return send(input, init);
+  };
+  const store = new SessionStore(persist ? dbPath : ":memory:");
+  const tracer = persist
+    ? new JsonlTracer(tracePath, { maxPayloadChars: config.traceMaxPayloadChars, secrets: [config.apiKey] })
+    : null;
+  const llm = createLlmFromConfig(config, { stream: false, fetch: recording });
+  const compactions = { ok: 0, failed: 0 };
+  const deps: TurnDeps = {
+    store,
+    llm,
+    tools: createBuiltinTools(store),
+    emit: (event) => {
+      if (event.event === "compact") compactions[event.data.ok === true ? "ok" : "failed"]++;
+      tracer?.write(event);
+    },
+    maxSteps: config.maxToolIters,
+    summarizer: createLlmSummarizer(llm),
+    maxRawTurns: config.maxRawTurns,
+    maxCtxTokens: config.maxCtxTokens,
+  };
+  return {
+    config,
+    store,
+    dbPath,
+    tracePath,
+    url: `${config.baseUrl}/chat/completions`,
+    compactions,
+    takeRequests: () => {
+      const taken = sent;
+      sent = [];
+      return taken.map((body) => ({ body, summary: body.includes(SUMMARY_PROMPT_JSON) }));
+    },
+    turn: (sessionId: string, message: string) => runTurn({ sessionId, userId: "bench", message }, deps),
+    close: () => {
+      tracer?.close();
+      store.close();
+    },
+  };
+}
+
+/** The floor of one turn: POST each body in order and read each reply with `json()`, nothing else. */
+export async function floorTurn(url: string, bodies: readonly string[]): Promise<void> {
+  for (const body of bodies) {
+    const response = await fetch(url, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body,
+    });
+    const json = await response.json();
+    if (!response.ok) {
+      throw new Error(`The floor's request failed: HTTP ${response.status} ${JSON.stringify(json)}`);
+    }
+  }
+}
+
+/** The runtime's own token estimate of a body it sent: the bench judges the budget with compaction's ruler. */
+function estimateBodyTokens(body: string): number {
+  type Call = { id: string; function: { name: string; arguments: string } };
+  type Wire = { role: Message["role"]; content: string | null; tool_calls?: Call[]; tool_call_id?: string };
+  const parsed = JSON.parse(body) as { messages: Wire[]; tools?: { function: ToolSchema }[] };
+  const messages = parsed.messages.map((m): Message => ({
+    role: m.role,
+    content: m.content,
+    toolCalls: m.tool_calls?.map((c) => ({
+      id: c.id,
+      name: c.function.name,
+      arguments: c.function.arguments,
+    })),
+    toolCallId: m.tool_call_id,
+  }));
+  return estimateRequestTokens(messages, (parsed.tools ?? []).map((t) => t.function));
+}
 
 /** The user message of turn `i` (from 0): arithmetic, so each turn is a calculator turn with two calls. */
 export function turnMessage(i: number): string {
   return `what is ${i + 1}*(3+4)?`;
 }
 
-/** Options of {@linkcode measureOverhead}. */
-export interface OverheadOptions {
-  /** Rounds of A (runtime), D (runtime persisting nothing), B and C (floors). @default {10} */
-  rounds?: number;
-  /** Turns per round, each round on a fresh session. @default {100} */
-  turns?: number;
+/** Times one calculator turn, fails unless it is answered, and returns its time and the bodies it sent. */
+async function timedTurn(runtime: ReturnType<typeof openBenchRuntime>, sessionId: string, i: number) {
+  const started = performance.now();
+  const { outcome } = await runtime.turn(sessionId, turnMessage(i));
+  const ms = performance.now() - started;
+  if (outcome !== "answered") throw new Error(`Turn ${i + 1} of ${sessionId} ended ${outcome}`);
+  return { ms, sent: runtime.takeRequests() };
 }
 
-/** What {@linkcode measureOverhead} measured; times in milliseconds per turn. */
-export interface OverheadResult {
-  rounds: number;
-  turnsPerRound: number;
-  session: "fresh per round";
-  /** A: `runTurn` through the full stack. */
-  runtime: Distribution;
-  /** B: the same two chat requests per turn, replayed by a plain fetch loop. */
-  floor: Distribution;
-  /** C: every request the runtime sent in that turn (the summary call too, when it compacted), replayed. */
-  floorWithSummaries: Distribution;
-  /**
-   * D: the same turns through the same stack with nothing persisted (the store in `:memory:`, no trace
-   * file): what the runtime costs beyond the floor before a single write reaches the disk.
-   */
-  inMemory: Distribution;
-  /** median D / median B */
-  inMemoryRatio: number;
-  /** median A / median B */
-  ratio: number;
-  /** p95 A / p95 B */
-  p95Ratio: number;
-  /** median A / median C: the runtime's cost beyond the model calls it chose to make. */
-  ratioWithSummaries: number;
-  /** Turns 1..AGENT_MAX_RAW_TURNS of each round (no compaction due): A, B, D and the ratios to B. */
-  beforeCompaction: {
-    runtime: Distribution;
-    floor: Distribution;
-    ratio: number;
-    inMemory: Distribution;
-    inMemoryRatio: number;
-  };
-  /** Turns after AGENT_MAX_RAW_TURNS (a compaction every turn): A, B and their ratio. */
-  afterCompaction: { runtime: Distribution; floor: Distribution; ratio: number };
-  /** median A / median B of each round. */
-  roundRatios: number[];
-  /** Summary calls the runtime made per round. */
-  summaryCallsPerRound: number;
+async function timed(work: () => Promise<unknown>): Promise<number> {
+  const started = performance.now();
+  await work();
+  return performance.now() - started;
 }
 
-function ratioOf(
-  a: Distribution,
-  b: Distribution,
-): { runtime: Distribution; floor: Distribution; ratio: number } {
-  return { runtime: a, floor: b, ratio: a.median / b.median };
+function checkSizes(sizes: Record<string, number>, min = 1): void {
+  for (const [name, value] of Object.entries(sizes)) {
+    if (!Number.isInteger(value) || value < min) {
+      throw new RangeError(`${name} must be >= ${min}, got ${value}`);
+    }
+  }
 }
 
 /**
- * Per-turn overhead: a calculator turn through the full stack (A) versus a plain fetch loop sending the same
- * bodies (B, and C with the summary calls), and the full stack persisting nothing (D). One unmeasured round
- * on its own session records the bodies and warms every path up; then each round runs A, D, B and C over
- * `turns` turns, A and D on fresh sessions.
+ * A calculator turn through the full stack (A) against the plain-fetch floor sending the same bodies (B, and
+ * C with the summary calls) and the stack persisting nothing (D). An unmeasured round records the bodies and
+ * warms every path; then each round runs A, D, B and C over `turns` turns.
  */
-export async function measureOverhead(options: OverheadOptions = {}): Promise<OverheadResult> {
+export async function measureOverhead(
+  options: { rounds?: number; turns?: number } = {},
+) {
   const { rounds = 10, turns = 100 } = options;
-  if (!Number.isInteger(rounds) || rounds < 1) throw new RangeError(`rounds must be >= 1, got ${rounds}`);
-  if (!Number.isInteger(turns) || turns < 1) throw new RangeError(`turns must be >= 1, got ${turns}`);
+  checkSizes({ rounds, turns });
   await using cleanup = new AsyncDisposableStack();
   const provider = await startProvider();
   cleanup.defer(() => provider.close());
@@ -93,11 +162,10 @@ export async function measureOverhead(options: OverheadOptions = {}): Promise<Ov
   cleanup.defer(() => runtime.close());
   const volatile = openBenchRuntime(temp.path, provider.url, { persist: false });
   cleanup.defer(() => volatile.close());
-  const captured: SentRequest[][] = [];
+  const captured = [];
   for (let i = 0; i < turns; i++) {
-    const result = await runtime.turn("capture", turnMessage(i));
-    if (result.outcome !== "answered") throw new Error(`The capture turn ${i + 1} ended ${result.outcome}`);
-    captured.push(runtime.takeRequests());
+    captured.push((await timedTurn(runtime, "capture", i)).sent);
+    await timedTurn(volatile, "capture", i);
   }
   const chat = captured.map((sent) => sent.filter((r) => !r.summary).map((r) => r.body));
   const all = captured.map((sent) => sent.map((r) => r.body));
@@ -106,149 +174,98 @@ export async function measureOverhead(options: OverheadOptions = {}): Promise<Ov
     if (bodies.length !== 2) throw new Error(`Turn ${i + 1} sent ${bodies.length} chat requests, not 2`);
   });
   for (const bodies of chat) await floorTurn(runtime.url, bodies);
-  for (let i = 0; i < turns; i++) await volatile.turn("capture", turnMessage(i));
-  volatile.takeRequests();
 
-  const a: number[][] = [];
-  const b: number[][] = [];
-  const c: number[][] = [];
-  const d: number[][] = [];
+  const [a, b, c, d]: number[][][] = [[], [], [], []];
   let summaryCalls = 0;
   for (let r = 0; r < rounds; r++) {
-    const ra: number[] = [];
-    const rb: number[] = [];
-    const rc: number[] = [];
-    const rd: number[] = [];
+    const [ra, rb, rc, rd]: number[][] = [[], [], [], []];
     for (let i = 0; i < turns; i++) {
-      const started = performance.now();
-      const result = await runtime.turn(`round-${r}`, turnMessage(i));
-      ra.push(performance.now() - started);
-      if (result.outcome !== "answered") throw new Error(`Round ${r + 1} turn ${i + 1}: ${result.outcome}`);
-      summaryCalls += runtime.takeRequests().filter((s) => s.summary).length;
+      const { ms, sent } = await timedTurn(runtime, `round-${r}`, i);
+      ra.push(ms);
+      summaryCalls += sent.filter((s) => s.summary).length;
     }
-    for (let i = 0; i < turns; i++) {
-      const started = performance.now();
-      const result = await volatile.turn(`round-${r}`, turnMessage(i));
-      rd.push(performance.now() - started);
-      if (result.outcome !== "answered") {
-        throw new Error(`Round ${r + 1} turn ${i + 1} (D): ${result.outcome}`);
-      }
-      volatile.takeRequests();
-    }
-    for (let i = 0; i < turns; i++) {
-      const started = performance.now();
-      await floorTurn(runtime.url, chat[i]);
-      rb.push(performance.now() - started);
-    }
-    for (let i = 0; i < turns; i++) {
-      const started = performance.now();
-      await floorTurn(runtime.url, all[i]);
-      rc.push(performance.now() - started);
-    }
-    a.push(ra);
-    b.push(rb);
-    c.push(rc);
-    d.push(rd);
+    for (let i = 0; i < turns; i++) rd.push((await timedTurn(volatile, `round-${r}`, i)).ms);
+    for (let i = 0; i < turns; i++) rb.push(await timed(() => floorTurn(runtime.url, chat[i])));
+    for (let i = 0; i < turns; i++) rc.push(await timed(() => floorTurn(runtime.url, all[i])));
+    a.push(ra), b.push(rb), c.push(rc), d.push(rd);
   }
-  const flat = (rows: number[][], keep: (i: number) => boolean = () => true) =>
-    rows.flatMap((row) => row.filter((_, i) => keep(i)));
-  const runtimeAll = distribution(flat(a));
-  const floorAll = distribution(flat(b));
-  const floorSummaries = distribution(flat(c));
-  const inMemory = distribution(flat(d));
-  const before = (i: number) => !compacting[i];
-  const inMemoryBefore = distribution(flat(d, before));
-  const floorBefore = distribution(flat(b, before));
+  const split = (rows: number[][]) => ({
+    all: distribution(rows.flat()),
+    beforeCompaction: distribution(rows.flatMap((row) => row.filter((_, i) => !compacting[i]))),
+    compacting: distribution(rows.flatMap((row) => row.filter((_, i) => compacting[i]))),
+  });
+  const [A, B, C, D] = [split(a), split(b), distribution(c.flat()), split(d)];
   return {
     rounds,
     turnsPerRound: turns,
-    session: "fresh per round",
-    runtime: runtimeAll,
-    floor: floorAll,
-    floorWithSummaries: floorSummaries,
-    inMemory,
-    inMemoryRatio: inMemory.median / floorAll.median,
-    ratio: runtimeAll.median / floorAll.median,
-    p95Ratio: runtimeAll.p95 / floorAll.p95,
-    ratioWithSummaries: runtimeAll.median / floorSummaries.median,
-    beforeCompaction: {
-      ...ratioOf(distribution(flat(a, before)), floorBefore),
-      inMemory: inMemoryBefore,
-      inMemoryRatio: inMemoryBefore.median / floorBefore.median,
-    },
-    afterCompaction: ratioOf(
-      distribution(flat(a, (i) => compacting[i])),
-      distribution(flat(b, (i) => compacting[i])),
-    ),
+    runtime: A,
+    floor: B,
+    floorWithSummaries: C,
+    inMemory: D,
+    ratio: A.all.median / B.all.median,
+    p95Ratio: A.all.p95 / B.all.p95,
+    ratioWithSummaries: A.all.median / C.median,
+    inMemoryRatio: D.all.median / B.all.median,
     roundRatios: a.map((row, r) => median(row) / median(b[r])),
     summaryCallsPerRound: summaryCalls / rounds,
   };
 }
 
-/** Turns of each short reference session: few enough that no compaction is ever due. */
-const REFERENCE_TURNS = 10;
-
-/** Options of {@linkcode measureGrowth}. */
-export interface GrowthOptions {
-  /** Turns of the one session. @default {1000} */
-  turns?: number;
-}
-
-/** What {@linkcode measureGrowth} measured; times in milliseconds per turn. */
-export interface GrowthResult {
-  turns: number;
-  /** Size of the first and last windows compared (50, or half the turns when fewer than 100). */
-  window: number;
-  firstMedianMs: number;
-  lastMedianMs: number;
-  /** lastMedianMs / firstMedianMs */
-  ratio: number;
-  /** Median of the turns before any compaction was due, and of the rest of the first window. */
-  beforeCompactionMedianMs: number;
-  /** lastMedianMs / beforeCompactionMedianMs: the long session against its cheapest turns. */
-  ratioVsBeforeCompaction: number;
-  /**
-   * After every turn of the long session, one reference turn (turns 1–10 of short sessions, in rotation):
-   * medians of those run during the first and the last window. They show how the machine itself drifted.
-   */
-  referenceFirstMedianMs: number;
-  referenceLastMedianMs: number;
-  /** lastMedianMs / referenceLastMedianMs: the last turns against turns 1–10 measured at the same time. */
-  lastVsReference: number;
-  /** `ratio` without the drift: (last / reference last) / (first / reference first), of the medians. */
-  driftCorrectedRatio: number;
-  firstWindowCompactingMedianMs: number;
-  /** UTF-8 bytes of each chat request (the tool-call one, then the answer one) at turn 1 and the last. */
-  requestBytesFirstTurn: number[];
-  requestBytesLastTurn: number[];
-  /** Summary calls, counted by the provider, and the compactions the trace recorded. */
-  summaryCalls: number;
-  compactions: { ok: number; failed: number };
-  /** The runtime's own estimate of the last request and the largest one, against the budget. */
-  lastRequestTokens: number;
-  maxRequestTokens: number;
-  maxCtxTokens: number;
-  underBudget: boolean;
-  dbBytes: number;
-  traceBytes: number;
+/** The same turns with the model answered inside the process (no socket): the runtime's own work (1b). */
+export async function measureRuntimeWork(
+  options: { rounds?: number; turns?: number } = {},
+) {
+  const { rounds = 10, turns = 100 } = options;
+  checkSizes({ rounds, turns });
+  let stubMs = 0;
+  const model: typeof fetch = (_input, init) => {
+    const started = performance.now();
+    const text = String(init?.body ?? "{}");
+    const body = JSON.parse(text);
+    const reply = JSON.stringify(completion(String(body.model), answer(body).message, text.length));
+    const response = new Response(reply, { headers: { "Content-Type": "application/json" } });
+    stubMs += performance.now() - started;
+    return Promise.resolve(response);
+  };
+  await using cleanup = new AsyncDisposableStack();
+  const temp = await makeTempDir("mra-bench-work-");
+  cleanup.defer(() => temp.remove());
+  // The base URL is never dialled: every request goes to the stub.
+  const runtime = openBenchRuntime(temp.path, "http://127.0.0.1:9/v1", { fetch: model });
+  cleanup.defer(() => runtime.close());
+  const [all, before, compacting, stub]: number[][] = [[], [], [], []];
+  for (let r = -1; r < rounds; r++) {
+    for (let i = 0; i < turns; i++) {
+      const stubBefore = stubMs;
+      const elapsed = (await timedTurn(runtime, `work-${r}`, i)).ms;
+      if (r < 0) continue; // the warm-up round
+      const us = (elapsed - (stubMs - stubBefore)) * 1000;
+      all.push(us);
+      (i < runtime.config.maxRawTurns ? before : compacting).push(us);
+      stub.push((stubMs - stubBefore) * 1000);
+    }
+  }
+  return {
+    rounds,
+    turnsPerRound: turns,
+    all: distribution(all),
+    beforeCompaction: distribution(before),
+    compacting: distribution(compacting),
+    stubMedianUs: median(stub),
+  };
 }
 
 function fileSize(path: string): number {
-  try {
-    return Deno.statSync(path).size;
-  } catch {
-    return 0;
-  }
+  return Deno.statSync(path).size;
 }
 
 /**
- * One session of `turns` calculator turns with the default thresholds: how per-turn cost and size evolve.
- * Each of its turns is followed by a reference turn on a short session, so that drift of the machine over
- * the run can be told apart from growth of the session.
+ * One session of `turns` calculator turns with the default thresholds. Each turn is followed by a reference
+ * turn (turns 1–10 of short sessions, which never compact), so machine drift is told apart from growth.
  */
-export async function measureGrowth(options: GrowthOptions = {}): Promise<GrowthResult> {
+export async function measureGrowth(options: { turns?: number } = {}) {
   const { turns = 1000 } = options;
-  if (!Number.isInteger(turns) || turns < 2) throw new RangeError(`turns must be >= 2, got ${turns}`);
+  checkSizes({ turns }, 2);
   await using cleanup = new AsyncDisposableStack();
   const provider = await startProvider();
   cleanup.defer(() => provider.close());
@@ -256,70 +273,47 @@ export async function measureGrowth(options: GrowthOptions = {}): Promise<Growth
   cleanup.defer(() => temp.remove());
   const runtime = openBenchRuntime(temp.path, provider.url);
   cleanup.defer(() => runtime.close());
-  // Warm the code paths on another session, so turn 1 is not the JIT's first sight of them.
   for (let i = 0; i < 5; i++) await runtime.turn("warmup", turnMessage(i));
   runtime.takeRequests();
-  const before = await provider.stats();
+  const summariesBefore = await provider.summaries();
   const compactionsBefore = { ...runtime.compactions };
-  const times: number[] = [];
-  const reference: number[] = [];
-  const compacted: boolean[] = [];
-  let first: number[] = [];
-  let last: number[] = [];
-  let lastTokens = 0;
-  let maxTokens = 0;
+  const [times, reference]: number[][] = [[], []];
+  let [first, last, maxTokens] = [[] as number[], [] as number[], 0];
   for (let i = 0; i < turns; i++) {
-    const started = performance.now();
-    const result = await runtime.turn("growth", turnMessage(i));
-    times.push(performance.now() - started);
-    if (result.outcome !== "answered") throw new Error(`Growth turn ${i + 1} ended ${result.outcome}`);
-    const sent = runtime.takeRequests();
-    compacted.push(sent.some((s) => s.summary));
+    const { ms, sent } = await timedTurn(runtime, "growth", i);
+    times.push(ms);
     const chat = sent.filter((s) => !s.summary).map((s) => s.body);
-    if (i === 0) first = chat.map(byteLength);
-    if (i === turns - 1) last = chat.map(byteLength);
-    const tokens = Math.max(...chat.map(estimateBodyTokens));
-    maxTokens = Math.max(maxTokens, tokens);
-    lastTokens = tokens;
-
-    const referenceStarted = performance.now();
-    await runtime.turn(`reference-${Math.floor(i / REFERENCE_TURNS)}`, turnMessage(i % REFERENCE_TURNS));
-    reference.push(performance.now() - referenceStarted);
-    runtime.takeRequests();
+    const bytes = chat.map((body) => new TextEncoder().encode(body).byteLength);
+    if (i === 0) first = bytes;
+    last = bytes;
+    maxTokens = Math.max(maxTokens, ...chat.map(estimateBodyTokens));
+    reference.push((await timedTurn(runtime, `reference-${Math.floor(i / 10)}`, i % 10)).ms);
   }
-  const after = await provider.stats();
   const window = Math.min(50, Math.floor(turns / 2));
-  const head = times.slice(0, window);
-  const firstMedianMs = median(head);
-  const lastMedianMs = median(times.slice(-window));
-  const referenceFirstMedianMs = median(reference.slice(0, window));
-  const referenceLastMedianMs = median(reference.slice(-window));
-  const { maxCtxTokens } = runtime.config;
+  const [firstMedianMs, lastMedianMs] = [median(times.slice(0, window)), median(times.slice(-window))];
+  const drift = median(reference.slice(-window)) / median(reference.slice(0, window));
   return {
     turns,
     window,
     firstMedianMs,
     lastMedianMs,
     ratio: lastMedianMs / firstMedianMs,
-    beforeCompactionMedianMs: median(head.filter((_, i) => !compacted[i])),
-    ratioVsBeforeCompaction: lastMedianMs / median(head.filter((_, i) => !compacted[i])),
-    firstWindowCompactingMedianMs: median(head.filter((_, i) => compacted[i])),
-    referenceFirstMedianMs,
-    referenceLastMedianMs,
-    lastVsReference: lastMedianMs / referenceLastMedianMs,
-    driftCorrectedRatio: (lastMedianMs / referenceLastMedianMs) / (firstMedianMs / referenceFirstMedianMs),
+    driftCorrectedRatio: lastMedianMs / firstMedianMs / drift,
     requestBytesFirstTurn: first,
     requestBytesLastTurn: last,
-    summaryCalls: after.summary - before.summary,
+    summaryCalls: (await provider.summaries()) - summariesBefore,
     compactions: {
       ok: runtime.compactions.ok - compactionsBefore.ok,
       failed: runtime.compactions.failed - compactionsBefore.failed,
     },
-    lastRequestTokens: lastTokens,
     maxRequestTokens: maxTokens,
-    maxCtxTokens,
-    underBudget: maxTokens <= maxCtxTokens,
+    maxCtxTokens: runtime.config.maxCtxTokens,
+    underBudget: maxTokens <= runtime.config.maxCtxTokens,
     dbBytes: fileSize(runtime.dbPath) + fileSize(`${runtime.dbPath}-wal`),
     traceBytes: fileSize(runtime.tracePath),
   };
 }
+
+export type OverheadResult = Awaited<ReturnType<typeof measureOverhead>>;
+export type WorkResult = Awaited<ReturnType<typeof measureRuntimeWork>>;
+export type GrowthResult = Awaited<ReturnType<typeof measureGrowth>>;

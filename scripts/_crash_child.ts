@@ -97,26 +97,11 @@ export function spawnChat(run: Run, stream: boolean): Chat {
 
 /** The text of `path` from byte `offset` on; empty when the file does not exist. */
 export function readFrom(path: string, offset: number): string {
-  let file: Deno.FsFile;
   try {
-    file = Deno.openSync(path);
+    return new TextDecoder().decode(Deno.readFileSync(path).subarray(offset));
   } catch (error) {
     if (error instanceof Deno.errors.NotFound) return "";
     throw error;
-  }
-  try {
-    const size = file.statSync().size;
-    const bytes = new Uint8Array(Math.max(0, size - offset));
-    file.seekSync(offset, Deno.SeekMode.Start);
-    let filled = 0;
-    while (filled < bytes.length) {
-      const n = file.readSync(bytes.subarray(filled));
-      if (n === null || n === 0) break;
-      filled += n;
-    }
-    return new TextDecoder().decode(bytes.subarray(0, filled));
-  } finally {
-    file.close();
   }
 }
 
@@ -149,7 +134,7 @@ export function wholeEvents(text: string): Record<string, unknown>[] {
  */
 export function readSession(
   dbPath: string,
-): { turns: number; compacted: number; toolIds: Set<string>; tools: string[] } | null {
+): { turns: number; compacted: number; toolIds: Set<string> } | null {
   if (!existsSync(dbPath)) return null;
   let store: SessionStore | null = null;
   try {
@@ -161,7 +146,6 @@ export function readSession(
       turns: session.turnCount,
       compacted: session.compactedTurns,
       toolIds: new Set(tools.map((m) => m.toolCallId ?? "")),
-      tools: tools.map((m) => m.content ?? ""),
     };
   } catch {
     return null;
@@ -184,21 +168,4 @@ export function holdWriteLock(dbPath: string): { release(): void } {
       }
     },
   };
-}
-
-/** Todo rows whose tool result neither reached the provider nor is stored. */
-export function countOrphanTodos(run: Run): number {
-  if (!existsSync(run.dbPath)) return 0;
-  let db: DatabaseSync | null = null;
-  try {
-    db = new DatabaseSync(run.dbPath);
-    const rows = db.prepare("SELECT text FROM todos WHERE user_id = ? AND session_id = ?")
-      .all(CRASH_USER, CRASH_SESSION);
-    const results = [...run.provider.toolResultsSeen, ...(readSession(run.dbPath)?.tools ?? [])];
-    return rows.filter((row) => !results.some((r) => r.includes(JSON.stringify(String(row.text))))).length;
-  } catch {
-    return 0; // an unreadable database is the invariant check's to report
-  } finally {
-    db?.close();
-  }
 }

@@ -16,9 +16,6 @@ import { RUN_EVENT_NAMES, type StoredMessage } from "../src/types.ts";
 const EVENT_NAMES = new Set<string>(RUN_EVENT_NAMES);
 const SUMMARY_KEYS = new Set<string>([...SUMMARY_FIELDS, "updated_at"]);
 
-// ---------------------------------------------------------------------------------------------------------
-// The invariants
-
 /** Whether `value` is a plain JSON object. */
 export function isRecord(value: unknown): value is Record<string, unknown> {
   return typeof value === "object" && value !== null && !Array.isArray(value);
@@ -195,8 +192,3 @@ export function checkCrashInvariants(dbPath: string, tracePath: string): string[
   checkTraceFile(tracePath, out);
   return out;
 }
-
-// ---------------------------------------------------------------------------------------------------------
-// The rounds
-
-/** How a round picks its kill. The `*_blocked` modes hold the database's write lock to force the moment. */

@@ -43,20 +43,13 @@ export type ProviderMoment =
 
 /** Options of {@linkcode startCrashProvider}. */
 export interface CrashProviderOptions {
-  /**
-   * Seed of the delays and of the rule-based choices (second calls, extra todo calls).
-   * @default {1}
-   */
+  /** Seed of the delays and of the rule-based choices (second calls, extra todo calls). @default {1} */
   seed?: number;
-  /**
-   * Longest random delay before a reply, in milliseconds.
-   * @default {40}
-   */
+  /** Longest random delay before a reply, in milliseconds. @default {40} */
   maxDelayMs?: number;
   /**
-   * Told of every moment and awaited before the exchange goes on. A handler is not always told that its
-   * client went away, so moments may still come for a killed client: callers ignore those.
-   * @default {() => {}}
+   * Told of every moment and awaited before the exchange goes on. Moments may still come for a killed
+   * client (a handler is not always told it went away): callers ignore those. @default {() => {}}
    */
   onMoment?: (moment: ProviderMoment) => void | Promise<void>;
 }
@@ -69,8 +62,6 @@ export interface CrashProvider {
   requests: Record<string, unknown>[];
   /** Replies sent (some perhaps to a client already killed), by kind, and the tool calls they made. */
   stats: { summaries: number; toolReplies: number; toolCalls: number; answers: number };
-  /** The text of every tool result a request carried (tool messages, and `[tool …]` lines of summaries). */
-  toolResultsSeen: string[];
   /** Resolves when no exchange is in progress (a killed client's last reply has been dropped). */
   idle(): Promise<void>;
   /** Stops the server; resolves once it is closed. */
@@ -239,13 +230,6 @@ function sseFrames(model: string, decision: Decision): string[] {
   return [...chunks.map((c) => `data: ${JSON.stringify(c)}\n\n`), "data: [DONE]\n\n"];
 }
 
-function toolResults(kind: RequestKind, messages: readonly WireMessage[]): string[] {
-  if (kind === "summary") {
-    return [...(messages.at(-1)?.content ?? "").matchAll(/^\[tool [^\]]*\] (.*)$/gm)].map((m) => m[1]);
-  }
-  return messages.filter((m) => m.role === "tool").map((m) => m.content ?? "");
-}
-
 /** Starts the provider on an ephemeral loopback port. */
 export function startCrashProvider(options: CrashProviderOptions = {}): CrashProvider {
   const { seed = 1, maxDelayMs = 40, onMoment = () => {} } = options;
@@ -259,7 +243,6 @@ export function startCrashProvider(options: CrashProviderOptions = {}): CrashPro
   const rules = new Rules(seed, rng);
   const requests: Record<string, unknown>[] = [];
   const stats = { summaries: 0, toolReplies: 0, toolCalls: 0, answers: 0 };
-  const toolResultsSeen: string[] = [];
   const encoder = new TextEncoder();
   let busy = 0;
   let waiters: (() => void)[] = [];
@@ -275,7 +258,6 @@ export function startCrashProvider(options: CrashProviderOptions = {}): CrashPro
     const messages = (body.messages ?? []) as WireMessage[];
     const stream = body.stream === true;
     const kind = requestKind(messages);
-    toolResultsSeen.push(...toolResults(kind, messages));
     await onMoment({ kind: "request", request: kind, index, stream });
     const decision = rules.decide(kind, messages);
     await delay(Math.floor(rng() * (maxDelayMs + 1)));
@@ -341,7 +323,6 @@ export function startCrashProvider(options: CrashProviderOptions = {}): CrashPro
     url: `http://127.0.0.1:${server.addr.port}/v1`,
     requests,
     stats,
-    toolResultsSeen,
     idle: () => busy === 0 ? Promise.resolve() : new Promise<void>((resolve) => waiters.push(resolve)),
     close: () => server.shutdown(),
   };

@@ -1,207 +1,206 @@
 /**
- * `deno task bench`: what the runtime costs around the model. Four sections, each against a fake provider
- * run as its own process on 127.0.0.1:
- *
- * 1. per-turn overhead of the full stack versus a plain-fetch floor sending the same bodies;
- * 2. growth of one long session (time per turn, request size, compaction, the token budget);
- * 3. HTTP throughput of `serve` as a subprocess under 1, 16 and 64 clients, and 16 on one session;
- * 4. memory of the serving process with 1,000 sessions, and start-up of `serve` and `chat`.
- *
- * ```sh
- * deno task bench            # full run, a readable report (a few minutes on 2 cores)
- * deno task bench --quick    # reduced sizes, well under a minute
- * deno task bench --json     # one JSON object on stdout (progress goes to stderr)
- * deno task bench --only overhead,growth   # some sections (e.g. under --cpu-prof)
- * deno task bench --only http --serve-cpu-prof prof   # the serve subprocess writes a CPU profile to prof/
- * ```
- *
- * Times are medians and p95s of samples taken in one run, A and B interleaved by round; ratios come from
- * the same run. Nothing here asserts a time: the targets are reported as met or missed.
+ * `deno task bench [--quick] [--json] [--only SECTIONS]`: what the runtime costs around the model, against
+ * a fake provider on 127.0.0.1. `--help` explains the method and what each figure means.
  * @module
  */
-import { measureRuntimeWork, type WorkResult } from "./_bench_work.ts";
 import { parseArgs } from "node:util";
-import { cleanUpAll } from "./_bench_process.ts";
-import { formatReport } from "./_bench_report.ts";
-import { measureMemory, measureStartup, type MemoryResult, type StartupResult } from "./_bench_footprint.ts";
-import { type HttpResult, measureHttp } from "./_bench_http.ts";
-import { type GrowthResult, measureGrowth, measureOverhead, type OverheadResult } from "./_bench_turns.ts";
+import { cleanUpAll, type Distribution } from "./_bench_process.ts";
+import {
+  type HttpResult,
+  measureHttp,
+  measureMemory,
+  measureStartup,
+  type MemoryResult,
+  type StartupResult,
+} from "./_bench_serve.ts";
+import {
+  type GrowthResult,
+  measureGrowth,
+  measureOverhead,
+  measureRuntimeWork,
+  type OverheadResult,
+  type WorkResult,
+} from "./_bench_turns.ts";
 
-export { measureMemory, measureStartup } from "./_bench_footprint.ts";
-export { measureHttp } from "./_bench_http.ts";
-export { measureGrowth, measureOverhead } from "./_bench_turns.ts";
-export type { MemoryResult, StartupResult } from "./_bench_footprint.ts";
-export type { HttpResult, HttpRow } from "./_bench_http.ts";
-export type { GrowthResult, OverheadResult } from "./_bench_turns.ts";
+export { measureHttp, measureMemory, measureStartup } from "./_bench_serve.ts";
+export { measureGrowth, measureOverhead, measureRuntimeWork, openBenchRuntime } from "./_bench_turns.ts";
 
-/** The bench's sections, in the order they run. */
-export const SECTIONS = ["overhead", "growth", "http", "memory", "startup"] as const;
-/** One section's name. */
-export type Section = (typeof SECTIONS)[number];
+const HELP = `Usage: deno task bench [--quick] [--json] [--only overhead,growth,http,memory,startup]
 
-/** Sizes of a run. */
-export interface BenchSizes {
-  overhead: { rounds: number; turns: number };
-  growth: { turns: number };
-  http: { turnsPerClient: number };
-  memory: { sessions: number };
-  startup: { repeats: number };
-}
+  --quick   reduced sizes (about 20 s on 2 cores; the full run takes about 1.5 min)
+  --json    one JSON object on stdout; progress goes to stderr
+  --only    run some sections, e.g. --only http
 
-/** The full run's sizes. */
-export const FULL: Readonly<BenchSizes> = {
-  overhead: { rounds: 10, turns: 100 },
-  growth: { turns: 1000 },
-  http: { turnsPerClient: 20 },
-  memory: { sessions: 1000 },
-  startup: { repeats: 5 },
+Every section runs against a fake OpenAI-compatible provider in its own process on 127.0.0.1
+(scripts/_bench_provider.ts), so its CPU is not the runtime's. It answers by rule: a calculator call
+for arithmetic, an answer quoting a tool result, a valid summary for a compaction request, with usage;
+in the HTTP section after a fixed 50 ms.
+
+1. Per-turn overhead. One calculator turn is two model calls. A is runTurn on the real stack (SQLite
+   file in WAL mode, trace file, fetch client, streaming off, compaction when due). B is the floor: a
+   plain fetch loop replaying the very request bodies A sent, reading each reply with json() and nothing
+   else — two loopback round trips. C is B also replaying the summary calls A chose to make. D is A
+   persisting nothing (store in :memory:, no trace file): D against B is the runtime's work beyond the
+   writes. An unmeasured round records the bodies and warms every path; then each round runs A, D, B, C
+   over the same turns, A and D on a fresh session, so drift hits all four alike. Ratios are of medians
+   from the same run; the split "before compaction is due" (turns 1..AGENT_MAX_RAW_TURNS) against
+   "compacting" (every later turn folds one turn into the summary: one more model call and transaction)
+   shows what compaction costs.
+1b. The runtime's own work: the same turns with the model answered inside the process (no socket), the
+   stub's own time subtracted. Far less noisy than a loopback round trip; in microseconds.
+2. Growth. One session of 1,000 turns (200 with --quick) at the default thresholds: median time of the
+   last 50 turns against the first 50, request bytes, summary calls, and the largest request by the
+   runtime's own token estimate against AGENT_MAX_CTX_TOKENS. After every turn a reference turn runs
+   (turns 1-10 of short sessions, which never compact); "corrected for drift" divides by how those
+   reference turns moved, to tell a slower machine from a growing session.
+3. HTTP. serve as a subprocess with the task's own permission flags. 1, 16 and 64 clients, each on its
+   own session doing sequential turns; ideal = clients / (2 x 50 ms), efficiency = turns/s / ideal. The
+   floor is the same clients sending a turn's two requests straight to the provider, run right after.
+   Then 16 clients on one session: turns queue per session and the 9th waiting gets 429 + Retry-After,
+   which the clients honour (turn latency counts those waits). One JS thread serves every client: at
+   64 clients it, not the model, is what saturates. serve must exit 0 on SIGTERM.
+4. Memory: VmRSS of serve idle, after 1,000 sessions created through it, and after listing them (the
+   target reads the larger, in MB). Start-up: spawn to the first /healthz 200 of serve, and to the
+   first answer line of a piped chat (deno task adds the task_flags.ts subprocess, about 25 ms, before).
+
+Noise: figures are medians and p95s of one run, on a shared machine; compare runs, not single numbers.
+Nothing asserts a time: the targets (per-turn <= 1.3x the floor, growth <= 1.2x, HTTP >= 90% of ideal at
+16 clients and >= 70% at 64 with zero errors, serve RSS < 150 MB) are reported as met or missed.`;
+
+const SECTIONS = ["overhead", "growth", "http", "memory", "startup"] as const;
+type Section = (typeof SECTIONS)[number];
+const SIZES = {
+  full: { rounds: 10, turns: 100, growth: 1000, turnsPerClient: 20, repeats: 5 },
+  quick: { rounds: 3, turns: 30, growth: 200, turnsPerClient: 5, repeats: 3 },
 };
 
-/** The `--quick` run's sizes. */
-export const QUICK: Readonly<BenchSizes> = {
-  overhead: { rounds: 3, turns: 30 },
-  growth: { turns: 200 },
-  http: { turnsPerClient: 5 },
-  memory: { sessions: 1000 },
-  startup: { repeats: 3 },
-};
-
-/** Whether each target was met; null when its section did not run. */
-export interface Targets {
-  /** Per-turn median ≤ 1.3 × the floor's. */
-  overhead: boolean | null;
-  /** Last-50 median ≤ 1.2 × first-50 median. */
-  growth: boolean | null;
-  /** The same ratio divided by that of the reference turns interleaved with it (machine drift removed). */
-  growthDriftCorrected: boolean | null;
-  /** ≥ 90 % of ideal at 16 clients, ≥ 70 % at 64, zero errors. */
-  http: boolean | null;
-  /** RSS of the serving process < 150 MB with 1,000 sessions. */
-  memory: boolean | null;
-}
-
-/** Everything one run measured. */
+/** Everything one run measured, and whether each target was met (null: its section did not run). */
 export interface BenchReport {
   mode: "quick" | "full";
-  machine: { cores: number; deno: string; v8: string; os: string };
+  machine: string;
   seconds: number;
   overhead?: OverheadResult;
-  /** The runtime's own work per turn, model answered in-process (part of the overhead section). */
   work?: WorkResult;
   growth?: GrowthResult;
   http?: HttpResult;
   memory?: MemoryResult;
   startup?: StartupResult;
-  targets: Targets;
-}
-
-/** Options of {@linkcode runBench}. */
-export interface RunBenchOptions {
-  /** Use {@linkcode QUICK} sizes. @default {false} */
-  quick?: boolean;
-  /** Sections to run. @default {SECTIONS} */
-  only?: readonly Section[];
-  /** Progress lines. @default {(line) => console.error(line)} */
-  progress?: (line: string) => void;
-  /** Where the HTTP section's `serve` writes a V8 CPU profile (`--cpu-prof`). @default {undefined} */
-  serveCpuProfDir?: string;
+  targets: Record<"overhead" | "growth" | "http" | "memory", boolean | null>;
 }
 
 /** Judges the targets from what ran. Pure. */
-export function judgeTargets(report: Omit<BenchReport, "targets">): Targets {
+export function judgeTargets(report: Omit<BenchReport, "targets">): BenchReport["targets"] {
   const { overhead, growth, http, memory } = report;
-  const row = (clients: number) => http?.rows.find((r) => r.sessions === "distinct" && r.clients === clients);
-  const distinctErrors = http?.rows.filter((r) => r.sessions === "distinct").reduce(
-    (n, r) => n + r.errors,
-    0,
-  );
-  const r16 = row(16);
-  const r64 = row(64);
+  const row = (n: number) => http?.rows.find((r) => r.sessions === "distinct" && r.clients === n);
+  const errors = http?.rows.filter((r) => r.sessions === "distinct").reduce((n, r) => n + r.errors, 0);
   return {
-    overhead: overhead === undefined ? null : overhead.ratio <= 1.3,
-    growth: growth === undefined ? null : growth.ratio <= 1.2,
-    growthDriftCorrected: growth === undefined ? null : growth.driftCorrectedRatio <= 1.2,
-    http: http === undefined || r16 === undefined || r64 === undefined
-      ? null
-      : r16.efficiency >= 0.9 && r64.efficiency >= 0.7 && distinctErrors === 0,
-    memory: memory === undefined
-      ? null
-      : Math.max(memory.afterCreateRssMiB, memory.afterListRssMiB) * 1.048576 < 150,
+    overhead: overhead ? overhead.ratio <= 1.3 : null,
+    growth: growth ? growth.driftCorrectedRatio <= 1.2 : null,
+    http: row(16) && row(64)
+      ? row(16)!.efficiency >= 0.9 && row(64)!.efficiency >= 0.7 && errors === 0
+      : null,
+    memory: memory ? Math.max(memory.afterCreateRssMiB, memory.afterListRssMiB) * 1.048576 < 150 : null,
   };
 }
 
-/** Runs the sections and returns the report. Cleans up its processes and folders on every path. */
-export async function runBench(options: RunBenchOptions = {}): Promise<BenchReport> {
-  const { quick = false, only = SECTIONS, progress = (line: string) => console.error(line) } = options;
-  const { serveCpuProfDir } = options;
-  const serveFlags = serveCpuProfDir === undefined ? [] : ["--cpu-prof", `--cpu-prof-dir=${serveCpuProfDir}`];
-  const sizes = quick ? QUICK : FULL;
+/** Runs the sections and returns the report; cleans up its processes and folders on every path. */
+export async function runBench(quick: boolean, only: readonly Section[] = SECTIONS): Promise<BenchReport> {
+  const size = quick ? SIZES.quick : SIZES.full;
   const started = performance.now();
-  const report: Omit<BenchReport, "targets"> = {
-    mode: quick ? "quick" : "full",
-    machine: {
-      cores: navigator.hardwareConcurrency,
-      deno: Deno.version.deno,
-      v8: Deno.version.v8,
-      os: `${Deno.build.os}-${Deno.build.arch}`,
-    },
-    seconds: 0,
-  };
   const step = async <T>(name: Section, run: () => Promise<T>): Promise<T | undefined> => {
     if (!only.includes(name)) return undefined;
     const t = performance.now();
-    progress(`bench: ${name}…`);
+    console.error(`bench: ${name}…`);
     const result = await run();
-    progress(`bench: ${name} done in ${((performance.now() - t) / 1000).toFixed(1)} s`);
+    console.error(`bench: ${name} done in ${((performance.now() - t) / 1000).toFixed(1)} s`);
     return result;
   };
-  report.overhead = await step("overhead", () => measureOverhead(sizes.overhead));
-  if (report.overhead !== undefined) report.work = await measureRuntimeWork(sizes.overhead);
-  report.growth = await step("growth", () => measureGrowth(sizes.growth));
-  report.http = await step("http", () => measureHttp({ ...sizes.http, serveFlags }));
-  report.memory = await step("memory", () => measureMemory(sizes.memory));
-  report.startup = await step("startup", () => measureStartup(sizes.startup));
+  const { cores, os } = { cores: navigator.hardwareConcurrency, os: `${Deno.build.os}-${Deno.build.arch}` };
+  const report: Omit<BenchReport, "targets"> = {
+    mode: quick ? "quick" : "full",
+    machine: `Deno ${Deno.version.deno}, V8 ${Deno.version.v8}, ${os}, ${cores} cores`,
+    seconds: 0,
+    overhead: await step("overhead", () => measureOverhead(size)),
+    work: only.includes("overhead") ? await measureRuntimeWork(size) : undefined,
+    growth: await step("growth", () => measureGrowth({ turns: size.growth })),
+    http: await step("http", () => measureHttp({ turnsPerClient: size.turnsPerClient })),
+    memory: await step("memory", () => measureMemory()),
+    startup: await step("startup", () => measureStartup({ repeats: size.repeats })),
+  };
   report.seconds = (performance.now() - started) / 1000;
   return { ...report, targets: judgeTargets(report) };
 }
 
-function parseSections(text: string | undefined): Section[] {
-  if (text === undefined) return [...SECTIONS];
-  const names = text.split(",").map((s) => s.trim()).filter((s) => s !== "");
-  for (const name of names) {
-    if (!(SECTIONS as readonly string[]).includes(name)) {
-      throw new TypeError(`Unknown section "${name}": expected some of ${SECTIONS.join(", ")}`);
-    }
-  }
-  return names as Section[];
+const LABELS: Record<string, string> = {
+  overhead:
+    "1. Per-turn overhead, ms (A runtime = runtime, B floor = floor, C = floorWithSummaries, D = inMemory)",
+  work: "1b. The runtime's own work, µs per turn (model in-process, its own time taken out)",
+  growth: "2. Growth of one long session (ms per turn, bytes, estimated tokens)",
+  http: "3. HTTP: serve as a subprocess (turns/s, ms; efficiency = of ideal)",
+  memory: "4a. Memory: VmRSS of serve, MiB",
+  startup: "4b. Start-up, ms (medians)",
+  targets: "Targets (true = met)",
+};
+
+function round(value: number): number {
+  return Math.abs(value) >= 100 ? Math.round(value) : Math.round(value * 1000) / 1000;
 }
 
-const USAGE = `Usage: deno task bench [--quick] [--json] [--only ${
-  SECTIONS.join(",")
-}] [--serve-cpu-prof DIR]`;
+/** One line per leaf of `value`, a distribution as its median, p95 and count. */
+function leaves(value: unknown, key: string, out: string[]): void {
+  const d = value as Distribution;
+  if (typeof d?.median === "number" && typeof d.p95 === "number") {
+    out.push(`  ${key.padEnd(46)} median ${round(d.median)}  p95 ${round(d.p95)}  (${d.count})`);
+  } else if (Array.isArray(value) && value.every((v) => typeof v === "number")) {
+    out.push(`  ${key.padEnd(46)} ${value.map(round).join(" ")}`);
+  } else if (typeof value === "object" && value !== null) {
+    for (const [k, v] of Object.entries(value)) leaves(v, key === "" ? k : `${key}.${k}`, out);
+  } else out.push(`  ${key.padEnd(46)} ${typeof value === "number" ? round(value) : String(value)}`);
+}
+
+/** The report as text: every figure of each section that ran, labelled by its name, then the targets. */
+export function formatReport(report: BenchReport): string {
+  const out = [
+    `mini-runtime-agent bench (${report.mode}): ${report.machine}, ${report.seconds.toFixed(1)} s`,
+  ];
+  for (const [section, label] of Object.entries(LABELS)) {
+    let value = report[section as keyof BenchReport] as unknown;
+    if (value === undefined) continue;
+    if (section === "http") {
+      const { rows, ...rest } = value as HttpResult;
+      value = {
+        ...rest,
+        ...Object.fromEntries(rows.map((r) => [`${r.clients} clients, ${r.sessions} session(s)`, r])),
+      };
+    }
+    out.push("", label);
+    leaves(value, "", out);
+  }
+  return out.join("\n");
+}
 
 async function main(args: string[]): Promise<number> {
   let values;
-  let only: Section[];
   try {
     ({ values } = parseArgs({
       args,
       options: {
         quick: { type: "boolean", default: false },
         json: { type: "boolean", default: false },
-        only: { type: "string" },
-        "serve-cpu-prof": { type: "string" },
+        only: { type: "string", default: SECTIONS.join(",") },
         help: { type: "boolean", short: "h", default: false },
       },
     }));
-    only = parseSections(values.only);
   } catch (error) {
-    console.error(`${(error as Error).message}\n${USAGE}`);
+    console.error(`${(error as Error).message}\nRun with --help for usage.`);
     return 2;
   }
-  if (values.help) {
-    console.log(USAGE);
-    return 0;
+  if (values.help) return console.log(HELP), 0;
+  const only = values.only.split(",").map((name) => name.trim()).filter((name) => name !== "");
+  const unknown = only.filter((name) => !(SECTIONS as readonly string[]).includes(name));
+  if (unknown.length > 0) {
+    console.error(`Unknown section "${unknown[0]}": expected some of ${SECTIONS.join(", ")}`);
+    return 2;
   }
   let interrupted = false;
   const interrupt = () => {
@@ -213,12 +212,11 @@ async function main(args: string[]): Promise<number> {
   Deno.addSignalListener("SIGINT", interrupt);
   Deno.addSignalListener("SIGTERM", interrupt);
   try {
-    const report = await runBench({ quick: values.quick, only, serveCpuProfDir: values["serve-cpu-prof"] });
+    const report = await runBench(values.quick, only as Section[]);
     console.log(values.json ? JSON.stringify(report) : formatReport(report));
     return 0;
   } catch (error) {
-    // A section failing because its processes were just stopped is the interruption, not a bug.
-    if (interrupted) return 130;
+    if (interrupted) return 130; // a section failing because its processes were just stopped
     throw error;
   } finally {
     Deno.removeSignalListener("SIGINT", interrupt);
@@ -227,6 +225,4 @@ async function main(args: string[]): Promise<number> {
   }
 }
 
-if (import.meta.main) {
-  Deno.exit(await main(Deno.args));
-}
+if (import.meta.main) Deno.exit(await main(Deno.args));

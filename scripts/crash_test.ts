@@ -17,7 +17,7 @@ import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { readTrace } from "../src/trace.ts";
 import { checkCrashInvariants } from "./_crash_invariants.ts";
-import { countOrphanTodos, CRASH_SESSION, readSession, type Run } from "./_crash_child.ts";
+import { CRASH_SESSION, readSession, type Run } from "./_crash_child.ts";
 import { startCrashProvider } from "./_crash_provider.ts";
 import { killRound, MODES, newTurn } from "./_crash_round.ts";
 
@@ -25,25 +25,13 @@ export { checkCrashInvariants, CRASH_SESSION };
 
 /** Options of {@linkcode runCrashRounds}. */
 export interface CrashRoundsOptions {
-  /**
-   * Kill rounds to run on the one growing database.
-   * @default {50}
-   */
+  /** Kill rounds to run on the one growing database. @default {50} */
   rounds?: number;
-  /**
-   * Seed of the schedule and of the provider.
-   * @default {1}
-   */
+  /** Seed of the schedule and of the provider. @default {1} */
   seed?: number;
-  /**
-   * Receives one line per round and the violations' details.
-   * @default {console.log}
-   */
+  /** Receives one line per round and the violations' details. @default {console.log} */
   log?: (line: string) => void;
-  /**
-   * Keep the temporary folder with the database and the trace (its path is logged).
-   * @default {false}
-   */
+  /** Keep the temporary folder with the database and the trace (its path is logged). @default {false} */
   keep?: boolean;
 }
 
@@ -63,8 +51,6 @@ export interface CrashReport {
   compactionKills: number;
   toolKills: number;
   toolKillsUnstored: number;
-  /** Todo rows whose tool result was never stored (a kill between the tool's commit and the step's). */
-  orphanTodos: number;
   elapsedMs: number;
 }
 
@@ -94,7 +80,6 @@ export async function runCrashRounds(options: CrashRoundsOptions = {}): Promise<
   };
   const violations: string[] = [];
   const moments: Record<string, number> = {};
-  let orphans = 0;
   try {
     for (let round = 1; round <= rounds; round++) {
       const kill = await killRound(run, round);
@@ -103,13 +88,10 @@ export async function runCrashRounds(options: CrashRoundsOptions = {}): Promise<
       found.push(...await newTurn(run));
       found.push(...checkCrashInvariants(run.dbPath, run.tracePath).map((v) => `after the new turn: ${v}`));
       moments[kill.moment] = (moments[kill.moment] ?? 0) + 1;
-      const nowOrphans = countOrphanTodos(run);
-      const note = nowOrphans > orphans ? ` (${nowOrphans - orphans} todo without its stored result)` : "";
-      orphans = nowOrphans;
       const verdict = found.length === 0 ? "ok" : `${found.length} VIOLATION(S)`;
       const turns = `${kill.turns} turn${kill.turns === 1 ? "" : "s"}`;
       const mode = MODES[(round - 1) % MODES.length];
-      log(`round ${round}: killed ${kill.moment} after ${turns} [${mode}]${note} — ${verdict}`);
+      log(`round ${round}: killed ${kill.moment} after ${turns} [${mode}] — ${verdict}`);
       found.forEach((v, i) => {
         const line = `round ${round}${i < checked ? " (after the kill)" : ""}: ${v}`;
         violations.push(line);
@@ -132,7 +114,6 @@ export async function runCrashRounds(options: CrashRoundsOptions = {}): Promise<
       compactionKills: sum("during compaction"),
       toolKills: sum("during tool execution"),
       toolKillsUnstored: sum("during tool execution (results not stored)"),
-      orphanTodos: countOrphanTodos(run),
       elapsedMs: performance.now() - started,
     };
   } finally {
@@ -180,7 +161,6 @@ if (import.meta.main) {
     `moments hit: ${report.compactionKills} during compaction, ${report.toolKills} during tool execution ` +
       `(${report.toolKillsUnstored} with the calls traced and their results not stored)`,
   );
-  console.log(`todos whose tool result was never stored: ${report.orphanTodos}`);
   console.log(`elapsed: ${(report.elapsedMs / 1000).toFixed(1)} s (seed ${seed})`);
   Deno.exit(report.violations.length > 0 ? 1 : 0);
 }

@@ -7,7 +7,7 @@ import { mkdirSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import process from "node:process";
 import { parseArgs } from "node:util";
-import { main as demoMain } from "../scripts/acceptance_demo.ts";
+import { main as demoMain } from "./demo/demo.ts";
 import { runChat } from "./cli/chat.ts";
 import { type Config, isLoopbackHost, listenNetHost, loadConfig, requireApiKey, SETTINGS } from "./config.ts";
 import { ConfigError, SessionError } from "./errors.ts";

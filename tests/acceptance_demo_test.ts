@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
 import { DemoModel, extractExpression } from "../src/llm/demo.ts";
-import { runDemo } from "../scripts/acceptance_demo.ts";
+import { runDemo } from "../src/demo/demo.ts";
 import type { Summarizer } from "../src/memory/summarizer.ts";
 
 /** Runs the demo in-process and returns its result and output. */

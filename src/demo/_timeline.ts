@@ -2,7 +2,7 @@
  * The demo's trace timeline: one fixed-width line per run event, read back from the JSONL file.
  * @module
  */
-import type { RunEvent } from "../src/types.ts";
+import type { RunEvent } from "../types.ts";
 
 function tokensOf(event: RunEvent): string | null {
   const d = event.data;

@@ -1,62 +1,40 @@
 /**
- * The acceptance demo (`deno task demo`): four phases run against the real loop, store, tools, compaction
- * and trace, each printing what happens and a PASS/FAIL verdict with its reason. Offline by default, with
- * the rule-based {@linkcode DemoModel} and a temporary database and trace; `--live` asks the configured
- * provider instead.
+ * The acceptance demo (`deno task demo`, `main.ts demo`): four phases against the real loop, store, tools,
+ * compaction and trace, each judged PASS/FAIL with its reason. Offline with the rule-based DemoModel and a
+ * temporary database and trace; `--live` asks the configured provider.
  * @module
  */
 import { join } from "node:path";
 import { parseArgs } from "node:util";
-import { createStyle, renderEvent } from "../src/cli/render.ts";
-import { type Config, llmNetHost, loadConfig, requireApiKey } from "../src/config.ts";
-import { ConfigError } from "../src/errors.ts";
-import type { LLM } from "../src/llm/llm.ts";
-import { createLlmFromConfig } from "../src/llm/openai.ts";
-import { ENV_VARIABLES, readEnvironment } from "../src/permissions.ts";
-import { SessionStore } from "../src/store.ts";
-import { createLlmSummarizer, deterministicSummarizer, type Summarizer } from "../src/memory/summarizer.ts";
-import { createBuiltinTools } from "../src/tools/builtin.ts";
-import { JsonlTracer } from "../src/trace.ts";
-import type { Message, RunEvent } from "../src/types.ts";
-import { DemoModel } from "../src/llm/demo.ts";
-import { type Demo, DEMO_RAW_TURNS, PHASES, recordRequests, type Verdict } from "./_demo_phases.ts";
+import { createStyle, renderEvent } from "../cli/render.ts";
+import { type Config, llmNetHost, loadConfig, requireApiKey } from "../config.ts";
+import { ConfigError } from "../errors.ts";
+import type { LLM } from "../llm/llm.ts";
+import { createLlmFromConfig } from "../llm/openai.ts";
+import { ENV_VARIABLES, readEnvironment } from "../permissions.ts";
+import { SessionStore } from "../store.ts";
+import { createLlmSummarizer, deterministicSummarizer, type Summarizer } from "../memory/summarizer.ts";
+import { createBuiltinTools } from "../tools/builtin.ts";
+import { JsonlTracer } from "../trace.ts";
+import type { Message, RunEvent } from "../types.ts";
+import { DemoModel } from "../llm/demo.ts";
+import { type Demo, DEMO_RAW_TURNS, PHASES, recordRequests, type Verdict } from "./_phases.ts";
 
 /** Options of {@linkcode runDemo}. */
 export interface DemoOptions {
-  /**
-   * Ask the configured provider (OPENAI_* variables) instead of the offline model.
-   * @default {false}
-   */
+  /** Ask the configured provider (OPENAI_* variables) instead of the offline model. @default {false} */
   live?: boolean;
-  /**
-   * Receives each output line.
-   * @default {(line) => console.log(line)}
-   */
+  /** Receives each output line. @default {(line) => console.log(line)} */
   out?: (line: string) => void;
-  /**
-   * ANSI styling in the output.
-   * @default {false}
-   */
+  /** ANSI styling in the output. @default {false} */
   color?: boolean;
-  /**
-   * Keep the temporary directory (database and trace) and print its path.
-   * @default {false}
-   */
+  /** Keep the temporary directory (database and trace) and print its path. @default {false} */
   keep?: boolean;
-  /**
-   * The phases to run, by number (1–4).
-   * @default {[1, 2, 3, 4]}
-   */
+  /** The phases to run, by number (1–4). @default {[1, 2, 3, 4]} */
   phases?: readonly number[];
-  /**
-   * The model the turns use.
-   * @default {new DemoModel() offline, an OpenAICompatibleLLM for the configured provider with live}
-   */
+  /** The model the turns use. @default {new DemoModel(), or the configured provider's client with live} */
   llm?: LLM;
-  /**
-   * The compaction summarizer.
-   * @default {deterministicSummarizer offline, createLlmSummarizer(llm) with live}
-   */
+  /** The compaction summarizer. @default {deterministicSummarizer, or createLlmSummarizer(llm) with live} */
   summarizer?: Summarizer;
 }
 
@@ -248,8 +226,4 @@ export async function main(args: string[]): Promise<number> {
     }
     throw error;
   }
-}
-
-if (import.meta.main) {
-  Deno.exit(await main(Deno.args));
 }

@@ -1,21 +1,17 @@
-/**
- * The acceptance demo's four phases. Each runs real turns and checks what the store, the requests and the
- * trace show, returning a verdict with its reasons.
- * @module
- */
-import { parseSummary, RUNTIME_CONTEXT_HEADER } from "../src/memory/summary.ts";
-import type { Style } from "../src/cli/render.ts";
-import type { LLM } from "../src/llm/llm.ts";
-import { runTurn, type TurnDeps } from "../src/loop.ts";
-import type { SessionKey, SessionStore } from "../src/store.ts";
-import { readTrace } from "../src/trace.ts";
-import type { Message, RunEvent, StoredMessage, TurnResult } from "../src/types.ts";
-import { timelineHeader, timelineLine } from "./_demo_timeline.ts";
+/** The demo's four phases: each runs real turns, then checks the store, requests and trace. @module */
+import { parseSummary, RUNTIME_CONTEXT_HEADER } from "../memory/summary.ts";
+import type { Style } from "../cli/render.ts";
+import type { LLM } from "../llm/llm.ts";
+import { runTurn, type TurnDeps } from "../loop.ts";
+import type { SessionKey, SessionStore } from "../store.ts";
+import { readTrace } from "../trace.ts";
+import type { Message, RunEvent, StoredMessage, TurnResult } from "../types.ts";
+import { timelineHeader, timelineLine } from "./_timeline.ts";
 
 /** The one user every phase speaks as; phase 2's windows are two sessions of this user. */
 const USER = "user-A";
 
-/** The demo user's session `sessionId`: every phase runs as {@linkcode USER}. */
+/** The key of the demo user's session `sessionId`. */
 function own(sessionId: string): SessionKey {
   return { userId: USER, sessionId };
 }
@@ -46,10 +42,8 @@ export interface Demo {
   out: (line: string) => void;
   style: Style;
   tracePath: string;
-  /** Every event emitted, in order (the same events the tracer wrote). */
-  events: RunEvent[];
-  /** Every request sent to the model, in order. */
-  requests: Message[][];
+  events: RunEvent[]; // every event emitted, in order (the same events the tracer wrote)
+  requests: Message[][]; // every request sent to the model, in order
 }
 
 /** A phase's verdict: `reason` is what was shown on PASS, or every failed check on FAIL. */

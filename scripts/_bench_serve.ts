@@ -1,0 +1,227 @@
+/**
+ * The bench's subprocess sections: HTTP load on `serve`, its memory with 1,000 sessions, and start-up of
+ * `serve` and `chat`. The agent runs as `deno task` runs it: `deno run --no-prompt <the task's flags>
+ * src/main.ts <command>`, with a clean environment holding only the runtime's variables.
+ * @module
+ */
+import { join } from "node:path";
+import { taskPermissionFlags } from "../src/permissions.ts";
+import {
+  baseEnv,
+  distribution,
+  freePort,
+  makeTempDir,
+  ManagedProcess,
+  median,
+  processMemory,
+  sleep,
+  startProvider,
+} from "./_bench_process.ts";
+import { floorTurn, openBenchRuntime, turnMessage } from "./_bench_turns.ts";
+
+function spawnAgent(command: "chat" | "serve", dir: string, baseUrl: string, extra = {}): ManagedProcess {
+  const env = {
+    OPENAI_BASE_URL: baseUrl,
+    AGENT_DB_PATH: join(dir, "db", "sessions.db"),
+    AGENT_TRACE_PATH: join(dir, "trace", "traces.jsonl"),
+    AGENT_STREAM: "0",
+    ...extra,
+  };
+  const flags = taskPermissionFlags(env, { task: command });
+  const args = command === "chat" ? ["--session", "startup"] : [];
+  return new ManagedProcess(["run", "--no-prompt", ...flags, "src/main.ts", command, ...args], {
+    ...baseEnv(),
+    ...env,
+  });
+}
+
+/** Starts `serve` on a free port and waits for its first 200 from `/healthz`. */
+async function startServe(dir: string, baseUrl: string) {
+  const port = freePort();
+  const process = spawnAgent("serve", dir, baseUrl, { AGENT_PORT: String(port) });
+  const origin = `http://127.0.0.1:${port}`;
+  for (const deadline = performance.now() + 30_000; performance.now() < deadline; await sleep(5)) {
+    const ok = await fetch(`${origin}/healthz`).then(
+      (r) => (r.body?.cancel(), r.status === 200),
+      () => false,
+    );
+    if (!ok) continue;
+    const startupMs = performance.now() - process.spawnedAt;
+    return { origin, process, startupMs, stop: async () => (await process.stop(15_000)).code };
+  }
+  await process.stop();
+  throw new Error(`serve was not healthy after 30 s:\n${process.stderr}`);
+}
+
+/** `clients` concurrent clients of sequential turns; on one `shared` session 429s wait for `Retry-After`. */
+async function runLoad(origin: string, clients: number, turnsPerClient: number, shared?: string) {
+  const [latencies, turnLatencies]: number[][] = [[], []];
+  let [errors, status429, wrongAnswers] = [0, 0, 0];
+  const client = async (k: number) => {
+    const url = `${origin}/v1/sessions/${shared ?? `load-${clients}-${k}`}/messages`;
+    for (let t = 0; t < turnsPerClient; t++) {
+      const body = JSON.stringify({ message: `what is ${k + 1}*(${t + 2}+4)?` });
+      const headers = { "content-type": "application/json" };
+      const firstAttempt = performance.now();
+      for (let attempt = 0; attempt <= 100; attempt++) {
+        const started = performance.now();
+        const response = await fetch(url, { method: "POST", headers, body }).catch(() => null);
+        const text = await response?.text();
+        if (response?.status === 429) status429++;
+        if (response?.status === 429 && shared !== undefined && attempt < 100) {
+          await sleep(Number(response.headers.get("retry-after") || 1) * 1000);
+          continue;
+        }
+        if (response?.status !== 200) errors++;
+        else {
+          latencies.push(performance.now() - started);
+          turnLatencies.push(performance.now() - firstAttempt);
+          if (!text!.includes(String((k + 1) * (t + 6)))) wrongAnswers++;
+        }
+        break;
+      }
+    }
+  };
+  const started = performance.now();
+  await Promise.all(Array.from({ length: clients }, (_, k) => client(k)));
+  const turnsPerSecond = latencies.length / ((performance.now() - started) / 1000);
+  return {
+    clients,
+    sessions: shared === undefined ? "distinct" : "one",
+    turns: latencies.length,
+    turnsPerSecond,
+    latency: distribution(latencies),
+    /** From a turn's first attempt to its 200, waits after 429s included. */
+    turnLatency: distribution(turnLatencies),
+    errors,
+    status429,
+    wrongAnswers,
+  };
+}
+
+/** The floor of a load: the same clients sending a turn's two requests straight to the provider. */
+async function runFloorLoad(url: string, bodies: string[], clients: number, turnsPerClient: number) {
+  const started = performance.now();
+  await Promise.all(Array.from({ length: clients }, async () => {
+    for (let t = 0; t < turnsPerClient; t++) await floorTurn(url, bodies);
+  }));
+  return (clients * turnsPerClient) / ((performance.now() - started) / 1000);
+}
+
+/** Options of {@linkcode measureHttp}. */
+export interface HttpOptions {
+  /** Client counts, each client on its own session. @default {[1, 16, 64]} */
+  clients?: number[];
+  /** Sequential turns per client. @default {20} */
+  turnsPerClient?: number;
+  /** Clients on one shared session afterwards; 0 skips it. @default {16} */
+  sharedClients?: number;
+  /** The provider's fixed latency per response. @default {50} */
+  latencyMs?: number;
+}
+
+/** `serve` under load against a provider with `latencyMs`, each run beside its ideal and floor. */
+export async function measureHttp(options: HttpOptions = {}) {
+  const { clients = [1, 16, 64], turnsPerClient = 20, sharedClients = 16, latencyMs = 50 } = options;
+  await using cleanup = new AsyncDisposableStack();
+  const provider = await startProvider(latencyMs);
+  cleanup.defer(() => provider.close());
+  const temp = await makeTempDir("mra-bench-http-");
+  cleanup.defer(() => temp.remove());
+  const capture = openBenchRuntime(temp.path, provider.url);
+  await capture.turn("capture", turnMessage(0));
+  const bodies = capture.takeRequests().map((r) => r.body);
+  capture.close();
+  const server = await startServe(temp.path, provider.url);
+  cleanup.defer(async () => void await server.stop());
+  // Unmeasured: the first requests compile the handler and the loop.
+  await runLoad(server.origin, 4, 2);
+  await runFloorLoad(capture.url, bodies, 4, 2);
+  const runs = [...clients.map((n) => [n, undefined] as const)];
+  if (sharedClients > 0) runs.push([sharedClients, "shared-1"] as never);
+  const rows = [];
+  for (const [n, shared] of runs) {
+    const summariesBefore = await provider.summaries();
+    const result = await runLoad(server.origin, n, turnsPerClient, shared);
+    const floor = shared === undefined ? await runFloorLoad(capture.url, bodies, n, turnsPerClient) : null;
+    const ideal = (shared === undefined ? n : 1) / ((2 * latencyMs) / 1000);
+    rows.push({
+      ...result,
+      idealTurnsPerSecond: ideal,
+      efficiency: result.turnsPerSecond / ideal,
+      floorTurnsPerSecond: floor,
+      efficiencyVsFloor: floor === null ? null : result.turnsPerSecond / floor,
+      summaryCalls: (await provider.summaries()) - summariesBefore,
+    });
+  }
+  const { rssMiB } = await processMemory(server.process.pid);
+  const exitCode = await server.stop();
+  return { latencyMs, turnsPerClient, startupMs: server.startupMs, rows, rssAfterLoadMiB: rssMiB, exitCode };
+}
+
+/** Memory of `serve` (VmRSS, MiB) idle, with `sessions` sessions created through it, and listed. */
+export async function measureMemory(options: { sessions?: number; concurrency?: number } = {}) {
+  const { sessions = 1000, concurrency = 16 } = options;
+  await using cleanup = new AsyncDisposableStack();
+  const provider = await startProvider();
+  cleanup.defer(() => provider.close());
+  const temp = await makeTempDir("mra-bench-memory-");
+  cleanup.defer(() => temp.remove());
+  const server = await startServe(temp.path, provider.url);
+  cleanup.defer(async () => void await server.stop());
+  const idle = await processMemory(server.process.pid);
+  let [next, errors] = [0, 0];
+  await Promise.all(Array.from({ length: concurrency }, async () => {
+    for (let i = next++; i < sessions; i = next++) {
+      const body = JSON.stringify({ message: `what is ${i}+1?` });
+      const headers = { "content-type": "application/json" };
+      const response = await fetch(`${server.origin}/v1/sessions/mem-${i}/messages`, {
+        method: "POST",
+        headers,
+        body,
+      });
+      if ((await response.text(), response.status) !== 200) errors++;
+    }
+  }));
+  const afterCreate = await processMemory(server.process.pid);
+  const listed = (await (await fetch(`${server.origin}/v1/sessions`)).json()).sessions.length;
+  const afterList = await processMemory(server.process.pid);
+  return {
+    sessions,
+    idleRssMiB: idle.rssMiB,
+    afterCreateRssMiB: afterCreate.rssMiB,
+    afterListRssMiB: afterList.rssMiB,
+    peakRssMiB: afterList.peakMiB,
+    listed,
+    errors,
+    exitCode: await server.stop(),
+  };
+}
+
+/** Start-up in ms, medians of `repeats` after one unmeasured: `serve` to its first 200, piped `chat` to its answer. */
+export async function measureStartup(options: { repeats?: number } = {}) {
+  const { repeats = 5 } = options;
+  await using cleanup = new AsyncDisposableStack();
+  const provider = await startProvider();
+  cleanup.defer(() => provider.close());
+  const temp = await makeTempDir("mra-bench-startup-");
+  cleanup.defer(() => temp.remove());
+  const [serveMs, chatMs]: number[][] = [[], []];
+  let chatOk = true;
+  for (let r = 0; r <= repeats; r++) {
+    const server = await startServe(join(temp.path, `serve-${r}`), provider.url);
+    const code = await server.stop();
+    if (code !== 0) throw new Error(`serve exited ${code} after SIGTERM:\n${server.process.stderr}`);
+    serveMs.push(server.startupMs);
+    const chat = spawnAgent("chat", join(temp.path, `chat-${r}`), provider.url);
+    await chat.input("what is 12*(3+4)?\n");
+    const line = await chat.line(0, 30_000);
+    chatOk &&= (await chat.exited()).code === 0 && line.text.includes("84");
+    chatMs.push(line.at - chat.spawnedAt);
+  }
+  return { repeats, serveMedianMs: median(serveMs.slice(1)), chatMedianMs: median(chatMs.slice(1)), chatOk };
+}
+
+export type HttpResult = Awaited<ReturnType<typeof measureHttp>>;
+export type MemoryResult = Awaited<ReturnType<typeof measureMemory>>;
+export type StartupResult = Awaited<ReturnType<typeof measureStartup>>;
