@@ -10,7 +10,7 @@ import { estimateRequestTokens } from "../src/compactor.ts";
 import { type Config, loadConfig } from "../src/config.ts";
 import { createLlmFromConfig } from "../src/llm/openai.ts";
 import { runTurn, type TurnDeps } from "../src/loop.ts";
-import { SessionStore } from "../src/store.ts";
+import { SqliteStore } from "../src/store/sqlite.ts";
 import { createLlmSummarizer, SUMMARY_PROMPT } from "../src/summarizer.ts";
 import { createBuiltinTools } from "../src/tools/builtin.ts";
 import { JsonlTracer } from "../src/trace.ts";
@@ -28,7 +28,7 @@ export interface SentRequest {
 export interface BenchRuntime {
   config: Readonly<Config>;
   deps: TurnDeps;
-  store: SessionStore;
+  store: SqliteStore;
   dbPath: string;
   tracePath: string;
   /** The chat URL the client posts to. */
@@ -84,7 +84,7 @@ export function openBenchRuntime(
     if (typeof init?.body === "string") sent.push(init.body);
     return send(input, init);
   };
-  const store = new SessionStore(persist ? config.dbPath : ":memory:");
+  const store = new SqliteStore(persist ? config.dbPath : ":memory:");
   const tracer = persist
     ? new JsonlTracer(config.tracePath, {
       maxPayloadChars: config.traceMaxPayloadChars,

@@ -13,7 +13,7 @@ import { ConfigError } from "../src/errors.ts";
 import type { LLM } from "../src/llm/llm.ts";
 import { createLlmFromConfig } from "../src/llm/openai.ts";
 import { ENV_VARIABLES, readEnvironment } from "../src/permissions.ts";
-import { SessionStore } from "../src/store.ts";
+import { SqliteStore } from "../src/store/sqlite.ts";
 import { createLlmSummarizer, deterministicSummarizer, type Summarizer } from "../src/summarizer.ts";
 import { createBuiltinTools } from "../src/tools/builtin.ts";
 import { JsonlTracer } from "../src/trace.ts";
@@ -127,7 +127,7 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
 
   const dir = Deno.makeTempDirSync({ prefix: "mra-demo-" });
   const tracePath = join(dir, "trace.jsonl");
-  const store = new SessionStore(join(dir, "sessions.db"));
+  const store = new SqliteStore(join(dir, "sessions.db"));
   const tracer = new JsonlTracer(tracePath, {
     maxPayloadChars: config.traceMaxPayloadChars,
     secrets: [config.apiKey],
@@ -181,7 +181,7 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
     }
   } finally {
     tracer.close();
-    store.close();
+    await store.close();
     if (keep) out(style.dim(`kept ${dir}`));
     else Deno.removeSync(dir, { recursive: true });
   }

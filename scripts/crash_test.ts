@@ -98,12 +98,14 @@ export async function runCrashRounds(options: CrashRoundsOptions = {}): Promise<
   try {
     for (let round = 1; round <= rounds; round++) {
       const kill = await killRound(run, round);
-      const found = [...kill.problems, ...checkCrashInvariants(run.dbPath, run.tracePath)];
+      const found = [...kill.problems, ...await checkCrashInvariants(run.dbPath, run.tracePath)];
       const checked = found.length;
       found.push(...await newTurn(run));
-      found.push(...checkCrashInvariants(run.dbPath, run.tracePath).map((v) => `after the new turn: ${v}`));
+      found.push(
+        ...(await checkCrashInvariants(run.dbPath, run.tracePath)).map((v) => `after the new turn: ${v}`),
+      );
       moments[kill.moment] = (moments[kill.moment] ?? 0) + 1;
-      const nowOrphans = countOrphanTodos(run);
+      const nowOrphans = await countOrphanTodos(run);
       const note = nowOrphans > orphans ? ` (${nowOrphans - orphans} todo without its stored result)` : "";
       orphans = nowOrphans;
       const verdict = found.length === 0 ? "ok" : `${found.length} VIOLATION(S)`;
@@ -116,7 +118,7 @@ export async function runCrashRounds(options: CrashRoundsOptions = {}): Promise<
         log(`  ${line}`);
       });
     }
-    const last = [...await newTurn(run), ...checkCrashInvariants(run.dbPath, run.tracePath)];
+    const last = [...await newTurn(run), ...await checkCrashInvariants(run.dbPath, run.tracePath)];
     for (const v of last) violations.push(`final new turn: ${v}`);
     log(`final new turn: ${last.length === 0 ? "ok" : last.join("; ")}`);
     const sum = (prefix: string) =>
@@ -125,14 +127,14 @@ export async function runCrashRounds(options: CrashRoundsOptions = {}): Promise<
     return {
       kills: rounds,
       violations,
-      turns: readSession(run.dbPath)?.turns ?? 0,
+      turns: (await readSession(run.dbPath))?.turns ?? 0,
       compactions: traced.filter((e) => e.event === "compact" && e.data.ok === true).length,
       summaryCalls: provider.stats.summaries,
       moments,
       compactionKills: sum("during compaction"),
       toolKills: sum("during tool execution"),
       toolKillsUnstored: sum("during tool execution (results not stored)"),
-      orphanTodos: countOrphanTodos(run),
+      orphanTodos: await countOrphanTodos(run),
       elapsedMs: performance.now() - started,
     };
   } finally {

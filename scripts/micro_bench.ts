@@ -13,7 +13,7 @@
 import { join } from "node:path";
 import { estimateRequestTokens, planCompaction } from "../src/compactor.ts";
 import { buildContext, SYSTEM_PROMPT } from "../src/context.ts";
-import { SessionStore } from "../src/store.ts";
+import { SqliteStore } from "../src/store/sqlite.ts";
 import { createBuiltinTools } from "../src/tools/builtin.ts";
 import { evaluate } from "../src/tools/calculator.ts";
 import { JsonlTracer } from "../src/trace.ts";
@@ -61,9 +61,9 @@ const window = history(10);
 const long = history(250);
 
 const dir = Deno.makeTempDirSync({ prefix: "mra-micro-bench-" });
-const store = new SessionStore(join(dir, "sessions.db"));
+const store = new SqliteStore(join(dir, "sessions.db"));
 const key = { userId: "bench", sessionId: "micro" };
-store.getOrCreate(key);
+await store.getOrCreate(key);
 // What every request carries besides its messages: the system prompt and the built-in tools' schemas.
 const fixedTokens = estimateRequestTokens(
   [{ role: "system", content: SYSTEM_PROMPT }],
@@ -100,7 +100,7 @@ Deno.bench("compaction: planCompaction over 1,000 messages", { group: "pure" }, 
   planCompaction(long, { maxRawTurns: 20, maxCtxTokens: 6000, fixedTokens });
 });
 
-Deno.bench("store: append one tool turn (2 calls + 2 results), temp file", { group: "io" }, () => {
+Deno.bench("store: append one tool turn (2 calls + 2 results), temp file", { group: "io" }, async () => {
   const id = `turn-${appended++}`;
   const at = "2026-01-01T00:00:00.000Z";
   const result = JSON.stringify({
@@ -109,7 +109,7 @@ Deno.bench("store: append one tool turn (2 calls + 2 results), temp file", { gro
     error: null,
     truncated: false,
   });
-  store.append(key, [
+  await store.append(key, [
     {
       id: `${id}:0`,
       role: "assistant",

@@ -3,6 +3,7 @@
  * limit (plus one chunk) in memory, whatever `Content-Length` claims.
  * @module
  */
+import { abortable, abortError } from "../abort.ts";
 import { HttpError } from "./errors.ts";
 
 /** Options of {@linkcode readJsonBody} and {@linkcode readMessageField}. */
@@ -160,7 +161,7 @@ async function readLimited(
   const aborted = signals.find((signal) => signal.aborted);
   if (aborted !== undefined) {
     await cancelBody(request);
-    throw abortReason(aborted);
+    throw abortError(aborted, "Cannot read request body: the request");
   }
   if (request.body === null) return new Uint8Array(0);
   const reader = request.body.getReader();
@@ -190,15 +191,14 @@ async function readLimited(
   return bytes;
 }
 
-/** One `reader.read()` raced against the idle timer and the signals; always clears both. */
+/** One `reader.read()` raced against the idle timer and the signals; always clears the timer. */
 async function readChunk(
   reader: ReadableStreamDefaultReader<Uint8Array>,
   signals: AbortSignal[],
   idleTimeoutMs: number,
 ): Promise<ReadableStreamReadResult<Uint8Array>> {
   let timer: ReturnType<typeof setTimeout> | undefined;
-  let onAbort: ((event: Event) => void) | undefined;
-  const stopped = new Promise<never>((_, reject) => {
+  const idle = new Promise<never>((_, reject) => {
     timer = setTimeout(() => {
       reject(
         new HttpError(
@@ -208,14 +208,11 @@ async function readChunk(
         ),
       );
     }, idleTimeoutMs);
-    onAbort = (event) => reject(abortReason(event.target as AbortSignal));
-    for (const signal of signals) signal.addEventListener("abort", onAbort, { once: true });
   });
   try {
-    return await Promise.race([reader.read().catch(streamFailed), stopped]);
+    return await abortable(Promise.race([reader.read().catch(streamFailed), idle]), signals);
   } finally {
     clearTimeout(timer);
-    for (const signal of signals) signal.removeEventListener("abort", onAbort!);
   }
 }
 
@@ -226,8 +223,4 @@ function streamFailed(error: unknown): never {
   );
   Object.defineProperty(abort, "cause", { value: error, writable: true, configurable: true });
   throw abort;
-}
-
-function abortReason(signal: AbortSignal): unknown {
-  return signal.reason ?? new DOMException("Cannot read request body: the request was aborted", "AbortError");
 }

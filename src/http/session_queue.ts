@@ -4,6 +4,7 @@
  * dropped before it starts.
  * @module
  */
+import { abortError } from "../abort.ts";
 import { HttpError } from "./errors.ts";
 
 /** Options of {@linkcode SessionQueue}. */
@@ -94,7 +95,7 @@ export class SessionQueue {
    */
   run<T>(key: string, task: () => Promise<T>, options: RunOptions = {}): Promise<T> {
     const { signal } = options;
-    if (signal?.aborted) return Promise.reject(abortReason(signal));
+    if (signal?.aborted) return Promise.reject(abortError(signal, "Cannot run turn: waiting"));
     const full = this.rejection(key);
     if (full !== null) return Promise.reject(full);
     const waiting = this.#lanes.get(key);
@@ -125,7 +126,7 @@ export class SessionQueue {
         // Still waiting (a started task has removed this listener): the key is present and holds `start`.
         const queue = this.#lanes.get(key)!;
         queue.splice(queue.indexOf(start), 1);
-        reject(abortReason(signal!));
+        reject(abortError(signal!, "Cannot run turn: waiting"));
       };
       if (waiting === undefined) {
         this.#lanes.set(key, []);
@@ -161,8 +162,4 @@ export class SessionQueue {
   #retryAfterSeconds(): number {
     return Math.min(MAX_RETRY_AFTER_SECONDS, Math.max(1, Math.ceil(this.#averageTurnMs / 1000)));
   }
-}
-
-function abortReason(signal: AbortSignal): unknown {
-  return signal.reason ?? new DOMException("Cannot run turn: it was aborted while waiting", "AbortError");
 }

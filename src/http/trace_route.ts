@@ -3,7 +3,7 @@
  * request never reads the whole trace nor blocks the event loop on file I/O.
  * @module
  */
-import type { Session } from "../store.ts";
+import type { Session } from "../store/store.ts";
 import { decodeTraceCursor, encodeTraceCursor, type TraceCursor } from "../trace_cursor.ts";
 import type { TraceReader } from "../trace_reader.ts";
 import { HttpError } from "./errors.ts";
