@@ -1,7 +1,4 @@
-/**
- * What the HTTP handler and its routes are built from. Only `src/main.ts` builds the real ones.
- * @module
- */
+/** What the HTTP handler and its routes are built from; only `src/main.ts` builds the real ones. @module */
 import type { Agent } from "../loop.ts";
 import type { TraceReader } from "../trace_reader.ts";
 import type { EventSink } from "../types.ts";
@@ -19,10 +16,7 @@ export interface HandlerDeps {
   maxBodyBytes: number;
   /** The JSONL trace file the trace route reads (with its rotated files). */
   tracePath: string;
-  /**
-   * The trace index; pass the one the tracer feeds (`onAppend`) so this process's lines are not re-read.
-   * @default {new TraceReader(tracePath)}
-   */
+  /** The trace index the tracer feeds (`onAppend`). @default {new TraceReader(tracePath)} */
   traceReader?: TraceReader;
   /** The model name `/healthz` reports. */
   model: string;

@@ -7,36 +7,22 @@ import { SessionError } from "../errors.ts";
 
 /** Options of {@linkcode HttpError}. */
 export interface HttpErrorOptions {
-  /**
-   * Extra response headers, such as `Retry-After` or `WWW-Authenticate`.
-   * @default {{}}
-   */
+  /** Extra response headers, such as `Retry-After`. @default {{}} */
   headers?: Record<string, string>;
-  /**
-   * Extra fields of the body's `error` object, such as `run_id`.
-   * @default {{}}
-   */
+  /** Extra fields of the body's `error` object, such as `run_id`. @default {{}} */
   details?: Record<string, unknown>;
-  /**
-   * The underlying error, kept for logs and never sent to the client.
-   * @default {undefined}
-   */
+  /** The underlying error, for logs; never sent. @default {undefined} */
   cause?: unknown;
 }
 
-/**
- * A failure the client caused or must react to: status, snake_case `code`, and a message sent as is (so it
- * must never hold a secret).
- */
+/** A failure the client caused or must react to. The message is sent as is, so it never holds a secret. */
 export class HttpError extends Error {
   override name = "HttpError";
   /** HTTP status, 400–599. */
   readonly status: number;
   /** Stable snake_case code a client can branch on, like `"payload_too_large"`. */
   readonly code: string;
-  /** Extra response headers (frozen). */
   readonly headers: Readonly<Record<string, string>>;
-  /** Extra fields of the body's `error` object (frozen). */
   readonly details: Readonly<Record<string, unknown>>;
 
   /** @throws {RangeError} when `status` is not an integer in 400–599. */
@@ -68,9 +54,8 @@ export class HttpError extends Error {
 }
 
 /**
- * Any thrown value as the `HttpError` to answer with: itself, a `SessionError` as 400 (409 with nothing to
- * retry), an `AbortError` as 499 (the client is gone), and anything else as a 500 saying `internal` — the
- * error goes to `log`, never to the client.
+ * Any thrown value as the `HttpError` to answer with: itself; a `SessionError` as 400 (409 with nothing to
+ * retry); an `AbortError` as 499 (the client is gone); anything else, logged, as a 500 saying `internal`.
  */
 export function toHttpError(
   error: unknown,

@@ -34,16 +34,9 @@ export function sseFrame(event: string, data: unknown): string {
   return `event: ${event}\ndata: ${JSON.stringify(data)}\n\n`;
 }
 
-function wantsEventStream(request: Request): boolean {
-  return (request.headers.get("accept") ?? "").toLowerCase().includes("text/event-stream");
-}
-
 /** Options of {@linkcode handleTurn}. */
 export interface HandleTurnOptions {
-  /**
-   * Rerun the session's last unanswered message instead of reading one from the body (which is not read).
-   * @default {false}
-   */
+  /** Rerun the session's last unanswered message; the body is not read. @default {false} */
   retry?: boolean;
 }
 
@@ -82,7 +75,7 @@ export async function handleTurn(
       },
     );
 
-  if (!wantsEventStream(request)) {
+  if (!(request.headers.get("accept") ?? "").toLowerCase().includes("text/event-stream")) {
     let timedOut = false;
     const result = await run((event) => {
       deps.emit(event);
