@@ -94,23 +94,10 @@ export class SessionQueue {
         signal?.removeEventListener("abort", onAbort);
         this.#active++;
         const startedAt = performance.now();
-        let result: Promise<T>;
-        try {
-          result = Promise.resolve(task());
-        } catch (error) {
-          result = Promise.reject(error);
-        }
         // Release the key before settling, so whoever awaits `run` already sees the queue without this task.
-        result.then(
-          (value) => {
-            this.#finish(key, performance.now() - startedAt);
-            resolve(value);
-          },
-          (error) => {
-            this.#finish(key, performance.now() - startedAt);
-            reject(error);
-          },
-        );
+        new Promise<T>((run) => run(task()))
+          .finally(() => this.#finish(key, performance.now() - startedAt))
+          .then(resolve, reject);
       };
       const onAbort = () => {
         // Still waiting (a started task has removed this listener): the key is present and holds `start`.

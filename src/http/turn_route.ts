@@ -90,36 +90,33 @@ export async function handleTurn(
   }
 
   const encoder = new TextEncoder();
-  let controller!: ReadableStreamDefaultController<Uint8Array>;
   let open = true;
-  const send = (event: string, data: unknown) => {
-    if (open) controller.enqueue(encoder.encode(sseFrame(event, data)));
-  };
   const stream = new ReadableStream<Uint8Array>({
-    start(c) {
-      controller = c;
+    start(controller) {
+      const send = (event: string, data: unknown) => {
+        if (open) controller.enqueue(encoder.encode(sseFrame(event, data)));
+      };
+      run(
+        (event) => {
+          deps.emit(event);
+          send(event.event, event);
+        },
+        // Deltas are a live view for this client only: never traced, the answer event holds the full text.
+        (text) => send("delta", { text }),
+      ).catch((error) => {
+        const failure = toHttpError(error, deps.log, "internal error");
+        // A client gone while waiting is routine: no frame, nobody reads it.
+        if (failure.status !== 499) send("error", { error: { ...failure.body(), status: failure.status } });
+      }).finally(() => {
+        if (open) controller.close();
+        open = false;
+      });
     },
     cancel() {
       // The client went away; request.signal aborts the turn (a write to the closed stream makes Deno see it
       // even when the request's body came after its headers).
       open = false;
     },
-  });
-  run(
-    (event) => {
-      deps.emit(event);
-      send(event.event, event);
-    },
-    // Deltas are a live view for this client only: never traced, the answer event holds the full text.
-    (text) => send("delta", { text }),
-  ).catch((error) => {
-    const failure = toHttpError(error, deps.log, "internal error");
-    // A client gone while waiting is routine: no frame, nobody reads it.
-    if (failure.status !== 499) send("error", { error: { ...failure.body(), status: failure.status } });
-  }).finally(() => {
-    if (!open) return;
-    open = false;
-    controller.close();
   });
   return new Response(stream, {
     headers: {
