@@ -317,3 +317,26 @@ Deno.test("SqliteStore: a property, any text in any field is in memory what a re
     { numRuns: 150 },
   );
 });
+
+Deno.test("SqliteStore.messages() equals a reload after the newest messages are discarded and new ones appended", async () => {
+  using dir = tempDir();
+  const path = `${dir.path}/s.db`;
+  const store = new SqliteStore(path);
+  try {
+    await store.getOrCreate(keyOf("s"));
+    await store.append(keyOf("s"), [msg("r1:0", "user", "one"), msg("r1:1", "assistant", "1")]);
+    assert.equal((await store.messages(keyOf("s"))).length, 2);
+    // The table's last rows go: SQLite may give their rowids to the next rows, which must still be read.
+    assert.equal(await store.discardMessages(keyOf("s"), ["r1:1"]), 1);
+    await store.append(keyOf("s"), [msg("r2:0", "user", "two")]);
+    assert.deepEqual((await store.messages(keyOf("s"))).map((m) => m.id), ["r1:0", "r2:0"]);
+    assert.deepEqual(await store.messages(keyOf("s")), await reloaded(path, "s"));
+    // An older message goes (as compaction cuts them): the list in memory loses it too.
+    await store.applyCompaction(keyOf("s"), "{}", ["r1:0"], 1);
+    await store.append(keyOf("s"), [msg("r3:0", "user", "three")]);
+    assert.deepEqual((await store.messages(keyOf("s"))).map((m) => m.id), ["r2:0", "r3:0"]);
+    assert.deepEqual(await store.messages(keyOf("s")), await reloaded(path, "s"));
+  } finally {
+    await store.close();
+  }
+});

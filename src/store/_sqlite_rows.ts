@@ -6,11 +6,12 @@ import { freezeMessage } from "../context.ts";
 import type { Role, StoredMessage, ToolCall } from "../types.ts";
 import type { Session, Todo } from "./store.ts";
 
-type Row = Record<string, unknown>;
+export type Row = Record<string, unknown>;
 
 // ignoreBOM: a text that starts with U+FEFF keeps it.
 const decoder = new TextDecoder("utf-8", { ignoreBOM: true });
-function text(bytes: unknown): string {
+/** A text column read as bytes (`CAST(… AS BLOB)`). */
+export function text(bytes: unknown): string {
   return decoder.decode(bytes as Uint8Array);
 }
 

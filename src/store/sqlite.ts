@@ -5,7 +5,7 @@
  */
 import { DatabaseSync, type StatementSync } from "node:sqlite";
 import type { StoredMessage } from "../types.ts";
-import { toMessage, toRow, toSession, toTodo } from "./_sqlite_rows.ts";
+import { type Row, text, toMessage, toRow, toSession, toTodo } from "./_sqlite_rows.ts";
 import { migrate, SCHEMA_VERSION } from "./_sqlite_schema.ts";
 import {
   type Session,
@@ -47,7 +47,8 @@ const SQL = {
     "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(user_id, session_id, id) DO NOTHING",
   touchSession:
     "UPDATE sessions SET turn_count = turn_count + ?, updated_at = ? WHERE user_id = ? AND id = ?",
-  deleteMessage: "DELETE FROM messages WHERE user_id = ? AND session_id = ? AND id = ? RETURNING role",
+  deleteMessage: "DELETE FROM messages WHERE user_id = ? AND session_id = ? AND id = ? " +
+    "RETURNING rowid, CAST(id AS BLOB) AS id, role",
   setSummary: "UPDATE sessions SET summary = ?, compacted_turns = compacted_turns + ?, updated_at = ? " +
     "WHERE user_id = ? AND id = ?",
   // Messages and todos go by ON DELETE CASCADE, in the same transaction.
@@ -128,17 +129,27 @@ export class SqliteStore implements SessionStore {
     }
   }
 
-  /** `work` on the key's ids, checked before the transaction, inside one. */
-  #write<T>(key: SessionKey, work: (userId: string, sessionId: string) => T): Promise<T> {
+  /**
+   * `work` on the key's ids (checked first) in one transaction; the message rows it reports in `deleted`
+   * leave the cached list once committed.
+   */
+  #write<T>(key: SessionKey, work: (userId: string, sessionId: string, deleted: Row[]) => T): Promise<T> {
     return this.#read(() => {
       const { userId, sessionId } = validateKey(key);
-      return this.#transaction(() => work(userId, sessionId));
+      const deleted: Row[] = [];
+      const result = this.#transaction(() => work(userId, sessionId, deleted));
+      const name = `${userId}\u0000${sessionId}`;
+      const cached = this.#history.get(name);
+      if (cached === undefined || deleted.length === 0) return result;
+      // SQLite may hand out the rowid of a deleted last row again: then read the list afresh.
+      if (deleted.some((row) => row.rowid === cached.rowid)) {
+        this.#history.delete(name);
+        return result;
+      }
+      const gone = new Set(deleted.map((row) => text(row.id)));
+      cached.list = cached.list.filter((m) => !gone.has(m.id));
+      return result;
     });
-  }
-
-  /** Drops the session's cached list: for writes that delete messages. */
-  #forget(userId: string, sessionId: string): void {
-    this.#history.delete(`${userId}\u0000${sessionId}`);
   }
 
   #session(key: SessionKey): Session | null {
@@ -204,12 +215,13 @@ export class SqliteStore implements SessionStore {
   }
 
   applyCompaction(key: SessionKey, summary: string, cutIds: readonly string[], turns: number): Promise<void> {
-    return this.#write(key, (userId, sessionId) => {
-      this.#forget(userId, sessionId);
+    return this.#write(key, (userId, sessionId, deleted) => {
       for (const id of cutIds) {
-        if (this.#sql.deleteMessage.get(userId, sessionId, id) === undefined) {
+        const row = this.#sql.deleteMessage.get(userId, sessionId, id);
+        if (row === undefined) {
           throw new Error(`Cannot compact session "${sessionId}": message "${id}" is not stored`);
         }
+        deleted.push(row);
       }
       const { changes } = this.#sql.setSummary.run(
         summary,
@@ -223,24 +235,22 @@ export class SqliteStore implements SessionStore {
   }
 
   discardMessages(key: SessionKey, ids: readonly string[]): Promise<number> {
-    return this.#write(key, (userId, sessionId) => {
-      this.#forget(userId, sessionId);
-      let gone = 0;
+    return this.#write(key, (userId, sessionId, deleted) => {
       let turns = 0;
       for (const id of ids) {
         const row = this.#sql.deleteMessage.get(userId, sessionId, id);
         if (row === undefined) continue;
-        gone += 1;
+        deleted.push(row);
         if (row.role === "user") turns += 1;
       }
       if (turns > 0) this.#sql.touchSession.run(-turns, this.#now().toISOString(), userId, sessionId);
-      return gone;
+      return deleted.length;
     });
   }
 
   deleteSession(key: SessionKey): Promise<boolean> {
     return this.#write(key, (userId, sessionId) => {
-      this.#forget(userId, sessionId);
+      this.#history.delete(`${userId}\u0000${sessionId}`);
       return this.#sql.deleteSession.run(userId, sessionId).changes === 1;
     });
   }
