@@ -9,7 +9,7 @@ import { estimateRequestTokens } from "../src/memory/plan.ts";
 import { loadConfig } from "../src/config.ts";
 import { createLlmFromConfig } from "../src/llm/openai.ts";
 import { runTurn, type TurnDeps } from "../src/loop.ts";
-import { SessionStore } from "../src/store.ts";
+import { SqliteStore } from "../src/store/sqlite.ts";
 import { createLlmSummarizer, SUMMARY_PROMPT } from "../src/memory/summarizer.ts";
 import { createBuiltinTools } from "../src/tools/builtin.ts";
 import { JsonlTracer } from "../src/trace.ts";
@@ -43,7 +43,7 @@ export function openBenchRuntime(
     if (typeof init?.body === "string") sent.push(init.body);
     return send(input, init);
   };
-  const store = new SessionStore(persist ? dbPath : ":memory:");
+  const store = new SqliteStore(persist ? dbPath : ":memory:");
   const tracer = persist
     ? new JsonlTracer(tracePath, { maxPayloadChars: config.traceMaxPayloadChars, secrets: [config.apiKey] })
     : null;

@@ -8,7 +8,7 @@ import { existsSync } from "node:fs";
 import { DatabaseSync } from "node:sqlite";
 import { fileURLToPath } from "node:url";
 import { taskPermissionFlags } from "../src/permissions.ts";
-import { SessionStore } from "../src/store.ts";
+import { SqliteStore } from "../src/store/sqlite.ts";
 import { isRecord } from "./_crash_invariants.ts";
 import type { CrashProvider, ProviderMoment } from "./_crash_provider.ts";
 
@@ -132,16 +132,16 @@ export function wholeEvents(text: string): Record<string, unknown>[] {
  * The session's turn count, compacted turns and stored tool messages; null before it exists, or when the
  * database cannot be read (the invariant check reports why).
  */
-export function readSession(
+export async function readSession(
   dbPath: string,
-): { turns: number; compacted: number; toolIds: Set<string> } | null {
+): Promise<{ turns: number; compacted: number; toolIds: Set<string> } | null> {
   if (!existsSync(dbPath)) return null;
-  let store: SessionStore | null = null;
+  let store: SqliteStore | null = null;
   try {
-    store = new SessionStore(dbPath);
-    const session = store.get(CRASH_KEY);
+    store = new SqliteStore(dbPath);
+    const session = await store.get(CRASH_KEY);
     if (session === null) return null;
-    const tools = store.messages(CRASH_KEY).filter((m) => m.role === "tool");
+    const tools = (await store.messages(CRASH_KEY)).filter((m) => m.role === "tool");
     return {
       turns: session.turnCount,
       compacted: session.compactedTurns,
@@ -150,7 +150,7 @@ export function readSession(
   } catch {
     return null;
   } finally {
-    store?.close();
+    await store?.close();
   }
 }
 

@@ -6,10 +6,9 @@
  */
 import { existsSync } from "node:fs";
 import { DatabaseSync } from "node:sqlite";
-import { SUMMARY_FIELDS } from "../src/memory/summary.ts";
-import { MAX_SUMMARY_ITEMS } from "../src/memory/summary.ts";
-import { parseSummary } from "../src/memory/summary.ts";
-import { type SessionKey, SessionStore } from "../src/store.ts";
+import { MAX_SUMMARY_ITEMS, parseSummary, SUMMARY_FIELDS } from "../src/memory/summary.ts";
+import { SqliteStore } from "../src/store/sqlite.ts";
+import type { SessionKey } from "../src/store/store.ts";
 import { readTrace } from "../src/trace.ts";
 import { RUN_EVENT_NAMES, type StoredMessage } from "../src/types.ts";
 
@@ -101,7 +100,7 @@ function checkSummary(sessionId: string, text: string | null, out: string[]): vo
   }
 }
 
-function checkDatabase(path: string, out: string[]): void {
+async function checkDatabase(path: string, out: string[]): Promise<void> {
   if (!existsSync(path)) return;
   let sessionKeys: SessionKey[];
   try {
@@ -121,9 +120,9 @@ function checkDatabase(path: string, out: string[]): void {
     out.push(`cannot check the database: ${(error as Error).message}`);
     return;
   }
-  let store: SessionStore;
+  let store: SqliteStore;
   try {
-    store = new SessionStore(path);
+    store = new SqliteStore(path);
   } catch (error) {
     out.push(`cannot open the store: ${(error as Error).message}`);
     return;
@@ -131,10 +130,10 @@ function checkDatabase(path: string, out: string[]): void {
   try {
     for (const key of sessionKeys) {
       const id = key.sessionId;
-      const session = store.get(key)!;
+      const session = (await store.get(key))!;
       let messages: StoredMessage[];
       try {
-        messages = store.messages(key);
+        messages = await store.messages(key);
       } catch (error) {
         out.push(`session ${id}: cannot read its messages: ${(error as Error).message}`);
         continue;
@@ -150,7 +149,7 @@ function checkDatabase(path: string, out: string[]): void {
       }
     }
   } finally {
-    store.close();
+    await store.close();
   }
 }
 
@@ -186,9 +185,9 @@ function checkTraceFile(path: string, out: string[]): void {
  * `readTrace` returning exactly the whole events. Missing files count as empty. Call it only while no
  * other process writes the files.
  */
-export function checkCrashInvariants(dbPath: string, tracePath: string): string[] {
+export async function checkCrashInvariants(dbPath: string, tracePath: string): Promise<string[]> {
   const out: string[] = [];
-  checkDatabase(dbPath, out);
+  await checkDatabase(dbPath, out);
   checkTraceFile(tracePath, out);
   return out;
 }

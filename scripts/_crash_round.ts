@@ -101,7 +101,7 @@ export async function killRound(run: Run, round: number): Promise<KillOutcome> {
     gap: int(0, 2),
     late: int(0, 20),
   };
-  const before = readSession(run.dbPath) ?? { turns: 0, compacted: 0 };
+  const before = await readSession(run.dbPath) ?? { turns: 0, compacted: 0 };
   const traceStart = fileSize(run.tracePath);
   const chat = spawnChat(run, run.spawns % 2 === 0);
   const exited = chat.child.status;
@@ -205,7 +205,7 @@ export async function killRound(run: Run, round: number): Promise<KillOutcome> {
   await run.provider.idle();
   if (ended) problems.push(`chat exited by itself (code ${code}) before the kill: ${clip(stderr, 300)}`);
 
-  const after = readSession(run.dbPath);
+  const after = await readSession(run.dbPath);
   const events = wholeEvents(readFrom(run.tracePath, traceStart));
   const traced = events.filter((e) => e.event === "compact" && isRecord(e.data) && e.data.ok === true)
     .reduce((n, e) => n + Number((e.data as { turns_removed?: number }).turns_removed ?? 0), 0);

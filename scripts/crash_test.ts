@@ -83,10 +83,12 @@ export async function runCrashRounds(options: CrashRoundsOptions = {}): Promise<
   try {
     for (let round = 1; round <= rounds; round++) {
       const kill = await killRound(run, round);
-      const found = [...kill.problems, ...checkCrashInvariants(run.dbPath, run.tracePath)];
+      const found = [...kill.problems, ...await checkCrashInvariants(run.dbPath, run.tracePath)];
       const checked = found.length;
       found.push(...await newTurn(run));
-      found.push(...checkCrashInvariants(run.dbPath, run.tracePath).map((v) => `after the new turn: ${v}`));
+      found.push(
+        ...(await checkCrashInvariants(run.dbPath, run.tracePath)).map((v) => `after the new turn: ${v}`),
+      );
       moments[kill.moment] = (moments[kill.moment] ?? 0) + 1;
       const verdict = found.length === 0 ? "ok" : `${found.length} VIOLATION(S)`;
       const turns = `${kill.turns} turn${kill.turns === 1 ? "" : "s"}`;
@@ -98,7 +100,7 @@ export async function runCrashRounds(options: CrashRoundsOptions = {}): Promise<
         log(`  ${line}`);
       });
     }
-    const last = [...await newTurn(run), ...checkCrashInvariants(run.dbPath, run.tracePath)];
+    const last = [...await newTurn(run), ...await checkCrashInvariants(run.dbPath, run.tracePath)];
     for (const v of last) violations.push(`final new turn: ${v}`);
     log(`final new turn: ${last.length === 0 ? "ok" : last.join("; ")}`);
     const sum = (prefix: string) =>
@@ -107,7 +109,7 @@ export async function runCrashRounds(options: CrashRoundsOptions = {}): Promise<
     return {
       kills: rounds,
       violations,
-      turns: readSession(run.dbPath)?.turns ?? 0,
+      turns: (await readSession(run.dbPath))?.turns ?? 0,
       compactions: traced.filter((e) => e.event === "compact" && e.data.ok === true).length,
       summaryCalls: provider.stats.summaries,
       moments,

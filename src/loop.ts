@@ -7,7 +7,7 @@ import { buildContext, freezeMessage, SYSTEM_PROMPT } from "./context.ts";
 import { LlmError, SessionError } from "./errors.ts";
 import type { LLM } from "./llm/llm.ts";
 import { compactIfDue, type MemoryState } from "./memory/compact.ts";
-import type { SessionKey, SessionStore } from "./store.ts";
+import type { SessionKey, SessionStore } from "./store/store.ts";
 import type { Summarizer } from "./memory/summarizer.ts";
 import { DEFAULT_MAX_TOOL_CALLS_PER_STEP, runToolCalls } from "./tool_calls.ts";
 import type { ToolRegistry } from "./tools/registry.ts";
@@ -67,6 +67,9 @@ export interface TurnDeps {
   onDelta?: (text: string, step: number) => void;
 }
 
+/** An agent: a turn's dependencies without the per-call `emit`, `signal` and `onDelta`. */
+export type Agent = Omit<TurnDeps, "emit" | "signal" | "onDelta">;
+
 /** One user turn: a new message, or (`retry`) the session's last unanswered one again. */
 export interface TurnInput {
   sessionId: string;
@@ -95,14 +98,14 @@ export function unansweredMessage(history: readonly StoredMessage[]): StoredMess
 }
 
 /** What a turn starts from: its session, the message it answers, and whether that is already stored. */
-function openTurn(input: TurnInput, key: SessionKey, store: SessionStore) {
+async function openTurn(input: TurnInput, key: SessionKey, store: SessionStore) {
   const { message, retry = false } = input;
   if (!retry && (typeof message !== "string" || message.trim() === "")) {
     throw new TypeError("Cannot run a turn: the message must be a non-empty string");
   }
   // A retry creates nothing: a session that does not exist has nothing to retry.
-  const session = retry ? store.get(key) : store.getOrCreate(key);
-  const history = session === null ? [] : store.messages(key);
+  const session = await (retry ? store.get(key) : store.getOrCreate(key));
+  const history = session === null ? [] : await store.messages(key);
   if (!retry) return { session: session!, history, message: message!, stored: false };
   const question = unansweredMessage(history);
   if (session === null || question === null || question.content === null) {
@@ -176,7 +179,7 @@ export async function runTurn(input: TurnInput, deps: TurnDeps): Promise<TurnRes
   }
 
   const key = { userId: input.userId, sessionId: input.sessionId };
-  const { session, history, message, stored } = openTurn(input, key, store);
+  const { session, history, message, stored } = await openTurn(input, key, store);
   let memory: MemoryState = { key, summary: session.summary, history };
   const schemas = tools.schemas();
   const fixed = { system: [{ role: "system" as const, content: SYSTEM_PROMPT }], tools: schemas };
@@ -201,7 +204,7 @@ export async function runTurn(input: TurnInput, deps: TurnDeps): Promise<TurnRes
     };
     emit(e);
   };
-  const save = (...messages: Omit<StoredMessage, "id" | "createdAt">[]): void => {
+  const save = async (...messages: Omit<StoredMessage, "id" | "createdAt">[]): Promise<void> => {
     // Frozen like the store's own copies: the same objects go into every request of the turn. The tool calls
     // are copied first, so the model client's own objects are never frozen under it.
     const stamped = messages.map((m) =>
@@ -212,7 +215,7 @@ export async function runTurn(input: TurnInput, deps: TurnDeps): Promise<TurnRes
         createdAt: now().toISOString(),
       })
     );
-    store.append(key, stamped);
+    await store.append(key, stamped);
     memory.history.push(...stamped);
     saved.push(...stamped.map((m) => m.id));
   };
@@ -223,8 +226,8 @@ export async function runTurn(input: TurnInput, deps: TurnDeps): Promise<TurnRes
 
   // An abort comes before the answer is stored: the turn is taken back (its question too, unless a retry's),
   // and the trace's error event says so.
-  const abort = (step: number, steps: number): TurnResult => {
-    const discarded = store.discardMessages(key, saved);
+  const abort = async (step: number, steps: number): Promise<TurnResult> => {
+    const discarded = await store.discardMessages(key, saved);
     event("error", step, {
       kind: "aborted",
       status: null,
@@ -236,7 +239,7 @@ export async function runTurn(input: TurnInput, deps: TurnDeps): Promise<TurnRes
   };
 
   event("run_start", null, { user_id: input.userId, message, ...(stored ? { retry: true } : {}) });
-  if (!stored) save({ role: "user", content: message });
+  if (!stored) await save({ role: "user", content: message });
 
   let nudged = false;
   let compacting = true;
@@ -300,27 +303,27 @@ export async function runTurn(input: TurnInput, deps: TurnDeps): Promise<TurnRes
       calls.push(...ran.reported);
       // The call and all its results land in one transaction, or (aborted) not at all.
       if (signal?.aborted) return abort(step, step + 1);
-      save({ role: "assistant", content: reply.content, toolCalls: ran.calls }, ...ran.results);
+      await save({ role: "assistant", content: reply.content, toolCalls: ran.calls }, ...ran.results);
       continue;
     }
 
     if (reply.content !== null && reply.content.trim() !== "") {
-      save({ role: "assistant", content: reply.content });
+      await save({ role: "assistant", content: reply.content });
       event("answer", step, { text: reply.content });
       return finish("answered", reply.content, step + 1);
     }
 
     if (!nudged) {
       nudged = true;
-      save({ role: "runtime", content: EMPTY_REPLY_NUDGE });
+      await save({ role: "runtime", content: EMPTY_REPLY_NUDGE });
       continue;
     }
-    save({ role: "assistant", content: EMPTY_ANSWER });
+    await save({ role: "assistant", content: EMPTY_ANSWER });
     event("answer", step, { text: EMPTY_ANSWER, closing: "empty" });
     return finish("empty", EMPTY_ANSWER, step + 1);
   }
 
-  save({ role: "assistant", content: MAX_STEPS_ANSWER });
+  await save({ role: "assistant", content: MAX_STEPS_ANSWER });
   event("answer", maxSteps - 1, { text: MAX_STEPS_ANSWER, closing: "max_steps" });
   return finish("max_steps", MAX_STEPS_ANSWER, maxSteps);
 }

@@ -17,9 +17,10 @@ import { REQUEST_LINE } from "./http/handler.ts";
 import { serveHttp } from "./http/server.ts";
 import { SessionQueue } from "./http/session_queue.ts";
 import { createLlmFromConfig } from "./llm/openai.ts";
-import type { TurnDeps } from "./loop.ts";
+import type { Agent } from "./loop.ts";
 import { missingPermissions, readEnvironment } from "./permissions.ts";
-import { SessionStore, validateId } from "./store.ts";
+import { SqliteStore } from "./store/sqlite.ts";
+import { type SessionStore, validateId } from "./store/store.ts";
 import { createLlmSummarizer } from "./memory/summarizer.ts";
 import { createBuiltinTools } from "./tools/builtin.ts";
 import { JsonlTracer } from "./trace.ts";
@@ -67,8 +68,8 @@ interface Runtime {
   store: SessionStore;
   tracer: JsonlTracer;
   traceReader: TraceReader;
-  turn: Omit<TurnDeps, "emit" | "signal">;
-  close(): void;
+  agent: Agent;
+  close(): Promise<void>;
 }
 
 /** What an error says, without the "Error: " a stack would add. */
@@ -89,7 +90,7 @@ function openStore(dbPath: string): SessionStore {
     );
   }
   try {
-    return new SessionStore(path);
+    return new SqliteStore(path);
   } catch (error) {
     throw new ConfigError(
       "AGENT_DB_PATH",
@@ -140,7 +141,7 @@ function openRuntime(config: Readonly<Config>): Runtime {
     store,
     tracer,
     traceReader,
-    turn: {
+    agent: {
       store,
       llm,
       tools: createBuiltinTools(store),
@@ -150,9 +151,9 @@ function openRuntime(config: Readonly<Config>): Runtime {
       maxRawTurns: config.maxRawTurns,
       maxCtxTokens: config.maxCtxTokens,
     },
-    close: () => {
+    close: async () => {
       tracer.close();
-      store.close();
+      await store.close();
     },
   };
 }
@@ -160,11 +161,11 @@ function openRuntime(config: Readonly<Config>): Runtime {
 async function chat(config: Readonly<Config>, sessionId: string, userId: string): Promise<number> {
   const runtime = openRuntime(config);
   try {
-    runtime.store.getOrCreate({ userId, sessionId });
+    await runtime.store.getOrCreate({ userId, sessionId });
     return await runChat({
       sessionId,
       userId,
-      deps: runtime.turn,
+      deps: runtime.agent,
       emit: (event) => runtime.tracer.write(event),
       input: process.stdin,
       output: process.stdout,
@@ -172,7 +173,7 @@ async function chat(config: Readonly<Config>, sessionId: string, userId: string)
       interactive: Deno.stdin.isTerminal(),
     });
   } finally {
-    runtime.close();
+    await runtime.close();
   }
 }
 
@@ -212,8 +213,7 @@ async function serve(config: Readonly<Config>): Promise<number> {
   try {
     const server = listen(() =>
       serveHttp({
-        store: runtime.store,
-        turn: runtime.turn,
+        agent: runtime.agent,
         emit: (event) => runtime.tracer.write(event),
         authenticator: new Authenticator(config.apiTokens),
         queue: new SessionQueue({ maxWaiting: MAX_QUEUED_TURNS }),
@@ -243,7 +243,7 @@ async function serve(config: Readonly<Config>): Promise<number> {
     log.close();
     Deno.removeSignalListener("SIGINT", onSignal);
     Deno.removeSignalListener("SIGTERM", onSignal);
-    runtime.close();
+    await runtime.close();
   }
 }
 

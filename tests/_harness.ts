@@ -2,7 +2,8 @@
 import { fileURLToPath } from "node:url";
 import type { TurnDeps } from "../src/loop.ts";
 import { ScriptedLLM, type ScriptStep } from "../src/llm/scripted.ts";
-import { type SessionKey, SessionStore } from "../src/store.ts";
+import { SqliteStore } from "../src/store/sqlite.ts";
+import { type SessionKey } from "../src/store/store.ts";
 import { createBuiltinTools } from "../src/tools/builtin.ts";
 import type { ToolRegistry, ToolSpec } from "../src/tools/registry.ts";
 import { deterministicSummarizer, type Summarizer } from "../src/memory/summarizer.ts";
@@ -40,13 +41,13 @@ export function counterIds(prefix = "id"): () => string {
 export interface Harness {
   deps: TurnDeps;
   llm: ScriptedLLM;
-  store: SessionStore;
+  store: SqliteStore;
   events: RunEvent[];
   [Symbol.dispose](): void;
 }
 
 /** Real tools (calculator, search over data/docs, todo) plus any extra test tools. */
-export function realTools(store: SessionStore, extra: ToolSpec[] = []): ToolRegistry {
+export function realTools(store: SqliteStore, extra: ToolSpec[] = []): ToolRegistry {
   return createBuiltinTools(store, { docsDir: DOCS, extra });
 }
 
@@ -54,7 +55,7 @@ export function realTools(store: SessionStore, extra: ToolSpec[] = []): ToolRegi
 export function harness(
   script: ScriptStep[],
   options: {
-    store?: SessionStore;
+    store?: SqliteStore;
     maxSteps?: number;
     extraTools?: ToolSpec[];
     summarizer?: Summarizer;
@@ -62,7 +63,7 @@ export function harness(
     maxCtxTokens?: number;
   } = {},
 ): Harness {
-  const store = options.store ?? new SessionStore(":memory:", { now: steppingClock() });
+  const store = options.store ?? new SqliteStore(":memory:", { now: steppingClock() });
   const llm = new ScriptedLLM(script);
   const events: RunEvent[] = [];
   const deps: TurnDeps = {

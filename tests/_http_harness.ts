@@ -1,10 +1,11 @@
 /** Builders for HTTP tests: handler dependencies around a store, a real trace file and a controllable model. */
 import { LlmError } from "../src/errors.ts";
 import { Authenticator } from "../src/http/auth.ts";
-import { createHandler, type HandlerDeps } from "../src/http/handler.ts";
+import type { HandlerDeps } from "../src/http/deps.ts";
+import { createHandler } from "../src/http/handler.ts";
 import { SessionQueue } from "../src/http/session_queue.ts";
 import type { ChatOptions, LLM } from "../src/llm/llm.ts";
-import { SessionStore } from "../src/store.ts";
+import { SqliteStore } from "../src/store/sqlite.ts";
 import { deterministicSummarizer } from "../src/memory/summarizer.ts";
 import { JsonlTracer } from "../src/trace.ts";
 import { type TraceFile, TraceReader } from "../src/trace_reader.ts";
@@ -92,7 +93,7 @@ export interface HttpHarness {
   deps: HandlerDeps;
   handler: (request: Request) => Promise<Response>;
   llm: RuleLLM;
-  store: SessionStore;
+  store: SqliteStore;
   tracePath: string;
   tracer: JsonlTracer;
   traceReader: TraceReader;
@@ -118,7 +119,7 @@ export function httpHarness(
 ): HttpHarness {
   const dir = Deno.makeTempDirSync({ prefix: "mra-http-" });
   const tracePath = `${dir}/trace.jsonl`;
-  const store = new SessionStore(":memory:");
+  const store = new SqliteStore(":memory:");
   const traceReader = new TraceReader(tracePath, { open: options.openTrace });
   const tracer = new JsonlTracer(tracePath, {
     maxBytes: options.traceMaxBytes,
@@ -129,8 +130,7 @@ export function httpHarness(
   const shutdown = new AbortController();
   let shuttingDown = false;
   const deps: HandlerDeps = {
-    store,
-    turn: {
+    agent: {
       store,
       llm,
       tools: realTools(store),

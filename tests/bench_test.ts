@@ -87,7 +87,7 @@ Deno.test("openBenchRuntime({persist: false}) answers a turn without writing a d
       assert.equal(result.outcome, "answered");
       assert.match(result.answer, /42/);
       assert.equal(
-        runtime.store.messages({ userId: "bench", sessionId: "s" }).length,
+        (await runtime.store.messages({ userId: "bench", sessionId: "s" })).length,
         4,
         "the turn is stored, in memory",
       );

@@ -1,6 +1,6 @@
 /** The chat task end to end: `deno task chat` as a subprocess, piped stdin, a fake provider on 127.0.0.1. */
 import assert from "node:assert/strict";
-import { SessionStore } from "../src/store.ts";
+import { SqliteStore } from "../src/store/sqlite.ts";
 import { startFakeProvider } from "./fixtures/fake_openai.ts";
 import { ROOT, runProcess, tempDir } from "./_harness.ts";
 
@@ -66,15 +66,17 @@ Deno.test("deno task chat --user bob starts on bob's own default session when de
       .filter((m) => m.role === "user").map((m) => m.content);
     assert.deepEqual(sent, ["hello from bob"], "bob's history is his own");
 
-    const store = new SessionStore(`${dir.path}/db/sessions.db`);
+    const store = new SqliteStore(`${dir.path}/db/sessions.db`);
     try {
       for (const [user, note] of [["local", "local's note"], ["bob", "hello from bob"]]) {
         const key = { userId: user, sessionId: "default" };
-        assert.equal(store.get(key)?.turnCount, 1, user);
-        assert.deepEqual(store.messages(key).filter((m) => m.role === "user").map((m) => m.content), [note]);
+        assert.equal((await store.get(key))?.turnCount, 1, user);
+        assert.deepEqual((await store.messages(key)).filter((m) => m.role === "user").map((m) => m.content), [
+          note,
+        ]);
       }
     } finally {
-      store.close();
+      await store.close();
     }
     const trace = Deno.readTextFileSync(`${dir.path}/trace/traces.jsonl`).trim().split("\n").map((l) =>
       JSON.parse(l)

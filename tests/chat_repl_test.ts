@@ -105,9 +105,9 @@ Deno.test("the REPL's /retry answers the question of a failed turn without stori
   const shown = plain(output.text());
   assert.match(shown, /retry it with \/retry/);
   assert.match(shown, /the retried answer/);
-  assert.deepEqual(h.store.messages(keyOf("repl-2", "local")).map((m) => [m.role, m.content]), [
+  assert.deepEqual((await h.store.messages(keyOf("repl-2", "local"))).map((m) => [m.role, m.content]), [
     ["user", "what went wrong?"],
     ["assistant", "the retried answer"],
   ]);
-  assert.equal(h.store.get(keyOf("repl-2", "local"))!.turnCount, 1);
+  assert.equal((await h.store.get(keyOf("repl-2", "local")))!.turnCount, 1);
 });

@@ -22,9 +22,9 @@ const NOW = new Date("2026-02-03T04:05:06.000Z");
 Deno.test("runTurn() writes no summary on ordinary turns below both thresholds", async () => {
   using h = harness([answer("a"), answer("b"), answer("c")], { maxRawTurns: 3 });
   for (const m of ["one", "two", "three"]) await runTurn(input(m), h.deps);
-  assert.equal(h.store.get(keyOf("c1"))!.summary, null);
+  assert.equal((await h.store.get(keyOf("c1")))!.summary, null);
   assert.ok(!h.events.some((e) => e.event === "compact"));
-  assert.equal(h.store.messages(keyOf("c1")).length, 6);
+  assert.equal((await h.store.messages(keyOf("c1"))).length, 6);
 });
 
 Deno.test("runTurn() compacts on the turn trigger, keeps the last turns raw and sends the summary block", async () => {
@@ -40,13 +40,13 @@ Deno.test("runTurn() compacts on the turn trigger, keeps the last turns raw and 
   assert.equal(compact.data.turns_removed, 1);
   assert.deepEqual(compact.data.summary_items, { goals: 0, facts: 1, todos: 0, unresolved: 0 });
   // Exactly the first turn went; the session's accounting still adds up.
-  assert.deepEqual(h.store.messages(keyOf("c1")).map((m) => m.content), [
+  assert.deepEqual((await h.store.messages(keyOf("c1"))).map((m) => m.content), [
     "I want to learn Deno",
     "a2",
     "third",
     "a3",
   ]);
-  const session = h.store.get(keyOf("c1"))!;
+  const session = (await h.store.get(keyOf("c1")))!;
   assert.equal(session.turnCount, 3);
   assert.equal(session.compactedTurns, 1);
   assert.deepEqual(parseSummary(session.summary)!.facts, ["User said: My favourite colour is teal."]);
@@ -64,8 +64,8 @@ Deno.test("runTurn() compacts on the turn trigger, keeps the last turns raw and 
   assert.match(blocks[0].content!, /favourite colour is teal/);
   // The turn-4 compaction changed the block; it is never stored as a message.
   assert.notEqual(blocks[0].content, blocks[1].content);
-  assert.ok(!h.store.messages(keyOf("c1")).some((m) => m.content?.includes(RUNTIME_CONTEXT_HEADER)));
-  assert.deepEqual(parseSummary(h.store.get(keyOf("c1"))!.summary)!.goals, ["I want to learn Deno"]);
+  assert.ok(!(await h.store.messages(keyOf("c1"))).some((m) => m.content?.includes(RUNTIME_CONTEXT_HEADER)));
+  assert.deepEqual(parseSummary((await h.store.get(keyOf("c1")))!.summary)!.goals, ["I want to learn Deno"]);
 });
 
 Deno.test("runTurn() compacts on the token trigger and ends within the budget", async () => {
@@ -129,8 +129,13 @@ for (const [what, summarizer, reason] of failing) {
     assert.equal(compact.length, 1, "not retried within the turn");
     assert.equal(compact[0].data.ok, false);
     assert.match(String(compact[0].data.reason), reason);
-    assert.equal(h.store.get(keyOf("c1"))!.summary, null);
-    assert.deepEqual(h.store.messages(keyOf("c1")).map((m) => m.content), ["first", "a", "second", "b"]);
+    assert.equal((await h.store.get(keyOf("c1")))!.summary, null);
+    assert.deepEqual((await h.store.messages(keyOf("c1"))).map((m) => m.content), [
+      "first",
+      "a",
+      "second",
+      "b",
+    ]);
   });
 }
 
@@ -144,7 +149,7 @@ Deno.test("runTurn() keeps an old fact the summarizer omits until newer ones pus
   const summarizer: Summarizer = () => Promise.resolve({ text: replies[call++], usage: null });
   using h = harness(Array.from({ length: 4 }, (_, i) => answer(`a${i}`)), { maxRawTurns: 1, summarizer });
   for (const m of ["m1", "m2", "m3", "m4"]) await runTurn(input(m), h.deps);
-  assert.deepEqual(parseSummary(h.store.get(keyOf("c1"))!.summary)!.facts, [
+  assert.deepEqual(parseSummary((await h.store.get(keyOf("c1")))!.summary)!.facts, [
     "f3",
     "F1",
     "f4",

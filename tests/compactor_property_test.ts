@@ -1,6 +1,6 @@
 /**
  * Property-based tests of compaction over random, well-formed sessions: the pure planner, the summary
- * schema and merge, and `compactIfDue()` end to end on an in-memory SessionStore.
+ * schema and merge, and `compactIfDue()` end to end on an in-memory SqliteStore.
  */
 import { fc } from "./_dev_deps.ts";
 import assert from "node:assert/strict";
@@ -24,7 +24,7 @@ import { buildContext, SYSTEM_PROMPT } from "../src/context.ts";
 import { parseSummary, runtimeContextText, type Summary } from "../src/memory/summary.ts";
 import { EMPTY_ANSWER, EMPTY_REPLY_NUDGE, MAX_STEPS_ANSWER } from "../src/loop.ts";
 import { compactIfDue, type CompactionResult, type MemoryState } from "../src/memory/compact.ts";
-import { SessionStore } from "../src/store.ts";
+import { SqliteStore } from "../src/store/sqlite.ts";
 import { deterministicSummarizer, type Summarizer } from "../src/memory/summarizer.ts";
 import { calculatorTool } from "../src/tools/calculator.ts";
 import { serializeToolResult } from "../src/tools/registry.ts";
@@ -689,13 +689,17 @@ function stamp(messages: readonly Message[], from: number): StoredMessage[] {
 }
 
 /** A session in a fresh in-memory store, with its messages appended and an optional earlier summary. */
-function openSession(messages: readonly Message[], summary: string | null) {
-  const store = new SessionStore(":memory:", { now: steppingClock() });
-  store.getOrCreate(keyOf("s1", "u1"));
+async function openSession(messages: readonly Message[], summary: string | null) {
+  const store = new SqliteStore(":memory:", { now: steppingClock() });
+  await store.getOrCreate(keyOf("s1", "u1"));
   const stored = stamp(messages, 0);
-  store.append(keyOf("s1", "u1"), stored);
-  if (summary !== null) store.applyCompaction(keyOf("s1", "u1"), summary, [], 0);
-  const state: MemoryState = { key: keyOf("s1", "u1"), summary, history: store.messages(keyOf("s1", "u1")) };
+  await store.append(keyOf("s1", "u1"), stored);
+  if (summary !== null) await store.applyCompaction(keyOf("s1", "u1"), summary, [], 0);
+  const state: MemoryState = {
+    key: keyOf("s1", "u1"),
+    summary,
+    history: await store.messages(keyOf("s1", "u1")),
+  };
   assert.deepEqual(state.history, stored, "the store gives back what was appended");
   return { store, state, stored, [Symbol.dispose]: () => store.close() };
 }
@@ -705,7 +709,7 @@ function requestTokens(state: MemoryState, fixed: Fixed): number {
   return estimateRequestTokens(request, fixed.tools);
 }
 
-function compact(state: MemoryState, fixed: Fixed, store: SessionStore, summarizer: Summarizer, limits: {
+function compact(state: MemoryState, fixed: Fixed, store: SqliteStore, summarizer: Summarizer, limits: {
   maxRawTurns: number;
   maxCtxTokens: number;
 }): Promise<CompactionResult | null> {
@@ -719,10 +723,10 @@ function compact(state: MemoryState, fixed: Fixed, store: SessionStore, summariz
 }
 
 /** The session's stored accounting adds up: every user turn is either stored raw or folded into the summary. */
-function assertAccounting(store: SessionStore, state: MemoryState): void {
-  const session = store.get(keyOf("s1", "u1"))!;
+async function assertAccounting(store: SqliteStore, state: MemoryState): Promise<void> {
+  const session = (await store.get(keyOf("s1", "u1")))!;
   assert.deepEqual(
-    store.messages(keyOf("s1", "u1")),
+    await store.messages(keyOf("s1", "u1")),
     state.history,
     "the store holds exactly the state's history",
   );
@@ -749,9 +753,9 @@ const E2E_CASE = fc.record({
 Deno.test("compactIfDue() deletes exactly the cut, stores a valid summary and ends within budget unless over_budget", async () => {
   await fc.assert(
     fc.asyncProperty(E2E_CASE, async (c) => {
-      using session = openSession(c.messages, earlierSummary(c.previous, c.maxCtxTokens));
+      using session = await openSession(c.messages, earlierSummary(c.previous, c.maxCtxTokens));
       const { store, state, stored } = session;
-      const before = store.get(keyOf("s1", "u1"))!;
+      const before = (await store.get(keyOf("s1", "u1")))!;
       const limits = { maxRawTurns: c.maxRawTurns, maxCtxTokens: c.maxCtxTokens };
       const result = await compact(state, c.fixed, store, deterministicSummarizer, limits);
       const plan = planCompaction(stored, {
@@ -767,16 +771,19 @@ Deno.test("compactIfDue() deletes exactly the cut, stores a valid summary and en
         assert.equal(result === null, plan === null);
         if (result !== null) assert.deepEqual(result.event.over_budget, true, JSON.stringify(result.event));
         assert.equal(result?.state ?? state, state);
-        assertAccounting(store, state);
-        assert.deepEqual(store.get(keyOf("s1", "u1")), before);
+        await assertAccounting(store, state);
+        assert.deepEqual(await store.get(keyOf("s1", "u1")), before);
         if (result === null) assert.ok(requestTokens(state, c.fixed) <= c.maxCtxTokens);
         return;
       }
       assert.ok(plan !== null && plan.cutIndex > 0);
       const { state: after, event } = result;
       assert.deepEqual(after.history, stored.slice(plan.cutIndex));
-      assertAccounting(store, after);
-      assert.equal(store.get(keyOf("s1", "u1"))!.compactedTurns, users(stored.slice(0, plan.cutIndex)));
+      await assertAccounting(store, after);
+      assert.equal(
+        (await store.get(keyOf("s1", "u1")))!.compactedTurns,
+        users(stored.slice(0, plan.cutIndex)),
+      );
       assert.equal(event.messages_removed, plan.cutIndex);
       assert.equal(event.over_budget, plan.overBudget);
       assert.equal(parseSummary(after.summary)!.updated_at, NOW.toISOString());
@@ -798,7 +805,7 @@ Deno.test("compactIfDue() before every model call keeps a growing session consis
   });
   await fc.assert(
     fc.asyncProperty(growing, async (c) => {
-      using session = openSession([], null);
+      using session = await openSession([], null);
       const { store } = session;
       let state = session.state;
       let next = 0;
@@ -806,7 +813,7 @@ Deno.test("compactIfDue() before every model call keeps a growing session consis
         for (const group of turnGroups(turn, t)) {
           const stored = stamp(group, next);
           next += group.length;
-          store.append(keyOf("s1", "u1"), stored);
+          await store.append(keyOf("s1", "u1"), stored);
           state = { ...state, history: [...state.history, ...stored] };
           // The loop compacts before each model call: after the user message, a tool round or a nudge.
           if (group[0].role === "assistant" && group.length === 1) continue;
@@ -818,7 +825,7 @@ Deno.test("compactIfDue() before every model call keeps a growing session consis
             );
             state = result.state;
           }
-          assertAccounting(store, state);
+          await assertAccounting(store, state);
           assert.ok(users(state.history) <= c.maxRawTurns);
           assert.equal(state.history.findLast((m) => m.role === "user")?.content, turn.user);
           if (result?.event.over_budget !== true) {
@@ -869,16 +876,16 @@ Deno.test("compactIfDue() abandons a compaction whose summarizer fails and leave
   );
   await fc.assert(
     fc.asyncProperty(broken, async (c) => {
-      using session = openSession(c.messages, earlierSummary(c.previous, c.maxCtxTokens));
+      using session = await openSession(c.messages, earlierSummary(c.previous, c.maxCtxTokens));
       const { store, state, stored } = session;
-      const before = store.get(keyOf("s1", "u1"))!;
+      const before = (await store.get(keyOf("s1", "u1")))!;
       const result = await compact(state, c.fixed, store, c.broken.summarizer, c);
       assert.ok(result !== null, "the turn trigger fired");
       assert.equal(result.event.ok, false);
       assert.ok(c.broken.reason(String(result.event.reason)), String(result.event.reason));
       assert.equal(result.state, state);
-      assert.deepEqual(store.messages(keyOf("s1", "u1")), stored);
-      assert.deepEqual(store.get(keyOf("s1", "u1")), before);
+      assert.deepEqual(await store.messages(keyOf("s1", "u1")), stored);
+      assert.deepEqual(await store.get(keyOf("s1", "u1")), before);
     }),
     { numRuns: RUNS },
   );
@@ -963,7 +970,7 @@ Deno.test("mergeSummary() of the same patch twice changes nothing but the date",
 // later compaction of the session fail ("facts[0] contains control characters") and its history grow without
 // bound. Minimal case: messages [user "\u0000", user "b"], maxRawTurns 1.
 Deno.test("compactIfDue() with deterministicSummarizer compacts a user message holding a control character", async () => {
-  using session = openSession([
+  using session = await openSession([
     { role: "user", content: "go up \u001b[A please" },
     { role: "assistant", content: "ok" },
     { role: "user", content: "next" },

@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { DatabaseSync } from "node:sqlite";
 import { checkCrashInvariants, runCrashRounds } from "../scripts/crash_test.ts";
-import { SessionStore } from "../src/store.ts";
+import { SqliteStore } from "../src/store/sqlite.ts";
 import { JsonlTracer, readTrace } from "../src/trace.ts";
 import type { RunEvent } from "../src/types.ts";
 
@@ -31,14 +31,14 @@ function event(name: RunEvent["event"], turn = 1): RunEvent {
 const line = (e: RunEvent) => `${JSON.stringify(e)}\n`;
 
 /** A consistent session: a turn with two tool calls and their results, a summary, and a two-line trace. */
-function validFiles(dir: string): { dbPath: string; tracePath: string } {
+async function validFiles(dir: string): Promise<{ dbPath: string; tracePath: string }> {
   const dbPath = join(dir, "sessions.db");
   const tracePath = join(dir, "traces.jsonl");
-  const store = new SessionStore(dbPath);
+  const store = new SqliteStore(dbPath);
   const at = "2026-01-01T00:00:00.000Z";
   const key = { userId: "u1", sessionId: "s1" };
-  store.getOrCreate(key);
-  store.append(key, [
+  await store.getOrCreate(key);
+  await store.append(key, [
     { id: "m1", role: "user", content: "what is 1+2 and 3*4?", createdAt: at },
     {
       id: "m2",
@@ -55,8 +55,8 @@ function validFiles(dir: string): { dbPath: string; tracePath: string } {
     { id: "m5", role: "assistant", content: "3 and 12", createdAt: at },
   ]);
   const summary = { goals: [], facts: ["User is Ada"], todos: [], unresolved: [], updated_at: at };
-  store.applyCompaction(key, JSON.stringify(summary), [], 0);
-  store.close();
+  await store.applyCompaction(key, JSON.stringify(summary), [], 0);
+  await store.close();
   Deno.writeTextFileSync(tracePath, line(event("run_start")) + line(event("run_end")));
   return { dbPath, tracePath };
 }
@@ -85,28 +85,28 @@ Deno.test("runCrashRounds() keeps every invariant over 5 SIGKILLs, in compaction
   assert.ok(report.elapsedMs < 20_000, `took ${report.elapsedMs} ms`);
 });
 
-Deno.test("checkCrashInvariants() passes a consistent database and trace, and missing files", () => {
+Deno.test("checkCrashInvariants() passes a consistent database and trace, and missing files", async () => {
   using dir = tempDir();
-  const { dbPath, tracePath } = validFiles(dir.path);
-  assert.deepEqual(checkCrashInvariants(dbPath, tracePath), []);
-  assert.deepEqual(checkCrashInvariants(join(dir.path, "none.db"), join(dir.path, "none.jsonl")), []);
+  const { dbPath, tracePath } = await validFiles(dir.path);
+  assert.deepEqual(await checkCrashInvariants(dbPath, tracePath), []);
+  assert.deepEqual(await checkCrashInvariants(join(dir.path, "none.db"), join(dir.path, "none.jsonl")), []);
 });
 
-Deno.test("checkCrashInvariants() reports a tool message without its call and a call without result", () => {
+Deno.test("checkCrashInvariants() reports a tool message without its call and a call without result", async () => {
   using dir = tempDir();
-  const { dbPath, tracePath } = validFiles(dir.path);
+  const { dbPath, tracePath } = await validFiles(dir.path);
   breakWith(
     dbPath,
     "INSERT INTO messages (user_id, session_id, id, role, content, tool_calls, tool_call_id, created_at) " +
       "VALUES ('u1', 's1', 'm6', 'tool', '{}', NULL, 'ghost', 'x'); DELETE FROM messages WHERE id = 'm4'",
   );
-  assert.deepEqual(checkCrashInvariants(dbPath, tracePath), [
+  assert.deepEqual(await checkCrashInvariants(dbPath, tracePath), [
     "session s1: call c2 of message m2 has 0 tool messages (expected 1)",
     "session s1: tool message m6 (call ghost) has no assistant call before it",
   ]);
 });
 
-Deno.test("checkCrashInvariants() reports a summary that is not summary JSON or has too many items", () => {
+Deno.test("checkCrashInvariants() reports a summary that is not summary JSON or has too many items", async () => {
   for (
     const [summary, expected] of [
       ['{"goals": [], "facts": ["Ad', /summary is not summary JSON/],
@@ -118,68 +118,68 @@ Deno.test("checkCrashInvariants() reports a summary that is not summary JSON or 
     ] as const
   ) {
     using dir = tempDir();
-    const { dbPath, tracePath } = validFiles(dir.path);
+    const { dbPath, tracePath } = await validFiles(dir.path);
     breakWith(dbPath, `UPDATE sessions SET summary = '${summary}'`);
-    const violations = checkCrashInvariants(dbPath, tracePath);
+    const violations = await checkCrashInvariants(dbPath, tracePath);
     assert.ok(violations.some((v) => expected.test(v)), `${summary}: ${violations.join("; ")}`);
   }
 });
 
-Deno.test("checkCrashInvariants() reports turn_count != compacted_turns + stored user messages", () => {
+Deno.test("checkCrashInvariants() reports turn_count != compacted_turns + stored user messages", async () => {
   using dir = tempDir();
-  const { dbPath, tracePath } = validFiles(dir.path);
+  const { dbPath, tracePath } = await validFiles(dir.path);
   breakWith(dbPath, "UPDATE sessions SET turn_count = 3, compacted_turns = 1");
-  assert.deepEqual(checkCrashInvariants(dbPath, tracePath), [
+  assert.deepEqual(await checkCrashInvariants(dbPath, tracePath), [
     "session s1: turn_count 3 != compacted_turns 1 + 1 stored user messages",
   ]);
 });
 
-Deno.test("checkCrashInvariants() reports a corrupt database file", () => {
+Deno.test("checkCrashInvariants() reports a corrupt database file", async () => {
   using dir = tempDir();
-  const { dbPath, tracePath } = validFiles(dir.path);
+  const { dbPath, tracePath } = await validFiles(dir.path);
   // Closing the last connection checkpointed the WAL, so every page is in the file: scribble over page 2.
   const bytes = Deno.readFileSync(dbPath);
   bytes.fill(0xa5, 4096, 4096 + 512);
   Deno.writeFileSync(dbPath, bytes);
-  const violations = checkCrashInvariants(dbPath, tracePath);
+  const violations = await checkCrashInvariants(dbPath, tracePath);
   assert.ok(violations.length > 0);
   assert.match(violations[0], /^(integrity_check: |cannot check the database: )/);
 });
 
-Deno.test("checkCrashInvariants() reports glued, incomplete and unterminated trace events", () => {
+Deno.test("checkCrashInvariants() reports glued, incomplete and unterminated trace events", async () => {
   using dir = tempDir();
-  const { dbPath, tracePath } = validFiles(dir.path);
+  const { dbPath, tracePath } = await validFiles(dir.path);
   const whole = line(event("run_start"));
   // A line torn by a crash, then the next process's first event glued onto it.
   Deno.writeTextFileSync(tracePath, whole + whole.slice(0, 40) + whole);
   assert.deepEqual(
-    checkCrashInvariants(dbPath, tracePath).map((v) => v.replace(/: ".*$/, "")),
+    (await checkCrashInvariants(dbPath, tracePath)).map((v) => v.replace(/: ".*$/, "")),
     ["trace line 2 is not JSON (a torn or glued line)"],
   );
   // JSON that readTrace would take for an event, but without the required fields.
   Deno.writeTextFileSync(tracePath, '{"ts": "yesterday", "event": "run_start"}\n');
-  assert.deepEqual(checkCrashInvariants(dbPath, tracePath).map((v) => v.replace(/: ".*$/, "")), [
+  assert.deepEqual((await checkCrashInvariants(dbPath, tracePath)).map((v) => v.replace(/: ".*$/, "")), [
     "trace line 1 is not an event (bad ts, session_id, user_id, run_id, turn, step, data)",
     "readTrace returned 1 events; the trace has 0 whole event lines",
   ]);
   Deno.writeTextFileSync(tracePath, whole + whole.trimEnd());
-  const unterminated = checkCrashInvariants(dbPath, tracePath);
+  const unterminated = await checkCrashInvariants(dbPath, tracePath);
   assert.equal(unterminated.length, 2, unterminated.join("; "));
   assert.match(unterminated[0], /^trace ends with an unterminated line that parses as an event/);
 });
 
-Deno.test("checkCrashInvariants() tolerates a torn last trace line, which readTrace skips", () => {
+Deno.test("checkCrashInvariants() tolerates a torn last trace line, which readTrace skips", async () => {
   using dir = tempDir();
-  const { dbPath, tracePath } = validFiles(dir.path);
+  const { dbPath, tracePath } = await validFiles(dir.path);
   const whole = line(event("run_start"));
   Deno.writeTextFileSync(tracePath, whole + whole.slice(0, 40));
-  assert.deepEqual(checkCrashInvariants(dbPath, tracePath), []);
+  assert.deepEqual(await checkCrashInvariants(dbPath, tracePath), []);
   assert.equal(readTrace(tracePath).length, 1);
 });
 
-Deno.test("a trace torn by a crash mid-write keeps the next process's first event whole", () => {
+Deno.test("a trace torn by a crash mid-write keeps the next process's first event whole", async () => {
   using dir = tempDir();
-  const { dbPath, tracePath } = validFiles(dir.path);
+  const { dbPath, tracePath } = await validFiles(dir.path);
   // What a SIGKILL inside the tracer's write leaves: the last line cut short, no newline.
   const torn = line(event("run_end"));
   Deno.writeTextFileSync(tracePath, line(event("run_start")) + torn.slice(0, 50));
@@ -191,5 +191,5 @@ Deno.test("a trace torn by a crash mid-write keeps the next process's first even
   // The tracer cuts the torn fragment off when it opens the file; otherwise the new event would be glued
   // onto it and lost to readers.
   assert.deepEqual(runs, ["run_start:1", "run_start:2"]);
-  assert.deepEqual(checkCrashInvariants(dbPath, tracePath), []);
+  assert.deepEqual(await checkCrashInvariants(dbPath, tracePath), []);
 });

@@ -13,7 +13,7 @@ import { createHandler } from "../src/http/handler.ts";
 import { SessionQueue } from "../src/http/session_queue.ts";
 import { createLlmFromConfig, OpenAICompatibleLLM } from "../src/llm/openai.ts";
 import { EMPTY_ANSWER, EMPTY_REPLY_NUDGE, runTurn, type TurnDeps } from "../src/loop.ts";
-import { SessionStore } from "../src/store.ts";
+import { SqliteStore } from "../src/store/sqlite.ts";
 import { createLlmSummarizer, deterministicSummarizer } from "../src/memory/summarizer.ts";
 import { JsonlTracer, readTrace } from "../src/trace.ts";
 import type { RunEvent, StoredMessage, TurnResult } from "../src/types.ts";
@@ -74,7 +74,7 @@ interface RigOptions {
 interface Rig {
   provider: FaultProvider;
   llm: OpenAICompatibleLLM;
-  store: SessionStore;
+  store: SqliteStore;
   config: Readonly<Config>;
   deps: TurnDeps;
   tracePath: string;
@@ -113,7 +113,7 @@ function openRig(script: Behaviour[], then: ScriptEnd = "ok", options: RigOption
       return Promise.resolve();
     },
   });
-  const store = new SessionStore(config.dbPath);
+  const store = new SqliteStore(config.dbPath);
   // No `secrets`: the tracer's defensive redaction is off, so a key leaked by the client itself would show.
   const tracer = new JsonlTracer(config.tracePath, { maxPayloadChars: config.traceMaxPayloadChars });
   const deps: TurnDeps = {
@@ -140,7 +140,7 @@ function openRig(script: Behaviour[], then: ScriptEnd = "ok", options: RigOption
     events: (runId) => readTrace(config.tracePath, (e) => e.run_id === runId),
     [Symbol.asyncDispose]: async () => {
       tracer.close();
-      store.close();
+      await store.close();
       await provider.close();
       Deno.removeSync(dir, { recursive: true });
     },
@@ -160,14 +160,14 @@ function dataOf(events: RunEvent[], name: string): Record<string, unknown>[] {
  * per call id (and no tool message stands alone), the given user messages are stored, and `turn_count`
  * is right and equals compacted turns plus stored user messages.
  */
-function assertIntact(
-  store: SessionStore,
+async function assertIntact(
+  store: SqliteStore,
   sessionId: string,
   expected: { turns: number; users: string[] },
   userId = USER,
 ) {
-  const messages = store.messages(keyOf(sessionId, userId));
-  const session = store.get(keyOf(sessionId, userId));
+  const messages = await store.messages(keyOf(sessionId, userId));
+  const session = await store.get(keyOf(sessionId, userId));
   assert.ok(session !== null, `session ${sessionId} exists`);
   assert.equal(session.turnCount, expected.turns, "turn_count");
   assert.equal(session.turnCount, session.compactedTurns + messages.filter((m) => m.role === "user").length);
@@ -194,7 +194,7 @@ async function assertNextTurnAnswered(rig: Rig, turn: number, sessionId = SESSIO
   assert.equal(result.outcome, "answered", result.answer);
   assert.equal(result.answer, "The answer is 5.");
   assert.equal(result.turn, turn);
-  assertIntact(rig.store, sessionId, { turns: turn, users: ["what is 2+3?"] });
+  await assertIntact(rig.store, sessionId, { turns: turn, users: ["what is 2+3?"] });
 }
 
 /** Waits (briefly) until the provider has seen every aborted request go away. */
@@ -221,8 +221,8 @@ Deno.test("fault: a hang past the timeout is retried once, then ends in error (t
     message: "LLM request timed out after 0.2 s (2 attempts)",
   }]);
   assert.match(result.answer, /timed out after 0\.2 s/);
-  assertIntact(rig.store, SESSION, { turns: 1, users: ["hello"] });
-  assert.deepEqual(rig.store.messages(keyOf(SESSION, USER)).map((m) => m.role), ["user"]);
+  await assertIntact(rig.store, SESSION, { turns: 1, users: ["hello"] });
+  assert.deepEqual((await rig.store.messages(keyOf(SESSION, USER))).map((m) => m.role), ["user"]);
   await assertNextTurnAnswered(rig, 2);
 });
 
@@ -235,7 +235,7 @@ Deno.test("fault: a body stalled after its headers times out and the client hang
   assert.deepEqual([error.kind, error.retries], ["timeout", 1]);
   // Released by the client dropping each connection at its deadline, not by close().
   await settled(rig.provider);
-  assertIntact(rig.store, SESSION, { turns: 1, users: ["hello"] });
+  await assertIntact(rig.store, SESSION, { turns: 1, users: ["hello"] });
   await assertNextTurnAnswered(rig, 2);
 });
 
@@ -258,7 +258,7 @@ Deno.test("fault: a 429 with Retry-After: 2 waits 2000 ms once and the turn is a
     "run_end",
   ]);
   assert.deepEqual(dataOf(events, "llm_call").map((d) => d.retries), [1, 0]);
-  assertIntact(rig.store, SESSION, { turns: 1, users: ["what is 6*7?"] });
+  await assertIntact(rig.store, SESSION, { turns: 1, users: ["what is 6*7?"] });
   await assertNextTurnAnswered(rig, 2);
 });
 
@@ -272,7 +272,7 @@ Deno.test("fault: 500, 502, 503 back off 500, 1000, 2000 ms, then the 4th attemp
   const events = rig.events(result.runId);
   assert.deepEqual(names(events), ["run_start", "llm_call", "answer", "run_end"]);
   assert.equal(dataOf(events, "llm_call")[0].retries, 3);
-  assertIntact(rig.store, SESSION, { turns: 1, users: ["hello there"] });
+  await assertIntact(rig.store, SESSION, { turns: 1, users: ["hello there"] });
   await assertNextTurnAnswered(rig, 2);
 });
 
@@ -293,7 +293,7 @@ Deno.test("fault: 500 on every attempt exhausts the retries: an error naming HTT
     /^LLM request failed: HTTP 500 from 127\.0\.0\.1:\d+: .* \(3 attempts\)$/,
   );
   assert.ok(result.answer.includes(String(error.message)));
-  assertIntact(rig.store, SESSION, { turns: 1, users: ["hello"] });
+  await assertIntact(rig.store, SESSION, { turns: 1, users: ["hello"] });
   await assertNextTurnAnswered(rig, 2);
 });
 
@@ -305,7 +305,7 @@ Deno.test("fault: a connection reset mid-body is retried and the next attempt an
   assert.deepEqual(rig.provider.requests.map((r) => r.behaviour), ["reset", "ok"]);
   assert.deepEqual(rig.delays, [500]);
   assert.equal(dataOf(rig.events(result.runId), "llm_call")[0].retries, 1);
-  assertIntact(rig.store, SESSION, { turns: 1, users: ["hello"] });
+  await assertIntact(rig.store, SESSION, { turns: 1, users: ["hello"] });
   await assertNextTurnAnswered(rig, 2);
 });
 
@@ -320,7 +320,7 @@ Deno.test("fault: a connection reset on every attempt ends in error (network)", 
   assert.equal(error.kind, "network");
   assert.equal(error.retries, 1);
   assert.match(String(error.message), /127\.0\.0\.1:\d+ .*\(2 attempts\)$/);
-  assertIntact(rig.store, SESSION, { turns: 1, users: ["hello"] });
+  await assertIntact(rig.store, SESSION, { turns: 1, users: ["hello"] });
   await assertNextTurnAnswered(rig, 2);
 });
 
@@ -341,7 +341,7 @@ Deno.test("fault: a non-JSON 200 body is an invalid_response error, not retried"
     String(error.message),
     /^Invalid LLM response from 127\.0\.0\.1:\d+: body is not JSON: <html>/,
   );
-  assertIntact(rig.store, SESSION, { turns: 1, users: ["hello"] });
+  await assertIntact(rig.store, SESSION, { turns: 1, users: ["hello"] });
   await assertNextTurnAnswered(rig, 2);
 });
 
@@ -365,7 +365,7 @@ Deno.test("fault: JSON without choices is an invalid_response error quoting the 
     String(errors[1].message),
     /"choices" is missing or empty \(provider said: upstream overloaded\)$/,
   );
-  assertIntact(rig.store, SESSION, { turns: 2, users: ["hello", "hello again"] });
+  await assertIntact(rig.store, SESSION, { turns: 2, users: ["hello", "hello again"] });
   await assertNextTurnAnswered(rig, 3);
 });
 
@@ -394,7 +394,7 @@ Deno.test("fault: tool arguments that are not JSON become a tool error, then an 
   const sent = rig.provider.requests[1].body!.messages as Record<string, unknown>[];
   assert.equal(sent.at(-1)!.role, "tool");
   assert.equal(sent.at(-1)!.tool_call_id, "call_bad");
-  const tool = rig.store.messages(keyOf(SESSION, USER)).find((m) => m.role === "tool")!;
+  const tool = (await rig.store.messages(keyOf(SESSION, USER))).find((m) => m.role === "tool")!;
   const stored = JSON.parse(tool.content!);
   assert.equal(stored.ok, false);
   assert.match(stored.error, /arguments are not valid JSON/);
@@ -410,7 +410,7 @@ Deno.test("fault: tool arguments that are not JSON become a tool error, then an 
   ]);
   assert.equal(dataOf(events, "tool_result")[0].ok, false);
   assert.deepEqual(result.toolCalls, [{ name: "calculator", arguments: '{"expression": 2+2', ok: false }]);
-  assertIntact(rig.store, SESSION, { turns: 1, users: ["what is 2+2?"] });
+  await assertIntact(rig.store, SESSION, { turns: 1, users: ["what is 2+2?"] });
   await assertNextTurnAnswered(rig, 2);
 });
 
@@ -425,7 +425,7 @@ Deno.test("fault: an unknown tool becomes a tool error listing the tools, then a
   assert.equal(rig.provider.requests.length, 2);
   const [toolResult] = dataOf(rig.events(result.runId), "tool_result");
   assert.equal(toolResult.error, expected);
-  assertIntact(rig.store, SESSION, { turns: 1, users: ["weather in Oslo?"] });
+  await assertIntact(rig.store, SESSION, { turns: 1, users: ["weather in Oslo?"] });
   await assertNextTurnAnswered(rig, 2);
 });
 
@@ -450,7 +450,7 @@ Deno.test("fault: 50 tool calls store 50 results in one transaction, the first 1
   // The user message, then the call with all 50 results in one append (one transaction), then the answer.
   assert.deepEqual(appends.map((roles) => roles.length), [1, 51, 1]);
   assert.deepEqual(appends[1], ["assistant", ...Array(50).fill("tool")]);
-  const tools = rig.store.messages(keyOf(SESSION, USER)).filter((m) => m.role === "tool");
+  const tools = (await rig.store.messages(keyOf(SESSION, USER))).filter((m) => m.role === "tool");
   assert.deepEqual(tools.map((m) => m.toolCallId), calls.map((c) => c.id));
   const results = tools.map((m) => JSON.parse(m.content!));
   assert.deepEqual(results.slice(0, 16).map((r) => r.data.result), calls.slice(0, 16).map((_, i) => i + 1));
@@ -460,7 +460,7 @@ Deno.test("fault: 50 tool calls store 50 results in one transaction, the first 1
   assert.equal(dataOf(events, "tool_call").length, 50);
   assert.equal(dataOf(events, "tool_result").filter((d) => d.ok === true).length, 16);
   assert.deepEqual(dataOf(events, "run_end")[0].steps, 2);
-  assertIntact(rig.store, SESSION, { turns: 1, users: ["add one to each of 0..49"] });
+  await assertIntact(rig.store, SESSION, { turns: 1, users: ["add one to each of 0..49"] });
   await assertNextTurnAnswered(rig, 2);
 });
 
@@ -474,7 +474,7 @@ Deno.test("fault: tool calls repeating one id get distinct ids and one result ea
   const result = await rig.turn("three sums please");
   assert.equal(result.outcome, "answered");
   assert.equal(result.answer, "I ran 3 tools; 0 failed.");
-  const messages = rig.store.messages(keyOf(SESSION, USER));
+  const messages = await rig.store.messages(keyOf(SESSION, USER));
   const ids = messages.find((m) => m.toolCalls?.length)!.toolCalls!.map((c) => c.id);
   assert.equal(ids[0], "call_dup");
   assert.equal(new Set(ids).size, 3);
@@ -482,7 +482,7 @@ Deno.test("fault: tool calls repeating one id get distinct ids and one result ea
   // The provider checks the pairing the way OpenAI does: a broken history would have been a 400.
   assert.deepEqual(rig.provider.requests.map((r) => r.behaviour), ["json", "ok"]);
   assert.deepEqual(dataOf(rig.events(result.runId), "tool_result").map((d) => d.id), ids);
-  assertIntact(rig.store, SESSION, { turns: 1, users: ["three sums please"] });
+  await assertIntact(rig.store, SESSION, { turns: 1, users: ["three sums please"] });
   await assertNextTurnAnswered(rig, 2);
 });
 
@@ -496,7 +496,7 @@ Deno.test("fault: content and tool_calls both null twice: one nudge, then the tu
   assert.equal(rig.provider.requests.length, 2);
   const sent = rig.provider.requests[1].body!.messages as Record<string, unknown>[];
   assert.deepEqual(sent.at(-1), { role: "user", content: EMPTY_REPLY_NUDGE });
-  assert.deepEqual(rig.store.messages(keyOf(SESSION, USER)).map((m) => [m.role, m.content]), [
+  assert.deepEqual((await rig.store.messages(keyOf(SESSION, USER))).map((m) => [m.role, m.content]), [
     ["user", "what is 3*3?"],
     ["runtime", EMPTY_REPLY_NUDGE],
     ["assistant", EMPTY_ANSWER],
@@ -504,7 +504,7 @@ Deno.test("fault: content and tool_calls both null twice: one nudge, then the tu
   const events = rig.events(result.runId);
   assert.deepEqual(names(events), ["run_start", "llm_call", "llm_call", "answer", "run_end"]);
   assert.equal(dataOf(events, "answer")[0].closing, "empty");
-  assertIntact(rig.store, SESSION, { turns: 1, users: ["what is 3*3?"] });
+  await assertIntact(rig.store, SESSION, { turns: 1, users: ["what is 3*3?"] });
   await assertNextTurnAnswered(rig, 2);
 });
 
@@ -514,14 +514,14 @@ Deno.test("fault: content and tool_calls both null once: after the nudge, answer
   assert.equal(result.outcome, "answered");
   assert.equal(result.answer, "The answer is 9.");
   assert.equal(rig.provider.requests.length, 3);
-  assert.deepEqual(rig.store.messages(keyOf(SESSION, USER)).map((m) => m.role), [
+  assert.deepEqual((await rig.store.messages(keyOf(SESSION, USER))).map((m) => m.role), [
     "user",
     "runtime",
     "assistant",
     "tool",
     "assistant",
   ]);
-  assertIntact(rig.store, SESSION, { turns: 1, users: ["what is 3*3?"] });
+  await assertIntact(rig.store, SESSION, { turns: 1, users: ["what is 3*3?"] });
   await assertNextTurnAnswered(rig, 2);
 });
 
@@ -538,13 +538,13 @@ Deno.test("fault: a 1 MB answer within LLM_MAX_REPLY_BYTES is stored and returne
   const result = await rig.turn("tell me a very long story");
   assert.equal(result.outcome, "answered");
   assert.equal(result.answer, big);
-  assert.equal(rig.store.messages(keyOf(SESSION, USER)).at(-1)!.content, big);
+  assert.equal((await rig.store.messages(keyOf(SESSION, USER))).at(-1)!.content, big);
   const max = rig.config.traceMaxPayloadChars;
   assert.equal(max, 2000);
   const [answer] = dataOf(rig.events(result.runId), "answer");
   assert.equal(answer.text, `${big.slice(0, max)}…[${big.length - max} more chars]`);
   assert.ok(Deno.statSync(rig.tracePath).size < 20_000, "the trace holds no megabyte");
-  assertIntact(rig.store, SESSION, { turns: 1, users: ["tell me a very long story"] });
+  await assertIntact(rig.store, SESSION, { turns: 1, users: ["tell me a very long story"] });
   // The next request would be ~260k estimated tokens: compaction (token trigger) folds the story away first.
   await assertNextTurnAnswered(rig, 2);
   const compact = readTrace(rig.tracePath, (e) => e.event === "compact");
@@ -582,8 +582,8 @@ Deno.test("fault: a stream cut after deltas is an error, not retried, nothing st
   const [ended] = dataOf(rig.events(stopped.runId), "error");
   assert.deepEqual([ended.kind, ended.retries], ["invalid_response", 0]);
   assert.match(String(ended.message), /the stream ended after \d+ bytes without \[DONE\] or a finish_reason/);
-  assert.deepEqual(rig.store.messages(keyOf(SESSION, USER)).map((m) => m.role), ["user", "user"]);
-  assertIntact(rig.store, SESSION, { turns: 2, users: ["hello", "hello again"] });
+  assert.deepEqual((await rig.store.messages(keyOf(SESSION, USER))).map((m) => m.role), ["user", "user"]);
+  await assertIntact(rig.store, SESSION, { turns: 2, users: ["hello", "hello again"] });
   await assertNextTurnAnswered(rig, 3);
 });
 
@@ -596,7 +596,7 @@ Deno.test("fault: a stream that breaks before its first byte is retried, then an
   assert.equal(deltas.join(""), "echo: hello");
   assert.equal(rig.provider.requests.length, 2);
   assert.equal(dataOf(rig.events(result.runId), "llm_call")[0].retries, 1);
-  assertIntact(rig.store, SESSION, { turns: 1, users: ["hello"] });
+  await assertIntact(rig.store, SESSION, { turns: 1, users: ["hello"] });
   await assertNextTurnAnswered(rig, 2);
 });
 
@@ -618,19 +618,19 @@ Deno.test("fault: a non-JSON summary abandons compaction; answered, messages kep
   assert.equal(compact.ok, false);
   assert.equal(compact.trigger, "turns");
   assert.match(String(compact.reason), /^summary is not valid JSON: /);
-  assert.equal(rig.store.get(keyOf(SESSION, USER))!.summary, null);
-  assert.deepEqual(rig.store.messages(keyOf(SESSION, USER)).map((m) => m.content), [
+  assert.equal((await rig.store.get(keyOf(SESSION, USER)))!.summary, null);
+  assert.deepEqual((await rig.store.messages(keyOf(SESSION, USER))).map((m) => m.content), [
     "my name is Ada",
     "echo: my name is Ada",
     "hello again",
     "echo: hello again",
   ]);
-  assertIntact(rig.store, SESSION, { turns: 2, users: ["my name is Ada", "hello again"] });
+  await assertIntact(rig.store, SESSION, { turns: 2, users: ["my name is Ada", "hello again"] });
   // A healthy summary on the next turn: the compaction that failed now succeeds.
   await assertNextTurnAnswered(rig, 3);
   const retried = readTrace(rig.tracePath, (e) => e.event === "compact" && e.turn === 3);
   assert.equal(retried[0].data.ok, true);
-  assert.match(rig.store.get(keyOf(SESSION, USER))!.summary!, /User said: my name is Ada/);
+  assert.match((await rig.store.get(keyOf(SESSION, USER)))!.summary!, /User said: my name is Ada/);
 });
 
 // ---------------------------------------------------------------------------------------------------------
@@ -651,7 +651,7 @@ Deno.test("fault: a 401 is not retried; the error quotes the provider with the k
   assert.ok(result.answer.includes("Incorrect API key provided: [redacted]"));
   assert.ok(!result.answer.includes(KEY));
   assert.ok(!Deno.readTextFileSync(rig.tracePath).includes(KEY));
-  assertIntact(rig.store, SESSION, { turns: 1, users: ["hello"] });
+  await assertIntact(rig.store, SESSION, { turns: 1, users: ["hello"] });
   await assertNextTurnAnswered(rig, 2);
 });
 
@@ -675,7 +675,7 @@ Deno.test("fault: Retry-After as an HTTP date is read against the clock; capped 
   assert.deepEqual(rig.delays, [3000, 60_000]);
   assert.equal(rig.provider.requests.length, 4);
   assert.equal(dataOf(rig.events(second.runId), "llm_call")[0].retries, 1);
-  assertIntact(rig.store, SESSION, { turns: 2, users: ["hello", "hello again"] });
+  await assertIntact(rig.store, SESSION, { turns: 2, users: ["hello", "hello again"] });
   await assertNextTurnAnswered(rig, 3);
 });
 
@@ -686,16 +686,15 @@ Deno.test("fault: a 408 is retried with backoff and the next attempt answers", a
   assert.deepEqual(rig.delays, [500]);
   assert.equal(rig.provider.requests.length, 2);
   assert.equal(dataOf(rig.events(result.runId), "llm_call")[0].retries, 1);
-  assertIntact(rig.store, SESSION, { turns: 1, users: ["hello"] });
+  await assertIntact(rig.store, SESSION, { turns: 1, users: ["hello"] });
   await assertNextTurnAnswered(rig, 2);
 });
 
 /** The HTTP handler around a rig's real client, store and trace file (the rig's `emit`). */
 function handlerFor(rig: Rig, logs: string[]): (request: Request) => Promise<Response> {
-  const { emit, ...turn } = rig.deps;
+  const { emit, ...agent } = rig.deps;
   return createHandler({
-    store: rig.store,
-    turn,
+    agent,
     emit,
     authenticator: new Authenticator([]),
     queue: new SessionQueue({ maxWaiting: 8 }),
@@ -737,13 +736,13 @@ Deno.test("fault: over HTTP a model failure is 502 and a timeout 504, each with 
     const { events } = await trace.json();
     assert.deepEqual(names(events), ["run_start", "error", "run_end"]);
     assert.equal(events[1].data.kind, kind);
-    assertIntact(rig.store, session, { turns: 1, users: ["hello"] }, "local");
+    await assertIntact(rig.store, session, { turns: 1, users: ["hello"] }, "local");
   }
   rig.provider.setScript([]);
   const healthy = await handler(post("http-1", "what is 2+3?"));
   assert.equal(healthy.status, 200);
   assert.equal((await healthy.json()).answer, "The answer is 5.");
-  assertIntact(rig.store, "http-1", { turns: 2, users: ["hello", "what is 2+3?"] }, "local");
+  await assertIntact(rig.store, "http-1", { turns: 2, users: ["hello", "what is 2+3?"] }, "local");
 });
 
 // ---------------------------------------------------------------------------------------------------------
@@ -826,7 +825,7 @@ Deno.test("fault: the sentinel key reaches the provider and nowhere else", async
   await rig.turn("my key is not here", { sessionId: "sentinel-summary" });
   rig.provider.setScript([summaryInvalid()]);
   collect("summary: turn", await rig.turn("again", { sessionId: "sentinel-summary" }));
-  collect("summary: store", rig.store.messages(keyOf("sentinel-summary", USER)));
+  collect("summary: store", await rig.store.messages(keyOf("sentinel-summary", USER)));
 
   // 2. A streaming client: cut mid-stream, and a 401 answered to a streaming request.
   {

@@ -12,9 +12,9 @@ import { LlmError } from "../src/errors.ts";
 import { Authenticator } from "../src/http/auth.ts";
 import { createHandler } from "../src/http/handler.ts";
 import { SessionQueue } from "../src/http/session_queue.ts";
-import type { TurnDeps } from "../src/loop.ts";
+import type { Agent } from "../src/loop.ts";
 import { ScriptedLLM, type ScriptStep } from "../src/llm/scripted.ts";
-import { SessionStore } from "../src/store.ts";
+import { SqliteStore } from "../src/store/sqlite.ts";
 import { deterministicSummarizer } from "../src/memory/summarizer.ts";
 import { JsonlTracer } from "../src/trace.ts";
 import { counterIds, realTools, steppingClock, tempDir } from "./_harness.ts";
@@ -54,10 +54,10 @@ const usage = (prompt: number, completion: number) => ({
 
 /** A store, a tracer and turn dependencies on a fixed clock and counted ids, around `script`. */
 function world(dir: string, script: ScriptStep[], name: string) {
-  const store = new SessionStore(`${dir}/${name}.db`, { now: steppingClock() });
+  const store = new SqliteStore(`${dir}/${name}.db`, { now: steppingClock() });
   const tracePath = `${dir}/${name}.jsonl`;
   const tracer = new JsonlTracer(tracePath, { maxPayloadChars: 400 });
-  const turn: Omit<TurnDeps, "emit" | "signal"> = {
+  const agent: Agent = {
     store,
     llm: new ScriptedLLM(script),
     tools: realTools(store),
@@ -71,7 +71,7 @@ function world(dir: string, script: ScriptStep[], name: string) {
   return {
     store,
     tracer,
-    turn,
+    agent,
     trace: () => normalize(Deno.readTextFileSync(tracePath)),
     close: () => {
       tracer.close();
@@ -135,7 +135,7 @@ Deno.test("golden: the piped REPL's output and the trace of a scripted conversat
     const chat = runChat({
       sessionId: "cli",
       userId: "local",
-      deps: w.turn,
+      deps: w.agent,
       emit: (event) => w.tracer.write(event),
       input,
       output: output.stream,
@@ -168,7 +168,7 @@ Deno.test("golden: the REPL on a terminal shows the same text, colours and comma
     const chat = runChat({
       sessionId: "tty",
       userId: "local",
-      deps: w.turn,
+      deps: w.agent,
       emit: (event) => {
         w.tracer.write(event);
         if (event.event === "run_end") ended++;
@@ -222,8 +222,7 @@ Deno.test("golden: the HTTP API's responses to a scripted session are unchanged"
   const w = world(dir.path, HTTP_SCRIPT, "http");
   const shutdown = new AbortController();
   const handler = createHandler({
-    store: w.store,
-    turn: w.turn,
+    agent: w.agent,
     emit: (event) => w.tracer.write(event),
     authenticator: new Authenticator([
       { token: "golden-token-alice-0001", userId: "alice" },

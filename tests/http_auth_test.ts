@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { Authenticator, timingSafeEqual } from "../src/http/auth.ts";
-import { HttpError, httpErrorResponse } from "../src/http/errors.ts";
+import { HttpError } from "../src/http/errors.ts";
 
 const ALICE = "tok-alice-0123456789abcdef";
 const BOB = "tok-bob-fedcba9876543210";
@@ -68,7 +68,7 @@ Deno.test("Authenticator answers 401 for a missing header, another scheme or no 
   unauthorized(authenticator, requestWith("Bearer"), missing);
   unauthorized(authenticator, requestWith("Bearer   "), missing);
 
-  const response = httpErrorResponse(error);
+  const response = error.response();
   assert.equal(response.status, 401);
   assert.equal(response.headers.get("www-authenticate"), "Bearer");
   assert.deepEqual(await response.json(), { error: { code: "unauthorized", message: missing } });

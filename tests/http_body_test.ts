@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { readJsonBody, readMessageField } from "../src/http/body.ts";
-import { errorResponse, HttpError, httpErrorResponse } from "../src/http/errors.ts";
+import { HttpError, toHttpError } from "../src/http/errors.ts";
+import { SessionError } from "../src/errors.ts";
 
 const URL_ = "http://localhost/v1/sessions/s/turns";
 const LIMIT = 65_536;
@@ -254,7 +255,7 @@ async function handle(request: Request): Promise<Response> {
     const message = await readMessageField(request, { maxBytes: LIMIT });
     return Response.json({ length: message.length });
   } catch (error) {
-    if (error instanceof HttpError) return httpErrorResponse(error);
+    if (error instanceof HttpError) return error.response();
     throw error;
   }
 }
@@ -332,14 +333,14 @@ Deno.test("readJsonBody() behind Deno.serve rejects with AbortError when the cli
   assert.equal(error.name, "AbortError");
 });
 
-Deno.test("httpErrorResponse() answers with the error's status, JSON body and extra headers", async () => {
+Deno.test("HttpError.response() answers with the error's status, JSON body and extra headers", async () => {
   const error = new HttpError(429, "too_many_requests", "Cannot queue turn: busy", {
     headers: { "Retry-After": "3" },
     cause: new Error("internal detail"),
   });
   assert.equal(error.name, "HttpError");
   assert.ok(error instanceof Error);
-  const response = httpErrorResponse(error);
+  const response = error.response();
   assert.equal(response.status, 429);
   assert.equal(response.headers.get("retry-after"), "3");
   assert.equal(response.headers.get("content-type"), "application/json; charset=utf-8");
@@ -351,13 +352,30 @@ Deno.test("httpErrorResponse() answers with the error's status, JSON body and ex
   assert.throws(() => new HttpError(200, "ok", "not an error"), RangeError);
 });
 
-Deno.test("errorResponse() keeps the given headers but always sends JSON", async () => {
-  const response = errorResponse(404, "not_found", "Cannot find session", [["content-type", "text/html"], [
-    "x-a",
-    "1",
-  ]]);
+Deno.test("HttpError.response() keeps the given headers but always sends JSON", async () => {
+  const response = new HttpError(404, "not_found", "Cannot find session", {
+    headers: { "content-type": "text/html", "x-a": "1" },
+  }).response();
   assert.equal(response.status, 404);
   assert.equal(response.headers.get("content-type"), "application/json; charset=utf-8");
   assert.equal(response.headers.get("x-a"), "1");
   assert.deepEqual(await response.json(), { error: { code: "not_found", message: "Cannot find session" } });
+});
+
+Deno.test("toHttpError() maps session errors, aborts and unknown failures, logging only the unknown", () => {
+  const logs: string[] = [];
+  const log = (line: string) => logs.push(line);
+  const known = new HttpError(429, "too_many_requests", "busy");
+  assert.equal(toHttpError(known, log), known);
+  const invalid = toHttpError(new SessionError("Invalid session id", "invalid_id"), log);
+  assert.deepEqual([invalid.status, invalid.code], [400, "invalid_session_id"]);
+  const retry = toHttpError(new SessionError("Cannot retry", "nothing_to_retry"), log);
+  assert.deepEqual([retry.status, retry.code], [409, "nothing_to_retry"]);
+  const gone = toHttpError(new DOMException("gone", "AbortError"), log);
+  assert.deepEqual([gone.status, gone.code], [499, "client_closed_request"]);
+  assert.deepEqual(logs, []);
+  const internal = toHttpError(new Error("secret detail"), log);
+  assert.deepEqual(internal.body(), { code: "internal", message: "Internal server error" });
+  assert.equal(logs.length, 1);
+  assert.match(logs[0], /^error: Error: secret detail/);
 });

@@ -85,7 +85,7 @@ Deno.test("bad bodies get 400/413/415 with a JSON error, and change nothing in t
     assert.equal(body.error.code, code);
     assert.equal(typeof body.error.message, "string");
   }
-  assert.deepEqual(h.store.listSessions("local"), []);
+  assert.deepEqual(await h.store.listSessions("local"), []);
   assert.equal(h.llm.calls, 0);
 });
 
@@ -107,7 +107,7 @@ Deno.test("unknown routes are 404 and wrong methods 405 with Allow", async () =>
 Deno.test("the handler logs one line per request in REQUEST_LINE's shape, and an unexpected error in another", async () => {
   using h = httpHarness();
   for (const path of ["/healthz", "/nope"]) await (await h.handler(get(path))).body?.cancel();
-  h.store.close(); // the next request fails inside the route: a logged 500
+  await h.store.close(); // the next request fails inside the route: a logged 500
   const broken = await h.handler(get("/v1/sessions"));
   assert.equal(broken.status, 500);
   await broken.body?.cancel();
@@ -139,10 +139,10 @@ Deno.test("with API tokens every /v1 route needs a known bearer token", async ()
     assert.equal(list.status, 401);
     await list.body?.cancel();
   }
-  assert.deepEqual(h.store.listSessions("alice"), []);
+  assert.deepEqual(await h.store.listSessions("alice"), []);
   const ok = await h.handler(postMessage("s", { message: "hi" }, as(TOKENS[0].token)));
   assert.equal(ok.status, 200);
-  assert.equal(h.store.get(keyOf("s", "alice"))!.userId, "alice");
+  assert.equal((await h.store.get(keyOf("s", "alice")))!.userId, "alice");
   assert.ok(!h.logs.join("\n").includes("tok-"), "tokens never reach the log");
   await ok.body?.cancel();
 });
@@ -153,7 +153,7 @@ Deno.test("GET routes show the session, its todos and its trace; DELETE removes 
     const response = await h.handler(postMessage("s1", { message }));
     await response.body?.cancel();
   }
-  h.store.addTodo(keyOf("s1", "local"), "write the README");
+  await h.store.addTodo(keyOf("s1", "local"), "write the README");
   const sessions = await (await h.handler(get("/v1/sessions"))).json();
   assert.deepEqual(sessions.sessions.map((s: { id: string; turn_count: number }) => [s.id, s.turn_count]), [[
     "s1",
@@ -185,8 +185,8 @@ Deno.test("GET routes show the session, its todos and its trace; DELETE removes 
 
   const deleted = await h.handler(get("/v1/sessions/s1", {}, "DELETE"));
   assert.equal(deleted.status, 204);
-  assert.equal(h.store.get(keyOf("s1", "local")), null);
-  assert.deepEqual(h.store.listTodos(keyOf("s1", "local")), []);
+  assert.equal(await h.store.get(keyOf("s1", "local")), null);
+  assert.deepEqual(await h.store.listTodos(keyOf("s1", "local")), []);
   assert.equal((await h.handler(get("/v1/sessions/s1"))).status, 404);
   assert.ok(readTrace(h.tracePath).some((e) => e.session_id === "s1"), "trace lines stay");
   // A new session under the same id does not see the old one's trace.
@@ -221,7 +221,7 @@ Deno.test("while shutting down every request gets 503", async () => {
   const response = await h.handler(postMessage("s", { message: "hi" }));
   assert.equal(response.status, 503);
   assert.equal((await response.json()).error.code, "shutting_down");
-  assert.equal(h.store.get(keyOf("s", "local")), null);
+  assert.equal(await h.store.get(keyOf("s", "local")), null);
 });
 
 Deno.test("a session's queue holds 8 waiting turns; the next one gets 429 with Retry-After", async () => {
@@ -245,7 +245,7 @@ Deno.test("a session's queue holds 8 waiting turns; the next one gets 429 with R
   const bodies = await Promise.all(responses.map((r) => r.json()));
   assert.deepEqual(bodies.slice(0, 9).map((b) => b.turn), [1, 2, 3, 4, 5, 6, 7, 8, 9]);
   assert.equal(bodies[9].turn, 1);
-  assert.ok(!h.store.messages(keyOf("busy", "local")).some((m) => m.content === "one too many"));
+  assert.ok(!(await h.store.messages(keyOf("busy", "local"))).some((m) => m.content === "one too many"));
 });
 
 Deno.test("Accept: text/event-stream streams the run's events as SSE, the same events the trace holds", async () => {

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import { LlmError } from "../src/errors.ts";
 import { Authenticator } from "../src/http/auth.ts";
-import type { HandlerDeps } from "../src/http/handler.ts";
+import type { HandlerDeps } from "../src/http/deps.ts";
 import { type RunningServer, serveHttp } from "../src/http/server.ts";
 import type { SessionQueue } from "../src/http/session_queue.ts";
 import { queueKey } from "../src/http/turn_route.ts";
@@ -109,22 +109,22 @@ function turnsOf(messages: StoredMessage[]): { question: string; answer: string 
 }
 
 /** Asserts the answered requests (request `i` asks `what is ${i + 1}*2?`) got turns 1..n, each its own. */
-function assertSerializedTurns(
+async function assertSerializedTurns(
   h: HttpHarness,
   session: string,
   answered: { index: number; turn: number; answer: string }[],
-): void {
+): Promise<void> {
   const turns = answered.map((a) => a.turn);
   assert.equal(new Set(turns).size, turns.length, "every response has its own turn");
   assert.deepEqual(turns.toSorted((a, b) => a - b), answered.map((_, i) => i + 1));
-  const stored = turnsOf(h.store.messages(keyOf(session, "local")));
+  const stored = turnsOf(await h.store.messages(keyOf(session, "local")));
   assert.equal(stored.length, answered.length);
   for (const { index, turn, answer } of answered) {
     const n = index + 1;
     assert.equal(answer, `The answer is ${n * 2}.`);
     assert.deepEqual(stored[turn - 1], { question: `what is ${n}*2?`, answer: `The answer is ${n * 2}.` });
   }
-  assert.equal(h.store.get(keyOf(session, "local"))!.turnCount, answered.length);
+  assert.equal((await h.store.get(keyOf(session, "local")))!.turnCount, answered.length);
 }
 
 Deno.test("SSE over the network: frames arrive in order during the turn, then it closes", async () => {
@@ -148,7 +148,7 @@ Deno.test("SSE over the network: frames arrive in order during the turn, then it
         buffer = buffer.slice(end + 2);
         frames.push({ ...frame, read: reads });
         if (frame.event === "run_start") {
-          answerStoredAtStart = h.store.messages(keyOf("sse-net", "local")).some((m) =>
+          answerStoredAtStart = (await h.store.messages(keyOf("sse-net", "local"))).some((m) =>
             m.role === "assistant"
           );
         }
@@ -225,8 +225,8 @@ Deno.test("20 simultaneous POSTs to one session: 1 runs, 8 wait, 11 get 429 with
       assert.equal(r.status, 200);
       return [{ index, turn: bodies[index].turn as number, answer: bodies[index].answer as string }];
     });
-    assertSerializedTurns(h, "one", answered);
-    const stored = new Set(h.store.messages(keyOf("one", "local")).map((m) => m.content));
+    await assertSerializedTurns(h, "one", answered);
+    const stored = new Set((await h.store.messages(keyOf("one", "local"))).map((m) => m.content));
     for (const i of rejected) assert.ok(!stored.has(`what is ${i + 1}*2?`), "a rejected turn stores nothing");
     assert.equal(h.llm.calls, 9 * 2);
   });
@@ -246,7 +246,7 @@ Deno.test("9 simultaneous POSTs to one session all succeed with turns 1..9, neve
     const responses = await Promise.all(requests);
     const bodies = await Promise.all(responses.map((r) => r.json()));
     assert.deepEqual(responses.map((r) => r.status), Array(9).fill(200));
-    assertSerializedTurns(
+    await assertSerializedTurns(
       h,
       "nine",
       bodies.map((b, index) => ({ index, turn: b.turn, answer: b.answer })),
@@ -270,7 +270,7 @@ Deno.test("20 simultaneous POSTs to one session whose queue admits them all get 
     const responses = await Promise.all(requests);
     const bodies = await Promise.all(responses.map((r) => r.json()));
     assert.deepEqual(responses.map((r) => r.status), Array(20).fill(200));
-    assertSerializedTurns(
+    await assertSerializedTurns(
       h,
       "twenty",
       bodies.map((b, index) => ({ index, turn: b.turn, answer: b.answer })),
@@ -322,7 +322,7 @@ Deno.test("20 distinct sessions at once all answer turn 1, their turns running c
     assert.ok(llm.maxActive >= 10, `at most ${llm.maxActive} turns ran at once`);
     assert.equal(llm.inFlight, 0);
     assert.equal(h.deps.queue.active, 0);
-  }, { overrides: { turn: { ...h.deps.turn, llm } } });
+  }, { overrides: { agent: { ...h.deps.agent, llm } } });
 });
 
 Deno.test("a client that disconnects mid-turn aborts the model call and the turn is taken back", async () => {
@@ -342,11 +342,11 @@ Deno.test("a client that disconnects mid-turn aborts the model call and the turn
     assert.equal(trace[1].data.kind, "aborted");
     assert.equal(trace[2].data.outcome, "aborted");
     assert.deepEqual(
-      h.store.messages(keyOf("gone", "local")),
+      await h.store.messages(keyOf("gone", "local")),
       [],
       "neither the question nor a half-turn stays",
     );
-    assert.equal(h.store.get(keyOf("gone", "local"))!.turnCount, 0);
+    assert.equal((await h.store.get(keyOf("gone", "local")))!.turnCount, 0);
 
     h.llm.release();
     const next = await post(url, "gone", "hello again");
@@ -354,7 +354,10 @@ Deno.test("a client that disconnects mid-turn aborts the model call and the turn
     const body = await next.json();
     assert.equal(body.turn, 1);
     assert.equal(body.answer, "echo: hello again");
-    assert.deepEqual(h.store.messages(keyOf("gone", "local")).map((m) => m.role), ["user", "assistant"]);
+    assert.deepEqual((await h.store.messages(keyOf("gone", "local"))).map((m) => m.role), [
+      "user",
+      "assistant",
+    ]);
   });
 });
 
@@ -382,7 +385,7 @@ Deno.test("a queued turn whose client disconnects never reaches the model or the
     assert.equal(response.status, 200);
     assert.equal((await response.json()).turn, 1);
     assert.equal(h.llm.calls, 2, "only the first turn's two model calls");
-    assert.deepEqual(turnsOf(h.store.messages(keyOf("line", "local"))), [{
+    assert.deepEqual(turnsOf(await h.store.messages(keyOf("line", "local"))), [{
       question: "what is 2*3?",
       answer: "The answer is 6.",
     }]);
@@ -412,7 +415,11 @@ Deno.test("an SSE client that goes away mid-stream aborts the turn the same way"
     assert.deepEqual(trace.map((e) => e.event), ["run_start", "error", "run_end"]);
     assert.equal(trace[1].data.kind, "aborted");
     assert.equal(trace[2].data.outcome, "aborted");
-    assert.deepEqual(h.store.messages(keyOf("sse-gone", "local")), [], "the cancelled turn is taken back");
+    assert.deepEqual(
+      await h.store.messages(keyOf("sse-gone", "local")),
+      [],
+      "the cancelled turn is taken back",
+    );
     assert.ok(!h.logs.some((line) => line.startsWith("error:")), h.logs.join("\n"));
   });
 });
@@ -448,7 +455,7 @@ Deno.test("a queued SSE turn whose client disconnects is dropped without an erro
     h.llm.release();
     await (await first).body?.cancel();
     assert.equal(h.llm.calls, 2, "only the first turn's two model calls");
-    assert.ok(!h.store.messages(keyOf("sse-line", "local")).some((m) => m.content === "never runs"));
+    assert.ok(!(await h.store.messages(keyOf("sse-line", "local"))).some((m) => m.content === "never runs"));
     assert.deepEqual(h.logs.filter((line) => line.startsWith("error:")), [], "a disconnect is not an error");
   });
 });
@@ -484,7 +491,7 @@ Deno.test("over the network session ids are per user: bob's GET/DELETE of alice'
     assert.equal(own.status, 200);
     const body = await own.json();
     assert.deepEqual([body.session_id, body.turn, body.answer], ["alice-s", 1, "echo: my own"]);
-    assert.deepEqual(h.store.messages(keyOf("alice-s", "alice")).map((m) => m.content), [
+    assert.deepEqual((await h.store.messages(keyOf("alice-s", "alice"))).map((m) => m.content), [
       "hello from alice-s",
       "echo: hello from alice-s",
     ]);
@@ -534,7 +541,7 @@ Deno.test("on stop a running turn finishes within the grace period, new connecti
     await server.finished;
     assert.ok(h.logs.some((line) => line.startsWith("shutting down: 1 turn(s) running")), h.logs.join("\n"));
     assert.ok(!h.logs.some((line) => line.startsWith("grace period over")));
-    assert.equal(turnsOf(h.store.messages(keyOf("late", "local"))).length, 1);
+    assert.equal(turnsOf(await h.store.messages(keyOf("late", "local"))).length, 1);
   }, { graceSeconds: 5 });
 });
 
@@ -572,11 +579,11 @@ Deno.test("a turn still running when the grace period ends is aborted, JSON and 
 
     for (const session of ["held-json", "held-sse"]) {
       assert.deepEqual(
-        h.store.messages(keyOf(session, "local")),
+        await h.store.messages(keyOf(session, "local")),
         [],
         `${session}'s cancelled turn is taken back`,
       );
-      assert.equal(h.store.get(keyOf(session, "local"))!.turnCount, 0);
+      assert.equal((await h.store.get(keyOf(session, "local")))!.turnCount, 0);
       const outcomes = readTrace(h.tracePath, (e) => e.session_id === session && e.event === "run_end")
         .map((e) => e.data.outcome);
       assert.deepEqual(outcomes, ["aborted"]);
@@ -603,7 +610,7 @@ Deno.test("turns still waiting when the grace period ends get 503, not a logged 
     assert.equal(aborted.outcome, "aborted");
     // Consistent whatever the status: the waiting turns never started and stored nothing, and the running one
     // was taken back when it was aborted.
-    assert.deepEqual(h.store.messages(keyOf("drain", "local")), []);
+    assert.deepEqual(await h.store.messages(keyOf("drain", "local")), []);
     assert.equal(h.llm.calls, 1);
     const jsonResponse = await json;
     const jsonError = (await jsonResponse.json()).error;
@@ -650,7 +657,7 @@ Deno.test("a chunked body over the limit gets 413 before it is all sent", async 
     // No Content-Length to go by: the server counted the bytes it read and stopped.
     assert.match(error.message, /at least \d+ bytes, the limit is 1024/);
     assert.ok(pulled < total, `the client had to produce ${pulled} of ${total} chunks`);
-    assert.equal(h.store.get(keyOf("big", "local")), null);
+    assert.equal(await h.store.get(keyOf("big", "local")), null);
     assert.equal(h.llm.calls, 0);
   });
 });
@@ -692,7 +699,7 @@ Deno.test("a slowly trickling body on one connection does not hold up a request 
     assert.equal(quick.status, 200);
     assert.equal((await quick.json()).answer, "The answer is 20.");
     assert.equal(slowDone, false, "the slow body is still being sent");
-    assert.equal(h.store.get(keyOf("slow", "local")), null);
+    assert.equal(await h.store.get(keyOf("slow", "local")), null);
 
     trickle.enqueue(encoder.encode(' steady"}'));
     trickle.close();
@@ -802,7 +809,7 @@ Deno.test("POST /retry reruns the question of a turn that ended in error: same t
     assert.equal(failed.status, 502);
     const error = (await failed.json()).error;
     assert.match(error.message, /POST \/v1\/sessions\/r1\/retry/);
-    assert.deepEqual(h.store.messages(keyOf("r1", "local")).map((m) => m.content), ["what is 6*7?"]);
+    assert.deepEqual((await h.store.messages(keyOf("r1", "local"))).map((m) => m.content), ["what is 6*7?"]);
 
     h.llm.fail = null;
     const retried = await retry(url, "r1");
@@ -810,11 +817,11 @@ Deno.test("POST /retry reruns the question of a turn that ended in error: same t
     const body = await retried.json();
     assert.equal(body.turn, 1);
     assert.equal(body.answer, "The answer is 42.");
-    assert.deepEqual(turnsOf(h.store.messages(keyOf("r1", "local"))), [{
+    assert.deepEqual(turnsOf(await h.store.messages(keyOf("r1", "local"))), [{
       question: "what is 6*7?",
       answer: "The answer is 42.",
     }]);
-    assert.equal(h.store.get(keyOf("r1", "local"))!.turnCount, 1);
+    assert.equal((await h.store.get(keyOf("r1", "local")))!.turnCount, 1);
     const starts = readTrace(h.tracePath, (e) => e.session_id === "r1" && e.event === "run_start");
     assert.deepEqual(starts.map((e) => [e.turn, e.data.retry ?? false]), [[1, false], [1, true]]);
 
@@ -822,7 +829,7 @@ Deno.test("POST /retry reruns the question of a turn that ended in error: same t
     const again = await retry(url, "r1");
     assert.equal(again.status, 409);
     assert.equal((await again.json()).error.code, "nothing_to_retry");
-    assert.equal(h.store.messages(keyOf("r1", "local")).length, 4);
+    assert.equal((await h.store.messages(keyOf("r1", "local"))).length, 4);
     // A session that does not exist is 404, as on every route.
     const missing = await retry(url, "never-used");
     assert.equal(missing.status, 404);
@@ -842,7 +849,10 @@ Deno.test("POST /retry streams as SSE with Accept: text/event-stream", async () 
     assert.equal(response.status, 200);
     const frames = parseSse(await response.text()).filter((f) => f.event !== "delta");
     assert.deepEqual(frames.map((f) => f.event), ["run_start", "llm_call", "answer", "run_end"]);
-    assert.deepEqual(h.store.messages(keyOf("r2", "local")).map((m) => m.content), ["hello", "echo: hello"]);
+    assert.deepEqual((await h.store.messages(keyOf("r2", "local"))).map((m) => m.content), [
+      "hello",
+      "echo: hello",
+    ]);
   });
 });
 
@@ -861,8 +871,8 @@ Deno.test("an SSE client with a large body that goes away mid-turn aborts the tu
     await reader.cancel();
     await until(() => h.llm.aborted === 1, "the model call to see the abort");
     await until(() => h.deps.queue.size === 0, "the aborted turn to end");
-    assert.deepEqual(h.store.messages(keyOf("sse-big", "local")), []);
-    assert.equal(h.store.get(keyOf("sse-big", "local"))!.turnCount, 0);
+    assert.deepEqual(await h.store.messages(keyOf("sse-big", "local")), []);
+    assert.equal((await h.store.get(keyOf("sse-big", "local")))!.turnCount, 0);
   });
 });
 
@@ -881,7 +891,7 @@ Deno.test("a JSON client with a large body that goes away: the turn runs to its 
     h.llm.release();
     await until(() => h.deps.queue.size === 0, "the turn to end");
     assert.equal(h.llm.aborted, 0);
-    assert.deepEqual(turnsOf(h.store.messages(keyOf("json-big", "local"))), [{
+    assert.deepEqual(turnsOf(await h.store.messages(keyOf("json-big", "local"))), [{
       question,
       answer: `echo: ${question}`,
     }]);

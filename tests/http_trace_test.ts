@@ -50,7 +50,7 @@ async function page(handler: (r: Request) => Promise<Response>, path: string, he
 
 Deno.test("GET /v1/sessions/{id}/trace pages 450 events as 200, 200 and 50, oldest first", async () => {
   using h = httpHarness();
-  h.store.getOrCreate(keyOf("s", "local"));
+  await h.store.getOrCreate(keyOf("s", "local"));
   for (let n = 0; n < 450; n++) h.tracer.write(event("local", "s", n));
   const first = await page(h.handler, "/v1/sessions/s/trace");
   assert.equal(first.events.length, 200);
@@ -68,7 +68,7 @@ Deno.test("GET /v1/sessions/{id}/trace pages 450 events as 200, 200 and 50, olde
 
 Deno.test("GET trace answers 400 for a limit outside 1..1000 or a cursor it did not hand out", async () => {
   using h = httpHarness();
-  h.store.getOrCreate(keyOf("s", "local"));
+  await h.store.getOrCreate(keyOf("s", "local"));
   for (const limit of ["0", "1001", "abc", "1.5", "-1", "", "1e3"]) {
     const response = await h.handler(get(`/v1/sessions/s/trace?limit=${limit}`));
     assert.equal(response.status, 400, `limit=${limit}`);
@@ -85,7 +85,7 @@ Deno.test("GET trace answers 400 for a limit outside 1..1000 or a cursor it did 
 
 Deno.test("bob's trace for session default never shows alice's events, old lines attributed by run_start", async () => {
   using h = httpHarness({ tokens: TOKENS });
-  h.store.getOrCreate(keyOf("default", "bob"));
+  await h.store.getOrCreate(keyOf("default", "bob"));
   h.tracer.write(event("alice", "default", 1));
   h.tracer.write(event("bob", "default", 2));
   // Lines from before events carried user_id: their run's run_start names the user.
@@ -143,7 +143,7 @@ const bytesOf = (events: RunEvent[]) =>
 Deno.test("GET trace reads only the lines of the page it returns, not the other sessions' lines", async () => {
   const { state, open } = countingOpen();
   using h = httpHarness({ openTrace: open });
-  h.store.getOrCreate(keyOf("s", "local"));
+  await h.store.getOrCreate(keyOf("s", "local"));
   // Another process's writes: the reader learns of them only from the file.
   const other = new JsonlTracer(h.tracePath);
   for (let n = 0; n < 3000; n++) other.write(event("local", n % 100 === 0 ? "s" : `other-${n % 7}`, n));
@@ -165,7 +165,7 @@ Deno.test("GET trace reads only the lines of the page it returns, not the other 
 Deno.test("a trace request waiting on file reads does not hold up /healthz", async () => {
   const { state, open } = countingOpen();
   using h = httpHarness({ openTrace: open });
-  h.store.getOrCreate(keyOf("s", "local"));
+  await h.store.getOrCreate(keyOf("s", "local"));
   const other = new JsonlTracer(h.tracePath);
   for (let n = 0; n < 2000; n++) other.write(event("local", n % 2 === 0 ? "s" : "other", n));
   other.close();
@@ -189,7 +189,7 @@ Deno.test("a trace request waiting on file reads does not hold up /healthz", asy
 
 Deno.test("GET trace pages across rotated files, and its cursor still works after a restart", async () => {
   using h = httpHarness({ traceMaxBytes: 4000 });
-  h.store.getOrCreate(keyOf("s", "local"));
+  await h.store.getOrCreate(keyOf("s", "local"));
   const other = new JsonlTracer(h.tracePath, { maxBytes: 4000 });
   for (let n = 0; n < 100; n++) (n % 3 === 0 ? other : h.tracer).write(event("local", "s", n));
   other.close();
@@ -208,7 +208,7 @@ Deno.test("GET trace pages across rotated files, and its cursor still works afte
       const fresh = await new TraceReader(h.tracePath).page({
         userId: "local",
         sessionId: "s",
-        since: h.store.get(keyOf("s", "local"))!.createdAt,
+        since: (await h.store.get(keyOf("s", "local")))!.createdAt,
         runId: null,
         limit: 7,
         cursor: decodeTraceCursor(cursor!),

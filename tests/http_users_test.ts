@@ -43,14 +43,14 @@ Deno.test("bob posting to squat-1 first does not take the id: alice's POST to sq
     (hers.body as { messages: { content: string }[] }).messages.map((m) => m.content),
     ["hello", "echo: hello"],
   );
-  assert.equal(h.store.get(keyOf("squat-1", "bob"))!.turnCount, 2, "bob's session is his, untouched");
-  assert.equal(h.store.get(keyOf("squat-1", "alice"))!.turnCount, 1);
+  assert.equal((await h.store.get(keyOf("squat-1", "bob")))!.turnCount, 2, "bob's session is his, untouched");
+  assert.equal((await h.store.get(keyOf("squat-1", "alice")))!.turnCount, 1);
 });
 
 Deno.test("for an id only alice has, bob's GET, DELETE and /todos answer 404 exactly like a never-used id", async () => {
   using h = httpHarness({ tokens: [ALICE, BOB] });
   assert.equal((await turn(h, "x", ALICE, "alice's secret")).status, 200);
-  h.store.addTodo(keyOf("x", "alice"), "alice's todo");
+  await h.store.addTodo(keyOf("x", "alice"), "alice's todo");
 
   for (const [method, suffix] of [["GET", ""], ["DELETE", ""], ["GET", "/todos"], ["GET", "/trace"]]) {
     const taken = await call(h, `/v1/sessions/x${suffix}`, BOB, method);
@@ -61,9 +61,9 @@ Deno.test("for an id only alice has, bob's GET, DELETE and /todos answer 404 exa
     assert.deepEqual(JSON.parse(JSON.stringify(taken.body).replaceAll('\\"x\\"', '\\"y\\"')), unused.body);
     assert.ok(!JSON.stringify(taken.body).includes("alice"));
   }
-  assert.equal(h.store.messages(keyOf("x", "alice")).length, 2, "bob's DELETE removed nothing");
-  assert.deepEqual(h.store.listTodos(keyOf("x", "alice")).map((t) => t.text), ["alice's todo"]);
-  assert.equal(h.store.get(keyOf("x", "bob")), null, "bob's reads created no session");
+  assert.equal((await h.store.messages(keyOf("x", "alice"))).length, 2, "bob's DELETE removed nothing");
+  assert.deepEqual((await h.store.listTodos(keyOf("x", "alice"))).map((t) => t.text), ["alice's todo"]);
+  assert.equal(await h.store.get(keyOf("x", "bob")), null, "bob's reads created no session");
   assert.equal((await call(h, "/v1/sessions/x", ALICE)).status, 200);
 });
 

@@ -6,10 +6,9 @@ import assert from "node:assert/strict";
 import { loadConfig } from "../src/config.ts";
 import { runTurn } from "../src/loop.ts";
 import { createLlmFromConfig } from "../src/llm/openai.ts";
-import { SessionStore } from "../src/store.ts";
+import { SqliteStore } from "../src/store/sqlite.ts";
 import { createLlmSummarizer } from "../src/memory/summarizer.ts";
-import { parseSummaryPatch } from "../src/memory/summary.ts";
-import { parseSummary } from "../src/memory/summary.ts";
+import { parseSummary, parseSummaryPatch } from "../src/memory/summary.ts";
 import { keyOf, realTools } from "./_harness.ts";
 
 const config = loadConfig({
@@ -25,7 +24,7 @@ const reason = !config.runLiveTests
   : null;
 if (reason !== null) console.log(`live tests ignored: ${reason}`);
 
-function liveDeps(store: SessionStore, maxRawTurns = 20) {
+function liveDeps(store: SqliteStore, maxRawTurns = 20) {
   const llm = createLlmFromConfig(config);
   return {
     store,
@@ -43,7 +42,7 @@ Deno.test({
   name: "live: the model calls the calculator by itself and answers 66",
   ignore: reason !== null,
   async fn() {
-    const store = new SessionStore(":memory:");
+    const store = new SqliteStore(":memory:");
     try {
       const result = await runTurn(
         { sessionId: "live", userId: "live", message: "Use the calculator: what is 1234 * 7 - 8572?" },
@@ -53,7 +52,7 @@ Deno.test({
       assert.ok(result.toolCalls.some((c) => c.name === "calculator" && c.ok), "the calculator was used");
       assert.match(result.answer, /\b66\b/);
     } finally {
-      store.close();
+      await store.close();
     }
   },
 });
@@ -62,19 +61,19 @@ Deno.test({
   name: "live: a todo added in one turn is recalled in a follow-up",
   ignore: reason !== null,
   async fn() {
-    const store = new SessionStore(":memory:");
+    const store = new SqliteStore(":memory:");
     try {
       const deps = liveDeps(store);
       const id = { sessionId: "live-todo", userId: "live" };
       await runTurn({ ...id, message: "Please add a todo: renew my passport before March." }, deps);
-      assert.equal(store.listTodos(keyOf("live-todo", "live")).length, 1, "the todo tool stored it");
+      assert.equal((await store.listTodos(keyOf("live-todo", "live"))).length, 1, "the todo tool stored it");
       const result = await runTurn(
         { ...id, message: "Which official document did I say I must renew?" },
         deps,
       );
       assert.match(result.answer, /passport/i);
     } finally {
-      store.close();
+      await store.close();
     }
   },
 });
@@ -83,14 +82,14 @@ Deno.test({
   name: "live: a compaction with the real model yields a valid summary that answers a follow-up",
   ignore: reason !== null,
   async fn() {
-    const store = new SessionStore(":memory:");
+    const store = new SqliteStore(":memory:");
     try {
       const deps = liveDeps(store, 2);
       const id = { sessionId: "live-compact", userId: "live" };
       for (const message of ["My favourite colour is teal.", "I am planning a trip to Lisbon.", "Say hi."]) {
         await runTurn({ ...id, message }, deps);
       }
-      const summary = parseSummary(store.get(keyOf("live-compact", "live"))!.summary);
+      const summary = parseSummary((await store.get(keyOf("live-compact", "live")))!.summary);
       assert.ok(summary !== null, "a summary was stored");
       parseSummaryPatch(
         JSON.stringify({
@@ -100,11 +99,13 @@ Deno.test({
           unresolved: summary.unresolved,
         }),
       );
-      assert.ok(!store.messages(keyOf("live-compact", "live")).some((m) => m.content?.includes("teal")));
+      assert.ok(
+        !(await store.messages(keyOf("live-compact", "live"))).some((m) => m.content?.includes("teal")),
+      );
       const result = await runTurn({ ...id, message: "What is my favourite colour?" }, deps);
       assert.match(result.answer, /teal/i);
     } finally {
-      store.close();
+      await store.close();
     }
   },
 });

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { LlmError } from "../src/errors.ts";
 import { EMPTY_ANSWER, EMPTY_REPLY_NUDGE, MAX_STEPS_ANSWER, runTurn } from "../src/loop.ts";
 import { ScriptedLLM } from "../src/llm/scripted.ts";
-import { SessionStore } from "../src/store.ts";
+import { SqliteStore } from "../src/store/sqlite.ts";
 import { harness, keyOf, lastToolResult, steppingClock, tempDir } from "./_harness.ts";
 
 const input = (message: string, sessionId = "s1") => ({ sessionId, userId: "u1", message });
@@ -25,7 +25,7 @@ Deno.test("runTurn() answers 84 for 12*(3+4) from the calculator's result", asyn
     arguments: '{"expression":"12*(3+4)"}',
     ok: true,
   }]);
-  const stored = h.store.messages(keyOf("s1", "u1"));
+  const stored = await h.store.messages(keyOf("s1", "u1"));
   assert.deepEqual(stored.map((m) => m.role), ["user", "assistant", "tool", "assistant"]);
   assert.equal(stored[2].toolCallId, stored[1].toolCalls![0].id);
   assert.deepEqual(
@@ -57,8 +57,8 @@ Deno.test("runTurn() keeps two users' turns on one session id apart: history, tu
   assert.equal(bob.answer, '{"todos":[]}', "bob's todo tool sees bob's list only");
   const bobsRequest = h.llm.requests[2].messages.filter((m) => m.role === "user").map((m) => m.content);
   assert.deepEqual(bobsRequest, ["list mine"], "bob's context holds none of alice's messages");
-  assert.deepEqual(h.store.listTodos(keyOf("shared", "alice")).map((t) => t.text), ["alice's task"]);
-  assert.deepEqual(h.store.listTodos(keyOf("shared", "bob")), []);
+  assert.deepEqual((await h.store.listTodos(keyOf("shared", "alice"))).map((t) => t.text), ["alice's task"]);
+  assert.deepEqual(await h.store.listTodos(keyOf("shared", "bob")), []);
   assert.deepEqual(
     h.events.filter((e) => e.event === "run_end").map((e) => [e.user_id, e.session_id, e.turn]),
     [["alice", "shared", 1], ["bob", "shared", 1]],
@@ -78,7 +78,7 @@ Deno.test("runTurn() runs several tool calls of one reply in order, each answere
   ]);
   const result = await runTurn(input("go"), h.deps);
   assert.equal(result.outcome, "answered");
-  const tools = h.store.messages(keyOf("s1", "u1")).filter((m) => m.role === "tool");
+  const tools = (await h.store.messages(keyOf("s1", "u1"))).filter((m) => m.role === "tool");
   assert.deepEqual(tools.map((m) => m.toolCallId), ["a", "b", "c"]);
   assert.equal(JSON.parse(tools[0].content!).data.result, 1024);
   const listed = JSON.parse(tools[2].content!).data.todos;
@@ -108,7 +108,7 @@ Deno.test("runTurn() reports invalid arguments with their path, then accepts the
   assert.equal(result.outcome, "answered");
   assert.equal(result.answer, "= 42");
   assert.deepEqual(result.toolCalls.map((c) => c.ok), [false, false, true]);
-  const errors = h.store.messages(keyOf("s1", "u1")).filter((m) => m.role === "tool").map((m) =>
+  const errors = (await h.store.messages(keyOf("s1", "u1"))).filter((m) => m.role === "tool").map((m) =>
     JSON.parse(m.content!).error
   );
   assert.match(errors[0], /\$\.expression: expected string, got integer/);
@@ -124,8 +124,12 @@ Deno.test("runTurn() nudges once after an empty reply, then closes with the fixe
   assert.equal(h.llm.requests.length, 2);
   const retry = h.llm.requests[1].messages.at(-1)!;
   assert.deepEqual(retry, { role: "runtime", content: EMPTY_REPLY_NUDGE });
-  assert.deepEqual(h.store.messages(keyOf("s1", "u1")).map((m) => m.role), ["user", "runtime", "assistant"]);
-  assert.equal(h.store.get(keyOf("s1", "u1"))!.turnCount, 1, "the nudge is not a user turn");
+  assert.deepEqual((await h.store.messages(keyOf("s1", "u1"))).map((m) => m.role), [
+    "user",
+    "runtime",
+    "assistant",
+  ]);
+  assert.equal((await h.store.get(keyOf("s1", "u1")))!.turnCount, 1, "the nudge is not a user turn");
 });
 
 Deno.test("runTurn() answers normally when the nudge works", async () => {
@@ -143,7 +147,7 @@ Deno.test("runTurn() stops with max_steps when the model keeps calling tools", a
   assert.equal(result.answer, MAX_STEPS_ANSWER);
   assert.equal(h.llm.requests.length, 3, "the model is not asked again after the limit");
   assert.equal(h.llm.remaining, 1);
-  assert.equal(h.store.messages(keyOf("s1", "u1")).at(-1)!.content, MAX_STEPS_ANSWER);
+  assert.equal((await h.store.messages(keyOf("s1", "u1"))).at(-1)!.content, MAX_STEPS_ANSWER);
   assert.deepEqual(h.events.at(-1)!.data.outcome, "max_steps");
 });
 
@@ -166,7 +170,7 @@ Deno.test("runTurn() ends with outcome error and a message naming the cause when
     message: "LLM request failed: HTTP 503 from api.example.com: overloaded",
   });
   // Consistent: the user message is kept, nothing half-written; the next turn works.
-  assert.deepEqual(h.store.messages(keyOf("s1", "u1")).map((m) => m.role), ["user"]);
+  assert.deepEqual((await h.store.messages(keyOf("s1", "u1"))).map((m) => m.role), ["user"]);
 });
 
 Deno.test("runTurn() fails the turn, not the process, when the script runs out", async () => {
@@ -207,8 +211,8 @@ Deno.test("runTurn() aborted during tool execution stores nothing: no call, no r
   const result = await runTurn(input("go"), { ...h.deps, signal: controller.signal });
   assert.equal(result.outcome, "aborted");
   const key = keyOf("s1", "u1");
-  assert.deepEqual(h.store.messages(key), [], "the cancelled turn left nothing, not even its question");
-  assert.equal(h.store.get(key)!.turnCount, 0);
+  assert.deepEqual(await h.store.messages(key), [], "the cancelled turn left nothing, not even its question");
+  assert.equal((await h.store.get(key))!.turnCount, 0);
   const error = h.events.find((e) => e.event === "error")!;
   assert.equal(error.data.message, "the turn was aborted: client disconnected");
   assert.equal(error.data.discarded_messages, 1);
@@ -216,7 +220,7 @@ Deno.test("runTurn() aborted during tool execution stores nothing: no call, no r
   const next = await runTurn(input("again"), { ...h.deps, llm: new ScriptedLLM([{ content: "fine" }]) });
   assert.equal(next.outcome, "answered");
   assert.equal(next.turn, 1);
-  assert.deepEqual(h.store.messages(key).map((m) => m.content), ["again", "fine"]);
+  assert.deepEqual((await h.store.messages(key)).map((m) => m.content), ["again", "fine"]);
 });
 
 Deno.test("runTurn() keeps two sessions apart: messages, todos and turn counts", async () => {
@@ -230,23 +234,23 @@ Deno.test("runTurn() keeps two sessions apart: messages, todos and turn counts",
   const second = await runTurn(input("list todos", "w2"), h.deps);
   assert.equal(second.answer, '{"todos":[]}');
   assert.equal(second.turn, 1);
-  assert.deepEqual(h.store.listTodos(keyOf("w1", "u1")).map((t) => t.text), ["window one task"]);
-  assert.deepEqual(h.store.listTodos(keyOf("w2", "u1")), []);
+  assert.deepEqual((await h.store.listTodos(keyOf("w1", "u1"))).map((t) => t.text), ["window one task"]);
+  assert.deepEqual(await h.store.listTodos(keyOf("w2", "u1")), []);
   // The second session's requests never contain the first one's messages.
   const seen = JSON.stringify(h.llm.requests.slice(2));
   assert.ok(!seen.includes("add a todo") && !seen.includes("window one task"));
-  assert.equal(h.store.get(keyOf("w1", "u1"))!.turnCount, 1);
+  assert.equal((await h.store.get(keyOf("w1", "u1")))!.turnCount, 1);
 });
 
 Deno.test("runTurn() counts turns across runs and a reopened database", async () => {
   using dir = tempDir();
   const path = `${dir.path}/s.db`;
-  const first = new SessionStore(path, { now: steppingClock() });
+  const first = new SqliteStore(path, { now: steppingClock() });
   using h1 = harness([{ content: "one" }, { content: "two" }], { store: first });
   assert.equal((await runTurn(input("a"), h1.deps)).turn, 1);
   assert.equal((await runTurn(input("b"), h1.deps)).turn, 2);
-  first.close();
-  const reopened = new SessionStore(path);
+  await first.close();
+  const reopened = new SqliteStore(path);
   using h2 = harness([{ content: "three" }], { store: reopened });
   const third = await runTurn(input("c"), h2.deps);
   assert.equal(third.turn, 3);
@@ -254,7 +258,7 @@ Deno.test("runTurn() counts turns across runs and a reopened database", async ()
     h2.llm.requests[0].messages.filter((m) => m.role !== "system").map((m) => m.content),
     ["a", "one", "b", "two", "c"],
   );
-  reopened.close();
+  await reopened.close();
 });
 
 Deno.test("runTurn() rejects an empty message and a malformed session id before doing anything", async () => {
@@ -291,7 +295,7 @@ Deno.test("runTurn() gives repeated or empty tool call ids distinct ones, so eac
     { content: "done" },
   ]);
   await runTurn(input("go"), h.deps);
-  const [, assistant, ...rest] = h.store.messages(keyOf("s1", "u1"));
+  const [, assistant, ...rest] = await h.store.messages(keyOf("s1", "u1"));
   const ids = assistant.toolCalls!.map((c) => c.id);
   assert.equal(ids[0], "dup");
   assert.equal(new Set(ids).size, 3);
@@ -313,7 +317,7 @@ Deno.test("runTurn() never freezes the objects the model client returned", async
   assert.equal(Object.isFrozen(call), false);
   assert.equal(Object.isFrozen(replies[0].toolCalls), false);
   // The stored copy is frozen and equal.
-  const stored = h.store.messages(keyOf("s1", "u1"))[1];
+  const stored = (await h.store.messages(keyOf("s1", "u1")))[1];
   assert.ok(Object.isFrozen(stored.toolCalls![0]));
   assert.deepEqual(stored.toolCalls, [call]);
 });

@@ -8,7 +8,7 @@ import { loadConfig } from "../src/config.ts";
 import { createLlmFromConfig, OpenAICompatibleLLM } from "../src/llm/openai.ts";
 import { runTurn } from "../src/loop.ts";
 import { JsonlTracer, readTrace } from "../src/trace.ts";
-import { SessionStore } from "../src/store.ts";
+import { SqliteStore } from "../src/store/sqlite.ts";
 import { BASE, HELLO, KEY, llmError, makeClient, MODEL, type Step, stubFetch } from "./_openai_stubs.ts";
 import { harness, keyOf, tempDir } from "./_harness.ts";
 import { endless, ok, startFaultProvider } from "./fixtures/fault_provider.ts";
@@ -157,7 +157,7 @@ Deno.test("runTurn() ends with error too_large on an endless reply, stores nothi
       LLM_RETRIES: "2",
       AGENT_TRACE_PATH: `${dir.path}/traces.jsonl`,
     });
-    const store = new SessionStore(`${dir.path}/sessions.db`);
+    const store = new SqliteStore(`${dir.path}/sessions.db`);
     const tracer = new JsonlTracer(config.tracePath);
     using h = harness([], { store });
     const deps = { ...h.deps, llm: createLlmFromConfig(config, { stream }), emit: tracer.write.bind(tracer) };
@@ -177,7 +177,7 @@ Deno.test("runTurn() ends with error too_large on an endless reply, stores nothi
       assert.equal(provider.requests.length, 1, "not retried");
       const errors = readTrace(config.tracePath, (e) => e.run_id === result.runId && e.event === "error");
       assert.deepEqual(errors.map((e) => [e.data.kind, e.data.retries]), [["too_large", 0]]);
-      assert.deepEqual(store.messages(keyOf("big", "u1")).map((m) => [m.role, m.content]), [[
+      assert.deepEqual((await store.messages(keyOf("big", "u1"))).map((m) => [m.role, m.content]), [[
         "user",
         "tell me everything",
       ]]);
@@ -190,7 +190,7 @@ Deno.test("runTurn() ends with error too_large on an endless reply, stores nothi
     } finally {
       clearTimeout(timer);
       tracer.close();
-      store.close();
+      await store.close();
       await provider.close();
     }
   }

@@ -14,7 +14,7 @@ import { timingSafeEqual } from "../src/http/auth.ts";
 import type { ScriptedRequest, ScriptStep } from "../src/llm/scripted.ts";
 import { runTurn } from "../src/loop.ts";
 import { DOCS_DIR, taskPermissionFlags } from "../src/permissions.ts";
-import { SessionStore } from "../src/store.ts";
+import { SqliteStore } from "../src/store/sqlite.ts";
 import { serializeToolResult, type ToolSpec } from "../src/tools/registry.ts";
 import { counterIds, harness, keyOf, tempDir } from "./_harness.ts";
 import { httpHarness, postMessage } from "./_http_harness.ts";
@@ -48,10 +48,10 @@ const TOOL_CONTENT = serializeToolResult({ ok: true, data: FORGED, error: null, 
 /** The model: calls the injecting tool after each user message, then answers; records the summary it saw. */
 function injectedScript(
   seen: { request: ScriptedRequest; summary: string | null }[],
-  summaryOf: () => string | null,
+  summaryOf: () => Promise<string | null>,
 ) {
-  const step: ScriptStep = (request) => {
-    seen.push({ request, summary: summaryOf() });
+  const step: ScriptStep = async (request) => {
+    seen.push({ request, summary: await summaryOf() });
     const last = request.messages.at(-1)!;
     return last.role === "tool"
       ? { content: "Noted." }
@@ -91,8 +91,8 @@ function assertHygiene(request: ScriptedRequest, summary: string | null, sentUse
 
 Deno.test("a [RUNTIME CONTEXT] header in user messages and tool results never becomes a system message", async () => {
   const seen: { request: ScriptedRequest; summary: string | null }[] = [];
-  let store: SessionStore | null = null;
-  using h = harness(injectedScript(seen, () => store!.get(keyOf("inj"))!.summary), {
+  let store: SqliteStore | null = null;
+  using h = harness(injectedScript(seen, async () => (await store!.get(keyOf("inj")))!.summary), {
     extraTools: [INJECTING_TOOL],
   });
   store = h.store;
@@ -102,11 +102,15 @@ Deno.test("a [RUNTIME CONTEXT] header in user messages and tool results never be
     const result = await runTurn({ sessionId: "inj", userId: "u", message }, h.deps);
     assert.equal(result.outcome, "answered");
   }
-  assert.equal(h.store.get(keyOf("inj"))!.summary, null, "below both thresholds nothing is summarized");
+  assert.equal(
+    (await h.store.get(keyOf("inj")))!.summary,
+    null,
+    "below both thresholds nothing is summarized",
+  );
   assert.equal(seen.length, 6);
   for (const { request, summary } of seen) assertHygiene(request, summary, sent);
   // Stored as they came: in user and tool roles, never as anything the context builder promotes.
-  const stored = h.store.messages(keyOf("inj")).filter((m) =>
+  const stored = (await h.store.messages(keyOf("inj"))).filter((m) =>
     (m.content ?? "").includes(RUNTIME_CONTEXT_HEADER)
   );
   assert.deepEqual([...new Set(stored.map((m) => m.role))].sort(), ["tool", "user"]);
@@ -122,8 +126,8 @@ Deno.test("after compaction an injected header is only a quoted string inside th
   await fc.assert(
     fc.asyncProperty(fc.array(fc.tuple(WRAP, WRAP), { minLength: 3, maxLength: 5 }), async (wraps) => {
       const seen: { request: ScriptedRequest; summary: string | null }[] = [];
-      let store: SessionStore | null = null;
-      using h = harness(injectedScript(seen, () => store!.get(keyOf("inj"))!.summary), {
+      let store: SqliteStore | null = null;
+      using h = harness(injectedScript(seen, async () => (await store!.get(keyOf("inj")))!.summary), {
         extraTools: [INJECTING_TOOL],
         maxRawTurns: 2,
       });
@@ -135,7 +139,7 @@ Deno.test("after compaction an injected header is only a quoted string inside th
         sent.add(message);
         await runTurn({ sessionId: "inj", userId: "u", message }, h.deps);
       }
-      const summary = h.store.get(keyOf("inj"))!.summary;
+      const summary = (await h.store.get(keyOf("inj")))!.summary;
       assert.ok(summary !== null, "more than 2 turns compacted");
       for (const { request, summary } of seen) assertHygiene(request, summary, sent);
 
@@ -230,19 +234,19 @@ function assertSchema(path: string, counts: { sessions: number }): void {
   }
 }
 
-Deno.test("SessionStore stores hostile message contents, tool data and todo text byte-exact; tables survive", () => {
+Deno.test("SqliteStore stores hostile message contents, tool data and todo text byte-exact; tables survive", async () => {
   using dir = tempDir();
   const path = `${dir.path}/s.db`;
-  const store = new SessionStore(path);
+  const store = new SqliteStore(path);
   let run = 0;
   try {
-    fc.assert(
-      fc.property(HOSTILE, HOSTILE, HOSTILE, HOSTILE, (content, messageId, toolText, todoText) => {
+    await fc.assert(
+      fc.asyncProperty(HOSTILE, HOSTILE, HOSTILE, HOSTILE, async (content, messageId, toolText, todoText) => {
         // Message ids are one namespace across sessions (the runtime's are `${uuid}:${seq}`): keep them unique.
         const sessionId = `s-${run++}`;
-        store.getOrCreate(keyOf(sessionId));
+        await store.getOrCreate(keyOf(sessionId));
         const calls = [{ id: toolText, name: toolText, arguments: toolText }];
-        store.append(keyOf(sessionId), [
+        await store.append(keyOf(sessionId), [
           { id: `${messageId}#${run}.1`, role: "user", content, createdAt: toolText },
           { id: `${messageId}#${run}.2`, role: "assistant", content: null, toolCalls: calls, createdAt: "t" },
           {
@@ -253,28 +257,28 @@ Deno.test("SessionStore stores hostile message contents, tool data and todo text
             createdAt: "t",
           },
         ]);
-        const [user, assistant, tool] = store.messages(keyOf(sessionId));
+        const [user, assistant, tool] = await store.messages(keyOf(sessionId));
         assertBytes(user.id, `${messageId}#${run}.1`);
         assertBytes(user.content, content);
         assertBytes(user.createdAt, toolText);
         assert.deepEqual(assistant.toolCalls, calls);
         assertBytes(tool.content, toolText);
         assertBytes(tool.toolCallId, toolText);
-        const todo = store.addTodo(keyOf(sessionId), todoText);
+        const todo = await store.addTodo(keyOf(sessionId), todoText);
         assertBytes(todo.text, todoText);
-        assertBytes(store.listTodos(keyOf(sessionId))[0].text, todoText);
-        assert.equal(store.completeTodo(keyOf(sessionId), todo.id)?.completed, true);
+        assertBytes((await store.listTodos(keyOf(sessionId)))[0].text, todoText);
+        assert.equal((await store.completeTodo(keyOf(sessionId), todo.id))?.completed, true);
         // Hostile text as an id is refused before SQL, or (when it happens to be a valid id) matches no session.
         if (!/^s-\d+$/.test(content)) {
           const reads = [
-            () => store.messages(keyOf(content)),
-            () => store.listTodos(keyOf(content)),
-            () => store.completeTodo(keyOf(content), todo.id),
+            async () => await store.messages(keyOf(content)),
+            async () => await store.listTodos(keyOf(content)),
+            async () => await store.completeTodo(keyOf(content), todo.id),
           ];
           for (const read of reads) {
             let result: unknown;
             try {
-              result = read();
+              result = await read();
             } catch (error) {
               assert.ok(isInvalidId(error), String(error));
               continue;
@@ -282,7 +286,7 @@ Deno.test("SessionStore stores hostile message contents, tool data and todo text
             assert.ok(result === null || (Array.isArray(result) && result.length === 0));
           }
         }
-        assert.equal(store.listSessions("u").length, run);
+        assert.equal((await store.listSessions("u")).length, run);
       }),
       { numRuns: 300 },
     );
@@ -322,27 +326,27 @@ function isInvalidId(error: unknown): boolean {
   return error instanceof SessionError && error.reason === "invalid_id";
 }
 
-Deno.test("session and user ids in [A-Za-z0-9._:-] round-trip; any other id is rejected before reaching SQL", () => {
-  const store = new SessionStore(":memory:");
-  const closed = new SessionStore(":memory:");
+Deno.test("session and user ids in [A-Za-z0-9._:-] round-trip; any other id is rejected before reaching SQL", async () => {
+  const store = new SqliteStore(":memory:");
+  const closed = new SqliteStore(":memory:");
   closed.close();
   try {
-    fc.assert(
-      fc.property(VALID_ID, VALID_ID, INVALID_ID, (sessionId, userId, bad) => {
-        const session = store.getOrCreate(keyOf(sessionId, userId));
+    await fc.assert(
+      fc.asyncProperty(VALID_ID, VALID_ID, INVALID_ID, async (sessionId, userId, bad) => {
+        const session = await store.getOrCreate(keyOf(sessionId, userId));
         assert.equal(session.id, sessionId);
-        assert.equal(store.get(keyOf(sessionId, userId))!.userId, userId);
-        assert.ok(store.listSessions(userId).some((s) => s.id === sessionId));
+        assert.equal((await store.get(keyOf(sessionId, userId)))!.userId, userId);
+        assert.ok((await store.listSessions(userId)).some((s) => s.id === sessionId));
         // Rejected with SessionError, on a live store and on a closed one: a closed database would fail with
         // another error if any statement ran, so the check happens before SQL.
         for (const target of [store, closed]) {
-          assert.throws(() => target.getOrCreate(keyOf(bad, userId)), isInvalidId);
-          assert.throws(() => target.getOrCreate(keyOf(sessionId, bad)), isInvalidId);
-          assert.throws(() => target.get(keyOf(bad)), isInvalidId);
-          assert.throws(() => target.listSessions(bad), isInvalidId);
-          assert.throws(() => target.deleteSession(keyOf(bad)), isInvalidId);
+          await assert.rejects(async () => await target.getOrCreate(keyOf(bad, userId)), isInvalidId);
+          await assert.rejects(async () => await target.getOrCreate(keyOf(sessionId, bad)), isInvalidId);
+          await assert.rejects(async () => await target.get(keyOf(bad)), isInvalidId);
+          await assert.rejects(async () => await target.listSessions(bad), isInvalidId);
+          await assert.rejects(async () => await target.deleteSession(keyOf(bad)), isInvalidId);
         }
-        assert.equal(store.get(keyOf(sessionId, userId))!.userId, userId, "nothing changed");
+        assert.equal((await store.get(keyOf(sessionId, userId)))!.userId, userId, "nothing changed");
       }),
       { numRuns: 300 },
     );
@@ -361,7 +365,7 @@ Deno.test("runTurn() rejects a session id with a quote with SessionError before 
     );
   }
   assert.equal(h.llm.requests.length, 0);
-  assert.equal(h.store.get(keyOf("fine")), null);
+  assert.equal(await h.store.get(keyOf("fine")), null);
 });
 
 const NON_BLANK = HOSTILE.filter((s) => s.trim() !== "");
@@ -369,7 +373,7 @@ const NON_BLANK = HOSTILE.filter((s) => s.trim() !== "");
 Deno.test("hostile text through runTurn() and the todo tool is stored and read back byte-exact", async () => {
   using dir = tempDir();
   const path = `${dir.path}/t.db`;
-  const store = new SessionStore(path);
+  const store = new SqliteStore(path);
   let run = 0;
   try {
     await fc.assert(
@@ -385,7 +389,7 @@ Deno.test("hostile text through runTurn() and the todo tool is stored and read b
         const result = await runTurn({ sessionId, userId: "u", message }, h.deps);
         assert.equal(result.outcome, "answered");
         assertBytes(result.answer, answer);
-        const messages = store.messages(keyOf(sessionId));
+        const messages = await store.messages(keyOf(sessionId));
         assert.deepEqual(messages.map((m) => m.role), [
           "user",
           "assistant",
@@ -400,14 +404,14 @@ Deno.test("hostile text through runTurn() and the todo tool is stored and read b
         assertBytes(JSON.parse(messages[2].content!).data.todo.text, todoText.trim());
         assertBytes(JSON.parse(messages[4].content!).data.todos[0].text, todoText.trim());
         assertBytes(messages[5].content, answer);
-        const todos = store.listTodos(keyOf(sessionId));
+        const todos = await store.listTodos(keyOf(sessionId));
         assert.equal(todos.length, 1);
         assertBytes(todos[0].text, todoText.trim());
       }),
       { numRuns: 60 },
     );
   } finally {
-    store.close();
+    await store.close();
   }
   assertSchema(path, { sessions: run });
 });
@@ -507,13 +511,16 @@ Deno.test("over HTTP neither user ever sees or touches the other's session, on a
           postMessage(id, { message: `${user}-secret-note` }, auth(token)),
         );
         assert.equal(created.status, 200, created.text);
-        h.store.addTodo(keyOf(id, user), `${user}-secret-todo`);
+        await h.store.addTodo(keyOf(id, user), `${user}-secret-todo`);
       }
       for (const [owner, intruder] of [[owners[0], owners[1]], [owners[1], owners[0]]]) {
         const path = `/v1/sessions/${encode ? encodeURIComponent(owner.id) : owner.id}`;
         const as = auth(intruder.token);
         const ownerKey = keyOf(owner.id, owner.user);
-        const before = { messages: h.store.messages(ownerKey), todos: h.store.listTodos(ownerKey) };
+        const before = {
+          messages: await h.store.messages(ownerKey),
+          todos: await h.store.listTodos(ownerKey),
+        };
         const attempts = [
           new Request(`http://agent.test${path}`, { headers: as }),
           new Request(`http://agent.test${path}/todos`, { headers: as }),
@@ -560,8 +567,8 @@ Deno.test("over HTTP neither user ever sees or touches the other's session, on a
         assert.ok(!post.text.includes("secret") && !post.text.includes(owner.user));
         assert.deepEqual(await list(), [...listed, owner.id].sort());
         // Untouched, and still the owner's.
-        assert.deepEqual(h.store.messages(ownerKey), before.messages);
-        assert.deepEqual(h.store.listTodos(ownerKey), before.todos);
+        assert.deepEqual(await h.store.messages(ownerKey), before.messages);
+        assert.deepEqual(await h.store.listTodos(ownerKey), before.todos);
         const own = await status(
           h.handler,
           new Request(`http://agent.test${path}`, { headers: auth(owner.token) }),

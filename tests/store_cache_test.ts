@@ -1,18 +1,18 @@
 import { fc } from "./_dev_deps.ts";
 import assert from "node:assert/strict";
-import { SessionStore } from "../src/store.ts";
+import { SqliteStore } from "../src/store/sqlite.ts";
 import type { StoredMessage } from "../src/types.ts";
 import { keyOf, storedMessage, tempDir } from "./_harness.ts";
 
 const msg = storedMessage;
 
-/** What a store that has never read the session would return: a fresh connection, no cache. */
-function reloaded(path: string, sessionId: string): StoredMessage[] {
-  const fresh = new SessionStore(path, { historyCacheSessions: 0 });
+/** What a store that has never read the session returns: a fresh connection. */
+async function reloaded(path: string, sessionId: string): Promise<StoredMessage[]> {
+  const fresh = new SqliteStore(path);
   try {
-    return fresh.messages(keyOf(sessionId));
+    return await fresh.messages(keyOf(sessionId));
   } finally {
-    fresh.close();
+    await fresh.close();
   }
 }
 
@@ -25,152 +25,156 @@ function toolTurn(run: string): StoredMessage[] {
   ];
 }
 
-Deno.test("SessionStore.messages() from memory equals a reload after appends, repeats, compaction and deletion", () => {
+Deno.test("SqliteStore.messages() from memory equals a reload after appends, repeats, compaction and deletion", async () => {
   using dir = tempDir();
   const path = `${dir.path}/s.db`;
-  const store = new SessionStore(path);
+  const store = new SqliteStore(path);
   try {
-    store.getOrCreate(keyOf("s"));
-    store.getOrCreate(keyOf("other"));
-    assert.deepEqual(store.messages(keyOf("s")), []);
+    await store.getOrCreate(keyOf("s"));
+    await store.getOrCreate(keyOf("other"));
+    assert.deepEqual(await store.messages(keyOf("s")), []);
     for (const run of ["r1", "r2", "r3"]) {
-      store.append(keyOf("s"), [msg(`${run}:0`, "user", `question ${run}`)]);
-      store.append(keyOf("s"), toolTurn(run));
+      await store.append(keyOf("s"), [msg(`${run}:0`, "user", `question ${run}`)]);
+      await store.append(keyOf("s"), toolTurn(run));
       // A repeated save adds nothing to the stored list, so nothing to the cached one either.
-      store.append(keyOf("s"), toolTurn(run));
-      store.append(keyOf("s"), [
+      await store.append(keyOf("s"), toolTurn(run));
+      await store.append(keyOf("s"), [
         msg(`${run}:3`, "assistant", "42"),
         msg(`${run}:4`, "runtime", "[runtime] nudge"),
       ]);
-      assert.deepEqual(store.messages(keyOf("s")), reloaded(path, "s"));
+      assert.deepEqual(await store.messages(keyOf("s")), await reloaded(path, "s"));
     }
-    assert.equal(store.messages(keyOf("s")).length, 15);
-    store.append(keyOf("other"), [msg("o:0", "user", "elsewhere")]);
-    store.applyCompaction(keyOf("s"), '{"goals":[],"facts":[],"todos":[],"unresolved":[]}', [
+    assert.equal((await store.messages(keyOf("s"))).length, 15);
+    await store.append(keyOf("other"), [msg("o:0", "user", "elsewhere")]);
+    await store.applyCompaction(keyOf("s"), '{"goals":[],"facts":[],"todos":[],"unresolved":[]}', [
       "r1:0",
       "r1:1",
       "r1:2",
     ], 1);
-    assert.deepEqual(store.messages(keyOf("s")), reloaded(path, "s"));
-    assert.equal(store.messages(keyOf("s"))[0].id, "r1:3");
-    assert.deepEqual(store.messages(keyOf("other")).map((m) => m.id), ["o:0"]);
+    assert.deepEqual(await store.messages(keyOf("s")), await reloaded(path, "s"));
+    assert.equal((await store.messages(keyOf("s")))[0].id, "r1:3");
+    assert.deepEqual((await store.messages(keyOf("other"))).map((m) => m.id), ["o:0"]);
     // A failed transaction leaves the cached list as the stored one.
-    assert.throws(() => store.applyCompaction(keyOf("s"), "{}", ["r2:0", "missing"], 1), /is not stored/);
-    assert.throws(() => store.append(keyOf("s"), [msg("bad", "nobody" as StoredMessage["role"], "x")]));
-    assert.deepEqual(store.messages(keyOf("s")), reloaded(path, "s"));
-    assert.equal(store.deleteSession(keyOf("s")), true);
-    assert.deepEqual(store.messages(keyOf("s")), []);
+    await assert.rejects(
+      async () => await store.applyCompaction(keyOf("s"), "{}", ["r2:0", "missing"], 1),
+      /is not stored/,
+    );
+    await assert.rejects(async () =>
+      await store.append(keyOf("s"), [msg("bad", "nobody" as StoredMessage["role"], "x")])
+    );
+    assert.deepEqual(await store.messages(keyOf("s")), await reloaded(path, "s"));
+    assert.equal(await store.deleteSession(keyOf("s")), true);
+    assert.deepEqual(await store.messages(keyOf("s")), []);
   } finally {
-    store.close();
+    await store.close();
   }
 });
 
-Deno.test("SessionStore.messages() sees what another connection committed since it last read", () => {
+Deno.test("SqliteStore.messages() sees what another connection committed since it last read", async () => {
   using dir = tempDir();
   const path = `${dir.path}/s.db`;
-  const a = new SessionStore(path);
-  const b = new SessionStore(path);
+  const a = new SqliteStore(path);
+  const b = new SqliteStore(path);
   try {
-    a.getOrCreate(keyOf("s"));
-    a.append(keyOf("s"), [msg("a:0", "user", "from a")]);
-    assert.deepEqual(a.messages(keyOf("s")).map((m) => m.id), ["a:0"]);
-    b.append(keyOf("s"), [msg("b:0", "user", "from b")]);
-    assert.deepEqual(a.messages(keyOf("s")).map((m) => m.id), ["a:0", "b:0"]);
+    await a.getOrCreate(keyOf("s"));
+    await a.append(keyOf("s"), [msg("a:0", "user", "from a")]);
+    assert.deepEqual((await a.messages(keyOf("s"))).map((m) => m.id), ["a:0"]);
+    await b.append(keyOf("s"), [msg("b:0", "user", "from b")]);
+    assert.deepEqual((await a.messages(keyOf("s"))).map((m) => m.id), ["a:0", "b:0"]);
     // Both orders of writers: a's own write after b's is in its list too.
-    b.append(keyOf("s"), [msg("b:1", "assistant", "b again")]);
-    a.append(keyOf("s"), [msg("a:1", "user", "a again")]);
-    assert.deepEqual(a.messages(keyOf("s")).map((m) => m.id), ["a:0", "b:0", "b:1", "a:1"]);
-    b.applyCompaction(
+    await b.append(keyOf("s"), [msg("b:1", "assistant", "b again")]);
+    await a.append(keyOf("s"), [msg("a:1", "user", "a again")]);
+    assert.deepEqual((await a.messages(keyOf("s"))).map((m) => m.id), ["a:0", "b:0", "b:1", "a:1"]);
+    await b.applyCompaction(
       keyOf("s"),
       '{"goals":[],"facts":[],"todos":[],"unresolved":[]}',
       ["a:0", "b:0", "b:1"],
       2,
     );
-    assert.deepEqual(a.messages(keyOf("s")).map((m) => m.id), ["a:1"]);
-    assert.equal(b.deleteSession(keyOf("s")), true);
-    assert.deepEqual(a.messages(keyOf("s")), []);
+    assert.deepEqual((await a.messages(keyOf("s"))).map((m) => m.id), ["a:1"]);
+    assert.equal(await b.deleteSession(keyOf("s")), true);
+    assert.deepEqual(await a.messages(keyOf("s")), []);
   } finally {
-    a.close();
-    b.close();
+    await a.close();
+    await b.close();
   }
 });
 
-Deno.test("SessionStore.messages() hands out a fresh array of frozen messages", () => {
-  const store = new SessionStore(":memory:");
+Deno.test("SqliteStore.messages() hands out a fresh array of frozen messages", async () => {
+  const store = new SqliteStore(":memory:");
   try {
-    store.getOrCreate(keyOf("s"));
-    store.append(keyOf("s"), [msg("r:0", "user", "hi"), ...toolTurn("r")]);
-    const first = store.messages(keyOf("s"));
+    await store.getOrCreate(keyOf("s"));
+    await store.append(keyOf("s"), [msg("r:0", "user", "hi"), ...toolTurn("r")]);
+    const first = await store.messages(keyOf("s"));
     first.push(msg("local", "user", "not stored"));
-    assert.equal(store.messages(keyOf("s")).length, 3);
-    assert.throws(() => {
-      (store.messages(keyOf("s"))[0] as { content: string | null }).content = "changed";
+    assert.equal((await store.messages(keyOf("s"))).length, 3);
+    await assert.rejects(async () => {
+      ((await store.messages(keyOf("s")))[0] as { content: string | null }).content = "changed";
     }, TypeError);
-    assert.throws(
-      () => store.messages(keyOf("s"))[1].toolCalls!.push({ id: "x", name: "y", arguments: "{}" }),
+    await assert.rejects(
+      async () =>
+        (await store.messages(keyOf("s")))[1].toolCalls!.push({ id: "x", name: "y", arguments: "{}" }),
       TypeError,
     );
-    assert.equal(store.messages(keyOf("s"))[0].content, "hi");
+    assert.equal((await store.messages(keyOf("s")))[0].content, "hi");
   } finally {
-    store.close();
+    await store.close();
   }
 });
 
-Deno.test("SessionStore keeps at most historyCacheSessions lists, and every list stays right", () => {
-  const store = new SessionStore(":memory:", { historyCacheSessions: 2 });
+Deno.test("SqliteStore keeps every session's list right while writes to several sessions interleave", async () => {
+  const store = new SqliteStore(":memory:");
   try {
     for (const id of ["a", "b", "c"]) {
-      store.getOrCreate(keyOf(id));
-      store.append(keyOf(id), [msg(`${id}:0`, "user", id)]);
-      store.messages(keyOf(id));
+      await store.getOrCreate(keyOf(id));
+      await store.append(keyOf(id), [msg(`${id}:0`, "user", id)]);
+      await store.messages(keyOf(id));
     }
-    // "a" fell out of the cache; writing to it and reading it back still gives the stored list.
-    store.append(keyOf("a"), [msg("a:1", "assistant", "A")]);
-    for (const id of ["a", "b", "c"]) store.append(keyOf(id), [msg(`${id}:2`, "user", "again")]);
-    assert.deepEqual(store.messages(keyOf("a")).map((m) => m.id), ["a:0", "a:1", "a:2"]);
-    assert.deepEqual(store.messages(keyOf("b")).map((m) => m.id), ["b:0", "b:2"]);
-    assert.deepEqual(store.messages(keyOf("c")).map((m) => m.id), ["c:0", "c:2"]);
-    assert.throws(() => new SessionStore(":memory:", { historyCacheSessions: -1 }), RangeError);
+    await store.append(keyOf("a"), [msg("a:1", "assistant", "A")]);
+    for (const id of ["a", "b", "c"]) await store.append(keyOf(id), [msg(`${id}:2`, "user", "again")]);
+    assert.deepEqual((await store.messages(keyOf("a"))).map((m) => m.id), ["a:0", "a:1", "a:2"]);
+    assert.deepEqual((await store.messages(keyOf("b"))).map((m) => m.id), ["b:0", "b:2"]);
+    assert.deepEqual((await store.messages(keyOf("c"))).map((m) => m.id), ["c:0", "c:2"]);
   } finally {
-    store.close();
+    await store.close();
   }
 });
 
-Deno.test("SessionStore returns text with NUL characters whole, from memory and from disk, and todos too", () => {
+Deno.test("SqliteStore returns text with NUL characters whole, from memory and from disk, and todos too", async () => {
   using dir = tempDir();
   const path = `${dir.path}/s.db`;
-  const store = new SessionStore(path);
+  const store = new SqliteStore(path);
   try {
-    store.getOrCreate(keyOf("s"));
+    await store.getOrCreate(keyOf("s"));
     const text = "before\u0000after \ufeffbom";
-    store.messages(keyOf("s")); // in memory from here on: the append adds to the cached list
-    store.append(keyOf("s"), [
+    await store.messages(keyOf("s")); // in memory from here on: the append adds to the cached list
+    await store.append(keyOf("s"), [
       msg("r:0", "user", "\ufeffstarts with a BOM"),
       msg("r:1", "tool", text, { toolCallId: "call\u0000x" }),
       // A lone surrogate has no UTF-8 form: it is stored as U+FFFD, and memory says the same as disk.
       msg("r:2", "assistant", "lone \ud800 surrogate"),
     ]);
-    const cached = store.messages(keyOf("s"));
-    assert.deepEqual(cached, reloaded(path, "s"));
+    const cached = await store.messages(keyOf("s"));
+    assert.deepEqual(cached, await reloaded(path, "s"));
     assert.equal(cached[0].content, "\ufeffstarts with a BOM");
     assert.equal(cached[1].content, text);
     assert.equal(cached[1].toolCallId, "call\u0000x");
     assert.equal(cached[2].content, "lone \ufffd surrogate");
-    const todo = store.addTodo(keyOf("s"), "buy\u0000milk");
+    const todo = await store.addTodo(keyOf("s"), "buy\u0000milk");
     assert.equal(todo.text, "buy\u0000milk");
-    assert.equal(store.listTodos(keyOf("s"))[0].text, "buy\u0000milk");
-    assert.equal(store.completeTodo(keyOf("s"), todo.id)?.text, "buy\u0000milk");
+    assert.equal((await store.listTodos(keyOf("s")))[0].text, "buy\u0000milk");
+    assert.equal((await store.completeTodo(keyOf("s"), todo.id))?.text, "buy\u0000milk");
   } finally {
-    store.close();
+    await store.close();
   }
 });
 
-Deno.test("SessionStore keeps in memory each message as a reload returns it, every field", () => {
+Deno.test("SqliteStore keeps in memory each message as a reload returns it, every field", async () => {
   using dir = tempDir();
   const path = `${dir.path}/s.db`;
-  const store = new SessionStore(path);
+  const store = new SqliteStore(path);
   try {
-    store.getOrCreate(keyOf("s"));
+    await store.getOrCreate(keyOf("s"));
     const call = { id: "c\ud800", name: "calculator", arguments: '{"expression":"1+1"}', extra: "kept" };
     const input = [
       msg("id\u0000nul", "user", "x", { createdAt: "2026\u0000" }),
@@ -180,10 +184,10 @@ Deno.test("SessionStore keeps in memory each message as a reload returns it, eve
       msg("t", "tool", "r", { toolCallId: "c\ud800" }),
     ];
     // Read first, so the session's list is in memory and the append adds to it, as in a turn.
-    assert.deepEqual(store.messages(keyOf("s")), []);
-    assert.equal(store.append(keyOf("s"), input), 4);
-    const cached = store.messages(keyOf("s"));
-    assert.deepEqual(cached, reloaded(path, "s"));
+    assert.deepEqual(await store.messages(keyOf("s")), []);
+    assert.equal(await store.append(keyOf("s"), input), 4);
+    const cached = await store.messages(keyOf("s"));
+    assert.deepEqual(cached, await reloaded(path, "s"));
     assert.equal(cached[0].id, "id\u0000nul");
     assert.equal(cached[0].createdAt, "2026\u0000");
     assert.equal(cached[1].id, "lone\ufffd");
@@ -199,55 +203,55 @@ Deno.test("SessionStore keeps in memory each message as a reload returns it, eve
     assert.equal(Object.isFrozen(call), false);
     assert.equal(input[1].id, "lone\udc00");
     // Compaction by the caller's own ids: SQLite matches the lone surrogate as U+FFFD, and so does memory.
-    store.applyCompaction(keyOf("s"), "{}", [input[0].id, input[1].id], 1);
-    assert.deepEqual(store.messages(keyOf("s")), reloaded(path, "s"));
-    assert.deepEqual(store.messages(keyOf("s")).map((m) => m.id), ["empty", "t"]);
+    await store.applyCompaction(keyOf("s"), "{}", [input[0].id, input[1].id], 1);
+    assert.deepEqual(await store.messages(keyOf("s")), await reloaded(path, "s"));
+    assert.deepEqual((await store.messages(keyOf("s"))).map((m) => m.id), ["empty", "t"]);
   } finally {
-    store.close();
+    await store.close();
   }
 });
 
-Deno.test("SessionStore.append() that the database refuses midway leaves memory as the database: unchanged", () => {
+Deno.test("SqliteStore.append() that the database refuses midway leaves memory as the database: unchanged", async () => {
   using dir = tempDir();
   const path = `${dir.path}/s.db`;
-  const store = new SessionStore(path);
+  const store = new SqliteStore(path);
   try {
-    store.getOrCreate(keyOf("s"));
-    store.append(keyOf("s"), [msg("a", "user", "hi")]);
-    const before = store.messages(keyOf("s"));
+    await store.getOrCreate(keyOf("s"));
+    await store.append(keyOf("s"), [msg("a", "user", "hi")]);
+    const before = await store.messages(keyOf("s"));
     // The role passes the type check and fails SQLite's CHECK after the first row went in: all rolls back.
     const broken = msg("c", "nobody" as StoredMessage["role"], "x");
-    assert.throws(
-      () => store.append(keyOf("s"), [msg("b", "assistant", "fine"), broken]),
+    await assert.rejects(
+      async () => await store.append(keyOf("s"), [msg("b", "assistant", "fine"), broken]),
       /CHECK constraint failed/,
     );
-    assert.deepEqual(store.messages(keyOf("s")), before);
-    assert.deepEqual(store.messages(keyOf("s")), reloaded(path, "s"));
-    assert.equal(store.get(keyOf("s"))?.turnCount, 1);
+    assert.deepEqual(await store.messages(keyOf("s")), before);
+    assert.deepEqual(await store.messages(keyOf("s")), await reloaded(path, "s"));
+    assert.equal((await store.get(keyOf("s")))?.turnCount, 1);
   } finally {
-    store.close();
+    await store.close();
   }
 });
 
-Deno.test("SessionStore.append() stores null or absent tool calls and call id as none", () => {
-  const store = new SessionStore(":memory:");
+Deno.test("SqliteStore.append() stores null or absent tool calls and call id as none", async () => {
+  const store = new SqliteStore(":memory:");
   try {
-    store.getOrCreate(keyOf("s"));
-    store.messages(keyOf("s"));
+    await store.getOrCreate(keyOf("s"));
+    await store.messages(keyOf("s"));
     const nulls = { toolCalls: null, toolCallId: null } as unknown as Partial<StoredMessage>;
-    assert.equal(store.append(keyOf("s"), [msg("a", "assistant", "x", nulls)]), 1);
-    const [stored] = store.messages(keyOf("s"));
+    assert.equal(await store.append(keyOf("s"), [msg("a", "assistant", "x", nulls)]), 1);
+    const [stored] = await store.messages(keyOf("s"));
     assert.equal("toolCalls" in stored, false);
     assert.equal("toolCallId" in stored, false);
   } finally {
-    store.close();
+    await store.close();
   }
 });
 
-Deno.test("SessionStore.append() refuses a message with a field of the wrong type and stores none of the save", () => {
-  const store = new SessionStore(":memory:");
+Deno.test("SqliteStore.append() refuses a message with a field of the wrong type and stores none of the save", async () => {
+  const store = new SqliteStore(":memory:");
   try {
-    store.getOrCreate(keyOf("s"));
+    await store.getOrCreate(keyOf("s"));
     const bad: [Record<string, unknown>, RegExp][] = [
       [{ content: 42 }, /message 1: "content" must be a string or null, got number/],
       [{ id: undefined }, /message 1: "id" must be a string, got undefined/],
@@ -259,12 +263,15 @@ Deno.test("SessionStore.append() refuses a message with a field of the wrong typ
     ];
     for (const [override, error] of bad) {
       const broken = { ...msg("b", "tool", "x"), ...override } as unknown as StoredMessage;
-      assert.throws(() => store.append(keyOf("s"), [msg("a", "user", "hi"), broken]), error);
-      assert.deepEqual(store.messages(keyOf("s")), []);
-      assert.equal(store.get(keyOf("s"))?.turnCount, 0);
+      await assert.rejects(
+        async () => await store.append(keyOf("s"), [msg("a", "user", "hi"), broken]),
+        error,
+      );
+      assert.deepEqual(await store.messages(keyOf("s")), []);
+      assert.equal((await store.get(keyOf("s")))?.turnCount, 0);
     }
   } finally {
-    store.close();
+    await store.close();
   }
 });
 
@@ -278,7 +285,7 @@ const ANY_TEXT = fc.string({
   maxLength: 12,
 });
 
-Deno.test("SessionStore: a property, any text in any field is in memory what a reload returns", () => {
+Deno.test("SqliteStore: a property, any text in any field is in memory what a reload returns", async () => {
   using dir = tempDir();
   let run = 0;
   const call = fc.record({ id: ANY_TEXT, name: ANY_TEXT, arguments: ANY_TEXT });
@@ -289,21 +296,47 @@ Deno.test("SessionStore: a property, any text in any field is in memory what a r
     toolCalls: fc.option(fc.array(call, { maxLength: 2 }), { nil: undefined }),
     toolCallId: fc.option(ANY_TEXT, { nil: undefined }),
   }, { requiredKeys: ["role", "content", "createdAt"] });
-  fc.assert(
-    fc.property(fc.array(fc.tuple(ANY_TEXT, message), { minLength: 1, maxLength: 6 }), (drafts) => {
-      const path = `${dir.path}/p-${run++}.db`;
-      const store = new SessionStore(path);
-      try {
-        store.getOrCreate(keyOf("s"));
-        store.messages(keyOf("s"));
-        // Ids made distinct after their stored form, which is what the primary key sees.
-        const input = drafts.map(([id, m], i) => ({ ...m, id: `${i}:${id}` }) as StoredMessage);
-        store.append(keyOf("s"), input);
-        assert.deepEqual(store.messages(keyOf("s")), reloaded(path, "s"));
-      } finally {
-        store.close();
-      }
-    }),
+  await fc.assert(
+    fc.asyncProperty(
+      fc.array(fc.tuple(ANY_TEXT, message), { minLength: 1, maxLength: 6 }),
+      async (drafts) => {
+        const path = `${dir.path}/p-${run++}.db`;
+        const store = new SqliteStore(path);
+        try {
+          await store.getOrCreate(keyOf("s"));
+          await store.messages(keyOf("s"));
+          // Ids made distinct after their stored form, which is what the primary key sees.
+          const input = drafts.map(([id, m], i) => ({ ...m, id: `${i}:${id}` }) as StoredMessage);
+          await store.append(keyOf("s"), input);
+          assert.deepEqual(await store.messages(keyOf("s")), await reloaded(path, "s"));
+        } finally {
+          await store.close();
+        }
+      },
+    ),
     { numRuns: 150 },
   );
+});
+
+Deno.test("SqliteStore.messages() equals a reload after the newest messages are discarded and new ones appended", async () => {
+  using dir = tempDir();
+  const path = `${dir.path}/s.db`;
+  const store = new SqliteStore(path);
+  try {
+    await store.getOrCreate(keyOf("s"));
+    await store.append(keyOf("s"), [msg("r1:0", "user", "one"), msg("r1:1", "assistant", "1")]);
+    assert.equal((await store.messages(keyOf("s"))).length, 2);
+    // The table's last rows go: SQLite may give their rowids to the next rows, which must still be read.
+    assert.equal(await store.discardMessages(keyOf("s"), ["r1:1"]), 1);
+    await store.append(keyOf("s"), [msg("r2:0", "user", "two")]);
+    assert.deepEqual((await store.messages(keyOf("s"))).map((m) => m.id), ["r1:0", "r2:0"]);
+    assert.deepEqual(await store.messages(keyOf("s")), await reloaded(path, "s"));
+    // An older message goes (as compaction cuts them): the list in memory loses it too.
+    await store.applyCompaction(keyOf("s"), "{}", ["r1:0"], 1);
+    await store.append(keyOf("s"), [msg("r3:0", "user", "three")]);
+    assert.deepEqual((await store.messages(keyOf("s"))).map((m) => m.id), ["r2:0", "r3:0"]);
+    assert.deepEqual(await store.messages(keyOf("s")), await reloaded(path, "s"));
+  } finally {
+    await store.close();
+  }
 });

@@ -1,7 +1,7 @@
 /** Schema version 2 (sessions keyed by user and id): a new database, and a real version-1 one migrated. */
 import assert from "node:assert/strict";
 import { DatabaseSync } from "node:sqlite";
-import { SessionStore } from "../src/store.ts";
+import { SqliteStore } from "../src/store/sqlite.ts";
 import { keyOf, tempDir } from "./_harness.ts";
 import { SCHEMA_V1, SCHEMA_V1_OLD_INDEX } from "./fixtures/store_v1_schema.ts";
 
@@ -55,10 +55,10 @@ function writeV1(path: string, schema: string): void {
   db.close();
 }
 
-Deno.test("SessionStore creates schema version 2 on a new database, sessions keyed by (user_id, id)", () => {
+Deno.test("SqliteStore creates schema version 2 on a new database, sessions keyed by (user_id, id)", () => {
   using dir = tempDir();
   const path = `${dir.path}/s.db`;
-  new SessionStore(path).close();
+  new SqliteStore(path).close();
   assert.equal(userVersion(path), 2);
   const db = new DatabaseSync(path);
   try {
@@ -87,14 +87,14 @@ for (
     SCHEMA_V1_OLD_INDEX,
   ]]
 ) {
-  Deno.test(`SessionStore migrates a ${what} database to version 2 keeping every row; reopening is a no-op`, () => {
+  Deno.test(`SqliteStore migrates a ${what} database to version 2 keeping every row; reopening is a no-op`, async () => {
     using dir = tempDir();
     const path = `${dir.path}/s.db`;
     writeV1(path, schema);
 
-    const store = new SessionStore(path, { now: () => new Date("2026-02-01T00:00:00.000Z") });
+    const store = new SqliteStore(path, { now: () => new Date("2026-02-01T00:00:00.000Z") });
     try {
-      assert.deepEqual(store.get(keyOf("default", "alice")), {
+      assert.deepEqual(await store.get(keyOf("default", "alice")), {
         id: "default",
         userId: "alice",
         summary: '{"facts":["likes teal"]}',
@@ -103,13 +103,13 @@ for (
         createdAt: T0,
         updatedAt: "2026-01-01T00:00:09.000Z",
       });
-      assert.deepEqual(store.listSessions("alice").map((s) => [s.id, s.turnCount, s.updatedAt]), [
+      assert.deepEqual((await store.listSessions("alice")).map((s) => [s.id, s.turnCount, s.updatedAt]), [
         ["default", 3, "2026-01-01T00:00:09.000Z"],
         ["work", 0, "2026-01-01T00:00:05.000Z"],
       ]);
-      assert.deepEqual(store.listSessions("bob").map((s) => s.id), ["b-1"]);
-      assert.equal(store.get(keyOf("default", "bob")), null, "a session stays with its user");
-      assert.deepEqual(store.messages(keyOf("default", "alice")), [
+      assert.deepEqual((await store.listSessions("bob")).map((s) => s.id), ["b-1"]);
+      assert.equal(await store.get(keyOf("default", "bob")), null, "a session stays with its user");
+      assert.deepEqual(await store.messages(keyOf("default", "alice")), [
         { id: "z", role: "user", content: "what is 1+2?", createdAt: "2026-01-01T00:00:01.000Z" },
         {
           id: "a",
@@ -127,20 +127,27 @@ for (
         },
         { id: "q", role: "assistant", content: "three\u0000NUL", createdAt: "2026-01-01T00:00:04.000Z" },
       ], "insertion order, tool data and a NUL survive");
-      assert.deepEqual(store.messages(keyOf("b-1", "bob")).map((m) => [m.id, m.content]), [[
+      assert.deepEqual((await store.messages(keyOf("b-1", "bob"))).map((m) => [m.id, m.content]), [[
         "z",
         "bob here",
       ]]);
-      assert.deepEqual(store.listTodos(keyOf("default", "alice")), [
+      assert.deepEqual(await store.listTodos(keyOf("default", "alice")), [
         { id: 1, text: "open one", completed: false, createdAt: T0, completedAt: null },
         { id: 3, text: "done one", completed: true, createdAt: T0, completedAt: "2026-01-01T00:00:08.000Z" },
       ]);
-      assert.deepEqual(store.listTodos(keyOf("b-1", "bob")).map((t) => [t.id, t.text]), [[2, "bob's"]]);
-      assert.equal(store.addTodo(keyOf("work", "alice"), "new").id, 5, "a deleted todo's id is never reused");
-      assert.equal(store.deleteSession(keyOf("default", "alice")), true);
-      assert.deepEqual(store.listTodos(keyOf("default", "alice")), [], "the composite keys cascade");
+      assert.deepEqual((await store.listTodos(keyOf("b-1", "bob"))).map((t) => [t.id, t.text]), [[
+        2,
+        "bob's",
+      ]]);
+      assert.equal(
+        (await store.addTodo(keyOf("work", "alice"), "new")).id,
+        5,
+        "a deleted todo's id is never reused",
+      );
+      assert.equal(await store.deleteSession(keyOf("default", "alice")), true);
+      assert.deepEqual(await store.listTodos(keyOf("default", "alice")), [], "the composite keys cascade");
     } finally {
-      store.close();
+      await store.close();
     }
 
     assert.equal(userVersion(path), 2);
@@ -160,19 +167,19 @@ for (
       db.close();
     }
 
-    const again = new SessionStore(path);
+    const again = new SqliteStore(path);
     try {
-      assert.deepEqual(again.listSessions("alice").map((s) => s.id), ["work"]);
-      assert.equal(again.messages(keyOf("b-1", "bob")).length, 1);
+      assert.deepEqual((await again.listSessions("alice")).map((s) => s.id), ["work"]);
+      assert.equal((await again.messages(keyOf("b-1", "bob"))).length, 1);
     } finally {
-      again.close();
+      await again.close();
     }
     assert.deepEqual(schemaOf(path), migrated, "reopening changes nothing");
     assert.equal(userVersion(path), 2);
   });
 }
 
-Deno.test("SessionStore refuses to migrate a version-1 database with a message of no session, changing nothing", () => {
+Deno.test("SqliteStore refuses to migrate a version-1 database with a message of no session, changing nothing", () => {
   using dir = tempDir();
   const path = `${dir.path}/s.db`;
   writeV1(path, SCHEMA_V1);
@@ -184,7 +191,7 @@ Deno.test("SessionStore refuses to migrate a version-1 database with a message o
   db.close();
   const before = schemaOf(path);
   assert.throws(
-    () => new SessionStore(path),
+    () => new SqliteStore(path),
     /Cannot migrate the session database to version 2: 1 of 6 messages/,
   );
   assert.equal(userVersion(path), 1);

@@ -1,11 +1,12 @@
 /**
- * Property-based tests of `SessionStore` (`src/store.ts`) on `:memory:` and on a temp file: saving is
+ * Property-based tests of `SqliteStore` (`src/store.ts`) on `:memory:` and on a temp file: saving is
  * idempotent by message id, turn counts follow distinct user messages, and compaction keeps
  * `turnCount === compactedTurns + stored user messages`.
  */
 import { fc } from "./_dev_deps.ts";
 import assert from "node:assert/strict";
-import { type Session, type SessionKey, SessionStore } from "../src/store.ts";
+import { SqliteStore } from "../src/store/sqlite.ts";
+import { type Session, type SessionKey } from "../src/store/store.ts";
 import type { Role, StoredMessage, ToolCall } from "../src/types.ts";
 import { keyOf, steppingClock, tempDir } from "./_harness.ts";
 
@@ -178,83 +179,83 @@ function planKey(plan: Plan, sessionId: string): SessionKey {
   return keyOf(sessionId, plan.users[plan.sessions.indexOf(sessionId)]);
 }
 
-function openAll(plan: Plan, store: SessionStore): void {
-  plan.sessions.forEach((id, i) => store.getOrCreate(keyOf(id, plan.users[i])));
+async function openAll(plan: Plan, store: SqliteStore): Promise<void> {
+  for (const [i, id] of plan.sessions.entries()) await store.getOrCreate(keyOf(id, plan.users[i]));
 }
 
 /** Everything observable about the plan's sessions, timestamps included. */
-function snapshot(plan: Plan, store: SessionStore) {
+async function snapshot(plan: Plan, store: SqliteStore) {
   return {
-    sessions: plan.sessions.map((id) => ({
-      session: store.get(planKey(plan, id)),
-      messages: store.messages(planKey(plan, id)),
-    })),
-    lists: [...new Set(plan.users)].map((user) => store.listSessions(user)),
+    sessions: await Promise.all(plan.sessions.map(async (id) => ({
+      session: await store.get(planKey(plan, id)),
+      messages: await store.messages(planKey(plan, id)),
+    }))),
+    lists: await Promise.all([...new Set(plan.users)].map((user) => store.listSessions(user))),
   };
 }
 
 // ---------------------------------------------------------------------------------------------------------
 // Properties.
 
-Deno.test("SessionStore.append() saving any sequence of states twice equals saving it once", () => {
+Deno.test("SqliteStore.append() saving any sequence of states twice equals saving it once", async () => {
   using dir = tempDir();
   let run = 0;
-  fc.assert(
-    fc.property(PLAN, (plan) => {
+  await fc.assert(
+    fc.asyncProperty(PLAN, async (plan) => {
       const batches = batchesOf(plan);
       const path = `${dir.path}/run-${run++}.db`;
       // One clock each: a repeated save that added nothing must not even touch updated_at.
-      const once = new SessionStore(":memory:", { now: steppingClock() });
-      const twiceInARow = new SessionStore(path, { now: steppingClock() });
-      const sequenceTwice = new SessionStore(":memory:", { now: steppingClock() });
+      const once = new SqliteStore(":memory:", { now: steppingClock() });
+      const twiceInARow = new SqliteStore(path, { now: steppingClock() });
+      const sequenceTwice = new SqliteStore(":memory:", { now: steppingClock() });
       try {
-        for (const store of [once, twiceInARow, sequenceTwice]) openAll(plan, store);
+        for (const store of [once, twiceInARow, sequenceTwice]) await openAll(plan, store);
         const expected = model(batches);
         let total = 0;
         for (const { sessionId, messages } of batches) {
-          const added = once.append(planKey(plan, sessionId), messages);
+          const added = await once.append(planKey(plan, sessionId), messages);
           total += added;
-          assert.equal(twiceInARow.append(planKey(plan, sessionId), messages), added);
+          assert.equal(await twiceInARow.append(planKey(plan, sessionId), messages), added);
           assert.equal(
-            twiceInARow.append(planKey(plan, sessionId), messages),
+            await twiceInARow.append(planKey(plan, sessionId), messages),
             0,
             "the same batch again adds nothing",
           );
-          assert.equal(sequenceTwice.append(planKey(plan, sessionId), messages), added);
+          assert.equal(await sequenceTwice.append(planKey(plan, sessionId), messages), added);
         }
         for (const { sessionId, messages } of batches) {
           assert.equal(
-            sequenceTwice.append(planKey(plan, sessionId), messages),
+            await sequenceTwice.append(planKey(plan, sessionId), messages),
             0,
             "the whole sequence again adds nothing",
           );
         }
         assert.equal(total, [...expected.values()].reduce((n, list) => n + list.length, 0));
 
-        const reference = snapshot(plan, once);
-        assert.deepEqual(snapshot(plan, twiceInARow), reference);
-        assert.deepEqual(snapshot(plan, sequenceTwice), reference);
+        const reference = await snapshot(plan, once);
+        assert.deepEqual(await snapshot(plan, twiceInARow), reference);
+        assert.deepEqual(await snapshot(plan, sequenceTwice), reference);
         for (const [i, id] of plan.sessions.entries()) {
           const messages = expected.get(id) ?? [];
-          assert.deepEqual(once.messages(planKey(plan, id)), messages);
-          const session = once.get(planKey(plan, id))!;
+          assert.deepEqual(await once.messages(planKey(plan, id)), messages);
+          const session = (await once.get(planKey(plan, id)))!;
           assert.equal(session.userId, plan.users[i]);
           assert.equal(session.turnCount, messages.filter((m) => m.role === "user").length);
           assert.equal(session.compactedTurns, 0);
           assert.equal(session.summary, null);
         }
         // The file store reads back the same after a reopen.
-        twiceInARow.close();
-        const reopened = new SessionStore(path);
+        await twiceInARow.close();
+        const reopened = new SqliteStore(path);
         try {
-          assert.deepEqual(snapshot(plan, reopened), reference);
+          assert.deepEqual(await snapshot(plan, reopened), reference);
         } finally {
-          reopened.close();
+          await reopened.close();
         }
       } finally {
-        once.close();
-        twiceInARow.close();
-        sequenceTwice.close();
+        await once.close();
+        await twiceInARow.close();
+        await sequenceTwice.close();
       }
     }),
     { numRuns: 150 },
@@ -263,15 +264,15 @@ Deno.test("SessionStore.append() saving any sequence of states twice equals savi
 
 const FIXED = new Date("2026-03-04T05:06:07.000Z");
 
-Deno.test("SessionStore.append() of a prefix then the full list equals appending the full list", () => {
-  fc.assert(
-    fc.property(
+Deno.test("SqliteStore.append() of a prefix then the full list equals appending the full list", async () => {
+  await fc.assert(
+    fc.asyncProperty(
       SESSION_ID,
       TEXT,
       fc.array(DRAFT, { maxLength: 20 }),
       fc.nat(),
       fc.array(fc.nat(), { maxLength: 6 }),
-      (sessionId, idPrefix, drafts, cut, repeats) => {
+      async (sessionId, idPrefix, drafts, cut, repeats) => {
         const unique = drafts.map((d, i) => ({ ...d, id: `${idPrefix}#${i}` }));
         // Some ids appear twice in the list itself: only their first occurrence counts.
         const full = [...unique];
@@ -281,31 +282,34 @@ Deno.test("SessionStore.append() of a prefix then the full list equals appending
         const k = cut % (full.length + 1);
         const users = new Set(full.filter((m) => m.role === "user").map((m) => m.id));
 
-        const stepwise = new SessionStore(":memory:", { now: () => FIXED });
-        const direct = new SessionStore(":memory:", { now: () => FIXED });
+        const stepwise = new SqliteStore(":memory:", { now: () => FIXED });
+        const direct = new SqliteStore(":memory:", { now: () => FIXED });
         try {
-          for (const store of [stepwise, direct]) store.getOrCreate(keyOf(sessionId, "alice"));
-          const first = stepwise.append(keyOf(sessionId, "alice"), full.slice(0, k));
-          const second = stepwise.append(keyOf(sessionId, "alice"), full);
-          const all = direct.append(keyOf(sessionId, "alice"), full);
+          for (const store of [stepwise, direct]) await store.getOrCreate(keyOf(sessionId, "alice"));
+          const first = await stepwise.append(keyOf(sessionId, "alice"), full.slice(0, k));
+          const second = await stepwise.append(keyOf(sessionId, "alice"), full);
+          const all = await direct.append(keyOf(sessionId, "alice"), full);
           assert.equal(all, unique.length);
           assert.equal(first + second, all);
           assert.equal(first, new Set(full.slice(0, k).map((m) => m.id)).size);
           assert.deepEqual(
-            stepwise.messages(keyOf(sessionId, "alice")),
-            direct.messages(keyOf(sessionId, "alice")),
+            await stepwise.messages(keyOf(sessionId, "alice")),
+            await direct.messages(keyOf(sessionId, "alice")),
           );
-          assert.deepEqual(stepwise.get(keyOf(sessionId, "alice")), direct.get(keyOf(sessionId, "alice")));
-          assert.deepEqual(stepwise.listSessions("alice"), direct.listSessions("alice"));
-          // turnCount counts distinct user-message ids, however often they were appended.
-          assert.equal(direct.get(keyOf(sessionId, "alice"))!.turnCount, users.size);
           assert.deepEqual(
-            direct.messages(keyOf(sessionId, "alice")),
+            await stepwise.get(keyOf(sessionId, "alice")),
+            await direct.get(keyOf(sessionId, "alice")),
+          );
+          assert.deepEqual(await stepwise.listSessions("alice"), await direct.listSessions("alice"));
+          // turnCount counts distinct user-message ids, however often they were appended.
+          assert.equal((await direct.get(keyOf(sessionId, "alice")))!.turnCount, users.size);
+          assert.deepEqual(
+            await direct.messages(keyOf(sessionId, "alice")),
             model([{ sessionId, messages: full }]).get(sessionId),
           );
         } finally {
-          stepwise.close();
-          direct.close();
+          await stepwise.close();
+          await direct.close();
         }
       },
     ),
@@ -339,43 +343,46 @@ const STEP: fc.Arbitrary<Step> = fc.oneof(
   }),
 );
 
-function assertTurnInvariant(store: SessionStore, sessionId: string): Session {
-  const session = store.get(keyOf(sessionId, "alice"))!;
-  const users = store.messages(keyOf(sessionId, "alice")).filter((m) => m.role === "user").length;
+async function assertTurnInvariant(store: SqliteStore, sessionId: string): Promise<Session> {
+  const session = (await store.get(keyOf(sessionId, "alice")))!;
+  const users = (await store.messages(keyOf(sessionId, "alice"))).filter((m) => m.role === "user").length;
   assert.equal(session.turnCount, session.compactedTurns + users, JSON.stringify(session));
   return session;
 }
 
-Deno.test("SessionStore.applyCompaction() with random cut prefixes keeps turnCount = compactedTurns + users", () => {
+Deno.test("SqliteStore.applyCompaction() with random cut prefixes keeps turnCount = compactedTurns + users", async () => {
   using dir = tempDir();
   let run = 0;
-  fc.assert(
-    fc.property(fc.array(STEP, { minLength: 1, maxLength: 25 }), fc.boolean(), (steps, onFile) => {
-      const store = new SessionStore(onFile ? `${dir.path}/c-${run++}.db` : ":memory:", {
+  await fc.assert(
+    fc.asyncProperty(fc.array(STEP, { minLength: 1, maxLength: 25 }), fc.boolean(), async (steps, onFile) => {
+      const store = new SqliteStore(onFile ? `${dir.path}/c-${run++}.db` : ":memory:", {
         now: steppingClock(),
       });
       const ids = ["s-a", "s-b"];
       let counter = 0;
       try {
-        for (const id of ids) store.getOrCreate(keyOf(id, "alice"));
+        for (const id of ids) await store.getOrCreate(keyOf(id, "alice"));
         for (const step of steps) {
           const sessionId = ids[step.session];
-          const before = store.messages(keyOf(sessionId, "alice"));
+          const before = await store.messages(keyOf(sessionId, "alice"));
           if (step.kind === "append") {
-            store.append(keyOf(sessionId, "alice"), step.drafts.map((d) => ({ ...d, id: `m${counter++}` })));
+            await store.append(
+              keyOf(sessionId, "alice"),
+              step.drafts.map((d) => ({ ...d, id: `m${counter++}` })),
+            );
           } else if (step.kind === "compact") {
             const k = step.cut % (before.length + 1);
             const cut = before.slice(0, k);
-            const old = store.get(keyOf(sessionId, "alice"))!;
+            const old = (await store.get(keyOf(sessionId, "alice")))!;
             const turns = cut.filter((m) => m.role === "user").length;
-            store.applyCompaction(keyOf(sessionId, "alice"), step.summary, cut.map((m) => m.id), turns);
-            const now = store.get(keyOf(sessionId, "alice"))!;
+            await store.applyCompaction(keyOf(sessionId, "alice"), step.summary, cut.map((m) => m.id), turns);
+            const now = (await store.get(keyOf(sessionId, "alice")))!;
             assert.equal(now.summary, step.summary);
             assert.equal(now.compactedTurns, old.compactedTurns + turns);
             assert.equal(now.turnCount, old.turnCount, "compaction never changes the turn count");
-            assert.deepEqual(store.messages(keyOf(sessionId, "alice")), before.slice(k));
+            assert.deepEqual(await store.messages(keyOf(sessionId, "alice")), before.slice(k));
           } else {
-            const other = store.messages(keyOf(ids[1 - step.session], "alice"));
+            const other = await store.messages(keyOf(ids[1 - step.session], "alice"));
             const k = step.cut % (before.length + 1);
             const cut = before.slice(0, k).map((m) => m.id);
             const intruder = step.how === "unknown"
@@ -385,22 +392,22 @@ Deno.test("SessionStore.applyCompaction() with random cut prefixes keeps turnCou
               : cut[0] ?? "no-such-message";
             cut.splice(step.cut % (cut.length + 1), 0, intruder);
             const old = {
-              session: store.get(keyOf(sessionId, "alice")),
-              other: store.messages(keyOf(ids[1 - step.session], "alice")),
+              session: await store.get(keyOf(sessionId, "alice")),
+              other: await store.messages(keyOf(ids[1 - step.session], "alice")),
             };
-            assert.throws(
-              () => store.applyCompaction(keyOf(sessionId, "alice"), "{}", cut, 1),
+            await assert.rejects(
+              async () => await store.applyCompaction(keyOf(sessionId, "alice"), "{}", cut, 1),
               /Cannot compact session/,
             );
             // All or nothing: not one message or counter changed, in either session.
-            assert.deepEqual(store.get(keyOf(sessionId, "alice")), old.session);
-            assert.deepEqual(store.messages(keyOf(sessionId, "alice")), before);
-            assert.deepEqual(store.messages(keyOf(ids[1 - step.session], "alice")), old.other);
+            assert.deepEqual(await store.get(keyOf(sessionId, "alice")), old.session);
+            assert.deepEqual(await store.messages(keyOf(sessionId, "alice")), before);
+            assert.deepEqual(await store.messages(keyOf(ids[1 - step.session], "alice")), old.other);
           }
-          for (const id of ids) assertTurnInvariant(store, id);
+          for (const id of ids) await assertTurnInvariant(store, id);
         }
       } finally {
-        store.close();
+        await store.close();
       }
     }),
     { numRuns: 200 },

@@ -1,14 +1,15 @@
 import assert from "node:assert/strict";
 import { DatabaseSync } from "node:sqlite";
-import { SCHEMA_VERSION, SessionStore, validateId } from "../src/store.ts";
+import { SCHEMA_VERSION, SqliteStore } from "../src/store/sqlite.ts";
+import { validateId } from "../src/store/store.ts";
 import type { StoredMessage } from "../src/types.ts";
 import { keyOf, steppingClock, storedMessage, tempDir } from "./_harness.ts";
 
 const msg = storedMessage;
 
-Deno.test("SessionStore creates the schema with WAL and records its version", () => {
+Deno.test("SqliteStore creates the schema with WAL and records its version", () => {
   using dir = tempDir();
-  const store = new SessionStore(`${dir.path}/s.db`);
+  const store = new SqliteStore(`${dir.path}/s.db`);
   store.close();
   const db = new DatabaseSync(`${dir.path}/s.db`);
   assert.equal((db.prepare("PRAGMA journal_mode").get() as { journal_mode: string }).journal_mode, "wal");
@@ -22,20 +23,20 @@ Deno.test("SessionStore creates the schema with WAL and records its version", ()
   db.close();
 });
 
-Deno.test("SessionStore refuses a database written by a newer schema version", () => {
+Deno.test("SqliteStore refuses a database written by a newer schema version", () => {
   using dir = tempDir();
   const db = new DatabaseSync(`${dir.path}/s.db`);
   db.exec(`PRAGMA user_version = ${SCHEMA_VERSION + 1}`);
   db.close();
   assert.throws(
-    () => new SessionStore(`${dir.path}/s.db`),
+    () => new SqliteStore(`${dir.path}/s.db`),
     new RegExp(`schema version is ${SCHEMA_VERSION + 1}, this program knows ${SCHEMA_VERSION}$`),
   );
 });
 
-Deno.test("SessionStore.append() is idempotent: saving the same state twice adds nothing", () => {
-  const store = new SessionStore(":memory:", { now: steppingClock() });
-  store.getOrCreate(keyOf("s"));
+Deno.test("SqliteStore.append() is idempotent: saving the same state twice adds nothing", async () => {
+  const store = new SqliteStore(":memory:", { now: steppingClock() });
+  await store.getOrCreate(keyOf("s"));
   const state = [
     msg("1", "user", "hi"),
     msg("2", "assistant", null, { toolCalls: [{ id: "c1", name: "calculator", arguments: "{}" }] }),
@@ -43,42 +44,42 @@ Deno.test("SessionStore.append() is idempotent: saving the same state twice adds
     msg("4", "runtime", "[runtime] nudge"),
     msg("5", "assistant", "bye"),
   ];
-  assert.equal(store.append(keyOf("s"), state), 5);
-  const once = store.messages(keyOf("s"));
-  const turns = store.get(keyOf("s"))!.turnCount;
-  assert.equal(store.append(keyOf("s"), state), 0);
-  assert.deepEqual(store.messages(keyOf("s")), once);
-  assert.equal(store.get(keyOf("s"))!.turnCount, turns);
+  assert.equal(await store.append(keyOf("s"), state), 5);
+  const once = await store.messages(keyOf("s"));
+  const turns = (await store.get(keyOf("s")))!.turnCount;
+  assert.equal(await store.append(keyOf("s"), state), 0);
+  assert.deepEqual(await store.messages(keyOf("s")), once);
+  assert.equal((await store.get(keyOf("s")))!.turnCount, turns);
   assert.equal(turns, 1, "only real user messages count as turns");
   assert.deepEqual(once[1].toolCalls, [{ id: "c1", name: "calculator", arguments: "{}" }]);
   assert.equal(once[2].toolCallId, "c1");
-  store.close();
+  await store.close();
 });
 
-Deno.test("SessionStore.append() commits all of a tool turn or none of it", () => {
-  const store = new SessionStore(":memory:");
-  store.getOrCreate(keyOf("s"));
+Deno.test("SqliteStore.append() commits all of a tool turn or none of it", async () => {
+  const store = new SqliteStore(":memory:");
+  await store.getOrCreate(keyOf("s"));
   const bad = [
     msg("a", "assistant", null, { toolCalls: [{ id: "c1", name: "x", arguments: "{}" }] }),
     // An invalid role makes the second insert fail inside the transaction.
     msg("b", "bogus" as StoredMessage["role"], "{}", { toolCallId: "c1" }),
   ];
-  assert.throws(() => store.append(keyOf("s"), bad), /CHECK constraint failed/);
-  assert.deepEqual(store.messages(keyOf("s")), []);
-  store.close();
+  await assert.rejects(async () => await store.append(keyOf("s"), bad), /CHECK constraint failed/);
+  assert.deepEqual(await store.messages(keyOf("s")), []);
+  await store.close();
 });
 
-Deno.test("SessionStore scopes todos to their session", () => {
-  const store = new SessionStore(":memory:", { now: steppingClock() });
-  store.getOrCreate(keyOf("a"));
-  store.getOrCreate(keyOf("b"));
-  const todo = store.addTodo(keyOf("a"), "write tests");
-  assert.equal(store.completeTodo(keyOf("b"), todo.id), null, "another session cannot complete it");
-  const done = store.completeTodo(keyOf("a"), todo.id)!;
+Deno.test("SqliteStore scopes todos to their session", async () => {
+  const store = new SqliteStore(":memory:", { now: steppingClock() });
+  await store.getOrCreate(keyOf("a"));
+  await store.getOrCreate(keyOf("b"));
+  const todo = await store.addTodo(keyOf("a"), "write tests");
+  assert.equal(await store.completeTodo(keyOf("b"), todo.id), null, "another session cannot complete it");
+  const done = (await store.completeTodo(keyOf("a"), todo.id))!;
   assert.equal(done.completed, true);
   assert.ok(done.completedAt !== null);
-  assert.deepEqual(store.listTodos(keyOf("b")), []);
-  store.close();
+  assert.deepEqual(await store.listTodos(keyOf("b")), []);
+  await store.close();
 });
 
 Deno.test("validateId() accepts 1-128 characters of [A-Za-z0-9._:-] and names what is wrong otherwise", () => {
@@ -89,81 +90,85 @@ Deno.test("validateId() accepts 1-128 characters of [A-Za-z0-9._:-] and names wh
   assert.throws(() => validateId(42), /Invalid session id number/);
 });
 
-Deno.test("SessionStore parameterizes queries: quotes and semicolons are stored verbatim", () => {
-  const store = new SessionStore(":memory:");
-  store.getOrCreate(keyOf("s"));
+Deno.test("SqliteStore parameterizes queries: quotes and semicolons are stored verbatim", async () => {
+  const store = new SqliteStore(":memory:");
+  await store.getOrCreate(keyOf("s"));
   const nasty = `'); DROP TABLE messages; --"\u0001\u00ff`;
-  store.append(keyOf("s"), [msg("m1", "user", nasty)]);
-  store.addTodo(keyOf("s"), nasty);
-  assert.equal(store.messages(keyOf("s"))[0].content, nasty);
-  assert.equal(store.listTodos(keyOf("s"))[0].text, nasty);
-  store.close();
+  await store.append(keyOf("s"), [msg("m1", "user", nasty)]);
+  await store.addTodo(keyOf("s"), nasty);
+  assert.equal((await store.messages(keyOf("s")))[0].content, nasty);
+  assert.equal((await store.listTodos(keyOf("s")))[0].text, nasty);
+  await store.close();
 });
 
-Deno.test("two SessionStore handles on one file write concurrently without 'database is locked'", () => {
+Deno.test("two SqliteStore handles on one file write concurrently without 'database is locked'", async () => {
   using dir = tempDir();
-  const a = new SessionStore(`${dir.path}/s.db`);
-  const b = new SessionStore(`${dir.path}/s.db`);
-  a.getOrCreate(keyOf("s"));
+  const a = new SqliteStore(`${dir.path}/s.db`);
+  const b = new SqliteStore(`${dir.path}/s.db`);
+  await a.getOrCreate(keyOf("s"));
   for (let i = 0; i < 50; i++) {
-    (i % 2 === 0 ? a : b).append(keyOf("s"), [msg(`m${i}`, "user", `turn ${i}`)]);
+    await (i % 2 === 0 ? a : b).append(keyOf("s"), [msg(`m${i}`, "user", `turn ${i}`)]);
   }
-  assert.equal(a.get(keyOf("s"))!.turnCount, 50);
-  assert.equal(b.messages(keyOf("s")).length, 50);
-  a.close();
-  b.close();
+  assert.equal((await a.get(keyOf("s")))!.turnCount, 50);
+  assert.equal((await b.messages(keyOf("s"))).length, 50);
+  await a.close();
+  await b.close();
 });
 
-Deno.test("SessionStore.applyCompaction() writes the summary and deletes exactly the cut messages, or nothing", () => {
-  const store = new SessionStore(":memory:");
-  store.getOrCreate(keyOf("s"));
-  store.getOrCreate(keyOf("other"));
-  store.append(keyOf("s"), [msg("1", "user", "a"), msg("2", "assistant", "b"), msg("3", "user", "c")]);
-  store.append(keyOf("other"), [msg("x", "user", "theirs")]);
+Deno.test("SqliteStore.applyCompaction() writes the summary and deletes exactly the cut messages, or nothing", async () => {
+  const store = new SqliteStore(":memory:");
+  await store.getOrCreate(keyOf("s"));
+  await store.getOrCreate(keyOf("other"));
+  await store.append(keyOf("s"), [msg("1", "user", "a"), msg("2", "assistant", "b"), msg("3", "user", "c")]);
+  await store.append(keyOf("other"), [msg("x", "user", "theirs")]);
 
-  assert.throws(
-    () => store.applyCompaction(keyOf("s"), '{"facts":[]}', ["1", "x"], 1),
+  await assert.rejects(
+    async () => await store.applyCompaction(keyOf("s"), '{"facts":[]}', ["1", "x"], 1),
     /message "x" is not stored/,
   );
-  assert.equal(store.get(keyOf("s"))!.summary, null);
-  assert.equal(store.messages(keyOf("s")).length, 3, "the first delete was rolled back");
-  assert.equal(store.messages(keyOf("other")).length, 1, "another session's message is never deleted");
+  assert.equal((await store.get(keyOf("s")))!.summary, null);
+  assert.equal((await store.messages(keyOf("s"))).length, 3, "the first delete was rolled back");
+  assert.equal(
+    (await store.messages(keyOf("other"))).length,
+    1,
+    "another session's message is never deleted",
+  );
 
-  store.applyCompaction(keyOf("s"), '{"facts":["a"]}', ["1", "2"], 1);
-  assert.deepEqual(store.messages(keyOf("s")).map((m) => m.id), ["3"]);
-  const session = store.get(keyOf("s"))!;
+  await store.applyCompaction(keyOf("s"), '{"facts":["a"]}', ["1", "2"], 1);
+  assert.deepEqual((await store.messages(keyOf("s"))).map((m) => m.id), ["3"]);
+  const session = (await store.get(keyOf("s")))!;
   assert.equal(session.summary, '{"facts":["a"]}');
   assert.equal(session.turnCount, 2);
   assert.equal(session.compactedTurns, 1);
-  store.close();
+  await store.close();
 });
 
-Deno.test("SessionStore.deleteSession() removes the session, its messages and todos, and nothing else", () => {
-  const store = new SessionStore(":memory:");
+Deno.test("SqliteStore.deleteSession() removes the session, its messages and todos, and nothing else", async () => {
+  const store = new SqliteStore(":memory:");
   for (const id of ["gone", "kept"]) {
-    store.getOrCreate(keyOf(id));
-    store.append(keyOf(id), [msg(`${id}-1`, "user", "hi")]);
-    store.addTodo(keyOf(id), "t");
+    await store.getOrCreate(keyOf(id));
+    await store.append(keyOf(id), [msg(`${id}-1`, "user", "hi")]);
+    await store.addTodo(keyOf(id), "t");
   }
-  assert.equal(store.deleteSession(keyOf("gone")), true);
-  assert.equal(store.get(keyOf("gone")), null);
-  assert.deepEqual(store.messages(keyOf("gone")), []);
-  assert.deepEqual(store.listTodos(keyOf("gone")), []);
-  assert.equal(store.messages(keyOf("kept")).length, 1);
-  assert.equal(store.listTodos(keyOf("kept")).length, 1);
-  assert.equal(store.deleteSession(keyOf("gone")), false);
-  assert.equal(store.ping(), true);
-  store.close();
-  assert.equal(store.ping(), false);
+  assert.equal(await store.deleteSession(keyOf("gone")), true);
+  assert.equal(await store.get(keyOf("gone")), null);
+  assert.deepEqual(await store.messages(keyOf("gone")), []);
+  assert.deepEqual(await store.listTodos(keyOf("gone")), []);
+  assert.equal((await store.messages(keyOf("kept"))).length, 1);
+  assert.equal((await store.listTodos(keyOf("kept"))).length, 1);
+  assert.equal(await store.deleteSession(keyOf("gone")), false);
+  assert.equal(await store.ping(), true);
+  await store.close();
+  assert.equal(await store.ping(), false);
 });
 
-Deno.test("SessionStore keeps message ids per session: the same id in two sessions is two messages", () => {
-  const store = new SessionStore(":memory:");
-  store.getOrCreate(keyOf("a"));
-  store.getOrCreate(keyOf("b"));
-  assert.equal(store.append(keyOf("a"), [msg("run-1:0", "user", "in a")]), 1);
-  assert.equal(store.append(keyOf("b"), [msg("run-1:0", "user", "in b")]), 1);
-  assert.equal(store.messages(keyOf("b"))[0].content, "in b");
-  assert.equal(store.get(keyOf("b"))!.turnCount, 1);
-  store.close();
+Deno.test("SqliteStore keeps message ids per session: the same id in two sessions is two messages", async () => {
+  const store = new SqliteStore(":memory:");
+  await store.getOrCreate(keyOf("a"));
+  await store.getOrCreate(keyOf("b"));
+  assert.equal(await store.append(keyOf("a"), [msg("run-1:0", "user", "in a")]), 1);
+  assert.equal(await store.append(keyOf("b"), [msg("run-1:0", "user", "in b")]), 1);
+  assert.equal((await store.messages(keyOf("b")))[0].content, "in b");
+  assert.equal((await store.get(keyOf("b")))!.turnCount, 1);
+  await store.close();
 });

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { loadConfig } from "../src/config.ts";
 import { createLlmFromConfig } from "../src/llm/openai.ts";
 import { runTurn } from "../src/loop.ts";
-import { SessionStore } from "../src/store.ts";
+import { SqliteStore } from "../src/store/sqlite.ts";
 import { INVALID_TOOL_CALL_NAME, MAX_TOOL_ARGUMENT_BYTES } from "../src/tool_calls.ts";
 import type { StoredMessage } from "../src/types.ts";
 import { harness, keyOf, tempDir } from "./_harness.ts";
@@ -42,7 +42,7 @@ Deno.test("runTurn() runs the first 16 tool calls of a reply and answers the res
   using h = harness([{ toolCalls: many }, { content: "done" }]);
   const result = await runTurn(input("add them all"), h.deps);
   assert.equal(result.outcome, "answered");
-  const stored = h.store.messages(keyOf("s1", "u1"));
+  const stored = await h.store.messages(keyOf("s1", "u1"));
   assertPaired(stored);
   assert.equal(stored[1].toolCalls!.length, 20);
   const results = toolResults(stored);
@@ -73,7 +73,7 @@ Deno.test("runTurn() runs only maxToolCallsPerStep calls when it is set, and rej
   const result = await runTurn(input("go"), { ...h.deps, maxToolCallsPerStep: 2 });
   assert.deepEqual(result.toolCalls.map((call) => call.ok), [true, true, false]);
   assert.match(
-    toolResults(h.store.messages(keyOf("s1", "u1")))[2].error!,
+    toolResults(await h.store.messages(keyOf("s1", "u1")))[2].error!,
     /made 3 tool calls and at most 2 run per reply/,
   );
   await assert.rejects(() => runTurn(input("again"), { ...h.deps, maxToolCallsPerStep: 0 }), RangeError);
@@ -95,7 +95,7 @@ Deno.test("runTurn() refuses tool arguments over 64 KiB and stores them cut to a
   ]);
   const result = await runTurn(input("go"), h.deps);
   assert.equal(result.outcome, "answered");
-  const stored = h.store.messages(keyOf("s1", "u1"));
+  const stored = await h.store.messages(keyOf("s1", "u1"));
   assertPaired(stored);
   const [bigCall, okCall] = stored[1].toolCalls!;
   // Marked as cut, valid JSON (so the next request stays valid), and small.
@@ -131,7 +131,7 @@ Deno.test("runTurn() answers a call with an empty name with a tool error and sto
   ]);
   const result = await runTurn(input("go"), h.deps);
   assert.equal(result.outcome, "answered");
-  const stored = h.store.messages(keyOf("s1", "u1"));
+  const stored = await h.store.messages(keyOf("s1", "u1"));
   assert.deepEqual(stored[1].toolCalls!.map((call) => call.name), [INVALID_TOOL_CALL_NAME, "calculator"]);
   assert.deepEqual(toolResults(stored), [
     { id: "a", ok: false, error: "Cannot run tool call 1: it has no function name" },
@@ -162,7 +162,7 @@ Deno.test("runTurn() through the real client answers malformed tool calls with t
     using dir = tempDir();
     const provider = startFaultProvider([malformedReply(streamed)]);
     const config = loadConfig({ OPENAI_BASE_URL: provider.url, OPENAI_API_KEY: "sk-test" });
-    const store = new SessionStore(`${dir.path}/sessions.db`);
+    const store = new SqliteStore(`${dir.path}/sessions.db`);
     using h = harness([], { store });
     try {
       const deps = { ...h.deps, llm: createLlmFromConfig(config, { stream: streamed }) };
@@ -170,7 +170,7 @@ Deno.test("runTurn() through the real client answers malformed tool calls with t
       // The provider's rule answer after tool results; it answers 400 to a history it would reject.
       assert.equal(result.outcome, "answered", `stream ${streamed}: ${result.answer}`);
       assert.equal(result.answer, "I ran 3 tools; 2 failed.");
-      const stored = store.messages(keyOf("s1", "u1"));
+      const stored = await store.messages(keyOf("s1", "u1"));
       assertPaired(stored);
       const calls = stored[1].toolCalls!;
       assert.deepEqual(calls.map((call) => [call.name, call.arguments]), [
@@ -186,7 +186,7 @@ Deno.test("runTurn() through the real client answers malformed tool calls with t
       ]);
       assert.equal(provider.requests.length, 2);
     } finally {
-      store.close();
+      await store.close();
       await provider.close();
     }
   }

@@ -19,20 +19,24 @@ Deno.test("runTurn() with retry answers the question of a failed turn, keeping i
   assert.equal(failed.outcome, "error");
   assert.match(failed.answer, /retry it with \/retry in chat or POST \/v1\/sessions\/s1\/retry/);
   // The completed tool step stays: the retry goes on from it.
-  assert.deepEqual(h.store.messages(keyOf("s1", "u1")).map((m) => m.role), ["user", "assistant", "tool"]);
+  assert.deepEqual((await h.store.messages(keyOf("s1", "u1"))).map((m) => m.role), [
+    "user",
+    "assistant",
+    "tool",
+  ]);
 
   const retried = await runTurn({ ...key, retry: true }, h.deps);
   assert.equal(retried.outcome, "answered");
   assert.equal(retried.turn, failed.turn);
   assert.equal(retried.answer, "It is 42.");
-  assert.deepEqual(h.store.messages(keyOf("s1", "u1")).map((m) => m.role), [
+  assert.deepEqual((await h.store.messages(keyOf("s1", "u1"))).map((m) => m.role), [
     "user",
     "assistant",
     "tool",
     "assistant",
   ]);
-  assert.equal(h.store.messages(keyOf("s1", "u1")).filter((m) => m.role === "user").length, 1);
-  assert.equal(h.store.get(keyOf("s1", "u1"))!.turnCount, 1);
+  assert.equal((await h.store.messages(keyOf("s1", "u1"))).filter((m) => m.role === "user").length, 1);
+  assert.equal((await h.store.get(keyOf("s1", "u1")))!.turnCount, 1);
   // The model saw the question once, then the tool step, in the retried request.
   const request = h.llm.requests.at(-1)!.messages;
   assert.deepEqual(request.filter((m) => m.role === "user").map((m) => m.content), ["what is 6*7?"]);
@@ -43,19 +47,19 @@ Deno.test("runTurn() with retry answers the question of a failed turn, keeping i
 Deno.test("runTurn() with retry fails with nothing_to_retry after an answered turn, changing nothing", async () => {
   using h = harness([{ content: "hi" }]);
   await runTurn({ ...key, message: "hello" }, h.deps);
-  const before = h.store.messages(keyOf("s1", "u1"));
+  const before = await h.store.messages(keyOf("s1", "u1"));
   await assert.rejects(
     runTurn({ ...key, retry: true }, h.deps),
     (e) =>
       e instanceof SessionError && e.reason === "nothing_to_retry" &&
       /has no unanswered message/.test(e.message),
   );
-  assert.deepEqual(h.store.messages(keyOf("s1", "u1")), before);
+  assert.deepEqual(await h.store.messages(keyOf("s1", "u1")), before);
   await assert.rejects(
     runTurn({ sessionId: "empty", userId: "u1", retry: true }, h.deps),
     (e) => e instanceof SessionError && e.reason === "nothing_to_retry",
   );
-  assert.equal(h.store.get(keyOf("empty", "u1")), null, "a retry creates no session");
+  assert.equal(await h.store.get(keyOf("empty", "u1")), null, "a retry creates no session");
 });
 
 Deno.test("runTurn() with retry that is cancelled keeps the question, so it can be retried again", async () => {
@@ -65,7 +69,7 @@ Deno.test("runTurn() with retry that is cancelled keeps the question, so it can 
   controller.abort(new Error("Ctrl-C"));
   const cancelled = await runTurn({ ...key, retry: true }, { ...h.deps, signal: controller.signal });
   assert.equal(cancelled.outcome, "aborted");
-  assert.deepEqual(h.store.messages(keyOf("s1", "u1")).map((m) => m.content), ["what is 6*7?"]);
+  assert.deepEqual((await h.store.messages(keyOf("s1", "u1"))).map((m) => m.content), ["what is 6*7?"]);
   const again = await runTurn({ ...key, retry: true }, {
     ...h.deps,
     llm: new ScriptedLLM([{ content: "42" }]),
@@ -80,8 +84,8 @@ Deno.test("runTurn() cancelled before its answer takes back its question and tur
   controller.abort(new Error("client disconnected"));
   const cancelled = await runTurn({ ...key, message: "two" }, { ...h.deps, signal: controller.signal });
   assert.equal(cancelled.outcome, "aborted");
-  assert.deepEqual(h.store.messages(keyOf("s1", "u1")).map((m) => m.content), ["one", "first"]);
-  assert.equal(h.store.get(keyOf("s1", "u1"))!.turnCount, 1);
+  assert.deepEqual((await h.store.messages(keyOf("s1", "u1"))).map((m) => m.content), ["one", "first"]);
+  assert.equal((await h.store.get(keyOf("s1", "u1")))!.turnCount, 1);
   const error = h.events.findLast((e) => e.event === "error")!;
   assert.equal(error.data.kind, "aborted");
   assert.equal(error.data.discarded_messages, 1);

@@ -6,8 +6,8 @@
 import { createInterface } from "node:readline";
 import type { Readable, Writable } from "node:stream";
 import { SessionError } from "../errors.ts";
-import { runTurn, type TurnDeps } from "../loop.ts";
-import type { SessionStore } from "../store.ts";
+import { type Agent, runTurn } from "../loop.ts";
+import type { SessionStore } from "../store/store.ts";
 import type { RunEvent, TurnResult } from "../types.ts";
 import { createStyle, renderEvent, type Style } from "./render.ts";
 
@@ -24,7 +24,7 @@ export interface ChatOptions {
   sessionId: string;
   userId: string;
   /** Everything `runTurn` needs except `emit` and `signal`, which the REPL supplies per turn. */
-  deps: Omit<TurnDeps, "emit" | "signal">;
+  deps: Agent;
   /** Forwards each event elsewhere as well (the trace). */
   emit: (event: RunEvent) => void;
   /** @default {process.stdin} */
@@ -69,14 +69,14 @@ class Thinking {
   }
 }
 
-function describeSession(store: SessionStore, sessionId: string, userId: string): string {
-  const session = store.get({ userId, sessionId });
+async function describeSession(store: SessionStore, sessionId: string, userId: string): Promise<string> {
+  const session = await store.get({ userId, sessionId });
   const turns = session?.turnCount ?? 0;
   return `session ${sessionId} (user ${userId}), ${turns} ${turns === 1 ? "turn" : "turns"}`;
 }
 
-function describeTodos(store: SessionStore, sessionId: string, userId: string): string {
-  const todos = store.listTodos({ userId, sessionId });
+async function describeTodos(store: SessionStore, sessionId: string, userId: string): Promise<string> {
+  const todos = await store.listTodos({ userId, sessionId });
   if (todos.length === 0) return "no todos in this session";
   return todos.map((t) => `  ${t.completed ? "[x]" : "[ ]"} ${t.id}. ${t.text}`).join("\n");
 }
@@ -88,6 +88,8 @@ function describeTodos(store: SessionStore, sessionId: string, userId: string): 
 export async function runChat(options: ChatOptions): Promise<number> {
   const { sessionId, userId, deps, emit, input, output, status, interactive } = options;
   const style = createStyle(interactive);
+  // Read before the line reader exists: lines typed meanwhile would otherwise be lost.
+  const banner = interactive ? await describeSession(deps.store, sessionId, userId) : "";
   const thinking = new Thinking(status, style);
   const rl = createInterface({
     input,
@@ -137,7 +139,7 @@ export async function runChat(options: ChatOptions): Promise<number> {
   if (interactive) {
     output.write(
       style.dim(
-        `mini-runtime-agent — ${describeSession(deps.store, sessionId, userId)}. /help for commands.\n`,
+        `mini-runtime-agent — ${banner}. /help for commands.\n`,
       ),
     );
     rl.setPrompt(style.bold("you> "));
@@ -153,8 +155,8 @@ export async function runChat(options: ChatOptions): Promise<number> {
     if (interactive && line.startsWith("/") && !retry) {
       if (line === "/exit" || line === "/quit") break;
       if (line === "/help") output.write(REPL_HELP + "\n");
-      else if (line === "/session") output.write(describeSession(deps.store, sessionId, userId) + "\n");
-      else if (line === "/todos") output.write(describeTodos(deps.store, sessionId, userId) + "\n");
+      else if (line === "/session") output.write(await describeSession(deps.store, sessionId, userId) + "\n");
+      else if (line === "/todos") output.write(await describeTodos(deps.store, sessionId, userId) + "\n");
       else output.write(`Unknown command ${line}. ${REPL_HELP}\n`);
       rl.prompt();
       continue;

@@ -3,7 +3,7 @@ import { parseSummary, RUNTIME_CONTEXT_HEADER } from "../memory/summary.ts";
 import type { Style } from "../cli/render.ts";
 import type { LLM } from "../llm/llm.ts";
 import { runTurn, type TurnDeps } from "../loop.ts";
-import type { SessionKey, SessionStore } from "../store.ts";
+import type { SessionKey, SessionStore } from "../store/store.ts";
 import { readTrace } from "../trace.ts";
 import type { Message, RunEvent, StoredMessage, TurnResult } from "../types.ts";
 import { timelineHeader, timelineLine } from "./_timeline.ts";
@@ -129,7 +129,7 @@ async function calculatorPhase(demo: Demo): Promise<Verdict> {
   if (!result.toolCalls.some((c) => c.name === "calculator" && c.ok)) {
     problems.push("the turn made no successful calculator call");
   }
-  const computed = answeredCalls(demo.store.messages(own(CALC_SESSION)))
+  const computed = answeredCalls(await demo.store.messages(own(CALC_SESSION)))
     .filter((c) => c.name === "calculator" && c.result.ok && typeof c.result.data?.result === "number")
     .map((c) => c.result.data!.result as number);
   const value = computed.at(-1);
@@ -150,8 +150,8 @@ async function windowsPhase(demo: Demo): Promise<Verdict> {
   for (const input of WINDOW_2_INPUTS) window2.push(await say(demo, WINDOW_2, input));
 
   const problems: string[] = [];
-  const todos1 = store.listTodos(own(WINDOW_1));
-  const todos2 = store.listTodos(own(WINDOW_2));
+  const todos1 = await store.listTodos(own(WINDOW_1));
+  const todos2 = await store.listTodos(own(WINDOW_2));
   out(style.dim(
     `  store: ${WINDOW_1} todos ${JSON.stringify(todos1.map((t) => t.text))}, ` +
       `${WINDOW_2} todos ${JSON.stringify(todos2.map((t) => t.text))}`,
@@ -160,7 +160,7 @@ async function windowsPhase(demo: Demo): Promise<Verdict> {
     problems.push(`window 1 should hold exactly the domain todo, holds ${JSON.stringify(todos1)}`);
   }
   if (todos2.length !== 0) problems.push(`window 2's todo list in the store is not empty`);
-  const listed = answeredCalls(store.messages(own(WINDOW_2))).filter((c) =>
+  const listed = answeredCalls(await store.messages(own(WINDOW_2))).filter((c) =>
     c.name === "todo" && c.args.action === "list"
   );
   if (listed.length === 0) problems.push("window 2 never called the todo tool with action list");
@@ -184,8 +184,8 @@ async function windowsPhase(demo: Demo): Promise<Verdict> {
     }
   }
 
-  const s1 = store.get(own(WINDOW_1));
-  const s2 = store.get(own(WINDOW_2));
+  const s1 = await store.get(own(WINDOW_1));
+  const s2 = await store.get(own(WINDOW_2));
   out(style.dim(`  store: turn_count ${WINDOW_1}=${s1?.turnCount}, ${WINDOW_2}=${s2?.turnCount}`));
   if (s1?.turnCount !== WINDOW_1_INPUTS.length || s2?.turnCount !== WINDOW_2_INPUTS.length) {
     problems.push(
@@ -193,12 +193,12 @@ async function windowsPhase(demo: Demo): Promise<Verdict> {
         `${WINDOW_1_INPUTS.length} and ${WINDOW_2_INPUTS.length}`,
     );
   }
-  const users = (id: string) =>
-    store.messages(own(id)).filter((m) => m.role === "user").map((m) => m.content);
-  if (JSON.stringify(users(WINDOW_1)) !== JSON.stringify(WINDOW_1_INPUTS)) {
+  const users = async (id: string) =>
+    (await store.messages(own(id))).filter((m) => m.role === "user").map((m) => m.content);
+  if (JSON.stringify(await users(WINDOW_1)) !== JSON.stringify(WINDOW_1_INPUTS)) {
     problems.push("window 1's stored history is not exactly its own user messages");
   }
-  if (JSON.stringify(users(WINDOW_2)) !== JSON.stringify(WINDOW_2_INPUTS)) {
+  if (JSON.stringify(await users(WINDOW_2)) !== JSON.stringify(WINDOW_2_INPUTS)) {
     problems.push("window 2's stored history is not exactly its own user messages");
   }
   return verdict(
@@ -228,8 +228,8 @@ async function memoryPhase(demo: Demo): Promise<Verdict> {
   const { store, out, style } = demo;
   out(style.dim(`  session ${MEMORY_SESSION} keeps ${MEMORY_RAW_TURNS} raw turns (AGENT_MAX_RAW_TURNS)`));
   for (const input of [EARLY_FACT, ...FILLERS]) await say(demo, MEMORY_SESSION, input, MEMORY_RAW_TURNS);
-  const rawBefore = store.messages(own(MEMORY_SESSION));
-  printSummary(demo, store.get(own(MEMORY_SESSION))?.summary ?? null);
+  const rawBefore = await store.messages(own(MEMORY_SESSION));
+  printSummary(demo, (await store.get(own(MEMORY_SESSION)))?.summary ?? null);
   const { result, requests } = await say(demo, MEMORY_SESSION, FOLLOW_UP, MEMORY_RAW_TURNS);
 
   const problems: string[] = [];
@@ -241,7 +241,11 @@ async function memoryPhase(demo: Demo): Promise<Verdict> {
   if (rawBefore.some((m) => /teal/i.test(m.content ?? ""))) {
     problems.push("before the follow-up, the raw stored messages still mention teal");
   }
-  if (store.messages(own(MEMORY_SESSION)).some((m) => m.role === "user" && /teal/i.test(m.content ?? ""))) {
+  if (
+    (await store.messages(own(MEMORY_SESSION))).some((m) =>
+      m.role === "user" && /teal/i.test(m.content ?? "")
+    )
+  ) {
     problems.push("the early fact is still a raw stored user message");
   }
   // The first request of the follow-up is what the model had to answer from.

@@ -12,7 +12,7 @@ import { ConfigError } from "../errors.ts";
 import type { LLM } from "../llm/llm.ts";
 import { createLlmFromConfig } from "../llm/openai.ts";
 import { ENV_VARIABLES, readEnvironment } from "../permissions.ts";
-import { SessionStore } from "../store.ts";
+import { SqliteStore } from "../store/sqlite.ts";
 import { createLlmSummarizer, deterministicSummarizer, type Summarizer } from "../memory/summarizer.ts";
 import { createBuiltinTools } from "../tools/builtin.ts";
 import { JsonlTracer } from "../trace.ts";
@@ -105,7 +105,7 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
 
   const dir = Deno.makeTempDirSync({ prefix: "mra-demo-" });
   const tracePath = join(dir, "trace.jsonl");
-  const store = new SessionStore(join(dir, "sessions.db"));
+  const store = new SqliteStore(join(dir, "sessions.db"));
   const tracer = new JsonlTracer(tracePath, {
     maxPayloadChars: config.traceMaxPayloadChars,
     secrets: [config.apiKey],
@@ -159,7 +159,7 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
     }
   } finally {
     tracer.close();
-    store.close();
+    await store.close();
     if (keep) out(style.dim(`kept ${dir}`));
     else Deno.removeSync(dir, { recursive: true });
   }

@@ -8,10 +8,7 @@ import { HttpError } from "./errors.ts";
 
 const encoder = new TextEncoder();
 
-/**
- * Whether `a` and `b` have the same UTF-8 bytes, in time that depends only on the longer byte length, never
- * on where they differ: every byte is XOR-accumulated and the length difference is folded into the result.
- */
+/** Whether `a` and `b` have the same UTF-8 bytes, in time that depends only on the longer length. */
 export function timingSafeEqual(a: string, b: string): boolean {
   const left = encoder.encode(a);
   const right = encoder.encode(b);
@@ -76,12 +73,9 @@ export class Authenticator {
   }
 
   /**
-   * The user id of `request`. When enabled, requires `Authorization: Bearer <token>` (scheme in any case) and
-   * compares the token with every configured one, without stopping at a match.
-   *
-   * @throws {HttpError} 401 `unauthorized` with `WWW-Authenticate: Bearer` when the header is missing, uses
-   * another scheme or carries no token ("Missing Authorization: Bearer token"), or the token is not
-   * configured ("Unknown API token"). The message never contains the token sent.
+   * The user id of `request`: with tokens configured, its `Authorization: Bearer <token>` compared with every
+   * token, without stopping at a match. @throws {HttpError} 401 `unauthorized` with `WWW-Authenticate:
+   * Bearer` for a missing header or token, another scheme, or an unknown token (never echoed).
    */
   authenticate(request: Request): string {
     if (!this.enabled) return LOCAL_USER_ID;

@@ -1,9 +1,6 @@
 /**
- * The server's log lines (one per request, errors, shutdown), written in batches. Every write to a pipe wakes
- * the process reading it (a terminal, journald, a supervisor), and on a small machine that costs more than
- * serving a small request; so, like a web server's buffered access log, a line waits a little and goes out
- * with the others that came meanwhile. The trace is not written this way: it is the record, written as each
- * event happens; this is a log for people.
+ * The server's log lines, written in batches: every write to a pipe wakes its reader, which on a small machine
+ * costs more than serving a small request. (The trace, the record, is written as each event happens.)
  * @module
  */
 
@@ -21,11 +18,9 @@ export interface BatchedLogOptions {
 }
 
 /**
- * Lines in order, written by `write` in batches: a line waits at most `flushMs`, or until `maxBufferedChars`
- * are buffered. An urgent line (an error, the shutdown) goes out at once, with everything before it, so a
- * crash right after it still leaves it written. `flush()` writes what is buffered now; after `close()` every
- * line is written at once. The timer never keeps the process alive, so call `close()` before exiting. A
- * failing `write` (stderr closed) drops that batch: the log never fails the request that logged.
+ * Lines in order, written in batches: a line waits at most `flushMs` or until `maxBufferedChars` are buffered;
+ * an urgent one goes out at once with those before it. The timer never keeps the process alive: `close()`
+ * before exiting. A failing `write` drops its batch: the log never fails the request that logged.
  */
 export class BatchedLog {
   #write: (text: string) => void;

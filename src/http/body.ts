@@ -1,8 +1,9 @@
 /**
- * Reading a JSON request body under a byte limit and an idle timeout, without ever holding more than the
- * limit (plus one chunk) in memory, whatever `Content-Length` claims.
+ * Reading a JSON request body under a byte limit and an idle timeout, never holding more than the limit
+ * (plus one chunk) in memory, whatever `Content-Length` claims.
  * @module
  */
+import { abortable, abortError } from "../abort.ts";
 import { HttpError } from "./errors.ts";
 
 /** Options of {@linkcode readJsonBody} and {@linkcode readMessageField}. */
@@ -10,13 +11,12 @@ export interface ReadJsonBodyOptions {
   /** Largest body accepted, in bytes; one more byte is a 413. Required. */
   maxBytes: number;
   /**
-   * Stops reading when it aborts (e.g. a whole-request deadline such as `AbortSignal.timeout(30_000)`); the
-   * promise then rejects with the signal's reason. `request.signal` is always watched as well.
+   * Stops reading when it aborts, rejecting with its reason; `request.signal` is always watched too.
    * @default {undefined}
    */
   signal?: AbortSignal;
   /**
-   * Longest wait for the next chunk, in milliseconds, before the read is cancelled with a 408.
+   * Longest wait for the next chunk, in milliseconds, before a 408.
    * @default {10_000}
    */
   idleTimeoutMs?: number;
@@ -25,20 +25,11 @@ export interface ReadJsonBodyOptions {
 const decoder = new TextDecoder("utf-8", { fatal: true });
 
 /**
- * Reads `request`'s body as JSON and returns the parsed value.
- *
- * Rejects with an {@linkcode HttpError}:
- * - 415 `unsupported_media_type` unless the Content-Type is `application/json` (parameters allowed);
- * - 413 `payload_too_large` when `Content-Length` announces more than `maxBytes` (nothing is read) or the
- *   bytes actually received pass `maxBytes` (reading stops at once);
- * - 408 `request_timeout` when no chunk arrives for `idleTimeoutMs`;
- * - 400 `invalid_json` for an empty body, invalid UTF-8 or malformed JSON.
- *
- * When `options.signal` or `request.signal` aborts, it rejects with that signal's reason. When the body
- * stream itself fails (the client disconnected mid-body), it rejects with a `DOMException` named
- * `AbortError` whose `cause` is the stream's error. In every rejection the body is cancelled, and no timer or
- * listener is left behind.
- *
+ * `request`'s body parsed as JSON. Rejects with an `HttpError`: 415 unless the Content-Type is
+ * `application/json`; 413 when `Content-Length` or the bytes received pass `maxBytes`; 408 when no chunk
+ * arrives for `idleTimeoutMs`; 400 `invalid_json` for an empty body, invalid UTF-8 or malformed JSON. With a
+ * signal's reason when one aborts, and an `AbortError` (its `cause` the stream's error) when the body stream
+ * fails. Every rejection cancels the body and leaves no timer or listener behind.
  * @throws {RangeError} when `maxBytes` is not a non-negative integer or `idleTimeoutMs` is not positive.
  */
 export async function readJsonBody(request: Request, options: ReadJsonBodyOptions): Promise<unknown> {
@@ -52,16 +43,14 @@ export async function readJsonBody(request: Request, options: ReadJsonBodyOption
     throw new RangeError(`Cannot read request body: idleTimeoutMs must be positive, got ${idleTimeoutMs}`);
   }
   const signals = signal === undefined ? [request.signal] : [request.signal, signal];
-
   const contentType = request.headers.get("content-type");
-  if (contentType === null || mediaType(contentType) !== "application/json") {
+  if (contentType === null || contentType.split(";", 1)[0].trim().toLowerCase() !== "application/json") {
     await cancelBody(request);
+    const actual = contentType ?? "missing";
     throw new HttpError(
       415,
       "unsupported_media_type",
-      contentType === null
-        ? "Cannot read request body: Content-Type is missing, expected application/json"
-        : `Cannot read request body: Content-Type is ${contentType}, expected application/json`,
+      `Cannot read request body: Content-Type is ${actual}, expected application/json`,
     );
   }
   const declared = request.headers.get("content-length");
@@ -69,67 +58,45 @@ export async function readJsonBody(request: Request, options: ReadJsonBodyOption
     await cancelBody(request);
     throw tooLarge(`it is ${Number(declared)} bytes`, maxBytes);
   }
-
-  const bytes = await readLimited(request, { maxBytes, signals, idleTimeoutMs });
-  if (bytes.byteLength === 0) {
-    throw new HttpError(400, "invalid_json", "Cannot parse request body as JSON: it is empty");
-  }
+  const bytes = await readLimited(request, maxBytes, signals, idleTimeoutMs);
+  if (bytes.byteLength === 0) throw invalidJson("it is empty");
   let text: string;
   try {
     text = decoder.decode(bytes);
   } catch (error) {
-    throw new HttpError(400, "invalid_json", "Cannot parse request body as JSON: it is not valid UTF-8", {
-      cause: error,
-    });
+    throw invalidJson("it is not valid UTF-8", error);
   }
   try {
     return JSON.parse(text);
   } catch (error) {
-    throw new HttpError(
-      400,
-      "invalid_json",
-      `Cannot parse request body as JSON: ${(error as Error).message}`,
-      {
-        cause: error,
-      },
-    );
+    throw invalidJson((error as Error).message, error);
   }
 }
 
 /**
- * Reads the body with {@linkcode readJsonBody} and returns its `message` field, untrimmed. Rejects as
- * `readJsonBody` does, and with a 400 `invalid_body` when the body is not a JSON object or `message` is
- * missing, not a string, or empty or whitespace only.
+ * The body's `message` field, untrimmed: rejects as {@linkcode readJsonBody} does, and with a 400
+ * `invalid_body` unless the body is an object whose `message` is a string with more than whitespace.
  */
 export async function readMessageField(request: Request, options: ReadJsonBodyOptions): Promise<string> {
   const body = await readJsonBody(request, options);
   if (typeof body !== "object" || body === null || Array.isArray(body)) {
-    throw new HttpError(
-      400,
-      "invalid_body",
-      `Cannot read message: the request body must be a JSON object, got ${describe(body)}`,
-    );
+    throw invalidBody(`the request body must be a JSON object, got ${describe(body)}`);
   }
-  if (!Object.hasOwn(body, "message")) {
-    throw new HttpError(400, "invalid_body", 'Cannot read message: field "message" is missing');
-  }
+  if (!Object.hasOwn(body, "message")) throw invalidBody('field "message" is missing');
   const message = (body as Record<string, unknown>).message;
   if (typeof message !== "string") {
-    throw new HttpError(
-      400,
-      "invalid_body",
-      `Cannot read message: field "message" must be a string, got ${describe(message)}`,
-    );
+    throw invalidBody(`field "message" must be a string, got ${describe(message)}`);
   }
-  if (message.trim() === "") {
-    throw new HttpError(400, "invalid_body", 'Cannot read message: field "message" is empty');
-  }
+  if (message.trim() === "") throw invalidBody('field "message" is empty');
   return message;
 }
 
-/** `application/json; charset=utf-8` → `application/json`. */
-function mediaType(contentType: string): string {
-  return contentType.split(";", 1)[0].trim().toLowerCase();
+function invalidJson(why: string, cause?: unknown): HttpError {
+  return new HttpError(400, "invalid_json", `Cannot parse request body as JSON: ${why}`, { cause });
+}
+
+function invalidBody(why: string): HttpError {
+  return new HttpError(400, "invalid_body", `Cannot read message: ${why}`);
 }
 
 function tooLarge(size: string, maxBytes: number): HttpError {
@@ -141,9 +108,7 @@ function tooLarge(size: string, maxBytes: number): HttpError {
 }
 
 function describe(value: unknown): string {
-  if (value === null) return "null";
-  if (Array.isArray(value)) return "array";
-  return typeof value;
+  return value === null ? "null" : Array.isArray(value) ? "array" : typeof value;
 }
 
 async function cancelBody(request: Request): Promise<void> {
@@ -151,16 +116,17 @@ async function cancelBody(request: Request): Promise<void> {
   await request.body?.cancel().catch(() => {});
 }
 
-/** Reads the whole body into one buffer, stopping as soon as more than `maxBytes` arrived. */
+/** The whole body in one buffer, stopping as soon as more than `maxBytes` arrived. */
 async function readLimited(
   request: Request,
-  options: { maxBytes: number; signals: AbortSignal[]; idleTimeoutMs: number },
+  maxBytes: number,
+  signals: AbortSignal[],
+  idleTimeoutMs: number,
 ): Promise<Uint8Array> {
-  const { maxBytes, signals, idleTimeoutMs } = options;
   const aborted = signals.find((signal) => signal.aborted);
   if (aborted !== undefined) {
     await cancelBody(request);
-    throw abortReason(aborted);
+    throw abortError(aborted, "Cannot read request body: the request");
   }
   if (request.body === null) return new Uint8Array(0);
   const reader = request.body.getReader();
@@ -190,44 +156,29 @@ async function readLimited(
   return bytes;
 }
 
-/** One `reader.read()` raced against the idle timer and the signals; always clears both. */
+/** One `reader.read()` raced against the idle timer and the signals; always clears the timer. */
 async function readChunk(
   reader: ReadableStreamDefaultReader<Uint8Array>,
   signals: AbortSignal[],
   idleTimeoutMs: number,
 ): Promise<ReadableStreamReadResult<Uint8Array>> {
   let timer: ReturnType<typeof setTimeout> | undefined;
-  let onAbort: ((event: Event) => void) | undefined;
-  const stopped = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => {
-      reject(
-        new HttpError(
-          408,
-          "request_timeout",
-          `Cannot read request body: no data arrived for ${idleTimeoutMs} ms`,
-        ),
-      );
-    }, idleTimeoutMs);
-    onAbort = (event) => reject(abortReason(event.target as AbortSignal));
-    for (const signal of signals) signal.addEventListener("abort", onAbort, { once: true });
+  const idle = new Promise<never>((_, reject) => {
+    const message = `Cannot read request body: no data arrived for ${idleTimeoutMs} ms`;
+    timer = setTimeout(() => reject(new HttpError(408, "request_timeout", message)), idleTimeoutMs);
   });
   try {
-    return await Promise.race([reader.read().catch(streamFailed), stopped]);
+    return await abortable(Promise.race([reader.read().catch(streamFailed), idle]), signals);
   } finally {
     clearTimeout(timer);
-    for (const signal of signals) signal.removeEventListener("abort", onAbort!);
   }
 }
 
 function streamFailed(error: unknown): never {
-  const abort = new DOMException(
-    `Cannot read request body: the stream failed (${(error as Error)?.message ?? String(error)})`,
-    "AbortError",
-  );
+  const message = `Cannot read request body: the stream failed (${
+    (error as Error)?.message ?? String(error)
+  })`;
+  const abort = new DOMException(message, "AbortError");
   Object.defineProperty(abort, "cause", { value: error, writable: true, configurable: true });
   throw abort;
-}
-
-function abortReason(signal: AbortSignal): unknown {
-  return signal.reason ?? new DOMException("Cannot read request body: the request was aborted", "AbortError");
 }

@@ -1,40 +1,33 @@
 /**
- * The one HTTP error type and the JSON error body every route answers with:
+ * The one HTTP error type, and the one place a thrown value becomes an error response:
  * `{"error": {"code": "payload_too_large", "message": "Cannot read request body: …"}}`.
  * @module
  */
+import { SessionError } from "../errors.ts";
 
 /** Options of {@linkcode HttpError}. */
 export interface HttpErrorOptions {
-  /**
-   * Extra response headers, such as `Retry-After` or `WWW-Authenticate`.
-   * @default {{}}
-   */
+  /** Extra response headers, such as `Retry-After`. @default {{}} */
   headers?: Record<string, string>;
-  /**
-   * The underlying error, kept for logs and never sent to the client.
-   * @default {undefined}
-   */
+  /** Extra fields of the body's `error` object, such as `run_id`. @default {{}} */
+  details?: Record<string, unknown>;
+  /** The underlying error, for logs; never sent. @default {undefined} */
   cause?: unknown;
 }
 
-/**
- * A failure the client caused or must react to, with the status, a snake_case `code` and headers to answer
- * with. The message is sent to the client as is, so it must never contain a secret. Anything thrown that is
- * not an `HttpError` is a 500 that is logged, never leaked.
- */
+/** A failure the client caused or must react to. The message is sent as is, so it never holds a secret. */
 export class HttpError extends Error {
   override name = "HttpError";
   /** HTTP status, 400–599. */
   readonly status: number;
   /** Stable snake_case code a client can branch on, like `"payload_too_large"`. */
   readonly code: string;
-  /** Extra response headers (frozen). */
   readonly headers: Readonly<Record<string, string>>;
+  readonly details: Readonly<Record<string, unknown>>;
 
   /** @throws {RangeError} when `status` is not an integer in 400–599. */
   constructor(status: number, code: string, message: string, options: HttpErrorOptions = {}) {
-    const { headers = {}, cause } = options;
+    const { headers = {}, details = {}, cause } = options;
     if (!Number.isInteger(status) || status < 400 || status > 599) {
       throw new RangeError(`Cannot create HttpError: status must be an integer in 400-599, got ${status}`);
     }
@@ -42,25 +35,41 @@ export class HttpError extends Error {
     this.status = status;
     this.code = code;
     this.headers = Object.freeze({ ...headers });
+    this.details = Object.freeze({ ...details });
+  }
+
+  /** The body's `error` object: code, message and details. */
+  body(): Record<string, unknown> {
+    return { code: this.code, message: this.message, ...this.details };
+  }
+
+  /** The response: status, headers and the JSON body, always JSON (`charset=utf-8` unless a header has JSON). */
+  response(): Response {
+    const headers = new Headers(this.headers);
+    if (!/^application\/json\b/.test(headers.get("content-type") ?? "")) {
+      headers.set("content-type", "application/json; charset=utf-8");
+    }
+    return new Response(JSON.stringify({ error: this.body() }), { status: this.status, headers });
   }
 }
 
 /**
- * A JSON error response `{"error": {"code", "message"}}` with `content-type: application/json; charset=utf-8`
- * and the given extra headers. Never throws for a valid status.
+ * Any thrown value as the `HttpError` to answer with: itself; a `SessionError` as 400 (409 with nothing to
+ * retry); an `AbortError` as 499 (the client is gone); anything else, logged, as a 500 saying `internal`.
  */
-export function errorResponse(
-  status: number,
-  code: string,
-  message: string,
-  headers?: HeadersInit,
-): Response {
-  const responseHeaders = new Headers(headers);
-  responseHeaders.set("content-type", "application/json; charset=utf-8");
-  return new Response(JSON.stringify({ error: { code, message } }), { status, headers: responseHeaders });
-}
-
-/** The response for an {@linkcode HttpError}: its status, code, message and headers. */
-export function httpErrorResponse(error: HttpError): Response {
-  return errorResponse(error.status, error.code, error.message, error.headers);
+export function toHttpError(
+  error: unknown,
+  log: (line: string) => void,
+  internal = "Internal server error",
+): HttpError {
+  if (error instanceof HttpError) return error;
+  if (error instanceof SessionError) {
+    const retry = error.reason === "nothing_to_retry";
+    return new HttpError(retry ? 409 : 400, retry ? "nothing_to_retry" : "invalid_session_id", error.message);
+  }
+  if (error instanceof DOMException && error.name === "AbortError") {
+    return new HttpError(499, "client_closed_request", "The client closed the request");
+  }
+  log(`error: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);
+  return new HttpError(500, "internal", internal);
 }

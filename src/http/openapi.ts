@@ -5,32 +5,17 @@
  */
 import { RUN_EVENT_NAMES } from "../types.ts";
 
-const error = {
-  type: "object",
-  required: ["error"],
-  properties: {
-    error: {
-      type: "object",
-      required: ["code", "message"],
-      properties: {
-        code: { type: "string" },
-        message: { type: "string" },
-        run_id: { type: "string", description: "present on 502/504: find the run in the trace" },
-      },
-    },
-  },
-};
+const str = { type: "string" };
+const int = { type: "integer" };
+const intOrNull = { type: ["integer", "null"] };
 
-const errors = (...statuses: number[]) =>
-  Object.fromEntries(
-    statuses.map((status) => [
-      String(status),
-      {
-        description: DESCRIPTIONS[status],
-        content: { "application/json": { schema: { $ref: "#/components/schemas/Error" } } },
-      },
-    ]),
-  );
+function object(properties: Record<string, unknown>, required?: string[]) {
+  return required === undefined ? { type: "object", properties } : { type: "object", required, properties };
+}
+
+function json(schema: unknown, description = "OK") {
+  return { description, content: { "application/json": { schema } } };
+}
 
 const DESCRIPTIONS: Record<number, string> = {
   400: "malformed JSON, missing or non-string message, invalid session id, or a bad trace limit or cursor",
@@ -46,10 +31,31 @@ const DESCRIPTIONS: Record<number, string> = {
   504: "the model timed out (the body carries the run_id)",
 };
 
-const json = (schema: unknown, description = "OK") => ({
-  description,
-  content: { "application/json": { schema } },
-});
+function errors(...statuses: number[]) {
+  const schema = { $ref: "#/components/schemas/Error" };
+  return Object.fromEntries(statuses.map((status) => [String(status), json(schema, DESCRIPTIONS[status])]));
+}
+
+/** A turn's answer: JSON, or an SSE stream of its run events. */
+function turn(description: string) {
+  return {
+    description,
+    content: {
+      "application/json": { schema: { $ref: "#/components/schemas/Turn" } },
+      "text/event-stream": { schema: str },
+    },
+  };
+}
+
+function query(name: string, schema: unknown, description?: string) {
+  return {
+    name,
+    in: "query",
+    required: false,
+    ...(description === undefined ? {} : { description }),
+    schema,
+  };
+}
 
 const sessionId = {
   name: "id",
@@ -81,6 +87,14 @@ function withHead(paths: Record<string, PathItem>): Record<string, PathItem> {
   );
 }
 
+const error = object({
+  error: object({
+    code: str,
+    message: str,
+    run_id: { ...str, description: "present on 502/504: find the run in the trace" },
+  }, ["code", "message"]),
+}, ["error"]);
+
 /** The document. */
 export const OPENAPI = {
   openapi: "3.1.0",
@@ -94,53 +108,28 @@ export const OPENAPI = {
     securitySchemes: { bearer: { type: "http", scheme: "bearer" } },
     schemas: {
       Error: error,
-      Turn: {
-        type: "object",
-        required: ["session_id", "run_id", "turn", "outcome", "answer", "tool_calls", "usage"],
-        properties: {
-          session_id: { type: "string" },
-          run_id: { type: "string" },
-          turn: { type: "integer" },
-          outcome: { enum: ["answered", "max_steps", "empty", "aborted", "error"] },
-          answer: { type: "string" },
-          tool_calls: {
-            type: "array",
-            items: {
-              type: "object",
-              properties: {
-                name: { type: "string" },
-                arguments: { type: "string" },
-                ok: { type: "boolean" },
-              },
-            },
-          },
-          usage: {
-            type: "object",
-            properties: {
-              prompt_tokens: { type: ["integer", "null"] },
-              completion_tokens: { type: ["integer", "null"] },
-              total_tokens: { type: ["integer", "null"] },
-            },
-          },
+      Turn: object({
+        session_id: str,
+        run_id: str,
+        turn: int,
+        outcome: { enum: ["answered", "max_steps", "empty", "aborted", "error"] },
+        answer: str,
+        tool_calls: { type: "array", items: object({ name: str, arguments: str, ok: { type: "boolean" } }) },
+        usage: object({ prompt_tokens: intOrNull, completion_tokens: intOrNull, total_tokens: intOrNull }),
+      }, ["session_id", "run_id", "turn", "outcome", "answer", "tool_calls", "usage"]),
+      RunEvent: object({
+        ts: str,
+        session_id: str,
+        user_id: {
+          ...str,
+          description: "the user the session belongs to (absent on lines written before events carried it)",
         },
-      },
-      RunEvent: {
-        type: "object",
-        required: ["ts", "session_id", "run_id", "turn", "event", "step", "data"],
-        properties: {
-          ts: { type: "string" },
-          session_id: { type: "string" },
-          user_id: {
-            type: "string",
-            description: "the user the session belongs to (absent on lines written before events carried it)",
-          },
-          run_id: { type: "string" },
-          turn: { type: "integer" },
-          event: { enum: RUN_EVENT_NAMES },
-          step: { type: ["integer", "null"] },
-          data: { type: "object" },
-        },
-      },
+        run_id: str,
+        turn: int,
+        event: { enum: RUN_EVENT_NAMES },
+        step: intOrNull,
+        data: { type: "object" },
+      }, ["ts", "session_id", "run_id", "turn", "event", "step", "data"]),
     },
   },
   security: [{ bearer: [] }],
@@ -149,13 +138,7 @@ export const OPENAPI = {
       get: {
         summary: "Liveness and database check (no auth, no secrets)",
         security: [],
-        responses: {
-          "200": json({
-            type: "object",
-            properties: { ok: { type: "boolean" }, model: { type: "string" }, db: { type: "string" } },
-          }),
-          ...errors(503),
-        },
+        responses: { "200": json(object({ ok: { type: "boolean" }, model: str, db: str })), ...errors(503) },
       },
     },
     "/openapi.json": {
@@ -165,22 +148,11 @@ export const OPENAPI = {
       get: {
         summary: "The caller's sessions, newest first",
         responses: {
-          "200": json({
-            type: "object",
-            properties: {
-              sessions: {
-                type: "array",
-                items: {
-                  type: "object",
-                  properties: {
-                    id: { type: "string" },
-                    turn_count: { type: "integer" },
-                    updated_at: { type: "string" },
-                  },
-                },
-              },
-            },
-          }),
+          "200": json(
+            object({
+              sessions: { type: "array", items: object({ id: str, turn_count: int, updated_at: str }) },
+            }),
+          ),
           ...errors(401),
         },
       },
@@ -203,20 +175,10 @@ export const OPENAPI = {
         summary: "Run one user turn; with Accept: text/event-stream, stream its run events as SSE",
         requestBody: {
           required: true,
-          content: {
-            "application/json": {
-              schema: { type: "object", required: ["message"], properties: { message: { type: "string" } } },
-            },
-          },
+          content: { "application/json": { schema: object({ message: str }, ["message"]) } },
         },
         responses: {
-          "200": {
-            description: "The turn's result, or an SSE stream of run events (one `event:` per RunEvent)",
-            content: {
-              "application/json": { schema: { $ref: "#/components/schemas/Turn" } },
-              "text/event-stream": { schema: { type: "string" } },
-            },
-          },
+          "200": turn("The turn's result, or an SSE stream of run events (one `event:` per RunEvent)"),
           ...errors(400, 401, 404, 413, 415, 429, 502, 503, 504),
         },
       },
@@ -228,13 +190,7 @@ export const OPENAPI = {
           "Rerun the session's last unanswered message (after a turn ended in error) without sending it again; " +
           "answered like a turn, JSON or SSE",
         responses: {
-          "200": {
-            description: "The retried turn's result (same turn number), or an SSE stream of its run events",
-            content: {
-              "application/json": { schema: { $ref: "#/components/schemas/Turn" } },
-              "text/event-stream": { schema: { type: "string" } },
-            },
-          },
+          "200": turn("The retried turn's result (same turn number), or an SSE stream of its run events"),
           ...errors(400, 401, 404, 409, 429, 502, 503, 504),
         },
       },
@@ -249,37 +205,21 @@ export const OPENAPI = {
     "/v1/sessions/{id}/trace": {
       parameters: [
         sessionId,
-        { name: "run_id", in: "query", required: false, schema: { type: "string" } },
-        {
-          name: "limit",
-          in: "query",
-          required: false,
-          description: "events per page",
-          schema: { type: "integer", minimum: 1, maximum: 1000, default: 200 },
-        },
-        {
-          name: "cursor",
-          in: "query",
-          required: false,
-          description: "the next_cursor of the previous page (opaque)",
-          schema: { type: "string" },
-        },
+        query("run_id", str),
+        query("limit", { type: "integer", minimum: 1, maximum: 1000, default: 200 }, "events per page"),
+        query("cursor", str, "the next_cursor of the previous page (opaque)"),
       ],
       get: {
         summary: "The session's trace events, oldest first, a page at a time (optionally of one run)",
         responses: {
-          "200": json({
-            type: "object",
-            required: ["session_id", "events", "next_cursor"],
-            properties: {
-              session_id: { type: "string" },
-              events: { type: "array", items: { $ref: "#/components/schemas/RunEvent" } },
-              next_cursor: {
-                type: ["string", "null"],
-                description: "pass as cursor for the next page; null on the last page",
-              },
+          "200": json(object({
+            session_id: str,
+            events: { type: "array", items: { $ref: "#/components/schemas/RunEvent" } },
+            next_cursor: {
+              type: ["string", "null"],
+              description: "pass as cursor for the next page; null on the last page",
             },
-          }),
+          }, ["session_id", "events", "next_cursor"])),
           ...errors(400, 401, 404),
         },
       },

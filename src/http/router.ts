@@ -1,6 +1,6 @@
 /**
- * A tiny router: routes are `METHOD /path/{param}` templates, matched in order. The route table is data, so
- * the OpenAPI test can check that every route served is described.
+ * A tiny router: `METHOD /path/{param}` templates matched in order. The table is data, so a test checks
+ * that OpenAPI describes every route.
  * @module
  */
 
@@ -51,10 +51,7 @@ export class Router {
     return this.#routes.map((c) => c.route);
   }
 
-  /**
-   * Finds the route for `method` and `pathname`; path parameters are URI-decoded. `HEAD` matches the `GET`
-   * route (the handler drops the body), so every `Allow` list with GET has HEAD too.
-   */
+  /** The route for `method` and `pathname`, parameters URI-decoded; `HEAD` matches `GET` (in `Allow` too). */
   match(method: string, pathname: string): RouteMatch {
     const allow: string[] = [];
     const wanted = method === "HEAD" ? "GET" : method;

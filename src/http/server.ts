@@ -4,7 +4,8 @@
  * @module
  */
 import { HttpError } from "./errors.ts";
-import { createHandler, type HandlerDeps } from "./handler.ts";
+import type { HandlerDeps } from "./deps.ts";
+import { createHandler } from "./handler.ts";
 
 /** Options of {@linkcode serveHttp}. */
 export interface ServeOptions {

@@ -1,9 +1,9 @@
 /**
- * Per-session FIFO serialization of turns: one turn of a session runs at a time, in arrival order, while
- * different sessions run concurrently. The wait line is bounded, and a waiting turn whose client went away is
- * dropped before it starts.
+ * One turn per session at a time, in arrival order; sessions run concurrently. The wait line is bounded, and
+ * a waiting turn whose client went away is dropped before it starts.
  * @module
  */
+import { abortError } from "../abort.ts";
 import { HttpError } from "./errors.ts";
 
 /** Options of {@linkcode SessionQueue}. */
@@ -18,8 +18,7 @@ export interface SessionQueueOptions {
 /** Options of {@linkcode SessionQueue.run}. */
 export interface RunOptions {
   /**
-   * While the task waits, aborting drops it: it never starts and `run` rejects with the signal's reason.
-   * Once the task has started the queue ignores the signal; pass it to the task itself.
+   * Drops the task while it waits (`run` rejects with its reason); a started task must watch it itself.
    * @default {undefined}
    */
   signal?: AbortSignal;
@@ -30,9 +29,8 @@ const INITIAL_TURN_MS = 1000;
 const MAX_RETRY_AFTER_SECONDS = 60;
 
 /**
- * Runs tasks one at a time per key (a session: its user and id), in the order `run` was called. A task that throws or
- * rejects only rejects its own `run`; the next one starts as usual. Keys with nothing running or waiting are
- * forgotten, so memory is bounded by the keys in use.
+ * Runs tasks one at a time per key (a session), in call order. A failing task rejects only its own `run`.
+ * Idle keys are forgotten, so memory is bounded by the keys in use.
  */
 export class SessionQueue {
   #maxWaiting: number;
@@ -68,10 +66,7 @@ export class SessionQueue {
     return this.#lanes.get(key)?.length ?? 0;
   }
 
-  /**
-   * The 429 `run` would reject with for `key` right now, or null when it would queue: for callers that must
-   * answer before they start (an SSE response cannot change its status once streaming).
-   */
+  /** The 429 `run` would reject with for `key` now, or null: for an SSE response, which cannot change status. */
   rejection(key: string): HttpError | null {
     const waiting = this.#lanes.get(key);
     if (waiting === undefined || waiting.length < this.#maxWaiting) return null;
@@ -84,17 +79,13 @@ export class SessionQueue {
   }
 
   /**
-   * Runs `task` once every earlier task of `key` has settled, and settles as it does. Starts it at once when
-   * `key` is free.
-   *
-   * Rejects without starting the task:
-   * - with `options.signal`'s reason when it is already aborted or aborts while the task waits;
-   * - with an {@linkcode HttpError} 429 `too_many_requests` and a `Retry-After` header (seconds, 1–60, from
-   *   the average turn duration) when `maxWaiting` tasks of `key` are already waiting.
+   * Runs `task` once every earlier task of `key` has settled, and settles as it does. Rejects without
+   * starting it when the signal aborts first, or with a 429 (`Retry-After` from the average turn, 1–60 s)
+   * when `maxWaiting` tasks of `key` already wait.
    */
   run<T>(key: string, task: () => Promise<T>, options: RunOptions = {}): Promise<T> {
     const { signal } = options;
-    if (signal?.aborted) return Promise.reject(abortReason(signal));
+    if (signal?.aborted) return Promise.reject(abortError(signal, "Cannot run turn: waiting"));
     const full = this.rejection(key);
     if (full !== null) return Promise.reject(full);
     const waiting = this.#lanes.get(key);
@@ -103,29 +94,16 @@ export class SessionQueue {
         signal?.removeEventListener("abort", onAbort);
         this.#active++;
         const startedAt = performance.now();
-        let result: Promise<T>;
-        try {
-          result = Promise.resolve(task());
-        } catch (error) {
-          result = Promise.reject(error);
-        }
         // Release the key before settling, so whoever awaits `run` already sees the queue without this task.
-        result.then(
-          (value) => {
-            this.#finish(key, performance.now() - startedAt);
-            resolve(value);
-          },
-          (error) => {
-            this.#finish(key, performance.now() - startedAt);
-            reject(error);
-          },
-        );
+        new Promise<T>((run) => run(task()))
+          .finally(() => this.#finish(key, performance.now() - startedAt))
+          .then(resolve, reject);
       };
       const onAbort = () => {
         // Still waiting (a started task has removed this listener): the key is present and holds `start`.
         const queue = this.#lanes.get(key)!;
         queue.splice(queue.indexOf(start), 1);
-        reject(abortReason(signal!));
+        reject(abortError(signal!, "Cannot run turn: waiting"));
       };
       if (waiting === undefined) {
         this.#lanes.set(key, []);
@@ -161,8 +139,4 @@ export class SessionQueue {
   #retryAfterSeconds(): number {
     return Math.min(MAX_RETRY_AFTER_SECONDS, Math.max(1, Math.ceil(this.#averageTurnMs / 1000)));
   }
-}
-
-function abortReason(signal: AbortSignal): unknown {
-  return signal.reason ?? new DOMException("Cannot run turn: it was aborted while waiting", "AbortError");
 }

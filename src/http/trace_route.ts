@@ -1,9 +1,9 @@
 /**
- * `GET /v1/sessions/{id}/trace`: one page of the session's trace events, read through the trace index so a
- * request never reads the whole trace nor blocks the event loop on file I/O.
+ * `GET /v1/sessions/{id}/trace`: one page of the session's trace events, through the trace index so a request
+ * never reads the whole trace.
  * @module
  */
-import type { Session } from "../store.ts";
+import type { Session } from "../store/store.ts";
 import { decodeTraceCursor, encodeTraceCursor, type TraceCursor } from "../trace_cursor.ts";
 import type { TraceReader } from "../trace_reader.ts";
 import { HttpError } from "./errors.ts";
@@ -14,9 +14,8 @@ export const DEFAULT_TRACE_LIMIT = 200;
 export const MAX_TRACE_LIMIT = 1000;
 
 /**
- * Answers `{session_id, events, next_cursor}` for the caller's `session` (already checked to be theirs):
- * its user's events since the session was created, oldest first, `?limit=` at a time from `?cursor=`,
- * optionally of one `?run_id=`. A bad `limit` or `cursor` is a 400 `HttpError`.
+ * `{session_id, events, next_cursor}` for the caller's own `session`: its events since it was created, oldest
+ * first, `?limit=` at a time from `?cursor=`, optionally of one `?run_id=`. A bad `limit` or `cursor` is a 400.
  */
 export async function handleTrace(
   request: Request,
@@ -47,13 +46,8 @@ function parseLimit(text: string | null): number {
   if (text === null) return DEFAULT_TRACE_LIMIT;
   const limit = /^\d{1,4}$/.test(text) ? Number(text) : NaN;
   if (limit >= 1 && limit <= MAX_TRACE_LIMIT) return limit;
-  throw new HttpError(
-    400,
-    "invalid_limit",
-    `Cannot read the trace: limit must be an integer from 1 to ${MAX_TRACE_LIMIT}, got "${
-      text.slice(0, 20)
-    }"`,
-  );
+  const message = `limit must be an integer from 1 to ${MAX_TRACE_LIMIT}, got "${text.slice(0, 20)}"`;
+  throw new HttpError(400, "invalid_limit", `Cannot read the trace: ${message}`);
 }
 
 function parseCursor(text: string | null): TraceCursor | null {
@@ -61,11 +55,7 @@ function parseCursor(text: string | null): TraceCursor | null {
   try {
     return decodeTraceCursor(text);
   } catch (error) {
-    throw new HttpError(
-      400,
-      "invalid_cursor",
-      "Cannot read the trace: cursor is not one this route returned as next_cursor",
-      { cause: error },
-    );
+    const message = "Cannot read the trace: cursor is not one this route returned as next_cursor";
+    throw new HttpError(400, "invalid_cursor", message, { cause: error });
   }
 }

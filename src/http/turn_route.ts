@@ -1,15 +1,15 @@
 /**
- * `POST /v1/sessions/{id}/messages`: one user turn through the same `runTurn` the REPL uses, answered as JSON
- * or, with `Accept: text/event-stream`, as Server-Sent Events — one SSE event per run event, from the same
- * event stream the trace is written from, plus `delta` events (`{"text"}`) while the answer streams.
+ * `POST /v1/sessions/{id}/messages` and `/retry`: one user turn through the same `runTurn` the REPL uses,
+ * answered as JSON or, with `Accept: text/event-stream`, as Server-Sent Events — one SSE event per run event
+ * (the stream the trace is written from), plus `delta` events (`{"text"}`) while the answer streams.
  * @module
  */
 import { runTurn, unansweredMessage, usageData } from "../loop.ts";
-import type { SessionKey } from "../store.ts";
+import type { SessionKey } from "../store/store.ts";
 import type { RunEvent, TurnResult } from "../types.ts";
 import { readMessageField } from "./body.ts";
-import { HttpError } from "./errors.ts";
-import type { HandlerDeps } from "./handler.ts";
+import type { HandlerDeps } from "./deps.ts";
+import { HttpError, toHttpError } from "./errors.ts";
 
 /** The JSON a finished turn is answered with. */
 export function turnBody(result: TurnResult): Record<string, unknown> {
@@ -34,34 +34,19 @@ export function sseFrame(event: string, data: unknown): string {
   return `event: ${event}\ndata: ${JSON.stringify(data)}\n\n`;
 }
 
-function wantsEventStream(request: Request): boolean {
-  return (request.headers.get("accept") ?? "").toLowerCase().includes("text/event-stream");
-}
-
-/** The status for a turn that ended in `error`: 504 for a model timeout, 502 for any other model failure. */
-function failureStatus(kind: unknown): 502 | 504 {
-  return kind === "timeout" ? 504 : 502;
-}
-
 /** Options of {@linkcode handleTurn}. */
 export interface HandleTurnOptions {
-  /**
-   * Rerun the session's last unanswered message instead of reading a new one from the body (the body, if
-   * any, is not read). 409 `nothing_to_retry` when the last turn was answered.
-   * @default {false}
-   */
+  /** Rerun the session's last unanswered message; the body is not read. @default {false} */
   retry?: boolean;
 }
 
 /**
- * Handles one turn for `userId` on its session `sessionId` (created if new). Everything that can reject the
- * request (body, nothing to retry, a full queue) is checked before anything is written, so a rejected request
- * changes nothing.
+ * Handles one turn on `key` (created if new; with `retry` the route has checked it exists). Whatever can
+ * reject the request (body, nothing to retry, a full queue) is checked before anything is written.
  */
 export async function handleTurn(
   request: Request,
-  sessionId: string,
-  userId: string,
+  key: SessionKey,
   deps: HandlerDeps,
   options: HandleTurnOptions = {},
 ): Promise<Response> {
@@ -69,12 +54,11 @@ export async function handleTurn(
   const message = retry
     ? undefined
     : await readMessageField(request, { maxBytes: deps.maxBodyBytes, signal: request.signal });
-  const key = { userId, sessionId };
-  if (retry && (deps.store.get(key) === null || unansweredMessage(deps.store.messages(key)) === null)) {
+  if (retry && unansweredMessage(await deps.agent.store.messages(key)) === null) {
     throw new HttpError(
       409,
       "nothing_to_retry",
-      `Cannot retry: session "${sessionId}" has no unanswered message (its last turn was answered)`,
+      `Cannot retry: session "${key.sessionId}" has no unanswered message (its last turn was answered)`,
     );
   }
   const queued = queueKey(key);
@@ -85,66 +69,54 @@ export async function handleTurn(
   const run = (emit: (event: RunEvent) => void, onDelta?: (text: string) => void) =>
     deps.queue.run(
       queued,
-      () => runTurn({ sessionId, userId, message, retry }, { ...deps.turn, emit, signal, onDelta }),
-      { signal },
+      () => runTurn({ ...key, message, retry }, { ...deps.agent, emit, signal, onDelta }),
+      {
+        signal,
+      },
     );
 
-  if (!wantsEventStream(request)) {
-    let errorKind: unknown = null;
+  if (!(request.headers.get("accept") ?? "").toLowerCase().includes("text/event-stream")) {
+    let timedOut = false;
     const result = await run((event) => {
       deps.emit(event);
-      if (event.event === "error") errorKind = event.data.kind;
+      if (event.event === "error") timedOut = event.data.kind === "timeout";
     });
-    if (result.outcome === "error") {
-      const status = failureStatus(errorKind);
-      const code = status === 504 ? "llm_timeout" : "llm_error";
-      return Response.json({ error: { code, message: result.answer, run_id: result.runId } }, { status });
-    }
-    return Response.json(turnBody(result));
+    if (result.outcome !== "error") return Response.json(turnBody(result));
+    // A model failure: 504 for a timeout, 502 otherwise. Plain `application/json`, as it always was.
+    throw new HttpError(timedOut ? 504 : 502, timedOut ? "llm_timeout" : "llm_error", result.answer, {
+      details: { run_id: result.runId },
+      headers: { "content-type": "application/json" },
+    });
   }
 
   const encoder = new TextEncoder();
-  let controller!: ReadableStreamDefaultController<Uint8Array>;
   let open = true;
-  const send = (event: string, data: unknown) => {
-    if (open) controller.enqueue(encoder.encode(sseFrame(event, data)));
-  };
   const stream = new ReadableStream<Uint8Array>({
-    start(c) {
-      controller = c;
+    start(controller) {
+      const send = (event: string, data: unknown) => {
+        if (open) controller.enqueue(encoder.encode(sseFrame(event, data)));
+      };
+      run(
+        (event) => {
+          deps.emit(event);
+          send(event.event, event);
+        },
+        // Deltas are a live view for this client only: never traced, the answer event holds the full text.
+        (text) => send("delta", { text }),
+      ).catch((error) => {
+        const failure = toHttpError(error, deps.log, "internal error");
+        // A client gone while waiting is routine: no frame, nobody reads it.
+        if (failure.status !== 499) send("error", { error: { ...failure.body(), status: failure.status } });
+      }).finally(() => {
+        if (open) controller.close();
+        open = false;
+      });
     },
     cancel() {
       // The client went away; request.signal aborts the turn (a write to the closed stream makes Deno see it
       // even when the request's body came after its headers).
       open = false;
     },
-  });
-  run(
-    (event) => {
-      deps.emit(event);
-      send(event.event, event);
-    },
-    // Deltas are a live view for this client only: never traced, the answer event holds the full text.
-    (text) => send("delta", { text }),
-  ).then(
-    () => {},
-    (error) => {
-      // A client gone while waiting is routine (the JSON path answers it 499 without a log line).
-      if (error instanceof DOMException && error.name === "AbortError") return;
-      const known = error instanceof HttpError;
-      if (!known) deps.log(`error: turn on ${sessionId} failed: ${String(error)}`);
-      send("error", {
-        error: {
-          code: known ? error.code : "internal",
-          message: known ? error.message : "internal error",
-          status: known ? error.status : 500,
-        },
-      });
-    },
-  ).finally(() => {
-    if (!open) return;
-    open = false;
-    controller.close();
   });
   return new Response(stream, {
     headers: {

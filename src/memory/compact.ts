@@ -14,7 +14,7 @@ import {
   type Summary,
   SUMMARY_FIELDS,
 } from "./summary.ts";
-import type { SessionKey, SessionStore } from "../store.ts";
+import type { SessionKey, SessionStore } from "../store/store.ts";
 import type { Summarizer } from "./summarizer.ts";
 import type { Message, StoredMessage, ToolSchema, Usage } from "../types.ts";
 
@@ -103,7 +103,7 @@ export async function compactIfDue(
   const turns = cut.filter((m) => m.role === "user").length;
   const text = JSON.stringify(summary);
   try {
-    store.applyCompaction(state.key, text, cut.map((m) => m.id), turns);
+    await store.applyCompaction(state.key, text, cut.map((m) => m.id), turns);
   } catch (error) {
     // The transaction rolled back: summary and messages are as they were.
     return {

@@ -3,7 +3,7 @@
  * @module
  */
 import { DOCS_DIR } from "../permissions.ts";
-import type { SessionStore } from "../store.ts";
+import type { SessionStore } from "../store/store.ts";
 import { calculatorTool } from "./calculator.ts";
 import { ToolRegistry, type ToolSpec } from "./registry.ts";
 import { createSearchTool, loadCorpus } from "./search.ts";

@@ -2,7 +2,7 @@
  * The `todo` tool: a session's task list, kept in the store's `todos` table (the source of truth).
  * @module
  */
-import type { SessionStore } from "../store.ts";
+import type { SessionStore } from "../store/store.ts";
 import type { ToolSpec } from "./registry.ts";
 
 /** Longest todo text accepted. */
@@ -24,7 +24,7 @@ export function createTodoTool(store: SessionStore): ToolSpec {
       required: ["action"],
       additionalProperties: false,
     },
-    handler(args, { sessionId, userId }) {
+    async handler(args, { sessionId, userId }) {
       const key = { userId, sessionId };
       switch (args.action) {
         case "add": {
@@ -35,13 +35,13 @@ export function createTodoTool(store: SessionStore): ToolSpec {
               `Cannot add a todo: text is ${text.length} characters, at most ${MAX_TODO_TEXT_CHARS}`,
             );
           }
-          return { todo: store.addTodo(key, text) };
+          return { todo: await store.addTodo(key, text) };
         }
         case "complete": {
           if (typeof args.id !== "number") throw new Error('Cannot complete a todo: "id" is required');
-          const todo = store.completeTodo(key, args.id);
+          const todo = await store.completeTodo(key, args.id);
           if (todo === null) {
-            const open = store.listTodos(key).map((t) => t.id);
+            const open = (await store.listTodos(key)).map((t) => t.id);
             throw new Error(
               `Cannot complete todo ${args.id}: no such todo in this session` +
                 (open.length > 0 ? ` (ids: ${open.join(", ")})` : " (the list is empty)"),
@@ -50,7 +50,7 @@ export function createTodoTool(store: SessionStore): ToolSpec {
           return { todo };
         }
         default:
-          return { todos: store.listTodos(key) };
+          return { todos: await store.listTodos(key) };
       }
     },
   };

@@ -1,6 +1,6 @@
 /**
- * The store's schema and how a database gets it: created on a new file, migrated from version 1 (sessions
- * keyed by id alone), refused when newer than this code. Private to `store.ts`.
+ * The SQLite schema and its migrations: created on a new file, migrated from version 1 (sessions keyed by id
+ * alone), refused when newer than this code. Private to `sqlite.ts`.
  * @module
  */
 import type { DatabaseSync } from "node:sqlite";
@@ -8,11 +8,8 @@ import type { DatabaseSync } from "node:sqlite";
 /** The schema version this code writes, kept in `PRAGMA user_version`. */
 export const SCHEMA_VERSION = 2;
 
-/**
- * The tables of version 2. A session is identified by its user and its id, so two users' sessions with the
- * same id are two sessions. The sessions key starts with `user_id`, so it also serves "the user's sessions":
- * no separate index (and none on `updated_at`, which every save rewrites).
- */
+// The sessions key starts with user_id, so it serves "the user's sessions" too: no other index (none on
+// updated_at, which every save rewrites).
 const SCHEMA = `
 CREATE TABLE sessions (
   user_id TEXT NOT NULL,
@@ -50,12 +47,8 @@ CREATE TABLE todos (
 CREATE INDEX todos_by_session ON todos(user_id, session_id);
 `;
 
-/**
- * Version 1 to 2, keeping every row. The old tables are renamed aside (their indexes dropped first, or the new
- * ones of the same name would collide), the new ones created under the real names, and the rows copied: a
- * message keeps its rowid (the order a session's messages are read in), a todo its id, and the todo counter
- * its value, so an id deleted before the migration is never handed out again.
- */
+// Version 1 to 2, keeping every row: the old tables go aside (indexes dropped first, or the new ones would
+// collide); a message keeps its rowid (its read order), a todo its id, the todo counter its value.
 const FROM_VERSION_1 = `
 DROP INDEX IF EXISTS sessions_by_user;
 DROP INDEX IF EXISTS sessions_of_user;
@@ -76,7 +69,7 @@ DELETE FROM sqlite_sequence WHERE name = 'todos';
 INSERT INTO sqlite_sequence (name, seq) SELECT 'todos', seq FROM sqlite_sequence WHERE name = 'todos_v1';
 `;
 
-/** Children first: dropping a parent with foreign keys on deletes its rows, cascading. */
+// Children first: dropping a parent with foreign keys on deletes its rows, cascading.
 const DROP_VERSION_1 = `
 DROP TABLE messages_v1;
 DROP TABLE todos_v1;
@@ -88,9 +81,8 @@ function count(db: DatabaseSync, table: string): number {
 }
 
 /**
- * Brings the database to {@linkcode SCHEMA_VERSION} inside `transaction` (one `BEGIN IMMEDIATE`), or fails
- * and leaves it as it was: a newer version is refused, and so is a version-1 database with a message or todo
- * of no session (the copy would lose it).
+ * Brings the database to {@linkcode SCHEMA_VERSION} inside `transaction`, or fails changing nothing: a newer
+ * version is refused, and so is a version-1 database with a message or todo of no session (the copy would lose it).
  */
 export function migrate(db: DatabaseSync, transaction: (work: () => void) => void): void {
   const version = () => (db.prepare("PRAGMA user_version").get() as { user_version: number }).user_version;

@@ -1,0 +1,29 @@
+/** What the HTTP handler and its routes are built from; only `src/main.ts` builds the real ones. @module */
+import type { Agent } from "../loop.ts";
+import type { TraceReader } from "../trace_reader.ts";
+import type { EventSink } from "../types.ts";
+import type { Authenticator } from "./auth.ts";
+import type { SessionQueue } from "./session_queue.ts";
+
+/** The handler's dependencies; the store is `agent.store`. */
+export interface HandlerDeps {
+  /** What runs a turn, with the session store. */
+  agent: Agent;
+  /** Receives every run event (the trace). */
+  emit: EventSink;
+  authenticator: Authenticator;
+  queue: SessionQueue;
+  maxBodyBytes: number;
+  /** The JSONL trace file the trace route reads (with its rotated files). */
+  tracePath: string;
+  /** The trace index the tracer feeds (`onAppend`). @default {new TraceReader(tracePath)} */
+  traceReader?: TraceReader;
+  /** The model name `/healthz` reports. */
+  model: string;
+  /** Aborts every running turn when the shutdown grace period is over. */
+  shutdownSignal: AbortSignal;
+  /** True once shutdown began: new requests get 503. */
+  isShuttingDown(): boolean;
+  /** One line per request and per unexpected error. Never receives tokens or keys. */
+  log(line: string): void;
+}

@@ -1,0 +1,79 @@
+/**
+ * How SQLite rows become values and messages become rows. Private to `sqlite.ts`.
+ * @module
+ */
+import { freezeMessage } from "../context.ts";
+import type { Role, StoredMessage, ToolCall } from "../types.ts";
+import type { Session, Todo } from "./store.ts";
+
+export type Row = Record<string, unknown>;
+
+// ignoreBOM: a text that starts with U+FEFF keeps it.
+const decoder = new TextDecoder("utf-8", { ignoreBOM: true });
+/** A text column read as bytes (`CAST(… AS BLOB)`). */
+export function text(bytes: unknown): string {
+  return decoder.decode(bytes as Uint8Array);
+}
+
+export function toSession(row: Row): Session {
+  return {
+    id: row.id as string,
+    userId: row.user_id as string,
+    summary: row.summary as string | null,
+    turnCount: row.turn_count as number,
+    compactedTurns: row.compacted_turns as number,
+    createdAt: row.created_at as string,
+    updatedAt: row.updated_at as string,
+  };
+}
+
+export function toMessage(row: Row): StoredMessage {
+  const message: StoredMessage = {
+    id: text(row.id),
+    role: row.role as Role,
+    content: row.content === null ? null : text(row.content),
+    createdAt: text(row.created_at),
+  };
+  if (row.tool_calls !== null) message.toolCalls = JSON.parse(row.tool_calls as string) as ToolCall[];
+  if (row.tool_call_id !== null) message.toolCallId = text(row.tool_call_id);
+  return freezeMessage(message);
+}
+
+export function toTodo(row: Row): Todo {
+  return {
+    id: row.id as number,
+    text: text(row.text),
+    completed: row.completed === 1,
+    createdAt: row.created_at as string,
+    completedAt: row.completed_at as string | null,
+  };
+}
+
+/** `nullable`: null allowed too; `optional`: null or absent. */
+function requireText(index: number, field: string, value: unknown, allow?: "nullable" | "optional"): void {
+  if (typeof value === "string" || (allow !== undefined && value === null)) return;
+  if (allow === "optional" && value === undefined) return;
+  const expected = allow === undefined
+    ? "a string"
+    : allow === "nullable"
+    ? "a string or null"
+    : "a string, null or absent";
+  const got = value === null ? "null" : typeof value;
+  throw new TypeError(`Cannot append message ${index}: "${field}" must be ${expected}, got ${got}`);
+}
+
+/** The insert's parameters after `id`; a `TypeError` for a field SQLite would otherwise store converted. */
+export function toRow(m: StoredMessage, index: number): (string | null)[] {
+  requireText(index, "id", m.id);
+  requireText(index, "role", m.role);
+  requireText(index, "content", m.content, "nullable");
+  requireText(index, "createdAt", m.createdAt);
+  requireText(index, "toolCallId", m.toolCallId, "optional");
+  const calls = m.toolCalls ?? [];
+  if (!Array.isArray(calls)) {
+    throw new TypeError(`Cannot append message ${index}: "toolCalls" must be an array, got ${typeof calls}`);
+  }
+  // An empty list is stored as none.
+  const toolCalls = calls.length > 0 ? JSON.stringify(calls) : null;
+  return [m.id, m.role, m.content, toolCalls, m.toolCallId ?? null, m.createdAt];
+}

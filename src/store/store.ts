@@ -1,0 +1,91 @@
+/**
+ * The session store's contract: sessions, their messages and todos, per user. Every method is async, so a
+ * store may live in-process (SQLite) or across the network (PostgreSQL).
+ * @module
+ */
+import { SessionError } from "../errors.ts";
+import type { StoredMessage } from "../types.ts";
+
+/** Which session: ids are per user, so two users' sessions of the same id never see each other. */
+export interface SessionKey {
+  userId: string;
+  sessionId: string;
+}
+
+/** A session. `summary` is the JSON text compaction wrote, or null. */
+export interface Session {
+  id: string;
+  userId: string;
+  summary: string | null;
+  turnCount: number;
+  /** User turns folded into the summary: `turnCount` = this + the stored user messages. */
+  compactedTurns: number;
+  createdAt: string;
+  updatedAt: string;
+}
+
+/** A session's todo. */
+export interface Todo {
+  id: number;
+  text: string;
+  completed: boolean;
+  createdAt: string;
+  completedAt: string | null;
+}
+
+/**
+ * Where sessions live. Every method validates its key (`SessionError` for a malformed id) and every write
+ * is one transaction: it happens whole or not at all.
+ */
+export interface SessionStore {
+  /** The session, or null when the user has none of that id. */
+  get(key: SessionKey): Promise<Session | null>;
+  /** The user's session, created if new. */
+  getOrCreate(key: SessionKey): Promise<Session>;
+  /** The user's sessions, most recently updated first. */
+  listSessions(userId: string): Promise<Session[]>;
+  /** The session's messages, oldest first: a new array of frozen messages. */
+  messages(key: SessionKey): Promise<StoredMessage[]>;
+  /**
+   * Appends messages and resolves to how many were new. Idempotent: an id already stored is skipped. Each
+   * new `user` message adds one to `turnCount`. `TypeError` for a field of the wrong type.
+   */
+  append(key: SessionKey, messages: readonly StoredMessage[]): Promise<number>;
+  /** Stores `summary` and deletes exactly `cutIds` (`turns` user turns); rejects, changing nothing, if one is missing. */
+  applyCompaction(key: SessionKey, summary: string, cutIds: readonly string[], turns: number): Promise<void>;
+  /** Deletes those of `ids` that are stored (taking their user turns off `turnCount`); resolves to how many. */
+  discardMessages(key: SessionKey, ids: readonly string[]): Promise<number>;
+  /** Deletes the session with its messages, todos and summary; true if it existed. */
+  deleteSession(key: SessionKey): Promise<boolean>;
+  /** Adds an open todo to the session. */
+  addTodo(key: SessionKey, text: string): Promise<Todo>;
+  /** The session's todos, in the order they were added. */
+  listTodos(key: SessionKey): Promise<Todo[]>;
+  /** Marks the todo done (keeping its first completion time); null when the session has no such todo. */
+  completeTodo(key: SessionKey, id: number): Promise<Todo | null>;
+  /** True when the database answers; never rejects. */
+  ping(): Promise<boolean>;
+  /** Releases the database; the store is unusable afterwards. */
+  close(): Promise<void>;
+}
+
+const ID = /^[A-Za-z0-9._:-]{1,128}$/;
+
+/** `id` if it is 1–128 characters of `[A-Za-z0-9._:-]`, else a `SessionError`; `what` names it in the message. */
+export function validateId(id: unknown, what = "session id"): string {
+  if (typeof id === "string" && ID.test(id)) return id;
+  const shown = typeof id === "string"
+    ? JSON.stringify(id.length > 40 ? id.slice(0, 40) + "…" : id)
+    : typeof id;
+  throw new SessionError(
+    `Invalid ${what} ${shown}: expected 1-128 characters of letters, digits and . _ : -`,
+    "invalid_id",
+  );
+}
+
+/** The key, both ids checked with {@linkcode validateId}. */
+export function validateKey(key: SessionKey): SessionKey {
+  validateId(key.userId, "user id");
+  validateId(key.sessionId);
+  return key;
+}
