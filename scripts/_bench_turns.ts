@@ -8,7 +8,8 @@ import { join } from "node:path";
 import { estimateRequestTokens } from "../src/memory/plan.ts";
 import { loadConfig } from "../src/config.ts";
 import { createLlmFromConfig } from "../src/llm/openai.ts";
-import { runTurn, type TurnDeps } from "../src/loop.ts";
+import { type Agent, runTurn } from "../src/agent/loop.ts";
+import type { RunEvent } from "../src/events.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { createLlmSummarizer, SUMMARY_PROMPT } from "../src/memory/summarizer.ts";
 import { createBuiltinTools } from "../src/tools/builtin.ts";
@@ -49,18 +50,20 @@ export function openBenchRuntime(
     : null;
   const llm = createLlmFromConfig(config, { stream: false, fetch: recording });
   const compactions = { ok: 0, failed: 0 };
-  const deps: TurnDeps = {
+  const agent: Agent = {
     store,
     llm,
     tools: createBuiltinTools(store),
-    emit: (event) => {
-      if (event.event === "compact") compactions[event.data.ok === true ? "ok" : "failed"]++;
-      tracer?.write(event);
-    },
     maxSteps: config.maxToolIters,
     summarizer: createLlmSummarizer(llm),
     maxRawTurns: config.maxRawTurns,
     maxCtxTokens: config.maxCtxTokens,
+  };
+  const run = {
+    emit: (event: RunEvent) => {
+      if (event.event === "compact") compactions[event.data.ok ? "ok" : "failed"]++;
+      tracer?.write(event);
+    },
   };
   return {
     config,
@@ -74,7 +77,8 @@ export function openBenchRuntime(
       sent = [];
       return taken.map((body) => ({ body, summary: body.includes(SUMMARY_PROMPT_JSON) }));
     },
-    turn: (sessionId: string, message: string) => runTurn({ sessionId, userId: "bench", message }, deps),
+    turn: (sessionId: string, message: string) =>
+      runTurn({ sessionId, userId: "bench", message }, agent, run),
     close: () => {
       tracer?.close();
       store.close();

@@ -10,7 +10,8 @@ import { MAX_SUMMARY_ITEMS, parseSummary, SUMMARY_FIELDS } from "../src/memory/s
 import { SqliteStore } from "../src/store/sqlite.ts";
 import type { SessionKey } from "../src/store/store.ts";
 import { readTrace } from "../src/trace.ts";
-import { RUN_EVENT_NAMES, type StoredMessage } from "../src/types.ts";
+import { RUN_EVENT_NAMES } from "../src/events.ts";
+import { type StoredMessage } from "../src/types.ts";
 
 const EVENT_NAMES = new Set<string>(RUN_EVENT_NAMES);
 const SUMMARY_KEYS = new Set<string>([...SUMMARY_FIELDS, "updated_at"]);

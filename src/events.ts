@@ -3,7 +3,7 @@
  * trace writes it, the REPL shows it, HTTP streams it; all of them read it through these types.
  * @module
  */
-import type { ToolResult, TurnOutcome } from "./types.ts";
+import type { TurnOutcome } from "./types.ts";
 
 /** The names of the events a run emits, in the order they can occur. */
 export const RUN_EVENT_NAMES = [
@@ -40,7 +40,14 @@ export interface RunEventData {
     retries: number;
   };
   tool_call: { id: string; name: string; arguments: string };
-  tool_result: { id: string; name: string } & ToolResult;
+  tool_result: {
+    id: string;
+    name: string;
+    ok: boolean;
+    data: unknown;
+    error: string | null;
+    truncated: boolean;
+  };
   compact: CompactData;
   answer: { text: string; closing?: "empty" | "max_steps" };
   error: {
@@ -87,6 +94,21 @@ export interface RunEventOf<N extends RunEventName> {
 
 /** Any event of a run. */
 export type RunEvent = { [N in RunEventName]: RunEventOf<N> }[RunEventName];
+
+/**
+ * An event as read back from a trace file: its envelope as written, its data unchecked (lines written by
+ * another release, or before `user_id` existed, may differ).
+ */
+export interface TracedEvent {
+  ts: string;
+  session_id: string;
+  user_id?: string;
+  run_id: string;
+  turn: number;
+  event: RunEventName;
+  step: number | null;
+  data: Record<string, unknown>;
+}
 
 /** Receives every event of a run as it happens. Must not throw. */
 export type EventSink = (event: RunEvent) => void;

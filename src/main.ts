@@ -17,7 +17,7 @@ import { REQUEST_LINE } from "./http/handler.ts";
 import { serveHttp } from "./http/server.ts";
 import { SessionQueue } from "./http/session_queue.ts";
 import { createLlmFromConfig } from "./llm/openai.ts";
-import type { Agent } from "./loop.ts";
+import type { Agent } from "./agent/loop.ts";
 import { missingPermissions, readEnvironment } from "./permissions.ts";
 import { SqliteStore } from "./store/sqlite.ts";
 import { type SessionStore, validateId } from "./store/store.ts";

@@ -6,7 +6,7 @@
 import { dirname } from "node:path";
 import { redact } from "./redact.ts";
 import { shorten } from "./shorten.ts";
-import type { RunEvent } from "./types.ts";
+import type { RunEvent, TracedEvent } from "./events.ts";
 
 /** Cuts every string in `value` to `max` characters (marking the cut) and replaces each secret. */
 export function clip(value: unknown, max: number, secrets: readonly string[] = []): unknown {
@@ -231,7 +231,7 @@ function renameIfExists(from: string, to: string): void {
  * Reads the events of a trace file, oldest first, keeping those `filter` accepts. A torn or malformed line
  * (a crash mid-write) is skipped, never parsed as an event. A missing file reads as no events.
  */
-export function readTrace(path: string, filter: (event: RunEvent) => boolean = () => true): RunEvent[] {
+export function readTrace(path: string, filter: (event: TracedEvent) => boolean = () => true): TracedEvent[] {
   let text: string;
   try {
     text = Deno.readTextFileSync(path);
@@ -239,10 +239,10 @@ export function readTrace(path: string, filter: (event: RunEvent) => boolean = (
     if (error instanceof Deno.errors.NotFound) return [];
     throw error;
   }
-  const events: RunEvent[] = [];
+  const events: TracedEvent[] = [];
   for (const line of text.split("\n")) {
     if (line === "") continue;
-    let event: RunEvent;
+    let event: TracedEvent;
     try {
       event = JSON.parse(line);
     } catch {

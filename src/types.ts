@@ -1,7 +1,6 @@
 /**
  * The data that flows through the runtime: messages, tool calls and results, run events and turn results.
- * Every other module speaks in these types; none of them carries behaviour (the one value is the list of
- * event names, so schemas and checkers derive from it).
+ * Every other module speaks in these types; none of them carries behaviour.
  * @module
  */
 
@@ -73,37 +72,6 @@ export interface ChatReply {
   /** Transient failures retried before this reply came (0 or absent: the first attempt answered). */
   retries?: number;
 }
-
-/** The names of the events a run emits, in the order they can occur. */
-export const RUN_EVENT_NAMES = [
-  "run_start",
-  "llm_call",
-  "tool_call",
-  "tool_result",
-  "compact",
-  "answer",
-  "error",
-  "run_end",
-] as const;
-
-/** One of {@linkcode RUN_EVENT_NAMES}. */
-export type RunEventName = (typeof RUN_EVENT_NAMES)[number];
-
-/** The one event type: the trace writes it, the REPL shows it, HTTP streams it. */
-export interface RunEvent {
-  ts: string;
-  session_id: string;
-  /** The user the session belongs to: session ids are per user. */
-  user_id: string;
-  run_id: string;
-  turn: number;
-  event: RunEventName;
-  step: number | null;
-  data: Record<string, unknown>;
-}
-
-/** Receives every event of a run as it happens. Must not throw. */
-export type EventSink = (event: RunEvent) => void;
 
 /** How a turn ended. */
 export type TurnOutcome = "answered" | "max_steps" | "empty" | "aborted" | "error";

@@ -1,13 +1,14 @@
 /** Shared builders for tests: a store on a temp or in-memory database, real tools, a recording sink. */
 import { fileURLToPath } from "node:url";
-import type { TurnDeps } from "../src/loop.ts";
+import type { Agent, RunOptions } from "../src/agent/loop.ts";
 import { ScriptedLLM, type ScriptStep } from "../src/llm/scripted.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { type SessionKey } from "../src/store/store.ts";
 import { createBuiltinTools } from "../src/tools/builtin.ts";
 import type { ToolRegistry, ToolSpec } from "../src/tools/registry.ts";
 import { deterministicSummarizer, type Summarizer } from "../src/memory/summarizer.ts";
-import type { RunEvent, StoredMessage } from "../src/types.ts";
+import type { TracedEvent } from "../src/events.ts";
+import type { StoredMessage } from "../src/types.ts";
 
 /** The store key of `sessionId` owned by `userId` ("u", the user most tests run as, unless given). */
 export function keyOf(sessionId: string, userId = "u"): SessionKey {
@@ -39,10 +40,13 @@ export function counterIds(prefix = "id"): () => string {
 }
 
 export interface Harness {
-  deps: TurnDeps;
+  agent: Agent;
+  /** Run options that record every event into `events`. */
+  run: RunOptions;
   llm: ScriptedLLM;
   store: SqliteStore;
-  events: RunEvent[];
+  /** Every event emitted, read loosely as a test reads the trace. */
+  events: TracedEvent[];
   [Symbol.dispose](): void;
 }
 
@@ -65,12 +69,11 @@ export function harness(
 ): Harness {
   const store = options.store ?? new SqliteStore(":memory:", { now: steppingClock() });
   const llm = new ScriptedLLM(script);
-  const events: RunEvent[] = [];
-  const deps: TurnDeps = {
+  const events: TracedEvent[] = [];
+  const agent: Agent = {
     store,
     llm,
     tools: realTools(store, options.extraTools),
-    emit: (event) => events.push(event),
     maxSteps: options.maxSteps ?? 8,
     summarizer: options.summarizer ?? deterministicSummarizer,
     maxRawTurns: options.maxRawTurns ?? 20,
@@ -79,7 +82,8 @@ export function harness(
     newId: counterIds("run"),
   };
   return {
-    deps,
+    agent,
+    run: { emit: (event) => events.push(event) },
     llm,
     store,
     events,

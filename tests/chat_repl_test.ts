@@ -5,7 +5,7 @@ import { runChat } from "../src/cli/chat.ts";
 import { LlmError } from "../src/errors.ts";
 import type { ChatOptions, LLM } from "../src/llm/llm.ts";
 import type { ChatReply, Message } from "../src/types.ts";
-import type { TurnDeps } from "../src/loop.ts";
+import type { Agent } from "../src/agent/loop.ts";
 import { type Harness, harness, keyOf } from "./_harness.ts";
 
 /** Collects what is written to a stream as text. */
@@ -47,15 +47,15 @@ function plain(text: string): string {
 }
 
 /** An interactive REPL on in-memory streams: type into `input`, read `output` and `status`. */
-function startRepl(h: Harness, sessionId: string, deps: Partial<TurnDeps> = {}) {
+function startRepl(h: Harness, sessionId: string, agent: Partial<Agent> = {}) {
   const input = new PassThrough();
   const output = sink();
   const status = sink();
   const exit = runChat({
     sessionId,
     userId: "local",
-    deps: { ...h.deps, ...deps },
-    emit: h.deps.emit,
+    deps: { ...h.agent, ...agent },
+    emit: h.run.emit,
     input,
     output: output.stream,
     status: status.stream,

@@ -2,10 +2,10 @@ import assert from "node:assert/strict";
 import { mergeSummary, parseSummaryPatch } from "../src/memory/summary.ts";
 import { planCompaction } from "../src/memory/plan.ts";
 import { parseSummary, RUNTIME_CONTEXT_HEADER } from "../src/memory/summary.ts";
-import { SYSTEM_PROMPT } from "../src/context.ts";
+import { SYSTEM_PROMPT } from "../src/agent/context.ts";
 import { LlmError } from "../src/errors.ts";
 import { ScriptedLLM } from "../src/llm/scripted.ts";
-import { runTurn } from "../src/loop.ts";
+import { runTurn } from "../src/agent/loop.ts";
 import {
   createLlmSummarizer,
   deterministicSummarizer,
@@ -21,7 +21,7 @@ const NOW = new Date("2026-02-03T04:05:06.000Z");
 
 Deno.test("runTurn() writes no summary on ordinary turns below both thresholds", async () => {
   using h = harness([answer("a"), answer("b"), answer("c")], { maxRawTurns: 3 });
-  for (const m of ["one", "two", "three"]) await runTurn(input(m), h.deps);
+  for (const m of ["one", "two", "three"]) await runTurn(input(m), h.agent, h.run);
   assert.equal((await h.store.get(keyOf("c1")))!.summary, null);
   assert.ok(!h.events.some((e) => e.event === "compact"));
   assert.equal((await h.store.messages(keyOf("c1"))).length, 6);
@@ -29,9 +29,9 @@ Deno.test("runTurn() writes no summary on ordinary turns below both thresholds",
 
 Deno.test("runTurn() compacts on the turn trigger, keeps the last turns raw and sends the summary block", async () => {
   using h = harness([answer("a1"), answer("a2"), answer("a3"), answer("a4")], { maxRawTurns: 2 });
-  await runTurn(input("My favourite colour is teal."), h.deps);
-  await runTurn(input("I want to learn Deno"), h.deps);
-  await runTurn(input("third"), h.deps);
+  await runTurn(input("My favourite colour is teal."), h.agent, h.run);
+  await runTurn(input("I want to learn Deno"), h.agent, h.run);
+  await runTurn(input("third"), h.agent, h.run);
   const compact = h.events.find((e) => e.event === "compact")!;
   assert.equal(compact.turn, 3);
   assert.equal(compact.data.ok, true);
@@ -51,7 +51,7 @@ Deno.test("runTurn() compacts on the turn trigger, keeps the last turns raw and 
   assert.equal(session.compactedTurns, 1);
   assert.deepEqual(parseSummary(session.summary)!.facts, ["User said: My favourite colour is teal."]);
 
-  await runTurn(input("fourth"), h.deps);
+  await runTurn(input("fourth"), h.agent, h.run);
   const requests = h.llm.requests.map((r) => r.messages);
   assert.ok(requests.every((r) => r[0].content === SYSTEM_PROMPT), "the first message never changes");
   assert.equal(
@@ -71,7 +71,7 @@ Deno.test("runTurn() compacts on the turn trigger, keeps the last turns raw and 
 Deno.test("runTurn() compacts on the token trigger and ends within the budget", async () => {
   const long = (n: number) => `turn ${n} ` + "lorem ipsum ".repeat(150);
   using h = harness(Array.from({ length: 6 }, (_, i) => answer(`ok ${i}`)), { maxCtxTokens: 1500 });
-  for (let i = 0; i < 6; i++) await runTurn(input(long(i)), h.deps);
+  for (let i = 0; i < 6; i++) await runTurn(input(long(i)), h.agent, h.run);
   const compacts = h.events.filter((e) => e.event === "compact");
   assert.ok(compacts.length > 0);
   assert.ok(compacts.every((e) => e.data.ok === true && e.data.trigger === "tokens"));
@@ -84,7 +84,7 @@ Deno.test("runTurn() compacts on the token trigger and ends within the budget", 
 
 Deno.test("runTurn() sends an over-budget current turn anyway and says so in the trace", async () => {
   using h = harness([answer("fine")], { maxCtxTokens: 300 });
-  const result = await runTurn(input("x".repeat(4000)), h.deps);
+  const result = await runTurn(input("x".repeat(4000)), h.agent, h.run);
   assert.equal(result.outcome, "answered");
   const compact = h.events.filter((e) => e.event === "compact");
   assert.equal(compact.length, 1);
@@ -121,8 +121,8 @@ const failing: [string, Summarizer, RegExp][] = [
 for (const [what, summarizer, reason] of failing) {
   Deno.test(`runTurn() abandons a compaction on ${what}: summary and messages stay, the turn goes on`, async () => {
     using h = harness([answer("a"), answer("b"), answer("c")], { maxRawTurns: 1, summarizer });
-    await runTurn(input("first"), h.deps);
-    const result = await runTurn(input("second"), h.deps);
+    await runTurn(input("first"), h.agent, h.run);
+    const result = await runTurn(input("second"), h.agent, h.run);
     assert.equal(result.outcome, "answered");
     assert.equal(result.answer, "b");
     const compact = h.events.filter((e) => e.event === "compact");
@@ -148,7 +148,7 @@ Deno.test("runTurn() keeps an old fact the summarizer omits until newer ones pus
   let call = 0;
   const summarizer: Summarizer = () => Promise.resolve({ text: replies[call++], usage: null });
   using h = harness(Array.from({ length: 4 }, (_, i) => answer(`a${i}`)), { maxRawTurns: 1, summarizer });
-  for (const m of ["m1", "m2", "m3", "m4"]) await runTurn(input(m), h.deps);
+  for (const m of ["m1", "m2", "m3", "m4"]) await runTurn(input(m), h.agent, h.run);
   assert.deepEqual(parseSummary((await h.store.get(keyOf("c1")))!.summary)!.facts, [
     "f3",
     "F1",

@@ -20,9 +20,9 @@ import {
   type SummaryPatch,
 } from "../src/memory/summary.ts";
 import { MAX_SUMMARY_ITEMS } from "../src/memory/summary.ts";
-import { buildContext, SYSTEM_PROMPT } from "../src/context.ts";
+import { buildContext, SYSTEM_PROMPT } from "../src/agent/context.ts";
 import { parseSummary, runtimeContextText, type Summary } from "../src/memory/summary.ts";
-import { EMPTY_ANSWER, EMPTY_REPLY_NUDGE, MAX_STEPS_ANSWER } from "../src/loop.ts";
+import { EMPTY_ANSWER, EMPTY_REPLY_NUDGE, MAX_STEPS_ANSWER } from "../src/agent/loop.ts";
 import { compactIfDue, type CompactionResult, type MemoryState } from "../src/memory/compact.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { deterministicSummarizer, type Summarizer } from "../src/memory/summarizer.ts";
@@ -821,7 +821,7 @@ Deno.test("compactIfDue() before every model call keeps a growing session consis
           if (result !== null) {
             assert.ok(
               result.event.ok === true || result.event.over_budget === true,
-              String(result.event.reason),
+              JSON.stringify(result.event),
             );
             state = result.state;
           }
@@ -978,7 +978,7 @@ Deno.test("compactIfDue() with deterministicSummarizer compacts a user message h
   const fixed = { systemPrompt: "s", tools: [] };
   const limits = { maxRawTurns: 1, maxCtxTokens: 6000 };
   const result = await compact(session.state, fixed, session.store, deterministicSummarizer, limits);
-  assert.equal(result?.event.ok, true, String(result?.event.reason));
+  assert.equal(result?.event.ok, true, JSON.stringify(result?.event));
   assert.deepEqual(parseSummary(result!.state.summary)!.facts, ["User said: go up [A please"]);
 });
 

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { buildContext, SYSTEM_PROMPT } from "../src/context.ts";
+import { buildContext, SYSTEM_PROMPT } from "../src/agent/context.ts";
 import { parseSummary, RUNTIME_CONTEXT_HEADER } from "../src/memory/summary.ts";
 import type { Message } from "../src/types.ts";
 

@@ -8,7 +8,7 @@ import { DatabaseSync } from "node:sqlite";
 import { checkCrashInvariants, runCrashRounds } from "../scripts/crash_test.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { JsonlTracer, readTrace } from "../src/trace.ts";
-import type { RunEvent } from "../src/types.ts";
+import type { RunEvent } from "../src/events.ts";
 
 function tempDir(): { path: string; [Symbol.dispose](): void } {
   const path = Deno.makeTempDirSync({ prefix: "crash-safety-" });
@@ -25,7 +25,7 @@ function event(name: RunEvent["event"], turn = 1): RunEvent {
     event: name,
     step: name === "run_start" || name === "run_end" ? null : 0,
     data: {},
-  };
+  } as unknown as RunEvent;
 }
 
 const line = (e: RunEvent) => `${JSON.stringify(e)}\n`;

@@ -12,11 +12,12 @@ import { Authenticator } from "../src/http/auth.ts";
 import { createHandler } from "../src/http/handler.ts";
 import { SessionQueue } from "../src/http/session_queue.ts";
 import { createLlmFromConfig, OpenAICompatibleLLM } from "../src/llm/openai.ts";
-import { EMPTY_ANSWER, EMPTY_REPLY_NUDGE, runTurn, type TurnDeps } from "../src/loop.ts";
+import { type Agent, EMPTY_ANSWER, EMPTY_REPLY_NUDGE, runTurn } from "../src/agent/loop.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { createLlmSummarizer, deterministicSummarizer } from "../src/memory/summarizer.ts";
 import { JsonlTracer, readTrace } from "../src/trace.ts";
-import type { RunEvent, StoredMessage, TurnResult } from "../src/types.ts";
+import type { EventSink, TracedEvent } from "../src/events.ts";
+import type { StoredMessage, TurnResult } from "../src/types.ts";
 import { keyOf, realTools, runProcess } from "./_harness.ts";
 import {
   type Behaviour,
@@ -76,7 +77,8 @@ interface Rig {
   llm: OpenAICompatibleLLM;
   store: SqliteStore;
   config: Readonly<Config>;
-  deps: TurnDeps;
+  agent: Agent;
+  emit: EventSink;
   tracePath: string;
   /** The waits the client asked for between attempts, in ms (nothing really waits). */
   delays: number[];
@@ -85,7 +87,7 @@ interface Rig {
     options?: { sessionId?: string; onDelta?: (text: string) => void },
   ): Promise<TurnResult>;
   /** The run's events as read back from the JSONL file. */
-  events(runId: string): RunEvent[];
+  events(runId: string): TracedEvent[];
   [Symbol.asyncDispose](): Promise<void>;
 }
 
@@ -116,11 +118,11 @@ function openRig(script: Behaviour[], then: ScriptEnd = "ok", options: RigOption
   const store = new SqliteStore(config.dbPath);
   // No `secrets`: the tracer's defensive redaction is off, so a key leaked by the client itself would show.
   const tracer = new JsonlTracer(config.tracePath, { maxPayloadChars: config.traceMaxPayloadChars });
-  const deps: TurnDeps = {
+  const emit: EventSink = (event) => tracer.write(event);
+  const agent: Agent = {
     store,
     llm,
     tools: realTools(store),
-    emit: (event) => tracer.write(event),
     maxSteps: config.maxToolIters,
     summarizer: options.llmSummarizer ? createLlmSummarizer(llm) : deterministicSummarizer,
     maxRawTurns: config.maxRawTurns,
@@ -132,11 +134,12 @@ function openRig(script: Behaviour[], then: ScriptEnd = "ok", options: RigOption
     llm,
     store,
     config,
-    deps,
+    agent,
+    emit,
     tracePath: config.tracePath,
     delays,
     turn: (message, { sessionId = SESSION, onDelta } = {}) =>
-      runTurn({ sessionId, userId: USER, message }, { ...deps, onDelta }),
+      runTurn({ sessionId, userId: USER, message }, agent, { emit, onDelta }),
     events: (runId) => readTrace(config.tracePath, (e) => e.run_id === runId),
     [Symbol.asyncDispose]: async () => {
       tracer.close();
@@ -147,11 +150,11 @@ function openRig(script: Behaviour[], then: ScriptEnd = "ok", options: RigOption
   };
 }
 
-function names(events: RunEvent[]): string[] {
+function names(events: TracedEvent[]): string[] {
   return events.map((e) => e.event);
 }
 
-function dataOf(events: RunEvent[], name: string): Record<string, unknown>[] {
+function dataOf(events: TracedEvent[], name: string): Record<string, unknown>[] {
   return events.filter((e) => e.event === name).map((e) => e.data);
 }
 
@@ -692,7 +695,7 @@ Deno.test("fault: a 408 is retried with backoff and the next attempt answers", a
 
 /** The HTTP handler around a rig's real client, store and trace file (the rig's `emit`). */
 function handlerFor(rig: Rig, logs: string[]): (request: Request) => Promise<Response> {
-  const { emit, ...agent } = rig.deps;
+  const { emit, agent } = rig;
   return createHandler({
     agent,
     emit,

@@ -12,7 +12,7 @@ import { LlmError } from "../src/errors.ts";
 import { Authenticator } from "../src/http/auth.ts";
 import { createHandler } from "../src/http/handler.ts";
 import { SessionQueue } from "../src/http/session_queue.ts";
-import type { Agent } from "../src/loop.ts";
+import type { Agent } from "../src/agent/loop.ts";
 import { ScriptedLLM, type ScriptStep } from "../src/llm/scripted.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { deterministicSummarizer } from "../src/memory/summarizer.ts";

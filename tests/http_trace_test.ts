@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { JsonlTracer, readTrace } from "../src/trace.ts";
 import { decodeTraceCursor } from "../src/trace_cursor.ts";
 import { type TraceFile, TraceReader } from "../src/trace_reader.ts";
-import type { RunEvent } from "../src/types.ts";
+import type { RunEvent } from "../src/events.ts";
 import { httpHarness, postMessage } from "./_http_harness.ts";
 import { keyOf } from "./_harness.ts";
 
@@ -34,7 +34,7 @@ function event(
     step,
     data: { pad: "p".repeat(40), ...data },
   };
-  return e as RunEvent;
+  return e as unknown as RunEvent;
 }
 
 interface Page {

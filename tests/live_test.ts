@@ -4,7 +4,7 @@
  */
 import assert from "node:assert/strict";
 import { loadConfig } from "../src/config.ts";
-import { runTurn } from "../src/loop.ts";
+import { runTurn } from "../src/agent/loop.ts";
 import { createLlmFromConfig } from "../src/llm/openai.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { createLlmSummarizer } from "../src/memory/summarizer.ts";
@@ -24,13 +24,15 @@ const reason = !config.runLiveTests
   : null;
 if (reason !== null) console.log(`live tests ignored: ${reason}`);
 
+/** Live runs report nowhere: the assertions read the results and the store. */
+const quiet = { emit: () => {} };
+
 function liveDeps(store: SqliteStore, maxRawTurns = 20) {
   const llm = createLlmFromConfig(config);
   return {
     store,
     llm,
     tools: realTools(store),
-    emit: () => {},
     maxSteps: 8,
     summarizer: createLlmSummarizer(llm),
     maxRawTurns,
@@ -47,6 +49,7 @@ Deno.test({
       const result = await runTurn(
         { sessionId: "live", userId: "live", message: "Use the calculator: what is 1234 * 7 - 8572?" },
         liveDeps(store),
+        quiet,
       );
       assert.equal(result.outcome, "answered", result.answer);
       assert.ok(result.toolCalls.some((c) => c.name === "calculator" && c.ok), "the calculator was used");
@@ -65,11 +68,12 @@ Deno.test({
     try {
       const deps = liveDeps(store);
       const id = { sessionId: "live-todo", userId: "live" };
-      await runTurn({ ...id, message: "Please add a todo: renew my passport before March." }, deps);
+      await runTurn({ ...id, message: "Please add a todo: renew my passport before March." }, deps, quiet);
       assert.equal((await store.listTodos(keyOf("live-todo", "live"))).length, 1, "the todo tool stored it");
       const result = await runTurn(
         { ...id, message: "Which official document did I say I must renew?" },
         deps,
+        quiet,
       );
       assert.match(result.answer, /passport/i);
     } finally {
@@ -87,7 +91,7 @@ Deno.test({
       const deps = liveDeps(store, 2);
       const id = { sessionId: "live-compact", userId: "live" };
       for (const message of ["My favourite colour is teal.", "I am planning a trip to Lisbon.", "Say hi."]) {
-        await runTurn({ ...id, message }, deps);
+        await runTurn({ ...id, message }, deps, quiet);
       }
       const summary = parseSummary((await store.get(keyOf("live-compact", "live")))!.summary);
       assert.ok(summary !== null, "a summary was stored");
@@ -102,7 +106,7 @@ Deno.test({
       assert.ok(
         !(await store.messages(keyOf("live-compact", "live"))).some((m) => m.content?.includes("teal")),
       );
-      const result = await runTurn({ ...id, message: "What is my favourite colour?" }, deps);
+      const result = await runTurn({ ...id, message: "What is my favourite colour?" }, deps, quiet);
       assert.match(result.answer, /teal/i);
     } finally {
       await store.close();

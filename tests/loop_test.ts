@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { LlmError } from "../src/errors.ts";
-import { EMPTY_ANSWER, EMPTY_REPLY_NUDGE, MAX_STEPS_ANSWER, runTurn } from "../src/loop.ts";
+import { EMPTY_ANSWER, EMPTY_REPLY_NUDGE, MAX_STEPS_ANSWER, runTurn } from "../src/agent/loop.ts";
 import { ScriptedLLM } from "../src/llm/scripted.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { harness, keyOf, lastToolResult, steppingClock, tempDir } from "./_harness.ts";
@@ -16,7 +16,7 @@ Deno.test("runTurn() answers 84 for 12*(3+4) from the calculator's result", asyn
       return { content: `The answer is ${(result.data as { result: number }).result}.` };
     },
   ]);
-  const result = await runTurn(input("what is 12*(3+4)?"), h.deps);
+  const result = await runTurn(input("what is 12*(3+4)?"), h.agent, h.run);
   assert.equal(result.outcome, "answered");
   assert.equal(result.answer, "The answer is 84.");
   assert.equal(result.turn, 1);
@@ -51,8 +51,8 @@ Deno.test("runTurn() keeps two users' turns on one session id apart: history, tu
     { toolCalls: [{ name: "todo", arguments: { action: "list" } }] },
     ({ messages }) => ({ content: JSON.stringify(lastToolResult(messages).data) }),
   ]);
-  const alice = await runTurn({ sessionId: "shared", userId: "alice", message: "add it" }, h.deps);
-  const bob = await runTurn({ sessionId: "shared", userId: "bob", message: "list mine" }, h.deps);
+  const alice = await runTurn({ sessionId: "shared", userId: "alice", message: "add it" }, h.agent, h.run);
+  const bob = await runTurn({ sessionId: "shared", userId: "bob", message: "list mine" }, h.agent, h.run);
   assert.deepEqual([alice.turn, bob.turn], [1, 1]);
   assert.equal(bob.answer, '{"todos":[]}', "bob's todo tool sees bob's list only");
   const bobsRequest = h.llm.requests[2].messages.filter((m) => m.role === "user").map((m) => m.content);
@@ -76,7 +76,7 @@ Deno.test("runTurn() runs several tool calls of one reply in order, each answere
     },
     { content: "done" },
   ]);
-  const result = await runTurn(input("go"), h.deps);
+  const result = await runTurn(input("go"), h.agent, h.run);
   assert.equal(result.outcome, "answered");
   const tools = (await h.store.messages(keyOf("s1", "u1"))).filter((m) => m.role === "tool");
   assert.deepEqual(tools.map((m) => m.toolCallId), ["a", "b", "c"]);
@@ -91,7 +91,7 @@ Deno.test("runTurn() feeds an unknown tool back as an error listing the availabl
     { toolCalls: [{ name: "weather", arguments: { city: "Paris" } }] },
     ({ messages }) => ({ content: String(lastToolResult(messages).error) }),
   ]);
-  const result = await runTurn(input("weather?"), h.deps);
+  const result = await runTurn(input("weather?"), h.agent, h.run);
   assert.equal(result.outcome, "answered");
   assert.match(result.answer, /Unknown tool "weather"; available tools: calculator, search_mock, todo/);
   assert.deepEqual(result.toolCalls, [{ name: "weather", arguments: '{"city":"Paris"}', ok: false }]);
@@ -104,7 +104,7 @@ Deno.test("runTurn() reports invalid arguments with their path, then accepts the
     { toolCalls: [{ name: "calculator", arguments: { expression: "6*7" } }] },
     ({ messages }) => ({ content: `= ${(lastToolResult(messages).data as { result: number }).result}` }),
   ]);
-  const result = await runTurn(input("6 times 7"), h.deps);
+  const result = await runTurn(input("6 times 7"), h.agent, h.run);
   assert.equal(result.outcome, "answered");
   assert.equal(result.answer, "= 42");
   assert.deepEqual(result.toolCalls.map((c) => c.ok), [false, false, true]);
@@ -118,7 +118,7 @@ Deno.test("runTurn() reports invalid arguments with their path, then accepts the
 
 Deno.test("runTurn() nudges once after an empty reply, then closes with the fixed answer", async () => {
   using h = harness([{ content: "" }, { content: null }]);
-  const result = await runTurn(input("hello"), h.deps);
+  const result = await runTurn(input("hello"), h.agent, h.run);
   assert.equal(result.outcome, "empty");
   assert.equal(result.answer, EMPTY_ANSWER);
   assert.equal(h.llm.requests.length, 2);
@@ -134,7 +134,7 @@ Deno.test("runTurn() nudges once after an empty reply, then closes with the fixe
 
 Deno.test("runTurn() answers normally when the nudge works", async () => {
   using h = harness([{ content: "  " }, { content: "hi there" }]);
-  const result = await runTurn(input("hello"), h.deps);
+  const result = await runTurn(input("hello"), h.agent, h.run);
   assert.equal(result.outcome, "answered");
   assert.equal(result.answer, "hi there");
 });
@@ -142,7 +142,7 @@ Deno.test("runTurn() answers normally when the nudge works", async () => {
 Deno.test("runTurn() stops with max_steps when the model keeps calling tools", async () => {
   const call = { toolCalls: [{ name: "calculator", arguments: { expression: "1+1" } }] };
   using h = harness([call, call, call, call], { maxSteps: 3 });
-  const result = await runTurn(input("loop"), h.deps);
+  const result = await runTurn(input("loop"), h.agent, h.run);
   assert.equal(result.outcome, "max_steps");
   assert.equal(result.answer, MAX_STEPS_ANSWER);
   assert.equal(h.llm.requests.length, 3, "the model is not asked again after the limit");
@@ -159,7 +159,7 @@ Deno.test("runTurn() ends with outcome error and a message naming the cause when
       retries: 2,
     }),
   ]);
-  const result = await runTurn(input("hi"), h.deps);
+  const result = await runTurn(input("hi"), h.agent, h.run);
   assert.equal(result.outcome, "error");
   assert.match(result.answer, /HTTP 503 from api\.example\.com: overloaded/);
   const error = h.events.find((e) => e.event === "error")!;
@@ -175,7 +175,7 @@ Deno.test("runTurn() ends with outcome error and a message naming the cause when
 
 Deno.test("runTurn() fails the turn, not the process, when the script runs out", async () => {
   using h = harness([]);
-  const result = await runTurn(input("hi"), h.deps);
+  const result = await runTurn(input("hi"), h.agent, h.run);
   assert.equal(result.outcome, "error");
   assert.match(result.answer, /Scripted model has no reply for request 1/);
 });
@@ -184,7 +184,7 @@ Deno.test("runTurn() stops with aborted before asking the model when the signal 
   using h = harness([{ content: "never" }]);
   const controller = new AbortController();
   controller.abort();
-  const result = await runTurn(input("hi"), { ...h.deps, signal: controller.signal });
+  const result = await runTurn(input("hi"), h.agent, { ...h.run, signal: controller.signal });
   assert.equal(result.outcome, "aborted");
   assert.equal(h.llm.requests.length, 0);
   assert.deepEqual(h.events.map((e) => e.event), ["run_start", "error", "run_end"]);
@@ -208,7 +208,7 @@ Deno.test("runTurn() aborted during tool execution stores nothing: no call, no r
     },
     { content: "never" },
   ], { extraTools: [slow] });
-  const result = await runTurn(input("go"), { ...h.deps, signal: controller.signal });
+  const result = await runTurn(input("go"), h.agent, { ...h.run, signal: controller.signal });
   assert.equal(result.outcome, "aborted");
   const key = keyOf("s1", "u1");
   assert.deepEqual(await h.store.messages(key), [], "the cancelled turn left nothing, not even its question");
@@ -217,7 +217,11 @@ Deno.test("runTurn() aborted during tool execution stores nothing: no call, no r
   assert.equal(error.data.message, "the turn was aborted: client disconnected");
   assert.equal(error.data.discarded_messages, 1);
   // The next turn on the same session works, takes the cancelled turn's number and sees a consistent history.
-  const next = await runTurn(input("again"), { ...h.deps, llm: new ScriptedLLM([{ content: "fine" }]) });
+  const next = await runTurn(
+    input("again"),
+    { ...h.agent, llm: new ScriptedLLM([{ content: "fine" }]) },
+    h.run,
+  );
   assert.equal(next.outcome, "answered");
   assert.equal(next.turn, 1);
   assert.deepEqual((await h.store.messages(key)).map((m) => m.content), ["again", "fine"]);
@@ -230,8 +234,8 @@ Deno.test("runTurn() keeps two sessions apart: messages, todos and turn counts",
     { toolCalls: [{ name: "todo", arguments: { action: "list" } }] },
     ({ messages }) => ({ content: JSON.stringify(lastToolResult(messages).data) }),
   ]);
-  await runTurn(input("add a todo", "w1"), h.deps);
-  const second = await runTurn(input("list todos", "w2"), h.deps);
+  await runTurn(input("add a todo", "w1"), h.agent, h.run);
+  const second = await runTurn(input("list todos", "w2"), h.agent, h.run);
   assert.equal(second.answer, '{"todos":[]}');
   assert.equal(second.turn, 1);
   assert.deepEqual((await h.store.listTodos(keyOf("w1", "u1"))).map((t) => t.text), ["window one task"]);
@@ -247,12 +251,12 @@ Deno.test("runTurn() counts turns across runs and a reopened database", async ()
   const path = `${dir.path}/s.db`;
   const first = new SqliteStore(path, { now: steppingClock() });
   using h1 = harness([{ content: "one" }, { content: "two" }], { store: first });
-  assert.equal((await runTurn(input("a"), h1.deps)).turn, 1);
-  assert.equal((await runTurn(input("b"), h1.deps)).turn, 2);
+  assert.equal((await runTurn(input("a"), h1.agent, h1.run)).turn, 1);
+  assert.equal((await runTurn(input("b"), h1.agent, h1.run)).turn, 2);
   await first.close();
   const reopened = new SqliteStore(path);
   using h2 = harness([{ content: "three" }], { store: reopened });
-  const third = await runTurn(input("c"), h2.deps);
+  const third = await runTurn(input("c"), h2.agent, h2.run);
   assert.equal(third.turn, 3);
   assert.deepEqual(
     h2.llm.requests[0].messages.filter((m) => m.role !== "system").map((m) => m.content),
@@ -263,8 +267,8 @@ Deno.test("runTurn() counts turns across runs and a reopened database", async ()
 
 Deno.test("runTurn() rejects an empty message and a malformed session id before doing anything", async () => {
   using h = harness([{ content: "x" }]);
-  await assert.rejects(runTurn(input("   "), h.deps), TypeError);
-  await assert.rejects(runTurn(input("hi", "bad id!"), h.deps), /Invalid session id "bad id!"/);
+  await assert.rejects(runTurn(input("   "), h.agent, h.run), TypeError);
+  await assert.rejects(runTurn(input("hi", "bad id!"), h.agent, h.run), /Invalid session id "bad id!"/);
   assert.equal(h.llm.requests.length, 0);
 });
 
@@ -274,8 +278,8 @@ Deno.test("runTurn() passes streamed text to onDelta with its step, and never in
     { content: "It is 4.", deltas: ["It ", "is ", "4."] },
   ]);
   const deltas: [string, number][] = [];
-  const result = await runTurn(input("2+2?"), {
-    ...h.deps,
+  const result = await runTurn(input("2+2?"), h.agent, {
+    ...h.run,
     onDelta: (text, step) => deltas.push([text, step]),
   });
   assert.equal(result.answer, "It is 4.");
@@ -294,7 +298,7 @@ Deno.test("runTurn() gives repeated or empty tool call ids distinct ones, so eac
     },
     { content: "done" },
   ]);
-  await runTurn(input("go"), h.deps);
+  await runTurn(input("go"), h.agent, h.run);
   const [, assistant, ...rest] = await h.store.messages(keyOf("s1", "u1"));
   const ids = assistant.toolCalls!.map((c) => c.id);
   assert.equal(ids[0], "dup");
@@ -311,8 +315,8 @@ Deno.test("runTurn() never freezes the objects the model client returned", async
     { content: "42", toolCalls: [], usage: null, model: "m" },
   ];
   let i = 0;
-  const deps = { ...h.deps, llm: { chat: () => Promise.resolve(replies[i++]) } };
-  const result = await runTurn(input("what is 6*7?"), deps);
+  const agent = { ...h.agent, llm: { chat: () => Promise.resolve(replies[i++]) } };
+  const result = await runTurn(input("what is 6*7?"), agent, h.run);
   assert.equal(result.answer, "42");
   assert.equal(Object.isFrozen(call), false);
   assert.equal(Object.isFrozen(replies[0].toolCalls), false);

@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { loadConfig } from "../src/config.ts";
 import { createLlmFromConfig, OpenAICompatibleLLM } from "../src/llm/openai.ts";
-import { runTurn } from "../src/loop.ts";
+import { runTurn } from "../src/agent/loop.ts";
 import { JsonlTracer, readTrace } from "../src/trace.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { BASE, HELLO, KEY, llmError, makeClient, MODEL, type Step, stubFetch } from "./_openai_stubs.ts";
@@ -160,15 +160,16 @@ Deno.test("runTurn() ends with error too_large on an endless reply, stores nothi
     const store = new SqliteStore(`${dir.path}/sessions.db`);
     const tracer = new JsonlTracer(config.tracePath);
     using h = harness([], { store });
-    const deps = { ...h.deps, llm: createLlmFromConfig(config, { stream }), emit: tracer.write.bind(tracer) };
+    const agent = { ...h.agent, llm: createLlmFromConfig(config, { stream }) };
+    const emit = tracer.write.bind(tracer);
     // Bounds the wait on a client that would read forever: the turn then ends "aborted" and fails below.
     const guard = new AbortController();
     const timer = setTimeout(() => guard.abort(new Error("still reading after 20 s")), 20_000);
     try {
       const shown: string[] = [];
       const input = { sessionId: "big", userId: "u1", message: "tell me everything" };
-      const result = await runTurn(input, {
-        ...deps,
+      const result = await runTurn(input, agent, {
+        emit,
         signal: guard.signal,
         onDelta: (text) => shown.push(text),
       });
@@ -184,7 +185,7 @@ Deno.test("runTurn() ends with error too_large on an endless reply, stores nothi
       if (stream) assert.ok(shown.length > 0, "the stream was shown as it came");
 
       provider.setScript([ok()]);
-      const next = await runTurn({ ...input, message: "hello" }, deps);
+      const next = await runTurn({ ...input, message: "hello" }, agent, { emit });
       assert.equal(next.outcome, "answered");
       assert.equal(next.answer, "echo: hello");
     } finally {

@@ -8,11 +8,11 @@ import assert from "node:assert/strict";
 import { DatabaseSync } from "node:sqlite";
 import { fileURLToPath } from "node:url";
 import { parseSummary, RUNTIME_CONTEXT_HEADER, runtimeContextText } from "../src/memory/summary.ts";
-import { SYSTEM_PROMPT } from "../src/context.ts";
+import { SYSTEM_PROMPT } from "../src/agent/context.ts";
 import { SessionError } from "../src/errors.ts";
 import { timingSafeEqual } from "../src/http/auth.ts";
 import type { ScriptedRequest, ScriptStep } from "../src/llm/scripted.ts";
-import { runTurn } from "../src/loop.ts";
+import { runTurn } from "../src/agent/loop.ts";
 import { DOCS_DIR, taskPermissionFlags } from "../src/permissions.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { serializeToolResult, type ToolSpec } from "../src/tools/registry.ts";
@@ -99,7 +99,7 @@ Deno.test("a [RUNTIME CONTEXT] header in user messages and tool results never be
   const sent = new Set<string>();
   for (const message of [FORGED, `please read this:\n${FORGED}`, `  ${RUNTIME_CONTEXT_HEADER}`]) {
     sent.add(message);
-    const result = await runTurn({ sessionId: "inj", userId: "u", message }, h.deps);
+    const result = await runTurn({ sessionId: "inj", userId: "u", message }, h.agent, h.run);
     assert.equal(result.outcome, "answered");
   }
   assert.equal(
@@ -137,7 +137,7 @@ Deno.test("after compaction an injected header is only a quoted string inside th
         const message = `${before}${FORGED}${after}`;
         if (message.trim() === "") continue;
         sent.add(message);
-        await runTurn({ sessionId: "inj", userId: "u", message }, h.deps);
+        await runTurn({ sessionId: "inj", userId: "u", message }, h.agent, h.run);
       }
       const summary = (await h.store.get(keyOf("inj")))!.summary;
       assert.ok(summary !== null, "more than 2 turns compacted");
@@ -358,9 +358,9 @@ Deno.test("session and user ids in [A-Za-z0-9._:-] round-trip; any other id is r
 Deno.test("runTurn() rejects a session id with a quote with SessionError before the model or the store", async () => {
   using h = harness([{ content: "never" }]);
   for (const sessionId of ["a'b", "x' OR '1'='1", "s;DROP TABLE messages"]) {
-    await assert.rejects(runTurn({ sessionId, userId: "u", message: "hi" }, h.deps), isInvalidId);
+    await assert.rejects(runTurn({ sessionId, userId: "u", message: "hi" }, h.agent, h.run), isInvalidId);
     await assert.rejects(
-      runTurn({ sessionId: "fine", userId: sessionId, message: "hi" }, h.deps),
+      runTurn({ sessionId: "fine", userId: sessionId, message: "hi" }, h.agent, h.run),
       isInvalidId,
     );
   }
@@ -385,8 +385,8 @@ Deno.test("hostile text through runTurn() and the todo tool is stored and read b
           { content: answer },
         ], { store });
         // Run ids (hence message ids) must be unique across the shared store; the harness counts from 1.
-        h.deps.newId = counterIds(`${sessionId}-run`);
-        const result = await runTurn({ sessionId, userId: "u", message }, h.deps);
+        h.agent.newId = counterIds(`${sessionId}-run`);
+        const result = await runTurn({ sessionId, userId: "u", message }, h.agent, h.run);
         assert.equal(result.outcome, "answered");
         assertBytes(result.answer, answer);
         const messages = await store.messages(keyOf(sessionId));

@@ -6,9 +6,9 @@
 import assert from "node:assert/strict";
 import { loadConfig } from "../src/config.ts";
 import { createLlmFromConfig } from "../src/llm/openai.ts";
-import { runTurn } from "../src/loop.ts";
+import { runTurn } from "../src/agent/loop.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
-import { INVALID_TOOL_CALL_NAME, MAX_TOOL_ARGUMENT_BYTES } from "../src/tool_calls.ts";
+import { INVALID_TOOL_CALL_NAME, MAX_TOOL_ARGUMENT_BYTES } from "../src/agent/tool_calls.ts";
 import type { StoredMessage } from "../src/types.ts";
 import { harness, keyOf, tempDir } from "./_harness.ts";
 import { type Behaviour, completion, json, startFaultProvider, stream } from "./fixtures/fault_provider.ts";
@@ -40,7 +40,7 @@ Deno.test("runTurn() runs the first 16 tool calls of a reply and answers the res
     arguments: { expression: `${i}+1` },
   }));
   using h = harness([{ toolCalls: many }, { content: "done" }]);
-  const result = await runTurn(input("add them all"), h.deps);
+  const result = await runTurn(input("add them all"), h.agent, h.run);
   assert.equal(result.outcome, "answered");
   const stored = await h.store.messages(keyOf("s1", "u1"));
   assertPaired(stored);
@@ -70,13 +70,16 @@ Deno.test("runTurn() runs only maxToolCallsPerStep calls when it is set, and rej
     arguments: { expression },
   }));
   using h = harness([{ toolCalls: calls }, { content: "done" }]);
-  const result = await runTurn(input("go"), { ...h.deps, maxToolCallsPerStep: 2 });
+  const result = await runTurn(input("go"), { ...h.agent, maxToolCallsPerStep: 2 }, h.run);
   assert.deepEqual(result.toolCalls.map((call) => call.ok), [true, true, false]);
   assert.match(
     toolResults(await h.store.messages(keyOf("s1", "u1")))[2].error!,
     /made 3 tool calls and at most 2 run per reply/,
   );
-  await assert.rejects(() => runTurn(input("again"), { ...h.deps, maxToolCallsPerStep: 0 }), RangeError);
+  await assert.rejects(
+    () => runTurn(input("again"), { ...h.agent, maxToolCallsPerStep: 0 }, h.run),
+    RangeError,
+  );
 });
 
 Deno.test("runTurn() refuses tool arguments over 64 KiB and stores them cut to a marked JSON text", async () => {
@@ -93,7 +96,7 @@ Deno.test("runTurn() refuses tool arguments over 64 KiB and stores them cut to a
     },
     { content: "done" },
   ]);
-  const result = await runTurn(input("go"), h.deps);
+  const result = await runTurn(input("go"), h.agent, h.run);
   assert.equal(result.outcome, "answered");
   const stored = await h.store.messages(keyOf("s1", "u1"));
   assertPaired(stored);
@@ -129,7 +132,7 @@ Deno.test("runTurn() answers a call with an empty name with a tool error and sto
     },
     { content: "done" },
   ]);
-  const result = await runTurn(input("go"), h.deps);
+  const result = await runTurn(input("go"), h.agent, h.run);
   assert.equal(result.outcome, "answered");
   const stored = await h.store.messages(keyOf("s1", "u1"));
   assert.deepEqual(stored[1].toolCalls!.map((call) => call.name), [INVALID_TOOL_CALL_NAME, "calculator"]);
@@ -165,8 +168,8 @@ Deno.test("runTurn() through the real client answers malformed tool calls with t
     const store = new SqliteStore(`${dir.path}/sessions.db`);
     using h = harness([], { store });
     try {
-      const deps = { ...h.deps, llm: createLlmFromConfig(config, { stream: streamed }) };
-      const result = await runTurn(input("what is 2*21?"), deps);
+      const agent = { ...h.agent, llm: createLlmFromConfig(config, { stream: streamed }) };
+      const result = await runTurn(input("what is 2*21?"), agent, h.run);
       // The provider's rule answer after tool results; it answers 400 to a history it would reject.
       assert.equal(result.outcome, "answered", `stream ${streamed}: ${result.answer}`);
       assert.equal(result.answer, "I ran 3 tools; 2 failed.");

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
 import { clip, JsonlTracer, readTrace, traceFiles } from "../src/trace.ts";
-import type { RunEvent } from "../src/types.ts";
+import type { RunEvent } from "../src/events.ts";
 import { tempDir } from "./_harness.ts";
 
 const event = (n: number, data: Record<string, unknown> = {}): RunEvent => ({
@@ -13,7 +13,7 @@ const event = (n: number, data: Record<string, unknown> = {}): RunEvent => ({
   event: "llm_call",
   step: n,
   data,
-});
+} as unknown as RunEvent);
 
 Deno.test("JsonlTracer appends one JSON line per event with every field", () => {
   using dir = tempDir();

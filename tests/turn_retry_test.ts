@@ -1,7 +1,8 @@
 /** Retrying a turn that ended in error, and taking back a cancelled one, through `runTurn` itself. */
 import assert from "node:assert/strict";
 import { LlmError, SessionError } from "../src/errors.ts";
-import { runTurn, unansweredMessage } from "../src/loop.ts";
+import { runTurn } from "../src/agent/loop.ts";
+import { unansweredMessage } from "../src/agent/turn.ts";
 import { ScriptedLLM } from "../src/llm/scripted.ts";
 import { harness, keyOf, storedMessage } from "./_harness.ts";
 
@@ -15,7 +16,7 @@ Deno.test("runTurn() with retry answers the question of a failed turn, keeping i
     failure(),
     { content: "It is 42." },
   ]);
-  const failed = await runTurn({ ...key, message: "what is 6*7?" }, h.deps);
+  const failed = await runTurn({ ...key, message: "what is 6*7?" }, h.agent, h.run);
   assert.equal(failed.outcome, "error");
   assert.match(failed.answer, /retry it with \/retry in chat or POST \/v1\/sessions\/s1\/retry/);
   // The completed tool step stays: the retry goes on from it.
@@ -25,7 +26,7 @@ Deno.test("runTurn() with retry answers the question of a failed turn, keeping i
     "tool",
   ]);
 
-  const retried = await runTurn({ ...key, retry: true }, h.deps);
+  const retried = await runTurn({ ...key, retry: true }, h.agent, h.run);
   assert.equal(retried.outcome, "answered");
   assert.equal(retried.turn, failed.turn);
   assert.equal(retried.answer, "It is 42.");
@@ -46,17 +47,17 @@ Deno.test("runTurn() with retry answers the question of a failed turn, keeping i
 
 Deno.test("runTurn() with retry fails with nothing_to_retry after an answered turn, changing nothing", async () => {
   using h = harness([{ content: "hi" }]);
-  await runTurn({ ...key, message: "hello" }, h.deps);
+  await runTurn({ ...key, message: "hello" }, h.agent, h.run);
   const before = await h.store.messages(keyOf("s1", "u1"));
   await assert.rejects(
-    runTurn({ ...key, retry: true }, h.deps),
+    runTurn({ ...key, retry: true }, h.agent, h.run),
     (e) =>
       e instanceof SessionError && e.reason === "nothing_to_retry" &&
       /has no unanswered message/.test(e.message),
   );
   assert.deepEqual(await h.store.messages(keyOf("s1", "u1")), before);
   await assert.rejects(
-    runTurn({ sessionId: "empty", userId: "u1", retry: true }, h.deps),
+    runTurn({ sessionId: "empty", userId: "u1", retry: true }, h.agent, h.run),
     (e) => e instanceof SessionError && e.reason === "nothing_to_retry",
   );
   assert.equal(await h.store.get(keyOf("empty", "u1")), null, "a retry creates no session");
@@ -64,25 +65,28 @@ Deno.test("runTurn() with retry fails with nothing_to_retry after an answered tu
 
 Deno.test("runTurn() with retry that is cancelled keeps the question, so it can be retried again", async () => {
   using h = harness([failure()]);
-  await runTurn({ ...key, message: "what is 6*7?" }, h.deps);
+  await runTurn({ ...key, message: "what is 6*7?" }, h.agent, h.run);
   const controller = new AbortController();
   controller.abort(new Error("Ctrl-C"));
-  const cancelled = await runTurn({ ...key, retry: true }, { ...h.deps, signal: controller.signal });
+  const cancelled = await runTurn({ ...key, retry: true }, h.agent, { ...h.run, signal: controller.signal });
   assert.equal(cancelled.outcome, "aborted");
   assert.deepEqual((await h.store.messages(keyOf("s1", "u1"))).map((m) => m.content), ["what is 6*7?"]);
   const again = await runTurn({ ...key, retry: true }, {
-    ...h.deps,
+    ...h.agent,
     llm: new ScriptedLLM([{ content: "42" }]),
-  });
+  }, h.run);
   assert.equal(again.answer, "42");
 });
 
 Deno.test("runTurn() cancelled before its answer takes back its question and turn count, and says so", async () => {
   using h = harness([{ content: "first" }, failure()]);
-  await runTurn({ ...key, message: "one" }, h.deps);
+  await runTurn({ ...key, message: "one" }, h.agent, h.run);
   const controller = new AbortController();
   controller.abort(new Error("client disconnected"));
-  const cancelled = await runTurn({ ...key, message: "two" }, { ...h.deps, signal: controller.signal });
+  const cancelled = await runTurn({ ...key, message: "two" }, h.agent, {
+    ...h.run,
+    signal: controller.signal,
+  });
   assert.equal(cancelled.outcome, "aborted");
   assert.deepEqual((await h.store.messages(keyOf("s1", "u1"))).map((m) => m.content), ["one", "first"]);
   assert.equal((await h.store.get(keyOf("s1", "u1")))!.turnCount, 1);
@@ -107,7 +111,7 @@ Deno.test("unansweredMessage() finds the last question no final answer follows",
 
 Deno.test("run_end carries the turn's usage in snake_case, like llm_call and the HTTP body", async () => {
   using h = harness([{ content: "hi", usage: { promptTokens: 7, completionTokens: 2, totalTokens: 9 } }]);
-  await runTurn({ ...key, message: "hello" }, h.deps);
+  await runTurn({ ...key, message: "hello" }, h.agent, h.run);
   const end = h.events.find((e) => e.event === "run_end")!;
   assert.deepEqual(end.data.usage, { prompt_tokens: 7, completion_tokens: 2, total_tokens: 9 });
   const call = h.events.find((e) => e.event === "llm_call")!;

@@ -6,9 +6,10 @@
 import { createInterface } from "node:readline";
 import type { Readable, Writable } from "node:stream";
 import { SessionError } from "../errors.ts";
-import { type Agent, runTurn } from "../loop.ts";
+import { type Agent, runTurn } from "../agent/loop.ts";
 import type { SessionStore } from "../store/store.ts";
-import type { RunEvent, TurnResult } from "../types.ts";
+import type { RunEvent } from "../events.ts";
+import type { TurnResult } from "../types.ts";
 import { createStyle, renderEvent, type Style } from "./render.ts";
 
 /** The REPL's own commands. */
@@ -166,7 +167,7 @@ export async function runChat(options: ChatOptions): Promise<number> {
     let result: TurnResult | null = null;
     try {
       const input = retry ? { sessionId, userId, retry } : { sessionId, userId, message: line };
-      result = await runTurn(input, { ...deps, emit: show, signal: current.signal, onDelta });
+      result = await runTurn(input, deps, { emit: show, signal: current.signal, onDelta });
     } catch (error) {
       // Nothing to retry is an answer to the command, not a failure of the REPL.
       if (!(error instanceof SessionError && error.reason === "nothing_to_retry")) throw error;

@@ -2,7 +2,7 @@
  * How run events look on a terminal: the REPL's one view of the event stream.
  * @module
  */
-import type { RunEvent } from "../types.ts";
+import type { RunEvent } from "../events.ts";
 import { shorten } from "../shorten.ts";
 
 /** ANSI styling that turns itself off when colour is not wanted. */
@@ -24,18 +24,17 @@ function short(text: string, max: number): string {
 
 /** The line shown for an event, or null for events the REPL does not show. */
 export function renderEvent(event: RunEvent, style: Style): string | null {
-  const data = event.data;
   switch (event.event) {
     case "tool_call":
-      return style.dim(`  ↳ ${data.name}(${short(String(data.arguments), 120)})`);
+      return style.dim(`  ↳ ${event.data.name}(${short(event.data.arguments, 120)})`);
     case "tool_result": {
-      const detail = data.ok
-        ? short(JSON.stringify(data.data), 120)
-        : `error: ${short(String(data.error), 160)}`;
-      return style.dim(`    ${data.ok ? "✓" : "✗"} ${detail}`);
+      const { ok, data, error } = event.data;
+      const detail = ok ? short(JSON.stringify(data), 120) : `error: ${short(String(error), 160)}`;
+      return style.dim(`    ${ok ? "✓" : "✗"} ${detail}`);
     }
     case "compact": {
-      if (data.ok !== true) return style.dim(`    ⟳ compaction skipped: ${data.reason}`);
+      const data = event.data;
+      if (!data.ok) return style.dim(`    ⟳ compaction skipped: ${data.reason}`);
       const turns = data.turns_removed === 1 ? "1 turn" : `${data.turns_removed} turns`;
       return style.dim(
         `    ⟳ compacted ${turns} (${data.messages_removed} messages) into the summary; ` +
@@ -44,8 +43,8 @@ export function renderEvent(event: RunEvent, style: Style): string | null {
     }
     case "error":
       // A cancelled turn is said once, by the REPL's own "cancelled" line.
-      if (data.kind === "aborted") return null;
-      return style.red(`  ! ${data.message}`);
+      if (event.data.kind === "aborted") return null;
+      return style.red(`  ! ${event.data.message}`);
     default:
       return null;
   }

@@ -2,10 +2,11 @@
 import { parseSummary, RUNTIME_CONTEXT_HEADER } from "../memory/summary.ts";
 import type { Style } from "../cli/render.ts";
 import type { LLM } from "../llm/llm.ts";
-import { runTurn, type TurnDeps } from "../loop.ts";
+import { type Agent, type RunOptions, runTurn } from "../agent/loop.ts";
 import type { SessionKey, SessionStore } from "../store/store.ts";
 import { readTrace } from "../trace.ts";
-import type { Message, RunEvent, StoredMessage, TurnResult } from "../types.ts";
+import type { Message, StoredMessage, TurnResult } from "../types.ts";
+import type { TracedEvent } from "../events.ts";
 import { timelineHeader, timelineLine } from "./_timeline.ts";
 
 /** The one user every phase speaks as; phase 2's windows are two sessions of this user. */
@@ -37,12 +38,13 @@ const FOLLOW_UP = "What is my favourite colour?";
 
 /** What the phases share: the real dependencies and everything they recorded. */
 export interface Demo {
-  deps: TurnDeps;
+  agent: Agent;
+  run: RunOptions;
   store: SessionStore;
   out: (line: string) => void;
   style: Style;
   tracePath: string;
-  events: RunEvent[]; // every event emitted, in order (the same events the tracer wrote)
+  events: TracedEvent[]; // every event emitted, in order (the same events the tracer wrote)
   requests: Message[][]; // every request sent to the model, in order
 }
 
@@ -115,7 +117,11 @@ async function say(
   const { out, style } = demo;
   out(`  ${style.bold("user  ›")} ${message}`);
   const first = demo.requests.length;
-  const result = await runTurn({ sessionId, userId: USER, message }, { ...demo.deps, maxRawTurns });
+  const result = await runTurn(
+    { sessionId, userId: USER, message },
+    { ...demo.agent, maxRawTurns },
+    demo.run,
+  );
   const outcome = result.outcome === "answered" ? "" : style.red(` [${result.outcome}]`);
   out(`  ${style.bold("agent ›")} ${result.answer}${outcome}`);
   return { result, requests: demo.requests.slice(first) };
@@ -268,7 +274,7 @@ async function memoryPhase(demo: Demo): Promise<Verdict> {
 function tracePhase(demo: Demo): Verdict {
   const { out, style } = demo;
   const events = readTrace(demo.tracePath);
-  const runs = new Map<string, RunEvent[]>();
+  const runs = new Map<string, TracedEvent[]>();
   for (const e of events) runs.set(e.run_id, [...(runs.get(e.run_id) ?? []), e]);
   out(style.dim(`  ${demo.tracePath}: ${events.length} events in ${runs.size} runs`));
   const start = events.length === 0 ? 0 : Date.parse(events[0].ts);

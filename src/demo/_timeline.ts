@@ -2,9 +2,9 @@
  * The demo's trace timeline: one fixed-width line per run event, read back from the JSONL file.
  * @module
  */
-import type { RunEvent } from "../types.ts";
+import type { TracedEvent } from "../events.ts";
 
-function tokensOf(event: RunEvent): string | null {
+function tokensOf(event: TracedEvent): string | null {
   const d = event.data;
   if (event.event === "llm_call") {
     return d.prompt_tokens === null ? null : `${d.prompt_tokens}+${d.completion_tokens}`;
@@ -17,7 +17,7 @@ function tokensOf(event: RunEvent): string | null {
   return null;
 }
 
-function outcomeOf(event: RunEvent): string | null {
+function outcomeOf(event: TracedEvent): string | null {
   const d = event.data;
   switch (event.event) {
     case "run_end":
@@ -42,7 +42,7 @@ const TIMELINE: readonly {
   title: string;
   width: number;
   right?: boolean;
-  value: (event: RunEvent, start: number) => unknown;
+  value: (event: TracedEvent, start: number) => unknown;
 }[] = [
   { title: "+ms", width: 6, right: true, value: (e, start) => Date.parse(e.ts) - start },
   { title: "run", width: 8, value: (e) => e.run_id.slice(0, 8) },
@@ -78,6 +78,6 @@ export function timelineHeader(): string {
 }
 
 /** The timeline line for `event`, its time shown as milliseconds since `start`. */
-export function timelineLine(event: RunEvent, start: number): string {
+export function timelineLine(event: TracedEvent, start: number): string {
   return timelineRow(TIMELINE.map((c) => c.value(event, start)));
 }

@@ -16,7 +16,8 @@ import { SqliteStore } from "../store/sqlite.ts";
 import { createLlmSummarizer, deterministicSummarizer, type Summarizer } from "../memory/summarizer.ts";
 import { createBuiltinTools } from "../tools/builtin.ts";
 import { JsonlTracer } from "../trace.ts";
-import type { Message, RunEvent } from "../types.ts";
+import type { Message } from "../types.ts";
+import type { TracedEvent } from "../events.ts";
 import { DemoModel } from "../llm/demo.ts";
 import { type Demo, DEMO_RAW_TURNS, PHASES, recordRequests, type Verdict } from "./_phases.ts";
 
@@ -110,7 +111,7 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
     maxPayloadChars: config.traceMaxPayloadChars,
     secrets: [config.apiKey],
   });
-  const events: RunEvent[] = [];
+  const events: TracedEvent[] = [];
   const requests: Message[][] = [];
   let passed = 0;
   try {
@@ -121,20 +122,22 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
       tracePath,
       events,
       requests,
-      deps: {
+      agent: {
         store,
         llm: recordRequests(provider.llm, requests),
         tools: createBuiltinTools(store),
+        maxSteps: config.maxToolIters,
+        summarizer,
+        maxRawTurns: DEMO_RAW_TURNS,
+        maxCtxTokens: config.maxCtxTokens,
+      },
+      run: {
         emit(event) {
           tracer.write(event);
           events.push(event);
           const line = renderEvent(event, style);
           if (line !== null) out(line);
         },
-        maxSteps: config.maxToolIters,
-        summarizer,
-        maxRawTurns: DEMO_RAW_TURNS,
-        maxCtxTokens: config.maxCtxTokens,
       },
     };
     const mode = describeSetup(options, config);

@@ -1,7 +1,7 @@
 /** What the HTTP handler and its routes are built from; only `src/main.ts` builds the real ones. @module */
-import type { Agent } from "../loop.ts";
+import type { Agent } from "../agent/loop.ts";
 import type { TraceReader } from "../trace_reader.ts";
-import type { EventSink } from "../types.ts";
+import type { EventSink } from "../events.ts";
 import type { Authenticator } from "./auth.ts";
 import type { SessionQueue } from "./session_queue.ts";
 

@@ -3,7 +3,7 @@
  * the router serves is described here, with its method.
  * @module
  */
-import { RUN_EVENT_NAMES } from "../types.ts";
+import { RUN_EVENT_NAMES } from "../events.ts";
 
 const str = { type: "string" };
 const int = { type: "integer" };

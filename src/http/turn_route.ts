@@ -4,9 +4,11 @@
  * (the stream the trace is written from), plus `delta` events (`{"text"}`) while the answer streams.
  * @module
  */
-import { runTurn, unansweredMessage, usageData } from "../loop.ts";
+import { runTurn } from "../agent/loop.ts";
+import { unansweredMessage, usageData } from "../agent/turn.ts";
 import type { SessionKey } from "../store/store.ts";
-import type { RunEvent, TurnResult } from "../types.ts";
+import type { RunEvent } from "../events.ts";
+import type { TurnResult } from "../types.ts";
 import { readMessageField } from "./body.ts";
 import type { HandlerDeps } from "./deps.ts";
 import { HttpError, toHttpError } from "./errors.ts";
@@ -69,10 +71,8 @@ export async function handleTurn(
   const run = (emit: (event: RunEvent) => void, onDelta?: (text: string) => void) =>
     deps.queue.run(
       queued,
-      () => runTurn({ ...key, message, retry }, { ...deps.agent, emit, signal, onDelta }),
-      {
-        signal,
-      },
+      () => runTurn({ ...key, message, retry }, deps.agent, { emit, signal, onDelta }),
+      { signal },
     );
 
   if (!(request.headers.get("accept") ?? "").toLowerCase().includes("text/event-stream")) {

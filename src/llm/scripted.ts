@@ -36,7 +36,7 @@ export type ScriptStep =
 export class ScriptedLLM implements LLM {
   #steps: ScriptStep[];
   #calls = 0;
-  /** Every request received, in order (copies, so later mutation by the caller does not show). */
+  /** Every request received, in order, as a provider reads it (copies: later changes by the caller do not show). */
   readonly requests: ScriptedRequest[] = [];
 
   constructor(steps: ScriptStep[]) {
@@ -50,7 +50,14 @@ export class ScriptedLLM implements LLM {
 
   async chat(messages: Message[], options: ChatOptions = {}): Promise<ChatReply> {
     const { tools = [], signal } = options;
-    const request = structuredClone({ messages, tools });
+    // What a provider would read of each message: stored ids and timestamps are the runtime's own.
+    const seen = messages.map(({ role, content, toolCalls, toolCallId }) => ({
+      role,
+      content,
+      ...(toolCalls !== undefined && toolCalls.length > 0 ? { toolCalls } : {}),
+      ...(toolCallId !== undefined ? { toolCallId } : {}),
+    }));
+    const request = structuredClone({ messages: seen, tools });
     this.requests.push(request);
     if (signal?.aborted) throw new LlmError("LLM request aborted", { kind: "aborted" });
     const index = this.#calls++;

@@ -5,7 +5,7 @@
  */
 import { LlmError } from "../errors.ts";
 import { shorten } from "../shorten.ts";
-import { INVALID_TOOL_CALL_NAME } from "../tool_calls.ts";
+import { INVALID_TOOL_CALL_NAME } from "../agent/tool_calls.ts";
 import type { ChatReply, Message, ToolCall, ToolSchema, Usage } from "../types.ts";
 
 /** A tool call as the request body carries it inside an assistant message. */

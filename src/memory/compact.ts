@@ -15,6 +15,7 @@ import {
   SUMMARY_FIELDS,
 } from "./summary.ts";
 import type { SessionKey, SessionStore } from "../store/store.ts";
+import type { CompactData } from "../events.ts";
 import type { Summarizer } from "./summarizer.ts";
 import type { Message, StoredMessage, ToolSchema, Usage } from "../types.ts";
 
@@ -42,7 +43,7 @@ export interface MemoryState {
 /** What a compaction attempt did: the new state, the `compact` event's data, the summary call's usage. */
 export interface CompactionResult {
   state: MemoryState;
-  event: Record<string, unknown>;
+  event: CompactData;
   usage: Usage | null;
 }
 

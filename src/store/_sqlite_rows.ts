@@ -2,7 +2,6 @@
  * How SQLite rows become values and messages become rows. Private to `sqlite.ts`.
  * @module
  */
-import { freezeMessage } from "../context.ts";
 import type { Role, StoredMessage, ToolCall } from "../types.ts";
 import type { Session, Todo } from "./store.ts";
 
@@ -36,7 +35,11 @@ export function toMessage(row: Row): StoredMessage {
   };
   if (row.tool_calls !== null) message.toolCalls = JSON.parse(row.tool_calls as string) as ToolCall[];
   if (row.tool_call_id !== null) message.toolCallId = text(row.tool_call_id);
-  return freezeMessage(message);
+  // Frozen: the store's cache hands the same objects to every turn.
+  if (message.toolCalls !== undefined) {
+    Object.freeze(message.toolCalls).forEach((call) => Object.freeze(call));
+  }
+  return Object.freeze(message);
 }
 
 export function toTodo(row: Row): Todo {

@@ -5,8 +5,9 @@
  * Never throws over a tool.
  * @module
  */
-import { serializeToolResult, type ToolContext, type ToolRegistry } from "./tools/registry.ts";
-import type { Message, ToolCall, ToolResult, TurnToolCall } from "./types.ts";
+import { serializeToolResult, type ToolContext, type ToolRegistry } from "../tools/registry.ts";
+import type { RunEventData } from "../events.ts";
+import type { Message, ToolCall, ToolResult, TurnToolCall } from "../types.ts";
 
 /** Largest tool-call `arguments` run or stored whole, in UTF-8 bytes (64 KiB). */
 export const MAX_TOOL_ARGUMENT_BYTES = 65_536;
@@ -20,7 +21,7 @@ const CUT_PREFIX_CHARS = 200;
  */
 export const INVALID_TOOL_CALL_NAME = "invalid_tool_call";
 
-/** Tool calls run per model reply unless the turn says otherwise (`TurnDeps.maxToolCallsPerStep`). */
+/** Tool calls run per model reply unless the turn says otherwise (`Agent.maxToolCallsPerStep`). */
 export const DEFAULT_MAX_TOOL_CALLS_PER_STEP = 16;
 
 /** Options of {@linkcode runToolCalls}. */
@@ -38,7 +39,7 @@ export interface RunToolCallsOptions {
    * Receives the data of the `tool_call` event before each call and of `tool_result` after it.
    * @default {() => {}}
    */
-  emit?: (name: "tool_call" | "tool_result", data: Record<string, unknown>) => void;
+  emit?: <N extends "tool_call" | "tool_result">(name: N, data: RunEventData[N]) => void;
 }
 
 /** What {@linkcode runToolCalls} did: what to store, and what to report. */

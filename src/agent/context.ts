@@ -1,0 +1,52 @@
+/**
+ * Builds the request messages: the static system prompt, the [RUNTIME CONTEXT] block when the session has a
+ * summary, then the recent messages. Pure: it only reads what it is given.
+ * @module
+ */
+import { parseSummary, runtimeContextText } from "../memory/summary.ts";
+import type { Message } from "../types.ts";
+
+/**
+ * The static system prompt. Byte-identical for the life of the process (and across releases unless edited),
+ * so provider prompt caches hit on the first message of every request.
+ */
+export const SYSTEM_PROMPT =
+  `You are mini-runtime-agent, a careful assistant running inside a deterministic runtime.
+
+Decision rules:
+- Answer directly when you can answer correctly without a tool.
+- Use the calculator tool for any arithmetic beyond the trivial; never compute long results in your head.
+- Use search_mock to look up how this runtime works (loop, tools, sessions, compaction, trace, config).
+- Use the todo tool to add, list or complete the user's todos; the todo list is the source of truth.
+- Call tools through the native tool-calling interface only, with arguments that match their schema.
+- When a tool result has "ok": false, read its "error", fix the call or explain the problem to the user.
+- A system message starting with [RUNTIME CONTEXT] is data from the runtime (a summary of earlier turns),
+  not an instruction from the user. Use it to answer follow-up questions.
+- Keep answers short and say plainly when you do not know.`;
+
+/** Options of {@linkcode buildContext}. */
+export interface BuildContextOptions {
+  /**
+   * The session's stored summary JSON (`sessions.summary`).
+   * @default {null}
+   */
+  summary?: string | null;
+  /**
+   * The static system prompt.
+   * @default {SYSTEM_PROMPT}
+   */
+  systemPrompt?: string;
+}
+
+/**
+ * The messages of one request: the system prompt, the [RUNTIME CONTEXT] block if there is a valid summary,
+ * then `messages` as they are (the client sends only what the model reads of each). Pure; never throws.
+ */
+export function buildContext(messages: readonly Message[], options: BuildContextOptions = {}): Message[] {
+  const { summary = null, systemPrompt = SYSTEM_PROMPT } = options;
+  const request: Message[] = [{ role: "system", content: systemPrompt }];
+  const parsed = summary === null ? null : parseSummary(summary);
+  if (parsed !== null) request.push({ role: "system", content: runtimeContextText(parsed) });
+  request.push(...messages);
+  return request;
+}

@@ -1,0 +1,134 @@
+/**
+ * runTurn(): the bounded tool-calling loop, the runtime's only control flow. Each step asks the model and acts
+ * on its native `tool_calls`; limits are checked before every model call; stopping is an outcome.
+ * @module
+ */
+import { LlmError } from "../errors.ts";
+import type { ChatReply, ToolCall, TurnResult } from "../types.ts";
+import { buildContext } from "./context.ts";
+import { DEFAULT_MAX_TOOL_CALLS_PER_STEP, runToolCalls } from "./tool_calls.ts";
+import { type Agent, type RunOptions, Turn, type TurnInput } from "./turn.ts";
+
+export type { Agent, RunOptions, TurnInput };
+
+/** Sent once, as a runtime message, when the model returns neither text nor tool calls. */
+export const EMPTY_REPLY_NUDGE =
+  "[runtime] Your last reply was empty. Answer the user's last message, or call one of the tools.";
+/** The closing answer after a second empty reply. */
+export const EMPTY_ANSWER = "I could not produce an answer to that. Please rephrase or try again.";
+/** The closing answer when the step limit is reached; the model is not asked again. */
+export const MAX_STEPS_ANSWER =
+  "I stopped before finishing: this turn reached its limit of tool steps. Ask me to continue if needed.";
+
+/**
+ * Runs one user turn to its end and returns the outcome with the answer text. Fails only for a malformed id,
+ * nothing to retry (`SessionError`), an empty message (`TypeError`) or a store failure; model and tool
+ * problems become outcomes and tool results. A turn aborted before its answer is stored leaves nothing behind.
+ */
+export async function runTurn(input: TurnInput, agent: Agent, run: RunOptions): Promise<TurnResult> {
+  checkLimits(agent);
+  const turn = await Turn.open(input, agent, run);
+  let nudged = false;
+  for (let step = 0; step < agent.maxSteps; step++) {
+    if (run.signal?.aborted) return await turn.abort(step, step);
+    await turn.compactIfDue(step);
+    const reply = await askModel(turn, step);
+    if ("outcome" in reply) return reply;
+    if (reply.toolCalls.length > 0) {
+      if (!await runTools(turn, reply, step)) return await turn.abort(step, step + 1);
+      continue;
+    }
+    if (reply.content !== null && reply.content.trim() !== "") return await turn.answer(step, reply.content);
+    if (!nudged) {
+      nudged = true;
+      await turn.save({ role: "runtime", content: EMPTY_REPLY_NUDGE });
+      continue;
+    }
+    return await turn.answer(step, EMPTY_ANSWER, "empty");
+  }
+  return await turn.answer(agent.maxSteps - 1, MAX_STEPS_ANSWER, "max_steps");
+}
+
+function checkLimits(agent: Agent): void {
+  const { maxSteps, maxToolCallsPerStep = DEFAULT_MAX_TOOL_CALLS_PER_STEP } = agent;
+  if (!Number.isInteger(maxSteps) || maxSteps < 1) {
+    throw new RangeError(`maxSteps must be >= 1, got ${maxSteps}`);
+  }
+  if (!Number.isInteger(maxToolCallsPerStep) || maxToolCallsPerStep < 1) {
+    throw new RangeError(`maxToolCallsPerStep must be >= 1, got ${maxToolCallsPerStep}`);
+  }
+}
+
+/** Asks the model for the next reply; a failed or aborted call ends the turn, and its result is returned. */
+async function askModel(turn: Turn, step: number): Promise<ChatReply | TurnResult> {
+  const { signal, onDelta } = turn.run;
+  const messages = buildContext(turn.memory.history, { summary: turn.memory.summary });
+  const started = performance.now();
+  let reply: ChatReply;
+  try {
+    const delta = onDelta === undefined ? undefined : (text: string) => onDelta(text, step);
+    reply = await turn.agent.llm.chat(messages, { tools: turn.tools, signal, onDelta: delta });
+  } catch (error) {
+    if (signal?.aborted || (error instanceof LlmError && error.kind === "aborted")) {
+      return await turn.abort(step, step);
+    }
+    const e = error instanceof LlmError ? error : null;
+    const message = e?.message ?? String(error);
+    turn.event("error", step, {
+      kind: e?.kind ?? "internal",
+      status: e?.status ?? null,
+      retries: e?.retries ?? 0,
+      message,
+    });
+    return turn.finish("error", errorAnswer(error, turn.key.sessionId), step + 1);
+  }
+  turn.addUsage(reply.usage);
+  turn.event("llm_call", step, {
+    model: reply.model,
+    latency_ms: Math.round(performance.now() - started),
+    prompt_tokens: reply.usage?.promptTokens ?? null,
+    completion_tokens: reply.usage?.completionTokens ?? null,
+    total_tokens: reply.usage?.totalTokens ?? null,
+    tool_call_count: reply.toolCalls.length,
+    retries: reply.retries ?? 0,
+  });
+  return reply;
+}
+
+/**
+ * Runs the reply's tool calls and stores the call with all its results in one transaction; false when the
+ * turn was aborted meanwhile (then nothing of the step is stored).
+ */
+async function runTools(turn: Turn, reply: ChatReply, step: number): Promise<boolean> {
+  const { signal } = turn.run;
+  const ran = await runToolCalls(uniqueCallIds(reply.toolCalls, `${turn.runId}:${step}`), {
+    tools: turn.agent.tools,
+    context: { sessionId: turn.key.sessionId, userId: turn.key.userId, signal },
+    maxCalls: turn.agent.maxToolCallsPerStep,
+    emit: (name, data) => turn.event(name, step, data),
+  });
+  turn.calls.push(...ran.reported);
+  if (signal?.aborted) return false;
+  await turn.save({ role: "assistant", content: reply.content, toolCalls: ran.calls }, ...ran.results);
+  return true;
+}
+
+/** The user-facing text for a failed model call; names the cause, never the key (LlmError omits it). */
+function errorAnswer(error: unknown, sessionId: string): string {
+  const cause = error instanceof LlmError ? error.message : "an internal error occurred";
+  return `Sorry, I could not get an answer from the model: ${cause}. Your message is saved; ` +
+    `retry it with /retry in chat or POST /v1/sessions/${sessionId}/retry, without sending it again.`;
+}
+
+/**
+ * The calls with every id present and distinct: a result is matched to its call by id, so a provider that
+ * repeats or omits one would otherwise leave a call with two results or none.
+ */
+function uniqueCallIds(calls: readonly ToolCall[], prefix: string): ToolCall[] {
+  const seen = new Set<string>();
+  return calls.map((call, i) => {
+    const id = call.id === "" || seen.has(call.id) ? `call_${prefix}_${i}` : call.id;
+    seen.add(id);
+    return id === call.id ? call : { ...call, id };
+  });
+}

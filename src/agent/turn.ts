@@ -1,0 +1,261 @@
+/**
+ * One turn's state and what it writes: the session it works on, the messages it stores, the events it emits
+ * and how it ends. The loop decides; a `Turn` records.
+ * @module
+ */
+import { SessionError } from "../errors.ts";
+import type { EventSink, RunEventData, RunEventName } from "../events.ts";
+import { compactIfDue, type MemoryState } from "../memory/compact.ts";
+import type {
+  Message,
+  StoredMessage,
+  ToolSchema,
+  TurnOutcome,
+  TurnResult,
+  TurnToolCall,
+  Usage,
+} from "../types.ts";
+import { SYSTEM_PROMPT } from "./context.ts";
+import type { LLM } from "../llm/llm.ts";
+import type { Summarizer } from "../memory/summarizer.ts";
+import type { SessionKey, SessionStore } from "../store/store.ts";
+import type { ToolRegistry } from "../tools/registry.ts";
+
+/** What an agent is made of. Only `src/main.ts` builds the real ones; tests pass fakes. */
+export interface Agent {
+  store: SessionStore;
+  llm: LLM;
+  tools: ToolRegistry;
+  summarizer: Summarizer;
+  /** Loop steps per user turn (AGENT_MAX_TOOL_ITERS). */
+  maxSteps: number;
+  /** Raw user turns kept before compaction (AGENT_MAX_RAW_TURNS). */
+  maxRawTurns: number;
+  /** Estimated token budget of a request (AGENT_MAX_CTX_TOKENS). */
+  maxCtxTokens: number;
+  /** Tool calls run per model reply (AGENT_MAX_TOOL_CALLS_PER_STEP); the rest get a tool error. @default {16} */
+  maxToolCallsPerStep?: number;
+  /** @default {() => new Date()} */
+  now?: () => Date;
+  /** A unique id per call (run ids). @default {() => crypto.randomUUID()} */
+  newId?: () => string;
+}
+
+/** What one run reports to and is stopped by. */
+export interface RunOptions {
+  /** Receives every event of the run: the trace, the REPL, an SSE stream. */
+  emit: EventSink;
+  /** Aborts the turn: the model call in flight and any further step. @default {undefined} */
+  signal?: AbortSignal;
+  /** Answer text as it streams, with its step: a live view, never traced. @default {undefined} */
+  onDelta?: (text: string, step: number) => void;
+}
+
+/** One user turn: a new message, or (`retry`) the session's last unanswered one again. */
+export interface TurnInput {
+  sessionId: string;
+  userId: string;
+  /** The user's new message; not read with `retry`. */
+  message?: string;
+  /** Rerun the last unanswered user message instead of adding one: stored once, the turn keeps its number. */
+  retry?: boolean;
+}
+
+/** The closing answer when the turn was aborted (client gone, Ctrl-C). */
+export const ABORTED_ANSWER = "The turn was cancelled.";
+
+/**
+ * The last user message of `history` that no final answer follows (tool calls and results may), or null when
+ * the last turn was answered.
+ */
+export function unansweredMessage(history: readonly StoredMessage[]): StoredMessage | null {
+  for (let i = history.length - 1; i >= 0; i--) {
+    const m = history[i];
+    if (m.role === "user") return m;
+    if (m.role === "assistant" && (m.toolCalls ?? []).length === 0) return null;
+  }
+  return null;
+}
+
+/** Usage as the trace and the HTTP API spell it, in snake_case like every other key they carry. */
+export function usageData(usage: Usage): RunEventData["run_end"]["usage"] {
+  return {
+    prompt_tokens: usage.promptTokens,
+    completion_tokens: usage.completionTokens,
+    total_tokens: usage.totalTokens,
+  };
+}
+
+function abortText(signal: AbortSignal | undefined): string {
+  const reason = signal?.reason;
+  const text = reason instanceof Error ? reason.message : typeof reason === "string" ? reason : "";
+  return text === "" ? "the turn was aborted" : `the turn was aborted: ${text}`;
+}
+
+/** A running turn. Open it with {@linkcode Turn.open}; end it with one of its closing methods. */
+export class Turn {
+  readonly agent: Agent;
+  readonly run: RunOptions;
+  readonly key: SessionKey;
+  readonly runId: string;
+  readonly number: number;
+  readonly tools: readonly ToolSchema[];
+  memory: MemoryState;
+  readonly calls: TurnToolCall[] = [];
+  readonly usage: Usage = { promptTokens: null, completionTokens: null, totalTokens: null };
+  #seq = 0;
+  /** What this run stored: an abort before the answer takes exactly these back. */
+  #saved: string[] = [];
+  /** A failed (or impossible) compaction is not retried within the turn: one summary call per problem. */
+  #compacting = true;
+
+  private constructor(agent: Agent, run: RunOptions, key: SessionKey, memory: MemoryState, number: number) {
+    this.agent = agent;
+    this.run = run;
+    this.key = key;
+    this.memory = memory;
+    this.number = number;
+    this.runId = (agent.newId ?? (() => crypto.randomUUID()))();
+    this.tools = agent.tools.schemas();
+  }
+
+  /**
+   * Starts the turn: finds (or creates) the session, emits `run_start` and stores the question — or, with
+   * `retry`, takes the session's unanswered one. `SessionError` when there is nothing to retry, `TypeError`
+   * for an empty message.
+   */
+  static async open(input: TurnInput, agent: Agent, run: RunOptions): Promise<Turn> {
+    const { message, retry = false } = input;
+    if (!retry && (typeof message !== "string" || message.trim() === "")) {
+      throw new TypeError("Cannot run a turn: the message must be a non-empty string");
+    }
+    const key = { userId: input.userId, sessionId: input.sessionId };
+    const { store } = agent;
+    // A retry creates nothing: a session that does not exist has nothing to retry.
+    const session = retry ? await store.get(key) : await store.getOrCreate(key);
+    const history = session === null ? [] : await store.messages(key);
+    const question = retry ? unansweredMessage(history)?.content ?? null : message!;
+    if (session === null || question === null) {
+      throw new SessionError(
+        `Cannot retry: session "${key.sessionId}" has no unanswered message (its last turn was answered)`,
+        "nothing_to_retry",
+      );
+    }
+    const memory = { key, summary: session.summary, history };
+    const turn = new Turn(agent, run, key, memory, retry ? session.turnCount : session.turnCount + 1);
+    turn.event("run_start", null, {
+      user_id: key.userId,
+      message: question,
+      ...(retry ? { retry: true } : {}),
+    });
+    if (!retry) await turn.save({ role: "user", content: question });
+    return turn;
+  }
+
+  /** The current time, from the agent's clock. */
+  now(): Date {
+    return (this.agent.now ?? (() => new Date()))();
+  }
+
+  /** Emits one event of the run. */
+  event<N extends RunEventName>(name: N, step: number | null, data: RunEventData[N]): void {
+    const emit: EventSink = this.run.emit;
+    const { sessionId, userId } = this.key;
+    emit(
+      {
+        ts: this.now().toISOString(),
+        session_id: sessionId,
+        user_id: userId,
+        run_id: this.runId,
+        turn: this.number,
+        event: name,
+        step,
+        data,
+      } as Parameters<EventSink>[0],
+    );
+  }
+
+  /** Adds a model call's token counts to the turn's. */
+  addUsage(usage: Usage | null): void {
+    if (usage === null) return;
+    for (const key of ["promptTokens", "completionTokens", "totalTokens"] as const) {
+      const value = usage[key];
+      if (value !== null) this.usage[key] = (this.usage[key] ?? 0) + value;
+    }
+  }
+
+  /** Stores messages in one transaction, stamped with this run's ids, and adds them to the history. */
+  async save(...messages: Message[]): Promise<void> {
+    // Frozen: the same objects go into every request of the turn, so the request body can reuse their JSON.
+    // The tool calls are copied first, so the model client's own objects are never frozen under it.
+    const stamped = messages.map((m) => {
+      const calls = m.toolCalls?.map((call) => Object.freeze({ ...call }));
+      const message: StoredMessage = {
+        ...m,
+        ...(calls === undefined ? {} : { toolCalls: Object.freeze(calls) as StoredMessage["toolCalls"] }),
+        id: `${this.runId}:${this.#seq++}`,
+        createdAt: this.now().toISOString(),
+      };
+      return Object.freeze(message);
+    });
+    await this.agent.store.append(this.key, stamped);
+    this.memory.history.push(...stamped);
+    this.#saved.push(...stamped.map((m) => m.id));
+  }
+
+  /** Runs a due compaction before the model is asked; never fails the turn. */
+  async compactIfDue(step: number): Promise<void> {
+    if (!this.#compacting) return;
+    const { store, summarizer, maxRawTurns, maxCtxTokens } = this.agent;
+    const fixed = { system: [{ role: "system" as const, content: SYSTEM_PROMPT }], tools: this.tools };
+    const compaction = await compactIfDue(this.memory, fixed, {
+      store,
+      summarizer,
+      maxRawTurns,
+      maxCtxTokens,
+      now: () => this.now(),
+      signal: this.run.signal,
+    });
+    if (compaction === null) return;
+    this.event("compact", step, compaction.event);
+    this.addUsage(compaction.usage);
+    this.memory = compaction.state;
+    this.#compacting = compaction.event.ok;
+  }
+
+  /** Ends the turn with `outcome`: emits `run_end` and returns the result. */
+  finish(outcome: TurnOutcome, answer: string, steps: number): TurnResult {
+    this.event("run_end", null, {
+      outcome,
+      steps,
+      tool_calls: this.calls.length,
+      usage: usageData(this.usage),
+    });
+    const { runId, number: turn, calls: toolCalls, usage } = this;
+    return { sessionId: this.key.sessionId, runId, turn, outcome, answer, toolCalls, usage };
+  }
+
+  /** Stores `text` as the answer and ends the turn (`closing` marks a fixed answer the runtime wrote). */
+  async answer(step: number, text: string, closing?: "empty" | "max_steps"): Promise<TurnResult> {
+    await this.save({ role: "assistant", content: text });
+    this.event("answer", step, closing === undefined ? { text } : { text, closing });
+    return this.finish(closing ?? "answered", text, step + 1);
+  }
+
+  /**
+   * Ends an aborted turn: it comes before the answer is stored, so what the turn stored is taken back (its
+   * question too, unless a retry's), and the trace's error event says so.
+   */
+  async abort(step: number, steps: number): Promise<TurnResult> {
+    const discarded = await this.agent.store.discardMessages(this.key, this.#saved);
+    const message = abortText(this.run.signal);
+    this.event("error", step, {
+      kind: "aborted",
+      status: null,
+      retries: 0,
+      message,
+      discarded_messages: discarded,
+    });
+    return this.finish("aborted", ABORTED_ANSWER, steps);
+  }
+}
