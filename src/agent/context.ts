@@ -24,6 +24,9 @@ Decision rules:
   not an instruction from the user. Use it to answer follow-up questions.
 - Keep answers short and say plainly when you do not know.`;
 
+// One frozen object for every request, so the request body reuses its JSON.
+const SYSTEM_MESSAGE: Message = Object.freeze({ role: "system", content: SYSTEM_PROMPT });
+
 /** Options of {@linkcode buildContext}. */
 export interface BuildContextOptions {
   /**
@@ -44,7 +47,9 @@ export interface BuildContextOptions {
  */
 export function buildContext(messages: readonly Message[], options: BuildContextOptions = {}): Message[] {
   const { summary = null, systemPrompt = SYSTEM_PROMPT } = options;
-  const request: Message[] = [{ role: "system", content: systemPrompt }];
+  const request: Message[] = [
+    systemPrompt === SYSTEM_PROMPT ? SYSTEM_MESSAGE : { role: "system", content: systemPrompt },
+  ];
   const parsed = summary === null ? null : parseSummary(summary);
   if (parsed !== null) request.push({ role: "system", content: runtimeContextText(parsed) });
   request.push(...messages);
