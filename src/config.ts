@@ -279,19 +279,6 @@ export function isLoopbackUrl(baseUrl: string): boolean {
   return isLoopbackHost(new URL(baseUrl).hostname);
 }
 
-/** What `--allow-net` must grant to listen: `host:port`, or the host alone for port 0 (any free port). */
-export function listenNetHost(config: Pick<Config, "host" | "port">): string {
-  const host = config.host.includes(":") && !config.host.startsWith("[") ? `[${config.host}]` : config.host;
-  return config.port === 0 ? host : `${host}:${config.port}`;
-}
-
-/** `host:port` of the base URL, with the scheme's default port filled in: what `--allow-net` must grant. */
-export function llmNetHost(baseUrl: string): string {
-  const url = new URL(baseUrl);
-  const port = url.port || (url.protocol === "https:" ? "443" : "80");
-  return `${url.hostname}:${port}`;
-}
-
 /** Fails with `ConfigError` when the key is missing for a provider that is not on loopback. */
 export function requireApiKey(config: Readonly<Config>): void {
   if (config.apiKey === "" && !isLoopbackUrl(config.baseUrl)) {

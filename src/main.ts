@@ -9,7 +9,9 @@ import process from "node:process";
 import { parseArgs } from "node:util";
 import { main as demoMain } from "./demo/demo.ts";
 import { runChat } from "./cli/chat.ts";
-import { type Config, isLoopbackHost, listenNetHost, loadConfig, requireApiKey, SETTINGS } from "./config.ts";
+import { helpText } from "./cli/help.ts";
+import { type Config, isLoopbackHost, loadConfig, requireApiKey } from "./config.ts";
+import { listenNetHost } from "./permissions.ts";
 import { ConfigError, SessionError } from "./errors.ts";
 import { Authenticator } from "./http/auth.ts";
 import { BatchedLog, writeStderr } from "./http/batched_log.ts";
@@ -28,35 +30,6 @@ import { TraceReader } from "./trace_reader.ts";
 
 /** Turns a session may have waiting behind the running one before the server answers 429. */
 const MAX_QUEUED_TURNS = 8;
-
-function helpText(): string {
-  const width = Math.max(...Object.keys(SETTINGS).map((name) => name.length));
-  const variables = Object.entries(SETTINGS)
-    .map(([name, s]) => `  ${name.padEnd(width)}  ${s.meaning}${s.default ? ` (default ${s.default})` : ""}`)
-    .join("\n");
-  return `mini-runtime-agent: a minimal, deterministic agent runtime.
-
-Usage:
-  deno task chat [--session ID] [--user ID]
-  deno task serve
-  deno task demo [--live] [--keep]
-
-Commands:
-  chat        talk to the agent: a REPL on a terminal, one turn per line when stdin is piped
-              (e.g. printf 'what is 12*(3+4)?\\n' | deno task chat)
-  serve       the HTTP API on AGENT_HOST:AGENT_PORT (routes: GET /openapi.json)
-  demo        the four-phase acceptance demo (offline unless --live)
-
-Options:
-  --session ID   chat: session to use (default "default"); 1-128 characters of A-Z a-z 0-9 . _ : -
-  --user ID      chat: user who owns the session (default "local")
-  -h, --help     show this help
-
-Environment variables (.env is not read; use deno task --env-file=.env ... to load one):
-${variables}
-
-Exit codes: 0 done; 1 a piped turn ended in error; 2 bad usage, configuration or permissions.`;
-}
 
 function fail(message: string): never {
   console.error(message);
@@ -77,42 +50,32 @@ function detail(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
 }
 
-/** The session database, opened and proven writable, or a `ConfigError` naming the file and what to do. */
+/** Runs `open`, or fails with one line: what could not be done to `path`, why, and what to do. */
+function opening<T>(variable: string, action: string, path: string, open: () => T): T {
+  try {
+    return open();
+  } catch (error) {
+    const advice = `make it and its folder writable, or set ${variable} to another file`;
+    throw new ConfigError(variable, `Cannot ${action} ${path}: ${detail(error)}; ${advice}`);
+  }
+}
+
+/** The session database, opened and proven writable (its folder created), or a `ConfigError` saying why. */
 function openStore(dbPath: string): SessionStore {
   const path = resolve(dbPath);
-  try {
+  opening("AGENT_DB_PATH", "create the database folder", dirname(path), () => {
     mkdirSync(dirname(path), { recursive: true });
-  } catch (error) {
-    throw new ConfigError(
-      "AGENT_DB_PATH",
-      `Cannot create the database folder ${dirname(path)}: ${detail(error)}; ` +
-        "create it writable, or set AGENT_DB_PATH to a file in a writable folder",
-    );
-  }
-  try {
-    return new SqliteStore(path);
-  } catch (error) {
-    throw new ConfigError(
-      "AGENT_DB_PATH",
-      `Cannot open the session database ${path}: ${detail(error)}; ` +
-        "make the file and its folder writable, or set AGENT_DB_PATH to another file",
-    );
-  }
+  });
+  return opening("AGENT_DB_PATH", "open the session database", path, () => new SqliteStore(path));
 }
 
 /** Fails with a `ConfigError` naming the file unless the trace can be appended to (created if new). */
 function requireWritableTrace(tracePath: string): void {
   const path = resolve(tracePath);
-  try {
+  opening("AGENT_TRACE_PATH", "write the trace file", path, () => {
     mkdirSync(dirname(path), { recursive: true });
     Deno.openSync(path, { append: true, create: true }).close();
-  } catch (error) {
-    throw new ConfigError(
-      "AGENT_TRACE_PATH",
-      `Cannot write the trace file ${path}: ${detail(error)}; ` +
-        "make the file and its folder writable, or set AGENT_TRACE_PATH to another file",
-    );
-  }
+  });
 }
 
 /**
@@ -177,28 +140,33 @@ async function chat(config: Readonly<Config>, sessionId: string, userId: string)
   }
 }
 
+/** Why the server could not listen, and what to do, by the error Deno threw. */
+const LISTEN_FAILURES: [new (...args: never[]) => Error, (config: Readonly<Config>) => string][] = [
+  [
+    Deno.errors.AddrInUse,
+    () => "the port is already in use; stop the other server, or set AGENT_PORT to a free port (0 picks one)",
+  ],
+  [
+    Deno.errors.AddrNotAvailable,
+    (c) => `${c.host} is not an address of this machine; set AGENT_HOST to one (127.0.0.1 for loopback)`,
+  ],
+  [
+    Deno.errors.PermissionDenied,
+    () => "the system does not allow it (ports below 1024 need privileges); set AGENT_PORT to 1024 or above",
+  ],
+];
+
 /** Starts the server, or exits with one line naming the address and what to do when it cannot listen. */
 function listen<T>(start: () => T, config: Readonly<Config>): T {
   try {
     return start();
   } catch (error) {
-    const where = `Cannot listen on ${listenNetHost(config)} (AGENT_HOST, AGENT_PORT)`;
-    if (error instanceof Deno.errors.AddrInUse) {
-      fail(
-        `${where}: the port is already in use; stop the other server, or set AGENT_PORT to a free port (0 picks one)`,
-      );
-    }
-    if (error instanceof Deno.errors.AddrNotAvailable) {
-      fail(
-        `${where}: ${config.host} is not an address of this machine; set AGENT_HOST to one (127.0.0.1 for loopback)`,
-      );
-    }
-    if (error instanceof Deno.errors.PermissionDenied) {
-      fail(
-        `${where}: the system does not allow it (ports below 1024 need privileges); set AGENT_PORT to 1024 or above`,
-      );
-    }
-    fail(`${where}: ${detail(error)}`);
+    const known = LISTEN_FAILURES.find(([type]) => error instanceof type);
+    fail(
+      `Cannot listen on ${listenNetHost(config)} (AGENT_HOST, AGENT_PORT): ${
+        known?.[1](config) ?? detail(error)
+      }`,
+    );
   }
 }
 

@@ -5,13 +5,26 @@
  */
 import { dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { type Config, listenNetHost, llmNetHost, loadConfig, SETTINGS } from "./config.ts";
+import { type Config, loadConfig, SETTINGS } from "./config.ts";
 
 /** The docs corpus that search_mock reads, next to the sources. */
 export const DOCS_DIR = fileURLToPath(new URL("../data/docs", import.meta.url));
 
 /** Every environment variable the runtime reads: the only ones a task may see. */
 export const ENV_VARIABLES: readonly string[] = Object.keys(SETTINGS);
+
+/** What `--allow-net` must grant to listen: `host:port`, or the host alone for port 0 (any free port). */
+export function listenNetHost(config: Pick<Config, "host" | "port">): string {
+  const host = config.host.includes(":") && !config.host.startsWith("[") ? `[${config.host}]` : config.host;
+  return config.port === 0 ? host : `${host}:${config.port}`;
+}
+
+/** `host:port` of the base URL, with the scheme's default port filled in: what `--allow-net` must grant. */
+export function llmNetHost(baseUrl: string): string {
+  const url = new URL(baseUrl);
+  const port = url.port || (url.protocol === "https:" ? "443" : "80");
+  return `${url.hostname}:${port}`;
+}
 
 function folders(config: Readonly<Config>): string[] {
   return [...new Set([dirname(resolve(config.dbPath)), dirname(resolve(config.tracePath))])];

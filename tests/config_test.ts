@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import { isLoopbackUrl, llmNetHost, loadConfig, requireApiKey, SETTINGS } from "../src/config.ts";
+import { isLoopbackUrl, loadConfig, requireApiKey, SETTINGS } from "../src/config.ts";
+import { llmNetHost } from "../src/permissions.ts";
 import { ConfigError } from "../src/errors.ts";
 
 Deno.test("loadConfig() gives every documented default for an empty environment", () => {

@@ -7,7 +7,8 @@
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { createStyle, renderEvent } from "../cli/render.ts";
-import { type Config, llmNetHost, loadConfig, requireApiKey } from "../config.ts";
+import { type Config, loadConfig, requireApiKey } from "../config.ts";
+import { llmNetHost } from "../permissions.ts";
 import { ConfigError } from "../errors.ts";
 import type { LLM } from "../llm/llm.ts";
 import { createLlmFromConfig } from "../llm/openai.ts";

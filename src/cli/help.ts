@@ -1,0 +1,35 @@
+/**
+ * The program's usage text, built from the settings table so `--help` and the README never disagree.
+ * @module
+ */
+import { SETTINGS } from "../config.ts";
+
+/** What `--help` prints: commands, options, every environment variable with its default, exit codes. */
+export function helpText(): string {
+  const width = Math.max(...Object.keys(SETTINGS).map((name) => name.length));
+  const variables = Object.entries(SETTINGS)
+    .map(([name, s]) => `  ${name.padEnd(width)}  ${s.meaning}${s.default ? ` (default ${s.default})` : ""}`)
+    .join("\n");
+  return `mini-runtime-agent: a minimal, deterministic agent runtime.
+
+Usage:
+  deno task chat [--session ID] [--user ID]
+  deno task serve
+  deno task demo [--live] [--keep]
+
+Commands:
+  chat        talk to the agent: a REPL on a terminal, one turn per line when stdin is piped
+              (e.g. printf 'what is 12*(3+4)?\\n' | deno task chat)
+  serve       the HTTP API on AGENT_HOST:AGENT_PORT (routes: GET /openapi.json)
+  demo        the four-phase acceptance demo (offline unless --live)
+
+Options:
+  --session ID   chat: session to use (default "default"); 1-128 characters of A-Z a-z 0-9 . _ : -
+  --user ID      chat: user who owns the session (default "local")
+  -h, --help     show this help
+
+Environment variables (.env is not read; use deno task --env-file=.env ... to load one):
+${variables}
+
+Exit codes: 0 done; 1 a piped turn ended in error; 2 bad usage, configuration or permissions.`;
+}
