@@ -9,7 +9,8 @@ import type { Config } from "../config.ts";
 import { LlmError } from "../errors.ts";
 import { redact } from "../redact.ts";
 import type { ChatReply, Message } from "../types.ts";
-import { ABORTED, attempt, type AttemptContext, type Failure } from "./_attempt.ts";
+import { attempt, type AttemptContext } from "./_attempt.ts";
+import { ABORTED, type Failure } from "./_failure.ts";
 import type { ChatOptions, LLM } from "./llm.ts";
 import { serializeRequestBody } from "./wire.ts";
 
