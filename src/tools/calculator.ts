@@ -110,17 +110,10 @@ class Parser {
     }
 
     const char = source[position];
-    if (char === "*" && source[position + 1] === "*") {
-      this.#index = position + 2;
-      return { kind: "operator", text: "**", position, value: 0 };
-    }
-    if ("+-*/%".includes(char)) {
-      this.#index = position + 1;
-      return { kind: "operator", text: char, position, value: 0 };
-    }
-    if (char === "(" || char === ")") {
-      this.#index = position + 1;
-      return { kind: char, text: char, position, value: 0 };
+    const text = char === "*" && source[position + 1] === "*" ? "**" : char;
+    if ("+-*/%()".includes(char)) {
+      this.#index = position + text.length;
+      return { kind: char === "(" || char === ")" ? char : "operator", text, position, value: 0 };
     }
 
     NAME.lastIndex = position;
