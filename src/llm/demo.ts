@@ -1,7 +1,6 @@
 /**
- * The acceptance demo's offline model: rules that decide every reply from the request it is sent (the last
- * user message, the tool results, the [RUNTIME CONTEXT] block), never from a script, so the demo exercises
- * the real loop, tools, store and compaction, and can only answer from what the runtime put in front of it.
+ * The acceptance demo's offline model: rules decide every reply from the request alone (never a script), so
+ * the demo exercises the real loop, tools, store and compaction, answering only from what the runtime sent.
  * @module
  */
 import { LlmError } from "../errors.ts";
@@ -15,18 +14,13 @@ export const DEMO_MODEL_NAME = "demo-rules";
 
 /** Options of {@linkcode DemoModel}. */
 export interface DemoModelOptions {
-  /**
-   * Answer recall questions from the [RUNTIME CONTEXT] summary too; `false` knows only the raw messages,
-   * which lets a test show the memory phase failing.
-   * @default {true}
-   */
+  /** Recall from the [RUNTIME CONTEXT] summary too (`false` fails the memory phase). @default {true} */
   readRuntimeContext?: boolean;
 }
 
-/** What a user can ask the model to remember, and how the answer is worded. */
+/** What a user can ask the model to remember (`statement`'s group 1), and how the answer is worded. */
 interface RecallQuestion {
   asks: RegExp;
-  /** Finds the remembered value in a statement; group 1 is the value. */
   statement: RegExp;
   known: (value: string) => string;
   unknown: string;
@@ -74,7 +68,7 @@ function lastUserText(messages: readonly Message[]): string {
   return messages.findLast((m) => m.role === "user")?.content ?? "";
 }
 
-/** Where a remembered value may come from: user messages (newest first), then the summary's facts and goals. */
+/** Where a remembered value may be: user messages (newest first), then the summary's facts and goals. */
 function evidence(messages: readonly Message[], readRuntimeContext: boolean): string[] {
   const texts = messages.filter((m) => m.role === "user").map((m) => m.content ?? "").reverse();
   if (!readRuntimeContext) return texts;
@@ -167,12 +161,10 @@ function decide(messages: readonly Message[], offered: ReadonlySet<string>, read
 }
 
 /**
- * A deterministic rule-based {@linkcode LLM}: it answers from tool results when the request ends with them;
- * otherwise it calls `calculator` for arithmetic, `todo` for "add a todo …" / "remind me to …" / "list my
- * todos", `search_mock` for "search the docs for …", and answers recall questions (favourite colour, project
- * name) or says it does not know. Usage is estimated from the request's size; tool call ids count up per
- * instance. Rejects only with an `LlmError` of kind `aborted`. Not a summarizer (use
- * `deterministicSummarizer`).
+ * A deterministic rule-based {@linkcode LLM}: it answers from tool results ending the request; else calls
+ * `calculator` for arithmetic, `todo` for "add a todo …" / "remind me to …" / "list my todos", `search_mock`
+ * for "search the docs for …", or answers recall questions. Usage is estimated from the request's size.
+ * Rejects only with an `LlmError` of kind `aborted`. Not a summarizer (use `deterministicSummarizer`).
  */
 export class DemoModel implements LLM {
   #readRuntimeContext: boolean;

@@ -9,18 +9,12 @@ import type { Config } from "../config.ts";
 import { LlmError } from "../errors.ts";
 import { redact } from "../redact.ts";
 import type { ChatReply, Message } from "../types.ts";
-import { ABORTED, attempt, type AttemptContext, type Failure } from "./_attempt.ts";
+import { attempt, type AttemptContext } from "./_attempt.ts";
+import { ABORTED, type Failure } from "./_failure.ts";
 import type { ChatOptions, LLM } from "./llm.ts";
 import { serializeRequestBody } from "./wire.ts";
 
 export { buildRequestBody, parseCompletion, serializeRequestBody } from "./wire.ts";
-export type {
-  ChatCompletionRequestBody,
-  ParseCompletionOptions,
-  WireMessage,
-  WireTool,
-  WireToolCall,
-} from "./wire.ts";
 
 /** Longest wait a provider's `Retry-After` may impose: beyond it, failing is more useful than hanging. */
 const MAX_RETRY_AFTER_MS = 60_000;
@@ -43,28 +37,13 @@ export interface OpenAICompatibleLLMOptions {
   apiKey?: string;
   /** The model name sent with every request. Required. */
   model: string;
-  /**
-   * Deadline of one attempt, streamed or not, from the request to the last byte; nothing extends it, each
-   * retry gets a fresh one. Past it, the attempt fails with kind `timeout`.
-   * @default {60}
-   */
+  /** One attempt's deadline, request to last byte, never extended (kind `timeout`). @default {60} */
   timeoutSeconds?: number;
-  /**
-   * Send `stream: true` and pass answer text to {@linkcode ChatOptions.onDelta} as it arrives; the reply is
-   * the one the non-streaming call would return.
-   * @default {false}
-   */
+  /** Send `stream: true`, passing answer text to `onDelta` as it arrives; same reply. @default {false} */
   stream?: boolean;
-  /**
-   * When streaming, the longest silence between two chunks after the first; any bytes restart it.
-   * @default {timeoutSeconds}
-   */
+  /** When streaming, the longest silence between chunks after the first. @default {timeoutSeconds} */
   idleTimeoutSeconds?: number;
-  /**
-   * The largest reply body accepted, counted while reading: past it the attempt stops, kind `too_large`,
-   * never retried. An error (non-2xx) body is kept only up to 16 KiB, or this limit if smaller.
-   * @default {1048576}
-   */
+  /** Largest reply body, counted as read (kind `too_large`); an error body keeps ≤ 16 KiB. @default {1048576} */
   maxReplyBytes?: number;
   /** Retries of a timeout, a network failure or HTTP 408/409/429/5xx; 0 tries once. @default {2} */
   retries?: number;

@@ -1,6 +1,5 @@
 /**
- * A deterministic model for tests and the offline demo: it replays a script of replies and records every
- * request it was sent.
+ * A deterministic model for tests: it replays a script of replies and records every request it was sent.
  * @module
  */
 import { LlmError } from "../errors.ts";
@@ -10,10 +9,7 @@ import type { ChatOptions, LLM } from "./llm.ts";
 /** A reply as a script writes it; tool call ids and arguments may be left to the runtime to fill in. */
 export interface ScriptedReply {
   content?: string | null;
-  /**
-   * How the content streams to `onDelta`: pieces that must add up to `content`. Without it, the content is
-   * delivered as one piece.
-   */
+  /** How the content streams to `onDelta`: pieces adding up to `content` (else one piece). */
   deltas?: string[];
   toolCalls?: { name: string; arguments?: string | Record<string, unknown>; id?: string }[];
   usage?: Usage | null;
@@ -36,7 +32,7 @@ export type ScriptStep =
 export class ScriptedLLM implements LLM {
   #steps: ScriptStep[];
   #calls = 0;
-  /** Every request received, in order, as a provider reads it (copies: later changes by the caller do not show). */
+  /** Every request received, in order, as a provider reads it (copies, so later changes do not show). */
   readonly requests: ScriptedRequest[] = [];
 
   constructor(steps: ScriptStep[]) {

@@ -1,12 +1,12 @@
 /**
- * A streamed completion: Server-Sent Events parsed from bytes cut anywhere ({@linkcode SseParser}), and
- * their chunks assembled into the reply the whole body would give ({@linkcode ReplyAssembler}). Pure: the
- * client reads the stream, keeps its deadlines and shows the text.
+ * A streamed completion: Server-Sent Events parsed from bytes cut anywhere ({@linkcode SseParser}), their
+ * chunks assembled into the reply the whole body would give ({@linkcode ReplyAssembler}). Pure.
  * @module
  */
 import type { LlmError } from "../errors.ts";
 import type { ChatReply } from "../types.ts";
 import { invalidResponseError, isRecord, providerErrorMessage, quoteBody, replyFromMessage } from "./wire.ts";
+import type { ParseCompletionOptions } from "./wire.ts";
 
 /** One dispatched event. */
 export interface SseEvent {
@@ -18,21 +18,15 @@ export interface SseEvent {
 
 /** Options of {@linkcode SseParser}. */
 export interface SseParserOptions {
-  /**
-   * Dispatch the pending event when the stream ends without its blank line. The spec drops it, but servers
-   * sometimes close right after their last `data: [DONE]` line, which would turn an answer into an error.
-   * @default {true}
-   */
+  /** Dispatch an event left without its blank line at the end (`data: [DONE]`). @default {true} */
   dispatchAtEnd?: boolean;
 }
 
 const LINE_END = /\r\n|\r|\n/g;
 
 /**
- * An incremental WHATWG event-stream parser for bytes cut anywhere (inside a line, a UTF-8 character, a
- * `\r\n`). A blank line dispatches; `:` starts a comment; one space after the colon is dropped; `data:` lines
- * join with `\n`; `event:` names the event; `id:`, `retry:` and unknown fields are ignored; an event without
- * data is not dispatched; a leading BOM is dropped. Never throws on input; invalid UTF-8 becomes U+FFFD.
+ * An incremental WHATWG event-stream parser for bytes cut anywhere (in a line, a character, a `\r\n`): `id`,
+ * `retry` and unknown fields are ignored, a leading BOM is dropped. Never throws on input (bad UTF-8: U+FFFD).
  */
 export class SseParser {
   #decoder = new TextDecoder("utf-8");
@@ -110,13 +104,8 @@ export class SseParser {
   }
 }
 
-/** Options of {@linkcode ReplyAssembler}. */
-export interface ReplyAssemblerOptions {
-  /** The model the reply names when no chunk names one (the one asked for). @default {""} */
-  model?: string;
-  /** Where the stream came from (the provider's host), named in error messages. @default {undefined} */
-  source?: string;
-}
+/** Options of {@linkcode ReplyAssembler}: the model asked for, and the host named in errors. */
+export type ReplyAssemblerOptions = ParseCompletionOptions;
 
 /** One tool call as its fragments arrive: the first carries id, type and name, the rest more arguments. */
 interface PendingCall {
@@ -129,15 +118,12 @@ interface PendingCall {
 }
 
 /**
- * Builds a reply from stream events: {@linkcode ReplyAssembler.add} each, then
- * {@linkcode ReplyAssembler.reply} once {@linkcode ReplyAssembler.complete}. Of the choice with `index` 0 it
- * keeps `delta.content` (appended), `delta.tool_calls` (merged by `index`, `arguments` appended) and
- * `finish_reason`; of the chunks, the last non-null `usage` and the first `model`. Drops everything else
- * (reasoning included) and events named other than `message` or `error` (keep-alive pings).
+ * Builds a reply from stream events: `add` each, then `reply()` once `complete`. Of choice 0 it keeps
+ * `delta.content`, `delta.tool_calls` (merged by `index`) and `finish_reason`; of the chunks, the last
+ * `usage` and the first `model`. Drops the rest (reasoning, events not named `message` or `error`).
  */
 export class ReplyAssembler {
-  #fallbackModel: string;
-  #source: string | undefined;
+  #options: ReplyAssemblerOptions;
   #content: string | null = null;
   #calls = new Map<number, PendingCall>();
   #usage: unknown = undefined;
@@ -147,9 +133,7 @@ export class ReplyAssembler {
   #done = false;
 
   constructor(options: ReplyAssemblerOptions = {}) {
-    const { model = "", source } = options;
-    this.#fallbackModel = model;
-    this.#source = source;
+    this.#options = options;
   }
 
   /** The `finish_reason` of the choice, once a chunk has carried one. */
@@ -162,16 +146,12 @@ export class ReplyAssembler {
     return this.#done;
   }
 
-  /** The answer is whole: `[DONE]` arrived, or at least a `finish_reason` (a stream may end without `[DONE]`). */
+  /** The answer is whole: `[DONE]` arrived, or at least a `finish_reason` (some streams end without it). */
   get complete(): boolean {
     return this.#done || this.#finishReason !== null;
   }
 
-  /**
-   * Reads one event; returns the answer text it added (`""` for none, reasoning never counts). Throws
-   * `LlmError` of kind `invalid_response` for data that is not JSON, a chunk of the wrong shape, or an error
-   * the provider sent instead of a chunk.
-   */
+  /** Reads one event, returning the answer text it added; throws `LlmError` for data that is not a chunk. */
   add(event: SseEvent): string {
     if (this.#done) return "";
     if (event.event !== null && event.event !== "message" && event.event !== "error") return "";
@@ -194,10 +174,7 @@ export class ReplyAssembler {
     return this.#chunk(chunk);
   }
 
-  /**
-   * The reply so far, normalised as the whole body would be (see `replyFromMessage`). Throws `LlmError` of
-   * kind `invalid_response` when no chunk carried a choice.
-   */
+  /** The reply so far, as the whole body would give it; throws `LlmError` if no chunk had a choice. */
   reply(): ChatReply {
     if (!this.#sawChoice) throw this.#invalid('the stream carried no "choices"');
     const calls = [...this.#calls.entries()].sort(([a], [b]) => a - b).map(([, call]) => ({
@@ -207,12 +184,9 @@ export class ReplyAssembler {
     }));
     const message: Record<string, unknown> = { content: this.#content };
     if (calls.length > 0) message.tool_calls = calls;
-    return replyFromMessage(message, {
-      usage: this.#usage,
-      model: this.#model ?? this.#fallbackModel,
-      source: this.#source,
-      where: "choices[0].delta",
-    });
+    const { model = "", source } = this.#options;
+    const options = { usage: this.#usage, model: this.#model ?? model, source, where: "choices[0].delta" };
+    return replyFromMessage(message, options);
   }
 
   #chunk(chunk: unknown): string {
@@ -276,7 +250,7 @@ export class ReplyAssembler {
   }
 
   #invalid(reason: string): LlmError {
-    return invalidResponseError(reason, this.#source);
+    return invalidResponseError(reason, this.#options.source);
   }
 
   #providerError(detail: string): LlmError {

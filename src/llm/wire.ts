@@ -1,6 +1,6 @@
 /**
- * The Chat Completions wire format, mapping only: runtime messages and tools to a request body, a completion
- * body to a {@linkcode ChatReply}, a provider's error text, `Retry-After`. Pure; the client does the I/O.
+ * The Chat Completions wire format, mapping only: messages and tools to a request body, a completion body to
+ * a {@linkcode ChatReply}, a provider's error text, `Retry-After`. Pure; the client does the I/O.
  * @module
  */
 import { LlmError } from "../errors.ts";
@@ -33,9 +33,8 @@ export interface ChatCompletionRequestBody {
   messages: WireMessage[];
   /** Present only when at least one tool is offered: some providers reject `tools: []`. */
   tools?: WireTool[];
-  /** Present only on a streaming request. */
+  /** With `stream_options` (asking for the final usage chunk), only on a streaming request. */
   stream?: true;
-  /** Asks for the final usage chunk; present only on a streaming request. */
   stream_options?: { include_usage: boolean };
 }
 
@@ -133,8 +132,8 @@ export interface SerializeRequestOptions {
 }
 
 /**
- * Exactly `JSON.stringify(buildRequestBody(...))` (plus `stream` and `stream_options` when streaming), each
- * frozen message's and the frozen tool list's JSON reused from earlier requests. Throws like `buildRequestBody`.
+ * Exactly `JSON.stringify(buildRequestBody(...))` (plus `stream`, `stream_options` when streaming), reusing
+ * the JSON of each frozen message and of a frozen tool list. Throws like `buildRequestBody`.
  */
 export function serializeRequestBody(
   model: string,
@@ -235,10 +234,7 @@ export interface ReplyFromMessageOptions extends ParseCompletionOptions {
   where?: string;
 }
 
-/**
- * The reply for one assistant message in the wire shape, normalised as {@linkcode parseCompletion} does, so
- * a reassembled stream gives the same reply as the whole body. Throws like `parseCompletion`.
- */
+/** One wire-shape assistant message as a reply, normalised like {@linkcode parseCompletion}; throws like it. */
 export function replyFromMessage(
   message: Record<string, unknown>,
   options: ReplyFromMessageOptions = {},
@@ -269,10 +265,7 @@ export function quoteBody(text: string): string {
   return shorten(text, 200, { oneLine: true });
 }
 
-/**
- * The wait a `Retry-After` header asks for, in ms: delta-seconds or an HTTP-date measured against `nowMs`
- * (past means 0). `null` when absent or unreadable.
- */
+/** The wait a `Retry-After` header asks for in ms (seconds, or an HTTP-date after `nowMs`); else `null`. */
 export function parseRetryAfter(header: string | null, nowMs: number): number | null {
   if (header === null) return null;
   const value = header.trim();

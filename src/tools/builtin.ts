@@ -11,15 +11,9 @@ import { createTodoTool } from "./todo.ts";
 
 /** Options of {@linkcode createBuiltinTools}. */
 export interface BuiltinToolsOptions {
-  /**
-   * The folder of Markdown documents `search_mock` searches.
-   * @default {DOCS_DIR}
-   */
+  /** The folder of Markdown documents `search_mock` searches. @default {DOCS_DIR} */
   docsDir?: string;
-  /**
-   * More tools, offered after the built-in ones.
-   * @default {[]}
-   */
+  /** More tools, offered after the built-in ones. @default {[]} */
   extra?: ToolSpec[];
 }
 

@@ -1,8 +1,6 @@
 /**
- * The `calculator` tool: a small arithmetic language parsed by hand (recursive descent, one token of
- * lookahead, no backtracking) so that no model output ever reaches `eval` or `Function`.
- *
- * Grammar, with Python's precedence so the model's intuition from Python carries over:
+ * The `calculator` tool: arithmetic parsed by hand (recursive descent, one token of lookahead), so no model
+ * output reaches `eval`. The grammar has Python's precedence, so the model's intuition carries over:
  * ```
  * expr    := term (("+" | "-") term)*
  * term    := factor (("*" | "/" | "%") factor)*
@@ -23,12 +21,10 @@ export const MAX_NESTING_DEPTH = 100;
 /** An expression could not be evaluated: bad syntax, an unsupported name, or an arithmetic failure. */
 export class CalculatorError extends Error {
   override name = "CalculatorError";
-  /** 0-based index into the expression where the problem was found; `null` when it concerns the whole input. */
-  readonly position: number | null;
 
-  constructor(message: string, position: number | null) {
+  /** `position`: the 0-based index of the problem; `null` when it concerns the whole input. */
+  constructor(message: string, readonly position: number | null) {
     super(message);
-    this.position = position;
   }
 }
 
@@ -114,17 +110,10 @@ class Parser {
     }
 
     const char = source[position];
-    if (char === "*" && source[position + 1] === "*") {
-      this.#index = position + 2;
-      return { kind: "operator", text: "**", position, value: 0 };
-    }
-    if ("+-*/%".includes(char)) {
-      this.#index = position + 1;
-      return { kind: "operator", text: char, position, value: 0 };
-    }
-    if (char === "(" || char === ")") {
-      this.#index = position + 1;
-      return { kind: char, text: char, position, value: 0 };
+    const text = char === "*" && source[position + 1] === "*" ? "**" : char;
+    if ("+-*/%()".includes(char)) {
+      this.#index = position + text.length;
+      return { kind: char === "(" || char === ")" ? char : "operator", text, position, value: 0 };
     }
 
     NAME.lastIndex = position;
@@ -248,14 +237,9 @@ class Parser {
 }
 
 /**
- * Evaluates an arithmetic expression with Python's rules for floats: decimal and exponent numbers
- * (`12`, `.5`, `5.`, `2.5E-2`), `+ - * / % **`, unary `+ -` and parentheses; whitespace is ignored.
- * `**` is right-associative and binds tighter than unary minus (`-2**2 == -4`, `2**3**2 == 512`);
- * `%` is floored modulo, so the result has the sign of the divisor (`-7 % 3 == 2`). Runs in time linear
- * in the input. A zero result is always `0`, never `-0`.
- *
- * Throws `TypeError` when `expression` is not a string, and `CalculatorError` (with `position`) for input
- * over {@linkcode MAX_EXPRESSION_LENGTH} characters, syntax errors, names, nesting deeper than
+ * Evaluates arithmetic with Python's float rules (`-2**2 == -4`, `2**3**2 == 512`, `-7 % 3 == 2`) in linear
+ * time; a zero result is `0`, never `-0`. Throws `TypeError` for a non-string, `CalculatorError` (with
+ * `position`) for input over {@linkcode MAX_EXPRESSION_LENGTH}, bad syntax, names, nesting deeper than
  * {@linkcode MAX_NESTING_DEPTH}, division or modulo by zero, and any non-finite or non-real result.
  */
 export function evaluate(expression: string): number {
@@ -274,10 +258,7 @@ export function evaluate(expression: string): number {
   return value === 0 ? 0 : value;
 }
 
-/**
- * The `calculator` tool. Its handler returns `{expression, result}` and throws `CalculatorError` or
- * `TypeError` (which the registry turns into an error result) exactly as {@linkcode evaluate} does.
- */
+/** The `calculator` tool: its handler returns `{expression, result}`, throwing as {@linkcode evaluate} does. */
 export const calculatorTool: ToolSpec = {
   name: "calculator",
   description: "Evaluate an arithmetic expression with Python semantics. Supports numbers (12, 3.5, .5, " +

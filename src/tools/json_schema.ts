@@ -82,9 +82,7 @@ function check(schema: JsonSchema, value: unknown, path: string, problems: strin
     for (const [name, item] of Object.entries(record)) {
       const sub = schema.properties?.[name];
       if (sub !== undefined) check(sub, item, `${path}.${name}`, problems);
-      else if (schema.additionalProperties === false) {
-        problems.push(`${path}.${name}: unexpected property`);
-      }
+      else if (schema.additionalProperties === false) problems.push(`${path}.${name}: unexpected property`);
     }
   }
 }

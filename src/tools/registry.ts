@@ -58,10 +58,7 @@ function failure(error: string): ToolResult {
 
 /** Options of {@linkcode ToolRegistry}. */
 export interface ToolRegistryOptions {
-  /**
-   * Longest serialized result handed back to the model.
-   * @default {MAX_TOOL_RESULT_CHARS}
-   */
+  /** Longest serialized result handed back to the model. @default {MAX_TOOL_RESULT_CHARS} */
   maxResultChars?: number;
 }
 
@@ -79,23 +76,16 @@ export class ToolRegistry {
       if (this.#tools.has(tool.name)) throw new TypeError(`Cannot register tool "${tool.name}" twice`);
       this.#tools.set(tool.name, tool);
     }
-    // Built once and frozen, parameters copied and frozen too: every request offers the same array, so its
+    // Built once and frozen all the way (parameters copied): every request offers the same array, so its
     // JSON is serialized once.
-    this.#schemas = Object.freeze(
-      [...this.#tools.values()].map(({ name, description, parameters }) =>
-        Object.freeze({
-          name,
-          description,
-          parameters: deepFreeze(structuredClone(parameters)) as Record<string, unknown>,
-        })
-      ),
-    );
+    const schemas = [...this.#tools.values()].map(({ name, description, parameters }) => {
+      const frozen = deepFreeze(structuredClone(parameters)) as Record<string, unknown>;
+      return Object.freeze({ name, description, parameters: frozen });
+    });
+    this.#schemas = Object.freeze(schemas);
   }
 
-  /**
-   * The tools' schemas as the model is offered them, in registration order: the same array each call, frozen
-   * all the way down (a copy of each tool's parameters).
-   */
+  /** The tools' schemas as offered to the model, in order: the same deeply frozen array each call. */
   schemas(): readonly ToolSchema[] {
     return this.#schemas;
   }

@@ -1,41 +1,31 @@
 /**
- * The `search_mock` tool: deterministic keyword search over the Markdown documents in `data/docs/`.
- *
- * Text is NFKC-normalized and lowercased; Latin-script and digit runs become words, CJK runs (Han, Hiragana,
- * Katakana, Hangul) become character bigrams, so `压缩` matches without a word segmenter. Scoring is BM25
- * with title terms counted {@linkcode TITLE_WEIGHT} times, rounded to 4 decimals so ties are real ties and
- * are broken by id. Nothing depends on the file system's order, the locale or the clock.
+ * The `search_mock` tool: deterministic keyword search over the Markdown documents in `data/docs/`. Text is
+ * NFKC-normalized and lowercased; letter and digit runs become words, CJK runs character bigrams (so `压缩`
+ * matches without a segmenter). BM25 scores, title terms counted {@linkcode TITLE_WEIGHT} times, are rounded
+ * to 4 decimals so ties are real and broken by id; nothing depends on file order, locale or clock.
  * @module
  */
 import { join } from "node:path";
 import type { ToolSpec } from "./registry.ts";
 
-/** One document of the corpus. */
+/** One document of the corpus: its file name without `.md` (unique), its `# Title` text, the rest trimmed. */
 export interface SearchDoc {
-  /** The file name without `.md`; unique within a corpus. */
   id: string;
-  /** The text of the `# Title` line. */
   title: string;
-  /** Everything after the title line, trimmed. */
   body: string;
 }
 
-/** One ranked result. */
+/** One ranked result: about {@linkcode SNIPPET_CHARS} of the body around the first match, a score > 0. */
 export interface SearchHit {
   id: string;
   title: string;
-  /** About {@linkcode SNIPPET_CHARS} characters of the body around the first match, `…` where cut. */
   snippet: string;
-  /** BM25 score rounded to 4 decimals; always greater than 0. */
   score: number;
 }
 
 /** Options of {@linkcode search} and {@linkcode SearchIndex.search}. */
 export interface SearchOptions {
-  /**
-   * Most hits returned; a positive integer.
-   * @default {3}
-   */
+  /** Most hits returned; a positive integer. @default {3} */
   limit?: number;
 }
 
@@ -77,11 +67,7 @@ interface IndexedDoc {
   firstPosition: Map<string, number>;
 }
 
-/**
- * Splits text into terms, NFKC-normalizing and lowercasing each segment. Segments are found in the text
- * as written, so each term's position points into that text and snippets keep the original characters
- * (NFKC would turn `：` into `:`).
- */
+/** Splits text into terms, each segment normalized once found, so positions point into `text` as written. */
 function tokenize(text: string): Occurrence[] {
   const occurrences: Occurrence[] = [];
   for (const match of text.matchAll(SEGMENT)) {
@@ -96,8 +82,7 @@ function tokenize(text: string): Occurrence[] {
       occurrences.push({ term: chars[0], position });
       continue;
     }
-    // Offsets are counted in the normalized segment; NFKC rarely changes CJK lengths, and a snippet
-    // only needs to land near the match.
+    // Offsets count in the normalized segment: NFKC rarely changes CJK lengths; snippets need only be near.
     let offset = 0;
     const end = position + match[0].length;
     for (let i = 0; i + 1 < chars.length; i++) {
@@ -154,17 +139,14 @@ function snippet(text: string, position: number): string {
 }
 
 /**
- * Tokenizes `corpus` once and returns an index to query repeatedly. Throws `TypeError` when two documents
- * share an id, since ties are broken by id and must be unambiguous. Documents are tokenized here, so
- * later changes to `corpus` do not reach the index.
+ * Tokenizes `corpus` once (later changes to it do not reach the index) into an index to query repeatedly.
+ * Throws `TypeError` when two documents share an id, since ties are broken by id.
  */
 export function createSearchIndex(corpus: readonly SearchDoc[]): SearchIndex {
   const seen = new Set<string>();
-  for (const doc of corpus) {
-    if (seen.has(doc.id)) {
-      throw new TypeError(`Cannot index search corpus: duplicate document id "${doc.id}"`);
-    }
-    seen.add(doc.id);
+  for (const { id } of corpus) {
+    if (seen.has(id)) throw new TypeError(`Cannot index search corpus: duplicate document id "${id}"`);
+    seen.add(id);
   }
   const docs = corpus.map(indexDoc);
   const documentFrequency = new Map<string, number>();
@@ -215,21 +197,17 @@ export function createSearchIndex(corpus: readonly SearchDoc[]): SearchIndex {
 }
 
 /**
- * Ranks `corpus` for `query`: case-insensitive, at most `limit` hits with score > 0, best first, ties
- * broken by id ascending; an empty array when nothing matches. Same input, same output, always.
- *
- * Throws `Error("Cannot search: query has no words")` when the query has no letters or digits,
- * `RangeError` for a bad `limit`. Re-tokenizes the corpus on every call; use
- * {@linkcode createSearchIndex} to query the same corpus repeatedly.
+ * Ranks `corpus` for `query`, case-insensitive: at most `limit` hits with score > 0, best first, ties by id;
+ * `[]` when nothing matches. Throws `Error` when the query has no words, `RangeError` for a bad `limit`.
+ * Tokenizes the corpus on every call: use {@linkcode createSearchIndex} to query it repeatedly.
  */
 export function search(corpus: readonly SearchDoc[], query: string, options?: SearchOptions): SearchHit[] {
   return createSearchIndex(corpus).search(query, options);
 }
 
 /**
- * Reads every `.md` file directly in `dir`, sorted by file name. The first line must be `# Title`; the
- * rest is the body. Throws an `Error` naming `dir` when it is missing, unreadable, holds no `.md` file, or
- * holds a file without a title line.
+ * Reads every `.md` file directly in `dir`, by file name: a `# Title` line, then the body. Throws an `Error`
+ * naming `dir` when it is unreadable, holds no `.md` file, or a file without a title line.
  */
 export function loadCorpus(dir: string): SearchDoc[] {
   let names: string[];
@@ -259,10 +237,7 @@ export function loadCorpus(dir: string): SearchDoc[] {
   });
 }
 
-/**
- * The `search_mock` tool over `corpus`, indexed once here. Its handler returns `{query, results}` with at
- * most 3 hits, and throws (for the registry to report) when the query has no words.
- */
+/** The `search_mock` tool over `corpus`, indexed once; its handler returns `{query, results}` (≤ 3 hits). */
 export function createSearchTool(corpus: readonly SearchDoc[]): ToolSpec {
   const index = createSearchIndex(corpus);
   return {

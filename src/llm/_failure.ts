@@ -1,0 +1,114 @@
+/**
+ * What went wrong in one attempt of the fetch client, named by pure functions; the retry loop decides what a
+ * failure means.
+ * @module
+ */
+import { LlmError, type LlmErrorKind } from "../errors.ts";
+import type { AttemptContext } from "./_attempt.ts";
+import { parseRetryAfter, providerErrorMessage, quoteBody } from "./wire.ts";
+
+/** One failed attempt, classified. Its message may hold the key: the client redacts what it shows. */
+export interface Failure {
+  kind: LlmErrorKind;
+  message: string;
+  status: number | null;
+  retryable: boolean;
+  /** The provider's `Retry-After` in ms, which replaces the backoff for this retry. */
+  retryAfterMs: number | null;
+}
+
+/** Where an attempt was when `error` was thrown. */
+export interface Thrown {
+  error: unknown;
+  /** The caller's signal aborted. */
+  aborted: boolean;
+  /** Which deadline passed: the whole attempt's, or the longest silence of a stream. */
+  passed: "whole" | "idle" | null;
+  /** A whole body that broke mid-read: the status the host had answered. */
+  status?: number;
+  /** Stream bytes already read: after any, nothing is retried, since the caller may have shown the text. */
+  bytes?: number;
+}
+
+function failure(
+  kind: LlmErrorKind,
+  message: string,
+  retryable: boolean,
+  status: number | null = null,
+): Failure {
+  return { kind, message, status, retryable, retryAfterMs: null };
+}
+
+/** The failure of an aborted call. */
+export const ABORTED: Failure = Object.freeze(failure("aborted", "LLM request was aborted", false));
+
+/** The messages of an error and its causes, with URLs cut to their host (no path, no query). */
+function describeThrown(error: unknown): string {
+  const parts: string[] = [];
+  let current: unknown = error;
+  for (let depth = 0; current !== undefined && current !== null && depth < 4; depth++) {
+    const text = current instanceof Error ? current.message : String(current);
+    if (text !== "" && !parts.includes(text)) parts.push(text);
+    current = current instanceof Error ? current.cause : undefined;
+  }
+  return parts.join(": ").replace(/https?:\/\/[^\s)]+/g, (url) => URL.parse(url)?.host ?? "[url]");
+}
+
+/** Names a throw: an abort, a deadline, the network (only fetch's `TypeError` is worth another attempt). */
+export function classify(thrown: Thrown, context: AttemptContext): Failure {
+  const { error, aborted, passed, status, bytes = 0 } = thrown;
+  const { host, timeoutSeconds, idleTimeoutSeconds } = context;
+  if (aborted) return ABORTED;
+  const stream = `LLM stream from ${host}`;
+  if (bytes > 0 && passed === "whole") {
+    const message =
+      `${stream} ran past the ${timeoutSeconds} s deadline of the whole call after ${bytes} bytes`;
+    return failure("timeout", message, false);
+  }
+  if (bytes > 0 && passed === "idle") {
+    const message = `${stream} stalled: no data for ${idleTimeoutSeconds} s after ${bytes} bytes`;
+    return failure("timeout", message, false);
+  }
+  if (bytes > 0) {
+    return failure("network", `${stream} broke after ${bytes} bytes: ${describeThrown(error)}`, false);
+  }
+  if (passed !== null) return failure("timeout", `LLM request timed out after ${timeoutSeconds} s`, true);
+  const message = status === undefined
+    ? `LLM host ${host} is unreachable: ${describeThrown(error)}`
+    : `LLM response from ${host} broke mid-body (HTTP ${status}): ${describeThrown(error)}`;
+  return failure("network", message, error instanceof TypeError);
+}
+
+/** A non-2xx answer, with the provider's own message when it sent one, and its `Retry-After`. */
+export function httpFailure(response: Response, text: string, context: AttemptContext): Failure {
+  const { status } = response;
+  let detail: string | null = null;
+  try {
+    detail = providerErrorMessage(JSON.parse(text));
+  } catch {
+    // Not JSON (an HTML error page, a proxy's text): the text itself is quoted.
+  }
+  detail = quoteBody(detail ?? text) || response.statusText;
+  const said = detail === "" ? "" : `: ${detail}`;
+  const retryable = status === 408 || status === 409 || status === 429 || (status >= 500 && status < 600);
+  const result = failure(
+    "http",
+    `LLM request failed: HTTP ${status} from ${context.host}${said}`,
+    retryable,
+    status,
+  );
+  if (retryable) result.retryAfterMs = parseRetryAfter(response.headers.get("retry-after"), context.now());
+  return result;
+}
+
+/** A reply past the byte limit; never retried, as the next answer would be as long. */
+export function tooLarge({ host, maxReplyBytes }: AttemptContext): Failure {
+  const message = `LLM reply from ${host} is too large: it went past the limit of ${maxReplyBytes} bytes`;
+  return failure("too_large", message, false);
+}
+
+/** An `LlmError` from parsing becomes an `invalid_response` failure; anything else is a bug, rethrown. */
+export function invalid(error: unknown): Failure {
+  if (!(error instanceof LlmError)) throw error;
+  return failure("invalid_response", error.message, false);
+}
