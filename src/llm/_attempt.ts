@@ -6,28 +6,23 @@
  */
 import { abortable } from "../abort.ts";
 import type { ChatReply } from "../types.ts";
-import { ABORTED, classify, type Failure, httpFailure, invalid, type Thrown, tooLarge } from "./_failure.ts";
+import {
+  ABORTED,
+  type AttemptContext,
+  classify,
+  type Failure,
+  httpFailure,
+  invalid,
+  type Thrown,
+  tooLarge,
+} from "./_failure.ts";
+
+export type { AttemptContext };
 import { ReplyAssembler, SseParser } from "./stream.ts";
 import { invalidResponseError, parseCompletion, quoteBody } from "./wire.ts";
 
 /** The result of one attempt: a reply, or why there is none. */
 export type Attempt = { ok: true; reply: ChatReply } | { ok: false; failure: Failure };
-
-/** What every attempt of one client shares: where and how it posts, what its failures name. */
-export interface AttemptContext {
-  /** `{baseUrl}/chat/completions` */
-  url: string;
-  /** Named in messages instead of the URL, whose path may be private. */
-  host: string;
-  model: string;
-  apiKey: string;
-  stream: boolean;
-  timeoutSeconds: number;
-  idleTimeoutSeconds: number;
-  maxReplyBytes: number;
-  fetch: typeof globalThis.fetch;
-  now: () => number;
-}
 
 /** Enough of a non-2xx body for the provider's JSON error, whose start is quoted; the rest goes unread. */
 const MAX_ERROR_BODY_BYTES = 16_384;

@@ -4,8 +4,23 @@
  * @module
  */
 import { LlmError, type LlmErrorKind } from "../errors.ts";
-import type { AttemptContext } from "./_attempt.ts";
 import { parseRetryAfter, providerErrorMessage, quoteBody } from "./wire.ts";
+
+/** What every attempt of one client shares: where and how it posts, what its failures name. */
+export interface AttemptContext {
+  /** `{baseUrl}/chat/completions` */
+  url: string;
+  /** Named in messages instead of the URL, whose path may be private. */
+  host: string;
+  model: string;
+  apiKey: string;
+  stream: boolean;
+  timeoutSeconds: number;
+  idleTimeoutSeconds: number;
+  maxReplyBytes: number;
+  fetch: typeof globalThis.fetch;
+  now: () => number;
+}
 
 /** One failed attempt, classified. Its message may hold the key: the client redacts what it shows. */
 export interface Failure {
