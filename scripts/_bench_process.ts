@@ -1,13 +1,13 @@
 /**
- * The bench's subprocesses and numbers: a child whose output is drained line by line and that is stopped
- * with SIGTERM then SIGKILL, the fake provider as its own process, temporary folders, `/proc` readings, and
- * medians. Every process and folder made here is tracked, so {@linkcode cleanUpAll} can undo a run.
+ * The bench's subprocesses (the fake provider among them), temporary folders, `/proc` readings and medians,
+ * all tracked so that {@linkcode cleanUpAll} can undo a run.
  * @module
  */
 import { fileURLToPath } from "node:url";
+import { delay } from "./_crash_provider.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
-const PROVIDER = fileURLToPath(new URL("./_bench_provider.ts", import.meta.url));
+const PROVIDER = fileURLToPath(new URL("./_crash_provider.ts", import.meta.url));
 const live = new Set<ManagedProcess>();
 const dirs = new Set<string>();
 
@@ -35,10 +35,7 @@ export class ManagedProcess {
         for (const text of parts) this.lines.push({ text, at: performance.now() });
       }
     })().catch(() => {});
-    const stderr = new Response(child.stderr).text().then(
-      (text) => this.stderr = text.slice(-3000),
-      () => {},
-    );
+    const stderr = new Response(child.stderr).text().then((t) => this.stderr = t.slice(-3000), () => {});
     this.#done = Promise.all([child.status, stdout, stderr]).then(([status]) => status);
   }
 
@@ -50,7 +47,7 @@ export class ManagedProcess {
   async line(index: number, timeoutMs: number): Promise<{ text: string; at: number }> {
     let exited = false;
     this.#done.then(() => exited = true);
-    for (const deadline = performance.now() + timeoutMs; this.lines.length <= index; await sleep(2)) {
+    for (const deadline = performance.now() + timeoutMs; this.lines.length <= index; await delay(2)) {
       if (exited || performance.now() > deadline) {
         await this.stop();
         throw new Error(`No stdout line ${index + 1} (${exited ? "exited" : "timed out"}):\n${this.stderr}`);
@@ -77,24 +74,13 @@ export class ManagedProcess {
 
   /** SIGTERM, then SIGKILL after `graceMs`; resolves with the status. Never rejects. */
   async stop(graceMs = 5000): Promise<Deno.CommandStatus> {
-    const signal = (name: Deno.Signal) => {
-      try {
-        this.child.kill(name);
-      } catch {
-        // Already gone.
-      }
-    };
+    const signal = (name: Deno.Signal) => void Promise.try(() => this.child.kill(name)).catch(() => {});
     signal("SIGTERM");
     const timer = setTimeout(() => signal("SIGKILL"), graceMs);
     const status = await this.exited();
     clearTimeout(timer);
     return status;
   }
-}
-
-/** Resolves after `ms` milliseconds. */
-export function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
 /** A temporary folder, removed by `remove` or by {@linkcode cleanUpAll}. */
@@ -117,13 +103,7 @@ export async function cleanUpAll(): Promise<void> {
 
 /** Starts the fake provider as its own process (its CPU is not the runtime's) and waits until it listens. */
 export async function startProvider(latencyMs = 0) {
-  const process = new ManagedProcess([
-    "run",
-    "--quiet",
-    "--allow-net=127.0.0.1",
-    PROVIDER,
-    String(latencyMs),
-  ]);
+  const process = new ManagedProcess(["run", "--quiet", "--allow-net=127.0.0.1", PROVIDER, `${latencyMs}`]);
   const origin = `http://127.0.0.1:${Number((await process.line(0, 20_000)).text)}`;
   return {
     /** The base URL for `OPENAI_BASE_URL`. */
@@ -180,10 +160,6 @@ export function median(values: readonly number[]): number {
 
 /** Count, median, p95 and p99 of `values`. */
 export function distribution(values: readonly number[]) {
-  return {
-    count: values.length,
-    median: median(values),
-    p95: percentile(values, 95),
-    p99: percentile(values, 99),
-  };
+  const count = values.length;
+  return { count, median: median(values), p95: percentile(values, 95), p99: percentile(values, 99) };
 }

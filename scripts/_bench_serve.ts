@@ -1,7 +1,6 @@
 /**
- * The bench's subprocess sections: HTTP load on `serve`, its memory with 1,000 sessions, and start-up of
- * `serve` and `chat`. The agent runs as `deno task` runs it: `deno run --no-prompt <the task's flags>
- * src/main.ts <command>`, with a clean environment holding only the runtime's variables.
+ * The bench's subprocess sections: HTTP load on `serve`, its memory, start-up of `serve` and `chat`; each run
+ * as `deno task` runs it (the task's flags), in a clean environment holding only the runtime's variables.
  * @module
  */
 import { join } from "node:path";
@@ -14,9 +13,9 @@ import {
   ManagedProcess,
   median,
   processMemory,
-  sleep,
   startProvider,
 } from "./_bench_process.ts";
+import { delay } from "./_crash_provider.ts";
 import { floorTurn, openBenchRuntime, turnMessage } from "./_bench_turns.ts";
 
 function spawnAgent(command: "chat" | "serve", dir: string, baseUrl: string, extra = {}): ManagedProcess {
@@ -29,10 +28,8 @@ function spawnAgent(command: "chat" | "serve", dir: string, baseUrl: string, ext
   };
   const flags = taskPermissionFlags(env, { task: command });
   const args = command === "chat" ? ["--session", "startup"] : [];
-  return new ManagedProcess(["run", "--no-prompt", ...flags, "src/main.ts", command, ...args], {
-    ...baseEnv(),
-    ...env,
-  });
+  const argv = ["run", "--no-prompt", ...flags, "src/main.ts", command, ...args];
+  return new ManagedProcess(argv, { ...baseEnv(), ...env });
 }
 
 /** Starts `serve` on a free port and waits for its first 200 from `/healthz`. */
@@ -40,7 +37,7 @@ async function startServe(dir: string, baseUrl: string) {
   const port = freePort();
   const process = spawnAgent("serve", dir, baseUrl, { AGENT_PORT: String(port) });
   const origin = `http://127.0.0.1:${port}`;
-  for (const deadline = performance.now() + 30_000; performance.now() < deadline; await sleep(5)) {
+  for (const deadline = performance.now() + 30_000; performance.now() < deadline; await delay(5)) {
     const ok = await fetch(`${origin}/healthz`).then(
       (r) => (r.body?.cancel(), r.status === 200),
       () => false,
@@ -69,7 +66,7 @@ async function runLoad(origin: string, clients: number, turnsPerClient: number, 
         const text = await response?.text();
         if (response?.status === 429) status429++;
         if (response?.status === 429 && shared !== undefined && attempt < 100) {
-          await sleep(Number(response.headers.get("retry-after") || 1) * 1000);
+          await delay(Number(response.headers.get("retry-after") || 1) * 1000);
           continue;
         }
         if (response?.status !== 200) errors++;
@@ -174,12 +171,8 @@ export async function measureMemory(options: { sessions?: number; concurrency?: 
   await Promise.all(Array.from({ length: concurrency }, async () => {
     for (let i = next++; i < sessions; i = next++) {
       const body = JSON.stringify({ message: `what is ${i}+1?` });
-      const headers = { "content-type": "application/json" };
-      const response = await fetch(`${server.origin}/v1/sessions/mem-${i}/messages`, {
-        method: "POST",
-        headers,
-        body,
-      });
+      const init = { method: "POST", headers: { "content-type": "application/json" }, body };
+      const response = await fetch(`${server.origin}/v1/sessions/mem-${i}/messages`, init);
       if ((await response.text(), response.status) !== 200) errors++;
     }
   }));
@@ -198,7 +191,7 @@ export async function measureMemory(options: { sessions?: number; concurrency?: 
   };
 }
 
-/** Start-up in ms, medians of `repeats` after one unmeasured: `serve` to its first 200, piped `chat` to its answer. */
+/** Start-up, medians of `repeats` after one unmeasured: `serve` to its first 200, `chat` to its answer. */
 export async function measureStartup(options: { repeats?: number } = {}) {
   const { repeats = 5 } = options;
   await using cleanup = new AsyncDisposableStack();

@@ -1,7 +1,6 @@
 /**
- * The bench's in-process sections: per-turn overhead against the plain-fetch floor (A/B/C/D interleaved by
- * round), the runtime's own work with the model answered in-process (1b), and growth of one long session.
- * The runtime is built as `src/main.ts` builds it, except that its `fetch` records every body it sends.
+ * The bench's in-process sections: per-turn overhead (A/B/C/D by round), the runtime's own work (1b) and
+ * growth, on a runtime built as `src/main.ts` builds it except that its `fetch` records every body it sends.
  * @module
  */
 import { join } from "node:path";
@@ -15,29 +14,25 @@ import { createLlmSummarizer, SUMMARY_PROMPT } from "../src/memory/summarizer.ts
 import { createBuiltinTools } from "../src/tools/builtin.ts";
 import { JsonlTracer } from "../src/trace.ts";
 import type { Message, ToolSchema } from "../src/types.ts";
-import { answer, completion } from "./_bench_provider.ts";
+import { answer, completion } from "./_crash_provider.ts";
 import { distribution, makeTempDir, median, startProvider } from "./_bench_process.ts";
 
 const SUMMARY_PROMPT_JSON = JSON.stringify(SUMMARY_PROMPT);
 
-/**
- * A runtime on `sessions.db` and `traces.jsonl` in `dir` against `baseUrl`, streaming off. `fetch` is what
- * the client sends with; `persist: false` keeps nothing (store in `:memory:`, no trace file: variant D).
- */
-export function openBenchRuntime(
-  dir: string,
-  baseUrl: string,
-  options: { fetch?: typeof fetch; persist?: boolean } = {},
-) {
+/** Options of {@linkcode openBenchRuntime}. */
+export interface BenchRuntimeOptions {
+  /** What the client sends with. @default {fetch} */
+  fetch?: typeof fetch;
+  /** `false` keeps nothing: store in `:memory:`, no trace file (variant D). @default {true} */
+  persist?: boolean;
+}
+
+/** A runtime on `sessions.db` and `traces.jsonl` in `dir` against `baseUrl`, streaming off. */
+export function openBenchRuntime(dir: string, baseUrl: string, options: BenchRuntimeOptions = {}) {
   const { fetch: send = fetch, persist = true } = options;
-  const dbPath = join(dir, "sessions.db");
-  const tracePath = join(dir, "traces.jsonl");
-  const config = loadConfig({
-    OPENAI_BASE_URL: baseUrl,
-    AGENT_DB_PATH: dbPath,
-    AGENT_TRACE_PATH: tracePath,
-    AGENT_STREAM: "0",
-  });
+  const [dbPath, tracePath] = [join(dir, "sessions.db"), join(dir, "traces.jsonl")];
+  const env = { OPENAI_BASE_URL: baseUrl, AGENT_DB_PATH: dbPath, AGENT_TRACE_PATH: tracePath };
+  const config = loadConfig({ ...env, AGENT_STREAM: "0" });
   let sent: string[] = [];
   // Keeps a reference to each body: no copy and no classification inside the timed turn.
   const recording: typeof fetch = (input, init) => {
@@ -50,15 +45,9 @@ export function openBenchRuntime(
     : null;
   const llm = createLlmFromConfig(config, { stream: false, fetch: recording });
   const compactions = { ok: 0, failed: 0 };
-  const agent: Agent = {
-    store,
-    llm,
-    tools: createBuiltinTools(store),
-    maxSteps: config.maxToolIters,
-    summarizer: createLlmSummarizer(llm),
-    maxRawTurns: config.maxRawTurns,
-    maxCtxTokens: config.maxCtxTokens,
-  };
+  const { maxToolIters: maxSteps, maxRawTurns, maxCtxTokens } = config;
+  const [tools, summarizer] = [createBuiltinTools(store), createLlmSummarizer(llm)];
+  const agent: Agent = { store, llm, tools, maxSteps, summarizer, maxRawTurns, maxCtxTokens };
   const run = {
     emit: (event: RunEvent) => {
       if (event.event === "compact") compactions[event.data.ok ? "ok" : "failed"]++;
@@ -66,34 +55,23 @@ export function openBenchRuntime(
     },
   };
   return {
-    config,
-    store,
-    dbPath,
-    tracePath,
-    url: `${config.baseUrl}/chat/completions`,
-    compactions,
+    ...{ config, store, dbPath, tracePath, url: `${config.baseUrl}/chat/completions`, compactions },
     takeRequests: () => {
       const taken = sent;
       sent = [];
       return taken.map((body) => ({ body, summary: body.includes(SUMMARY_PROMPT_JSON) }));
     },
     turn: (sessionId: string, message: string) =>
-      runTurn({ sessionId, userId: "bench", message }, agent, run),
-    close: () => {
-      tracer?.close();
-      store.close();
-    },
+      runTurn({ sessionId, message, userId: "bench" }, agent, run),
+    close: () => void (tracer?.close(), store.close()),
   };
 }
 
 /** The floor of one turn: POST each body in order and read each reply with `json()`, nothing else. */
 export async function floorTurn(url: string, bodies: readonly string[]): Promise<void> {
   for (const body of bodies) {
-    const response = await fetch(url, {
-      method: "POST",
-      headers: { "Content-Type": "application/json" },
-      body,
-    });
+    const headers = { "Content-Type": "application/json" };
+    const response = await fetch(url, { method: "POST", headers, body });
     const json = await response.json();
     if (!response.ok) {
       throw new Error(`The floor's request failed: HTTP ${response.status} ${JSON.stringify(json)}`);
@@ -101,7 +79,7 @@ export async function floorTurn(url: string, bodies: readonly string[]): Promise
   }
 }
 
-/** The runtime's own token estimate of a body it sent: the bench judges the budget with compaction's ruler. */
+/** The runtime's own token estimate of a body it sent: the budget is judged with compaction's ruler. */
 function estimateBodyTokens(body: string): number {
   type Call = { id: string; function: { name: string; arguments: string } };
   type Wire = { role: Message["role"]; content: string | null; tool_calls?: Call[]; tool_call_id?: string };
@@ -152,9 +130,7 @@ function checkSizes(sizes: Record<string, number>, min = 1): void {
  * C with the summary calls) and the stack persisting nothing (D). An unmeasured round records the bodies and
  * warms every path; then each round runs A, D, B and C over `turns` turns.
  */
-export async function measureOverhead(
-  options: { rounds?: number; turns?: number } = {},
-) {
+export async function measureOverhead(options: { rounds?: number; turns?: number } = {}) {
   const { rounds = 10, turns = 100 } = options;
   checkSizes({ rounds, turns });
   await using cleanup = new AsyncDisposableStack();
@@ -216,9 +192,7 @@ export async function measureOverhead(
 }
 
 /** The same turns with the model answered inside the process (no socket): the runtime's own work (1b). */
-export async function measureRuntimeWork(
-  options: { rounds?: number; turns?: number } = {},
-) {
+export async function measureRuntimeWork(options: { rounds?: number; turns?: number } = {}) {
   const { rounds = 10, turns = 100 } = options;
   checkSizes({ rounds, turns });
   let stubMs = 0;
@@ -257,10 +231,6 @@ export async function measureRuntimeWork(
     compacting: distribution(compacting),
     stubMedianUs: median(stub),
   };
-}
-
-function fileSize(path: string): number {
-  return Deno.statSync(path).size;
 }
 
 /**
@@ -313,8 +283,8 @@ export async function measureGrowth(options: { turns?: number } = {}) {
     maxRequestTokens: maxTokens,
     maxCtxTokens: runtime.config.maxCtxTokens,
     underBudget: maxTokens <= runtime.config.maxCtxTokens,
-    dbBytes: fileSize(runtime.dbPath) + fileSize(`${runtime.dbPath}-wal`),
-    traceBytes: fileSize(runtime.tracePath),
+    dbBytes: Deno.statSync(runtime.dbPath).size + Deno.statSync(`${runtime.dbPath}-wal`).size,
+    traceBytes: Deno.statSync(runtime.tracePath).size,
   };
 }
 

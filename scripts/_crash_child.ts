@@ -1,9 +1,4 @@
-/**
- * The crash test's child: a `chat` subprocess on the test's database and trace, started with the task's
- * own permission flags, and what it leaves on disk (trace lines, the session, todos). Private to
- * `crash_test.ts`.
- * @module
- */
+/** The crash test's `chat` child, run with the task's own flags, and what it leaves on disk. @module */
 import { existsSync } from "node:fs";
 import { DatabaseSync } from "node:sqlite";
 import { fileURLToPath } from "node:url";
@@ -15,9 +10,8 @@ import type { CrashProvider, ProviderMoment } from "./_crash_provider.ts";
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 /** The session every round works on. */
 export const CRASH_SESSION = "crash-1";
-/** The user `chat` runs as when `--user` is not given: the crash session's owner. */
-const CRASH_USER = "local";
-const CRASH_KEY = { userId: CRASH_USER, sessionId: CRASH_SESSION };
+// `chat` runs as user "local" when `--user` is not given.
+const CRASH_KEY = { userId: "local", sessionId: CRASH_SESSION };
 
 /** The state of a crash run: its files, its provider, and how far its schedule got. */
 export interface Run {
@@ -37,11 +31,6 @@ export interface Chat {
   finish(): Promise<{ code: number; stdout: string; stderr: string }>;
 }
 
-/** Resolves after `ms` milliseconds. */
-export function delay(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}
-
 /** Starts `chat` on the run's files, streaming or not. */
 export function spawnChat(run: Run, stream: boolean): Chat {
   run.spawns++;
@@ -58,23 +47,17 @@ export function spawnChat(run: Run, stream: boolean): Chat {
     const value = Deno.env.get(name);
     if (value) env[name] = value;
   }
-  const child = new Deno.Command(Deno.execPath(), {
-    args: [
-      "run",
-      "--no-prompt",
-      ...taskPermissionFlags(env),
-      "src/main.ts",
-      "chat",
-      "--session",
-      CRASH_SESSION,
-    ],
-    cwd: ROOT,
-    env,
-    clearEnv: true,
-    stdin: "piped",
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
+  const args = [
+    "run",
+    "--no-prompt",
+    ...taskPermissionFlags(env),
+    "src/main.ts",
+    "chat",
+    "--session",
+    CRASH_SESSION,
+  ];
+  const pipes = { stdin: "piped", stdout: "piped", stderr: "piped" } as const;
+  const child = new Deno.Command(Deno.execPath(), { args, cwd: ROOT, env, clearEnv: true, ...pipes }).spawn();
   const stdout = new Response(child.stdout).text();
   const stderr = new Response(child.stderr).text();
   const writer = child.stdin.getWriter();

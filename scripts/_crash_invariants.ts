@@ -1,9 +1,4 @@
-/**
- * The crash test's invariant checker: what must hold of a session database and a trace file after any
- * kill — integrity, tool calls paired with their results, a valid summary, turn accounting, whole trace
- * lines. One string per violation.
- * @module
- */
+/** The crash test's invariant checker: what must hold of a database and a trace after any kill. @module */
 import { existsSync } from "node:fs";
 import { DatabaseSync } from "node:sqlite";
 import { MAX_SUMMARY_ITEMS, parseSummary, SUMMARY_FIELDS } from "../src/memory/summary.ts";
@@ -48,12 +43,11 @@ function eventProblem(line: string): string | null {
 }
 
 function checkToolPairs(sessionId: string, messages: readonly StoredMessage[], out: string[]): void {
+  const at = `session ${sessionId}:`;
   for (let i = 0; i < messages.length; i++) {
     const m = messages[i];
     if (m.role === "tool") {
-      out.push(
-        `session ${sessionId}: tool message ${m.id} (call ${m.toolCallId}) has no assistant call before it`,
-      );
+      out.push(`${at} tool message ${m.id} (call ${m.toolCallId}) has no assistant call before it`);
       continue;
     }
     if (m.role !== "assistant" || !m.toolCalls?.length) continue;
@@ -65,14 +59,12 @@ function checkToolPairs(sessionId: string, messages: readonly StoredMessage[], o
       const count = results.filter((r) => r.toolCallId === id).length;
       const calls = ids.filter((x) => x === id).length;
       if (count !== 1 || calls !== 1) {
-        out.push(
-          `session ${sessionId}: call ${id} of message ${m.id} has ${count} tool messages (expected 1)`,
-        );
+        out.push(`${at} call ${id} of message ${m.id} has ${count} tool messages (expected 1)`);
       }
     }
     for (const r of results) {
       if (!ids.includes(r.toolCallId ?? "")) {
-        out.push(`session ${sessionId}: tool message ${r.id} answers ${r.toolCallId}, not called by ${m.id}`);
+        out.push(`${at} tool message ${r.id} answers ${r.toolCallId}, not called by ${m.id}`);
       }
     }
     i = j - 1;
@@ -80,23 +72,17 @@ function checkToolPairs(sessionId: string, messages: readonly StoredMessage[], o
 }
 
 function checkSummary(sessionId: string, text: string | null, out: string[]): void {
+  const at = `session ${sessionId}: summary`;
   if (text === null) return;
-  if (parseSummary(text) === null) {
-    out.push(`session ${sessionId}: summary is not summary JSON: ${clip(text)}`);
-    return;
-  }
+  if (parseSummary(text) === null) return void out.push(`${at} is not summary JSON: ${clip(text)}`);
   const value = JSON.parse(text) as Record<string, unknown>;
   const unknown = Object.keys(value).filter((key) => !SUMMARY_KEYS.has(key));
-  if (unknown.length > 0) out.push(`session ${sessionId}: summary has unknown keys ${unknown.join(", ")}`);
-  if (typeof value.updated_at !== "string") {
-    out.push(`session ${sessionId}: summary has no updated_at string`);
-  }
+  if (unknown.length > 0) out.push(`${at} has unknown keys ${unknown.join(", ")}`);
+  if (typeof value.updated_at !== "string") out.push(`${at} has no updated_at string`);
   for (const field of SUMMARY_FIELDS) {
     const items = value[field] as string[];
     if (items.length > MAX_SUMMARY_ITEMS) {
-      out.push(
-        `session ${sessionId}: summary.${field} has ${items.length} items (at most ${MAX_SUMMARY_ITEMS})`,
-      );
+      out.push(`${at}.${field} has ${items.length} items (at most ${MAX_SUMMARY_ITEMS})`);
     }
   }
 }

@@ -1,13 +1,74 @@
 /**
- * The crash test's fake OpenAI-compatible provider on 127.0.0.1. It answers by rule, like a tiny model:
- * summary JSON for a summary request, one or two `calculator` calls (sometimes a `todo` add as well) for
- * arithmetic, a `todo` call for "add a todo: …", text quoting the results after tool messages, anything
- * else a short text. Each reply comes after a seeded random delay, streamed (SSE) or as one JSON body, and
- * every moment — request received, reply about to go, reply sent — is reported and awaited, so the crash
- * test can kill the client exactly then.
+ * The fake OpenAI-compatible provider of the bench and the crash test, on 127.0.0.1, answering by rule like a
+ * tiny model. The crash test's {@linkcode startCrashProvider} adds seeded delays, streaming and awaited
+ * moments; the bench runs this file as a process: `deno run --allow-net=127.0.0.1 scripts/_crash_provider.ts
+ * [LATENCY_MS]` prints its port, answers by {@linkcode answer} after LATENCY_MS, counts requests by kind at
+ * `GET /stats`, and exits on SIGTERM, SIGINT, or when stdin closes.
  * @module
  */
 import { SUMMARY_PROMPT } from "../src/memory/summarizer.ts";
+
+type WireMessage = { role: string; content: string | null };
+
+/** Resolves after `ms` milliseconds. */
+export function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+type Kind = "tool_call" | "answer" | "summary" | "echo";
+
+const BENCH_EXPRESSION = /[-+*/%().\d\s]*\d[-+*/%().\d\s]*[+*/%-][-+*/%().\d\s]*\d[)\s]*/;
+const RESULT = /"result":(-?[\d.eE+-]+)/g;
+
+/** The bench's reply to a request body (summary, answer to a tool result, calculator call, echo). Pure. */
+export function answer(body: Record<string, unknown>): { kind: Kind; message: Record<string, unknown> } {
+  const messages = (Array.isArray(body.messages) ? body.messages : []) as WireMessage[];
+  const last = messages.at(-1);
+  if (requestKind(messages) === "summary") {
+    // Keep the newest calculator result being cut, as a model would keep a result worth keeping.
+    const results = [...(last?.content ?? "").matchAll(RESULT)];
+    const fact = results.length > 0
+      ? `The calculator returned ${results.at(-1)![1]}.`
+      : "The user asked arithmetic questions.";
+    const summary = { goals: [], facts: [fact], todos: [], unresolved: [] };
+    return { kind: "summary", message: { role: "assistant", content: JSON.stringify(summary) } };
+  }
+  if (last?.role === "tool") {
+    let text = "The tool result was not readable.";
+    try {
+      const result = JSON.parse(last.content ?? "{}");
+      text = result.ok ? `The answer is ${result.data.result}.` : `The tool failed: ${result.error}`;
+    } catch {
+      // The default text says so.
+    }
+    return { kind: "answer", message: { role: "assistant", content: text } };
+  }
+  const expression = BENCH_EXPRESSION.exec(last?.content ?? "");
+  if (expression !== null) {
+    const args = JSON.stringify({ expression: expression[0].trim() });
+    const call = {
+      id: `call_${messages.length}`,
+      type: "function",
+      function: { name: "calculator", arguments: args },
+    };
+    return { kind: "tool_call", message: { role: "assistant", content: null, tool_calls: [call] } };
+  }
+  return { kind: "echo", message: { role: "assistant", content: `echo: ${last?.content ?? ""}` } };
+}
+
+/** A chat.completion body carrying `message`, usage estimated from the prompt's characters. */
+export function completion(model: string, message: Record<string, unknown>, promptChars: number) {
+  const prompt = Math.ceil(promptChars / 4);
+  const reply = Math.ceil(JSON.stringify(message).length / 4);
+  return {
+    id: `chatcmpl-bench-${crypto.randomUUID()}`,
+    object: "chat.completion",
+    created: Math.floor(Date.now() / 1000),
+    model,
+    choices: [{ index: 0, message, finish_reason: message.tool_calls ? "tool_calls" : "stop" }],
+    usage: { prompt_tokens: prompt, completion_tokens: reply, total_tokens: prompt + reply },
+  };
+}
 
 /** A seeded PRNG (mulberry32): numbers in [0, 1), the same sequence for the same seed. */
 export function createRng(seed: number): () => number {
@@ -25,18 +86,10 @@ export function createRng(seed: number): () => number {
 export type RequestKind = "summary" | "chat" | "tool_results";
 /** What a reply carries. */
 export type ReplyKind = "summary" | "tool_calls" | "answer";
-
 /** One tool call of a reply. */
-export interface WireCall {
-  id: string;
-  name: string;
-  arguments: string;
-}
+export type WireCall = { id: string; name: string; arguments: string };
 
-/**
- * A moment of one exchange: `request` when the body has been read (before the delay), `reply` when the
- * reply is about to be sent, `sent` once its whole body is handed to the connection.
- */
+/** A moment of an exchange: body read (before the delay), reply about to go, reply handed over. */
 export type ProviderMoment =
   | { kind: "request"; request: RequestKind; index: number; stream: boolean }
   | { kind: "reply" | "sent"; reply: ReplyKind; index: number; calls: WireCall[] };
@@ -47,10 +100,7 @@ export interface CrashProviderOptions {
   seed?: number;
   /** Longest random delay before a reply, in milliseconds. @default {40} */
   maxDelayMs?: number;
-  /**
-   * Told of every moment and awaited before the exchange goes on. Moments may still come for a killed
-   * client (a handler is not always told it went away): callers ignore those. @default {() => {}}
-   */
+  /** Told of every moment and awaited; may still be told after a client was killed. @default {() => {}} */
   onMoment?: (moment: ProviderMoment) => void | Promise<void>;
 }
 
@@ -58,32 +108,17 @@ export interface CrashProviderOptions {
 export interface CrashProvider {
   /** The base URL for `OPENAI_BASE_URL`. */
   url: string;
-  /** Every request body, in arrival order. */
-  requests: Record<string, unknown>[];
-  /** Replies sent (some perhaps to a client already killed), by kind, and the tool calls they made. */
-  stats: { summaries: number; toolReplies: number; toolCalls: number; answers: number };
+  /** Summary replies sent (some perhaps to a client already killed). */
+  stats: { summaries: number };
   /** Resolves when no exchange is in progress (a killed client's last reply has been dropped). */
   idle(): Promise<void>;
   /** Stops the server; resolves once it is closed. */
   close(): Promise<void>;
 }
 
-interface WireMessage {
-  role: string;
-  content: string | null;
-}
-
-interface Decision {
-  kind: ReplyKind;
-  content: string | null;
-  calls: WireCall[];
-}
+type Decision = { kind: ReplyKind; content: string | null; calls: WireCall[] };
 
 const EXPRESSION = /[(\d][\d\s+\-*/%().]*[\d)]/g;
-
-function delay(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}
 
 function requestKind(messages: readonly WireMessage[]): RequestKind {
   if (messages[0]?.role === "system" && messages[0].content === SUMMARY_PROMPT) return "summary";
@@ -190,7 +225,7 @@ class Rules {
   }
 }
 
-function completion(model: string, decision: Decision): Record<string, unknown> {
+function crashCompletion(model: string, decision: Decision): Record<string, unknown> {
   const message: Record<string, unknown> = { role: "assistant", content: decision.content };
   if (decision.calls.length > 0) {
     message.tool_calls = decision.calls.map((c) => ({
@@ -241,8 +276,8 @@ export function startCrashProvider(options: CrashProviderOptions = {}): CrashPro
   }
   const rng = createRng(seed);
   const rules = new Rules(seed, rng);
-  const requests: Record<string, unknown>[] = [];
-  const stats = { summaries: 0, toolReplies: 0, toolCalls: 0, answers: 0 };
+  const stats = { summaries: 0 };
+  let requests = 0;
   const encoder = new TextEncoder();
   let busy = 0;
   let waiters: (() => void)[] = [];
@@ -254,7 +289,7 @@ export function startCrashProvider(options: CrashProviderOptions = {}): CrashPro
 
   async function exchange(request: Request): Promise<Response> {
     const body = await request.json();
-    const index = requests.push(body) - 1;
+    const index = requests++;
     const messages = (body.messages ?? []) as WireMessage[];
     const stream = body.stream === true;
     const kind = requestKind(messages);
@@ -267,12 +302,9 @@ export function startCrashProvider(options: CrashProviderOptions = {}): CrashPro
     const moment = { reply: decision.kind, index, calls: decision.calls };
     await onMoment({ kind: "reply", ...moment });
     if (gone()) return new Response(null, { status: 499 });
-    stats[
-      decision.kind === "summary" ? "summaries" : decision.kind === "tool_calls" ? "toolReplies" : "answers"
-    ]++;
-    stats.toolCalls += decision.calls.length;
+    if (decision.kind === "summary") stats.summaries++;
     const model = String(body.model);
-    const text = stream ? sseFrames(model, decision) : [JSON.stringify(completion(model, decision))];
+    const text = stream ? sseFrames(model, decision) : [JSON.stringify(crashCompletion(model, decision))];
     // A stream goes out in up to three pieces with short gaps, so a kill can land mid-reply.
     const [a, b] = [Math.floor(rng() * text.length), Math.floor(rng() * text.length)].sort((x, y) => x - y);
     const pieces = (stream ? [text.slice(0, a), text.slice(a, b), text.slice(b)] : [text])
@@ -321,9 +353,34 @@ export function startCrashProvider(options: CrashProviderOptions = {}): CrashPro
 
   return {
     url: `http://127.0.0.1:${server.addr.port}/v1`,
-    requests,
     stats,
     idle: () => busy === 0 ? Promise.resolve() : new Promise<void>((resolve) => waiters.push(resolve)),
     close: () => server.shutdown(),
   };
+}
+
+if (import.meta.main) {
+  const latencyMs = Number(Deno.args[0] ?? 0);
+  const stats: Record<Kind | "requests", number> = {
+    requests: 0,
+    tool_call: 0,
+    answer: 0,
+    summary: 0,
+    echo: 0,
+  };
+  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen: () => {} }, async (request) => {
+    if (request.method === "GET") return Response.json(stats);
+    const text = await request.text();
+    const body = JSON.parse(text);
+    const { kind, message } = answer(body);
+    stats.requests++;
+    stats[kind]++;
+    if (latencyMs > 0) await delay(latencyMs);
+    return Response.json(completion(String(body.model), message, text.length));
+  });
+  for (const signal of ["SIGTERM", "SIGINT"] as const) Deno.addSignalListener(signal, () => Deno.exit(0));
+  console.log(String(server.addr.port));
+  // Input is ignored: only its end matters (the parent is gone or done).
+  await Deno.stdin.readable.pipeTo(new WritableStream()).catch(() => {});
+  Deno.exit(0);
 }

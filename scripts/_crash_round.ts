@@ -1,12 +1,10 @@
 /**
- * One round of the crash test: a `chat` child fed lines as its turns end and `kill -9`ed at the moment the
- * round's mode picks, what that moment was, and the new turn that must succeed afterwards. Private to
- * `crash_test.ts`.
+ * One crash round: a `chat` child fed lines as its turns end, `kill -9`ed at the moment the round's mode
+ * picks, and what that moment was; then the new turn that must succeed afterwards.
  * @module
  */
 import { clip, isRecord } from "./_crash_invariants.ts";
 import {
-  delay,
   fileSize,
   holdWriteLock,
   readFrom,
@@ -15,7 +13,7 @@ import {
   spawnChat,
   wholeEvents,
 } from "./_crash_child.ts";
-import { createRng, type WireCall } from "./_crash_provider.ts";
+import { createRng, delay, type WireCall } from "./_crash_provider.ts";
 
 /** The kill modes, one per round in turn. */
 export const MODES = [
@@ -56,14 +54,14 @@ function nextLine(run: Run): { text: string; expect: string } {
   return LINES[run.line++ % LINES.length];
 }
 
-/** What the killed process left: its trace events, and what the database holds of its last moments. */
+/**
+ * What the killed process left: the calls of the last tool-call reply it was sent, its trace events, the call
+ * ids of stored tool messages, and user turns it compacted that no traced `compact` event accounts for.
+ */
 interface Evidence {
-  /** The calls of the last tool-call reply it was sent. */
   calls: readonly WireCall[];
   events: readonly Record<string, unknown>[];
-  /** Call ids of the stored tool messages. */
   stored: ReadonlySet<string>;
-  /** User turns compacted by this process that no traced `compact` event accounts for. */
   untracedCompacted: number;
 }
 
@@ -94,13 +92,7 @@ export async function killRound(run: Run, round: number): Promise<KillOutcome> {
   const rng = createRng(run.seed * 7919 + round);
   const int = (lo: number, hi: number) => lo + Math.floor(rng() * (hi - lo + 1));
   const mode: Mode = MODES[(round - 1) % MODES.length];
-  const params = {
-    timer: int(0, 400),
-    nth: int(1, 6),
-    lines: int(1, 15),
-    gap: int(0, 2),
-    late: int(0, 20),
-  };
+  const params = { timer: int(0, 400), nth: int(1, 6), lines: int(1, 15), gap: int(0, 2), late: int(0, 20) };
   const before = await readSession(run.dbPath) ?? { turns: 0, compacted: 0 };
   const traceStart = fileSize(run.tracePath);
   const chat = spawnChat(run, run.spawns % 2 === 0);
@@ -162,11 +154,7 @@ export async function killRound(run: Run, round: number): Promise<KillOutcome> {
       }
       return;
     }
-    phase = moment.reply === "summary"
-      ? "summary_sent"
-      : moment.reply === "tool_calls"
-      ? "tools"
-      : "answered";
+    phase = ({ summary: "summary_sent", tool_calls: "tools", answer: "answered" } as const)[moment.reply];
     calls = moment.calls;
     if (moment.reply === "answer") later(int(0, 30), feed);
     // A timer, not a busy wait: the reply is flushed by this very event loop.

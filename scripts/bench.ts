@@ -1,8 +1,4 @@
-/**
- * `deno task bench [--quick] [--json] [--only SECTIONS]`: what the runtime costs around the model, against
- * a fake provider on 127.0.0.1. `--help` explains the method and what each figure means.
- * @module
- */
+/** `deno task bench [--quick] [--json] [--only SECTIONS]`: the runtime's cost around the model. @module */
 import { parseArgs } from "node:util";
 import { cleanUpAll, type Distribution } from "./_bench_process.ts";
 import {
@@ -32,7 +28,7 @@ const HELP = `Usage: deno task bench [--quick] [--json] [--only overhead,growth,
   --only    run some sections, e.g. --only http
 
 Every section runs against a fake OpenAI-compatible provider in its own process on 127.0.0.1
-(scripts/_bench_provider.ts), so its CPU is not the runtime's. It answers by rule: a calculator call
+(scripts/_crash_provider.ts), so its CPU is not the runtime's. It answers by rule: a calculator call
 for arithmetic, an answer quoting a tool result, a valid summary for a compaction request, with usage;
 in the HTTP section after a fixed 50 ms.
 
@@ -69,6 +65,10 @@ Nothing asserts a time: the targets (per-turn <= 1.3x the floor, growth <= 1.2x,
 
 const SECTIONS = ["overhead", "growth", "http", "memory", "startup"] as const;
 type Section = (typeof SECTIONS)[number];
+const ONLY = { type: "string", default: SECTIONS.join(",") } as const;
+const SIGNALS = ["SIGINT", "SIGTERM"] as const;
+const BOOL = { type: "boolean" } as const;
+const FLAGS = { quick: BOOL, json: BOOL, help: { ...BOOL, short: "h" }, only: ONLY } as const;
 const SIZES = {
   full: { rounds: 10, turns: 100, growth: 1000, turnsPerClient: 20, repeats: 5 },
   quick: { rounds: 3, turns: 30, growth: 200, turnsPerClient: 5, repeats: 3 },
@@ -115,7 +115,7 @@ export async function runBench(quick: boolean, only: readonly Section[] = SECTIO
     console.error(`bench: ${name} done in ${((performance.now() - t) / 1000).toFixed(1)} s`);
     return result;
   };
-  const { cores, os } = { cores: navigator.hardwareConcurrency, os: `${Deno.build.os}-${Deno.build.arch}` };
+  const [cores, os] = [navigator.hardwareConcurrency, `${Deno.build.os}-${Deno.build.arch}`];
   const report: Omit<BenchReport, "targets"> = {
     mode: quick ? "quick" : "full",
     machine: `Deno ${Deno.version.deno}, V8 ${Deno.version.v8}, ${os}, ${cores} cores`,
@@ -182,15 +182,7 @@ export function formatReport(report: BenchReport): string {
 async function main(args: string[]): Promise<number> {
   let values;
   try {
-    ({ values } = parseArgs({
-      args,
-      options: {
-        quick: { type: "boolean", default: false },
-        json: { type: "boolean", default: false },
-        only: { type: "string", default: SECTIONS.join(",") },
-        help: { type: "boolean", short: "h", default: false },
-      },
-    }));
+    ({ values } = parseArgs({ args, options: FLAGS }));
   } catch (error) {
     console.error(`${(error as Error).message}\nRun with --help for usage.`);
     return 2;
@@ -209,18 +201,16 @@ async function main(args: string[]): Promise<number> {
     console.error("bench: interrupted, cleaning up");
     cleanUpAll().finally(() => Deno.exit(130));
   };
-  Deno.addSignalListener("SIGINT", interrupt);
-  Deno.addSignalListener("SIGTERM", interrupt);
+  for (const signal of SIGNALS) Deno.addSignalListener(signal, interrupt);
   try {
-    const report = await runBench(values.quick, only as Section[]);
+    const report = await runBench(values.quick ?? false, only as Section[]);
     console.log(values.json ? JSON.stringify(report) : formatReport(report));
     return 0;
   } catch (error) {
     if (interrupted) return 130; // a section failing because its processes were just stopped
     throw error;
   } finally {
-    Deno.removeSignalListener("SIGINT", interrupt);
-    Deno.removeSignalListener("SIGTERM", interrupt);
+    for (const signal of SIGNALS) Deno.removeSignalListener(signal, interrupt);
     await cleanUpAll();
   }
 }

@@ -1,16 +1,8 @@
 /**
- * Crash safety: runs `chat` as a subprocess against a fake provider (tool calls, summaries, answers, random
- * delays) and `kill -9`s it at random and at chosen moments — between turns, during a model call, during
- * tool execution, during compaction. After every kill it checks the database and the trace, then proves a
- * new turn on the same session succeeds.
- *
- * ```sh
- * deno run --no-prompt --allow-read --allow-write --allow-net=127.0.0.1 --allow-env --allow-run \
- *   scripts/crash_test.ts --rounds 50 --seed 1 [--keep]
- * ```
- *
- * The schedule (kill modes, delays, input lines) and the provider's choices are reproducible from the seed;
- * where a kill lands relative to the child's own progress is not, so each round logs the moment it hit.
+ * `deno task crash [--rounds 50] [--seed 1] [--keep]`: `kill -9`s `chat` at random and at chosen moments
+ * (between turns, in a model call, in tool execution, in compaction), then checks the database and trace and
+ * proves a new turn succeeds. The schedule is reproducible from the seed; where a kill lands is not, so each
+ * round logs the moment it hit.
  * @module
  */
 import { join } from "node:path";
@@ -35,19 +27,17 @@ export interface CrashRoundsOptions {
   keep?: boolean;
 }
 
-/** What the rounds found. */
+/**
+ * What the rounds found: `violations` (each prefixed with its round; empty when crash-safe), the final
+ * `turn_count`, compactions traced and summary replies sent, kills by moment and of the chosen kinds.
+ */
 export interface CrashReport {
   kills: number;
-  /** Every invariant broken, prefixed with its round; empty when crash-safe. */
   violations: string[];
-  /** The session's final `turn_count`. */
   turns: number;
-  /** Successful compactions in the trace; summary replies the provider sent (some to killed processes). */
   compactions: number;
   summaryCalls: number;
-  /** Kills by the moment they hit. */
   moments: Record<string, number>;
-  /** Kills during compaction, during tool execution, and of those with calls traced but not stored. */
   compactionKills: number;
   toolKills: number;
   toolKillsUnstored: number;
@@ -69,26 +59,17 @@ export async function runCrashRounds(options: CrashRoundsOptions = {}): Promise<
   const dir = Deno.makeTempDirSync({ prefix: "crash-test-" });
   let run: Run | null = null;
   const provider = startCrashProvider({ seed, onMoment: (moment) => run?.listener?.(moment) });
-  run = {
-    dbPath: join(dir, "db", "sessions.db"),
-    tracePath: join(dir, "trace", "traces.jsonl"),
-    provider,
-    seed,
-    spawns: 0,
-    line: 0,
-    listener: null,
-  };
+  const [dbPath, tracePath] = [join(dir, "db", "sessions.db"), join(dir, "trace", "traces.jsonl")];
+  run = { dbPath, tracePath, provider, seed, spawns: 0, line: 0, listener: null };
   const violations: string[] = [];
   const moments: Record<string, number> = {};
   try {
     for (let round = 1; round <= rounds; round++) {
       const kill = await killRound(run, round);
-      const found = [...kill.problems, ...await checkCrashInvariants(run.dbPath, run.tracePath)];
+      const found = [...kill.problems, ...await checkCrashInvariants(dbPath, tracePath)];
       const checked = found.length;
       found.push(...await newTurn(run));
-      found.push(
-        ...(await checkCrashInvariants(run.dbPath, run.tracePath)).map((v) => `after the new turn: ${v}`),
-      );
+      found.push(...(await checkCrashInvariants(dbPath, tracePath)).map((v) => `after the new turn: ${v}`));
       moments[kill.moment] = (moments[kill.moment] ?? 0) + 1;
       const verdict = found.length === 0 ? "ok" : `${found.length} VIOLATION(S)`;
       const turns = `${kill.turns} turn${kill.turns === 1 ? "" : "s"}`;
@@ -100,16 +81,16 @@ export async function runCrashRounds(options: CrashRoundsOptions = {}): Promise<
         log(`  ${line}`);
       });
     }
-    const last = [...await newTurn(run), ...await checkCrashInvariants(run.dbPath, run.tracePath)];
+    const last = [...await newTurn(run), ...await checkCrashInvariants(dbPath, tracePath)];
     for (const v of last) violations.push(`final new turn: ${v}`);
     log(`final new turn: ${last.length === 0 ? "ok" : last.join("; ")}`);
     const sum = (prefix: string) =>
       Object.entries(moments).filter(([m]) => m.startsWith(prefix)).reduce((n, [, c]) => n + c, 0);
-    const traced = readTrace(run.tracePath);
+    const traced = readTrace(tracePath);
     return {
       kills: rounds,
       violations,
-      turns: (await readSession(run.dbPath))?.turns ?? 0,
+      turns: (await readSession(dbPath))?.turns ?? 0,
       compactions: traced.filter((e) => e.event === "compact" && e.data.ok === true).length,
       summaryCalls: provider.stats.summaries,
       moments,
@@ -127,11 +108,9 @@ export async function runCrashRounds(options: CrashRoundsOptions = {}): Promise<
 
 function wholeNumber(name: string, text: string): number {
   const value = Number(text);
-  if (!/^-?\d+$/.test(text) || !Number.isSafeInteger(value)) {
-    console.error(`Invalid --${name}=${JSON.stringify(text)}: expected a whole number`);
-    Deno.exit(2);
-  }
-  return value;
+  if (/^-?\d+$/.test(text) && Number.isSafeInteger(value)) return value;
+  console.error(`Invalid --${name}=${JSON.stringify(text)}: expected a whole number`);
+  Deno.exit(2);
 }
 
 if (import.meta.main) {
@@ -140,29 +119,26 @@ if (import.meta.main) {
     options: {
       rounds: { type: "string", default: "50" },
       seed: { type: "string", default: "1" },
-      keep: { type: "boolean", default: false },
+      keep: { type: "boolean" },
     },
   });
-  const rounds = wholeNumber("rounds", values.rounds);
-  const seed = wholeNumber("seed", values.seed);
+  const [rounds, seed] = [wholeNumber("rounds", values.rounds), wholeNumber("seed", values.seed)];
   if (rounds < 1) {
     console.error(`Invalid --rounds=${rounds}: expected 1 or more`);
     Deno.exit(2);
   }
-  const report = await runCrashRounds({ rounds, seed, keep: values.keep });
-  const byMoment = Object.entries(report.moments).sort(([, a], [, b]) => b - a).map(([m, n]) => `${n} ${m}`);
-  console.log(`kills: ${report.kills} (${byMoment.join(", ")})`);
-  console.log(`violations: ${report.violations.length}`);
-  for (const v of report.violations) console.log(`  ${v}`);
-  console.log(`turns stored: ${report.turns}`);
-  console.log(
-    `compactions seen: ${report.compactions} stored ` +
-      `(${report.summaryCalls} summary replies sent, some to a process being killed)`,
-  );
-  console.log(
-    `moments hit: ${report.compactionKills} during compaction, ${report.toolKills} during tool execution ` +
-      `(${report.toolKillsUnstored} with the calls traced and their results not stored)`,
-  );
-  console.log(`elapsed: ${(report.elapsedMs / 1000).toFixed(1)} s (seed ${seed})`);
-  Deno.exit(report.violations.length > 0 ? 1 : 0);
+  const r = await runCrashRounds({ rounds, seed, keep: values.keep });
+  const byMoment = Object.entries(r.moments).sort(([, a], [, b]) => b - a).map(([m, n]) => `${n} ${m}`);
+  console.log([
+    `kills: ${r.kills} (${byMoment.join(", ")})`,
+    `violations: ${r.violations.length}`,
+    ...r.violations.map((v) => `  ${v}`),
+    `turns stored: ${r.turns}`,
+    `compactions seen: ${r.compactions} stored ` +
+    `(${r.summaryCalls} summary replies sent, some to a process being killed)`,
+    `moments hit: ${r.compactionKills} during compaction, ${r.toolKills} during tool execution ` +
+    `(${r.toolKillsUnstored} with the calls traced and their results not stored)`,
+    `elapsed: ${(r.elapsedMs / 1000).toFixed(1)} s (seed ${seed})`,
+  ].join("\n"));
+  Deno.exit(r.violations.length > 0 ? 1 : 0);
 }

@@ -11,15 +11,13 @@ import { timelineHeader, timelineLine } from "./_timeline.ts";
 
 /** The one user every phase speaks as; phase 2's windows are two sessions of this user. */
 const USER = "user-A";
+const [CALC_SESSION, MEMORY_SESSION] = ["demo-calculator", "demo-memory"];
+const [WINDOW_1, WINDOW_2] = ["A-window-1", "A-window-2"];
 
 /** The key of the demo user's session `sessionId`. */
 function own(sessionId: string): SessionKey {
   return { userId: USER, sessionId };
 }
-const CALC_SESSION = "demo-calculator";
-const WINDOW_1 = "A-window-1";
-const WINDOW_2 = "A-window-2";
-const MEMORY_SESSION = "demo-memory";
 /** Raw turns kept in phases 1 and 2: high enough that they never compact, whatever the environment says. */
 export const DEMO_RAW_TURNS = 20;
 /** Raw turns kept in phase 3, so that four filler turns push the early fact into the summary. */
@@ -36,7 +34,7 @@ const FILLERS = [
 ];
 const FOLLOW_UP = "What is my favourite colour?";
 
-/** What the phases share: the real dependencies and everything they recorded. */
+/** What the phases share: the real dependencies, every event emitted and every request sent, in order. */
 export interface Demo {
   agent: Agent;
   run: RunOptions;
@@ -44,28 +42,17 @@ export interface Demo {
   out: (line: string) => void;
   style: Style;
   tracePath: string;
-  events: TracedEvent[]; // every event emitted, in order (the same events the tracer wrote)
-  requests: Message[][]; // every request sent to the model, in order
-}
-
-/** A phase's verdict: `reason` is what was shown on PASS, or every failed check on FAIL. */
-export interface Verdict {
-  ok: boolean;
-  reason: string;
-}
-
-/** One user turn and the requests the model was sent during it. */
-interface Exchange {
-  result: TurnResult;
+  events: TracedEvent[];
   requests: Message[][];
 }
 
+/** A phase's verdict: `reason` is what was shown on PASS, or every failed check on FAIL. */
+export type Verdict = { ok: boolean; reason: string };
+/** One user turn and the requests the model was sent during it. */
+type Exchange = { result: TurnResult; requests: Message[][] };
 /** A tool call paired with the parsed tool message that answered it. */
-interface AnsweredCall {
-  name: string;
-  args: Record<string, unknown>;
-  result: { ok: boolean; data: Record<string, unknown> | null; error: string | null };
-}
+type AnsweredCall = { name: string; args: Record<string, unknown>; result: ToolResult };
+type ToolResult = { ok: boolean; data: Record<string, unknown> | null; error: string | null };
 
 function verdict(problems: string[], success: string): Verdict {
   return problems.length === 0 ? { ok: true, reason: success } : { ok: false, reason: problems.join("; ") };
@@ -108,23 +95,15 @@ function mentionsNumber(text: string, value: number): boolean {
 }
 
 /** Runs one user turn, printing the user message, (through `emit`) its tool calls, and the answer. */
-async function say(
-  demo: Demo,
-  sessionId: string,
-  message: string,
-  maxRawTurns = DEMO_RAW_TURNS,
-): Promise<Exchange> {
+async function say(demo: Demo, sessionId: string, message: string, maxRawTurns = DEMO_RAW_TURNS) {
   const { out, style } = demo;
   out(`  ${style.bold("user  ›")} ${message}`);
   const first = demo.requests.length;
-  const result = await runTurn(
-    { sessionId, userId: USER, message },
-    { ...demo.agent, maxRawTurns },
-    demo.run,
-  );
+  const input = { sessionId, userId: USER, message };
+  const result = await runTurn(input, { ...demo.agent, maxRawTurns }, demo.run);
   const outcome = result.outcome === "answered" ? "" : style.red(` [${result.outcome}]`);
   out(`  ${style.bold("agent ›")} ${result.answer}${outcome}`);
-  return { result, requests: demo.requests.slice(first) };
+  return { result, requests: demo.requests.slice(first) } satisfies Exchange;
 }
 
 /** Phase 1: an arithmetic question is answered with the calculator's own result. */
@@ -156,19 +135,15 @@ async function windowsPhase(demo: Demo): Promise<Verdict> {
   for (const input of WINDOW_2_INPUTS) window2.push(await say(demo, WINDOW_2, input));
 
   const problems: string[] = [];
-  const todos1 = await store.listTodos(own(WINDOW_1));
-  const todos2 = await store.listTodos(own(WINDOW_2));
-  out(style.dim(
-    `  store: ${WINDOW_1} todos ${JSON.stringify(todos1.map((t) => t.text))}, ` +
-      `${WINDOW_2} todos ${JSON.stringify(todos2.map((t) => t.text))}`,
-  ));
+  const [todos1, todos2] = [await store.listTodos(own(WINDOW_1)), await store.listTodos(own(WINDOW_2))];
+  const texts = (todos: { text: string }[]) => JSON.stringify(todos.map((t) => t.text));
+  out(style.dim(`  store: ${WINDOW_1} todos ${texts(todos1)}, ${WINDOW_2} todos ${texts(todos2)}`));
   if (todos1.length !== 1 || !/domain/i.test(todos1[0].text)) {
     problems.push(`window 1 should hold exactly the domain todo, holds ${JSON.stringify(todos1)}`);
   }
   if (todos2.length !== 0) problems.push(`window 2's todo list in the store is not empty`);
-  const listed = answeredCalls(await store.messages(own(WINDOW_2))).filter((c) =>
-    c.name === "todo" && c.args.action === "list"
-  );
+  const listed = answeredCalls(await store.messages(own(WINDOW_2)))
+    .filter((c) => c.name === "todo" && c.args.action === "list");
   if (listed.length === 0) problems.push("window 2 never called the todo tool with action list");
   for (const call of listed) {
     const shown = call.result.data?.todos;
@@ -190,36 +165,27 @@ async function windowsPhase(demo: Demo): Promise<Verdict> {
     }
   }
 
-  const s1 = await store.get(own(WINDOW_1));
-  const s2 = await store.get(own(WINDOW_2));
+  const [s1, s2] = [await store.get(own(WINDOW_1)), await store.get(own(WINDOW_2))];
   out(style.dim(`  store: turn_count ${WINDOW_1}=${s1?.turnCount}, ${WINDOW_2}=${s2?.turnCount}`));
   if (s1?.turnCount !== WINDOW_1_INPUTS.length || s2?.turnCount !== WINDOW_2_INPUTS.length) {
-    problems.push(
-      `turn counts are ${s1?.turnCount} and ${s2?.turnCount}, expected ` +
-        `${WINDOW_1_INPUTS.length} and ${WINDOW_2_INPUTS.length}`,
-    );
+    const expected = `${WINDOW_1_INPUTS.length} and ${WINDOW_2_INPUTS.length}`;
+    problems.push(`turn counts are ${s1?.turnCount} and ${s2?.turnCount}, expected ${expected}`);
   }
-  const users = async (id: string) =>
-    (await store.messages(own(id))).filter((m) => m.role === "user").map((m) => m.content);
-  if (JSON.stringify(await users(WINDOW_1)) !== JSON.stringify(WINDOW_1_INPUTS)) {
-    problems.push("window 1's stored history is not exactly its own user messages");
+  for (const [n, id, inputs] of [[1, WINDOW_1, WINDOW_1_INPUTS], [2, WINDOW_2, WINDOW_2_INPUTS]] as const) {
+    const users = (await store.messages(own(id))).filter((m) => m.role === "user").map((m) => m.content);
+    if (JSON.stringify(users) !== JSON.stringify(inputs)) {
+      problems.push(`window ${n}'s stored history is not exactly its own user messages`);
+    }
   }
-  if (JSON.stringify(await users(WINDOW_2)) !== JSON.stringify(WINDOW_2_INPUTS)) {
-    problems.push("window 2's stored history is not exactly its own user messages");
-  }
-  return verdict(
-    problems,
-    "the todo and the project name stayed in window 1; window 2 saw an empty list, no window 1 text, " +
-      "and its own history and turn count",
-  );
+  const window2Saw = "window 2 saw an empty list, no window 1 text, and its own history and turn count";
+  return verdict(problems, `the todo and the project name stayed in window 1; ${window2Saw}`);
 }
 
 function printSummary(demo: Demo, text: string | null): void {
   const { out, style } = demo;
   const summary = parseSummary(text);
   if (summary === null) {
-    out(style.dim(`  summary: ${text === null ? "(none)" : "(not a valid summary)"}`));
-    return;
+    return out(style.dim(`  summary: ${text === null ? "(none)" : "(not a valid summary)"}`));
   }
   out(`  ${style.bold("summary")} (sessions.summary, updated ${summary.updated_at}):`);
   for (const field of ["goals", "facts", "todos", "unresolved"] as const) {
@@ -239,24 +205,19 @@ async function memoryPhase(demo: Demo): Promise<Verdict> {
   const { result, requests } = await say(demo, MEMORY_SESSION, FOLLOW_UP, MEMORY_RAW_TURNS);
 
   const problems: string[] = [];
+  const teal = (m: { content: string | null }) => /teal/i.test(m.content ?? "");
   const compactions = demo.events.filter((e) => e.session_id === MEMORY_SESSION && e.event === "compact");
   if (!compactions.some((e) => e.data.ok === true)) {
     const reasons = [...new Set(compactions.map((e) => String(e.data.reason)))].join(", ");
     problems.push(`no compaction succeeded${reasons === "" ? "" : ` (${reasons})`}`);
   }
-  if (rawBefore.some((m) => /teal/i.test(m.content ?? ""))) {
-    problems.push("before the follow-up, the raw stored messages still mention teal");
-  }
-  if (
-    (await store.messages(own(MEMORY_SESSION))).some((m) =>
-      m.role === "user" && /teal/i.test(m.content ?? "")
-    )
-  ) {
+  if (rawBefore.some(teal)) problems.push("before the follow-up, the raw stored messages still mention teal");
+  if ((await store.messages(own(MEMORY_SESSION))).some((m) => m.role === "user" && teal(m))) {
     problems.push("the early fact is still a raw stored user message");
   }
   // The first request of the follow-up is what the model had to answer from.
   const asked = requests[0] ?? [];
-  const carriers = asked.filter((m) => /teal/i.test(m.content ?? ""));
+  const carriers = asked.filter(teal);
   if (carriers.length === 0) problems.push("the follow-up request does not carry the early fact at all");
   if (carriers.some((m) => m.role !== "system" || !m.content!.startsWith(RUNTIME_CONTEXT_HEADER))) {
     problems.push("the follow-up request carries the early fact outside the [RUNTIME CONTEXT] message");
@@ -264,10 +225,8 @@ async function memoryPhase(demo: Demo): Promise<Verdict> {
   if (!/\bteal\b/i.test(result.answer)) problems.push("the answer does not mention teal");
   const removed = compactions.filter((e) => e.data.ok === true)
     .reduce((n, e) => n + Number(e.data.turns_removed ?? 0), 0);
-  return verdict(
-    problems,
-    `${removed} turns were compacted; teal reached the model only inside [RUNTIME CONTEXT] and the answer names it`,
-  );
+  const success = `${removed} turns were compacted; teal reached the model only inside [RUNTIME CONTEXT]`;
+  return verdict(problems, `${success} and the answer names it`);
 }
 
 /** Phase 4: the trace file holds every run, well formed, with the events the other phases produced. */
@@ -293,11 +252,8 @@ function tracePhase(demo: Demo): Verdict {
   for (const name of ["compact", "tool_call", "tool_result"]) {
     if (!events.some((e) => e.event === name)) problems.push(`the trace has no ${name} event`);
   }
-  return verdict(
-    problems,
-    `${runs.size} runs, each from run_start to run_end; every llm_call has latency_ms; ` +
-      "compact, tool_call and tool_result are present",
-  );
+  const shape = "every llm_call has latency_ms; compact, tool_call and tool_result are present";
+  return verdict(problems, `${runs.size} runs, each from run_start to run_end; ${shape}`);
 }
 
 export const PHASES: readonly { name: string; run: (demo: Demo) => Verdict | Promise<Verdict> }[] = [

@@ -1,49 +1,42 @@
-/**
- * The demo's trace timeline: one fixed-width line per run event, read back from the JSONL file.
- * @module
- */
+/** The demo's trace timeline: one fixed-width line per run event, read back from the JSONL file. @module */
 import type { TracedEvent } from "../events.ts";
 
-function tokensOf(event: TracedEvent): string | null {
-  const d = event.data;
-  if (event.event === "llm_call") {
-    return d.prompt_tokens === null ? null : `${d.prompt_tokens}+${d.completion_tokens}`;
-  }
-  if (event.event === "compact") return d.ok === true ? `${d.tokens_before}→${d.tokens_after}` : null;
-  if (event.event === "run_end") {
-    const total = (d.usage as { total_tokens?: number | null } | undefined)?.total_tokens;
-    return total === null || total === undefined ? null : `${total} total`;
-  }
-  return null;
+type Data = TracedEvent["data"];
+type ByEvent<T> = Partial<Record<TracedEvent["event"], (d: Data) => T>>;
+
+function usageTotal(d: Data): number | null {
+  return (d.usage as { total_tokens?: number | null } | undefined)?.total_tokens ?? null;
 }
 
-function outcomeOf(event: TracedEvent): string | null {
-  const d = event.data;
-  switch (event.event) {
-    case "run_end":
-      return String(d.outcome);
-    case "tool_result":
-      return d.ok ? "ok" : `error: ${d.error}`;
-    case "compact":
-      return d.ok ? `ok, ${d.turns_removed} turn(s) into summary` : `failed: ${d.reason}`;
-    case "llm_call":
-      return Number(d.tool_call_count) > 0 ? `${d.tool_call_count} tool call(s)` : "text";
-    case "answer":
-      return JSON.stringify(d.text);
-    case "error":
-      return `${d.kind}: ${d.message}`;
-    default:
-      return null;
-  }
+/** The tokens column, by event: prompt+completion, the compaction's before→after, a run's total. */
+const TOKENS: ByEvent<string | null> = {
+  llm_call: (d) => d.prompt_tokens === null ? null : `${d.prompt_tokens}+${d.completion_tokens}`,
+  compact: (d) => d.ok === true ? `${d.tokens_before}→${d.tokens_after}` : null,
+  run_end: (d) => usageTotal(d) === null ? null : `${usageTotal(d)} total`,
+};
+
+/** The outcome column, by event. */
+const OUTCOMES: ByEvent<string> = {
+  run_end: (d) => String(d.outcome),
+  tool_result: (d) => d.ok ? "ok" : `error: ${d.error}`,
+  compact: (d) => d.ok ? `ok, ${d.turns_removed} turn(s) into summary` : `failed: ${d.reason}`,
+  llm_call: (d) => Number(d.tool_call_count) > 0 ? `${d.tool_call_count} tool call(s)` : "text",
+  answer: (d) => JSON.stringify(d.text),
+  error: (d) => `${d.kind}: ${d.message}`,
+};
+
+function milliseconds(value: unknown): string | null {
+  return typeof value === "number" ? `${value}ms` : null;
 }
 
 /** The timeline's columns: title, width, alignment and what each shows for an event. */
-const TIMELINE: readonly {
+interface Column {
   title: string;
   width: number;
   right?: boolean;
-  value: (event: TracedEvent, start: number) => unknown;
-}[] = [
+  value(e: TracedEvent, start: number): unknown;
+}
+const TIMELINE: readonly Column[] = [
   { title: "+ms", width: 6, right: true, value: (e, start) => Date.parse(e.ts) - start },
   { title: "run", width: 8, value: (e) => e.run_id.slice(0, 8) },
   { title: "session", width: 15, value: (e) => e.session_id },
@@ -51,14 +44,9 @@ const TIMELINE: readonly {
   { title: "event", width: 11, value: (e) => e.event },
   { title: "step", width: 4, right: true, value: (e) => e.step },
   { title: "tool", width: 11, value: (e) => e.event.startsWith("tool_") ? e.data.name : null },
-  {
-    title: "latency",
-    width: 7,
-    right: true,
-    value: (e) => typeof e.data.latency_ms === "number" ? `${e.data.latency_ms}ms` : null,
-  },
-  { title: "tokens", width: 11, value: tokensOf },
-  { title: "outcome", width: 60, value: outcomeOf },
+  { title: "latency", width: 7, right: true, value: (e) => milliseconds(e.data.latency_ms) },
+  { title: "tokens", width: 11, value: (e) => TOKENS[e.event]?.(e.data) },
+  { title: "outcome", width: 60, value: (e) => OUTCOMES[e.event]?.(e.data) },
 ];
 
 /** One timeline line: each value cut or padded to its column ("-" for none). */

@@ -1,7 +1,6 @@
 /**
- * The acceptance demo (`deno task demo`, `main.ts demo`): four phases against the real loop, store, tools,
- * compaction and trace, each judged PASS/FAIL with its reason. Offline with the rule-based DemoModel and a
- * temporary database and trace; `--live` asks the configured provider.
+ * The acceptance demo (`deno task demo`): four phases against the real loop, store, tools, compaction and
+ * trace, each judged PASS/FAIL with its reason; offline with the DemoModel unless `--live`.
  * @module
  */
 import { join } from "node:path";
@@ -11,14 +10,14 @@ import { type Config, loadConfig, requireApiKey } from "../config.ts";
 import { llmNetHost } from "../permissions.ts";
 import { ConfigError } from "../errors.ts";
 import type { LLM } from "../llm/llm.ts";
-import { createLlmFromConfig } from "../llm/openai.ts";
+import { createLlmFromConfig, type RetryInfo } from "../llm/openai.ts";
 import { ENV_VARIABLES, readEnvironment } from "../permissions.ts";
 import { SqliteStore } from "../store/sqlite.ts";
 import { createLlmSummarizer, deterministicSummarizer, type Summarizer } from "../memory/summarizer.ts";
 import { createBuiltinTools } from "../tools/builtin.ts";
 import { JsonlTracer } from "../trace.ts";
 import type { Message } from "../types.ts";
-import type { TracedEvent } from "../events.ts";
+import type { RunEvent, TracedEvent } from "../events.ts";
 import { DemoModel } from "../llm/demo.ts";
 import { type Demo, DEMO_RAW_TURNS, PHASES, recordRequests, type Verdict } from "./_phases.ts";
 
@@ -41,10 +40,7 @@ export interface DemoOptions {
 }
 
 /** How many phases passed and failed. */
-export interface DemoResult {
-  passed: number;
-  failed: number;
-}
+export type DemoResult = { passed: number; failed: number };
 
 /**
  * The live provider's config and client. Fails with `ConfigError` for a bad or missing setting and with
@@ -64,25 +60,17 @@ function liveModel(log: (reason: string) => void): { config: Readonly<Config>; l
   if (Deno.permissions.querySync({ name: "net", host }).state !== "granted") {
     throw new Deno.errors.NotCapable(`Cannot run the live demo: missing permission --allow-net=${host}`);
   }
-  const llm = createLlmFromConfig(config, {
-    onRetry: (info) => log(`retry ${info.attempt} in ${info.delayMs} ms: ${info.reason}`),
-  });
-  return { config, llm };
+  const onRetry = (info: RetryInfo) => log(`retry ${info.attempt} in ${info.delayMs} ms: ${info.reason}`);
+  return { config, llm: createLlmFromConfig(config, { onRetry }) };
 }
 
 /** The demo's first line: offline or live, and which model and summarizer the turns use. */
 function describeSetup(options: DemoOptions, config: Readonly<Config>): string {
   const live = options.live ?? false;
-  const model = options.llm !== undefined
-    ? "an injected model"
-    : live
-    ? `${config.model} at ${new URL(config.baseUrl).host}`
-    : "rule-based demo model";
-  const summarizer = options.summarizer !== undefined
-    ? "an injected summarizer"
-    : live
-    ? "LLM summarizer"
-    : "deterministic summarizer";
+  const remote = `${config.model} at ${new URL(config.baseUrl).host}`;
+  const model = options.llm ? "an injected model" : live ? remote : "rule-based demo model";
+  const ownSummarizer = live ? "LLM summarizer" : "deterministic summarizer";
+  const summarizer = options.summarizer ? "an injected summarizer" : ownSummarizer;
   return `${live ? "live" : "offline"}: ${model}, ${summarizer}`;
 }
 
@@ -108,55 +96,31 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
   const dir = Deno.makeTempDirSync({ prefix: "mra-demo-" });
   const tracePath = join(dir, "trace.jsonl");
   const store = new SqliteStore(join(dir, "sessions.db"));
-  const tracer = new JsonlTracer(tracePath, {
-    maxPayloadChars: config.traceMaxPayloadChars,
-    secrets: [config.apiKey],
-  });
-  const events: TracedEvent[] = [];
-  const requests: Message[][] = [];
+  const { traceMaxPayloadChars: maxPayloadChars, apiKey } = config;
+  const tracer = new JsonlTracer(tracePath, { maxPayloadChars, secrets: [apiKey] });
+  const [events, requests]: [TracedEvent[], Message[][]] = [[], []];
   let passed = 0;
   try {
-    const demo: Demo = {
-      store,
-      out,
-      style,
-      tracePath,
-      events,
-      requests,
-      agent: {
-        store,
-        llm: recordRequests(provider.llm, requests),
-        tools: createBuiltinTools(store),
-        maxSteps: config.maxToolIters,
-        summarizer,
-        maxRawTurns: DEMO_RAW_TURNS,
-        maxCtxTokens: config.maxCtxTokens,
-      },
-      run: {
-        emit(event) {
-          tracer.write(event);
-          events.push(event);
-          const line = renderEvent(event, style);
-          if (line !== null) out(line);
-        },
-      },
+    const [llm, tools] = [recordRequests(provider.llm, requests), createBuiltinTools(store)];
+    const { maxToolIters: maxSteps, maxCtxTokens } = config;
+    const agent = { store, llm, tools, maxSteps, summarizer, maxRawTurns: DEMO_RAW_TURNS, maxCtxTokens };
+    const emit = (event: RunEvent) => {
+      tracer.write(event);
+      events.push(event);
+      const line = renderEvent(event, style);
+      if (line !== null) out(line);
     };
-    const mode = describeSetup(options, config);
-    out(style.bold(`mini-runtime-agent acceptance demo (${mode})`));
+    const demo: Demo = { store, out, style, tracePath, events, requests, agent, run: { emit } };
+    out(style.bold(`mini-runtime-agent acceptance demo (${describeSetup(options, config)})`));
     out(style.dim(`database ${join(dir, "sessions.db")}, trace ${tracePath}`));
     for (const n of [...new Set(phases)].sort((a, b) => a - b)) {
       const phase = PHASES[n - 1];
       out("");
       out(style.bold(`── Phase ${n}/${PHASES.length} · ${phase.name}`));
-      let result: Verdict;
-      try {
-        result = await phase.run(demo);
-      } catch (error) {
-        result = {
-          ok: false,
-          reason: `the phase threw: ${error instanceof Error ? error.message : String(error)}`,
-        };
-      }
+      const result = await Promise.try(() => phase.run(demo)).catch((error): Verdict => {
+        const reason = error instanceof Error ? error.message : String(error);
+        return { ok: false, reason: `the phase threw: ${reason}` };
+      });
       if (result.ok) passed++;
       const label = result.ok ? style.bold("PASS") : style.red(style.bold("FAIL"));
       out(`${label}  Phase ${n} · ${phase.name}: ${result.reason}`);
@@ -173,8 +137,7 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
   return { passed, failed: total - passed };
 }
 
-function helpText(): string {
-  return `mini-runtime-agent acceptance demo: four phases against the real loop, store, tools, compaction
+const HELP = `mini-runtime-agent acceptance demo: four phases against the real loop, store, tools, compaction
 and trace, each printed as it happens and judged PASS or FAIL with the reason.
 
 Usage:
@@ -194,28 +157,18 @@ Options:
   -h, --help   show this help
 
 Exit codes: 0 every phase passed; 1 a phase failed; 2 bad usage, configuration or permissions.`;
-}
 
 /** Runs the demo for the command line `args` and resolves to the exit code. */
 export async function main(args: string[]): Promise<number> {
   let values;
   try {
-    ({ values } = parseArgs({
-      args,
-      options: {
-        live: { type: "boolean", default: false },
-        keep: { type: "boolean", default: false },
-        help: { type: "boolean", short: "h", default: false },
-      },
-    }));
+    const flag = { type: "boolean", default: false } as const;
+    ({ values } = parseArgs({ args, options: { live: flag, keep: flag, help: { ...flag, short: "h" } } }));
   } catch (error) {
     console.error(`${(error as Error).message}\nRun with --help for usage.`);
     return 2;
   }
-  if (values.help) {
-    console.log(helpText());
-    return 0;
-  }
+  if (values.help) return console.log(HELP), 0;
   try {
     const color = Deno.stdout.isTerminal() && !Deno.noColor;
     const { failed } = await runDemo({ live: values.live, keep: values.keep, color });
