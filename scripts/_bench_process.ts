@@ -4,10 +4,10 @@
  * @module
  */
 import { fileURLToPath } from "node:url";
-import { delay } from "./_crash_provider.ts";
+import { delay } from "./_fake_provider.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
-const PROVIDER = fileURLToPath(new URL("./_crash_provider.ts", import.meta.url));
+const PROVIDER = fileURLToPath(new URL("./_fake_provider.ts", import.meta.url));
 const live = new Set<ManagedProcess>();
 const dirs = new Set<string>();
 

@@ -15,7 +15,7 @@ import {
   processMemory,
   startProvider,
 } from "./_bench_process.ts";
-import { delay } from "./_crash_provider.ts";
+import { delay } from "./_fake_provider.ts";
 import { floorTurn, openBenchRuntime, turnMessage } from "./_bench_turns.ts";
 
 function spawnAgent(command: "chat" | "serve", dir: string, baseUrl: string, extra = {}): ManagedProcess {

@@ -14,7 +14,7 @@ import { createLlmSummarizer, SUMMARY_PROMPT } from "../src/memory/summarizer.ts
 import { createBuiltinTools } from "../src/tools/builtin.ts";
 import { JsonlTracer } from "../src/trace.ts";
 import type { Message, ToolSchema } from "../src/types.ts";
-import { answer, completion } from "./_crash_provider.ts";
+import { answer, completion } from "./_fake_provider.ts";
 import { distribution, makeTempDir, median, startProvider } from "./_bench_process.ts";
 
 const SUMMARY_PROMPT_JSON = JSON.stringify(SUMMARY_PROMPT);

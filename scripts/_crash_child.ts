@@ -5,7 +5,7 @@ import { fileURLToPath } from "node:url";
 import { taskPermissionFlags } from "../src/permissions.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { isRecord } from "./_crash_invariants.ts";
-import type { CrashProvider, ProviderMoment } from "./_crash_provider.ts";
+import type { CrashProvider, ProviderMoment } from "./_fake_provider.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 /** The session every round works on. */

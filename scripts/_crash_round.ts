@@ -13,7 +13,7 @@ import {
   spawnChat,
   wholeEvents,
 } from "./_crash_child.ts";
-import { createRng, delay, type WireCall } from "./_crash_provider.ts";
+import { createRng, delay, type WireCall } from "./_fake_provider.ts";
 
 /** The kill modes, one per round in turn. */
 export const MODES = [

@@ -28,7 +28,7 @@ const HELP = `Usage: deno task bench [--quick] [--json] [--only overhead,growth,
   --only    run some sections, e.g. --only http
 
 Every section runs against a fake OpenAI-compatible provider in its own process on 127.0.0.1
-(scripts/_crash_provider.ts), so its CPU is not the runtime's. It answers by rule: a calculator call
+(scripts/_fake_provider.ts), so its CPU is not the runtime's. It answers by rule: a calculator call
 for arithmetic, an answer quoting a tool result, a valid summary for a compaction request, with usage;
 in the HTTP section after a fixed 50 ms.
 

@@ -10,7 +10,7 @@ import { parseArgs } from "node:util";
 import { readTrace } from "../src/trace.ts";
 import { checkCrashInvariants } from "./_crash_invariants.ts";
 import { CRASH_SESSION, readSession, type Run } from "./_crash_child.ts";
-import { startCrashProvider } from "./_crash_provider.ts";
+import { startCrashProvider } from "./_fake_provider.ts";
 import { killRound, MODES, newTurn } from "./_crash_round.ts";
 
 export { checkCrashInvariants, CRASH_SESSION };

@@ -7,7 +7,7 @@ import { existsSync } from "node:fs";
 import { parseSummaryPatch } from "../src/memory/summary.ts";
 import { SUMMARY_PROMPT } from "../src/memory/summarizer.ts";
 import { distribution, median, percentile } from "../scripts/_bench_process.ts";
-import { answer, completion } from "../scripts/_crash_provider.ts";
+import { answer, completion } from "../scripts/_fake_provider.ts";
 import {
   type BenchReport,
   formatReport,

@@ -1,7 +1,7 @@
 /**
  * The fake OpenAI-compatible provider of the bench and the crash test, on 127.0.0.1, answering by rule like a
  * tiny model. The crash test's {@linkcode startCrashProvider} adds seeded delays, streaming and awaited
- * moments; the bench runs this file as a process: `deno run --allow-net=127.0.0.1 scripts/_crash_provider.ts
+ * moments; the bench runs this file as a process: `deno run --allow-net=127.0.0.1 scripts/_fake_provider.ts
  * [LATENCY_MS]` prints its port, answers by {@linkcode answer} after LATENCY_MS, counts requests by kind at
  * `GET /stats`, and exits on SIGTERM, SIGINT, or when stdin closes.
  * @module
