@@ -5,7 +5,7 @@
  */
 import { parseSummary } from "../memory/summary.ts";
 import { type Session, validateId } from "../store/store.ts";
-import { TraceReader } from "../trace_reader.ts";
+import { TraceReader } from "../trace/reader.ts";
 import type { HandlerDeps } from "./deps.ts";
 import { HttpError } from "./errors.ts";
 import { OPENAPI } from "./openapi.ts";
