@@ -43,7 +43,7 @@ export class HttpError extends Error {
     return { code: this.code, message: this.message, ...this.details };
   }
 
-  /** The response: status, headers and the JSON body, always JSON (`charset=utf-8` unless a header has JSON). */
+  /** The response: status, headers and the JSON body (`charset=utf-8` unless a header sets JSON already). */
   response(): Response {
     const headers = new Headers(this.headers);
     if (!/^application\/json\b/.test(headers.get("content-type") ?? "")) {

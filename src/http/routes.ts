@@ -9,11 +9,23 @@ import { TraceReader } from "../trace/reader.ts";
 import type { HandlerDeps } from "./deps.ts";
 import { HttpError } from "./errors.ts";
 import { OPENAPI } from "./openapi.ts";
-import type { Route } from "./router.ts";
 import { handleTrace } from "./trace_route.ts";
 import { handleTurn, queueKey } from "./turn_route.ts";
 
-/** The routes the server serves, in matching order. */
+/** What a route handler receives besides the request. */
+export interface RouteContext {
+  params: Record<string, string>;
+  url: URL;
+}
+
+/** One route: a method and a path template such as `/v1/sessions/{id}/messages`. */
+export interface Route {
+  method: "GET" | "POST" | "DELETE";
+  path: string;
+  handle(request: Request, context: RouteContext): Promise<Response> | Response;
+}
+
+/** The routes the server serves, in matching order (a test checks OpenAPI describes each). */
 export function createRoutes(deps: HandlerDeps): Route[] {
   const { store } = deps.agent;
   const user = (request: Request) => deps.authenticator.authenticate(request);
