@@ -53,6 +53,16 @@ export class HttpError extends Error {
   }
 }
 
+/** The 503 of every request, and of every turn still queued, once the server is shutting down. */
+export function shuttingDown(options?: HttpErrorOptions): HttpError {
+  return new HttpError(
+    503,
+    "shutting_down",
+    "The server is shutting down; retry elsewhere or later",
+    options,
+  );
+}
+
 /**
  * Any thrown value as the `HttpError` to answer with: itself; a `SessionError` as 400 (409 with nothing to
  * retry); an `AbortError` as 499 (the client is gone); anything else, logged, as a 500 saying `internal`.

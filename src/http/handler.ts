@@ -4,7 +4,7 @@
  * @module
  */
 import type { HandlerDeps } from "./deps.ts";
-import { HttpError, toHttpError } from "./errors.ts";
+import { HttpError, shuttingDown, toHttpError } from "./errors.ts";
 import { createRoutes, type Route } from "./routes.ts";
 
 /** The one line the handler logs per request, `POST /v1/sessions/a/messages 200 104ms`; other lines differ. */
@@ -18,12 +18,9 @@ export function createHandler(deps: HandlerDeps): (request: Request) => Promise<
     const url = new URL(request.url);
     let response: Response;
     try {
-      if (deps.isShuttingDown()) {
-        const message = "The server is shutting down; retry elsewhere or later";
-        throw new HttpError(503, "shutting_down", message, { headers: { "Retry-After": "5" } });
-      }
+      if (deps.isShuttingDown()) throw shuttingDown({ headers: { "Retry-After": "5" } });
       const { route, params } = match(request.method, url.pathname);
-      response = await route.handle(request, { params, url });
+      response = await route.handle(request, params);
     } catch (error) {
       response = toHttpError(error, deps.log).response();
     }

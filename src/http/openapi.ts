@@ -8,7 +8,9 @@ import { RUN_EVENT_NAMES } from "../events.ts";
 const str = { type: "string" };
 const int = { type: "integer" };
 const intOrNull = { type: ["integer", "null"] };
+const bool = { type: "boolean" };
 const anyObject = { type: "object" };
+const array = (items: unknown) => ({ type: "array", items });
 const ref = (name: string) => ({ $ref: `#/components/schemas/${name}` });
 
 function object(properties: Record<string, unknown>, required?: string[]) {
@@ -34,12 +36,10 @@ const DESCRIPTIONS: Record<number, string> = {
 };
 
 function errors(statuses: number[]) {
-  return Object.fromEntries(
-    statuses.map((status) => [String(status), json(ref("Error"), DESCRIPTIONS[status])]),
-  );
+  return Object.fromEntries(statuses.map((status) => [status, json(ref("Error"), DESCRIPTIONS[status])]));
 }
 
-/** An operation: `summary`, then `extra` (security, request body), then a 200 of `ok` and the error statuses. */
+/** An operation: `summary`, then `extra` (security, request body), then a 200 of `ok` and the errors. */
 function op(summary: string, ok: unknown, statuses: number[], extra = {}): Operation {
   return { summary, ...extra, responses: { "200": ok, ...errors(statuses) } } as Operation;
 }
@@ -50,23 +50,18 @@ function turn(description: string) {
   return { description, content };
 }
 
-function query(name: string, schema: unknown, description?: string) {
-  return { name, in: "query", required: false, ...(description && { description }), schema };
+function param(name: string, where: "path" | "query", schema: unknown, description?: string) {
+  return { name, in: where, required: where === "path", ...(description && { description }), schema };
 }
 
-const sessionId = {
-  name: "id",
-  in: "path",
-  required: true,
-  description: "1-128 characters of A-Z a-z 0-9 . _ : -",
-  schema: { type: "string", pattern: "^[A-Za-z0-9._:-]{1,128}$" },
-};
+const idSchema = { ...str, pattern: "^[A-Za-z0-9._:-]{1,128}$" };
+const id = param("id", "path", idSchema, "1-128 characters of A-Z a-z 0-9 . _ : -");
 
-interface Operation {
+type Operation = {
   summary: string;
   security?: unknown[];
   responses: Record<string, { description: string }>;
-}
+};
 type PathItem = { get?: Operation; [key: string]: unknown };
 
 /** Adds to every path with a GET its HEAD: the same statuses and headers, never a body. */
@@ -83,6 +78,16 @@ function withHead(paths: Record<string, PathItem>): Record<string, PathItem> {
 
 const noAuth = { security: [] };
 const messageBody = object({ message: str }, ["message"]);
+const health = object({ ok: bool, model: str, db: str });
+const sessionList = object({ sessions: array(object({ id: str, turn_count: int, updated_at: str })) });
+const tracePage = object({
+  session_id: str,
+  events: array(ref("RunEvent")),
+  next_cursor: {
+    type: ["string", "null"],
+    description: "pass as cursor for the next page; null on the last page",
+  },
+}, ["session_id", "events", "next_cursor"]);
 
 /** The document. */
 export const OPENAPI = {
@@ -109,7 +114,7 @@ export const OPENAPI = {
         turn: int,
         outcome: { enum: ["answered", "max_steps", "empty", "aborted", "error"] },
         answer: str,
-        tool_calls: { type: "array", items: object({ name: str, arguments: str, ok: { type: "boolean" } }) },
+        tool_calls: array(object({ name: str, arguments: str, ok: bool })),
         usage: object({ prompt_tokens: intOrNull, completion_tokens: intOrNull, total_tokens: intOrNull }),
       }, ["session_id", "run_id", "turn", "outcome", "answer", "tool_calls", "usage"]),
       RunEvent: object({
@@ -130,27 +135,12 @@ export const OPENAPI = {
   security: [{ bearer: [] }],
   paths: withHead({
     "/healthz": {
-      get: op(
-        "Liveness and database check (no auth, no secrets)",
-        json(object({ ok: { type: "boolean" }, model: str, db: str })),
-        [503],
-        noAuth,
-      ),
+      get: op("Liveness and database check (no auth, no secrets)", json(health), [503], noAuth),
     },
     "/openapi.json": { get: op("This document", json(anyObject), [], noAuth) },
-    "/v1/sessions": {
-      get: op(
-        "The caller's sessions, newest first",
-        json(
-          object({
-            sessions: { type: "array", items: object({ id: str, turn_count: int, updated_at: str }) },
-          }),
-        ),
-        [401],
-      ),
-    },
+    "/v1/sessions": { get: op("The caller's sessions, newest first", json(sessionList), [401]) },
     "/v1/sessions/{id}": {
-      parameters: [sessionId],
+      parameters: [id],
       get: op("Turn count, summary and messages of one session", json(anyObject), [400, 401, 404]),
       delete: {
         summary: "Delete the session's messages, todos and summary; its trace route is 404 from then on, " +
@@ -159,7 +149,7 @@ export const OPENAPI = {
       },
     },
     "/v1/sessions/{id}/messages": {
-      parameters: [sessionId],
+      parameters: [id],
       post: op(
         "Run one user turn; with Accept: text/event-stream, stream its run events as SSE",
         turn("The turn's result, or an SSE stream of run events (one `event:` per RunEvent)"),
@@ -168,7 +158,7 @@ export const OPENAPI = {
       ),
     },
     "/v1/sessions/{id}/retry": {
-      parameters: [sessionId],
+      parameters: [id],
       post: op(
         "Rerun the session's last unanswered message (after a turn ended in error) without sending it again; " +
           "answered like a turn, JSON or SSE",
@@ -177,26 +167,19 @@ export const OPENAPI = {
       ),
     },
     "/v1/sessions/{id}/todos": {
-      parameters: [sessionId],
+      parameters: [id],
       get: op("The session's todos", json(anyObject), [400, 401, 404]),
     },
     "/v1/sessions/{id}/trace": {
       parameters: [
-        sessionId,
-        query("run_id", str),
-        query("limit", { type: "integer", minimum: 1, maximum: 1000, default: 200 }, "events per page"),
-        query("cursor", str, "the next_cursor of the previous page (opaque)"),
+        id,
+        param("run_id", "query", str),
+        param("limit", "query", { ...int, minimum: 1, maximum: 1000, default: 200 }, "events per page"),
+        param("cursor", "query", str, "the next_cursor of the previous page (opaque)"),
       ],
       get: op(
         "The session's trace events, oldest first, a page at a time (optionally of one run)",
-        json(object({
-          session_id: str,
-          events: { type: "array", items: ref("RunEvent") },
-          next_cursor: {
-            type: ["string", "null"],
-            description: "pass as cursor for the next page; null on the last page",
-          },
-        }, ["session_id", "events", "next_cursor"])),
+        json(tracePage),
         [400, 401, 404],
       ),
     },
