@@ -12,7 +12,7 @@ import type { RunEvent } from "../src/events.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { createLlmSummarizer, SUMMARY_PROMPT } from "../src/memory/summarizer.ts";
 import { createBuiltinTools } from "../src/tools/builtin.ts";
-import { JsonlTracer } from "../src/trace.ts";
+import { JsonlTracer } from "../src/trace/trace.ts";
 import type { Message, ToolSchema } from "../src/types.ts";
 import { answer, completion } from "./_fake_provider.ts";
 import { distribution, makeTempDir, median, startProvider } from "./_bench_process.ts";

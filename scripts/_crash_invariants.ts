@@ -4,7 +4,7 @@ import { DatabaseSync } from "node:sqlite";
 import { MAX_SUMMARY_ITEMS, parseSummary, SUMMARY_FIELDS } from "../src/memory/summary.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import type { SessionKey } from "../src/store/store.ts";
-import { readTrace } from "../src/trace.ts";
+import { readTrace } from "../src/trace/trace.ts";
 import { RUN_EVENT_NAMES } from "../src/events.ts";
 import { type StoredMessage } from "../src/types.ts";
 

@@ -7,7 +7,7 @@
  */
 import { join } from "node:path";
 import { parseArgs } from "node:util";
-import { readTrace } from "../src/trace.ts";
+import { readTrace } from "../src/trace/trace.ts";
 import { checkCrashInvariants } from "./_crash_invariants.ts";
 import { CRASH_SESSION, readSession, type Run } from "./_crash_child.ts";
 import { startCrashProvider } from "./_fake_provider.ts";

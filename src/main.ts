@@ -25,8 +25,8 @@ import { SqliteStore } from "./store/sqlite.ts";
 import { type SessionStore, validateId } from "./store/store.ts";
 import { createLlmSummarizer } from "./memory/summarizer.ts";
 import { createBuiltinTools } from "./tools/builtin.ts";
-import { JsonlTracer } from "./trace.ts";
-import { TraceReader } from "./trace_reader.ts";
+import { JsonlTracer } from "./trace/trace.ts";
+import { TraceReader } from "./trace/reader.ts";
 
 /** Turns a session may have waiting behind the running one before the server answers 429. */
 const MAX_QUEUED_TURNS = 8;

@@ -7,8 +7,8 @@ import { SessionQueue } from "../src/http/session_queue.ts";
 import type { ChatOptions, LLM } from "../src/llm/llm.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { deterministicSummarizer } from "../src/memory/summarizer.ts";
-import { JsonlTracer } from "../src/trace.ts";
-import { type TraceFile, TraceReader } from "../src/trace_reader.ts";
+import { JsonlTracer } from "../src/trace/trace.ts";
+import { type TraceFile, TraceReader } from "../src/trace/reader.ts";
 import type { ChatReply, Message } from "../src/types.ts";
 import { realTools } from "./_harness.ts";
 

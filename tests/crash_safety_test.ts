@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { DatabaseSync } from "node:sqlite";
 import { checkCrashInvariants, runCrashRounds } from "../scripts/crash_test.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
-import { JsonlTracer, readTrace } from "../src/trace.ts";
+import { JsonlTracer, readTrace } from "../src/trace/trace.ts";
 import type { RunEvent } from "../src/events.ts";
 
 function tempDir(): { path: string; [Symbol.dispose](): void } {

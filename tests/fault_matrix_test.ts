@@ -15,7 +15,7 @@ import { createLlmFromConfig, OpenAICompatibleLLM } from "../src/llm/openai.ts";
 import { type Agent, EMPTY_ANSWER, EMPTY_REPLY_NUDGE, runTurn } from "../src/agent/loop.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { createLlmSummarizer, deterministicSummarizer } from "../src/memory/summarizer.ts";
-import { JsonlTracer, readTrace } from "../src/trace.ts";
+import { JsonlTracer, readTrace } from "../src/trace/trace.ts";
 import type { EventSink, TracedEvent } from "../src/events.ts";
 import type { StoredMessage, TurnResult } from "../src/types.ts";
 import { keyOf, realTools, runProcess } from "./_harness.ts";

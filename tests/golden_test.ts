@@ -16,7 +16,7 @@ import type { Agent } from "../src/agent/loop.ts";
 import { ScriptedLLM, type ScriptStep } from "../src/llm/scripted.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { deterministicSummarizer } from "../src/memory/summarizer.ts";
-import { JsonlTracer } from "../src/trace.ts";
+import { JsonlTracer } from "../src/trace/trace.ts";
 import { counterIds, realTools, steppingClock, tempDir } from "./_harness.ts";
 
 const GOLDEN = new URL("./fixtures/golden/", import.meta.url);

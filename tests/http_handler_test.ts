@@ -4,7 +4,7 @@ import { LlmError } from "../src/errors.ts";
 import { REQUEST_LINE } from "../src/http/handler.ts";
 import { OPENAPI } from "../src/http/openapi.ts";
 import { createRoutes } from "../src/http/routes.ts";
-import { readTrace } from "../src/trace.ts";
+import { readTrace } from "../src/trace/trace.ts";
 import { keyOf } from "./_harness.ts";
 import { httpHarness, parseSse, postMessage } from "./_http_harness.ts";
 

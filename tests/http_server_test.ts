@@ -12,7 +12,7 @@ import { type RunningServer, serveHttp } from "../src/http/server.ts";
 import type { SessionQueue } from "../src/http/session_queue.ts";
 import { queueKey } from "../src/http/turn_route.ts";
 import type { ChatOptions, LLM } from "../src/llm/llm.ts";
-import { readTrace } from "../src/trace.ts";
+import { readTrace } from "../src/trace/trace.ts";
 import type { ChatReply, Message, StoredMessage } from "../src/types.ts";
 import { startFakeProvider } from "./fixtures/fake_openai.ts";
 import { keyOf, spawnServe, tempDir } from "./_harness.ts";

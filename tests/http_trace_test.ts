@@ -1,8 +1,8 @@
 /** The paged trace route through the real handler: pages, bounds, users, rotation, deletes, the event loop. */
 import assert from "node:assert/strict";
-import { JsonlTracer, readTrace } from "../src/trace.ts";
-import { decodeTraceCursor } from "../src/trace_cursor.ts";
-import { type TraceFile, TraceReader } from "../src/trace_reader.ts";
+import { JsonlTracer, readTrace } from "../src/trace/trace.ts";
+import { decodeTraceCursor } from "../src/http/trace_route.ts";
+import { type TraceFile, TraceReader } from "../src/trace/reader.ts";
 import type { RunEvent } from "../src/events.ts";
 import { httpHarness, postMessage } from "./_http_harness.ts";
 import { keyOf } from "./_harness.ts";

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { loadConfig } from "../src/config.ts";
 import { createLlmFromConfig, OpenAICompatibleLLM } from "../src/llm/openai.ts";
 import { runTurn } from "../src/agent/loop.ts";
-import { JsonlTracer, readTrace } from "../src/trace.ts";
+import { JsonlTracer, readTrace } from "../src/trace/trace.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { BASE, HELLO, KEY, llmError, makeClient, MODEL, type Step, stubFetch } from "./_openai_stubs.ts";
 import { harness, keyOf, tempDir } from "./_harness.ts";

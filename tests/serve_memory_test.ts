@@ -4,7 +4,7 @@
  * while they run and after they end.
  */
 import assert from "node:assert/strict";
-import { readTrace } from "../src/trace.ts";
+import { readTrace } from "../src/trace/trace.ts";
 import { spawnServe, tempDir } from "./_harness.ts";
 import { endless, startFaultProvider } from "./fixtures/fault_provider.ts";
 

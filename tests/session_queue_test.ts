@@ -197,25 +197,3 @@ Deno.test("SessionQueue.run() keeps going after a task that rejects or throws", 
   assert.equal(queue.size, 0);
   assert.equal(queue.waiting("s"), 0);
 });
-
-Deno.test("SessionQueue.idle() resolves once nothing runs or waits", async () => {
-  const queue = new SessionQueue();
-  await queue.idle();
-  const a = gate([], "a");
-  const b = gate([], "b");
-  const turns = [queue.run("A", a.task), queue.run("A", () => Promise.resolve("a2")), queue.run("B", b.task)];
-  let idle = false;
-  const idling = queue.idle().then(() => {
-    idle = true;
-  });
-  a.release();
-  await turns[0];
-  await turns[1];
-  await sleep(0);
-  assert.equal(idle, false, "B still runs");
-  b.release();
-  await idling;
-  assert.equal(idle, true);
-  assert.equal(queue.active, 0);
-  assert.equal(queue.size, 0);
-});

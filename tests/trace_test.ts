@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
-import { clip, JsonlTracer, readTrace, traceFiles } from "../src/trace.ts";
+import { clip, JsonlTracer, readTrace, traceFiles } from "../src/trace/trace.ts";
 import type { RunEvent } from "../src/events.ts";
 import { tempDir } from "./_harness.ts";
 

@@ -4,7 +4,7 @@ import type { Style } from "../cli/render.ts";
 import type { LLM } from "../llm/llm.ts";
 import { type Agent, type RunOptions, runTurn } from "../agent/loop.ts";
 import type { SessionKey, SessionStore } from "../store/store.ts";
-import { readTrace } from "../trace.ts";
+import { readTrace } from "../trace/trace.ts";
 import type { Message, StoredMessage, TurnResult } from "../types.ts";
 import type { TracedEvent } from "../events.ts";
 import { timelineHeader, timelineLine } from "./_timeline.ts";

@@ -15,7 +15,7 @@ import { ENV_VARIABLES, readEnvironment } from "../permissions.ts";
 import { SqliteStore } from "../store/sqlite.ts";
 import { createLlmSummarizer, deterministicSummarizer, type Summarizer } from "../memory/summarizer.ts";
 import { createBuiltinTools } from "../tools/builtin.ts";
-import { JsonlTracer } from "../trace.ts";
+import { JsonlTracer } from "../trace/trace.ts";
 import type { Message } from "../types.ts";
 import type { RunEvent, TracedEvent } from "../events.ts";
 import { DemoModel } from "../llm/demo.ts";

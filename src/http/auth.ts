@@ -34,10 +34,7 @@ export interface ApiToken {
 /** The user id of every request when no token is configured. */
 export const LOCAL_USER_ID = "local";
 
-/**
- * Maps `Authorization: Bearer <token>` to a user id. With no tokens configured authentication is disabled
- * and every request is user `"local"`.
- */
+/** Maps `Authorization: Bearer <token>` to a user id; with no tokens, every request is `"local"`. */
 export class Authenticator {
   /** SHA-256 hex digests of the tokens, so every comparison is over 64 characters whatever the lengths. */
   #digests: readonly { digest: string; userId: string }[];
@@ -49,19 +46,16 @@ export class Authenticator {
   constructor(tokens: readonly ApiToken[]) {
     const seen = new Map<string, number>();
     this.#digests = Object.freeze(tokens.map(({ token, userId }, index) => {
+      const fail = (why: string) => new TypeError(`Cannot configure API tokens: ${why}`);
       if (typeof token !== "string" || token === "") {
-        throw new TypeError(`Cannot configure API tokens: token #${index + 1} must be a non-empty string`);
+        throw fail(`token #${index + 1} must be a non-empty string`);
       }
       if (typeof userId !== "string" || userId === "") {
-        throw new TypeError(`Cannot configure API tokens: user id of token #${index + 1} must be non-empty`);
+        throw fail(`user id of token #${index + 1} must be non-empty`);
       }
       const digest = sha256(token);
       const first = seen.get(digest);
-      if (first !== undefined) {
-        throw new TypeError(
-          `Cannot configure API tokens: token #${index + 1} is the same as token #${first}`,
-        );
-      }
+      if (first !== undefined) throw fail(`token #${index + 1} is the same as token #${first}`);
       seen.set(digest, index + 1);
       return { digest, userId };
     }));
@@ -73,9 +67,9 @@ export class Authenticator {
   }
 
   /**
-   * The user id of `request`: with tokens configured, its `Authorization: Bearer <token>` compared with every
-   * token, without stopping at a match. @throws {HttpError} 401 `unauthorized` with `WWW-Authenticate:
-   * Bearer` for a missing header or token, another scheme, or an unknown token (never echoed).
+   * The user id of `request`, its bearer token compared with every token without stopping at a match.
+   * @throws {HttpError} 401 `unauthorized` with `WWW-Authenticate: Bearer` for a missing header or token,
+   * another scheme, or an unknown token (never echoed).
    */
   authenticate(request: Request): string {
     if (!this.enabled) return LOCAL_USER_ID;

@@ -1,26 +1,22 @@
 /**
- * The server's log lines, written in batches: every write to a pipe wakes its reader, which on a small machine
- * costs more than serving a small request. (The trace, the record, is written as each event happens.)
+ * The server's log lines, written in batches: every write to a pipe wakes its reader, which on a small
+ * machine costs more than serving a small request. (The trace, the record, is written as each event happens.)
  * @module
  */
 
-/** How long a line may wait before it is written, in milliseconds. */
-export const LOG_FLUSH_MS = 100;
-/** Buffered characters that make the log write at once. */
-export const LOG_MAX_BUFFERED_CHARS = 16_384;
-
 /** Options of {@linkcode BatchedLog}. */
 export interface BatchedLogOptions {
-  /** @default {LOG_FLUSH_MS} */
+  /** How long a line may wait before it is written, in milliseconds. @default {100} */
   flushMs?: number;
-  /** @default {LOG_MAX_BUFFERED_CHARS} */
+  /** Buffered characters that make the log write at once. @default {16_384} */
   maxBufferedChars?: number;
 }
 
 /**
- * Lines in order, written in batches: a line waits at most `flushMs` or until `maxBufferedChars` are buffered;
- * an urgent one goes out at once with those before it. The timer never keeps the process alive: `close()`
- * before exiting. A failing `write` drops its batch: the log never fails the request that logged.
+ * Lines in order, written in batches: a line waits at most `flushMs` or until `maxBufferedChars` are
+ * buffered; an urgent one goes out at once with those before it. The timer never keeps the process alive:
+ * `close()` before exiting. A failing `write` drops its batch: the log never fails the request that logged.
+ * @throws {RangeError} from the constructor when `flushMs` or `maxBufferedChars` is not positive.
  */
 export class BatchedLog {
   #write: (text: string) => void;
@@ -32,7 +28,7 @@ export class BatchedLog {
   #closed = false;
 
   constructor(write: (text: string) => void, options: BatchedLogOptions = {}) {
-    const { flushMs = LOG_FLUSH_MS, maxBufferedChars = LOG_MAX_BUFFERED_CHARS } = options;
+    const { flushMs = 100, maxBufferedChars = 16_384 } = options;
     if (!(flushMs > 0)) throw new RangeError(`flushMs must be positive, got ${flushMs}`);
     if (!(maxBufferedChars > 0)) {
       throw new RangeError(`maxBufferedChars must be positive, got ${maxBufferedChars}`);
@@ -46,25 +42,16 @@ export class BatchedLog {
   line(text: string, urgent = false): void {
     this.#lines.push(text);
     this.#chars += text.length + 1;
-    if (urgent || this.#closed || this.#chars >= this.#maxBufferedChars) {
-      this.flush();
-      return;
-    }
-    if (this.#timer === undefined) {
-      this.#timer = setTimeout(() => {
-        this.#timer = undefined;
-        this.flush();
-      }, this.#flushMs);
-      Deno.unrefTimer(this.#timer);
-    }
+    if (urgent || this.#closed || this.#chars >= this.#maxBufferedChars) return this.flush();
+    if (this.#timer !== undefined) return;
+    this.#timer = setTimeout(() => this.flush(), this.#flushMs);
+    Deno.unrefTimer(this.#timer);
   }
 
   /** Writes every buffered line now, in one write. */
   flush(): void {
-    if (this.#timer !== undefined) {
-      clearTimeout(this.#timer);
-      this.#timer = undefined;
-    }
+    clearTimeout(this.#timer);
+    this.#timer = undefined;
     if (this.#lines.length === 0) return;
     const text = this.#lines.join("\n") + "\n";
     this.#lines = [];

@@ -10,15 +10,9 @@ import { HttpError } from "./errors.ts";
 export interface ReadJsonBodyOptions {
   /** Largest body accepted, in bytes; one more byte is a 413. Required. */
   maxBytes: number;
-  /**
-   * Stops reading when it aborts, rejecting with its reason; `request.signal` is always watched too.
-   * @default {undefined}
-   */
+  /** Stops the read with its reason when it aborts; `request.signal` is watched too. @default {undefined} */
   signal?: AbortSignal;
-  /**
-   * Longest wait for the next chunk, in milliseconds, before a 408.
-   * @default {10_000}
-   */
+  /** Longest wait for the next chunk, in milliseconds, before a 408. @default {10_000} */
   idleTimeoutMs?: number;
 }
 
@@ -42,22 +36,19 @@ export async function readJsonBody(request: Request, options: ReadJsonBodyOption
   if (!(idleTimeoutMs > 0)) {
     throw new RangeError(`Cannot read request body: idleTimeoutMs must be positive, got ${idleTimeoutMs}`);
   }
-  const signals = signal === undefined ? [request.signal] : [request.signal, signal];
   const contentType = request.headers.get("content-type");
-  if (contentType === null || contentType.split(";", 1)[0].trim().toLowerCase() !== "application/json") {
+  if (contentType?.split(";", 1)[0].trim().toLowerCase() !== "application/json") {
     await cancelBody(request);
     const actual = contentType ?? "missing";
-    throw new HttpError(
-      415,
-      "unsupported_media_type",
-      `Cannot read request body: Content-Type is ${actual}, expected application/json`,
-    );
+    const message = `Cannot read request body: Content-Type is ${actual}, expected application/json`;
+    throw new HttpError(415, "unsupported_media_type", message);
   }
   const declared = request.headers.get("content-length");
   if (declared !== null && /^\d+$/.test(declared.trim()) && Number(declared) > maxBytes) {
     await cancelBody(request);
     throw tooLarge(`it is ${Number(declared)} bytes`, maxBytes);
   }
+  const signals = signal === undefined ? [request.signal] : [request.signal, signal];
   const bytes = await readLimited(request, maxBytes, signals, idleTimeoutMs);
   if (bytes.byteLength === 0) throw invalidJson("it is empty");
   let text: string;
@@ -79,24 +70,21 @@ export async function readJsonBody(request: Request, options: ReadJsonBodyOption
  */
 export async function readMessageField(request: Request, options: ReadJsonBodyOptions): Promise<string> {
   const body = await readJsonBody(request, options);
+  const invalid = (why: string) => new HttpError(400, "invalid_body", `Cannot read message: ${why}`);
   if (typeof body !== "object" || body === null || Array.isArray(body)) {
-    throw invalidBody(`the request body must be a JSON object, got ${describe(body)}`);
+    throw invalid(`the request body must be a JSON object, got ${describe(body)}`);
   }
-  if (!Object.hasOwn(body, "message")) throw invalidBody('field "message" is missing');
+  if (!Object.hasOwn(body, "message")) throw invalid('field "message" is missing');
   const message = (body as Record<string, unknown>).message;
   if (typeof message !== "string") {
-    throw invalidBody(`field "message" must be a string, got ${describe(message)}`);
+    throw invalid(`field "message" must be a string, got ${describe(message)}`);
   }
-  if (message.trim() === "") throw invalidBody('field "message" is empty');
+  if (message.trim() === "") throw invalid('field "message" is empty');
   return message;
 }
 
 function invalidJson(why: string, cause?: unknown): HttpError {
   return new HttpError(400, "invalid_json", `Cannot parse request body as JSON: ${why}`, { cause });
-}
-
-function invalidBody(why: string): HttpError {
-  return new HttpError(400, "invalid_body", `Cannot read message: ${why}`);
 }
 
 function tooLarge(size: string, maxBytes: number): HttpError {
@@ -116,7 +104,7 @@ async function cancelBody(request: Request): Promise<void> {
   await request.body?.cancel().catch(() => {});
 }
 
-/** The whole body in one buffer, stopping as soon as more than `maxBytes` arrived. */
+/** The whole body in one buffer, stopping once more than `maxBytes` arrived; each read races a timer. */
 async function readLimited(
   request: Request,
   maxBytes: number,
@@ -134,7 +122,13 @@ async function readLimited(
   let total = 0;
   try {
     while (true) {
-      const { done, value } = await readChunk(reader, signals, idleTimeoutMs);
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const idle = new Promise<never>((_, reject) => {
+        const message = `Cannot read request body: no data arrived for ${idleTimeoutMs} ms`;
+        timer = setTimeout(() => reject(new HttpError(408, "request_timeout", message)), idleTimeoutMs);
+      });
+      const read = Promise.race([reader.read().catch(streamFailed), idle]);
+      const { done, value } = await abortable(read, signals).finally(() => clearTimeout(timer));
       if (done) break;
       total += value.byteLength;
       if (total > maxBytes) throw tooLarge(`it is at least ${total} bytes`, maxBytes);
@@ -156,29 +150,9 @@ async function readLimited(
   return bytes;
 }
 
-/** One `reader.read()` raced against the idle timer and the signals; always clears the timer. */
-async function readChunk(
-  reader: ReadableStreamDefaultReader<Uint8Array>,
-  signals: AbortSignal[],
-  idleTimeoutMs: number,
-): Promise<ReadableStreamReadResult<Uint8Array>> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const idle = new Promise<never>((_, reject) => {
-    const message = `Cannot read request body: no data arrived for ${idleTimeoutMs} ms`;
-    timer = setTimeout(() => reject(new HttpError(408, "request_timeout", message)), idleTimeoutMs);
-  });
-  try {
-    return await abortable(Promise.race([reader.read().catch(streamFailed), idle]), signals);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
 function streamFailed(error: unknown): never {
-  const message = `Cannot read request body: the stream failed (${
-    (error as Error)?.message ?? String(error)
-  })`;
-  const abort = new DOMException(message, "AbortError");
+  const why = (error as Error)?.message ?? String(error);
+  const abort = new DOMException(`Cannot read request body: the stream failed (${why})`, "AbortError");
   Object.defineProperty(abort, "cause", { value: error, writable: true, configurable: true });
   throw abort;
 }

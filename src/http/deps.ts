@@ -1,6 +1,6 @@
 /** What the HTTP handler and its routes are built from; only `src/main.ts` builds the real ones. @module */
 import type { Agent } from "../agent/loop.ts";
-import type { TraceReader } from "../trace_reader.ts";
+import type { TraceReader } from "../trace/reader.ts";
 import type { EventSink } from "../events.ts";
 import type { Authenticator } from "./auth.ts";
 import type { SessionQueue } from "./session_queue.ts";

@@ -43,7 +43,7 @@ export class HttpError extends Error {
     return { code: this.code, message: this.message, ...this.details };
   }
 
-  /** The response: status, headers and the JSON body, always JSON (`charset=utf-8` unless a header has JSON). */
+  /** The response: status, headers and the JSON body (`charset=utf-8` unless a header sets JSON already). */
   response(): Response {
     const headers = new Headers(this.headers);
     if (!/^application\/json\b/.test(headers.get("content-type") ?? "")) {
@@ -51,6 +51,16 @@ export class HttpError extends Error {
     }
     return new Response(JSON.stringify({ error: this.body() }), { status: this.status, headers });
   }
+}
+
+/** The 503 of every request, and of every turn still queued, once the server is shutting down. */
+export function shuttingDown(options?: HttpErrorOptions): HttpError {
+  return new HttpError(
+    503,
+    "shutting_down",
+    "The server is shutting down; retry elsewhere or later",
+    options,
+  );
 }
 
 /**

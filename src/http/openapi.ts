@@ -8,6 +8,10 @@ import { RUN_EVENT_NAMES } from "../events.ts";
 const str = { type: "string" };
 const int = { type: "integer" };
 const intOrNull = { type: ["integer", "null"] };
+const bool = { type: "boolean" };
+const anyObject = { type: "object" };
+const array = (items: unknown) => ({ type: "array", items });
+const ref = (name: string) => ({ $ref: `#/components/schemas/${name}` });
 
 function object(properties: Record<string, unknown>, required?: string[]) {
   return required === undefined ? { type: "object", properties } : { type: "object", required, properties };
@@ -31,69 +35,59 @@ const DESCRIPTIONS: Record<number, string> = {
   504: "the model timed out (the body carries the run_id)",
 };
 
-function errors(...statuses: number[]) {
-  const schema = { $ref: "#/components/schemas/Error" };
-  return Object.fromEntries(statuses.map((status) => [String(status), json(schema, DESCRIPTIONS[status])]));
+function errors(statuses: number[]) {
+  return Object.fromEntries(statuses.map((status) => [status, json(ref("Error"), DESCRIPTIONS[status])]));
+}
+
+/** An operation: `summary`, then `extra` (security, request body), then a 200 of `ok` and the errors. */
+function op(summary: string, ok: unknown, statuses: number[], extra = {}): Operation {
+  return { summary, ...extra, responses: { "200": ok, ...errors(statuses) } } as Operation;
 }
 
 /** A turn's answer: JSON, or an SSE stream of its run events. */
 function turn(description: string) {
-  return {
-    description,
-    content: {
-      "application/json": { schema: { $ref: "#/components/schemas/Turn" } },
-      "text/event-stream": { schema: str },
-    },
-  };
+  const content = { "application/json": { schema: ref("Turn") }, "text/event-stream": { schema: str } };
+  return { description, content };
 }
 
-function query(name: string, schema: unknown, description?: string) {
-  return {
-    name,
-    in: "query",
-    required: false,
-    ...(description === undefined ? {} : { description }),
-    schema,
-  };
+function param(name: string, where: "path" | "query", schema: unknown, description?: string) {
+  return { name, in: where, required: where === "path", ...(description && { description }), schema };
 }
 
-const sessionId = {
-  name: "id",
-  in: "path",
-  required: true,
-  description: "1-128 characters of A-Z a-z 0-9 . _ : -",
-  schema: { type: "string", pattern: "^[A-Za-z0-9._:-]{1,128}$" },
-};
+const idSchema = { ...str, pattern: "^[A-Za-z0-9._:-]{1,128}$" };
+const id = param("id", "path", idSchema, "1-128 characters of A-Z a-z 0-9 . _ : -");
 
-interface Operation {
+type Operation = {
   summary: string;
   security?: unknown[];
   responses: Record<string, { description: string }>;
-  [key: string]: unknown;
-}
+};
 type PathItem = { get?: Operation; [key: string]: unknown };
 
 /** Adds to every path with a GET its HEAD: the same statuses and headers, never a body. */
 function withHead(paths: Record<string, PathItem>): Record<string, PathItem> {
-  return Object.fromEntries(
-    Object.entries(paths).map(([path, item]) => {
-      if (item.get === undefined) return [path, item];
-      const responses = Object.fromEntries(
-        Object.entries(item.get.responses).map(([status, { description }]) => [status, { description }]),
-      );
-      const security = item.get.security === undefined ? {} : { security: item.get.security };
-      return [path, { ...item, head: { summary: "Same as GET, without the body", ...security, responses } }];
-    }),
-  );
+  for (const item of Object.values(paths)) {
+    if (item.get === undefined) continue;
+    const { security, responses } = item.get;
+    const head = Object.entries(responses).map(([status, { description }]) => [status, { description }]);
+    const summary = "Same as GET, without the body";
+    item.head = { summary, ...(security && { security }), responses: Object.fromEntries(head) };
+  }
+  return paths;
 }
 
-const error = object({
-  error: object({
-    code: str,
-    message: str,
-    run_id: { ...str, description: "present on 502/504: find the run in the trace" },
-  }, ["code", "message"]),
-}, ["error"]);
+const noAuth = { security: [] };
+const messageBody = object({ message: str }, ["message"]);
+const health = object({ ok: bool, model: str, db: str });
+const sessionList = object({ sessions: array(object({ id: str, turn_count: int, updated_at: str })) });
+const tracePage = object({
+  session_id: str,
+  events: array(ref("RunEvent")),
+  next_cursor: {
+    type: ["string", "null"],
+    description: "pass as cursor for the next page; null on the last page",
+  },
+}, ["session_id", "events", "next_cursor"]);
 
 /** The document. */
 export const OPENAPI = {
@@ -107,14 +101,20 @@ export const OPENAPI = {
   components: {
     securitySchemes: { bearer: { type: "http", scheme: "bearer" } },
     schemas: {
-      Error: error,
+      Error: object({
+        error: object({
+          code: str,
+          message: str,
+          run_id: { ...str, description: "present on 502/504: find the run in the trace" },
+        }, ["code", "message"]),
+      }, ["error"]),
       Turn: object({
         session_id: str,
         run_id: str,
         turn: int,
         outcome: { enum: ["answered", "max_steps", "empty", "aborted", "error"] },
         answer: str,
-        tool_calls: { type: "array", items: object({ name: str, arguments: str, ok: { type: "boolean" } }) },
+        tool_calls: array(object({ name: str, arguments: str, ok: bool })),
         usage: object({ prompt_tokens: intOrNull, completion_tokens: intOrNull, total_tokens: intOrNull }),
       }, ["session_id", "run_id", "turn", "outcome", "answer", "tool_calls", "usage"]),
       RunEvent: object({
@@ -128,101 +128,60 @@ export const OPENAPI = {
         turn: int,
         event: { enum: RUN_EVENT_NAMES },
         step: intOrNull,
-        data: { type: "object" },
+        data: anyObject,
       }, ["ts", "session_id", "run_id", "turn", "event", "step", "data"]),
     },
   },
   security: [{ bearer: [] }],
   paths: withHead({
     "/healthz": {
-      get: {
-        summary: "Liveness and database check (no auth, no secrets)",
-        security: [],
-        responses: { "200": json(object({ ok: { type: "boolean" }, model: str, db: str })), ...errors(503) },
-      },
+      get: op("Liveness and database check (no auth, no secrets)", json(health), [503], noAuth),
     },
-    "/openapi.json": {
-      get: { summary: "This document", security: [], responses: { "200": json({ type: "object" }) } },
-    },
-    "/v1/sessions": {
-      get: {
-        summary: "The caller's sessions, newest first",
-        responses: {
-          "200": json(
-            object({
-              sessions: { type: "array", items: object({ id: str, turn_count: int, updated_at: str }) },
-            }),
-          ),
-          ...errors(401),
-        },
-      },
-    },
+    "/openapi.json": { get: op("This document", json(anyObject), [], noAuth) },
+    "/v1/sessions": { get: op("The caller's sessions, newest first", json(sessionList), [401]) },
     "/v1/sessions/{id}": {
-      parameters: [sessionId],
-      get: {
-        summary: "Turn count, summary and messages of one session",
-        responses: { "200": json({ type: "object" }), ...errors(400, 401, 404) },
-      },
+      parameters: [id],
+      get: op("Turn count, summary and messages of one session", json(anyObject), [400, 401, 404]),
       delete: {
         summary: "Delete the session's messages, todos and summary; its trace route is 404 from then on, " +
           "while its lines stay in the append-only trace file until rotation deletes them",
-        responses: { "204": { description: "deleted" }, ...errors(400, 401, 404) },
+        responses: { "204": { description: "deleted" }, ...errors([400, 401, 404]) },
       },
     },
     "/v1/sessions/{id}/messages": {
-      parameters: [sessionId],
-      post: {
-        summary: "Run one user turn; with Accept: text/event-stream, stream its run events as SSE",
-        requestBody: {
-          required: true,
-          content: { "application/json": { schema: object({ message: str }, ["message"]) } },
-        },
-        responses: {
-          "200": turn("The turn's result, or an SSE stream of run events (one `event:` per RunEvent)"),
-          ...errors(400, 401, 404, 413, 415, 429, 502, 503, 504),
-        },
-      },
+      parameters: [id],
+      post: op(
+        "Run one user turn; with Accept: text/event-stream, stream its run events as SSE",
+        turn("The turn's result, or an SSE stream of run events (one `event:` per RunEvent)"),
+        [400, 401, 404, 413, 415, 429, 502, 503, 504],
+        { requestBody: { required: true, content: { "application/json": { schema: messageBody } } } },
+      ),
     },
     "/v1/sessions/{id}/retry": {
-      parameters: [sessionId],
-      post: {
-        summary:
-          "Rerun the session's last unanswered message (after a turn ended in error) without sending it again; " +
+      parameters: [id],
+      post: op(
+        "Rerun the session's last unanswered message (after a turn ended in error) without sending it again; " +
           "answered like a turn, JSON or SSE",
-        responses: {
-          "200": turn("The retried turn's result (same turn number), or an SSE stream of its run events"),
-          ...errors(400, 401, 404, 409, 429, 502, 503, 504),
-        },
-      },
+        turn("The retried turn's result (same turn number), or an SSE stream of its run events"),
+        [400, 401, 404, 409, 429, 502, 503, 504],
+      ),
     },
     "/v1/sessions/{id}/todos": {
-      parameters: [sessionId],
-      get: {
-        summary: "The session's todos",
-        responses: { "200": json({ type: "object" }), ...errors(400, 401, 404) },
-      },
+      parameters: [id],
+      get: op("The session's todos", json(anyObject), [400, 401, 404]),
     },
     "/v1/sessions/{id}/trace": {
       parameters: [
-        sessionId,
-        query("run_id", str),
-        query("limit", { type: "integer", minimum: 1, maximum: 1000, default: 200 }, "events per page"),
-        query("cursor", str, "the next_cursor of the previous page (opaque)"),
+        id,
+        param("run_id", "query", str),
+        param("limit", "query", { ...int, minimum: 1, maximum: 1000, default: 200 }, "events per page"),
+        param("cursor", "query", str, "the next_cursor of the previous page (opaque)"),
       ],
-      get: {
-        summary: "The session's trace events, oldest first, a page at a time (optionally of one run)",
-        responses: {
-          "200": json(object({
-            session_id: str,
-            events: { type: "array", items: { $ref: "#/components/schemas/RunEvent" } },
-            next_cursor: {
-              type: ["string", "null"],
-              description: "pass as cursor for the next page; null on the last page",
-            },
-          }, ["session_id", "events", "next_cursor"])),
-          ...errors(400, 401, 404),
-        },
-      },
+      get: op(
+        "The session's trace events, oldest first, a page at a time (optionally of one run)",
+        json(tracePage),
+        [400, 401, 404],
+      ),
     },
   }),
 } as const;

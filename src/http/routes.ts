@@ -5,15 +5,26 @@
  */
 import { parseSummary } from "../memory/summary.ts";
 import { type Session, validateId } from "../store/store.ts";
-import { TraceReader } from "../trace_reader.ts";
+import { TraceReader } from "../trace/reader.ts";
 import type { HandlerDeps } from "./deps.ts";
 import { HttpError } from "./errors.ts";
 import { OPENAPI } from "./openapi.ts";
-import type { Route } from "./router.ts";
 import { handleTrace } from "./trace_route.ts";
 import { handleTurn, queueKey } from "./turn_route.ts";
 
-/** The routes the server serves, in matching order. */
+/** One route: a method, a path template such as `/v1/sessions/{id}/messages`, and its handler. */
+export interface Route {
+  method: "GET" | "POST" | "DELETE";
+  path: string;
+  /** Answers `request`, given the template's parameters (URI-decoded). */
+  handle(request: Request, params: Record<string, string>): Promise<Response> | Response;
+}
+
+function route(method: Route["method"], path: string, handle: Route["handle"]): Route {
+  return { method, path, handle };
+}
+
+/** The routes the server serves, in matching order (a test checks OpenAPI describes each). */
 export function createRoutes(deps: HandlerDeps): Route[] {
   const { store } = deps.agent;
   const user = (request: Request) => deps.authenticator.authenticate(request);
@@ -26,92 +37,55 @@ export function createRoutes(deps: HandlerDeps): Route[] {
   const keyOf = (session: Session) => ({ userId: session.userId, sessionId: session.id });
   const trace = deps.traceReader ?? new TraceReader(deps.tracePath);
   return [
-    {
-      method: "GET",
-      path: "/healthz",
-      handle: async () => {
-        const db = await store.ping();
-        return Response.json({ ok: db, model: deps.model, db: db ? "ok" : "unavailable" }, {
-          status: db ? 200 : 503,
-        });
-      },
-    },
-    { method: "GET", path: "/openapi.json", handle: () => Response.json(OPENAPI) },
-    {
-      method: "GET",
-      path: "/v1/sessions",
-      handle: async (request) => {
-        const sessions = (await store.listSessions(user(request))).map((s) => ({
-          id: s.id,
-          turn_count: s.turnCount,
-          updated_at: s.updatedAt,
-        }));
-        return Response.json({ sessions });
-      },
-    },
-    {
-      method: "GET",
-      path: "/v1/sessions/{id}",
-      handle: async (request, { params }) => {
-        const session = await own(request, params.id);
-        const messages = (await store.messages(keyOf(session))).map((m) => ({
-          role: m.role,
-          content: m.content,
+    route("GET", "/healthz", async () => {
+      const db = await store.ping();
+      const body = { ok: db, model: deps.model, db: db ? "ok" : "unavailable" };
+      return Response.json(body, { status: db ? 200 : 503 });
+    }),
+    route("GET", "/openapi.json", () => Response.json(OPENAPI)),
+    route("GET", "/v1/sessions", async (request) => {
+      const sessions = await store.listSessions(user(request));
+      const list = sessions.map((s) => ({ id: s.id, turn_count: s.turnCount, updated_at: s.updatedAt }));
+      return Response.json({ sessions: list });
+    }),
+    route("GET", "/v1/sessions/{id}", async (request, params) => {
+      const session = await own(request, params.id);
+      const messages = (await store.messages(keyOf(session))).map((m) => {
+        const { role, content, createdAt: created_at } = m;
+        return {
+          role,
+          content,
           tool_calls: m.toolCalls ?? null,
           tool_call_id: m.toolCallId ?? null,
-          created_at: m.createdAt,
-        }));
-        return Response.json({
-          session_id: session.id,
-          turn_count: session.turnCount,
-          summary: parseSummary(session.summary),
-          created_at: session.createdAt,
-          updated_at: session.updatedAt,
-          messages,
-        });
-      },
-    },
-    {
-      method: "DELETE",
-      path: "/v1/sessions/{id}",
-      handle: async (request, { params }) => {
-        const key = keyOf(await own(request, params.id));
-        // Through the session's queue, so a delete never lands in the middle of a running turn.
-        await deps.queue.run(queueKey(key), () => store.deleteSession(key), { signal: request.signal });
-        return new Response(null, { status: 204 });
-      },
-    },
-    {
-      method: "POST",
-      path: "/v1/sessions/{id}/messages",
-      handle: (request, { params }) =>
-        handleTurn(request, { userId: user(request), sessionId: validateId(params.id) }, deps),
-    },
-    {
-      method: "POST",
-      path: "/v1/sessions/{id}/retry",
-      handle: async (request, { params }) =>
-        handleTurn(request, keyOf(await own(request, params.id)), deps, { retry: true }),
-    },
-    {
-      method: "GET",
-      path: "/v1/sessions/{id}/todos",
-      handle: async (request, { params }) => {
-        const session = await own(request, params.id);
-        const todos = (await store.listTodos(keyOf(session))).map((t) => ({
-          id: t.id,
-          text: t.text,
-          completed: t.completed,
-          created_at: t.createdAt,
-          completed_at: t.completedAt,
-        }));
-        return Response.json({ session_id: session.id, todos });
-      },
-    },
-    {
-      method: "GET",
-      path: "/v1/sessions/{id}/trace",
-      handle: async (request, { params }) => handleTrace(request, await own(request, params.id), trace),
-    },
+          created_at,
+        };
+      });
+      const { id: session_id, turnCount: turn_count, createdAt: created_at, updatedAt: updated_at } = session;
+      const summary = parseSummary(session.summary);
+      return Response.json({ session_id, turn_count, summary, created_at, updated_at, messages });
+    }),
+    route("DELETE", "/v1/sessions/{id}", async (request, params) => {
+      const key = keyOf(await own(request, params.id));
+      // Through the session's queue, so a delete never lands in the middle of a running turn.
+      await deps.queue.run(queueKey(key), () => store.deleteSession(key), { signal: request.signal });
+      return new Response(null, { status: 204 });
+    }),
+    route("POST", "/v1/sessions/{id}/messages", (request, params) => {
+      return handleTurn(request, { userId: user(request), sessionId: validateId(params.id) }, deps);
+    }),
+    route("POST", "/v1/sessions/{id}/retry", async (request, params) => {
+      return handleTurn(request, keyOf(await own(request, params.id)), deps, { retry: true });
+    }),
+    route("GET", "/v1/sessions/{id}/todos", async (request, params) => {
+      const session = await own(request, params.id);
+      const todos = (await store.listTodos(keyOf(session))).map((t) => {
+        const { id, text, completed, createdAt: created_at, completedAt: completed_at } = t;
+        return { id, text, completed, created_at, completed_at };
+      });
+      return Response.json({ session_id: session.id, todos });
+    }),
+    route("GET", "/v1/sessions/{id}/trace", async (request, params) => {
+      return handleTrace(request, await own(request, params.id), trace);
+    }),
   ];
 }

@@ -3,7 +3,7 @@
  * running turns finish for the grace period, abort the rest, and resolve once every response is done.
  * @module
  */
-import { HttpError } from "./errors.ts";
+import { shuttingDown } from "./errors.ts";
 import type { HandlerDeps } from "./deps.ts";
 import { createHandler } from "./handler.ts";
 
@@ -16,14 +16,13 @@ export interface ServeOptions {
   stop: AbortSignal;
   /** How long running turns may finish after `stop`, in seconds. */
   graceSeconds: number;
-  /** Called once the server listens, with its real address. */
+  /** Called once the server listens, with its real address. @default {undefined} */
   onListen?: (address: { hostname: string; port: number }) => void;
 }
 
-/** A running server. */
+/** A running server: its port, and `finished`, which resolves when it has shut down after `stop`. */
 export interface RunningServer {
   port: number;
-  /** Resolves when the server has shut down after `stop`. */
   finished: Promise<void>;
 }
 
@@ -36,34 +35,24 @@ export function serveHttp(
   options: ServeOptions,
 ): RunningServer {
   const { hostname, port, stop, graceSeconds, onListen } = options;
-  const abortTurns = new AbortController();
-  // The reason doubles as the answer for turns still waiting in a queue: 503, as for any request now.
-  const reason = () =>
-    new HttpError(503, "shutting_down", "The server is shutting down; retry elsewhere or later");
-  let shuttingDown = false;
-  const handler = createHandler({
-    ...deps,
-    shutdownSignal: abortTurns.signal,
-    isShuttingDown: () => shuttingDown,
-  });
-  const server = Deno.serve({
-    hostname,
-    port,
-    onListen: ({ hostname, port }) => onListen?.({ hostname, port }),
-  }, handler);
-
+  const turns = new AbortController();
+  let stopping = false;
+  const handler = createHandler({ ...deps, shutdownSignal: turns.signal, isShuttingDown: () => stopping });
+  const listening = ({ hostname, port }: Deno.NetAddr) => onListen?.({ hostname, port });
+  const server = Deno.serve({ hostname, port, onListen: listening }, handler);
   const finished = new Promise<void>((resolve) => {
     const begin = async () => {
-      shuttingDown = true;
+      stopping = true;
       deps.log(`shutting down: ${deps.queue.active} turn(s) running, up to ${graceSeconds}s to finish`);
       const timer = setTimeout(() => {
         if (deps.queue.active > 0) deps.log(`grace period over: aborting ${deps.queue.active} turn(s)`);
-        abortTurns.abort(reason());
+        // The reason is also the answer of turns still waiting in a queue: a 503, as for any request now.
+        turns.abort(shuttingDown());
       }, graceSeconds * 1000);
       // shutdown() stops accepting at once and resolves when the in-flight responses are done.
       await server.shutdown();
       clearTimeout(timer);
-      abortTurns.abort(reason());
+      turns.abort(shuttingDown());
       resolve();
     };
     if (stop.aborted) begin();

@@ -8,25 +8,15 @@ import { HttpError } from "./errors.ts";
 
 /** Options of {@linkcode SessionQueue}. */
 export interface SessionQueueOptions {
-  /**
-   * Most turns allowed to wait per key, not counting the running one; one more is rejected with a 429.
-   * @default {8}
-   */
+  /** Most turns allowed to wait per key besides the running one; one more gets a 429. @default {8} */
   maxWaiting?: number;
 }
 
 /** Options of {@linkcode SessionQueue.run}. */
 export interface RunOptions {
-  /**
-   * Drops the task while it waits (`run` rejects with its reason); a started task must watch it itself.
-   * @default {undefined}
-   */
+  /** Aborting drops the task if it still waits (`run` rejects with its reason). @default {undefined} */
   signal?: AbortSignal;
 }
-
-// Before any turn has finished, a guess at how long one takes.
-const INITIAL_TURN_MS = 1000;
-const MAX_RETRY_AFTER_SECONDS = 60;
 
 /**
  * Runs tasks one at a time per key (a session), in call order. A failing task rejects only its own `run`.
@@ -37,8 +27,8 @@ export class SessionQueue {
   // A key is present exactly while one of its tasks runs; the array holds the starters of those waiting.
   #lanes = new Map<string, (() => void)[]>();
   #active = 0;
-  #idle: (() => void)[] = [];
-  #averageTurnMs = INITIAL_TURN_MS;
+  // Before any turn has finished, a guess at how long one takes.
+  #averageTurnMs = 1000;
 
   /** @throws {RangeError} when `maxWaiting` is not a non-negative integer. */
   constructor(options: SessionQueueOptions = {}) {
@@ -66,22 +56,23 @@ export class SessionQueue {
     return this.#lanes.get(key)?.length ?? 0;
   }
 
-  /** The 429 `run` would reject with for `key` now, or null: for an SSE response, which cannot change status. */
+  /**
+   * The 429 `run` would reject with for `key` now, or null: for an SSE response, which cannot change status.
+   * `Retry-After` is about one average turn (when the running one frees a slot), 1–60 s.
+   */
   rejection(key: string): HttpError | null {
     const waiting = this.#lanes.get(key);
     if (waiting === undefined || waiting.length < this.#maxWaiting) return null;
-    return new HttpError(
-      429,
-      "too_many_requests",
-      `Cannot queue turn: the session already has ${waiting.length} turns waiting`,
-      { headers: { "Retry-After": String(this.#retryAfterSeconds()) } },
-    );
+    const retryAfter = Math.min(60, Math.max(1, Math.ceil(this.#averageTurnMs / 1000)));
+    const message = `Cannot queue turn: the session already has ${waiting.length} turns waiting`;
+    return new HttpError(429, "too_many_requests", message, {
+      headers: { "Retry-After": String(retryAfter) },
+    });
   }
 
   /**
    * Runs `task` once every earlier task of `key` has settled, and settles as it does. Rejects without
-   * starting it when the signal aborts first, or with a 429 (`Retry-After` from the average turn, 1–60 s)
-   * when `maxWaiting` tasks of `key` already wait.
+   * starting it when the signal aborts first, or with {@linkcode SessionQueue.rejection}'s 429.
    */
   run<T>(key: string, task: () => Promise<T>, options: RunOptions = {}): Promise<T> {
     const { signal } = options;
@@ -115,28 +106,11 @@ export class SessionQueue {
     });
   }
 
-  /** Resolves once no task runs or waits (at once if none does); for graceful shutdown. Never rejects. */
-  idle(): Promise<void> {
-    if (this.#active === 0 && this.#lanes.size === 0) return Promise.resolve();
-    return new Promise((resolve) => this.#idle.push(resolve));
-  }
-
   #finish(key: string, durationMs: number): void {
     this.#active--;
     this.#averageTurnMs = 0.8 * this.#averageTurnMs + 0.2 * durationMs;
     const next = this.#lanes.get(key)!.shift();
-    if (next !== undefined) {
-      next();
-      return;
-    }
-    this.#lanes.delete(key);
-    if (this.#active === 0 && this.#lanes.size === 0) {
-      for (const resolve of this.#idle.splice(0)) resolve();
-    }
-  }
-
-  /** A slot frees when the running turn ends: about one average turn, in whole seconds. */
-  #retryAfterSeconds(): number {
-    return Math.min(MAX_RETRY_AFTER_SECONDS, Math.max(1, Math.ceil(this.#averageTurnMs / 1000)));
+    if (next === undefined) this.#lanes.delete(key);
+    else next();
   }
 }

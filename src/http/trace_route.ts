@@ -1,17 +1,35 @@
 /**
- * `GET /v1/sessions/{id}/trace`: one page of the session's trace events, through the trace index so a request
- * never reads the whole trace.
+ * `GET /v1/sessions/{id}/trace`: one page of the session's trace events through the trace index, so a request
+ * never reads the whole trace; the page's cursor travels as opaque text.
  * @module
  */
 import type { Session } from "../store/store.ts";
-import { decodeTraceCursor, encodeTraceCursor, type TraceCursor } from "../trace_cursor.ts";
-import type { TraceReader } from "../trace_reader.ts";
+import type { TraceCursor, TraceReader } from "../trace/reader.ts";
 import { HttpError } from "./errors.ts";
 
 /** Events per page when the request names no `limit`. */
 export const DEFAULT_TRACE_LIMIT = 200;
 /** The largest `limit` a request may ask for. */
 export const MAX_TRACE_LIMIT = 1000;
+
+/** Encodes a cursor as opaque URL-safe text, valid across restarts for as long as its file exists. */
+export function encodeTraceCursor(cursor: TraceCursor): string {
+  // Digits and colons never encode to "+" or "/", so the text needs no escaping in a query string.
+  return btoa(`t1:${cursor.ino}:${cursor.offset}`).replaceAll("=", "");
+}
+
+/** Decodes {@linkcode encodeTraceCursor}'s text. @throws {SyntaxError} when the text is not a cursor. */
+export function decodeTraceCursor(text: string): TraceCursor {
+  let plain = "";
+  try {
+    plain = atob(text);
+  } catch {
+    // Not base64: reported below.
+  }
+  const match = /^t1:(\d{1,15}):(\d{1,15})$/.exec(plain);
+  if (match === null) throw new SyntaxError(`Cannot read cursor "${text.slice(0, 40)}": not a trace cursor`);
+  return { ino: Number(match[1]), offset: Number(match[2]) };
+}
 
 /**
  * `{session_id, events, next_cursor}` for the caller's own `session`: its events since it was created, oldest
@@ -25,21 +43,11 @@ export async function handleTrace(
   const params = new URL(request.url).searchParams;
   const limit = parseLimit(params.get("limit"));
   const cursor = parseCursor(params.get("cursor"));
-  // Trace lines outlive a deleted session; events older than this session belong to an earlier one with
-  // the same id and are never shown.
-  const page = await reader.page({
-    userId: session.userId,
-    sessionId: session.id,
-    since: session.createdAt,
-    runId: params.get("run_id"),
-    limit,
-    cursor,
-  });
-  return Response.json({
-    session_id: session.id,
-    events: page.events,
-    next_cursor: page.nextCursor && encodeTraceCursor(page.nextCursor),
-  });
+  // Trace lines outlive a deleted session: older events belong to an earlier session of the same id.
+  const { userId, id: sessionId, createdAt: since } = session;
+  const page = await reader.page({ userId, sessionId, since, runId: params.get("run_id"), limit, cursor });
+  const next_cursor = page.nextCursor && encodeTraceCursor(page.nextCursor);
+  return Response.json({ session_id: session.id, events: page.events, next_cursor });
 }
 
 function parseLimit(text: string | null): number {

@@ -1,6 +1,6 @@
 /**
  * `POST /v1/sessions/{id}/messages` and `/retry`: one user turn through the same `runTurn` the REPL uses,
- * answered as JSON or, with `Accept: text/event-stream`, as Server-Sent Events — one SSE event per run event
+ * answered as JSON or, with `Accept: text/event-stream`, as Server-Sent Events: one SSE event per run event
  * (the stream the trace is written from), plus `delta` events (`{"text"}`) while the answer streams.
  * @module
  */
@@ -8,32 +8,13 @@ import { runTurn } from "../agent/loop.ts";
 import { unansweredMessage, usageData } from "../agent/turn.ts";
 import type { SessionKey } from "../store/store.ts";
 import type { RunEvent } from "../events.ts";
-import type { TurnResult } from "../types.ts";
 import { readMessageField } from "./body.ts";
 import type { HandlerDeps } from "./deps.ts";
 import { HttpError, toHttpError } from "./errors.ts";
 
-/** The JSON a finished turn is answered with. */
-export function turnBody(result: TurnResult): Record<string, unknown> {
-  return {
-    session_id: result.sessionId,
-    run_id: result.runId,
-    turn: result.turn,
-    outcome: result.outcome,
-    answer: result.answer,
-    tool_calls: result.toolCalls,
-    usage: usageData(result.usage),
-  };
-}
-
 /** The session's key in the `SessionQueue`: per user, like the session. NUL cannot occur in an id. */
 export function queueKey(key: SessionKey): string {
   return `${key.userId}\u0000${key.sessionId}`;
-}
-
-/** One SSE frame. `data` is one line of JSON, so no event can break the framing. */
-export function sseFrame(event: string, data: unknown): string {
-  return `event: ${event}\ndata: ${JSON.stringify(data)}\n\n`;
 }
 
 /** Options of {@linkcode handleTurn}. */
@@ -57,23 +38,17 @@ export async function handleTurn(
     ? undefined
     : await readMessageField(request, { maxBytes: deps.maxBodyBytes, signal: request.signal });
   if (retry && unansweredMessage(await deps.agent.store.messages(key)) === null) {
-    throw new HttpError(
-      409,
-      "nothing_to_retry",
-      `Cannot retry: session "${key.sessionId}" has no unanswered message (its last turn was answered)`,
-    );
+    const why = `session "${key.sessionId}" has no unanswered message (its last turn was answered)`;
+    throw new HttpError(409, "nothing_to_retry", `Cannot retry: ${why}`);
   }
   const queued = queueKey(key);
   // Checked before streaming starts: an SSE response cannot change its status later.
   const full = deps.queue.rejection(queued);
   if (full !== null) throw full;
   const signal = AbortSignal.any([request.signal, deps.shutdownSignal]);
+  const input = { ...key, message, retry };
   const run = (emit: (event: RunEvent) => void, onDelta?: (text: string) => void) =>
-    deps.queue.run(
-      queued,
-      () => runTurn({ ...key, message, retry }, deps.agent, { emit, signal, onDelta }),
-      { signal },
-    );
+    deps.queue.run(queued, () => runTurn(input, deps.agent, { emit, signal, onDelta }), { signal });
 
   if (!(request.headers.get("accept") ?? "").toLowerCase().includes("text/event-stream")) {
     let timedOut = false;
@@ -81,7 +56,11 @@ export async function handleTurn(
       deps.emit(event);
       if (event.event === "error") timedOut = event.data.kind === "timeout";
     });
-    if (result.outcome !== "error") return Response.json(turnBody(result));
+    if (result.outcome !== "error") {
+      const { sessionId: session_id, runId: run_id, turn, outcome, answer, toolCalls: tool_calls } = result;
+      const usage = usageData(result.usage);
+      return Response.json({ session_id, run_id, turn, outcome, answer, tool_calls, usage });
+    }
     // A model failure: 504 for a timeout, 502 otherwise. Plain `application/json`, as it always was.
     throw new HttpError(timedOut ? 504 : 502, timedOut ? "llm_timeout" : "llm_error", result.answer, {
       details: { run_id: result.runId },
@@ -93,17 +72,16 @@ export async function handleTurn(
   let open = true;
   const stream = new ReadableStream<Uint8Array>({
     start(controller) {
+      // One frame per event; `data` is one line of JSON, so no event can break the framing.
       const send = (event: string, data: unknown) => {
-        if (open) controller.enqueue(encoder.encode(sseFrame(event, data)));
+        if (open) controller.enqueue(encoder.encode(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`));
       };
-      run(
-        (event) => {
-          deps.emit(event);
-          send(event.event, event);
-        },
-        // Deltas are a live view for this client only: never traced, the answer event holds the full text.
-        (text) => send("delta", { text }),
-      ).catch((error) => {
+      const emit = (event: RunEvent) => {
+        deps.emit(event);
+        send(event.event, event);
+      };
+      // Deltas are a live view for this client only: never traced, the answer event holds the full text.
+      run(emit, (text) => send("delta", { text })).catch((error) => {
         const failure = toHttpError(error, deps.log, "internal error");
         // A client gone while waiting is routine: no frame, nobody reads it.
         if (failure.status !== 499) send("error", { error: { ...failure.body(), status: failure.status } });
@@ -118,11 +96,10 @@ export async function handleTurn(
       open = false;
     },
   });
-  return new Response(stream, {
-    headers: {
-      "content-type": "text/event-stream; charset=utf-8",
-      "cache-control": "no-cache",
-      "x-accel-buffering": "no",
-    },
-  });
+  const headers = {
+    "content-type": "text/event-stream; charset=utf-8",
+    "cache-control": "no-cache",
+    "x-accel-buffering": "no",
+  };
+  return new Response(stream, { headers });
 }

@@ -4,9 +4,9 @@
  * @module
  */
 import { dirname } from "node:path";
-import { redact } from "./redact.ts";
-import { shorten } from "./shorten.ts";
-import type { RunEvent, TracedEvent } from "./events.ts";
+import { redact } from "../redact.ts";
+import { shorten } from "../shorten.ts";
+import type { RunEvent, TracedEvent } from "../events.ts";
 
 /** Cuts every string in `value` to `max` characters (marking the cut) and replaces each secret. */
 export function clip(value: unknown, max: number, secrets: readonly string[] = []): unknown {
@@ -14,18 +14,15 @@ export function clip(value: unknown, max: number, secrets: readonly string[] = [
     return shorten(redact(value, secrets), max, { marker: (cut) => `…[${cut} more chars]` });
   }
   if (Array.isArray(value)) return value.map((item) => clip(item, max, secrets));
-  if (typeof value === "object" && value !== null) {
-    const out: Record<string, unknown> = {};
-    for (const [key, item] of Object.entries(value)) out[key] = clip(item, max, secrets);
-    return out;
-  }
-  return value;
+  if (typeof value !== "object" || value === null) return value;
+  const out: Record<string, unknown> = {};
+  for (const [key, item] of Object.entries(value)) out[key] = clip(item, max, secrets);
+  return out;
 }
 
 /**
- * Cuts a torn last line (a crash inside a write) off an open trace file, so the next event starts on a line
- * of its own and every line of the file is a whole event. Only bytes after the last newline go: those can
- * only be a crashed writer's, since each event is appended in one write.
+ * Cuts a torn last line off an open trace file so every line is a whole event. Only bytes after the last
+ * newline go: each event is appended in one write, so only a crashed writer leaves those.
  */
 function dropTornTail(file: Deno.FsFile): void {
   const size = file.statSync().size;
@@ -60,31 +57,18 @@ export interface AppendedLine {
 
 /** Options of {@linkcode JsonlTracer}. */
 export interface JsonlTracerOptions {
-  /**
-   * Longest string kept in an event.
-   * @default {2000}
-   */
+  /** Longest string kept in an event. @default {2000} */
   maxPayloadChars?: number;
-  /**
-   * Strings that must never reach the file (the API key); each occurrence becomes `[redacted]`.
-   * @default {[]}
-   */
+  /** Strings that must never reach the file (the API key); each becomes `[redacted]`. @default {[]} */
   secrets?: string[];
   /**
-   * Size at which the file is rotated: a line that would take it past this size first renames it to
-   * `<path>.1` (and `.1`…`.4` one up; the old `.5` is deleted), so at most 6 files of about this size exist.
-   * @default {64 * 1024 * 1024}
+   * Size past which a line first rotates the file to `<path>.1` (`.1`…`.4` move one up, the old `.5` is
+   * deleted), so at most 6 files of about this size exist. @default {64 * 1024 * 1024}
    */
   maxBytes?: number;
-  /**
-   * Called after each event is written, with where its line is (a trace reader indexes it). Must not throw.
-   * @default {undefined}
-   */
+  /** Told where each written line is (a trace reader indexes it); must not throw. @default {undefined} */
   onAppend?: (line: AppendedLine) => void;
-  /**
-   * Where the one warning goes when the trace cannot be written.
-   * @default {(message) => console.error(message)}
-   */
+  /** Gets the one warning when the trace cannot be written. @default {(message) => console.error(message)} */
   warn?: (message: string) => void;
 }
 
@@ -93,8 +77,7 @@ export const ROTATED_FILES = 5;
 
 /** The trace files of `path`, oldest first: `<path>.5` … `<path>.1`, `<path>`. */
 export function traceFiles(path: string): string[] {
-  const rotated = Array.from({ length: ROTATED_FILES }, (_, i) => `${path}.${ROTATED_FILES - i}`);
-  return [...rotated, path];
+  return [...Array.from({ length: ROTATED_FILES }, (_, i) => `${path}.${ROTATED_FILES - i}`), path];
 }
 
 function inodeOf(info: Deno.FileInfo): number {
@@ -107,6 +90,7 @@ function inodeOf(info: Deno.FileInfo): number {
  * throws. Several processes may append to one path: each line is one append-mode write, a writer reopens
  * the path when another one rotated it, and rotation happens under an exclusive lock on the old file so two
  * writers never rotate the same file twice.
+ * @throws {RangeError} from the constructor when `maxPayloadChars` or `maxBytes` is not positive.
  */
 export class JsonlTracer {
   #path: string;
@@ -121,13 +105,8 @@ export class JsonlTracer {
   #encoder = new TextEncoder();
 
   constructor(path: string, options: JsonlTracerOptions = {}) {
-    const {
-      maxPayloadChars = 2000,
-      secrets = [],
-      maxBytes = 64 * 1024 * 1024,
-      onAppend,
-      warn = (message) => console.error(message),
-    } = options;
+    const { maxPayloadChars = 2000, secrets = [], maxBytes = 64 * 1024 * 1024, onAppend } = options;
+    const { warn = (message: string) => console.error(message) } = options;
     if (!(maxPayloadChars > 0)) {
       throw new RangeError(`maxPayloadChars must be positive, got ${maxPayloadChars}`);
     }
@@ -210,20 +189,16 @@ export class JsonlTracer {
     try {
       if (this.#pathInode() !== this.#ino || file.statSync().size + length <= this.#maxBytes) return;
       for (let i = ROTATED_FILES - 1; i >= 1; i--) {
-        renameIfExists(`${this.#path}.${i}`, `${this.#path}.${i + 1}`);
+        try {
+          Deno.renameSync(`${this.#path}.${i}`, `${this.#path}.${i + 1}`);
+        } catch (error) {
+          if (!(error instanceof Deno.errors.NotFound)) throw error;
+        }
       }
       Deno.renameSync(this.#path, `${this.#path}.1`);
     } finally {
       file.unlockSync();
     }
-  }
-}
-
-function renameIfExists(from: string, to: string): void {
-  try {
-    Deno.renameSync(from, to);
-  } catch (error) {
-    if (!(error instanceof Deno.errors.NotFound)) throw error;
   }
 }
 
@@ -239,18 +214,16 @@ export function readTrace(path: string, filter: (event: TracedEvent) => boolean 
     if (error instanceof Deno.errors.NotFound) return [];
     throw error;
   }
-  const events: TracedEvent[] = [];
-  for (const line of text.split("\n")) {
-    if (line === "") continue;
-    let event: TracedEvent;
-    try {
-      event = JSON.parse(line);
-    } catch {
-      continue;
-    }
-    if (typeof event === "object" && event !== null && typeof event.event === "string" && filter(event)) {
-      events.push(event);
-    }
+  const lines = text.split("\n").map(parseLine) as (TracedEvent | null)[];
+  return lines.filter((event): event is TracedEvent => typeof event?.event === "string" && filter(event));
+}
+
+/** One line's JSON, or null for an empty or malformed line (a torn write). */
+export function parseLine(line: string): unknown {
+  if (line === "") return null;
+  try {
+    return JSON.parse(line);
+  } catch {
+    return null;
   }
-  return events;
 }

@@ -3,8 +3,13 @@
  * index says where each event's line is, so a page reads exactly its own lines, asynchronously.
  * @module
  */
-import { type AppendedLine, traceFiles } from "./trace.ts";
-import type { TraceCursor } from "./trace_cursor.ts";
+import { type AppendedLine, parseLine, traceFiles } from "./trace.ts";
+
+/** Where a page starts: the next event's file (by inode, which survives rotation) and byte offset. */
+export interface TraceCursor {
+  ino: number;
+  offset: number;
+}
 
 /** The part of an open file the reader uses; `Deno.FsFile` is one. */
 export interface TraceFile {
@@ -16,10 +21,7 @@ export interface TraceFile {
 
 /** Options of {@linkcode TraceReader}. */
 export interface TraceReaderOptions {
-  /**
-   * Opens a trace file for reading (tests count the bytes read through it).
-   * @default {(path) => Deno.open(path)}
-   */
+  /** Opens a trace file for reading (tests count the bytes read). @default {(path) => Deno.open(path)} */
   open?: (path: string) => Promise<TraceFile>;
 }
 
@@ -62,25 +64,19 @@ interface IndexedFile {
   legacyRuns: Map<string, string>;
 }
 
-interface Span {
-  file: IndexedFile;
-  offset: number;
-  length: number;
-}
+type Span = { file: IndexedFile; offset: number; length: number };
 
 /** The file moved (rotation) between the index refresh and the read: refresh and try again. */
 class FileMoved extends Error {}
 
-const CHUNK_BYTES = 64 * 1024;
 const decoder = new TextDecoder();
 
 /**
- * Reads the trace at `path` and its rotated files (`<path>.1` … `<path>.5`) a page at a time. Each call
- * first indexes lines appended since the last one (by this process or another) from the last indexed size
- * of each file; lines this process writes can be handed over by {@linkcode TraceReader.noteAppend} so they
- * are never read back. The index holds one entry (four numbers, about 40 bytes) per event of the at most 6
- * files on disk, so it is bounded by their size: about 6 × maxBytes × 40 / (shortest line, ~150 bytes),
- * ~1.6 × maxBytes at worst. Files that rotation deletes leave the index on the next call.
+ * Reads the trace at `path` and its rotated files a page at a time. Each call first indexes lines appended
+ * since the last one (by any process) from each file's last indexed size; lines this process writes can be
+ * handed over by {@linkcode TraceReader.noteAppend} so they are never read back. The index holds about 40
+ * bytes per event of the at most 6 files on disk (~1.6 × maxBytes at worst, for ~150-byte lines); files
+ * rotation deletes leave it on the next call.
  */
 export class TraceReader {
   #path: string;
@@ -96,10 +92,7 @@ export class TraceReader {
     this.#open = open;
   }
 
-  /**
-   * Indexes what was appended since the last call; the first call scans the existing files. Calls run one
-   * at a time. Rejects only when a file exists but cannot be read.
-   */
+  /** Indexes what was appended since the last call, one call at a time. Rejects when a file cannot be read. */
   refresh(): Promise<void> {
     const run = this.#pending.then(() => this.#refreshNow());
     this.#pending = run.catch(() => {});
@@ -133,15 +126,12 @@ export class TraceReader {
     // rather than hiding one; a file created meanwhile is seen next time.
     const chain: IndexedFile[] = [];
     for (const path of traceFiles(this.#path).reverse()) {
-      let info: Deno.FileInfo;
-      try {
-        info = await Deno.stat(path);
-      } catch (error) {
-        if (error instanceof Deno.errors.NotFound) continue;
+      const info = await Deno.stat(path).catch((error) => {
+        if (error instanceof Deno.errors.NotFound) return null;
         throw error;
-      }
-      const ino = info.ino ?? 0;
-      if (chain.some((file) => file.ino === ino)) continue;
+      });
+      const ino = info?.ino ?? 0;
+      if (info === null || chain.some((file) => file.ino === ino)) continue;
       let file = this.#files.get(ino);
       if (file === undefined || info.size < file.size) {
         file = { ino, path, size: 0, buckets: new Map(), legacyRuns: new Map() };
@@ -166,7 +156,7 @@ export class TraceReader {
       await handle.seek(file.size, Deno.SeekMode.Start);
       let base = file.size;
       let carry = new Uint8Array(0);
-      const chunk = new Uint8Array(CHUNK_BYTES);
+      const chunk = new Uint8Array(64 * 1024);
       while (base + carry.length < info.size) {
         const n = await handle.read(chunk);
         if (n === null) break;
@@ -175,8 +165,12 @@ export class TraceReader {
         bytes.set(chunk.subarray(0, n), carry.length);
         let start = 0;
         for (let end = bytes.indexOf(0x0a); end !== -1; end = bytes.indexOf(0x0a, start)) {
-          const line = decoder.decode(bytes.subarray(start, end));
-          this.#add(file, base + start, end + 1 - start, parseLine(line));
+          this.#add(
+            file,
+            base + start,
+            end + 1 - start,
+            parseLine(decoder.decode(bytes.subarray(start, end))),
+          );
           start = end + 1;
         }
         base += start;
@@ -198,7 +192,7 @@ export class TraceReader {
     if (userId === undefined) {
       const started = (data as Record<string, unknown> | null)?.user_id;
       if (name === "run_start" && typeof started === "string") file.legacyRuns.set(run_id, started);
-      userId = this.#legacyUser(run_id);
+      userId = this.#files.values().map((f) => f.legacyRuns.get(run_id)).find((user) => user !== undefined);
     }
     const time = Date.parse(ts);
     if (userId === undefined || Number.isNaN(time)) return;
@@ -213,19 +207,11 @@ export class TraceReader {
     bucket.runs.push(run_id);
   }
 
-  #legacyUser(runId: string): string | undefined {
-    for (const file of this.#files.values()) {
-      const user = file.legacyRuns.get(runId);
-      if (user !== undefined) return user;
-    }
-    return undefined;
-  }
-
   /** The lines of up to `limit + 1` matching events from the cursor on, from the index alone. */
   #select(query: TracePageQuery): Span[] {
-    const { userId, sessionId, runId, limit, cursor } = query;
+    const { runId, limit, cursor } = query;
     const since = Date.parse(query.since);
-    const key = `${userId}\u0000${sessionId}`;
+    const key = `${query.userId}\u0000${query.sessionId}`;
     // A cursor into a file rotation has since deleted starts at the oldest file left.
     let first = cursor === null ? 0 : this.#chain.findIndex((file) => file.ino === cursor.ino);
     let from = cursor?.offset ?? 0;
@@ -252,14 +238,13 @@ export class TraceReader {
       const handle = await this.#open(file.path);
       try {
         if (((await handle.stat()).ino ?? 0) !== file.ino) throw new FileMoved();
-        for (; i < spans.length && spans[i].file === file;) {
+        while (i < spans.length && spans[i].file === file) {
           const start = spans[i].offset;
           let end = start;
           for (; i < spans.length && spans[i].file === file && spans[i].offset === end; i++) {
             end += spans[i].length;
           }
-          const bytes = await readAt(handle, start, end - start);
-          for (const line of decoder.decode(bytes).split("\n")) {
+          for (const line of decoder.decode(await readAt(handle, start, end - start)).split("\n")) {
             const event = parseLine(line);
             if (typeof event === "object" && event !== null) events.push(event as Record<string, unknown>);
           }
@@ -269,15 +254,6 @@ export class TraceReader {
       }
     }
     return events;
-  }
-}
-
-function parseLine(line: string): unknown {
-  if (line === "") return null;
-  try {
-    return JSON.parse(line);
-  } catch {
-    return null;
   }
 }
 
