@@ -5,6 +5,7 @@
  */
 import { createHash } from "node:crypto";
 import { HttpError } from "./errors.ts";
+import type { ApiToken } from "../config.ts";
 
 const encoder = new TextEncoder();
 
@@ -21,14 +22,6 @@ export function timingSafeEqual(a: string, b: string): boolean {
   let diff = left.length ^ right.length;
   for (let i = 0; i < length; i++) diff |= x[i] ^ y[i];
   return diff === 0;
-}
-
-/** One configured API token and the user it authenticates. */
-export interface ApiToken {
-  /** The secret the client sends as `Authorization: Bearer <token>`. */
-  token: string;
-  /** The user id requests with this token act as. */
-  userId: string;
 }
 
 /** The user id of every request when no token is configured. */
