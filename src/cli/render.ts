@@ -5,17 +5,93 @@
 import type { RunEvent } from "../events.ts";
 import { shorten } from "../shorten.ts";
 
-/** ANSI styling that turns itself off when colour is not wanted. */
+/** ANSI styling that turns itself off when colour is not wanted: then every method returns its text. */
 export interface Style {
   dim(text: string): string;
   bold(text: string): string;
   red(text: string): string;
+  italic(text: string): string;
+  underline(text: string): string;
+  /** Inline code in running text. */
+  code(text: string): string;
+  /** One line inside a fenced code block. */
+  codeBlock(text: string): string;
+  /** The text of a markdown heading. */
+  heading(text: string): string;
 }
 
-/** Styles for a terminal (`color: true`) or for plain output. */
+/**
+ * Styles for a terminal (`color: true`) or for plain output. Each styled text ends with a full reset, so a
+ * caller nesting styles re-applies the outer ones after an inner piece (as `renderMarkdown` does).
+ */
 export function createStyle(color: boolean): Style {
   const wrap = (code: string) => (text: string) => color ? `\x1b[${code}m${text}\x1b[0m` : text;
-  return { dim: wrap("2"), bold: wrap("1"), red: wrap("31") };
+  return {
+    dim: wrap("2"),
+    bold: wrap("1"),
+    red: wrap("31"),
+    italic: wrap("3"),
+    underline: wrap("4"),
+    code: wrap("36"),
+    codeBlock: wrap("33"),
+    heading: wrap("1;35"),
+  };
+}
+
+/** What `colorWanted` decides from. */
+export interface ColorOptions {
+  /** `--no-color` was given. @default false */
+  noColorFlag?: boolean;
+  /** The environment variables that matter (`NO_COLOR`, `TERM`). */
+  env: { NO_COLOR?: string; TERM?: string };
+  /** The output is a terminal. */
+  isTerminal: boolean;
+}
+
+/**
+ * Whether output should be coloured: only on a terminal, and not when `--no-color` was given, `TERM=dumb`,
+ * or `NO_COLOR` is set to any value (even empty: setting it at all is the user's request).
+ */
+export function colorWanted(options: ColorOptions): boolean {
+  const { noColorFlag = false, env, isTerminal } = options;
+  return isTerminal && !noColorFlag && env.NO_COLOR === undefined && env.TERM !== "dumb";
+}
+
+/** What `statsLine` reports about one answer. Token counts are null when the provider gave no usage. */
+export interface AnswerStats {
+  ms: number;
+  modelCalls: number;
+  toolCalls: number;
+  tokensIn: number | null;
+  tokensOut: number | null;
+}
+
+function count(n: number, noun: string): string {
+  return `${n} ${noun}${n === 1 ? "" : "s"}`;
+}
+
+function duration(ms: number): string {
+  if (!(ms >= 0)) ms = 0;
+  // Bounds are where rounding would show "1000 ms" or "60.0 s".
+  if (ms < 999.5) return `${Math.round(ms)} ms`;
+  if (ms < 59_950) return `${(ms / 1000).toFixed(1)} s`;
+  const s = Math.round(ms / 1000);
+  return `${Math.floor(s / 60)} min ${s % 60} s`;
+}
+
+/**
+ * The dim line shown after an answer, e.g. `1.2 s · 2 model calls · 1 tool call · 310 → 24 tokens`.
+ * Tool calls are left out when there were none; tokens when the provider did not report both counts.
+ */
+export function statsLine(stats: AnswerStats, style: Style): string {
+  const { ms, modelCalls, toolCalls, tokensIn, tokensOut } = stats;
+  const number = (n: number) => n.toLocaleString("en-US");
+  const parts = [duration(ms), count(modelCalls, "model call")];
+  if (toolCalls > 0) parts.push(count(toolCalls, "tool call"));
+  if (tokensIn !== null && tokensOut !== null) {
+    parts.push(`${number(tokensIn)} → ${number(tokensOut)} tokens`);
+  }
+  return style.dim(parts.join(" · "));
 }
 
 function short(text: string, max: number): string {
