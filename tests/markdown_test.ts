@@ -17,14 +17,26 @@ const tags = Object.fromEntries(
 
 const CLEAR = "\r\x1b[2K";
 
-/** What a terminal shows after `writes`: `\r\x1b[2K` clears the current row, `\n` ends it. */
-function screen(writes: string[]): string {
+/** Columns `text` takes on a terminal, erring wide as the stream does: tabs 8, wide-range characters 2. */
+function width(text: string): number {
+  // deno-lint-ignore no-control-regex
+  const visible = [...text.replace(/\x1b\[[0-9;]*m/g, "")];
+  return visible.reduce((sum, char) => sum + (char === "\t" ? 8 : char.codePointAt(0)! >= 0x1100 ? 2 : 1), 0);
+}
+
+/**
+ * What a terminal `columns` wide shows after `writes`: `\r\x1b[2K` clears the current row, `\n` ends it.
+ * Clearing a line that has wrapped would clear only its last row, so that fails the test.
+ */
+function screen(writes: string[], columns = Infinity): string {
   const rows: string[] = [];
   let row = "";
   // deno-lint-ignore no-control-regex
   for (const piece of writes.join("").split(/(\r\x1b\[2K|\n)/)) {
-    if (piece === CLEAR) row = "";
-    else if (piece === "\n") {
+    if (piece === CLEAR) {
+      assert.ok(width(row) < columns, `cleared a wrapped line: ${JSON.stringify(row)}`);
+      row = "";
+    } else if (piece === "\n") {
       rows.push(row);
       row = "";
     } else {
@@ -129,8 +141,9 @@ Deno.test("renderMarkdown() shows control characters in the text as U+FFFD and d
 const markdownish = fc.string({
   unit: fc.constantFrom(..."*_`[]()#>-+1.~ \n\nab\\<!:h\t\r\x1b\u00e9\u4e2d|"),
   maxLength: 160,
+  size: "medium",
 });
-const anyText = fc.oneof(markdownish, fc.string({ unit: "binary", maxLength: 160 }));
+const anyText = fc.oneof(markdownish, fc.string({ unit: "binary", maxLength: 160, size: "medium" }));
 
 Deno.test("renderMarkdown() never throws, and without colour writes no escape code", () => {
   fc.assert(
@@ -152,9 +165,9 @@ Deno.test("renderMarkdown() stays fast on pathological nesting", () => {
 });
 
 Deno.test("markdownStream() in any chunking shows what renderMarkdown() does, plus a newline", () => {
-  const cuts = fc.array(fc.nat({ max: 200 }), { maxLength: 12 });
+  const cuts = fc.array(fc.nat({ max: 200 }), { maxLength: 40, size: "medium" });
   const options = fc.record({
-    columns: fc.integer({ min: 4, max: 100 }),
+    columns: fc.integer({ min: 2, max: 40 }),
     prefix: fc.constantFrom("", "agent> "),
   });
   fc.assert(
@@ -162,9 +175,10 @@ Deno.test("markdownStream() in any chunking shows what renderMarkdown() does, pl
       const style = color ? ansi : plain;
       const points = [...new Set(at.map((n) => n % (text.length + 1)))].sort((a, b) => a - b);
       const chunks = [0, ...points].map((p, i, all) => text.slice(p, all[i + 1] ?? text.length));
-      assert.equal(screen(streamed(chunks, style, opts)), opts.prefix + renderMarkdown(text, style) + "\n");
+      const shown = screen(streamed(chunks, style, opts), opts.columns);
+      assert.equal(shown, opts.prefix + renderMarkdown(text, style, opts) + "\n");
     }),
-    { numRuns: 400 },
+    { numRuns: 1000 },
   );
 });
 
@@ -206,6 +220,11 @@ Deno.test("markdownStream() redraws the prefix with the first line and stops red
   // 10 columns: "*abcdefgh" fits, "*abcdefghij" would not, so the row keeps "*abcdefgh" until the line ends.
   const writes = streamed(["*abcdefgh", "ij", "*"], tags, { columns: 10 });
   assert.deepEqual(writes, ["*abcdefgh", `${CLEAR}<italic>abcdefghij</italic>`, "\n"]);
+});
+
+Deno.test("markdownStream() lets a line of plain prose wrap as it grows, and holds it once markup may follow", () => {
+  const writes = streamed(["- one two", " three four", " **five", "** six"], tags, { columns: 10 });
+  assert.deepEqual(writes, ["• one two", " three four", " <bold>five</bold> six", "\n"]);
 });
 
 Deno.test("markdownStream() ends with a newline, once, and ignores text after end()", () => {

@@ -15,8 +15,9 @@ export interface MarkdownOptions {
 /** Options for `markdownStream`. */
 export interface MarkdownStreamOptions extends MarkdownOptions {
   /**
-   * Text put before the first line (e.g. `agent> `); it is redrawn with that line. A partial line is
-   * redrawn only while it fits in `columns`, since `\r\x1b[2K` clears one terminal row only.
+   * Text put before the first line (e.g. `agent> `); it is redrawn with that line. Since `\r\x1b[2K` clears
+   * one terminal row only, a partial line wider than `columns` is shown as it grows only when it is plain
+   * prose; otherwise it stays as last drawn until it completes.
    * @default ""
    */
   prefix?: string;
@@ -50,6 +51,8 @@ const HEADING = /^ {0,3}(#{1,6})(?:[ \t]+(.*))?$/;
 const QUOTE = /^ {0,3}>[ ]?(.*)$/;
 const BULLET = /^([ \t]*)[-*+][ \t]+(.*)$/;
 const NUMBERED = /^([ \t]*)(\d{1,9}[.)])[ \t]+(.*)$/;
+/** A partial line no later text can restyle: a letter or digit, and nothing that may open markup. */
+const PROSE = /^(?=.*[\p{L}\p{N}])[^*_`~[\]<>\\!#\p{Cc}]*$/u;
 // Past these, text is shown as it is: bounds recursion and the quadratic delimiter search.
 const MAX_DEPTH = 8;
 const MAX_INLINE = 4000;
@@ -280,8 +283,8 @@ export function markdownStream(
       }
       if (buffer === "") return;
       const target = (first ? prefix : "") + renderLine(buffer, { ...state }, style, columns);
-      // A line that would wrap stays as last drawn until it completes.
-      if (width(target) < columns) draw(target);
+      // A line may wrap only while it is prose, whose rendering can but grow: nothing it shows can change.
+      if (width(target) < columns || (state.fence === null && PROSE.test(buffer))) draw(target);
     },
     end(): void {
       if (ended) return;
