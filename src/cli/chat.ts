@@ -70,6 +70,35 @@ export interface ChatOptions {
   newSessionId?: () => string;
 }
 
+/** What decides whether chat output gets colour; see {@linkcode wantsColor}. */
+export interface ColorSignals {
+  /** Standard output is a terminal. */
+  isTerminal: boolean;
+  /** `--no-color` was given. */
+  noColorFlag: boolean;
+  /** The environment's NO_COLOR and TERM (undefined when unset or unreadable). */
+  env: { NO_COLOR?: string | undefined; TERM?: string | undefined };
+}
+
+/**
+ * Colour only on a terminal, and never with `--no-color`, NO_COLOR set (to any value) or TERM=dumb. (The same
+ * rule as render.ts's `colorWanted` once that lands.)
+ */
+export function wantsColor(signals: ColorSignals): boolean {
+  const { isTerminal, noColorFlag, env } = signals;
+  return isTerminal && !noColorFlag && env.NO_COLOR === undefined && env.TERM !== "dumb";
+}
+
+/**
+ * The one-shot message from chat's words and, when one of them is `-`, the text piped in: the question, a
+ * blank line, then the piped text (either alone when the other is empty). Words are joined by spaces.
+ */
+export function oneShotMessage(words: readonly string[], piped: string): string {
+  const question = words.filter((word) => word !== "-").join(" ").trim();
+  const attached = words.includes("-") && piped.trim() !== "" ? piped.replace(/\s+$/, "") : "";
+  return question === "" ? attached : attached === "" ? question : `${question}\n\n${attached}`;
+}
+
 /**
  * Runs the chat until end of input or `/exit`. Resolves to the process exit code: 0, or 1 when stdin was
  * piped (or the one-shot message was sent) and a turn ended in error, so scripts notice.
