@@ -223,6 +223,7 @@ export class LineEditor {
     this.#render();
     this.#write(`${after}\r\n`);
     this.#row = 0;
+    this.#dirty = true;
   }
 
   #enter(): void {
