@@ -8,11 +8,8 @@ import type { Readable, Writable } from "node:stream";
 import { type Key, KeyDecoder } from "./keys.ts";
 import { type InputHistory, MemoryHistory } from "./history.ts";
 import { createStyle, type Style } from "./render.ts";
+import { CONTINUATION, drawEntry, PROMPT } from "./_draw.ts";
 
-/** The prompt of an entry's first line. */
-export const PROMPT = "you> ";
-/** The prompt of its further lines (as wide as {@linkcode PROMPT}). */
-export const CONTINUATION = "...> ";
 /** A line that is just this starts a block; another ends it, and the lines between are one entry. */
 export const BLOCK_FENCE = '"""';
 /** Turns bracketed paste on: the terminal then marks pasted text, so a paste is one entry. */
@@ -63,6 +60,7 @@ export class LineEditor {
   #cursor = 0;
   /** The screen row of the cursor, counted from the entry's first row, as last drawn. */
   #row = 0;
+  /** The history entry shown (`entries.length`: the draft), and the draft. */
   #browse = 0;
   #draft = "";
   /** Set by Ctrl-C: another Ctrl-C on an empty line leaves. */
@@ -89,7 +87,7 @@ export class LineEditor {
     this.#input.setRawMode?.(true);
     this.#input.on("data", this.#onData);
     this.#input.on("end", this.#onEnd);
-    this.#write(PASTE_ON);
+    this.#output.write(PASTE_ON);
   }
 
   /** Calls `handler` for Ctrl-C pressed while no entry is being read (a turn is running). */
@@ -99,11 +97,8 @@ export class LineEditor {
 
   /** Shows the prompt and resolves with the next entry (keys typed ahead are used first). */
   read(): Promise<ReadResult> {
-    this.#buffer = "";
-    this.#cursor = 0;
-    this.#row = 0;
+    [this.#buffer, this.#cursor, this.#row, this.#draft, this.#armed] = ["", 0, 0, "", false];
     this.#browse = this.#history.entries.length;
-    this.#draft = "";
     return new Promise((resolve) => {
       this.#waiting = resolve;
       this.#render();
@@ -166,9 +161,15 @@ export class LineEditor {
     const b = this.#buffer, c = this.#cursor;
     const lineStart = b.lastIndexOf("\n", c - 1) + 1;
     const lineEnd = b.indexOf("\n", c) === -1 ? b.length : b.indexOf("\n", c);
+    const moves: Partial<Record<Key["name"], number>> = {
+      left: Math.max(0, c - 1),
+      right: Math.min(b.length, c + 1),
+      home: lineStart,
+      end: lineEnd,
+    };
+    if (moves[key.name] !== undefined) return void (this.#cursor = moves[key.name]!);
     switch (key.name) {
       case "text":
-        return this.#insert(key.text);
       case "paste":
         return this.#insert(key.text.replace(/\r\n?/g, "\n"));
       case "newline":
@@ -178,27 +179,14 @@ export class LineEditor {
       case "backspace":
         if (c > 0) [this.#buffer, this.#cursor] = [b.slice(0, c - 1) + b.slice(c), c - 1];
         return;
-      case "delete":
-        this.#buffer = b.slice(0, c) + b.slice(c + 1);
-        return;
       case "eof":
         if (b === "") return this.#finish({ kind: "exit" });
+        /* falls through: Ctrl-D on a line deletes, as Delete does */
+      case "delete":
         this.#buffer = b.slice(0, c) + b.slice(c + 1);
         return;
       case "kill":
         [this.#buffer, this.#cursor] = [b.slice(0, lineStart) + b.slice(c), lineStart];
-        return;
-      case "left":
-        this.#cursor = Math.max(0, c - 1);
-        return;
-      case "right":
-        this.#cursor = Math.min(b.length, c + 1);
-        return;
-      case "home":
-        this.#cursor = lineStart;
-        return;
-      case "end":
-        this.#cursor = lineEnd;
         return;
       case "up":
       case "down":
@@ -286,29 +274,24 @@ export class LineEditor {
       const rest = this.#buffer;
       this.#leaveEntry();
       this.#write(
-        `${this.#style.dim(candidates.map((c) => c.slice(c.lastIndexOf(" ") + 1)).join("  "))}\r\n`,
+        `${
+          this.#style.dim(
+            candidates.map((c) => c.trimEnd().slice(c.trimEnd().lastIndexOf(" ") + 1)).join("  "),
+          )
+        }\r\n`,
       );
       [this.#buffer, this.#cursor] = [rest, line.length];
     }
   }
 
-  /** Redraws the entry from its first row and puts the cursor where it belongs (long lines wrap). */
+  /** Redraws the entry from its first row and puts the cursor where it belongs. */
   #render(): void {
     const columns = (this.#output as { columns?: number }).columns;
     const width = columns !== undefined && columns > 0 ? columns : 80;
-    const lines = this.#buffer.split("\n");
-    const rows = lines.map((l) => Math.max(1, Math.ceil((PROMPT.length + l.length) / width)));
-    let out = `\r${this.#row > 0 ? `\x1b[${this.#row}A` : ""}\x1b[0J`;
-    out += lines.map((l, i) => this.#style.bold(i === 0 ? PROMPT : CONTINUATION) + l).join("\r\n");
-    const before = this.#buffer.slice(0, this.#cursor);
-    const line = before.split("\n").length - 1;
-    const column = PROMPT.length + before.length - (before.lastIndexOf("\n") + 1);
-    const target = rows.slice(0, line).reduce((a, b) => a + b, 0) + Math.floor(column / width);
-    const end = rows.reduce((a, b) => a + b, 0) - 1;
-    if (end > target) out += `\x1b[${end - target}A`;
-    out += `\r${column % width > 0 ? `\x1b[${column % width}C` : ""}`;
-    this.#row = target;
+    const prompts: [string, string] = [this.#style.bold(PROMPT), this.#style.bold(CONTINUATION)];
+    const drawn = drawEntry(this.#buffer, this.#cursor, { fromRow: this.#row, width, prompts });
+    this.#row = drawn.row;
     this.#dirty = false;
-    this.#write(out);
+    this.#write(drawn.text);
   }
 }
