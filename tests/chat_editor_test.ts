@@ -106,6 +106,7 @@ Deno.test("LineEditor completes a unique command on Tab and lists the choices wh
 Deno.test("LineEditor: Ctrl-C clears the line, a second on the empty line exits; Ctrl-D on an empty line exits", async () => {
   const tty = fakeTty();
   assert.deepEqual(await tty.enter("draft\x03", "\x03"), { kind: "exit" });
+  // deno-lint-ignore no-control-regex
   assert.match(tty.drawn(), /draft(\r\x1b\[\d+C)?\^C/);
   assert.deepEqual(
     await tty.enter("\x03", "typed\r"),
