@@ -39,11 +39,18 @@ function spawnTty(args: string[], env: Record<string, string>) {
     async type(keys: string): Promise<void> {
       await writer.write(new TextEncoder().encode(keys));
     },
-    /** Resolves to the exit code once the program ended and its output is read. */
+    /** Resolves to the exit code once the program ended and its output is read; kills it after 15 s. */
     async exit(): Promise<number> {
+      let killed = false;
+      const timer = setTimeout(() => {
+        killed = true;
+        child.kill("SIGKILL");
+      }, 15_000);
       const { code } = await child.status;
+      clearTimeout(timer);
       await reading;
       await writer.close().catch(() => {});
+      assert.ok(!killed, `the chat did not exit; it showed ${JSON.stringify(output.slice(-200))}`);
       return code;
     },
   };
