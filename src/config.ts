@@ -20,6 +20,8 @@ export interface Config {
   maxCtxTokens: number;
   dbPath: string;
   tracePath: string;
+  /** The chat REPL's input history file. */
+  historyPath: string;
   traceMaxPayloadChars: number;
   runLiveTests: boolean;
   host: string;
@@ -124,6 +126,12 @@ export const SETTINGS: Readonly<Record<string, Setting>> = {
   ),
   AGENT_DB_PATH: setting("dbPath", "string", "data/sessions.db", "SQLite file"),
   AGENT_TRACE_PATH: setting("tracePath", "string", "data/traces.jsonl", "trace file"),
+  AGENT_HISTORY_PATH: setting(
+    "historyPath",
+    "string",
+    "data/chat_history",
+    "chat: input history file (mode 600, the last 1,000 entries)",
+  ),
   AGENT_TRACE_MAX_PAYLOAD_CHARS: setting(
     "traceMaxPayloadChars",
     "positiveInt",

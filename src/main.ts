@@ -8,21 +8,22 @@ import { dirname, resolve } from "node:path";
 import process from "node:process";
 import { parseArgs } from "node:util";
 import { main as demoMain } from "./demo/demo.ts";
-import { runChat } from "./cli/chat.ts";
+import { type ChatOptions, oneShotMessage, runChat, wantsColor } from "./cli/chat.ts";
+import { FileHistory } from "./cli/history.ts";
 import { helpText } from "./cli/help.ts";
 import { type Config, isLoopbackHost, loadConfig, requireApiKey } from "./config.ts";
-import { listenNetHost } from "./permissions.ts";
 import { ConfigError, SessionError } from "./errors.ts";
 import { Authenticator } from "./http/auth.ts";
 import { BatchedLog, writeStderr } from "./http/batched_log.ts";
 import { REQUEST_LINE } from "./http/handler.ts";
 import { serveHttp } from "./http/server.ts";
+import { listenFailure } from "./http/listen_failure.ts";
 import { SessionQueue } from "./http/session_queue.ts";
 import { createLlmFromConfig } from "./llm/openai.ts";
 import type { Agent } from "./agent/loop.ts";
-import { missingPermissions, readEnvironment } from "./permissions.ts";
+import { listenNetHost, missingPermissions, readEnvironment, TERMINAL_VARIABLES } from "./permissions.ts";
 import { SqliteStore } from "./store/sqlite.ts";
-import { type SessionStore, validateId } from "./store/store.ts";
+import { type SessionKey, type SessionStore, validateId } from "./store/store.ts";
 import { createLlmSummarizer } from "./memory/summarizer.ts";
 import { createBuiltinTools } from "./tools/builtin.ts";
 import { JsonlTracer } from "./trace/trace.ts";
@@ -121,51 +122,60 @@ function openRuntime(config: Readonly<Config>): Runtime {
   };
 }
 
-async function chat(config: Readonly<Config>, sessionId: string, userId: string): Promise<number> {
+/** Chat's one-shot message (its words, `-` for all of stdin) and colour choice, from the command line. */
+async function chatOptions(
+  words: string[],
+  noColorFlag: boolean,
+): Promise<Pick<ChatOptions, "message" | "color">> {
+  const piped = words.includes("-") ? await new Response(Deno.stdin.readable).text() : "";
+  const message = words.length > 0 ? oneShotMessage(words, piped) : undefined;
+  if (message === "") fail("Nothing to send: stdin was empty and no question was given.");
+  const env = readEnvironment(TERMINAL_VARIABLES);
+  return { message, color: wantsColor({ isTerminal: Deno.stdout.isTerminal(), noColorFlag, env }) };
+}
+
+async function chat(
+  config: Readonly<Config>,
+  key: SessionKey,
+  options: Pick<ChatOptions, "message" | "color">,
+) {
   const runtime = openRuntime(config);
+  const interactive = options.message === undefined && Deno.stdin.isTerminal();
+  const onError = (error: unknown) =>
+    console.error(
+      `Cannot save the input history to ${config.historyPath}: ${detail(error)}; set AGENT_HISTORY_PATH`,
+    );
   try {
-    await runtime.store.getOrCreate({ userId, sessionId });
+    await runtime.store.getOrCreate(key);
     return await runChat({
-      sessionId,
-      userId,
+      ...key,
+      ...options,
       deps: runtime.agent,
       emit: (event) => runtime.tracer.write(event),
       input: process.stdin,
       output: process.stdout,
       status: process.stderr,
-      interactive: Deno.stdin.isTerminal(),
+      interactive,
+      history: interactive ? new FileHistory(resolve(config.historyPath), { onError }) : undefined,
+      model: config.model,
+      setModel: (model) => {
+        const llm = createLlmFromConfig({ ...config, model }, { stream: config.stream });
+        runtime.agent.llm = llm;
+        runtime.agent.summarizer = createLlmSummarizer(llm);
+      },
     });
   } finally {
     await runtime.close();
   }
 }
 
-/** Why the server could not listen, and what to do, by the error Deno threw. */
-const LISTEN_FAILURES: [new (...args: never[]) => Error, (config: Readonly<Config>) => string][] = [
-  [
-    Deno.errors.AddrInUse,
-    () => "the port is already in use; stop the other server, or set AGENT_PORT to a free port (0 picks one)",
-  ],
-  [
-    Deno.errors.AddrNotAvailable,
-    (c) => `${c.host} is not an address of this machine; set AGENT_HOST to one (127.0.0.1 for loopback)`,
-  ],
-  [
-    Deno.errors.PermissionDenied,
-    () => "the system does not allow it (ports below 1024 need privileges); set AGENT_PORT to 1024 or above",
-  ],
-];
-
 /** Starts the server, or exits with one line naming the address and what to do when it cannot listen. */
 function listen<T>(start: () => T, config: Readonly<Config>): T {
   try {
     return start();
   } catch (error) {
-    const known = LISTEN_FAILURES.find(([type]) => error instanceof type);
     fail(
-      `Cannot listen on ${listenNetHost(config)} (AGENT_HOST, AGENT_PORT): ${
-        known?.[1](config) ?? detail(error)
-      }`,
+      `Cannot listen on ${listenNetHost(config)} (AGENT_HOST, AGENT_PORT): ${listenFailure(error, config)}`,
     );
   }
 }
@@ -228,7 +238,7 @@ function loadChecked(check: (config: Readonly<Config>) => void): Readonly<Config
 }
 
 function requirePermissions(config: Readonly<Config>, command: "chat" | "serve"): void {
-  const missing = missingPermissions(config, { listen: command === "serve" });
+  const missing = missingPermissions(config, { listen: command === "serve", history: command === "chat" });
   if (missing.length > 0) {
     fail(`Cannot start: missing permission ${missing.join(" ")} (deno task ${command} grants exactly these)`);
   }
@@ -245,6 +255,7 @@ export async function main(args: string[]): Promise<number> {
       options: {
         session: { type: "string", default: "default" },
         user: { type: "string", default: "local" },
+        "no-color": { type: "boolean", default: false },
         help: { type: "boolean", short: "h", default: false },
       },
     });
@@ -257,7 +268,6 @@ export async function main(args: string[]): Promise<number> {
     return 0;
   }
   if (command === undefined) fail(`Missing command.\n\n${helpText()}`);
-  if (rest.length > 0) fail(`Unexpected argument "${rest[0]}". Run with --help for usage.`);
   if (command === "chat") {
     const { session, user } = parsed.values;
     const config = loadChecked(() => {
@@ -265,8 +275,10 @@ export async function main(args: string[]): Promise<number> {
       validateId(user, "user id");
     });
     requirePermissions(config, "chat");
-    return await chat(config, session, user);
+    const options = await chatOptions(rest, parsed.values["no-color"]);
+    return await chat(config, { sessionId: session, userId: user }, options);
   }
+  if (rest.length > 0) fail(`Unexpected argument "${rest[0]}". Run with --help for usage.`);
   if (command === "serve") {
     const config = loadChecked((config) => {
       if (config.apiTokens.length === 0 && !isLoopbackHost(config.host)) {

@@ -13,6 +13,9 @@ export const DOCS_DIR = fileURLToPath(new URL("../data/docs", import.meta.url));
 /** Every environment variable the runtime reads: the only ones a task may see. */
 export const ENV_VARIABLES: readonly string[] = Object.keys(SETTINGS);
 
+/** Variables that say how the terminal wants output (colour or not), read by chat besides its settings. */
+export const TERMINAL_VARIABLES: readonly string[] = ["NO_COLOR", "TERM"];
+
 /** What `--allow-net` must grant to listen: `host:port`, or the host alone for port 0 (any free port). */
 export function listenNetHost(config: Pick<Config, "host" | "port">): string {
   const host = config.host.includes(":") && !config.host.startsWith("[") ? `[${config.host}]` : config.host;
@@ -26,8 +29,10 @@ export function llmNetHost(baseUrl: string): string {
   return `${url.hostname}:${port}`;
 }
 
-function folders(config: Readonly<Config>): string[] {
-  return [...new Set([dirname(resolve(config.dbPath)), dirname(resolve(config.tracePath))])];
+/** The folders a task reads and writes: the database's and the trace's, and with `history` chat's history. */
+function folders(config: Readonly<Config>, history = false): string[] {
+  const paths = [config.dbPath, config.tracePath, ...(history ? [config.historyPath] : [])];
+  return [...new Set(paths.map((path) => dirname(resolve(path))))];
 }
 
 /** Options of {@linkcode taskPermissionFlags}. */
@@ -46,7 +51,8 @@ export interface TaskFlagsOptions {
 }
 
 /**
- * The `deno run` flags for a task: read/write on the folders of the database and the trace (the demo: the
+ * The `deno run` flags for a task: read/write on the folders of the database and the trace (chat: and of
+ * its input history; the demo: the
  * temporary folder), read of the docs corpus, the runtime's variables, and net to the LLM's host:port only.
  * A configuration that does not load yields only the env grant, so the program itself reports the error.
  */
@@ -55,7 +61,7 @@ export function taskPermissionFlags(
   options: TaskFlagsOptions = {},
 ): string[] {
   const { task = "chat", tempDir = "/tmp" } = options;
-  const flags = [`--allow-env=${ENV_VARIABLES.join(",")}`];
+  const flags = [`--allow-env=${[...ENV_VARIABLES, ...TERMINAL_VARIABLES].join(",")}`];
   let config: Readonly<Config>;
   try {
     config = loadConfig(env);
@@ -65,8 +71,8 @@ export function taskPermissionFlags(
   const writable = task === "demo"
     ? [resolve(tempDir)]
     : task === "compile"
-    ? [...folders(config), resolve(tempDir)]
-    : folders(config);
+    ? [...folders(config, true), resolve(tempDir)]
+    : folders(config, task === "chat");
   flags.push(`--allow-read=${[...writable, DOCS_DIR].join(",")}`);
   flags.push(`--allow-write=${writable.join(",")}`);
   const net = [llmNetHost(config.baseUrl)];
@@ -76,10 +82,14 @@ export function taskPermissionFlags(
 }
 
 /**
- * The flags this process lacks to do its work (with `listen`, also to listen on AGENT_HOST:AGENT_PORT), each
- * spelled as it must be passed; empty when all are granted. Queries without prompting.
+ * The flags this process lacks to do its work (with `listen`, also to listen on AGENT_HOST:AGENT_PORT; with
+ * `history`, to keep chat's input history), each spelled as it must be passed; empty when all are granted.
+ * Queries without prompting.
  */
-export function missingPermissions(config: Readonly<Config>, options: { listen?: boolean } = {}): string[] {
+export function missingPermissions(
+  config: Readonly<Config>,
+  options: { listen?: boolean; history?: boolean } = {},
+): string[] {
   const missing: string[] = [];
   const hosts = [llmNetHost(config.baseUrl)];
   if (options.listen) hosts.push(listenNetHost(config));
@@ -88,7 +98,7 @@ export function missingPermissions(config: Readonly<Config>, options: { listen?:
       missing.push(`--allow-net=${host}`);
     }
   }
-  for (const path of folders(config)) {
+  for (const path of folders(config, options.history)) {
     if (Deno.permissions.querySync({ name: "read", path }).state !== "granted") {
       missing.push(`--allow-read=${path}`);
     }
@@ -103,12 +113,14 @@ export function missingPermissions(config: Readonly<Config>, options: { listen?:
 }
 
 /**
- * The runtime's variables from the process environment, reading only those it is allowed to (an unreadable
- * variable counts as unset; the task grants them all).
+ * The runtime's variables (or the `names` given) from the process environment, reading only those it is
+ * allowed to (an unreadable variable counts as unset; the task grants them all).
  */
-export function readEnvironment(): Record<string, string | undefined> {
+export function readEnvironment(
+  names: readonly string[] = ENV_VARIABLES,
+): Record<string, string | undefined> {
   const env: Record<string, string | undefined> = {};
-  for (const name of ENV_VARIABLES) {
+  for (const name of names) {
     if (Deno.permissions.querySync({ name: "env", variable: name }).state === "granted") {
       env[name] = Deno.env.get(name);
     }

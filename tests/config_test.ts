@@ -17,6 +17,7 @@ Deno.test("loadConfig() gives every documented default for an empty environment"
     maxCtxTokens: 6000,
     dbPath: "data/sessions.db",
     tracePath: "data/traces.jsonl",
+    historyPath: "data/chat_history",
     traceMaxPayloadChars: 2000,
     runLiveTests: false,
     host: "127.0.0.1",

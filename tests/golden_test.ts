@@ -182,18 +182,32 @@ Deno.test("golden: the REPL on a terminal shows the same text, colours and comma
       for (let i = 0; i < 500 && ended < turns; i++) await new Promise((r) => setTimeout(r, 5));
       assert.equal(ended, turns);
     };
-    const lines = [...CHAT_LINES.slice(0, 4), "/retry", "/session", "/todos", "/help", "/nope"];
-    // Each line is answered by the next prompt; waiting for it keeps the output's order fixed.
-    const prompts = () => output.text().split("you> ").length - 1;
-    const untilPrompts = async (n: number) => {
-      for (let i = 0; i < 500 && prompts() < n; i++) await new Promise((r) => setTimeout(r, 5));
-      assert.equal(prompts(), n);
+    const lines = [
+      ...CHAT_LINES.slice(0, 4),
+      "/retry",
+      "/session",
+      "/todos",
+      "/history 2",
+      "/summary",
+      "/usage",
+      "/sessions",
+      "/help",
+      "/nope",
+    ];
+    // Each line is answered by a freshly drawn, empty prompt; waiting for it keeps the output's order fixed.
+    const FRESH_PROMPT = "\r\x1b[0J\x1b[1myou> \x1b[0m\r\x1b[5C";
+    const untilPrompt = async (after: number) => {
+      const ready = () => output.text().length > after && output.text().endsWith(FRESH_PROMPT);
+      for (let i = 0; i < 500 && !ready(); i++) await new Promise((r) => setTimeout(r, 5));
+      assert.ok(ready(), `no fresh prompt after ${JSON.stringify(output.text().slice(after))}`);
     };
+    await untilPrompt(0);
     let turns = 0;
-    for (const [i, line] of lines.entries()) {
+    for (const line of lines) {
+      const before = output.text().length;
       input.write(`${line}\r`);
       if (!line.startsWith("/") || line === "/retry") await until(++turns);
-      await untilPrompts(i + 2);
+      await untilPrompt(before);
     }
     input.write("/exit\r");
     assert.equal(await chat, 0);

@@ -11,6 +11,7 @@ Deno.test("taskPermissionFlags() grants net only to the LLM's host:port and file
     OPENAI_BASE_URL: "https://api.deepseek.com/v1",
     AGENT_DB_PATH: "/srv/agent/db/s.db",
     AGENT_TRACE_PATH: "/var/log/agent/t.jsonl",
+    AGENT_HISTORY_PATH: "/srv/agent/db/history",
   });
   assert.ok(flags.includes("--allow-net=api.deepseek.com:443"));
   assert.ok(flags.includes("--allow-write=/srv/agent/db,/var/log/agent"));
@@ -19,6 +20,19 @@ Deno.test("taskPermissionFlags() grants net only to the LLM's host:port and file
   assert.ok(
     !flags.some((f) => f === "-A" || f === "--allow-all" || f === "--allow-net" || f === "--allow-read"),
   );
+});
+
+Deno.test("taskPermissionFlags() lets chat alone read and write the input history's folder, and read NO_COLOR and TERM", () => {
+  const env = {
+    AGENT_DB_PATH: "/srv/agent/db/s.db",
+    AGENT_TRACE_PATH: "/srv/agent/db/t.jsonl",
+    AGENT_HISTORY_PATH: "/home/me/.agent/history",
+  };
+  const chat = taskPermissionFlags(env);
+  assert.ok(chat.includes("--allow-write=/srv/agent/db,/home/me/.agent"), chat.join(" "));
+  assert.ok(chat[0].endsWith(",NO_COLOR,TERM"));
+  const serve = taskPermissionFlags(env, { task: "serve" });
+  assert.ok(serve.includes("--allow-write=/srv/agent/db"), serve.join(" "));
 });
 
 Deno.test("taskPermissionFlags() grants only env when the configuration is invalid, so the program reports it", () => {

@@ -1,24 +1,26 @@
 /**
- * `chat`: an interactive REPL on a terminal, or one turn per input line when stdin is piped. Both drive the
- * same `runTurn`; what they show comes from the run's events.
+ * `chat`: an interactive REPL on a terminal, one turn per input line when stdin is piped, or one turn for a
+ * message given up front (one-shot). All drive the same `runTurn`; what they show comes from the run's events.
  * @module
  */
 import { createInterface } from "node:readline";
 import type { Readable, Writable } from "node:stream";
-import { SessionError } from "../errors.ts";
-import { type Agent, runTurn } from "../agent/loop.ts";
-import type { SessionStore } from "../store/store.ts";
+import type { Agent } from "../agent/loop.ts";
 import type { RunEvent } from "../events.ts";
-import type { TurnResult } from "../types.ts";
-import { createStyle, renderEvent, type Style } from "./render.ts";
+import {
+  type ChatState,
+  completeCommand,
+  describeSession,
+  isCommand,
+  recordUsage,
+  runCommand,
+} from "./commands.ts";
+import { LineEditor } from "./editor.ts";
+import type { InputHistory } from "./history.ts";
+import { createStyle, type Style } from "./render.ts";
+import { TurnView } from "./turn_view.ts";
 
-/** The REPL's own commands. */
-export const REPL_HELP = `Commands:
-  /help      show this help
-  /session   show the session id, user and turn count
-  /todos     list this session's todos
-  /retry     run the last unanswered message again (after an error), without sending it twice
-  /exit      leave (Ctrl-D works too; Ctrl-C cancels a running turn, or leaves at the prompt)`;
+export { REPL_HELP } from "./commands.ts";
 
 /** Options of {@linkcode runChat}. */
 export interface ChatOptions {
@@ -28,169 +30,152 @@ export interface ChatOptions {
   deps: Agent;
   /** Forwards each event elsewhere as well (the trace). */
   emit: (event: RunEvent) => void;
-  /** @default {process.stdin} */
+  /** Typed or piped input; a terminal is put in raw mode while the REPL reads. */
   input: Readable;
   /** Answers go here. */
   output: Writable;
   /** Progress, tool calls and errors go here. */
   status: Writable;
-  /** Interactive terminal mode: prompt, line editing, history, thinking indicator, colour. */
+  /** Interactive terminal mode: prompt, line editing, history, thinking indicator. */
   interactive: boolean;
+  /**
+   * One-shot: send this as the only turn, print its answer and return; `input` is not read.
+   * @default {undefined}
+   */
+  message?: string;
+  /**
+   * Colour and bold on the terminal (NO_COLOR, --no-color and TERM=dumb turn it off).
+   * @default {interactive}
+   */
+  color?: boolean;
+  /**
+   * The REPL's input history.
+   * @default {an in-memory history}
+   */
+  history?: InputHistory;
+  /**
+   * The model in use, shown by `/model`.
+   * @default {undefined}
+   */
+  model?: string;
+  /**
+   * Swaps the agent's model for the rest of the process (`/model <name>`); without it `/model` says it cannot.
+   * @default {undefined}
+   */
+  setModel?: (name: string) => void;
+  /**
+   * The id of a session `/new` starts without one.
+   * @default {a random "chat-" id}
+   */
+  newSessionId?: () => string;
 }
 
-const SPINNER = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
-
-/** A "thinking…" line on the status stream, cleared before anything else is written. */
-class Thinking {
-  #out: Writable;
-  #style: Style;
-  #timer: ReturnType<typeof setInterval> | undefined;
-  #frame = 0;
-
-  constructor(out: Writable, style: Style) {
-    this.#out = out;
-    this.#style = style;
-  }
-
-  start(): void {
-    if (this.#timer !== undefined) return;
-    this.#draw();
-    this.#timer = setInterval(() => this.#draw(), 100);
-  }
-
-  stop(): void {
-    if (this.#timer === undefined) return;
-    clearInterval(this.#timer);
-    this.#timer = undefined;
-    this.#out.write("\r\x1b[2K");
-  }
-
-  #draw(): void {
-    this.#out.write(`\r\x1b[2K${this.#style.dim(`${SPINNER[this.#frame++ % SPINNER.length]} thinking…`)}`);
-  }
+/** What decides whether chat output gets colour; see {@linkcode wantsColor}. */
+export interface ColorSignals {
+  /** Standard output is a terminal. */
+  isTerminal: boolean;
+  /** `--no-color` was given. */
+  noColorFlag: boolean;
+  /** The environment's NO_COLOR and TERM (undefined when unset or unreadable). */
+  env: { NO_COLOR?: string | undefined; TERM?: string | undefined };
 }
 
-async function describeSession(store: SessionStore, sessionId: string, userId: string): Promise<string> {
-  const session = await store.get({ userId, sessionId });
-  const turns = session?.turnCount ?? 0;
-  return `session ${sessionId} (user ${userId}), ${turns} ${turns === 1 ? "turn" : "turns"}`;
+/**
+ * Colour only on a terminal, and never with `--no-color`, NO_COLOR set (to any value) or TERM=dumb. (The same
+ * rule as render.ts's `colorWanted` once that lands.)
+ */
+export function wantsColor(signals: ColorSignals): boolean {
+  const { isTerminal, noColorFlag, env } = signals;
+  return isTerminal && !noColorFlag && env.NO_COLOR === undefined && env.TERM !== "dumb";
 }
 
-async function describeTodos(store: SessionStore, sessionId: string, userId: string): Promise<string> {
-  const todos = await store.listTodos({ userId, sessionId });
-  if (todos.length === 0) return "no todos in this session";
-  return todos.map((t) => `  ${t.completed ? "[x]" : "[ ]"} ${t.id}. ${t.text}`).join("\n");
+/**
+ * The one-shot message from chat's words and, when one of them is `-`, the text piped in: the question, a
+ * blank line, then the piped text (either alone when the other is empty). Words are joined by spaces.
+ */
+export function oneShotMessage(words: readonly string[], piped: string): string {
+  const question = words.filter((word) => word !== "-").join(" ").trim();
+  const attached = words.includes("-") && piped.trim() !== "" ? piped.replace(/\s+$/, "") : "";
+  return question === "" ? attached : attached === "" ? question : `${question}\n\n${attached}`;
 }
 
 /**
  * Runs the chat until end of input or `/exit`. Resolves to the process exit code: 0, or 1 when stdin was
- * piped and some turn ended in error (so scripts notice).
+ * piped (or the one-shot message was sent) and a turn ended in error, so scripts notice.
  */
 export async function runChat(options: ChatOptions): Promise<number> {
-  const { sessionId, userId, deps, emit, input, output, status, interactive } = options;
-  const style = createStyle(interactive);
-  // Read before the line reader exists: lines typed meanwhile would otherwise be lost.
-  const banner = interactive ? await describeSession(deps.store, sessionId, userId) : "";
-  const thinking = new Thinking(status, style);
-  const rl = createInterface({
-    input,
-    output: interactive ? output : undefined,
-    terminal: interactive,
-    historySize: 200,
+  const { interactive, color = interactive, output, status, emit, deps, sessionId, userId } = options;
+  const style = createStyle(color);
+  const view = new TurnView({ output, status, style, interactive, emit });
+  if (options.message !== undefined) {
+    const result = await view.run(
+      { sessionId, userId, message: options.message },
+      deps,
+      new AbortController().signal,
+    );
+    return result?.outcome === "error" ? 1 : 0;
+  }
+  return interactive ? await repl(options, view, style) : await piped(options, view);
+}
+
+async function piped(options: ChatOptions, view: TurnView): Promise<number> {
+  const { sessionId, userId, deps } = options;
+  const lines = createInterface({ input: options.input, terminal: false });
+  let failed = false;
+  for await (const raw of lines) {
+    const message = raw.trim();
+    if (message === "") continue;
+    const result = await view.run({ sessionId, userId, message }, deps, new AbortController().signal);
+    if (result?.outcome === "error") failed = true;
+  }
+  return failed ? 1 : 0;
+}
+
+async function repl(options: ChatOptions, view: TurnView, style: Style): Promise<number> {
+  const { userId, deps, output } = options;
+  const state: ChatState = { sessionId: options.sessionId, userId, usage: new Map(), lastTurn: null };
+  if (options.model !== undefined) state.model = options.model;
+  const banner = await describeSession(deps.store, state.sessionId, userId);
+  const editor = new LineEditor(options.input, output, {
+    style,
+    ...(options.history ? { history: options.history } : {}),
+    complete: (line) => completeCommand(line, deps.store, userId),
   });
   let current: AbortController | null = null;
-  let failed = false;
-  let closed = false;
-  rl.on("SIGINT", () => {
-    if (current !== null) current.abort();
-    else rl.close();
-  });
-  // Piped input closes as soon as it is read; the lines still buffered are served before the loop ends.
-  rl.on("close", () => {
-    if (interactive) closed = true;
-  });
-
-  // True while streamed answer text is on the current output line.
-  let streaming = false;
-  const endStreamLine = () => {
-    if (streaming) output.write("\n");
-    streaming = false;
+  editor.onInterrupt(() => current?.abort());
+  editor.start();
+  output.write(style.dim(`mini-runtime-agent — ${banner}. /help for commands.`) + "\n");
+  const context = {
+    state,
+    store: deps.store,
+    write: (text: string) => output.write(`${text}\n`),
+    clearScreen: () => editor.clearScreen(),
+    ...(options.setModel ? { setModel: options.setModel } : {}),
+    newSessionId: options.newSessionId ?? (() => `chat-${crypto.randomUUID().slice(0, 8)}`),
   };
-  const onDelta = (text: string): void => {
-    if (!streaming) {
-      thinking.stop();
-      if (interactive) output.write(`${style.bold("agent>")} `);
-      streaming = true;
+  try {
+    for (;;) {
+      const read = await editor.read();
+      if (read.kind === "exit") break;
+      const text = read.text.trim();
+      if (text === "") continue;
+      const command = isCommand(text) ? await runCommand(text, context) : null;
+      if (command === "exit") break;
+      if (command === "done") continue;
+      const { sessionId } = state;
+      const input = command === "retry"
+        ? { sessionId, userId, retry: true }
+        : { sessionId, userId, message: text };
+      current = new AbortController();
+      try {
+        const result = await view.run(input, deps, current.signal);
+        if (result !== null) recordUsage(state, sessionId, result.usage);
+      } finally {
+        current = null;
+      }
     }
-    output.write(text);
-  };
-
-  const show = (event: RunEvent): void => {
-    emit(event);
-    // Text streamed alongside tool calls is finished before the tool lines appear.
-    if (event.event === "tool_call") endStreamLine();
-    if (!interactive) return;
-    const line = renderEvent(event, style);
-    if (line === null) return;
-    thinking.stop();
-    status.write(line + "\n");
-    if (event.event === "tool_result") thinking.start();
-  };
-
-  if (interactive) {
-    output.write(
-      style.dim(
-        `mini-runtime-agent — ${banner}. /help for commands.\n`,
-      ),
-    );
-    rl.setPrompt(style.bold("you> "));
-    rl.prompt();
+  } finally {
+    editor.close();
   }
-  for await (const raw of rl) {
-    const line = raw.trim();
-    if (line === "") {
-      if (interactive) rl.prompt();
-      continue;
-    }
-    const retry = interactive && line === "/retry";
-    if (interactive && line.startsWith("/") && !retry) {
-      if (line === "/exit" || line === "/quit") break;
-      if (line === "/help") output.write(REPL_HELP + "\n");
-      else if (line === "/session") output.write(await describeSession(deps.store, sessionId, userId) + "\n");
-      else if (line === "/todos") output.write(await describeTodos(deps.store, sessionId, userId) + "\n");
-      else output.write(`Unknown command ${line}. ${REPL_HELP}\n`);
-      rl.prompt();
-      continue;
-    }
-    current = new AbortController();
-    if (interactive) thinking.start();
-    let result: TurnResult | null = null;
-    try {
-      const input = retry ? { sessionId, userId, retry } : { sessionId, userId, message: line };
-      result = await runTurn(input, deps, { emit: show, signal: current.signal, onDelta });
-    } catch (error) {
-      // Nothing to retry is an answer to the command, not a failure of the REPL.
-      if (!(error instanceof SessionError && error.reason === "nothing_to_retry")) throw error;
-      output.write(`${style.dim(error.message)}\n`);
-    } finally {
-      thinking.stop();
-      current = null;
-    }
-    if (result === null) {
-      rl.prompt();
-      continue;
-    }
-    if (result.outcome === "error") failed = true;
-    const shown = streaming && result.outcome === "answered";
-    endStreamLine();
-    // A streamed answer is already on screen, as it arrived; anything else is printed whole.
-    if (interactive && result.outcome === "aborted") output.write(`${style.dim("cancelled")}\n`);
-    else if (!shown) {
-      output.write(interactive ? `${style.bold("agent>")} ${result.answer}\n` : `${result.answer}\n`);
-    }
-    if (closed) break;
-    if (interactive) rl.prompt();
-  }
-  rl.close();
-  return !interactive && failed ? 1 : 0;
+  return 0;
 }

@@ -13,23 +13,26 @@ export function helpText(): string {
   return `mini-runtime-agent: a minimal, deterministic agent runtime.
 
 Usage:
-  deno task chat [--session ID] [--user ID]
+  deno task chat [--session ID] [--user ID] [--no-color] [MESSAGE... | - [QUESTION...]]
   deno task serve
   deno task demo [--live] [--keep]
 
 Commands:
-  chat        talk to the agent: a REPL on a terminal, one turn per line when stdin is piped
-              (e.g. printf 'what is 12*(3+4)?\\n' | deno task chat)
+  chat        talk to the agent: a REPL on a terminal (/help there lists its commands and keys), one
+              turn per line when stdin is piped (printf 'what is 12*(3+4)?\\n' | deno task chat), or
+              one turn for MESSAGE (deno task chat "what is 12*(3+4)?"); - sends all of stdin as one
+              message; with QUESTION: QUESTION, a blank line, then stdin (cat notes.md | deno task chat - "sum up")
   serve       the HTTP API on AGENT_HOST:AGENT_PORT (routes: GET /openapi.json)
   demo        the four-phase acceptance demo (offline unless --live)
 
 Options:
   --session ID   chat: session to use (default "default"); 1-128 characters of A-Z a-z 0-9 . _ : -
   --user ID      chat: user who owns the session (default "local")
+  --no-color     chat: no colour or bold (NO_COLOR set to anything, or TERM=dumb, does the same)
   -h, --help     show this help
 
 Environment variables (.env is not read; use deno task --env-file=.env ... to load one):
 ${variables}
 
-Exit codes: 0 done; 1 a piped turn ended in error; 2 bad usage, configuration or permissions.`;
+Exit codes: 0 done; 1 a piped or one-shot turn ended in error; 2 bad usage, configuration or permissions.`;
 }

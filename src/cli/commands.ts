@@ -1,0 +1,278 @@
+/**
+ * The REPL's slash commands: what each does, its help line and its Tab completion. Commands read the store
+ * and the chat's state; only `/new` and `/switch` change which session the next turn goes to.
+ * @module
+ */
+import { SessionError } from "../errors.ts";
+import { parseSummary, SUMMARY_FIELDS } from "../memory/summary.ts";
+import { shorten } from "../shorten.ts";
+import { type SessionStore, validateId } from "../store/store.ts";
+import type { StoredMessage, Usage } from "../types.ts";
+
+/** Tokens counted over some turns. */
+export interface TokenCount {
+  prompt: number;
+  completion: number;
+  total: number;
+  turns: number;
+  /** Turns whose provider reported no token counts (counted as 0 above). */
+  unreported: number;
+}
+
+/** What the commands read and change: the current session, and the tokens this process saw. */
+export interface ChatState {
+  sessionId: string;
+  readonly userId: string;
+  /** Tokens per session id, summed over the turns this process ran. */
+  usage: Map<string, TokenCount>;
+  lastTurn: TokenCount | null;
+  /** The model in use, when known. */
+  model?: string;
+}
+
+/** What a command may do besides reading the state. */
+export interface CommandContext {
+  state: ChatState;
+  store: SessionStore;
+  /** Shows `text` as one or more lines. */
+  write(text: string): void;
+  clearScreen(): void;
+  /** Swaps the model for the rest of the process; absent when it cannot be changed. */
+  setModel?: (name: string) => void;
+  /** An id for `/new` without one. */
+  newSessionId(): string;
+}
+
+/** `done`: the command was answered; `retry`: run the unanswered message again; `exit`: leave. */
+export type CommandOutcome = "done" | "retry" | "exit";
+
+const COMMANDS: [name: string, args: string, help: string][] = [
+  ["/help", "", "show this help"],
+  ["/new", "[id]", "start a new session (a generated id if none is given)"],
+  ["/sessions", "", "list your sessions with their turn counts and last use"],
+  ["/switch", "<id>", "continue another of your sessions"],
+  ["/session", "", "show the session id, user and turn count"],
+  ["/history", "[n]", "show the last n exchanges of this session (default 5), tool calls in brief"],
+  ["/summary", "", "show this session's compacted memory (what [RUNTIME CONTEXT] tells the model)"],
+  ["/todos", "", "list this session's todos"],
+  ["/usage", "", "tokens of this session (counted by this process) and of the last turn"],
+  ["/model", "<name>", "use another model for the rest of this process (no name: show it)"],
+  ["/retry", "", "run the last unanswered message again (after an error), without sending it twice"],
+  ["/clear", "", "clear the screen (Ctrl-L too)"],
+  ["/exit", "", "leave (Ctrl-D, or Ctrl-C twice on an empty line)"],
+];
+
+/** The commands and key bindings, as `/help` shows them. */
+export const REPL_HELP = `Commands:\n${
+  COMMANDS.map(([name, args, help]) => `  ${`${name} ${args}`.padEnd(16)}${help}`).join("\n")
+}
+Keys: Enter sends; Alt+Enter or Ctrl+J adds a line; a line of """ starts a block, another ends it; a paste
+is one message; Up/Down recall earlier input; Tab completes commands and session ids; Ctrl-C clears the line
+(or cancels a running turn); Ctrl-L clears the screen.`;
+
+/** Whether `line` is meant as a command: one line starting with `/word` (a path like /etc/hosts is not). */
+export function isCommand(line: string): boolean {
+  return /^\/[a-z]+(\s|$)/.test(line) && !line.includes("\n");
+}
+
+/** Adds a turn's tokens to its session's count and makes it the last turn. */
+export function recordUsage(state: ChatState, sessionId: string, usage: Usage): void {
+  const turn = {
+    prompt: usage.promptTokens ?? 0,
+    completion: usage.completionTokens ?? 0,
+    total: usage.totalTokens ?? 0,
+    turns: 1,
+    unreported: usage.totalTokens === null ? 1 : 0,
+  };
+  const sum = state.usage.get(sessionId) ?? { prompt: 0, completion: 0, total: 0, turns: 0, unreported: 0 };
+  state.usage.set(sessionId, {
+    prompt: sum.prompt + turn.prompt,
+    completion: sum.completion + turn.completion,
+    total: sum.total + turn.total,
+    turns: sum.turns + 1,
+    unreported: sum.unreported + turn.unreported,
+  });
+  state.lastTurn = turn;
+}
+
+/** "session s (user u), 3 turns". */
+export async function describeSession(
+  store: SessionStore,
+  sessionId: string,
+  userId: string,
+): Promise<string> {
+  const session = await store.get({ userId, sessionId });
+  return `session ${sessionId} (user ${userId}), ${plural(session?.turnCount ?? 0, "turn")}`;
+}
+
+function plural(n: number, word: string): string {
+  return `${n.toLocaleString("en-US")} ${word}${n === 1 ? "" : "s"}`;
+}
+
+function tokens(count: TokenCount): string {
+  if (count.turns === count.unreported) return "tokens not reported by the provider";
+  const unreported = count.unreported > 0 ? `; ${plural(count.unreported, "turn")} without counts` : "";
+  return `${plural(count.total, "token")} (${count.prompt.toLocaleString("en-US")} prompt + ` +
+    `${count.completion.toLocaleString("en-US")} completion${unreported})`;
+}
+
+/** Runs a line for which {@linkcode isCommand} holds. Never throws for a bad argument: it says so. */
+export async function runCommand(line: string, context: CommandContext): Promise<CommandOutcome> {
+  const [name, ...args] = line.trim().split(/\s+/);
+  const arg = args[0];
+  const { state, store, write } = context;
+  const key = { userId: state.userId, sessionId: state.sessionId };
+  switch (name) {
+    case "/exit":
+    case "/quit":
+      return "exit";
+    case "/retry":
+      return "retry";
+    case "/help":
+      write(REPL_HELP);
+      break;
+    case "/session":
+      write(await describeSession(store, state.sessionId, state.userId));
+      break;
+    case "/todos": {
+      const todos = await store.listTodos(key);
+      write(
+        todos.length === 0
+          ? "no todos in this session"
+          : todos.map((t) => `  ${t.completed ? "[x]" : "[ ]"} ${t.id}. ${t.text}`).join("\n"),
+      );
+      break;
+    }
+    case "/clear":
+      context.clearScreen();
+      break;
+    case "/new":
+    case "/switch":
+      write(await changeSession(name, arg, context));
+      break;
+    case "/sessions":
+      write(await listSessions(store, state));
+      break;
+    case "/history": {
+      const n = arg === undefined ? 5 : Number(arg);
+      if (!Number.isInteger(n) || n < 1) write(`Cannot show history: n must be a whole number of 1 or more`);
+      else write(await history(store, state, n));
+      break;
+    }
+    case "/summary":
+      write(summaryText((await store.get(key))?.summary ?? null));
+      break;
+    case "/usage": {
+      const count = state.usage.get(state.sessionId);
+      write(
+        `this session (${state.sessionId}): ${
+          count ? `${tokens(count)} over ${plural(count.turns, "turn")}` : "no turns yet"
+        }, counted by this process only (earlier runs are not included)\n` +
+          `last turn: ${state.lastTurn ? tokens(state.lastTurn) : "none yet"}`,
+      );
+      break;
+    }
+    case "/model":
+      write(changeModel(arg, context));
+      break;
+    default:
+      write(`Unknown command ${name}; /help lists the commands.`);
+  }
+  return "done";
+}
+
+async function changeSession(
+  name: string,
+  arg: string | undefined,
+  context: CommandContext,
+): Promise<string> {
+  const { state, store } = context;
+  if (name === "/switch" && arg === undefined) {
+    return "Cannot switch: give a session id (/sessions lists them)";
+  }
+  const id = arg ?? context.newSessionId();
+  try {
+    validateId(id);
+  } catch (error) {
+    if (error instanceof SessionError) return error.message;
+    throw error;
+  }
+  const existing = await store.get({ userId: state.userId, sessionId: id });
+  if (name === "/new" && existing !== null) return `Session ${id} already exists; /switch ${id} continues it`;
+  if (name === "/switch" && existing === null) return `You have no session ${id}; /new ${id} starts it`;
+  if (existing === null) await store.getOrCreate({ userId: state.userId, sessionId: id });
+  state.sessionId = id;
+  return `now in ${await describeSession(store, id, state.userId)}`;
+}
+
+async function listSessions(store: SessionStore, state: ChatState): Promise<string> {
+  const sessions = await store.listSessions(state.userId);
+  if (sessions.length === 0) return "no sessions yet";
+  const width = Math.max(...sessions.map((s) => s.id.length));
+  return `sessions of ${state.userId}, most recently used first (times in UTC):\n` +
+    sessions.map((s) =>
+      `${s.id === state.sessionId ? "* " : "  "}${s.id.padEnd(width)}  ${
+        plural(s.turnCount, "turn").padEnd(10)
+      }` +
+      `  last used ${s.updatedAt.slice(0, 16).replace("T", " ")}`
+    ).join("\n");
+}
+
+/** The last `n` exchanges: the question, each tool call in brief, the answer. */
+async function history(store: SessionStore, state: ChatState, n: number): Promise<string> {
+  const key = { userId: state.userId, sessionId: state.sessionId };
+  const exchanges: StoredMessage[][] = [];
+  for (const message of await store.messages(key)) {
+    if (message.role === "user") exchanges.push([message]);
+    else exchanges.at(-1)?.push(message);
+  }
+  const session = await store.get(key);
+  const folded = session && session.compactedTurns > 0
+    ? ` (${plural(session.compactedTurns, "earlier turn")} folded into the summary: /summary)`
+    : "";
+  if (exchanges.length === 0) return `no exchanges in this session${folded}`;
+  const shown = exchanges.slice(-n);
+  const lines = [`last ${shown.length} of ${plural(exchanges.length, "exchange")}${folded}:`];
+  for (const exchange of shown) {
+    lines.push(`you> ${shorten(exchange[0].content ?? "", 200, { oneLine: true })}`);
+    for (const call of exchange.flatMap((m) => m.toolCalls ?? [])) {
+      lines.push(`  ↳ ${call.name}(${shorten(call.arguments, 80, { oneLine: true })})`);
+    }
+    const answer = exchange.findLast((m) => m.role === "assistant" && m.content);
+    lines.push(`agent> ${answer ? shorten(answer.content!, 300, { oneLine: true }) : "(no answer)"}`);
+  }
+  return lines.join("\n");
+}
+
+function summaryText(stored: string | null): string {
+  const summary = parseSummary(stored);
+  if (summary === null) return "no summary yet: nothing of this session has been compacted";
+  const fields = SUMMARY_FIELDS.map((field) =>
+    summary[field].length === 0
+      ? `${field}: (none)`
+      : `${field}:\n${summary[field].map((item) => `  - ${item}`).join("\n")}`
+  );
+  return `[RUNTIME CONTEXT] summary, updated ${summary.updated_at || "(unknown)"}:\n${fields.join("\n")}`;
+}
+
+function changeModel(name: string | undefined, context: CommandContext): string {
+  const { state } = context;
+  if (name === undefined) return `model: ${state.model ?? "(unknown)"}`;
+  if (context.setModel === undefined) return "Cannot change the model here";
+  context.setModel(name);
+  state.model = name;
+  return `model is now ${name} for the rest of this process (MODEL sets it for good)`;
+}
+
+/** Whole-line completions for Tab: command names, and session ids after `/switch `. */
+export async function completeCommand(line: string, store: SessionStore, userId: string): Promise<string[]> {
+  if (!line.startsWith("/")) return [];
+  const space = line.indexOf(" ");
+  if (space === -1) {
+    return COMMANDS.filter(([name]) => name.startsWith(line)).map(([name, args]) => args ? `${name} ` : name);
+  }
+  if (line.slice(0, space) !== "/switch") return [];
+  const prefix = line.slice(space + 1);
+  const sessions = await store.listSessions(userId);
+  return sessions.filter((s) => s.id.startsWith(prefix)).map((s) => `/switch ${s.id}`);
+}

@@ -1,0 +1,129 @@
+/**
+ * One turn as the chat shows it: a "thinking…" line while the model works, tool calls as they run, the
+ * answer streamed as it arrives (or printed whole). Piped, only the answer is shown.
+ * @module
+ */
+import type { Writable } from "node:stream";
+import { SessionError } from "../errors.ts";
+import { type Agent, runTurn, type TurnInput } from "../agent/loop.ts";
+import type { RunEvent } from "../events.ts";
+import type { TurnResult } from "../types.ts";
+import { renderEvent, type Style } from "./render.ts";
+
+const SPINNER = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
+
+/** A "thinking…" line on the status stream, cleared before anything else is written. */
+class Thinking {
+  #out: Writable;
+  #style: Style;
+  #timer: ReturnType<typeof setInterval> | undefined;
+  #frame = 0;
+
+  constructor(out: Writable, style: Style) {
+    this.#out = out;
+    this.#style = style;
+  }
+
+  start(): void {
+    if (this.#timer !== undefined) return;
+    this.#draw();
+    this.#timer = setInterval(() => this.#draw(), 100);
+  }
+
+  stop(): void {
+    if (this.#timer === undefined) return;
+    clearInterval(this.#timer);
+    this.#timer = undefined;
+    this.#out.write("\r\x1b[2K");
+  }
+
+  #draw(): void {
+    this.#out.write(`\r\x1b[2K${this.#style.dim(`${SPINNER[this.#frame++ % SPINNER.length]} thinking…`)}`);
+  }
+}
+
+/** Options of {@linkcode TurnView}. */
+export interface TurnViewOptions {
+  /** Answers go here. */
+  output: Writable;
+  /** Progress, tool calls and errors go here (interactive only). */
+  status: Writable;
+  style: Style;
+  /** Show the prompt-side decorations: "agent>", the thinking line, tool calls, "cancelled". */
+  interactive: boolean;
+  /** Forwards each event elsewhere as well (the trace). */
+  emit: (event: RunEvent) => void;
+}
+
+/** Runs turns and shows them. */
+export class TurnView {
+  #options: TurnViewOptions;
+  #thinking: Thinking;
+  /** True while streamed answer text is on the current output line. */
+  #streaming = false;
+
+  constructor(options: TurnViewOptions) {
+    this.#options = options;
+    this.#thinking = new Thinking(options.status, options.style);
+  }
+
+  /**
+   * Runs one turn and shows it; null when `/retry` had nothing to retry (said on the output). Any other
+   * error of `runTurn` is rethrown.
+   */
+  async run(input: TurnInput, agent: Agent, signal: AbortSignal): Promise<TurnResult | null> {
+    const { output, interactive, style } = this.#options;
+    if (interactive) this.#thinking.start();
+    let result: TurnResult;
+    try {
+      result = await runTurn(input, agent, {
+        emit: (event) => this.#show(event),
+        signal,
+        onDelta: (text) => this.#delta(text),
+      });
+    } catch (error) {
+      // Nothing to retry is an answer to the command, not a failure of the REPL.
+      if (!(error instanceof SessionError && error.reason === "nothing_to_retry")) throw error;
+      output.write(`${style.dim(error.message)}\n`);
+      return null;
+    } finally {
+      this.#thinking.stop();
+    }
+    const shown = this.#streaming && result.outcome === "answered";
+    this.#endStreamLine();
+    // A streamed answer is already on screen, as it arrived; anything else is printed whole.
+    if (interactive && result.outcome === "aborted") output.write(`${style.dim("cancelled")}\n`);
+    else if (!shown) {
+      output.write(interactive ? `${style.bold("agent>")} ${result.answer}\n` : `${result.answer}\n`);
+    }
+    return result;
+  }
+
+  #endStreamLine(): void {
+    if (this.#streaming) this.#options.output.write("\n");
+    this.#streaming = false;
+  }
+
+  #delta(text: string): void {
+    const { output, interactive, style } = this.#options;
+    if (!this.#streaming) {
+      this.#thinking.stop();
+      if (interactive) output.write(`${style.bold("agent>")} `);
+      this.#streaming = true;
+    }
+    output.write(text);
+  }
+
+  #show(event: RunEvent): void {
+    const { status, interactive, style, emit } = this.#options;
+    emit(event);
+    // Text streamed alongside tool calls is finished before the tool lines appear.
+    if (event.event === "tool_call") this.#endStreamLine();
+    if (!interactive) return;
+    const line = renderEvent(event, style);
+    if (line === null) return;
+    this.#thinking.stop();
+    status.write(line + "\n");
+    if (event.event === "tool_result") this.#thinking.start();
+  }
+}

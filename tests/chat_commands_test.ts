@@ -1,0 +1,172 @@
+/** The REPL's slash commands on a real store: each one's answer, and the session and model they change. */
+import assert from "node:assert/strict";
+import {
+  type ChatState,
+  completeCommand,
+  isCommand,
+  recordUsage,
+  REPL_HELP,
+  runCommand,
+} from "../src/cli/commands.ts";
+import { runTurn } from "../src/agent/loop.ts";
+import { type Harness, harness, keyOf } from "./_harness.ts";
+
+const usage = (prompt: number, completion: number) => ({
+  promptTokens: prompt,
+  completionTokens: completion,
+  totalTokens: prompt + completion,
+});
+
+/** Runs commands against `h.store` as user "local", starting in session "main"; collects what they say. */
+function commands(h: Harness, setModel?: (name: string) => void) {
+  const state: ChatState = {
+    sessionId: "main",
+    userId: "local",
+    usage: new Map(),
+    lastTurn: null,
+    model: "m-1",
+  };
+  let said = "";
+  let cleared = 0;
+  let ids = 0;
+  const context = {
+    state,
+    store: h.store,
+    write: (text: string) => (said += `${text}\n`),
+    clearScreen: () => cleared++,
+    ...(setModel ? { setModel } : {}),
+    newSessionId: () => `new-${++ids}`,
+  };
+  return {
+    state,
+    cleared: () => cleared,
+    async run(line: string): Promise<string> {
+      said = "";
+      assert.ok(isCommand(line), line);
+      assert.equal(await runCommand(line, context), "done");
+      return said;
+    },
+  };
+}
+
+Deno.test("/new starts a session (a generated id if none), /switch goes to one you have, /sessions lists them", async () => {
+  using h = harness([]);
+  await h.store.getOrCreate(keyOf("main", "local"));
+  await h.store.getOrCreate(keyOf("bobs", "bob"));
+  const c = commands(h);
+  assert.match(await c.run("/new"), /now in session new-1 \(user local\), 0 turns/);
+  assert.equal(c.state.sessionId, "new-1");
+  assert.match(await c.run("/new main"), /Session main already exists; \/switch main continues it/);
+  assert.match(
+    await c.run("/switch bobs"),
+    /You have no session bobs/,
+    "another user's session is not yours",
+  );
+  assert.match(await c.run("/switch bad id"), /You have no session bad/);
+  assert.match(await c.run("/new bad!"), /Invalid session id "bad!"/);
+  assert.match(await c.run("/switch"), /give a session id/);
+  assert.equal(c.state.sessionId, "new-1");
+  assert.match(await c.run("/switch main"), /now in session main/);
+  assert.equal(c.state.sessionId, "main");
+  const listed = await c.run("/sessions");
+  assert.match(listed, /^\* main +0 turns +last used \d{4}-\d\d-\d\d \d\d:\d\d$/m);
+  assert.match(listed, /^ {2}new-1 /m);
+  assert.doesNotMatch(listed, /bobs/);
+});
+
+Deno.test("/history shows the last n exchanges with their tool calls in brief", async () => {
+  using h = harness([
+    { toolCalls: [{ name: "calculator", arguments: { expression: "6*7" } }] },
+    { content: "It is 42." },
+    { content: "Hello!" },
+  ]);
+  for (const message of ["what is 6*7?", "hi"]) {
+    await runTurn({ sessionId: "main", userId: "local", message }, h.agent, h.run);
+  }
+  const c = commands(h);
+  assert.equal(
+    await c.run("/history"),
+    'last 2 of 2 exchanges:\nyou> what is 6*7?\n  ↳ calculator({"expression":"6*7"})\nagent> It is 42.\n' +
+      "you> hi\nagent> Hello!\n",
+  );
+  assert.equal(await c.run("/history 1"), "last 1 of 2 exchanges:\nyou> hi\nagent> Hello!\n");
+  assert.match(await c.run("/history 0"), /n must be a whole number of 1 or more/);
+});
+
+Deno.test("/summary shows the [RUNTIME CONTEXT] data, or says there is none yet", async () => {
+  using h = harness([]);
+  const c = commands(h);
+  await h.store.getOrCreate(keyOf("main", "local"));
+  assert.match(await c.run("/summary"), /no summary yet/);
+  const summary = {
+    goals: ["plan a trip"],
+    facts: [],
+    todos: ["book train"],
+    unresolved: [],
+    updated_at: "2026-06-01",
+  };
+  await h.store.applyCompaction(keyOf("main", "local"), JSON.stringify(summary), [], 0);
+  assert.equal(
+    await c.run("/summary"),
+    "[RUNTIME CONTEXT] summary, updated 2026-06-01:\ngoals:\n  - plan a trip\nfacts: (none)\ntodos:\n  - book train\n" +
+      "unresolved: (none)\n",
+  );
+});
+
+Deno.test("/usage sums the tokens this process saw per session and shows the last turn", async () => {
+  using h = harness([]);
+  const c = commands(h);
+  assert.match(await c.run("/usage"), /this session \(main\): no turns yet/);
+  recordUsage(c.state, "main", usage(100, 20));
+  recordUsage(c.state, "other", usage(5, 5));
+  recordUsage(c.state, "main", usage(1000, 30));
+  const text = await c.run("/usage");
+  assert.match(text, /this session \(main\): 1,150 tokens \(1,100 prompt \+ 50 completion\) over 2 turns/);
+  assert.match(text, /counted by this process only/);
+  assert.match(text, /last turn: 1,030 tokens \(1,000 prompt \+ 30 completion\)/);
+});
+
+Deno.test("/model swaps the model through the injected setter, and says so when there is none", async () => {
+  using h = harness([]);
+  const chosen: string[] = [];
+  const c = commands(h, (name) => chosen.push(name));
+  assert.equal(await c.run("/model"), "model: m-1\n");
+  assert.match(await c.run("/model gpt-4o"), /model is now gpt-4o/);
+  assert.deepEqual(chosen, ["gpt-4o"]);
+  assert.equal(await c.run("/model"), "model: gpt-4o\n");
+  assert.match(await commands(h).run("/model x"), /Cannot change the model here/);
+});
+
+Deno.test("/help lists every command, /clear clears, an unknown command points to /help", async () => {
+  using h = harness([]);
+  const c = commands(h);
+  const help = await c.run("/help");
+  for (const name of ["/new", "/sessions", "/switch", "/history", "/summary", "/usage", "/model", "/clear"]) {
+    assert.ok(help.includes(`  ${name} `), name);
+  }
+  assert.equal(help, `${REPL_HELP}\n`);
+  await c.run("/clear");
+  assert.equal(c.cleared(), 1);
+  assert.match(await c.run("/nope"), /Unknown command \/nope; \/help lists the commands/);
+});
+
+Deno.test("isCommand() takes /word lines only, not paths or pasted text", () => {
+  assert.ok(isCommand("/help"));
+  assert.ok(isCommand("/history 3"));
+  assert.ok(!isCommand("/etc/hosts: what is this?"));
+  assert.ok(!isCommand("/help\nmore lines"));
+  assert.ok(!isCommand("hello /help"));
+});
+
+Deno.test("completeCommand() completes command names and the user's session ids after /switch", async () => {
+  using h = harness([]);
+  for (const id of ["dev", "demo", "prod"]) await h.store.getOrCreate(keyOf(id, "local"));
+  await h.store.getOrCreate(keyOf("dark", "bob"));
+  assert.deepEqual(await completeCommand("/sw", h.store, "local"), ["/switch "]);
+  assert.deepEqual(await completeCommand("/he", h.store, "local"), ["/help"]);
+  assert.deepEqual((await completeCommand("/switch d", h.store, "local")).sort(), [
+    "/switch demo",
+    "/switch dev",
+  ]);
+  assert.deepEqual(await completeCommand("hello", h.store, "local"), []);
+});

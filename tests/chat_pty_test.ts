@@ -1,0 +1,191 @@
+/**
+ * The REPL on a real pseudo-terminal: `deno task chat` under `script` (util-linux), keystrokes written to it
+ * as a person would type them, each after the text it answers has appeared.
+ */
+import assert from "node:assert/strict";
+import { startFakeProvider } from "./fixtures/fake_openai.ts";
+import { ROOT, tempDir } from "./_harness.ts";
+
+/** `deno task chat args` on a terminal of its own. */
+function spawnTty(args: string[], env: Record<string, string>) {
+  const child = new Deno.Command("script", {
+    args: ["-qfec", ["deno", "task", "--quiet", "chat", ...args].join(" "), "/dev/null"],
+    cwd: ROOT,
+    env,
+    clearEnv: true,
+    stdin: "piped",
+    stdout: "piped",
+    stderr: "null",
+  }).spawn();
+  let output = "";
+  const reading = (async () => {
+    for await (const chunk of child.stdout.pipeThrough(new TextDecoderStream())) output += chunk;
+  })();
+  const writer = child.stdin.getWriter();
+  return {
+    output: () => output,
+    /** Waits (bounded) until `text` appears after position `from` of the output; returns where it ends. */
+    async waitFor(text: string, from = 0): Promise<number> {
+      for (let i = 0; i < 750 && output.indexOf(text, from) === -1; i++) {
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      const at = output.indexOf(text, from);
+      assert.ok(
+        at !== -1,
+        `timed out waiting for ${JSON.stringify(text)} in ${JSON.stringify(output.slice(from))}`,
+      );
+      return at + text.length;
+    },
+    async type(keys: string): Promise<void> {
+      await writer.write(new TextEncoder().encode(keys));
+    },
+    /** Resolves to the exit code once the program ended and its output is read; kills it after 15 s. */
+    async exit(): Promise<number> {
+      let killed = false;
+      const timer = setTimeout(() => {
+        killed = true;
+        child.kill("SIGKILL");
+      }, 15_000);
+      const { code } = await child.status;
+      clearTimeout(timer);
+      await reading;
+      await writer.close().catch(() => {});
+      assert.ok(!killed, `the chat did not exit; it showed ${JSON.stringify(output.slice(-200))}`);
+      return code;
+    },
+  };
+}
+
+function ttyEnv(dir: string, url: string, extra: Record<string, string> = {}): Record<string, string> {
+  const env: Record<string, string> = {
+    PATH: Deno.env.get("PATH") ?? "",
+    HOME: Deno.env.get("HOME") ?? dir,
+    DENO_DIR: Deno.env.get("DENO_DIR") ?? "",
+    TERM: "xterm",
+    OPENAI_BASE_URL: url,
+    AGENT_DB_PATH: `${dir}/db/sessions.db`,
+    AGENT_TRACE_PATH: `${dir}/db/traces.jsonl`,
+    AGENT_HISTORY_PATH: `${dir}/history/chat_history`,
+    ...extra,
+  };
+  return Object.fromEntries(Object.entries(env).filter(([, v]) => v !== ""));
+}
+
+function userMessages(request: Record<string, unknown>): (string | null)[] {
+  return (request.messages as { role: string; content: string | null }[])
+    .filter((m) => m.role === "user").map((m) => m.content);
+}
+
+const PASTED = "first line\nsecond line\n\nlast line";
+
+Deno.test("on a terminal a bracketed paste is one turn: the model gets one message with its newlines", async () => {
+  using dir = tempDir();
+  const provider = startFakeProvider();
+  try {
+    const tty = spawnTty([], ttyEnv(dir.path, provider.url));
+    let at = await tty.waitFor("you> ");
+    // A terminal sends pasted lines with \r, as if Enter were pressed on each; the brackets make it one entry.
+    await tty.type(`\x1b[200~${PASTED.replaceAll("\n", "\r")}\x1b[201~`);
+    at = await tty.waitFor("last line", at);
+    await tty.type("\r");
+    at = await tty.waitFor("echo: first line", at);
+    await tty.waitFor("you> ", at);
+    await tty.type("\x04");
+    assert.equal(await tty.exit(), 0);
+    assert.equal(provider.requests.length, 1, tty.output());
+    assert.deepEqual(userMessages(provider.requests[0]), [PASTED]);
+    assert.ok(tty.output().startsWith("\x1b[?2004h"), "bracketed paste is turned on first");
+    assert.ok(tty.output().includes("\x1b[?2004l"), "and off again on exit");
+  } finally {
+    await provider.close();
+  }
+});
+
+Deno.test("on a terminal Ctrl-C clears the line, and a second Ctrl-C on the empty line exits 0 with a newline", async () => {
+  using dir = tempDir();
+  const provider = startFakeProvider();
+  try {
+    const tty = spawnTty([], ttyEnv(dir.path, provider.url));
+    let at = await tty.waitFor("you> ");
+    await tty.type("half a thought");
+    at = await tty.waitFor("half a thought", at);
+    await tty.type("\x03");
+    at = await tty.waitFor("^C", at);
+    await tty.waitFor("you> ", at);
+    await tty.type("\x03");
+    assert.equal(await tty.exit(), 0);
+    assert.equal(provider.requests.length, 0, "the cleared line was never sent");
+    assert.ok(tty.output().endsWith("\n"), JSON.stringify(tty.output().slice(-40)));
+  } finally {
+    await provider.close();
+  }
+});
+
+/** SGR sequences: colour, bold, dim. */
+// deno-lint-ignore no-control-regex
+const SGR = /\x1b\[[0-9;]*m/;
+
+Deno.test("on a terminal NO_COLOR, TERM=dumb and --no-color leave no colour codes; otherwise there are some", async () => {
+  using dir = tempDir();
+  const provider = startFakeProvider();
+  try {
+    const cases: [string, string[], Record<string, string>, boolean][] = [
+      ["plain terminal", [], {}, true],
+      ["NO_COLOR=1", [], { NO_COLOR: "1" }, false],
+      ["TERM=dumb", [], { TERM: "dumb" }, false],
+      ["--no-color", ["--no-color"], {}, false],
+    ];
+    for (const [name, args, extra, coloured] of cases) {
+      const tty = spawnTty(["--session", `c${cases.findIndex((c) => c[0] === name)}`, ...args], {
+        ...ttyEnv(dir.path, provider.url),
+        ...extra,
+      });
+      let at = await tty.waitFor("you> ");
+      await tty.type("what is 12*(3+4)?\r");
+      at = await tty.waitFor("The answer is 84.", at);
+      await tty.waitFor("you> ", at);
+      await tty.type("\x04");
+      assert.equal(await tty.exit(), 0, name);
+      assert.match(tty.output(), /calculator\(/, `${name}: the tool call is shown`);
+      assert.equal(
+        SGR.test(tty.output()),
+        coloured,
+        `${name}: ${JSON.stringify(tty.output().slice(0, 200))}`,
+      );
+    }
+  } finally {
+    await provider.close();
+  }
+});
+
+Deno.test("on a terminal the input history outlives the process (up arrow) in a file of mode 600", async () => {
+  using dir = tempDir();
+  const provider = startFakeProvider();
+  try {
+    const env = ttyEnv(dir.path, provider.url);
+    const first = spawnTty([], env);
+    let at = await first.waitFor("you> ");
+    await first.type("remember this line\r");
+    at = await first.waitFor("echo: remember this line", at);
+    await first.waitFor("you> ", at);
+    await first.type("\x04");
+    assert.equal(await first.exit(), 0);
+    const file = `${dir.path}/history/chat_history`;
+    assert.equal(Deno.statSync(file).mode! & 0o777, 0o600);
+    assert.equal(Deno.readTextFileSync(file), '"remember this line"\n');
+
+    const second = spawnTty([], env);
+    at = await second.waitFor("you> ");
+    await second.type("\x1b[A");
+    at = await second.waitFor("remember this line", at);
+    await second.type("\r");
+    at = await second.waitFor("echo: remember this line", at);
+    await second.waitFor("you> ", at);
+    await second.type("\x04");
+    assert.equal(await second.exit(), 0);
+    assert.equal(provider.requests.length, 2);
+    assert.deepEqual(userMessages(provider.requests[1]), ["remember this line", "remember this line"]);
+  } finally {
+    await provider.close();
+  }
+});
