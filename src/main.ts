@@ -8,7 +8,8 @@ import { dirname, resolve } from "node:path";
 import process from "node:process";
 import { parseArgs } from "node:util";
 import { main as demoMain } from "./demo/demo.ts";
-import { type ChatOptions, oneShotMessage, runChat, wantsColor } from "./cli/chat.ts";
+import { type ChatOptions, oneShotMessage, runChat } from "./cli/chat.ts";
+import { colorWanted } from "./cli/render.ts";
 import { FileHistory } from "./cli/history.ts";
 import { helpText } from "./cli/help.ts";
 import { type Config, isLoopbackHost, loadConfig, requireApiKey } from "./config.ts";
@@ -126,18 +127,20 @@ function openRuntime(config: Readonly<Config>): Runtime {
 async function chatOptions(
   words: string[],
   noColorFlag: boolean,
-): Promise<Pick<ChatOptions, "message" | "color">> {
+): Promise<Pick<ChatOptions, "message" | "color" | "columns">> {
   const piped = words.includes("-") ? await new Response(Deno.stdin.readable).text() : "";
   const message = words.length > 0 ? oneShotMessage(words, piped) : undefined;
   if (message === "") fail("Nothing to send: stdin was empty and no question was given.");
   const env = readEnvironment(TERMINAL_VARIABLES);
-  return { message, color: wantsColor({ isTerminal: Deno.stdout.isTerminal(), noColorFlag, env }) };
+  const isTerminal = Deno.stdout.isTerminal();
+  const columns = isTerminal ? Deno.consoleSize().columns : undefined;
+  return { message, columns, color: colorWanted({ isTerminal, noColorFlag, env }) };
 }
 
 async function chat(
   config: Readonly<Config>,
   key: SessionKey,
-  options: Pick<ChatOptions, "message" | "color">,
+  options: Pick<ChatOptions, "message" | "color" | "columns">,
 ) {
   const runtime = openRuntime(config);
   const interactive = options.message === undefined && Deno.stdin.isTerminal();

@@ -151,10 +151,14 @@ Deno.test("golden: the piped REPL's output and the trace of a scripted conversat
   }
 });
 
-/** Removes the "thinking…" spinner's frames: they are drawn on a timer, so their number varies. */
+/** Removes what a run cannot repeat: the spinner's frames (drawn on a timer) and the measured turn times. */
 function withoutSpinner(text: string): string {
-  // deno-lint-ignore no-control-regex
-  return text.replace(/\r\x1b\[2K(\x1b\[2m[⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏] thinking…\x1b\[0m)?/g, "");
+  return text
+    // deno-lint-ignore no-control-regex
+    .replace(/\r\x1b\[2K(\x1b\[2m[⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏] thinking…\x1b\[0m)?/g, "")
+    // The time a turn took, at the start of its stats line, is measured.
+    // deno-lint-ignore no-control-regex
+    .replace(/(\x1b\[2m)(\d+(?:\.\d+)? (?:ms|s)|\d+ min \d+ s)( · )/g, "$1<time>$3");
 }
 
 Deno.test("golden: the REPL on a terminal shows the same text, colours and commands", async () => {

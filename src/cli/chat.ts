@@ -68,25 +68,11 @@ export interface ChatOptions {
    * @default {a random "chat-" id}
    */
   newSessionId?: () => string;
-}
-
-/** What decides whether chat output gets colour; see {@linkcode wantsColor}. */
-export interface ColorSignals {
-  /** Standard output is a terminal. */
-  isTerminal: boolean;
-  /** `--no-color` was given. */
-  noColorFlag: boolean;
-  /** The environment's NO_COLOR and TERM (undefined when unset or unreadable). */
-  env: { NO_COLOR?: string | undefined; TERM?: string | undefined };
-}
-
-/**
- * Colour only on a terminal, and never with `--no-color`, NO_COLOR set (to any value) or TERM=dumb. (The same
- * rule as render.ts's `colorWanted` once that lands.)
- */
-export function wantsColor(signals: ColorSignals): boolean {
-  const { isTerminal, noColorFlag, env } = signals;
-  return isTerminal && !noColorFlag && env.NO_COLOR === undefined && env.TERM !== "dumb";
+  /**
+   * The terminal's width, for rendering answers as markdown.
+   * @default {80}
+   */
+  columns?: number;
 }
 
 /**
@@ -106,7 +92,7 @@ export function oneShotMessage(words: readonly string[], piped: string): string 
 export async function runChat(options: ChatOptions): Promise<number> {
   const { interactive, color = interactive, output, status, emit, deps, sessionId, userId } = options;
   const style = createStyle(color);
-  const view = new TurnView({ output, status, style, interactive, emit });
+  const view = new TurnView({ output, status, style, interactive, emit, columns: options.columns });
   if (options.message !== undefined) {
     const result = await view.run(
       { sessionId, userId, message: options.message },

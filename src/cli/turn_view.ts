@@ -8,7 +8,8 @@ import { SessionError } from "../errors.ts";
 import { type Agent, runTurn, type TurnInput } from "../agent/loop.ts";
 import type { RunEvent } from "../events.ts";
 import type { TurnResult } from "../types.ts";
-import { renderEvent, type Style } from "./render.ts";
+import { type MarkdownStream, markdownStream, renderMarkdown } from "./markdown.ts";
+import { renderEvent, statsLine, type Style } from "./render.ts";
 
 const SPINNER = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
 
@@ -53,6 +54,11 @@ export interface TurnViewOptions {
   interactive: boolean;
   /** Forwards each event elsewhere as well (the trace). */
   emit: (event: RunEvent) => void;
+  /**
+   * The terminal's width, for rendering answers as markdown (interactive only).
+   * @default {80}
+   */
+  columns?: number;
 }
 
 /** Runs turns and shows them. */
@@ -61,6 +67,10 @@ export class TurnView {
   #thinking: Thinking;
   /** True while streamed answer text is on the current output line. */
   #streaming = false;
+  /** The streamed answer's markdown, on a terminal. */
+  #markdown: MarkdownStream | null = null;
+  /** Model calls of the running turn, for its stats line. */
+  #modelCalls = 0;
 
   constructor(options: TurnViewOptions) {
     this.#options = options;
@@ -72,8 +82,10 @@ export class TurnView {
    * error of `runTurn` is rethrown.
    */
   async run(input: TurnInput, agent: Agent, signal: AbortSignal): Promise<TurnResult | null> {
-    const { output, interactive, style } = this.#options;
+    const { output, interactive, style, columns } = this.#options;
     if (interactive) this.#thinking.start();
+    this.#modelCalls = 0;
+    const started = performance.now();
     let result: TurnResult;
     try {
       result = await runTurn(input, agent, {
@@ -93,30 +105,44 @@ export class TurnView {
     this.#endStreamLine();
     // A streamed answer is already on screen, as it arrived; anything else is printed whole.
     if (interactive && result.outcome === "aborted") output.write(`${style.dim("cancelled")}\n`);
+    else if (!shown && !interactive) output.write(`${result.answer}\n`);
     else if (!shown) {
-      output.write(interactive ? `${style.bold("agent>")} ${result.answer}\n` : `${result.answer}\n`);
+      output.write(`${style.bold("agent>")} ${renderMarkdown(result.answer, style, { columns })}\n`);
+    }
+    if (interactive && result.outcome !== "aborted") {
+      const { promptTokens: tokensIn, completionTokens: tokensOut } = result.usage;
+      const stats = { ms: performance.now() - started, modelCalls: this.#modelCalls, tokensIn, tokensOut };
+      output.write(`${statsLine({ ...stats, toolCalls: result.toolCalls.length }, style)}\n`);
     }
     return result;
   }
 
   #endStreamLine(): void {
-    if (this.#streaming) this.#options.output.write("\n");
+    if (this.#markdown !== null) this.#markdown.end();
+    else if (this.#streaming) this.#options.output.write("\n");
+    this.#markdown = null;
     this.#streaming = false;
   }
 
   #delta(text: string): void {
-    const { output, interactive, style } = this.#options;
+    const { output, interactive, style, columns } = this.#options;
     if (!this.#streaming) {
       this.#thinking.stop();
-      if (interactive) output.write(`${style.bold("agent>")} `);
       this.#streaming = true;
+      // On a terminal the answer is markdown, redrawn line by line as it grows; piped, it is raw text.
+      const prefix = `${style.bold("agent>")} `;
+      if (interactive) {
+        this.#markdown = markdownStream((chunk) => output.write(chunk), style, { columns, prefix });
+      }
     }
-    output.write(text);
+    if (this.#markdown !== null) this.#markdown.push(text);
+    else output.write(text);
   }
 
   #show(event: RunEvent): void {
     const { status, interactive, style, emit } = this.#options;
     emit(event);
+    if (event.event === "llm_call") this.#modelCalls++;
     // Text streamed alongside tool calls is finished before the tool lines appear.
     if (event.event === "tool_call") this.#endStreamLine();
     if (!interactive) return;
