@@ -123,11 +123,10 @@ function openRuntime(config: Readonly<Config>): Runtime {
   };
 }
 
-/** Chat's one-shot message (its words, `-` for all of stdin) and colour choice, from the command line. */
-async function chatOptions(
-  words: string[],
-  noColorFlag: boolean,
-): Promise<Pick<ChatOptions, "message" | "color" | "columns">> {
+/** What chat's command line and terminal decide: the one-shot message (`-`: stdin), colour and width. */
+type ChatChoices = Pick<ChatOptions, "message" | "color" | "columns">;
+
+async function chatOptions(words: string[], noColorFlag: boolean): Promise<ChatChoices> {
   const piped = words.includes("-") ? await new Response(Deno.stdin.readable).text() : "";
   const message = words.length > 0 ? oneShotMessage(words, piped) : undefined;
   if (message === "") fail("Nothing to send: stdin was empty and no question was given.");
@@ -137,11 +136,7 @@ async function chatOptions(
   return { message, columns, color: colorWanted({ isTerminal, noColorFlag, env }) };
 }
 
-async function chat(
-  config: Readonly<Config>,
-  key: SessionKey,
-  options: Pick<ChatOptions, "message" | "color" | "columns">,
-) {
+async function chat(config: Readonly<Config>, key: SessionKey, options: ChatChoices) {
   const runtime = openRuntime(config);
   const interactive = options.message === undefined && Deno.stdin.isTerminal();
   const onError = (error: unknown) =>
