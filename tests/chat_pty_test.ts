@@ -6,6 +6,19 @@ import assert from "node:assert/strict";
 import { startFakeProvider } from "./fixtures/fake_openai.ts";
 import { ROOT, tempDir } from "./_harness.ts";
 
+/** Why these tests cannot run here, or null: they need util-linux's `script` (other systems' differs). */
+function noPseudoTerminal(): string | null {
+  try {
+    const { stdout } = new Deno.Command("script", { args: ["--version"], stdout: "piped", stderr: "null" })
+      .outputSync();
+    return new TextDecoder().decode(stdout).includes("util-linux") ? null : "script is not util-linux's";
+  } catch {
+    return "no script command (util-linux) to make a pseudo-terminal";
+  }
+}
+const IGNORED = noPseudoTerminal();
+if (IGNORED !== null) console.log(`terminal tests ignored: ${IGNORED}`);
+
 /** `deno task chat args` on a terminal of its own. */
 function spawnTty(args: string[], env: Record<string, string>) {
   const child = new Deno.Command("script", {
@@ -78,7 +91,10 @@ function userMessages(request: Record<string, unknown>): (string | null)[] {
 
 const PASTED = "first line\nsecond line\n\nlast line";
 
-Deno.test("on a terminal a bracketed paste is one turn: the model gets one message with its newlines", async () => {
+Deno.test({
+  name: "on a terminal a bracketed paste is one turn: the model gets one message with its newlines",
+  ignore: IGNORED !== null,
+}, async () => {
   using dir = tempDir();
   const provider = startFakeProvider();
   try {
@@ -101,7 +117,10 @@ Deno.test("on a terminal a bracketed paste is one turn: the model gets one messa
   }
 });
 
-Deno.test("on a terminal Ctrl-C clears the line, and a second Ctrl-C on the empty line exits 0 with a newline", async () => {
+Deno.test({
+  name: "on a terminal Ctrl-C clears the line, and a second Ctrl-C on the empty line exits 0 with a newline",
+  ignore: IGNORED !== null,
+}, async () => {
   using dir = tempDir();
   const provider = startFakeProvider();
   try {
@@ -125,7 +144,10 @@ Deno.test("on a terminal Ctrl-C clears the line, and a second Ctrl-C on the empt
 // deno-lint-ignore no-control-regex
 const SGR = /\x1b\[[0-9;]*m/;
 
-Deno.test("on a terminal NO_COLOR, TERM=dumb and --no-color leave no colour codes; otherwise there are some", async () => {
+Deno.test({
+  name: "on a terminal NO_COLOR, TERM=dumb and --no-color leave no colour codes; otherwise there are some",
+  ignore: IGNORED !== null,
+}, async () => {
   using dir = tempDir();
   const provider = startFakeProvider();
   try {
@@ -158,7 +180,10 @@ Deno.test("on a terminal NO_COLOR, TERM=dumb and --no-color leave no colour code
   }
 });
 
-Deno.test("on a terminal the input history outlives the process (up arrow) in a file of mode 600", async () => {
+Deno.test({
+  name: "on a terminal the input history outlives the process (up arrow) in a file of mode 600",
+  ignore: IGNORED !== null,
+}, async () => {
   using dir = tempDir();
   const provider = startFakeProvider();
   try {
