@@ -123,8 +123,8 @@ function openRuntime(config: Readonly<Config>): Runtime {
   };
 }
 
-/** What chat's command line and terminal decide: the one-shot message (`-`: stdin), colour and width. */
-type ChatChoices = Pick<ChatOptions, "message" | "color" | "columns">;
+/** What chat's command line and terminal decide: the one-shot message (`-`: stdin), the mode, colour, width. */
+type ChatChoices = Pick<ChatOptions, "message" | "color" | "columns" | "interactive">;
 
 async function chatOptions(words: string[], noColorFlag: boolean): Promise<ChatChoices> {
   const piped = words.includes("-") ? await new Response(Deno.stdin.readable).text() : "";
@@ -133,12 +133,14 @@ async function chatOptions(words: string[], noColorFlag: boolean): Promise<ChatC
   const env = readEnvironment(TERMINAL_VARIABLES);
   const isTerminal = Deno.stdout.isTerminal();
   const columns = isTerminal ? Deno.consoleSize().columns : undefined;
-  return { message, columns, color: colorWanted({ isTerminal, noColorFlag, env }) };
+  // A dumb terminal (Emacs' shell) cannot follow the line editor's cursor moves: it gets the line mode.
+  const interactive = message === undefined && Deno.stdin.isTerminal() && env.TERM !== "dumb";
+  return { message, interactive, columns, color: colorWanted({ isTerminal, noColorFlag, env }) };
 }
 
 async function chat(config: Readonly<Config>, key: SessionKey, options: ChatChoices) {
   const runtime = openRuntime(config);
-  const interactive = options.message === undefined && Deno.stdin.isTerminal();
+  const { interactive } = options;
   const onError = (error: unknown) =>
     console.error(
       `Cannot save the input history to ${config.historyPath}: ${detail(error)}; set AGENT_HISTORY_PATH`,

@@ -54,12 +54,15 @@ export interface FileHistoryOptions {
 /**
  * A history kept in a file, one JSON string per line (so an entry may span lines), readable by its owner
  * only (mode 600). It holds exactly what was typed, except entries that start with a space (as in bash,
- * a way to keep one out of the file).
+ * a way to keep one out of the file). Each entry is appended, so REPLs running at once keep each other's;
+ * past `max` and a fifth the file is cut back to its last `max` entries through a temporary file renamed
+ * into place, so a crash never leaves it half-written.
  */
 export class FileHistory implements InputHistory {
   #path: string;
   #memory: MemoryHistory;
-  #saved: string[];
+  /** Lines in the file as far as this process knows: what it read plus what it appended. */
+  #lines: number;
   #max: number;
   #onError: (error: unknown) => void;
   #failed = false;
@@ -69,8 +72,9 @@ export class FileHistory implements InputHistory {
     this.#path = path;
     this.#max = max;
     this.#onError = onError;
-    this.#saved = readEntries(path).slice(-max);
-    this.#memory = new MemoryHistory(this.#saved, max);
+    const saved = readEntries(path);
+    this.#lines = saved.length;
+    this.#memory = new MemoryHistory(saved.slice(-max), max);
   }
 
   get entries(): readonly string[] {
@@ -81,18 +85,26 @@ export class FileHistory implements InputHistory {
     const fresh = entry.trim() !== "" && this.#memory.entries.at(-1) !== entry;
     this.#memory.add(entry);
     if (!fresh || entry.startsWith(" ")) return;
-    this.#saved.push(entry);
-    if (this.#saved.length > this.#max) this.#saved.splice(0, this.#saved.length - this.#max);
     try {
       mkdirSync(dirname(this.#path), { recursive: true });
-      const text = this.#saved.map((e) => JSON.stringify(e) + "\n").join("");
-      Deno.writeTextFileSync(this.#path, text, { mode: 0o600 });
+      Deno.writeTextFileSync(this.#path, JSON.stringify(entry) + "\n", { append: true, mode: 0o600 });
       // The mode applies only when the file is created; one made by hand may have been readable by others.
       Deno.chmodSync(this.#path, 0o600);
+      if (++this.#lines > this.#max + Math.ceil(this.#max / 5)) this.#trim();
     } catch (error) {
       if (!this.#failed) this.#onError(error);
       this.#failed = true;
     }
+  }
+
+  /** Cuts the file back to its last `max` entries, whoever wrote them. */
+  #trim(): void {
+    const kept = readEntries(this.#path).slice(-this.#max);
+    const temporary = `${this.#path}.${crypto.randomUUID()}.tmp`;
+    Deno.writeTextFileSync(temporary, kept.map((e) => JSON.stringify(e) + "\n").join(""), { mode: 0o600 });
+    Deno.chmodSync(temporary, 0o600);
+    Deno.renameSync(temporary, this.#path);
+    this.#lines = kept.length;
   }
 }
 
