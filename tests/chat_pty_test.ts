@@ -145,7 +145,7 @@ Deno.test({
 const SGR = /\x1b\[[0-9;]*m/;
 
 Deno.test({
-  name: "on a terminal NO_COLOR, TERM=dumb and --no-color leave no colour codes; otherwise there are some",
+  name: "on a terminal NO_COLOR and --no-color leave no colour codes; otherwise there are some",
   ignore: IGNORED !== null,
 }, async () => {
   using dir = tempDir();
@@ -154,7 +154,6 @@ Deno.test({
     const cases: [string, string[], Record<string, string>, boolean][] = [
       ["plain terminal", [], {}, true],
       ["NO_COLOR=1", [], { NO_COLOR: "1" }, false],
-      ["TERM=dumb", [], { TERM: "dumb" }, false],
       ["--no-color", ["--no-color"], {}, false],
     ];
     for (const [name, args, extra, coloured] of cases) {
@@ -210,6 +209,25 @@ Deno.test({
     assert.equal(await second.exit(), 0);
     assert.equal(provider.requests.length, 2);
     assert.deepEqual(userMessages(provider.requests[1]), ["remember this line", "remember this line"]);
+  } finally {
+    await provider.close();
+  }
+});
+
+Deno.test({
+  name: "on a dumb terminal (TERM=dumb) chat goes line by line: no prompt, no escape code at all",
+  ignore: IGNORED !== null,
+}, async () => {
+  using dir = tempDir();
+  const provider = startFakeProvider();
+  try {
+    const tty = spawnTty([], { ...ttyEnv(dir.path, provider.url), TERM: "dumb" });
+    await tty.type("what is 12*(3+4)?\r");
+    await tty.waitFor("The answer is 84.");
+    await tty.type("\x04");
+    assert.equal(await tty.exit(), 0);
+    assert.ok(!tty.output().includes("\x1b"), JSON.stringify(tty.output()));
+    assert.ok(!tty.output().includes("you> "));
   } finally {
     await provider.close();
   }
