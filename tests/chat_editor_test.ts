@@ -146,3 +146,24 @@ Deno.test("KeyDecoder completes an escape sequence split across chunks and ignor
   }]);
   assert.deepEqual(decoder.push("\x0c\x07é"), [{ name: "clear" }, { name: "text", text: "é" }]);
 });
+
+Deno.test("LineEditor moves and deletes over an emoji whole, never splitting its surrogate pair", async () => {
+  const tty = fakeTty();
+  assert.deepEqual(await tty.enter("a😀b\x1b[D\x7f\r"), { kind: "line", text: "ab" }, "Backspace");
+  assert.deepEqual(await tty.enter("😀x\x01\x1b[3~\r"), { kind: "line", text: "x" }, "Delete");
+  assert.deepEqual(await tty.enter("😀\x01\x1b[Cz\r"), { kind: "line", text: "😀z" }, "Right");
+  assert.deepEqual(await tty.enter("e\u0301\x7f\r"), { kind: "line", text: "" }, "a letter and its accent");
+  tty.editor.close();
+});
+
+Deno.test("LineEditor draws pasted control characters as stand-ins and submits them unchanged", async () => {
+  const tty = fakeTty();
+  const pasted = "red\x1b[31m\x1b]52;c;aGk=\x07\tx\x9b2J";
+  assert.deepEqual(await tty.enter(`\x1b[200~${pasted}\x1b[201~`, "\r"), { kind: "line", text: pasted });
+  const drawn = tty.drawn();
+  for (const raw of ["\x1b[31m", "\x1b]52", "\x07", "\t", "\x9b"]) {
+    assert.ok(!drawn.includes(raw), `drew ${JSON.stringify(raw)} raw`);
+  }
+  assert.ok(drawn.includes("red^[[31m^[]52;c;aGk=^G x\uFFFD2J"), JSON.stringify(drawn));
+  tty.editor.close();
+});
