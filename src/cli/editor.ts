@@ -35,6 +35,8 @@ export interface LineEditorOptions {
   history?: InputHistory;
   /** Whole-line completions of the text before the cursor, for Tab. @default {() => []} */
   complete?: (line: string) => string[] | Promise<string[]>;
+  /** Milliseconds a lone `\x1b` waits for the rest of a sequence before it is the Esc key. @default {50} */
+  escapeDelay?: number;
 }
 
 /** A raw-mode line editor on `input`, drawing on `output`. Call `start()`, then `read()` per entry. */
@@ -44,6 +46,8 @@ export class LineEditor {
   #style: Style;
   #history: InputHistory;
   #complete: (line: string) => string[] | Promise<string[]>;
+  #escapeDelay: number;
+  #escapeTimer: ReturnType<typeof setTimeout> | undefined;
   #decoder = new KeyDecoder();
   #text = new TextDecoder();
   #queue: Key[] = [];
@@ -70,6 +74,7 @@ export class LineEditor {
 
   constructor(input: EditorInput, output: Writable, options: LineEditorOptions = {}) {
     const { style = createStyle(false), history = new MemoryHistory(), complete = () => [] } = options;
+    this.#escapeDelay = options.escapeDelay ?? 50;
     this.#input = input;
     this.#output = output;
     this.#style = style;
@@ -111,6 +116,7 @@ export class LineEditor {
   close(): void {
     this.#input.off("data", this.#onData);
     this.#input.off("end", this.#onEnd);
+    clearTimeout(this.#escapeTimer);
     this.#input.setRawMode?.(false);
     this.#input.pause();
     this.#write(PASTE_OFF + (this.#atLineStart ? "" : "\r\n"));
@@ -124,7 +130,14 @@ export class LineEditor {
 
   #receive(chunk: Uint8Array | string): void {
     const text = typeof chunk === "string" ? chunk : this.#text.decode(chunk, { stream: true });
-    for (const key of this.#decoder.push(text)) {
+    clearTimeout(this.#escapeTimer);
+    this.#accept(this.#decoder.push(text));
+    if (!this.#decoder.pending) return;
+    this.#escapeTimer = setTimeout(() => this.#accept(this.#decoder.flush()), this.#escapeDelay);
+  }
+
+  #accept(keys: Key[]): void {
+    for (const key of keys) {
       if (this.#waiting === null && key.name === "interrupt") this.#onInterrupt();
       else this.#queue.push(key);
     }
