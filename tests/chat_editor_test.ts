@@ -6,7 +6,9 @@ import { MemoryHistory } from "../src/cli/history.ts";
 import { KeyDecoder } from "../src/cli/keys.ts";
 
 /** A terminal in memory: type into it, read what was drawn, see the raw-mode switches. */
-function fakeTty(options: { history?: string[]; complete?: (line: string) => string[] } = {}) {
+function fakeTty(
+  options: { history?: string[]; complete?: (line: string) => string[]; escapeDelay?: number } = {},
+) {
   const input = Object.assign(new PassThrough(), {
     raw: [] as boolean[],
     setRawMode(raw: boolean) {
@@ -20,6 +22,7 @@ function fakeTty(options: { history?: string[]; complete?: (line: string) => str
   const editor = new LineEditor(input, output, {
     history,
     ...(options.complete ? { complete: options.complete } : {}),
+    ...(options.escapeDelay !== undefined ? { escapeDelay: options.escapeDelay } : {}),
   });
   editor.start();
   return {
@@ -145,4 +148,43 @@ Deno.test("KeyDecoder completes an escape sequence split across chunks and ignor
     name: "end",
   }]);
   assert.deepEqual(decoder.push("\x0c\x07é"), [{ name: "clear" }, { name: "text", text: "é" }]);
+});
+
+Deno.test("LineEditor moves and deletes over an emoji whole, never splitting its surrogate pair", async () => {
+  const tty = fakeTty();
+  assert.deepEqual(await tty.enter("a😀b\x1b[D\x7f\r"), { kind: "line", text: "ab" }, "Backspace");
+  assert.deepEqual(await tty.enter("😀x\x01\x1b[3~\r"), { kind: "line", text: "x" }, "Delete");
+  assert.deepEqual(await tty.enter("😀\x01\x1b[Cz\r"), { kind: "line", text: "😀z" }, "Right");
+  assert.deepEqual(await tty.enter("e\u0301\x7f\r"), { kind: "line", text: "" }, "a letter and its accent");
+  tty.editor.close();
+});
+
+Deno.test("LineEditor draws pasted control characters as stand-ins and submits them unchanged", async () => {
+  const tty = fakeTty();
+  const pasted = "red\x1b[31m\x1b]52;c;aGk=\x07\tx\x9b2J";
+  assert.deepEqual(await tty.enter(`\x1b[200~${pasted}\x1b[201~`, "\r"), { kind: "line", text: pasted });
+  const drawn = tty.drawn();
+  for (const raw of ["\x1b[31m", "\x1b]52", "\x07", "\t", "\x9b"]) {
+    assert.ok(!drawn.includes(raw), `drew ${JSON.stringify(raw)} raw`);
+  }
+  assert.ok(drawn.includes("red^[[31m^[]52;c;aGk=^G x\uFFFD2J"), JSON.stringify(drawn));
+  tty.editor.close();
+});
+
+Deno.test("LineEditor takes Esc, Esc then an arrow, as Escape (ignored) and the arrow", async () => {
+  const tty = fakeTty();
+  assert.deepEqual(await tty.enter("one\x1b", "\x1b[Dx\r"), { kind: "line", text: "onxe" });
+  assert.deepEqual(await tty.enter("one\x1b\x1b[Dx\r"), { kind: "line", text: "onxe" });
+  tty.editor.close();
+});
+
+Deno.test("LineEditor ends a lone Esc after its delay, so the next key is typed, not Alt+key", async () => {
+  const tty = fakeTty({ escapeDelay: 5 });
+  const entry = tty.editor.read();
+  tty.input.write("a\x1b");
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  tty.input.write("b\r");
+  assert.deepEqual(await bounded(entry), { kind: "line", text: "ab" });
+  tty.input.write("\x1b");
+  tty.editor.close(); // the sanitizer fails the test if the Esc's timer outlives the editor
 });

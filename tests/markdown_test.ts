@@ -7,6 +7,7 @@ import { fc } from "./_dev_deps.ts";
 import assert from "node:assert/strict";
 import { markdownStream, renderMarkdown } from "../src/cli/markdown.ts";
 import { createStyle, type Style } from "../src/cli/render.ts";
+import { displayWidth } from "../src/cli/_width.ts";
 
 const plain = createStyle(false);
 const ansi = createStyle(true);
@@ -17,12 +18,7 @@ const tags = Object.fromEntries(
 
 const CLEAR = "\r\x1b[2K";
 
-/** Columns `text` takes on a terminal, erring wide as the stream does: tabs 8, wide-range characters 2. */
-function width(text: string): number {
-  // deno-lint-ignore no-control-regex
-  const visible = [...text.replace(/\x1b\[[0-9;]*m/g, "")];
-  return visible.reduce((sum, char) => sum + (char === "\t" ? 8 : char.codePointAt(0)! >= 0x1100 ? 2 : 1), 0);
-}
+const width = displayWidth;
 
 /**
  * What a terminal `columns` wide shows after `writes`: `\r\x1b[2K` clears the current row, `\n` ends it.

@@ -9,6 +9,7 @@ import { type Key, KeyDecoder } from "./keys.ts";
 import { type InputHistory, MemoryHistory } from "./history.ts";
 import { createStyle, type Style } from "./render.ts";
 import { CONTINUATION, drawEntry, PROMPT } from "./_draw.ts";
+import { codePointStart, nextBoundary, previousBoundary } from "./_graphemes.ts";
 
 /** A line that is just this starts a block; another ends it, and the lines between are one entry. */
 export const BLOCK_FENCE = '"""';
@@ -25,21 +26,17 @@ export type EditorInput = Readable & { setRawMode?: (raw: boolean) => unknown };
 
 /** Options of {@linkcode LineEditor}. */
 export interface LineEditorOptions {
-  /**
-   * How the prompts and hints look.
-   * @default {createStyle(false)}
-   */
+  /** How the prompts and hints look. @default {createStyle(false)} */
   style?: Style;
   /**
    * Earlier entries, recalled with up and down; each submitted entry is added.
    * @default {new MemoryHistory()}
    */
   history?: InputHistory;
-  /**
-   * Whole-line completions of the text before the cursor, for Tab.
-   * @default {() => []}
-   */
+  /** Whole-line completions of the text before the cursor, for Tab. @default {() => []} */
   complete?: (line: string) => string[] | Promise<string[]>;
+  /** Milliseconds a lone `\x1b` waits for the rest of a sequence before it is the Esc key. @default {50} */
+  escapeDelay?: number;
 }
 
 /** A raw-mode line editor on `input`, drawing on `output`. Call `start()`, then `read()` per entry. */
@@ -49,6 +46,8 @@ export class LineEditor {
   #style: Style;
   #history: InputHistory;
   #complete: (line: string) => string[] | Promise<string[]>;
+  #escapeDelay: number;
+  #escapeTimer: ReturnType<typeof setTimeout> | undefined;
   #decoder = new KeyDecoder();
   #text = new TextDecoder();
   #queue: Key[] = [];
@@ -75,6 +74,7 @@ export class LineEditor {
 
   constructor(input: EditorInput, output: Writable, options: LineEditorOptions = {}) {
     const { style = createStyle(false), history = new MemoryHistory(), complete = () => [] } = options;
+    this.#escapeDelay = options.escapeDelay ?? 50;
     this.#input = input;
     this.#output = output;
     this.#style = style;
@@ -116,6 +116,7 @@ export class LineEditor {
   close(): void {
     this.#input.off("data", this.#onData);
     this.#input.off("end", this.#onEnd);
+    clearTimeout(this.#escapeTimer);
     this.#input.setRawMode?.(false);
     this.#input.pause();
     this.#write(PASTE_OFF + (this.#atLineStart ? "" : "\r\n"));
@@ -129,7 +130,14 @@ export class LineEditor {
 
   #receive(chunk: Uint8Array | string): void {
     const text = typeof chunk === "string" ? chunk : this.#text.decode(chunk, { stream: true });
-    for (const key of this.#decoder.push(text)) {
+    clearTimeout(this.#escapeTimer);
+    this.#accept(this.#decoder.push(text));
+    if (!this.#decoder.pending) return;
+    this.#escapeTimer = setTimeout(() => this.#accept(this.#decoder.flush()), this.#escapeDelay);
+  }
+
+  #accept(keys: Key[]): void {
+    for (const key of keys) {
       if (this.#waiting === null && key.name === "interrupt") this.#onInterrupt();
       else this.#queue.push(key);
     }
@@ -161,12 +169,8 @@ export class LineEditor {
     const b = this.#buffer, c = this.#cursor;
     const lineStart = b.lastIndexOf("\n", c - 1) + 1;
     const lineEnd = b.indexOf("\n", c) === -1 ? b.length : b.indexOf("\n", c);
-    const moves: Partial<Record<Key["name"], number>> = {
-      left: Math.max(0, c - 1),
-      right: Math.min(b.length, c + 1),
-      home: lineStart,
-      end: lineEnd,
-    };
+    const moves: Partial<Record<Key["name"], number>> = { home: lineStart, end: lineEnd };
+    [moves.left, moves.right] = [previousBoundary(b, c), nextBoundary(b, c)];
     if (moves[key.name] !== undefined) return void (this.#cursor = moves[key.name]!);
     switch (key.name) {
       case "text":
@@ -177,13 +181,13 @@ export class LineEditor {
       case "enter":
         return this.#enter();
       case "backspace":
-        if (c > 0) [this.#buffer, this.#cursor] = [b.slice(0, c - 1) + b.slice(c), c - 1];
+        [this.#buffer, this.#cursor] = [b.slice(0, moves.left) + b.slice(c), moves.left];
         return;
       case "eof":
         if (b === "") return this.#finish({ kind: "exit" });
         /* falls through: Ctrl-D on a line deletes, as Delete does */
       case "delete":
-        this.#buffer = b.slice(0, c) + b.slice(c + 1);
+        this.#buffer = b.slice(0, c) + b.slice(moves.right);
         return;
       case "kill":
         [this.#buffer, this.#cursor] = [b.slice(0, lineStart) + b.slice(c), lineStart];
@@ -246,7 +250,7 @@ export class LineEditor {
     if (target >= 0 && target < lines.length) {
       const column = this.#cursor - (before.lastIndexOf("\n") + 1);
       const start = lines.slice(0, target).reduce((sum, l) => sum + l.length + 1, 0);
-      this.#cursor = start + Math.min(column, lines[target].length);
+      this.#cursor = codePointStart(this.#buffer, start + Math.min(column, lines[target].length));
       return;
     }
     const entries = this.#history.entries;
@@ -273,13 +277,8 @@ export class LineEditor {
     } else if (candidates.length > 1) {
       const rest = this.#buffer;
       this.#leaveEntry();
-      this.#write(
-        `${
-          this.#style.dim(
-            candidates.map((c) => c.trimEnd().slice(c.trimEnd().lastIndexOf(" ") + 1)).join("  "),
-          )
-        }\r\n`,
-      );
+      const names = candidates.map((c) => c.trimEnd().slice(c.trimEnd().lastIndexOf(" ") + 1));
+      this.#write(`${this.#style.dim(names.join("  "))}\r\n`);
       [this.#buffer, this.#cursor] = [rest, line.length];
     }
   }

@@ -24,7 +24,8 @@ export type Key =
       | "interrupt"
       | "eof"
       | "clear"
-      | "kill";
+      | "kill"
+      | "escape";
   };
 
 /** The name of a key without text. */
@@ -116,26 +117,50 @@ export class KeyDecoder {
     return keys;
   }
 
+  /** Whether an escape sequence is waiting for its next chunk: a lone Esc key does not send one. */
+  get pending(): boolean {
+    return this.#paste === null && this.#pending !== "";
+  }
+
+  /**
+   * Ends the escape sequence that is waiting, for when no more input came soon enough (Esc itself sends
+   * only `\x1b`): a lone `\x1b` is the Escape key, anything longer an unbound Alt+key, dropped. A paste
+   * still waiting for its end marker is kept.
+   */
+  flush(): Key[] {
+    if (!this.pending) return [];
+    const keys: Key[] = this.#pending === "\x1b" ? [{ name: "escape" }] : [];
+    this.#pending = "";
+    return keys;
+  }
+
   /** Decodes the escape sequence at `s[i]`; returns its length, or 0 when it is not complete yet. */
   #escape(s: string, i: number, keys: Key[]): number {
     const next = s[i + 1];
     if (next === undefined) return 0;
+    if (next === "\x1b") {
+      keys.push({ name: "escape" }); // the second Esc starts a new sequence
+      return 1;
+    }
     if (next === "\r" || next === "\n") {
       keys.push({ name: "newline" }); // Alt+Enter
       return 2;
     }
-    if (next !== "[" && next !== "O") return 2; // Alt+key: not bound
-    const match = /^[0-9;]*[@-~]/.exec(s.slice(i + 2));
-    if (match === null) return /^[0-9;]*$/.test(s.slice(i + 2)) ? 0 : 2;
+    if (next !== "[" && next !== "O") return 1 + String.fromCodePoint(s.codePointAt(i + 1)!).length; // Alt+key
+    // Parameter bytes, intermediate bytes, a final byte (ECMA-48).
+    const match = /^[0-?]*[ -/]*[@-~]/.exec(s.slice(i + 2));
+    if (match === null) return /^[0-?]*[ -/]*$/.test(s.slice(i + 2)) ? 0 : 2;
     const body = match[0];
     if (`\x1b[${body}` === PASTE_START) {
       this.#paste = "";
       return 2 + body.length;
     }
-    const final = body.at(-1)!;
-    const name = final === "~" ? SEQUENCES[`${body.slice(0, -1).split(";")[0]}~`] : SEQUENCES[final];
-    if (name !== undefined) keys.push({ name });
-    return 2 + body.length;
+    const [params, final] = [body.slice(0, -1), body.at(-1)!];
+    if (/^[0-9;]*$/.test(params)) {
+      const name = final === "~" ? SEQUENCES[`${params.split(";")[0]}~`] : SEQUENCES[final];
+      if (name !== undefined) keys.push({ name });
+    }
+    return 2 + body.length; // unknown sequences are ignored
   }
 }
 

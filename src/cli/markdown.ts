@@ -5,6 +5,7 @@
  * @module
  */
 import type { Style } from "./render.ts";
+import { displayWidth } from "./_width.ts";
 
 /** Options for `renderMarkdown`. */
 export interface MarkdownOptions {
@@ -234,16 +235,6 @@ export function renderMarkdown(text: string, style: Style, options: MarkdownOpti
   return text.split("\n").map((line) => renderLine(line, state, style, columns)).join("\n");
 }
 
-/** Terminal columns `text` takes, erring wide: escape codes take none, tabs 8, wide-range characters 2. */
-function width(text: string): number {
-  let columns = 0;
-  // deno-lint-ignore no-control-regex
-  for (const char of text.replace(/\x1b\[[0-9;]*m/g, "")) {
-    columns += char === "\t" ? 8 : char.codePointAt(0)! >= 0x1100 ? 2 : 1;
-  }
-  return columns;
-}
-
 /**
  * Renders markdown that arrives in pieces, through `write`. Each completed line is written once; the
  * incomplete last line is redrawn in place (`\r\x1b[2K` and the line, or only what was added when the
@@ -284,7 +275,7 @@ export function markdownStream(
       if (buffer === "") return;
       const target = (first ? prefix : "") + renderLine(buffer, { ...state }, style, columns);
       // A line may wrap only while it is prose, whose rendering can but grow: nothing it shows can change.
-      if (width(target) < columns || (state.fence === null && PROSE.test(buffer))) draw(target);
+      if (displayWidth(target) < columns || (state.fence === null && PROSE.test(buffer))) draw(target);
     },
     end(): void {
       if (ended) return;
