@@ -3,7 +3,7 @@
  * as a person would type them, each after the text it answers has appeared.
  */
 import assert from "node:assert/strict";
-import { startFakeProvider } from "./fixtures/fake_openai.ts";
+import { type FakeProvider, startFakeProvider } from "./fixtures/fake_openai.ts";
 import { ROOT, tempDir } from "./_harness.ts";
 
 /** Why these tests cannot run here, or null: they need util-linux's `script` (other systems' differs). */
@@ -18,6 +18,19 @@ function noPseudoTerminal(): string | null {
 }
 const IGNORED = noPseudoTerminal();
 if (IGNORED !== null) console.log(`terminal tests ignored: ${IGNORED}`);
+
+/** A terminal test: a temp folder and a fake provider for `fn`, ignored (with the reason) without a PTY. */
+function ttyTest(name: string, fn: (dir: { path: string }, provider: FakeProvider) => Promise<void>): void {
+  Deno.test({ name, ignore: IGNORED !== null }, async () => {
+    using dir = tempDir();
+    const provider = startFakeProvider();
+    try {
+      await fn(dir, provider);
+    } finally {
+      await provider.close();
+    }
+  });
+}
 
 /** `deno task chat args` on a terminal of its own. */
 function spawnTty(args: string[], env: Record<string, string>) {
@@ -91,13 +104,9 @@ function userMessages(request: Record<string, unknown>): (string | null)[] {
 
 const PASTED = "first line\nsecond line\n\nlast line";
 
-Deno.test({
-  name: "on a terminal a bracketed paste is one turn: the model gets one message with its newlines",
-  ignore: IGNORED !== null,
-}, async () => {
-  using dir = tempDir();
-  const provider = startFakeProvider();
-  try {
+ttyTest(
+  "on a terminal a bracketed paste is one turn: the model gets one message with its newlines",
+  async (dir, provider) => {
     const tty = spawnTty([], ttyEnv(dir.path, provider.url));
     let at = await tty.waitFor("you> ");
     // A terminal sends pasted lines with \r, as if Enter were pressed on each; the brackets make it one entry.
@@ -112,18 +121,12 @@ Deno.test({
     assert.deepEqual(userMessages(provider.requests[0]), [PASTED]);
     assert.ok(tty.output().startsWith("\x1b[?2004h"), "bracketed paste is turned on first");
     assert.ok(tty.output().includes("\x1b[?2004l"), "and off again on exit");
-  } finally {
-    await provider.close();
-  }
-});
+  },
+);
 
-Deno.test({
-  name: "on a terminal Ctrl-C clears the line, and a second Ctrl-C on the empty line exits 0 with a newline",
-  ignore: IGNORED !== null,
-}, async () => {
-  using dir = tempDir();
-  const provider = startFakeProvider();
-  try {
+ttyTest(
+  "on a terminal Ctrl-C clears the line, and a second Ctrl-C on the empty line exits 0 with a newline",
+  async (dir, provider) => {
     const tty = spawnTty([], ttyEnv(dir.path, provider.url));
     let at = await tty.waitFor("you> ");
     await tty.type("half a thought");
@@ -135,22 +138,16 @@ Deno.test({
     assert.equal(await tty.exit(), 0);
     assert.equal(provider.requests.length, 0, "the cleared line was never sent");
     assert.ok(tty.output().endsWith("\n"), JSON.stringify(tty.output().slice(-40)));
-  } finally {
-    await provider.close();
-  }
-});
+  },
+);
 
 /** SGR sequences: colour, bold, dim. */
 // deno-lint-ignore no-control-regex
 const SGR = /\x1b\[[0-9;]*m/;
 
-Deno.test({
-  name: "on a terminal NO_COLOR and --no-color leave no colour codes; otherwise there are some",
-  ignore: IGNORED !== null,
-}, async () => {
-  using dir = tempDir();
-  const provider = startFakeProvider();
-  try {
+ttyTest(
+  "on a terminal NO_COLOR and --no-color leave no colour codes; otherwise there are some",
+  async (dir, provider) => {
     const cases: [string, string[], Record<string, string>, boolean][] = [
       ["plain terminal", [], {}, true],
       ["NO_COLOR=1", [], { NO_COLOR: "1" }, false],
@@ -174,18 +171,12 @@ Deno.test({
         `${name}: ${JSON.stringify(tty.output().slice(0, 200))}`,
       );
     }
-  } finally {
-    await provider.close();
-  }
-});
+  },
+);
 
-Deno.test({
-  name: "on a terminal the input history outlives the process (up arrow) in a file of mode 600",
-  ignore: IGNORED !== null,
-}, async () => {
-  using dir = tempDir();
-  const provider = startFakeProvider();
-  try {
+ttyTest(
+  "on a terminal the input history outlives the process (up arrow) in a file of mode 600",
+  async (dir, provider) => {
     const env = ttyEnv(dir.path, provider.url);
     const first = spawnTty([], env);
     let at = await first.waitFor("you> ");
@@ -209,18 +200,12 @@ Deno.test({
     assert.equal(await second.exit(), 0);
     assert.equal(provider.requests.length, 2);
     assert.deepEqual(userMessages(provider.requests[1]), ["remember this line", "remember this line"]);
-  } finally {
-    await provider.close();
-  }
-});
+  },
+);
 
-Deno.test({
-  name: "on a dumb terminal (TERM=dumb) chat goes line by line: no prompt, no escape code at all",
-  ignore: IGNORED !== null,
-}, async () => {
-  using dir = tempDir();
-  const provider = startFakeProvider();
-  try {
+ttyTest(
+  "on a dumb terminal (TERM=dumb) chat goes line by line: no prompt, no escape code at all",
+  async (dir, provider) => {
     const tty = spawnTty([], { ...ttyEnv(dir.path, provider.url), TERM: "dumb" });
     await tty.type("what is 12*(3+4)?\r");
     await tty.waitFor("The answer is 84.");
@@ -228,7 +213,5 @@ Deno.test({
     assert.equal(await tty.exit(), 0);
     assert.ok(!tty.output().includes("\x1b"), JSON.stringify(tty.output()));
     assert.ok(!tty.output().includes("you> "));
-  } finally {
-    await provider.close();
-  }
-});
+  },
+);
