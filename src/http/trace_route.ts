@@ -15,7 +15,7 @@ export const MAX_TRACE_LIMIT = 1000;
 /** Encodes a cursor as opaque URL-safe text, valid across restarts for as long as its file exists. */
 export function encodeTraceCursor(cursor: TraceCursor): string {
   // Digits and colons never encode to "+" or "/", so the text needs no escaping in a query string.
-  return btoa(`t1:${cursor.ino}:${cursor.offset}`).replaceAll("=", "");
+  return btoa(`t2:${cursor.file}:${cursor.offset}`).replaceAll("=", "");
 }
 
 /** Decodes {@linkcode encodeTraceCursor}'s text. @throws {SyntaxError} when the text is not a cursor. */
@@ -26,9 +26,9 @@ export function decodeTraceCursor(text: string): TraceCursor {
   } catch {
     // Not base64: reported below.
   }
-  const match = /^t1:(\d{1,15}):(\d{1,15})$/.exec(plain);
+  const match = /^t2:(\d{1,20}:\d{1,20}):(\d{1,15})$/.exec(plain);
   if (match === null) throw new SyntaxError(`Cannot read cursor "${text.slice(0, 40)}": not a trace cursor`);
-  return { ino: Number(match[1]), offset: Number(match[2]) };
+  return { file: match[1], offset: Number(match[2]) };
 }
 
 /**

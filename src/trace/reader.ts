@@ -3,11 +3,12 @@
  * index says where each event's line is, so a page reads exactly its own lines, asynchronously.
  * @module
  */
-import { type AppendedLine, parseLine, traceFiles } from "./trace.ts";
+import { type AppendedLine, fileIdentity, parseLine, traceFiles } from "./trace.ts";
 
-/** Where a page starts: the next event's file (by inode, which survives rotation) and byte offset. */
+/** Where a page starts: the next event's file (by its identity, which survives rotation) and byte offset. */
 export interface TraceCursor {
-  ino: number;
+  /** The file's `fileIdentity`: inode and birth time. */
+  file: string;
   offset: number;
 }
 
@@ -15,7 +16,7 @@ export interface TraceCursor {
 export interface TraceFile {
   read(buffer: Uint8Array): Promise<number | null>;
   seek(offset: number, whence: Deno.SeekMode): Promise<number>;
-  stat(): Promise<{ ino: number | null; size: number }>;
+  stat(): Promise<{ ino: number | null; birthtime?: Date | null; size: number }>;
   close(): void;
 }
 
@@ -54,7 +55,8 @@ interface Bucket {
 }
 
 interface IndexedFile {
-  ino: number;
+  /** Its `fileIdentity`: an inode alone may be a deleted file's, handed to a new one. */
+  id: string;
   /** Where the file is now (it moves on rotation). */
   path: string;
   /** Every whole line before this offset is indexed; lines are only ever added at this offset. */
@@ -81,7 +83,7 @@ const decoder = new TextDecoder();
 export class TraceReader {
   #path: string;
   #open: (path: string) => Promise<TraceFile>;
-  #files = new Map<number, IndexedFile>();
+  #files = new Map<string, IndexedFile>();
   /** Files on disk, oldest first, as of the last refresh. */
   #chain: IndexedFile[] = [];
   #pending: Promise<void> = Promise.resolve();
@@ -108,7 +110,7 @@ export class TraceReader {
       const next = spans.length > query.limit ? spans.pop()! : null;
       try {
         const events = await this.#read(spans);
-        return { events, nextCursor: next && { ino: next.file.ino, offset: next.offset } };
+        return { events, nextCursor: next && { file: next.file.id, offset: next.offset } };
       } catch (error) {
         if (!(error instanceof FileMoved) || attempt === 3) throw error;
       }
@@ -117,7 +119,7 @@ export class TraceReader {
 
   /** Indexes a line this process just wrote (the tracer's `onAppend`), if it is the next one. Never throws. */
   noteAppend(line: AppendedLine): void {
-    const file = this.#files.get(line.ino);
+    const file = this.#files.get(line.file);
     if (file !== undefined) this.#add(file, line.offset, line.length, line.event);
   }
 
@@ -130,18 +132,19 @@ export class TraceReader {
         if (error instanceof Deno.errors.NotFound) return null;
         throw error;
       });
-      const ino = info?.ino ?? 0;
-      if (info === null || chain.some((file) => file.ino === ino)) continue;
-      let file = this.#files.get(ino);
+      if (info === null) continue;
+      const id = fileIdentity(info);
+      if (chain.some((file) => file.id === id)) continue;
+      let file = this.#files.get(id);
       if (file === undefined || info.size < file.size) {
-        file = { ino, path, size: 0, buckets: new Map(), legacyRuns: new Map() };
-        this.#files.set(ino, file);
+        file = { id, path, size: 0, buckets: new Map(), legacyRuns: new Map() };
+        this.#files.set(id, file);
       }
       file.path = path;
       chain.unshift(file);
     }
-    for (const ino of this.#files.keys()) {
-      if (!chain.some((file) => file.ino === ino)) this.#files.delete(ino);
+    for (const id of this.#files.keys()) {
+      if (!chain.some((file) => file.id === id)) this.#files.delete(id);
     }
     this.#chain = chain;
     for (const file of chain) await this.#indexTail(file);
@@ -152,7 +155,7 @@ export class TraceReader {
     const handle = await this.#open(file.path);
     try {
       const info = await handle.stat();
-      if ((info.ino ?? 0) !== file.ino || info.size <= file.size) return;
+      if (fileIdentity(info) !== file.id || info.size <= file.size) return;
       await handle.seek(file.size, Deno.SeekMode.Start);
       let base = file.size;
       let carry = new Uint8Array(0);
@@ -213,7 +216,7 @@ export class TraceReader {
     const since = Date.parse(query.since);
     const key = `${query.userId}\u0000${query.sessionId}`;
     // A cursor into a file rotation has since deleted starts at the oldest file left.
-    let first = cursor === null ? 0 : this.#chain.findIndex((file) => file.ino === cursor.ino);
+    let first = cursor === null ? 0 : this.#chain.findIndex((file) => file.id === cursor.file);
     let from = cursor?.offset ?? 0;
     if (first === -1) [first, from] = [0, 0];
     const spans: Span[] = [];
@@ -237,7 +240,7 @@ export class TraceReader {
       const file = spans[i].file;
       const handle = await this.#open(file.path);
       try {
-        if (((await handle.stat()).ino ?? 0) !== file.ino) throw new FileMoved();
+        if (fileIdentity(await handle.stat()) !== file.id) throw new FileMoved();
         while (i < spans.length && spans[i].file === file) {
           const start = spans[i].offset;
           let end = start;

@@ -43,10 +43,19 @@ function dropTornTail(file: Deno.FsFile): void {
   if (size > 0) file.truncateSync(0);
 }
 
+/**
+ * Which file a trace file is, whatever its name now: its inode with its birth time. An inode alone survives
+ * rotation's renames, but a file system hands a deleted file's inode to the next file it creates; the birth
+ * time tells them apart (where the file system has none, the inode alone is all there is).
+ */
+export function fileIdentity(info: { ino: number | null; birthtime?: Date | null }): string {
+  return `${info.ino ?? 0}:${info.birthtime?.getTime() ?? 0}`;
+}
+
 /** Where one event's line landed, as the tracer reports it to {@linkcode JsonlTracerOptions.onAppend}. */
 export interface AppendedLine {
-  /** The file's inode: it survives the renames of rotation. */
-  ino: number;
+  /** The file's {@linkcode fileIdentity}: it survives the renames of rotation. */
+  file: string;
   /** Byte offset of the line in that file. */
   offset: number;
   /** Byte length of the line, newline included. */
@@ -101,6 +110,7 @@ export class JsonlTracer {
   #warn: (message: string) => void;
   #file: Deno.FsFile | null = null;
   #ino = 0;
+  #identity = "";
   #failed = false;
   #encoder = new TextEncoder();
 
@@ -123,14 +133,20 @@ export class JsonlTracer {
   write(event: RunEvent): void {
     if (this.#failed) return;
     try {
-      const clipped = clip(event, this.#maxPayloadChars, this.#secrets) as Record<string, unknown>;
+      // Only the data is cut: the envelope (time, ids) stays whole, so readers find the line; both are redacted.
+      const { data, ...envelope } = event;
+      const clipped = {
+        ...clip(envelope, Number.POSITIVE_INFINITY, this.#secrets) as Record<string, unknown>,
+        data: clip(data, this.#maxPayloadChars, this.#secrets),
+      };
       const bytes = this.#encoder.encode(JSON.stringify(clipped) + "\n");
       const file = this.#fileFor(bytes.length);
       let written = 0;
       while (written < bytes.length) written += file.writeSync(bytes.subarray(written));
       // In append mode the handle's position is the end of this write, whoever else appended before it.
       const end = file.seekSync(0, Deno.SeekMode.Current);
-      this.#onAppend?.({ ino: this.#ino, offset: end - bytes.length, length: bytes.length, event: clipped });
+      const line = { file: this.#identity, offset: end - bytes.length, length: bytes.length, event: clipped };
+      this.#onAppend?.(line);
     } catch (error) {
       this.#failed = true;
       this.#warn(
@@ -164,7 +180,9 @@ export class JsonlTracer {
     const file = Deno.openSync(this.#path, { read: true, append: true, create: true });
     try {
       dropTornTail(file);
-      this.#ino = inodeOf(file.statSync());
+      const info = file.statSync();
+      this.#ino = inodeOf(info);
+      this.#identity = fileIdentity(info);
     } catch (error) {
       file.close();
       throw error;
