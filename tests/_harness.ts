@@ -1,4 +1,5 @@
 /** Shared builders for tests: a store on a temp or in-memory database, real tools, a recording sink. */
+import { PassThrough } from "node:stream";
 import { fileURLToPath } from "node:url";
 import type { Agent, RunOptions } from "../src/agent/loop.ts";
 import { ScriptedLLM, type ScriptStep } from "../src/llm/scripted.ts";
@@ -156,9 +157,9 @@ export interface ServeProcess {
 }
 
 /** Starts `deno <args>` (a serve command) in the repository root with exactly `env`. */
-export function spawnServe(args: string[], env: Record<string, string>): ServeProcess {
+export function spawnServe(args: readonly string[], env: Record<string, string>): ServeProcess {
   const child = new Deno.Command("deno", {
-    args,
+    args: [...args],
     cwd: ROOT,
     env,
     clearEnv: true,
@@ -191,4 +192,44 @@ export function spawnServe(args: string[], env: Record<string, string>): ServePr
       return code;
     },
   };
+}
+
+/**
+ * The environment of a `deno task` child: PATH, HOME and DENO_DIR from this process, the database at
+ * `<dir>/db/sessions.db`, the trace at `<dir>/trace/traces.jsonl`, the input history at `<dir>/db/chat_history`,
+ * then `extra`. A variable with an empty value is left out.
+ */
+export function childEnv(dir: string, extra: Record<string, string> = {}): Record<string, string> {
+  const env: Record<string, string> = {
+    PATH: Deno.env.get("PATH") ?? "",
+    HOME: Deno.env.get("HOME") ?? dir,
+    DENO_DIR: Deno.env.get("DENO_DIR") ?? "",
+    AGENT_DB_PATH: `${dir}/db/sessions.db`,
+    AGENT_TRACE_PATH: `${dir}/trace/traces.jsonl`,
+    AGENT_HISTORY_PATH: `${dir}/db/chat_history`,
+    ...extra,
+  };
+  return Object.fromEntries(Object.entries(env).filter(([, value]) => value !== ""));
+}
+
+/** `deno` arguments that run `serve` with broad permissions, for tests that are not about the permissions. */
+export const SERVE_ARGS: readonly string[] = [
+  "run",
+  "--no-prompt",
+  "--allow-env",
+  "--allow-read",
+  "--allow-write",
+  "--allow-net",
+  "src/main.ts",
+  "serve",
+];
+
+/** A stream to hand where output goes (the REPL's), collecting what is written to it as text. */
+export function textSink(): { stream: PassThrough; text(): string } {
+  const stream = new PassThrough();
+  let text = "";
+  stream.on("data", (chunk: Uint8Array | string) => {
+    text += typeof chunk === "string" ? chunk : new TextDecoder().decode(chunk);
+  });
+  return { stream, text: () => text };
 }

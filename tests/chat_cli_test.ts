@@ -2,32 +2,21 @@
 import assert from "node:assert/strict";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { startFakeProvider } from "./fixtures/fake_openai.ts";
-import { ROOT, runProcess, tempDir } from "./_harness.ts";
+import { childEnv, ROOT, runProcess, tempDir } from "./_harness.ts";
 
 function chat(args: string[], stdin: string, env: Record<string, string>) {
   return runProcess("deno", ["task", "--quiet", "chat", ...args], { env, stdin, clearEnv: true });
 }
 
 function baseEnv(dir: string, url: string): Record<string, string> {
-  return {
-    PATH: Deno.env.get("PATH") ?? "",
-    HOME: Deno.env.get("HOME") ?? dir,
-    DENO_DIR: Deno.env.get("DENO_DIR") ?? "",
-    OPENAI_BASE_URL: url,
-    AGENT_DB_PATH: `${dir}/db/sessions.db`,
-    AGENT_TRACE_PATH: `${dir}/trace/traces.jsonl`,
-  };
-}
-
-function withoutEmpty(env: Record<string, string>): Record<string, string> {
-  return Object.fromEntries(Object.entries(env).filter(([, v]) => v !== ""));
+  return childEnv(dir, { OPENAI_BASE_URL: url });
 }
 
 Deno.test("deno task chat answers piped questions through the calculator and remembers after a restart", async () => {
   using dir = tempDir();
   const provider = startFakeProvider();
   try {
-    const env = withoutEmpty(baseEnv(dir.path, provider.url));
+    const env = baseEnv(dir.path, provider.url);
     const first = await chat(["--session", "cli-1"], "what is 12*(3+4)?\nhello there\n", env);
     assert.equal(first.code, 0, first.stderr);
     assert.equal(first.stdout, "The answer is 84.\necho: hello there\n");
@@ -55,7 +44,7 @@ Deno.test("deno task chat --user bob starts on bob's own default session when de
   using dir = tempDir();
   const provider = startFakeProvider();
   try {
-    const env = withoutEmpty(baseEnv(dir.path, provider.url));
+    const env = baseEnv(dir.path, provider.url);
     const local = await chat([], "local's note\n", env);
     assert.equal(local.code, 0, local.stderr);
 
@@ -92,7 +81,7 @@ Deno.test("deno task chat --user bob starts on bob's own default session when de
 
 Deno.test("deno task chat stops with exit 2 and one clear line when the key is missing for a remote host", async () => {
   using dir = tempDir();
-  const env = withoutEmpty(baseEnv(dir.path, "https://api.example.com/v1"));
+  const env = baseEnv(dir.path, "https://api.example.com/v1");
   const result = await chat([], "this must not be read\n", env);
   assert.equal(result.code, 2);
   assert.equal(result.stdout, "");
@@ -108,7 +97,7 @@ Deno.test("deno task chat stops with exit 2 and one clear line when the key is m
 
 Deno.test("deno task chat rejects a bad variable with exit 2 naming it", async () => {
   using dir = tempDir();
-  const env = withoutEmpty({ ...baseEnv(dir.path, "http://127.0.0.1:9/v1"), AGENT_MAX_TOOL_ITERS: "zero" });
+  const env = childEnv(dir.path, { OPENAI_BASE_URL: "http://127.0.0.1:9/v1", AGENT_MAX_TOOL_ITERS: "zero" });
   const result = await chat([], "", env);
   assert.equal(result.code, 2);
   assert.equal(
@@ -120,7 +109,7 @@ Deno.test("deno task chat rejects a bad variable with exit 2 naming it", async (
 Deno.test("deno task chat reports an unreachable provider as an error answer and exit 1", async () => {
   using dir = tempDir();
   // Nothing listens on port 9 of loopback; retries are off so the test is quick.
-  const env = withoutEmpty({ ...baseEnv(dir.path, "http://127.0.0.1:9/v1"), LLM_RETRIES: "0" });
+  const env = childEnv(dir.path, { OPENAI_BASE_URL: "http://127.0.0.1:9/v1", LLM_RETRIES: "0" });
   const result = await chat([], "hi\n", env);
   assert.equal(result.code, 1);
   assert.match(result.stdout, /could not get an answer from the model: .*127\.0\.0\.1/);
@@ -128,7 +117,7 @@ Deno.test("deno task chat reports an unreachable provider as an error answer and
 
 Deno.test("deno task chat --help documents the flags and every variable", async () => {
   using dir = tempDir();
-  const result = await chat(["--help"], "", withoutEmpty(baseEnv(dir.path, "http://127.0.0.1:9/v1")));
+  const result = await chat(["--help"], "", baseEnv(dir.path, "http://127.0.0.1:9/v1"));
   assert.equal(result.code, 0);
   for (
     const word of ["--session", "--user", "OPENAI_API_KEY", "AGENT_TRACE_MAX_PAYLOAD_CHARS", "--env-file"]
@@ -146,7 +135,7 @@ Deno.test("deno task chat prints streamed text as it arrives, before the turn en
     const child = new Deno.Command("deno", {
       args: ["task", "--quiet", "chat"],
       cwd: ROOT,
-      env: { NO_COLOR: "1", ...withoutEmpty(baseEnv(dir.path, provider.url)) },
+      env: { NO_COLOR: "1", ...baseEnv(dir.path, provider.url) },
       clearEnv: true,
       stdin: "piped",
       stdout: "piped",
@@ -185,7 +174,7 @@ Deno.test("deno task chat with AGENT_STREAM=0 asks for the whole reply at once",
   using dir = tempDir();
   const provider = startFakeProvider();
   try {
-    const env = withoutEmpty({ ...baseEnv(dir.path, provider.url), AGENT_STREAM: "0" });
+    const env = childEnv(dir.path, { OPENAI_BASE_URL: provider.url, AGENT_STREAM: "0" });
     const result = await chat([], "hello there\n", env);
     assert.equal(result.code, 0, result.stderr);
     assert.equal(result.stdout, "echo: hello there\n");

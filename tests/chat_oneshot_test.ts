@@ -2,23 +2,14 @@
 import assert from "node:assert/strict";
 import { oneShotMessage } from "../src/cli/chat.ts";
 import { startFakeProvider } from "./fixtures/fake_openai.ts";
-import { runProcess, tempDir } from "./_harness.ts";
+import { childEnv, runProcess, tempDir } from "./_harness.ts";
 
 function chat(args: string[], stdin: string, env: Record<string, string>) {
   return runProcess("deno", ["task", "--quiet", "chat", ...args], { env, stdin, clearEnv: true });
 }
 
 function env(dir: string, url: string): Record<string, string> {
-  const base: Record<string, string> = {
-    PATH: Deno.env.get("PATH") ?? "",
-    HOME: Deno.env.get("HOME") ?? dir,
-    DENO_DIR: Deno.env.get("DENO_DIR") ?? "",
-    OPENAI_BASE_URL: url,
-    AGENT_DB_PATH: `${dir}/db/sessions.db`,
-    AGENT_TRACE_PATH: `${dir}/trace/traces.jsonl`,
-    AGENT_HISTORY_PATH: `${dir}/db/chat_history`,
-  };
-  return Object.fromEntries(Object.entries(base).filter(([, v]) => v !== ""));
+  return childEnv(dir, { OPENAI_BASE_URL: url });
 }
 
 function userMessages(request: Record<string, unknown>): (string | null)[] {

@@ -4,7 +4,7 @@
  */
 import assert from "node:assert/strict";
 import { type FakeProvider, startFakeProvider } from "./fixtures/fake_openai.ts";
-import { ROOT, tempDir } from "./_harness.ts";
+import { childEnv, ROOT, tempDir } from "./_harness.ts";
 
 /** Why these tests cannot run here, or null: they need util-linux's `script` (other systems' differs). */
 function noPseudoTerminal(): string | null {
@@ -83,18 +83,7 @@ function spawnTty(args: string[], env: Record<string, string>) {
 }
 
 function ttyEnv(dir: string, url: string, extra: Record<string, string> = {}): Record<string, string> {
-  const env: Record<string, string> = {
-    PATH: Deno.env.get("PATH") ?? "",
-    HOME: Deno.env.get("HOME") ?? dir,
-    DENO_DIR: Deno.env.get("DENO_DIR") ?? "",
-    TERM: "xterm",
-    OPENAI_BASE_URL: url,
-    AGENT_DB_PATH: `${dir}/db/sessions.db`,
-    AGENT_TRACE_PATH: `${dir}/db/traces.jsonl`,
-    AGENT_HISTORY_PATH: `${dir}/history/chat_history`,
-    ...extra,
-  };
-  return Object.fromEntries(Object.entries(env).filter(([, v]) => v !== ""));
+  return childEnv(dir, { TERM: "xterm", OPENAI_BASE_URL: url, ...extra });
 }
 
 function userMessages(request: Record<string, unknown>): (string | null)[] {
@@ -185,7 +174,7 @@ ttyTest(
     await first.waitFor("you> ", at);
     await first.type("\x04");
     assert.equal(await first.exit(), 0);
-    const file = `${dir.path}/history/chat_history`;
+    const file = `${dir.path}/db/chat_history`;
     assert.equal(Deno.statSync(file).mode! & 0o777, 0o600);
     assert.equal(Deno.readTextFileSync(file), '"remember this line"\n');
 

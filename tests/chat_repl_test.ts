@@ -6,17 +6,7 @@ import { LlmError } from "../src/errors.ts";
 import type { ChatOptions, LLM } from "../src/llm/llm.ts";
 import type { ChatReply, Message } from "../src/types.ts";
 import type { Agent } from "../src/agent/loop.ts";
-import { type Harness, harness, keyOf } from "./_harness.ts";
-
-/** Collects what is written to a stream as text. */
-function sink(): { stream: PassThrough; text(): string } {
-  const stream = new PassThrough();
-  let text = "";
-  stream.on("data", (chunk: Uint8Array | string) => {
-    text += typeof chunk === "string" ? chunk : new TextDecoder().decode(chunk);
-  });
-  return { stream, text: () => text };
-}
+import { type Harness, harness, keyOf, textSink } from "./_harness.ts";
 
 async function until(check: () => boolean, what: string): Promise<void> {
   for (let i = 0; i < 500 && !check(); i++) await new Promise((resolve) => setTimeout(resolve, 10));
@@ -49,8 +39,8 @@ function plain(text: string): string {
 /** An interactive REPL on in-memory streams: type into `input`, read `output` and `status`. */
 function startRepl(h: Harness, sessionId: string, agent: Partial<Agent> = {}) {
   const input = new PassThrough();
-  const output = sink();
-  const status = sink();
+  const output = textSink();
+  const status = textSink();
   const exit = runChat({
     sessionId,
     userId: "local",

@@ -17,7 +17,7 @@ import { ScriptedLLM, type ScriptStep } from "../src/llm/scripted.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { deterministicSummarizer } from "../src/memory/summarizer.ts";
 import { JsonlTracer } from "../src/trace/trace.ts";
-import { counterIds, realTools, steppingClock, tempDir } from "./_harness.ts";
+import { counterIds, realTools, steppingClock, tempDir, textSink } from "./_harness.ts";
 
 const GOLDEN = new URL("./fixtures/golden/", import.meta.url);
 const UPDATE = Deno.env.get("GOLDEN_UPDATE") === "1";
@@ -116,22 +116,13 @@ const CHAT_LINES = [
   "loop until the limit",
 ];
 
-function sink(): { stream: PassThrough; text(): string } {
-  const stream = new PassThrough();
-  let text = "";
-  stream.on("data", (chunk: Uint8Array | string) => {
-    text += typeof chunk === "string" ? chunk : new TextDecoder().decode(chunk);
-  });
-  return { stream, text: () => text };
-}
-
 Deno.test("golden: the piped REPL's output and the trace of a scripted conversation are unchanged", async () => {
   using dir = tempDir();
   const w = world(dir.path, CHAT_SCRIPT, "piped");
   try {
     const input = new PassThrough();
-    const output = sink();
-    const status = sink();
+    const output = textSink();
+    const status = textSink();
     const chat = runChat({
       sessionId: "cli",
       userId: "local",
@@ -166,8 +157,8 @@ Deno.test("golden: the REPL on a terminal shows the same text, colours and comma
   const w = world(dir.path, CHAT_SCRIPT, "tty");
   try {
     const input = new PassThrough();
-    const output = sink();
-    const status = sink();
+    const output = textSink();
+    const status = textSink();
     let ended = 0;
     const chat = runChat({
       sessionId: "tty",

@@ -15,7 +15,7 @@ import type { ChatOptions, LLM } from "../src/llm/llm.ts";
 import { readTrace } from "../src/trace/trace.ts";
 import type { ChatReply, Message, StoredMessage } from "../src/types.ts";
 import { startFakeProvider } from "./fixtures/fake_openai.ts";
-import { keyOf, spawnServe, tempDir } from "./_harness.ts";
+import { childEnv, keyOf, SERVE_ARGS, spawnServe, tempDir } from "./_harness.ts";
 import { type HttpHarness, httpHarness, parseSse } from "./_http_harness.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
@@ -709,34 +709,12 @@ Deno.test("a slowly trickling body on one connection does not hold up a request 
   }, { overrides: { authenticator } });
 });
 
-function subprocessEnv(dir: string, extra: Record<string, string>): Record<string, string> {
-  const env: Record<string, string> = {
-    PATH: Deno.env.get("PATH") ?? "",
-    HOME: Deno.env.get("HOME") ?? dir,
-    AGENT_DB_PATH: `${dir}/db/sessions.db`,
-    AGENT_TRACE_PATH: `${dir}/trace/traces.jsonl`,
-    ...extra,
-  };
-  const denoDir = Deno.env.get("DENO_DIR");
-  if (denoDir !== undefined) env.DENO_DIR = denoDir;
-  return env;
-}
-
 Deno.test("serve refuses a non-loopback AGENT_HOST without AGENT_API_TOKENS, with exit code 2", async () => {
   using dir = tempDir();
   const { code, stderr } = await new Deno.Command("deno", {
-    args: [
-      "run",
-      "--no-prompt",
-      "--allow-env",
-      "--allow-read",
-      "--allow-write",
-      "--allow-net",
-      "src/main.ts",
-      "serve",
-    ],
+    args: [...SERVE_ARGS],
     cwd: ROOT,
-    env: subprocessEnv(dir.path, { AGENT_HOST: "0.0.0.0", OPENAI_BASE_URL: "http://127.0.0.1:9/v1" }),
+    env: childEnv(dir.path, { AGENT_HOST: "0.0.0.0", OPENAI_BASE_URL: "http://127.0.0.1:9/v1" }),
     clearEnv: true,
     stdin: "null",
     stdout: "null",
@@ -757,7 +735,7 @@ Deno.test("deno task serve listens, answers /healthz, and stops cleanly with exi
   try {
     const serve = spawnServe(
       ["task", "serve"],
-      subprocessEnv(dir.path, {
+      childEnv(dir.path, {
         AGENT_PORT: String(port),
         OPENAI_BASE_URL: provider.url,
         NO_COLOR: "1",

@@ -5,7 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { readTrace } from "../src/trace/trace.ts";
-import { spawnServe, tempDir } from "./_harness.ts";
+import { childEnv, SERVE_ARGS, spawnServe, tempDir } from "./_harness.ts";
 import { endless, startFaultProvider } from "./fixtures/fault_provider.ts";
 
 /** The most resident memory the server may use, in kB (300 MB). */
@@ -40,9 +40,7 @@ Deno.test({
     using dir = tempDir();
     const provider = startFaultProvider([endless()], "repeat");
     const port = freePort();
-    const env: Record<string, string> = {
-      PATH: Deno.env.get("PATH") ?? "",
-      HOME: Deno.env.get("HOME") ?? dir.path,
+    const env = childEnv(dir.path, {
       NO_COLOR: "1",
       OPENAI_BASE_URL: provider.url,
       AGENT_PORT: String(port),
@@ -50,24 +48,8 @@ Deno.test({
       LLM_MAX_REPLY_BYTES: "262144",
       // Generous, so the reply limit is what ends the turns.
       LLM_TIMEOUT_SECONDS: "600",
-      AGENT_DB_PATH: `${dir.path}/db/sessions.db`,
-      AGENT_TRACE_PATH: `${dir.path}/trace/traces.jsonl`,
-    };
-    const denoDir = Deno.env.get("DENO_DIR");
-    if (denoDir !== undefined) env.DENO_DIR = denoDir;
-    const serve = spawnServe(
-      [
-        "run",
-        "--no-prompt",
-        "--allow-env",
-        "--allow-read",
-        "--allow-write",
-        "--allow-net",
-        "src/main.ts",
-        "serve",
-      ],
-      env,
-    );
+    });
+    const serve = spawnServe(SERVE_ARGS, env);
     // Bounds the wait (never asserted as a time): a server that reads forever fails here, not hangs.
     const guard = new AbortController();
     const timer = setTimeout(() => guard.abort(new Error("the turns did not end within 120 s")), 120_000);

@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { startFakeProvider } from "./fixtures/fake_openai.ts";
 import { completion, json, startFaultProvider } from "./fixtures/fault_provider.ts";
-import { runProcess, tempDir } from "./_harness.ts";
+import { childEnv, runProcess, tempDir } from "./_harness.ts";
 
 /**
  * Makes a file or folder unwritable: by its permission bits, and where those do not bind (root ignores them)
@@ -53,15 +53,7 @@ const IGNORE_REASON = "cannot make a path unwritable here (root, and chattr +i d
 if (!unwritable) console.log(`ignored: ${IGNORE_REASON}`);
 
 function env(dir: string, extra: Record<string, string>): Record<string, string> {
-  const base: Record<string, string> = {
-    PATH: Deno.env.get("PATH") ?? "",
-    HOME: Deno.env.get("HOME") ?? dir,
-    AGENT_DB_PATH: join(dir, "db", "sessions.db"),
-    AGENT_TRACE_PATH: join(dir, "trace", "traces.jsonl"),
-  };
-  const denoDir = Deno.env.get("DENO_DIR");
-  if (denoDir !== undefined) base.DENO_DIR = denoDir;
-  return { ...base, ...extra };
+  return childEnv(dir, extra);
 }
 
 function task(name: "chat" | "serve", vars: Record<string, string>, stdin = "") {
