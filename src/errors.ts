@@ -64,3 +64,8 @@ export class SessionError extends Error {
     this.reason = reason;
   }
 }
+
+/** What an error says, without the "Error: " a stack would add; anything thrown that is not an error, as text. */
+export function errorMessage(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

@@ -112,10 +112,3 @@ export interface TracedEvent {
 
 /** Receives every event of a run as it happens. Must not throw. */
 export type EventSink = (event: RunEvent) => void;
-
-/** Narrows an event to one name, for `find` and `filter`: `events.filter(isEvent("error"))`. */
-export function isEvent<N extends RunEventName>(
-  name: N,
-): (event: RunEvent) => event is Extract<RunEvent, { event: N }> {
-  return (event): event is Extract<RunEvent, { event: N }> => event.event === name;
-}

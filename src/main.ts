@@ -13,7 +13,7 @@ import { colorWanted } from "./cli/render.ts";
 import { FileHistory } from "./cli/history.ts";
 import { helpText } from "./cli/help.ts";
 import { type Config, isLoopbackHost, loadConfig, requireApiKey } from "./config.ts";
-import { ConfigError, SessionError } from "./errors.ts";
+import { ConfigError, errorMessage, SessionError } from "./errors.ts";
 import { Authenticator } from "./http/auth.ts";
 import { BatchedLog, writeStderr } from "./http/batched_log.ts";
 import { REQUEST_LINE } from "./http/handler.ts";
@@ -47,18 +47,13 @@ interface Runtime {
   close(): Promise<void>;
 }
 
-/** What an error says, without the "Error: " a stack would add. */
-function detail(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
-}
-
 /** Runs `open`, or fails with one line: what could not be done to `path`, why, and what to do. */
 function opening<T>(variable: string, action: string, path: string, open: () => T): T {
   try {
     return open();
   } catch (error) {
     const advice = `make it and its folder writable, or set ${variable} to another file`;
-    throw new ConfigError(variable, `Cannot ${action} ${path}: ${detail(error)}; ${advice}`);
+    throw new ConfigError(variable, `Cannot ${action} ${path}: ${errorMessage(error)}; ${advice}`);
   }
 }
 
@@ -143,7 +138,9 @@ async function chat(config: Readonly<Config>, key: SessionKey, options: ChatChoi
   const { interactive } = options;
   const onError = (error: unknown) =>
     console.error(
-      `Cannot save the input history to ${config.historyPath}: ${detail(error)}; set AGENT_HISTORY_PATH`,
+      `Cannot save the input history to ${config.historyPath}: ${
+        errorMessage(error)
+      }; set AGENT_HISTORY_PATH`,
     );
   try {
     await runtime.store.getOrCreate(key);

@@ -77,6 +77,12 @@ export function unansweredMessage(history: readonly StoredMessage[]): StoredMess
   return null;
 }
 
+/** The error of a retry on a session whose last turn was answered (or that does not exist). */
+export function nothingToRetry(sessionId: string): SessionError {
+  const why = `session "${sessionId}" has no unanswered message (its last turn was answered)`;
+  return new SessionError(`Cannot retry: ${why}`, "nothing_to_retry");
+}
+
 /** Usage as the trace and the HTTP API spell it, in snake_case like every other key they carry. */
 export function usageData(usage: Usage): RunEventData["run_end"]["usage"] {
   return {
@@ -135,12 +141,7 @@ export class Turn {
     const session = retry ? await store.get(key) : await store.getOrCreate(key);
     const history = session === null ? [] : await store.messages(key);
     const question = retry ? unansweredMessage(history)?.content ?? null : message!;
-    if (session === null || question === null) {
-      throw new SessionError(
-        `Cannot retry: session "${key.sessionId}" has no unanswered message (its last turn was answered)`,
-        "nothing_to_retry",
-      );
-    }
+    if (session === null || question === null) throw nothingToRetry(key.sessionId);
     const memory = { key, summary: session.summary, history };
     const turn = new Turn(agent, run, key, memory, retry ? session.turnCount : session.turnCount + 1);
     turn.event("run_start", null, {

@@ -8,6 +8,7 @@ import { parseSummary, SUMMARY_FIELDS } from "../memory/summary.ts";
 import { shorten } from "../shorten.ts";
 import { type SessionStore, validateId } from "../store/store.ts";
 import type { StoredMessage, Usage } from "../types.ts";
+import { plural } from "./render.ts";
 
 /** Tokens counted over some turns. */
 export interface TokenCount {
@@ -103,10 +104,6 @@ export async function describeSession(
 ): Promise<string> {
   const session = await store.get({ userId, sessionId });
   return `session ${sessionId} (user ${userId}), ${plural(session?.turnCount ?? 0, "turn")}`;
-}
-
-function plural(n: number, word: string): string {
-  return `${n.toLocaleString("en-US")} ${word}${n === 1 ? "" : "s"}`;
 }
 
 function tokens(count: TokenCount): string {

@@ -66,8 +66,9 @@ export interface AnswerStats {
   tokensOut: number | null;
 }
 
-function count(n: number, noun: string): string {
-  return `${n} ${noun}${n === 1 ? "" : "s"}`;
+/** `n` and its noun, plural unless `n` is 1: `1 turn`, `1,250 tokens`. */
+export function plural(n: number, noun: string): string {
+  return `${n.toLocaleString("en-US")} ${noun}${n === 1 ? "" : "s"}`;
 }
 
 function duration(ms: number): string {
@@ -86,8 +87,8 @@ function duration(ms: number): string {
 export function statsLine(stats: AnswerStats, style: Style): string {
   const { ms, modelCalls, toolCalls, tokensIn, tokensOut } = stats;
   const number = (n: number) => n.toLocaleString("en-US");
-  const parts = [duration(ms), count(modelCalls, "model call")];
-  if (toolCalls > 0) parts.push(count(toolCalls, "tool call"));
+  const parts = [duration(ms), plural(modelCalls, "model call")];
+  if (toolCalls > 0) parts.push(plural(toolCalls, "tool call"));
   if (tokensIn !== null && tokensOut !== null) {
     parts.push(`${number(tokensIn)} → ${number(tokensOut)} tokens`);
   }

@@ -8,7 +8,7 @@ import { parseArgs } from "node:util";
 import { createStyle, renderEvent } from "../cli/render.ts";
 import { type Config, loadConfig, requireApiKey } from "../config.ts";
 import { llmNetHost } from "../permissions.ts";
-import { ConfigError } from "../errors.ts";
+import { ConfigError, errorMessage } from "../errors.ts";
 import type { LLM } from "../llm/llm.ts";
 import { createLlmFromConfig, type RetryInfo } from "../llm/openai.ts";
 import { ENV_VARIABLES, readEnvironment } from "../permissions.ts";
@@ -118,8 +118,7 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
       out("");
       out(style.bold(`── Phase ${n}/${PHASES.length} · ${phase.name}`));
       const result = await Promise.try(() => phase.run(demo)).catch((error): Verdict => {
-        const reason = error instanceof Error ? error.message : String(error);
-        return { ok: false, reason: `the phase threw: ${reason}` };
+        return { ok: false, reason: `the phase threw: ${errorMessage(error)}` };
       });
       if (result.ok) passed++;
       const label = result.ok ? style.bold("PASS") : style.red(style.bold("FAIL"));

@@ -3,6 +3,7 @@
  * @module
  */
 import type { Config } from "../config.ts";
+import { errorMessage } from "../errors.ts";
 
 /** Why the server could not listen, and what to do, by the error Deno threw. */
 const LISTEN_FAILURES: [
@@ -26,5 +27,5 @@ const LISTEN_FAILURES: [
 /** What to say when listening failed with `error`: the known cause and its remedy, or the error's message. */
 export function listenFailure(error: unknown, config: Readonly<Pick<Config, "host">>): string {
   const known = LISTEN_FAILURES.find(([type]) => error instanceof type);
-  return known?.[1](config) ?? (error instanceof Error ? error.message : String(error));
+  return known?.[1](config) ?? errorMessage(error);
 }

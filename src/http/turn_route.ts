@@ -5,7 +5,7 @@
  * @module
  */
 import { runTurn } from "../agent/loop.ts";
-import { unansweredMessage, usageData } from "../agent/turn.ts";
+import { nothingToRetry, unansweredMessage, usageData } from "../agent/turn.ts";
 import type { SessionKey } from "../store/store.ts";
 import type { RunEvent } from "../events.ts";
 import { readMessageField } from "./body.ts";
@@ -37,9 +37,9 @@ export async function handleTurn(
   const message = retry
     ? undefined
     : await readMessageField(request, { maxBytes: deps.maxBodyBytes, signal: request.signal });
+  // Checked here too, before an SSE response starts: the 409 cannot come once it streams.
   if (retry && unansweredMessage(await deps.agent.store.messages(key)) === null) {
-    const why = `session "${key.sessionId}" has no unanswered message (its last turn was answered)`;
-    throw new HttpError(409, "nothing_to_retry", `Cannot retry: ${why}`);
+    throw nothingToRetry(key.sessionId);
   }
   const queued = queueKey(key);
   // Checked before streaming starts: an SSE response cannot change its status later.

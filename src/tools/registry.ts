@@ -4,6 +4,7 @@
  * @module
  */
 import { MAX_TOOL_RESULT_CHARS } from "../config.ts";
+import { errorMessage } from "../errors.ts";
 import type { ToolCall, ToolResult, ToolSchema } from "../types.ts";
 import { type JsonSchema, validateJsonSchema } from "./json_schema.ts";
 
@@ -120,8 +121,7 @@ export class ToolRegistry {
       const data = await tool.handler(args as Record<string, unknown>, context);
       return fit({ ok: true, data: data ?? null, error: null, truncated: false }, this.#maxResultChars);
     } catch (error) {
-      const message = error instanceof Error ? error.message : String(error);
-      return failure(`Tool "${call.name}" failed: ${message}`);
+      return failure(`Tool "${call.name}" failed: ${errorMessage(error)}`);
     }
   }
 }
