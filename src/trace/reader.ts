@@ -127,6 +127,8 @@ export class TraceReader {
     // Newest first: a rotation between two stats then shows one file twice (kept once, in the newer place)
     // rather than hiding one; a file created meanwhile is seen next time.
     const chain: IndexedFile[] = [];
+    // Only a file that grew since it was indexed is opened (most are whole, and rotated ones never grow).
+    const grown = new Set<IndexedFile>();
     for (const path of traceFiles(this.#path).reverse()) {
       const info = await Deno.stat(path).catch((error) => {
         if (error instanceof Deno.errors.NotFound) return null;
@@ -142,12 +144,13 @@ export class TraceReader {
       }
       file.path = path;
       chain.unshift(file);
+      if (info.size > file.size) grown.add(file);
     }
     for (const id of this.#files.keys()) {
       if (!chain.some((file) => file.id === id)) this.#files.delete(id);
     }
     this.#chain = chain;
-    for (const file of chain) await this.#indexTail(file);
+    for (const file of chain) if (grown.has(file)) await this.#indexTail(file);
   }
 
   /** Indexes the whole lines after `file.size`, up to the size the file has now. */
