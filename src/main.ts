@@ -22,6 +22,7 @@ import { listenFailure } from "./http/listen_failure.ts";
 import { SessionQueue } from "./http/session_queue.ts";
 import { createLlmFromConfig } from "./llm/openai.ts";
 import type { Agent } from "./agent/loop.ts";
+import { BackgroundCompactions } from "./agent/background.ts";
 import { listenNetHost, missingPermissions, readEnvironment, TERMINAL_VARIABLES } from "./permissions.ts";
 import { SqliteStore } from "./store/sqlite.ts";
 import { type SessionKey, type SessionStore, validateId } from "./store/store.ts";
@@ -44,6 +45,7 @@ interface Runtime {
   tracer: JsonlTracer;
   traceReader: TraceReader;
   agent: Agent;
+  /** Waits for background compactions (abandoning them after the shutdown grace), then closes the files. */
   close(): Promise<void>;
 }
 
@@ -97,6 +99,7 @@ function openRuntime(config: Readonly<Config>): Runtime {
     onAppend: (line) => traceReader.noteAppend(line),
   });
   const llm = createLlmFromConfig(config, { stream: config.stream });
+  const compactions = new BackgroundCompactions((event) => tracer.write(event));
   return {
     store,
     tracer,
@@ -109,9 +112,16 @@ function openRuntime(config: Readonly<Config>): Runtime {
       maxToolCallsPerStep: config.maxToolCallsPerStep,
       summarizer: createLlmSummarizer(llm),
       maxRawTurns: config.maxRawTurns,
+      compactBatch: config.compactBatch,
+      compactions,
       maxCtxTokens: config.maxCtxTokens,
     },
     close: async () => {
+      if (compactions.running > 0) {
+        const grace = `${config.shutdownGraceSeconds}s (AGENT_SHUTDOWN_GRACE_SECONDS)`;
+        console.error(`finishing ${compactions.running} background compaction(s), up to ${grace}`);
+      }
+      await compactions.close(config.shutdownGraceSeconds * 1000);
       tracer.close();
       await store.close();
     },
