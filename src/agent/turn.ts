@@ -5,8 +5,8 @@
  */
 import { SessionError } from "../errors.ts";
 import type { EventSink, RunEventData, RunEventName } from "../events.ts";
-import { compactIfDue, type CompactionDeps, type MemoryState } from "../memory/compact.ts";
-import { defaultCompactBatch, overTurnLimit } from "../memory/plan.ts";
+import { compactIfDue, type CompactionDeps, type MemoryState, requestTokens } from "../memory/compact.ts";
+import { defaultCompactBatch, estimateRequestTokens, overTurnLimit } from "../memory/plan.ts";
 import type {
   Message,
   StoredMessage,
@@ -123,6 +123,8 @@ export class Turn {
   #saved: string[] = [];
   /** A failed (or impossible) compaction is not retried within the turn: one summary call per problem. */
   #compacting = true;
+  /** Estimated tokens of the next request, kept up to date as messages are saved: no re-count per step. */
+  #tokens: number;
 
   private constructor(agent: Agent, run: RunOptions, key: SessionKey, memory: MemoryState, number: number) {
     this.agent = agent;
@@ -132,6 +134,7 @@ export class Turn {
     this.number = number;
     this.runId = (agent.newId ?? (() => crypto.randomUUID()))();
     this.tools = agent.tools.schemas();
+    this.#tokens = requestTokens(memory, this.#fixed());
   }
 
   /**
@@ -214,6 +217,7 @@ export class Turn {
     });
     await this.agent.store.append(this.key, stamped);
     this.memory.history.push(...stamped);
+    this.#tokens += estimateRequestTokens(stamped);
     this.#saved.push(...stamped.map((m) => m.id));
   }
 
@@ -222,7 +226,7 @@ export class Turn {
    * the turn trigger alone waits for {@linkcode compactAfterAnswer}). Never fails the turn.
    */
   async compactIfDue(step: number): Promise<void> {
-    if (!this.#compacting) return;
+    if (!this.#compacting || this.#tokens <= this.agent.maxCtxTokens) return;
     const deps = this.#compactionDeps(this.run.signal, { tokensOnly: true });
     const compaction = await compactIfDue(this.memory, this.#fixed(), deps);
     if (compaction === null) return;
@@ -230,6 +234,7 @@ export class Turn {
     this.addUsage(compaction.usage);
     this.memory = compaction.state;
     this.#compacting = compaction.event.ok;
+    if (compaction.event.ok) this.#tokens = compaction.event.tokens_after;
   }
 
   /**

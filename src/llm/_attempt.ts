@@ -62,15 +62,20 @@ class Deadlines {
 }
 
 /**
- * Reads `body` as UTF-8 up to `limit` bytes, so a body past it is never held whole (`over`: only its first
- * `limit` bytes). Rejects as soon as `signal` aborts; cancels what it did not read, on every path.
+ * Reads the body as UTF-8 up to `limit` bytes, so a body past it is never held whole (`over`: only its first
+ * `limit` bytes). Rejects as soon as `signal` (the fetch's own) aborts; cancels what it did not read.
  */
 async function readText(
-  body: ReadableStream<Uint8Array> | null,
+  response: Response,
   limit: number,
   signal: AbortSignal,
 ): Promise<{ text: string; over: boolean }> {
+  const { body } = response;
   if (body === null) return { text: "", over: false };
+  // A length within the limit is read in one go: the fetch's signal still stops it, and the transport
+  // refuses more bytes than announced. Without a length, or past the limit, the bytes are counted.
+  const length = Number(response.headers.get("content-length") ?? NaN);
+  if (Number.isInteger(length) && length <= limit) return { text: await response.text(), over: false };
   const reader = body.getReader();
   const decoder = new TextDecoder();
   let text = "";
@@ -137,7 +142,7 @@ export async function attempt(
     const limit = response.ok ? maxReplyBytes : Math.min(maxReplyBytes, MAX_ERROR_BODY_BYTES);
     let read: { text: string; over: boolean };
     try {
-      read = await readText(response.body, limit, combined);
+      read = await readText(response, limit, combined);
     } catch (error) {
       // A whole body that broke after the host answered is said so, rather than "unreachable".
       return thrown(error, { status: stream ? undefined : response.status });

@@ -64,6 +64,15 @@ function sizes(summary: Summary): Record<string, number> {
   return Object.fromEntries(SUMMARY_FIELDS.map((field) => [field, summary[field].length]));
 }
 
+/** Estimated tokens of the next request: the fixed parts, the summary block and the raw history. */
+export function requestTokens(
+  state: MemoryState,
+  fixed: { system: readonly Message[]; tools: readonly ToolSchema[] },
+): number {
+  return estimateRequestTokens(fixed.system, fixed.tools) + summaryTokens(parseSummary(state.summary)) +
+    estimateRequestTokens(state.history);
+}
+
 /**
  * Compacts when a threshold is exceeded; resolves to null when nothing is due. Never rejects for a summary
  * problem: an LLM error, a timeout, invalid JSON or a schema violation gives `{ok: false, reason}` with the
