@@ -15,7 +15,7 @@ import type {
   TurnToolCall,
   Usage,
 } from "../types.ts";
-import { SYSTEM_PROMPT } from "./context.ts";
+import { buildContext } from "./context.ts";
 import type { LLM } from "../llm/llm.ts";
 import type { Summarizer } from "../memory/summarizer.ts";
 import type { SessionKey, SessionStore } from "../store/store.ts";
@@ -59,6 +59,8 @@ export interface TurnInput {
   message?: string;
   /** Rerun the last unanswered user message instead of adding one: stored once, the turn keeps its number. */
   retry?: boolean;
+  /** An API client's system messages for this turn only, never stored. @default {null} */
+  instructions?: string | null;
 }
 
 /** The closing answer when the turn was aborted (client gone, Ctrl-C). */
@@ -106,6 +108,8 @@ export class Turn {
   readonly runId: string;
   readonly number: number;
   readonly tools: readonly ToolSchema[];
+  /** The client's instructions of this turn (see {@linkcode TurnInput}). */
+  readonly instructions: string | null;
   memory: MemoryState;
   readonly calls: TurnToolCall[] = [];
   readonly usage: Usage = { promptTokens: null, completionTokens: null, totalTokens: null };
@@ -115,10 +119,18 @@ export class Turn {
   /** A failed (or impossible) compaction is not retried within the turn: one summary call per problem. */
   #compacting = true;
 
-  private constructor(agent: Agent, run: RunOptions, key: SessionKey, memory: MemoryState, number: number) {
+  private constructor(
+    agent: Agent,
+    run: RunOptions,
+    key: SessionKey,
+    memory: MemoryState,
+    number: number,
+    instructions: string | null,
+  ) {
     this.agent = agent;
     this.run = run;
     this.key = key;
+    this.instructions = instructions;
     this.memory = memory;
     this.number = number;
     this.runId = (agent.newId ?? (() => crypto.randomUUID()))();
@@ -143,7 +155,8 @@ export class Turn {
     const question = retry ? unansweredMessage(history)?.content ?? null : message!;
     if (session === null || question === null) throw nothingToRetry(key.sessionId);
     const memory = { key, summary: session.summary, history };
-    const turn = new Turn(agent, run, key, memory, retry ? session.turnCount : session.turnCount + 1);
+    const number = retry ? session.turnCount : session.turnCount + 1;
+    const turn = new Turn(agent, run, key, memory, number, input.instructions ?? null);
     turn.event("run_start", null, {
       user_id: key.userId,
       message: question,
@@ -208,7 +221,8 @@ export class Turn {
   async compactIfDue(step: number): Promise<void> {
     if (!this.#compacting) return;
     const { store, summarizer, maxRawTurns, maxCtxTokens } = this.agent;
-    const fixed = { system: [{ role: "system" as const, content: SYSTEM_PROMPT }], tools: this.tools };
+    // What every request of the turn carries besides the history and the summary.
+    const fixed = { system: buildContext([], { instructions: this.instructions }), tools: this.tools };
     const compaction = await compactIfDue(this.memory, fixed, {
       store,
       summarizer,
