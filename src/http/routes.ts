@@ -18,10 +18,17 @@ export interface Route {
   path: string;
   /** Answers `request`, given the template's parameters (URI-decoded). */
   handle(request: Request, params: Record<string, string>): Promise<Response> | Response;
+  /** Writes an error of this path as a response. @default {(error) => error.response()} */
+  errorResponse?(error: HttpError): Response;
 }
 
-function route(method: Route["method"], path: string, handle: Route["handle"]): Route {
-  return { method, path, handle };
+function route(
+  method: Route["method"],
+  path: string,
+  handle: Route["handle"],
+  errorResponse?: Route["errorResponse"],
+): Route {
+  return errorResponse === undefined ? { method, path, handle } : { method, path, handle, errorResponse };
 }
 
 /** The routes the server serves, in matching order (a test checks OpenAPI describes each). */
