@@ -26,7 +26,8 @@ import { listenNetHost, missingPermissions, readEnvironment, TERMINAL_VARIABLES 
 import { SqliteStore } from "./store/sqlite.ts";
 import { type SessionKey, type SessionStore, validateId } from "./store/store.ts";
 import { createLlmSummarizer } from "./memory/summarizer.ts";
-import { createBuiltinTools } from "./tools/builtin.ts";
+import { builtinToolsFor } from "./tools/builtin.ts";
+import type { ToolRegistry } from "./tools/registry.ts";
 import { JsonlTracer } from "./trace/trace.ts";
 import { TraceReader } from "./trace/reader.ts";
 
@@ -44,6 +45,8 @@ interface Runtime {
   tracer: JsonlTracer;
   traceReader: TraceReader;
   agent: Agent;
+  /** The agent's tools bound to another store (a request's private one). */
+  toolsFor(store: SessionStore): ToolRegistry;
   close(): Promise<void>;
 }
 
@@ -97,14 +100,16 @@ function openRuntime(config: Readonly<Config>): Runtime {
     onAppend: (line) => traceReader.noteAppend(line),
   });
   const llm = createLlmFromConfig(config, { stream: config.stream });
+  const toolsFor = builtinToolsFor();
   return {
     store,
     tracer,
     traceReader,
+    toolsFor,
     agent: {
       store,
       llm,
-      tools: createBuiltinTools(store),
+      tools: toolsFor(store),
       maxSteps: config.maxToolIters,
       maxToolCallsPerStep: config.maxToolCallsPerStep,
       summarizer: createLlmSummarizer(llm),
@@ -189,6 +194,10 @@ async function serve(config: Readonly<Config>): Promise<number> {
     const server = listen(() =>
       serveHttp({
         agent: runtime.agent,
+        openEphemeral: () => {
+          const store = new SqliteStore(":memory:");
+          return { store, tools: runtime.toolsFor(store) };
+        },
         emit: (event) => runtime.tracer.write(event),
         authenticator: new Authenticator(config.apiTokens),
         queue: new SessionQueue({ maxWaiting: MAX_QUEUED_TURNS }),
