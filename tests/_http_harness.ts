@@ -3,6 +3,7 @@ import { LlmError } from "../src/errors.ts";
 import { Authenticator } from "../src/http/auth.ts";
 import type { HandlerDeps } from "../src/http/deps.ts";
 import { createHandler } from "../src/http/handler.ts";
+import { type RunningServer, serveHttp } from "../src/http/server.ts";
 import { SessionQueue } from "../src/http/session_queue.ts";
 import type { ChatOptions, LLM } from "../src/llm/llm.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
@@ -94,6 +95,8 @@ export interface HttpHarness {
   handler: (request: Request) => Promise<Response>;
   llm: RuleLLM;
   store: SqliteStore;
+  /** The private stores self-contained chat completions opened, in order. */
+  ephemeral: SqliteStore[];
   tracePath: string;
   tracer: JsonlTracer;
   traceReader: TraceReader;
@@ -127,6 +130,7 @@ export function httpHarness(
   });
   const llm = new RuleLLM(options.delayMs ?? 0);
   const logs: string[] = [];
+  const ephemeral: SqliteStore[] = [];
   const shutdown = new AbortController();
   let shuttingDown = false;
   const deps: HandlerDeps = {
@@ -138,6 +142,11 @@ export function httpHarness(
       summarizer: deterministicSummarizer,
       maxRawTurns: 20,
       maxCtxTokens: 6000,
+    },
+    openEphemeral: () => {
+      const store = new SqliteStore(":memory:");
+      ephemeral.push(store);
+      return { store, tools: realTools(store) };
     },
     emit: (event) => tracer.write(event),
     authenticator: new Authenticator(options.tokens ?? []),
@@ -155,6 +164,7 @@ export function httpHarness(
     handler: createHandler(deps),
     llm,
     store,
+    ephemeral,
     tracePath,
     tracer,
     traceReader,
@@ -190,4 +200,47 @@ export function parseSse(text: string): { event: string; data: Record<string, un
     const data = JSON.parse(lines.filter((l) => l.startsWith("data: ")).map((l) => l.slice(6)).join("\n"));
     return { event, data };
   });
+}
+
+export interface Served {
+  url: string;
+  server: RunningServer;
+  stop: AbortController;
+}
+
+/**
+ * Runs `fn` against a real server on 127.0.0.1 built from the harness's deps (with `overrides`), and always
+ * stops it and waits for `finished`.
+ */
+export async function withServer(
+  h: HttpHarness,
+  fn: (served: Served) => Promise<void>,
+  options: { graceSeconds?: number; overrides?: Partial<HandlerDeps> } = {},
+): Promise<void> {
+  const { graceSeconds = 5, overrides = {} } = options;
+  // serveHttp supplies the lifecycle parts itself.
+  const { shutdownSignal: _signal, isShuttingDown: _isShuttingDown, ...deps } = { ...h.deps, ...overrides };
+  const stop = new AbortController();
+  const server = serveHttp(deps, {
+    hostname: "127.0.0.1",
+    port: 0,
+    stop: stop.signal,
+    graceSeconds,
+    onListen: () => {},
+  });
+  try {
+    await fn({ url: `http://127.0.0.1:${server.port}`, server, stop });
+  } finally {
+    stop.abort();
+    await server.finished;
+  }
+}
+
+/** Polls `condition` every few milliseconds; fails naming `what` after `timeoutMs`. */
+export async function until(condition: () => boolean, what: string, timeoutMs = 5000): Promise<void> {
+  const deadline = performance.now() + timeoutMs;
+  while (!condition()) {
+    if (performance.now() > deadline) throw new Error(`Timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
 }
