@@ -252,3 +252,28 @@ Deno.test("a streaming client that goes away aborts its turn, and nothing of it 
   const errors = readTrace(h.tracePath).filter((e) => e.event === "error");
   assert.equal(errors[0]?.data.kind, "aborted");
 });
+
+Deno.test("/openapi.json documents the chat completions and models routes, errors in OpenAI's shape", async () => {
+  using h = httpHarness();
+  const doc = await (await h.handler(new Request("http://agent.test/openapi.json"))).json();
+  const post = doc.paths["/v1/chat/completions"].post;
+  assert.equal(
+    post.requestBody.content["application/json"].schema.$ref,
+    "#/components/schemas/ChatCompletionRequest",
+  );
+  assert.ok(post.responses["200"].content["text/event-stream"]);
+  assert.equal(doc.paths["/v1/chat/completions"].parameters[0].name, "X-Session-Id");
+  for (const status of ["400", "401", "404", "429", "502"]) {
+    assert.equal(
+      post.responses[status].content["application/json"].schema.$ref,
+      "#/components/schemas/OpenAIError",
+    );
+  }
+  assert.ok(doc.paths["/v1/models"].get && doc.paths["/v1/models/{model}"].get);
+  assert.deepEqual(doc.components.schemas.OpenAIError.properties.error.required, [
+    "message",
+    "type",
+    "param",
+    "code",
+  ]);
+});
