@@ -11,7 +11,7 @@ import { deterministicSummarizer } from "../src/memory/summarizer.ts";
 import { JsonlTracer } from "../src/trace/trace.ts";
 import { type TraceFile, TraceReader } from "../src/trace/reader.ts";
 import type { ChatReply, Message } from "../src/types.ts";
-import { realTools } from "./_harness.ts";
+import { openEphemeral, realTools } from "./_harness.ts";
 
 /**
  * A model that answers by rule (arithmetic → calculator call, tool result → "The answer is N.", else an
@@ -144,9 +144,9 @@ export function httpHarness(
       maxCtxTokens: 6000,
     },
     openEphemeral: () => {
-      const store = new SqliteStore(":memory:");
-      ephemeral.push(store);
-      return { store, tools: realTools(store) };
+      const opened = openEphemeral();
+      ephemeral.push(opened.store);
+      return opened;
     },
     emit: (event) => tracer.write(event),
     authenticator: new Authenticator(options.tokens ?? []),
