@@ -3,6 +3,7 @@
  * growth, on a runtime built as `src/main.ts` builds it except that its `fetch` records every body it sends.
  * @module
  */
+import { BackgroundCompactions } from "../src/agent/background.ts";
 import { join } from "node:path";
 import { estimateRequestTokens } from "../src/memory/plan.ts";
 import { loadConfig } from "../src/config.ts";
@@ -47,12 +48,16 @@ export function openBenchRuntime(dir: string, baseUrl: string, options: BenchRun
   const compactions = { ok: 0, failed: 0 };
   const { maxToolIters: maxSteps, maxRawTurns, maxCtxTokens } = config;
   const [tools, summarizer] = [createBuiltinTools(store), createLlmSummarizer(llm)];
-  const agent: Agent = { store, llm, tools, maxSteps, summarizer, maxRawTurns, maxCtxTokens };
   const run = {
     emit: (event: RunEvent) => {
       if (event.event === "compact") compactions[event.data.ok ? "ok" : "failed"]++;
       tracer?.write(event);
     },
+  };
+  const background = new BackgroundCompactions(run.emit);
+  const agent: Agent = {
+    ...{ store, llm, tools, maxSteps, summarizer, maxRawTurns, maxCtxTokens },
+    ...{ compactBatch: config.compactBatch, compactions: background },
   };
   return {
     ...{ config, store, dbPath, tracePath, url: `${config.baseUrl}/chat/completions`, compactions },
@@ -63,7 +68,13 @@ export function openBenchRuntime(dir: string, baseUrl: string, options: BenchRun
     },
     turn: (sessionId: string, message: string) =>
       runTurn({ sessionId, message, userId: "bench" }, agent, run),
-    close: () => void (tracer?.close(), store.close()),
+    /** Resolves once no background compaction is running. */
+    idle: () => background.idle(),
+    close: async () => {
+      await background.close();
+      tracer?.close();
+      await store.close();
+    },
   };
 }
 
@@ -97,6 +108,9 @@ function estimateBodyTokens(body: string): number {
   return estimateRequestTokens(messages, (parsed.tools ?? []).map((t) => t.function));
 }
 
+/** The turns over which growth counts model requests per turn (the target: at most 2.15). */
+const REQUESTS_PER_TURN_TURNS = 200;
+
 /** The user message of turn `i` (from 0): arithmetic, so each turn is a calculator turn with two calls. */
 export function turnMessage(i: number): string {
   return `what is ${i + 1}*(3+4)?`;
@@ -127,14 +141,15 @@ function checkSizes(sizes: Record<string, number>, min = 1): void {
 
 /**
  * A calculator turn through the full stack (A) against the plain-fetch floor sending the same bodies (B, and
- * C with the summary calls) and the stack persisting nothing (D). An unmeasured round records the bodies and
- * warms every path; then each round runs A, D, B and C over `turns` turns.
+ * C with the summary calls) and the stack persisting nothing (D), the model answering after `latencyMs`. An
+ * unmeasured round records the bodies and warms every path; then each round runs A, D, B and C over `turns`
+ * turns. A background compaction runs beside the turns after the one that triggered it, as in use.
  */
-export async function measureOverhead(options: { rounds?: number; turns?: number } = {}) {
-  const { rounds = 10, turns = 100 } = options;
+export async function measureOverhead(options: { rounds?: number; turns?: number; latencyMs?: number } = {}) {
+  const { rounds = 10, turns = 100, latencyMs = 0 } = options;
   checkSizes({ rounds, turns });
   await using cleanup = new AsyncDisposableStack();
-  const provider = await startProvider();
+  const provider = await startProvider(latencyMs);
   cleanup.defer(() => provider.close());
   const temp = await makeTempDir("mra-bench-overhead-");
   cleanup.defer(() => temp.remove());
@@ -147,6 +162,8 @@ export async function measureOverhead(options: { rounds?: number; turns?: number
     captured.push((await timedTurn(runtime, "capture", i)).sent);
     await timedTurn(volatile, "capture", i);
   }
+  await runtime.idle();
+  captured.at(-1)!.push(...runtime.takeRequests());
   const chat = captured.map((sent) => sent.filter((r) => !r.summary).map((r) => r.body));
   const all = captured.map((sent) => sent.map((r) => r.body));
   const compacting = captured.map((sent) => sent.some((r) => r.summary));
@@ -164,18 +181,22 @@ export async function measureOverhead(options: { rounds?: number; turns?: number
       ra.push(ms);
       summaryCalls += sent.filter((s) => s.summary).length;
     }
+    await runtime.idle();
+    summaryCalls += runtime.takeRequests().length;
     for (let i = 0; i < turns; i++) rd.push((await timedTurn(volatile, `round-${r}`, i)).ms);
+    await volatile.idle();
     for (let i = 0; i < turns; i++) rb.push(await timed(() => floorTurn(runtime.url, chat[i])));
     for (let i = 0; i < turns; i++) rc.push(await timed(() => floorTurn(runtime.url, all[i])));
     a.push(ra), b.push(rb), c.push(rc), d.push(rd);
   }
   const split = (rows: number[][]) => ({
     all: distribution(rows.flat()),
-    beforeCompaction: distribution(rows.flatMap((row) => row.filter((_, i) => !compacting[i]))),
-    compacting: distribution(rows.flatMap((row) => row.filter((_, i) => compacting[i]))),
+    plain: distribution(rows.flatMap((row) => row.filter((_, i) => !compacting[i]))),
+    besideCompaction: distribution(rows.flatMap((row) => row.filter((_, i) => compacting[i]))),
   });
   const [A, B, C, D] = [split(a), split(b), distribution(c.flat()), split(d)];
   return {
+    latencyMs,
     rounds,
     turnsPerRound: turns,
     runtime: A,
@@ -211,24 +232,31 @@ export async function measureRuntimeWork(options: { rounds?: number; turns?: num
   // The base URL is never dialled: every request goes to the stub.
   const runtime = openBenchRuntime(temp.path, "http://127.0.0.1:9/v1", { fetch: model });
   cleanup.defer(() => runtime.close());
-  const [all, before, compacting, stub]: number[][] = [[], [], [], []];
+  const [all, compactions, stub]: number[][] = [[], [], []];
+  // The runtime's work besides the stub's, in µs, of what `work` runs.
+  const own = async (work: () => Promise<unknown>) => {
+    const stubBefore = stubMs;
+    const elapsed = await timed(work);
+    stub.push((stubMs - stubBefore) * 1000);
+    return (elapsed - (stubMs - stubBefore)) * 1000;
+  };
   for (let r = -1; r < rounds; r++) {
     for (let i = 0; i < turns; i++) {
-      const stubBefore = stubMs;
-      const elapsed = (await timedTurn(runtime, `work-${r}`, i)).ms;
+      const turn = await own(() => timedTurn(runtime, `work-${r}`, i));
+      // With the model in-process nothing yields to the timer that starts a background compaction, so the
+      // one a turn started runs here, timed on its own.
+      const compaction = await own(() => runtime.idle());
       if (r < 0) continue; // the warm-up round
-      const us = (elapsed - (stubMs - stubBefore)) * 1000;
-      all.push(us);
-      (i < runtime.config.maxRawTurns ? before : compacting).push(us);
-      stub.push((stubMs - stubBefore) * 1000);
+      all.push(turn);
+      if (runtime.takeRequests().some((s) => s.summary)) compactions.push(compaction);
     }
   }
   return {
     rounds,
     turnsPerRound: turns,
     all: distribution(all),
-    beforeCompaction: distribution(before),
-    compacting: distribution(compacting),
+    backgroundCompaction: distribution(compactions),
+    compactionsPerTurn: compactions.length / all.length,
     stubMedianUs: median(stub),
   };
 }
@@ -253,6 +281,10 @@ export async function measureGrowth(options: { turns?: number } = {}) {
   const compactionsBefore = { ...runtime.compactions };
   const [times, reference]: number[][] = [[], []];
   let [first, last, maxTokens] = [[] as number[], [] as number[], 0];
+  // Model requests of the first `counted` turns: their chat calls and the summary calls they caused (a
+  // background one lands in the reference turn that follows; reference sessions never compact).
+  const counted = Math.min(REQUESTS_PER_TURN_TURNS, turns);
+  let requests = 0;
   for (let i = 0; i < turns; i++) {
     const { ms, sent } = await timedTurn(runtime, "growth", i);
     times.push(ms);
@@ -261,8 +293,11 @@ export async function measureGrowth(options: { turns?: number } = {}) {
     if (i === 0) first = bytes;
     last = bytes;
     maxTokens = Math.max(maxTokens, ...chat.map(estimateBodyTokens));
-    reference.push((await timedTurn(runtime, `reference-${Math.floor(i / 10)}`, i % 10)).ms);
+    const after = await timedTurn(runtime, `reference-${Math.floor(i / 10)}`, i % 10);
+    reference.push(after.ms);
+    if (i < counted) requests += sent.length + after.sent.filter((s) => s.summary).length;
   }
+  await runtime.idle();
   const window = Math.min(50, Math.floor(turns / 2));
   const [firstMedianMs, lastMedianMs] = [median(times.slice(0, window)), median(times.slice(-window))];
   const drift = median(reference.slice(-window)) / median(reference.slice(0, window));
@@ -276,6 +311,8 @@ export async function measureGrowth(options: { turns?: number } = {}) {
     requestBytesFirstTurn: first,
     requestBytesLastTurn: last,
     summaryCalls: (await provider.summaries()) - summariesBefore,
+    modelRequestsPerTurn: requests / counted,
+    modelRequestsCountedTurns: counted,
     compactions: {
       ok: runtime.compactions.ok - compactionsBefore.ok,
       failed: runtime.compactions.failed - compactionsBefore.failed,

@@ -39,6 +39,8 @@ export function spawnChat(run: Run, stream: boolean): Chat {
     AGENT_DB_PATH: run.dbPath,
     AGENT_TRACE_PATH: run.tracePath,
     AGENT_MAX_RAW_TURNS: "2",
+    // Compact after every answer past 2 turns, in the background: many chances to die in the middle of one.
+    AGENT_COMPACT_BATCH: "0",
     AGENT_STREAM: stream ? "1" : "0",
     LLM_RETRIES: "0",
     NO_COLOR: "1",

@@ -3,6 +3,7 @@
  * @module
  */
 import { ConfigError } from "./errors.ts";
+import { defaultCompactBatch } from "./memory/plan.ts";
 
 /** Longest serialized tool result fed back to the model. */
 export const MAX_TOOL_RESULT_CHARS = 2000;
@@ -17,6 +18,8 @@ export interface Config {
   llmRetryBaseDelay: number;
   maxToolIters: number;
   maxRawTurns: number;
+  /** Turns past `maxRawTurns` before the turn trigger compacts them all at once. */
+  compactBatch: number;
   maxCtxTokens: number;
   dbPath: string;
   tracePath: string;
@@ -118,6 +121,12 @@ export const SETTINGS: Readonly<Record<string, Setting>> = {
     "tool calls run per model reply; each call beyond gets a tool error",
   ),
   AGENT_MAX_RAW_TURNS: setting("maxRawTurns", "positiveInt", "20", "recent raw turns kept before compaction"),
+  AGENT_COMPACT_BATCH: setting(
+    "compactBatch",
+    "nonnegativeInt",
+    "",
+    "turns past AGENT_MAX_RAW_TURNS before they are compacted together, after the answer (unset: half of it, at least 1)",
+  ),
   AGENT_MAX_CTX_TOKENS: setting(
     "maxCtxTokens",
     "positiveInt",
@@ -173,6 +182,11 @@ export const SETTINGS: Readonly<Record<string, Setting>> = {
     "10",
     "serve: how long running turns may finish on SIGINT/SIGTERM",
   ),
+};
+
+/** Settings whose default follows from others, when unset. */
+const DERIVED: Partial<Record<keyof Config, (config: Config) => unknown>> = {
+  compactBatch: (config) => defaultCompactBatch(config.maxRawTurns),
 };
 
 const EXPECTED: Record<Kind, string> = {
@@ -272,8 +286,10 @@ export function loadConfig(env: Record<string, string | undefined>): Readonly<Co
   for (const [name, setting] of Object.entries(SETTINGS)) {
     const raw = env[name];
     const value = raw === undefined || raw === "" ? setting.default : raw;
+    if (value === "" && setting.key in DERIVED) continue;
     config[setting.key] = parseValue(name, setting, value);
   }
+  for (const [key, derive] of Object.entries(DERIVED)) config[key] ??= derive(config as unknown as Config);
   return Object.freeze(config as unknown as Config);
 }
 

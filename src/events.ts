@@ -63,7 +63,13 @@ export interface RunEventData {
 
 /** What a compaction did: what it folded away, or why it did not. */
 export type CompactData =
-  & { trigger: "turns" | "tokens" | "turns+tokens"; tokens_before: number }
+  & {
+    trigger: "turns" | "tokens" | "turns+tokens";
+    tokens_before: number;
+    /** True when it ran after the answer, off the turn's path; it then carries its own usage. */
+    background?: boolean;
+    usage?: UsageData | null;
+  }
   & (
     | { ok: false; reason: string; over_budget?: true }
     | {

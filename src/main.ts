@@ -22,6 +22,7 @@ import { listenFailure } from "./http/listen_failure.ts";
 import { SessionQueue } from "./http/session_queue.ts";
 import { createLlmFromConfig } from "./llm/openai.ts";
 import type { Agent } from "./agent/loop.ts";
+import { BackgroundCompactions } from "./agent/background.ts";
 import { listenNetHost, missingPermissions, readEnvironment, TERMINAL_VARIABLES } from "./permissions.ts";
 import { SqliteStore } from "./store/sqlite.ts";
 import { type SessionKey, type SessionStore, validateId } from "./store/store.ts";
@@ -47,6 +48,7 @@ interface Runtime {
   agent: Agent;
   /** The agent's tools bound to another store (a request's private one). */
   toolsFor(store: SessionStore): ToolRegistry;
+  /** Waits for background compactions (abandoning them after the shutdown grace), then closes the files. */
   close(): Promise<void>;
 }
 
@@ -101,6 +103,7 @@ function openRuntime(config: Readonly<Config>): Runtime {
   });
   const llm = createLlmFromConfig(config, { stream: config.stream });
   const toolsFor = builtinToolsFor();
+  const compactions = new BackgroundCompactions((event) => tracer.write(event));
   return {
     store,
     tracer,
@@ -114,9 +117,16 @@ function openRuntime(config: Readonly<Config>): Runtime {
       maxToolCallsPerStep: config.maxToolCallsPerStep,
       summarizer: createLlmSummarizer(llm),
       maxRawTurns: config.maxRawTurns,
+      compactBatch: config.compactBatch,
+      compactions,
       maxCtxTokens: config.maxCtxTokens,
     },
     close: async () => {
+      if (compactions.running > 0) {
+        const grace = `${config.shutdownGraceSeconds}s (AGENT_SHUTDOWN_GRACE_SECONDS)`;
+        console.error(`finishing ${compactions.running} background compaction(s), up to ${grace}`);
+      }
+      await compactions.close(config.shutdownGraceSeconds * 1000);
       tracer.close();
       await store.close();
     },

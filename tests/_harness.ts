@@ -2,6 +2,7 @@
 import { PassThrough } from "node:stream";
 import { fileURLToPath } from "node:url";
 import type { Agent, RunOptions } from "../src/agent/loop.ts";
+import { BackgroundCompactions } from "../src/agent/background.ts";
 import { ScriptedLLM, type ScriptStep } from "../src/llm/scripted.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { type SessionKey } from "../src/store/store.ts";
@@ -71,6 +72,7 @@ export function harness(
     extraTools?: ToolSpec[];
     summarizer?: Summarizer;
     maxRawTurns?: number;
+    compactBatch?: number;
     maxCtxTokens?: number;
   } = {},
 ): Harness {
@@ -84,6 +86,8 @@ export function harness(
     maxSteps: options.maxSteps ?? 8,
     summarizer: options.summarizer ?? deterministicSummarizer,
     maxRawTurns: options.maxRawTurns ?? 20,
+    compactBatch: options.compactBatch,
+    compactions: new BackgroundCompactions((event) => events.push(event)),
     maxCtxTokens: options.maxCtxTokens ?? 6000,
     now: steppingClock(),
     newId: counterIds("run"),

@@ -1,4 +1,5 @@
 /** Builders for HTTP tests: handler dependencies around a store, a real trace file and a controllable model. */
+import { BackgroundCompactions } from "../src/agent/background.ts";
 import { LlmError } from "../src/errors.ts";
 import { Authenticator } from "../src/http/auth.ts";
 import type { HandlerDeps } from "../src/http/deps.ts";
@@ -7,7 +8,7 @@ import { type RunningServer, serveHttp } from "../src/http/server.ts";
 import { SessionQueue } from "../src/http/session_queue.ts";
 import type { ChatOptions, LLM } from "../src/llm/llm.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
-import { deterministicSummarizer } from "../src/memory/summarizer.ts";
+import { deterministicSummarizer, type Summarizer } from "../src/memory/summarizer.ts";
 import { JsonlTracer } from "../src/trace/trace.ts";
 import { type TraceFile, TraceReader } from "../src/trace/reader.ts";
 import type { ChatReply, Message } from "../src/types.ts";
@@ -118,6 +119,8 @@ export function httpHarness(
     traceMaxBytes?: number;
     /** How the trace reader opens files (to count what it reads). */
     openTrace?: (path: string) => Promise<TraceFile>;
+    /** Compaction: raw turns kept, the batch beyond them, the summarizer. @default {20, 10, deterministic} */
+    compaction?: { maxRawTurns: number; compactBatch: number; summarizer: Summarizer };
   } = {},
 ): HttpHarness {
   const dir = Deno.makeTempDirSync({ prefix: "mra-http-" });
@@ -139,8 +142,10 @@ export function httpHarness(
       llm,
       tools: realTools(store),
       maxSteps: 8,
-      summarizer: deterministicSummarizer,
-      maxRawTurns: 20,
+      summarizer: options.compaction?.summarizer ?? deterministicSummarizer,
+      maxRawTurns: options.compaction?.maxRawTurns ?? 20,
+      compactBatch: options.compaction?.compactBatch,
+      compactions: new BackgroundCompactions((event) => tracer.write(event)),
       maxCtxTokens: 6000,
     },
     openEphemeral: () => {

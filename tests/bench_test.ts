@@ -61,7 +61,7 @@ Deno.test("measureOverhead() times runtime and floor turns and gives a positive,
   assert.equal(result.floor.all.count, 3);
   assert.equal(result.inMemory.all.count, 3);
   assertPositiveFinite(result.inMemoryRatio, "inMemoryRatio");
-  assert.equal(result.inMemory.beforeCompaction.count, 3);
+  assert.equal(result.inMemory.plain.count, 3);
   assert.equal(result.floorWithSummaries.count, 3);
   assertPositiveFinite(result.runtime.all.median, "runtime median");
   assertPositiveFinite(result.floor.all.median, "floor median");
@@ -70,7 +70,8 @@ Deno.test("measureOverhead() times runtime and floor turns and gives a positive,
   assert.equal(result.roundRatios.length, 1);
   // Three turns stay under the default 20 raw turns: no compaction, so no summary call.
   assert.equal(result.summaryCallsPerRound, 0);
-  assert.equal(result.runtime.compacting.count, 0);
+  assert.equal(result.runtime.besideCompaction.count, 0);
+  assert.equal(result.latencyMs, 0);
 });
 
 Deno.test("openBenchRuntime({persist: false}) answers a turn without writing a database or a trace file", async () => {
@@ -92,7 +93,7 @@ Deno.test("openBenchRuntime({persist: false}) answers a turn without writing a d
         "the turn is stored, in memory",
       );
     } finally {
-      runtime.close();
+      await runtime.close();
     }
     assert.equal(existsSync(runtime.dbPath), false);
     assert.equal(existsSync(runtime.tracePath), false);
@@ -102,22 +103,22 @@ Deno.test("openBenchRuntime({persist: false}) answers a turn without writing a d
   }
 });
 
-Deno.test("measureRuntimeWork() times turns against an in-process model and splits them at compaction", async () => {
-  const result = await measureRuntimeWork({ rounds: 1, turns: 22 });
-  assert.equal(result.all.count, 22);
-  // The default 20 raw turns: turns 21 and 22 each compact one turn.
-  assert.equal(result.beforeCompaction.count, 20);
-  assert.equal(result.compacting.count, 2);
+Deno.test("measureRuntimeWork() times turns against an in-process model, and the background compactions apart", async () => {
+  const result = await measureRuntimeWork({ rounds: 1, turns: 33 });
+  assert.equal(result.all.count, 33);
+  // The defaults (20 raw turns, batches of 10): turn 31's answer starts the one compaction.
+  assert.equal(result.backgroundCompaction.count, 1);
+  assert.equal(result.compactionsPerTurn, 1 / 33);
   for (const [name, value] of Object.entries({ all: result.all.median, stub: result.stubMedianUs })) {
     assertPositiveFinite(value, name);
   }
   await assert.rejects(() => measureRuntimeWork({ rounds: 0 }), RangeError);
 });
 
-Deno.test("measureGrowth() over 25 turns compacts at the default 20 raw turns, in budget", async () => {
-  const result = await measureGrowth({ turns: 25 });
-  assert.equal(result.turns, 25);
-  assert.equal(result.window, 12);
+Deno.test("measureGrowth() over 43 turns compacts in batches at the default thresholds, in budget", async () => {
+  const result = await measureGrowth({ turns: 43 });
+  assert.equal(result.turns, 43);
+  assert.equal(result.window, 21);
   assertPositiveFinite(result.ratio, "growth ratio");
   assertPositiveFinite(result.driftCorrectedRatio, "drift-corrected growth ratio");
   assert.equal(result.requestBytesFirstTurn.length, 2);
@@ -133,6 +134,10 @@ Deno.test("measureGrowth() over 25 turns compacts at the default 20 raw turns, i
   );
   assert.equal(result.compactions.ok, result.summaryCalls);
   assert.equal(result.compactions.failed, 0);
+  // After turns 31 and 42 (over 20 + 10 raw turns, cut back to 20): two summary calls, 86 + 2 requests.
+  assert.equal(result.summaryCalls, 2);
+  assert.equal(result.modelRequestsCountedTurns, 43);
+  assert.equal(result.modelRequestsPerTurn, 88 / 43);
   assert.equal(result.maxCtxTokens, 6000);
   assert.ok(result.underBudget);
   assert.ok(result.dbBytes > 0 && result.traceBytes > 0);

@@ -28,12 +28,23 @@ Deno.test("runTurn() writes no summary on ordinary turns below both thresholds",
 });
 
 Deno.test("runTurn() compacts on the turn trigger, keeps the last turns raw and sends the summary block", async () => {
-  using h = harness([answer("a1"), answer("a2"), answer("a3"), answer("a4")], { maxRawTurns: 2 });
-  await runTurn(input("My favourite colour is teal."), h.agent, h.run);
-  await runTurn(input("I want to learn Deno"), h.agent, h.run);
-  await runTurn(input("third"), h.agent, h.run);
+  const answers = ["a1", "a2", "a3", "a4", "a5"].map(answer);
+  using h = harness(answers, { maxRawTurns: 2, compactBatch: 0 });
+  const turn = async (message: string) => {
+    await runTurn(input(message), h.agent, h.run);
+    await h.agent.compactions.idle();
+  };
+  await turn("My favourite colour is teal.");
+  await turn("I want to learn Deno");
+  assert.ok(!h.events.some((e) => e.event === "compact"), "two turns are within the limit");
+  await turn("third");
   const compact = h.events.find((e) => e.event === "compact")!;
-  assert.equal(compact.turn, 3);
+  assert.equal(compact.turn, 3, "the compaction belongs to the run that went over the limit");
+  assert.equal(compact.data.background, true);
+  assert.ok(
+    h.events.findIndex((e) => e === compact) >
+      h.events.findIndex((e) => e.event === "run_end" && e.turn === 3),
+  );
   assert.equal(compact.data.ok, true);
   assert.equal(compact.data.trigger, "turns");
   assert.equal(compact.data.messages_removed, 2);
@@ -51,15 +62,16 @@ Deno.test("runTurn() compacts on the turn trigger, keeps the last turns raw and 
   assert.equal(session.compactedTurns, 1);
   assert.deepEqual(parseSummary(session.summary)!.facts, ["User said: My favourite colour is teal."]);
 
-  await runTurn(input("fourth"), h.agent, h.run);
+  await turn("fourth");
+  await turn("fifth");
   const requests = h.llm.requests.map((r) => r.messages);
   assert.ok(requests.every((r) => r[0].content === SYSTEM_PROMPT), "the first message never changes");
   assert.equal(
-    requests[1][1].content,
+    requests[2][1].content,
     "My favourite colour is teal.",
-    "no block before the first compaction",
+    "no block before the first compaction, which follows turn 3's answer",
   );
-  const blocks = requests.slice(2).map((r) => r[1]);
+  const blocks = requests.slice(3).map((r) => r[1]);
   assert.ok(blocks.every((m) => m.role === "system" && m.content!.startsWith(`${RUNTIME_CONTEXT_HEADER}\n`)));
   assert.match(blocks[0].content!, /favourite colour is teal/);
   // The turn-4 compaction changed the block; it is never stored as a message.
@@ -120,9 +132,14 @@ const failing: [string, Summarizer, RegExp][] = [
 
 for (const [what, summarizer, reason] of failing) {
   Deno.test(`runTurn() abandons a compaction on ${what}: summary and messages stay, the turn goes on`, async () => {
-    using h = harness([answer("a"), answer("b"), answer("c")], { maxRawTurns: 1, summarizer });
+    using h = harness([answer("a"), answer("b"), answer("c")], {
+      maxRawTurns: 1,
+      compactBatch: 0,
+      summarizer,
+    });
     await runTurn(input("first"), h.agent, h.run);
     const result = await runTurn(input("second"), h.agent, h.run);
+    await h.agent.compactions.idle();
     assert.equal(result.outcome, "answered");
     assert.equal(result.answer, "b");
     const compact = h.events.filter((e) => e.event === "compact");
@@ -147,8 +164,12 @@ Deno.test("runTurn() keeps an old fact the summarizer omits until newer ones pus
   ];
   let call = 0;
   const summarizer: Summarizer = () => Promise.resolve({ text: replies[call++], usage: null });
-  using h = harness(Array.from({ length: 4 }, (_, i) => answer(`a${i}`)), { maxRawTurns: 1, summarizer });
-  for (const m of ["m1", "m2", "m3", "m4"]) await runTurn(input(m), h.agent, h.run);
+  const answers = Array.from({ length: 4 }, (_, i) => answer(`a${i}`));
+  using h = harness(answers, { maxRawTurns: 1, compactBatch: 0, summarizer });
+  for (const m of ["m1", "m2", "m3", "m4"]) {
+    await runTurn(input(m), h.agent, h.run);
+    await h.agent.compactions.idle();
+  }
   assert.deepEqual(parseSummary((await h.store.get(keyOf("c1")))!.summary)!.facts, [
     "f3",
     "F1",

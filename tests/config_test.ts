@@ -14,6 +14,7 @@ Deno.test("loadConfig() gives every documented default for an empty environment"
     llmRetryBaseDelay: 0.5,
     maxToolIters: 8,
     maxRawTurns: 20,
+    compactBatch: 10,
     maxCtxTokens: 6000,
     dbPath: "data/sessions.db",
     tracePath: "data/traces.jsonl",
@@ -31,6 +32,17 @@ Deno.test("loadConfig() gives every documented default for an empty environment"
     traceMaxBytes: 67108864,
   });
   assert.ok(Object.isFrozen(config));
+});
+
+Deno.test("loadConfig() derives AGENT_COMPACT_BATCH from AGENT_MAX_RAW_TURNS unless it is set, 0 included", () => {
+  assert.equal(loadConfig({ AGENT_MAX_RAW_TURNS: "7" }).compactBatch, 3);
+  assert.equal(loadConfig({ AGENT_MAX_RAW_TURNS: "1" }).compactBatch, 1);
+  assert.equal(loadConfig({ AGENT_MAX_RAW_TURNS: "7", AGENT_COMPACT_BATCH: "0" }).compactBatch, 0);
+  assert.equal(loadConfig({ AGENT_COMPACT_BATCH: "25" }).compactBatch, 25);
+  assert.throws(
+    () => loadConfig({ AGENT_COMPACT_BATCH: "-1" }),
+    /AGENT_COMPACT_BATCH="-1": expected a whole number/,
+  );
 });
 
 Deno.test("loadConfig() reads every variable", () => {

@@ -5,6 +5,7 @@
  * next turn against a healthy provider is answered. A last test runs the faults with a sentinel key through
  * the loop, the HTTP handler and the chat task, and finds the key nowhere.
  */
+import { BackgroundCompactions } from "../src/agent/background.ts";
 import assert from "node:assert/strict";
 import { type Config, loadConfig } from "../src/config.ts";
 import { LlmError } from "../src/errors.ts";
@@ -55,6 +56,8 @@ interface RigOptions {
   apiKey?: string;
   /** AGENT_MAX_RAW_TURNS. @default {20} */
   maxRawTurns?: number;
+  /** AGENT_COMPACT_BATCH. @default {half of maxRawTurns} */
+  compactBatch?: number;
   /**
    * Compaction asks the model (`createLlmSummarizer`) instead of the deterministic summarizer.
    * @default {false}
@@ -102,6 +105,7 @@ function openRig(script: Behaviour[], then: ScriptEnd = "ok", options: RigOption
     LLM_RETRIES: String(retries),
     LLM_RETRY_BASE_DELAY: options.fromConfig ? "0" : "",
     AGENT_MAX_RAW_TURNS: String(maxRawTurns),
+    AGENT_COMPACT_BATCH: String(options.compactBatch ?? ""),
     LLM_MAX_REPLY_BYTES: String(options.maxReplyBytes ?? ""),
     AGENT_DB_PATH: `${dir}/sessions.db`,
     AGENT_TRACE_PATH: `${dir}/traces.jsonl`,
@@ -126,6 +130,8 @@ function openRig(script: Behaviour[], then: ScriptEnd = "ok", options: RigOption
     maxSteps: config.maxToolIters,
     summarizer: options.llmSummarizer ? createLlmSummarizer(llm) : deterministicSummarizer,
     maxRawTurns: config.maxRawTurns,
+    compactBatch: config.compactBatch,
+    compactions: new BackgroundCompactions(emit),
     maxCtxTokens: config.maxCtxTokens,
     maxToolCallsPerStep: config.maxToolCallsPerStep,
   };
@@ -138,10 +144,15 @@ function openRig(script: Behaviour[], then: ScriptEnd = "ok", options: RigOption
     emit,
     tracePath: config.tracePath,
     delays,
-    turn: (message, { sessionId = SESSION, onDelta } = {}) =>
-      runTurn({ sessionId, userId: USER, message }, agent, { emit, onDelta }),
+    // Each turn's background compaction, if any, is done before the next turn or assertion.
+    turn: async (message, { sessionId = SESSION, onDelta } = {}) => {
+      const result = await runTurn({ sessionId, userId: USER, message }, agent, { emit, onDelta });
+      await agent.compactions.idle();
+      return result;
+    },
     events: (runId) => readTrace(config.tracePath, (e) => e.run_id === runId),
     [Symbol.asyncDispose]: async () => {
+      await agent.compactions.close();
       tracer.close();
       await store.close();
       await provider.close();
@@ -607,16 +618,17 @@ Deno.test("fault: a stream that breaks before its first byte is retried, then an
 // Compaction with a broken summary
 
 Deno.test("fault: a non-JSON summary abandons compaction; answered, messages kept", async () => {
-  await using rig = openRig([], "ok", { maxRawTurns: 1, llmSummarizer: true });
+  await using rig = openRig([], "ok", { maxRawTurns: 1, compactBatch: 0, llmSummarizer: true });
   const first = await rig.turn("my name is Ada");
   assert.equal(first.outcome, "answered");
-  rig.provider.setScript([summaryInvalid()]);
+  rig.provider.setScript([ok(), summaryInvalid()]);
   const second = await rig.turn("hello again");
   assert.equal(second.outcome, "answered");
   assert.equal(second.answer, "echo: hello again");
-  assert.deepEqual(rig.provider.requests.map((r) => r.summary), [false, true, false]);
+  // The summary is asked for after the answer, in the background.
+  assert.deepEqual(rig.provider.requests.map((r) => r.summary), [false, false, true]);
   const events = rig.events(second.runId);
-  assert.deepEqual(names(events), ["run_start", "compact", "llm_call", "answer", "run_end"]);
+  assert.deepEqual(names(events), ["run_start", "llm_call", "answer", "run_end", "compact"]);
   const [compact] = dataOf(events, "compact");
   assert.equal(compact.ok, false);
   assert.equal(compact.trigger, "turns");
@@ -808,6 +820,7 @@ Deno.test("fault: the sentinel key reaches the provider and nowhere else", async
     retries: 1,
     timeoutSeconds: 0.2,
     maxRawTurns: 1,
+    compactBatch: 0,
     llmSummarizer: true,
   });
   for (const [i, fault] of MATRIX.entries()) {
@@ -827,7 +840,7 @@ Deno.test("fault: the sentinel key reaches the provider and nowhere else", async
   // The summary fault, on a session that compacts.
   rig.provider.setScript([]);
   await rig.turn("my key is not here", { sessionId: "sentinel-summary" });
-  rig.provider.setScript([summaryInvalid()]);
+  rig.provider.setScript([ok(), summaryInvalid()]);
   collect("summary: turn", await rig.turn("again", { sessionId: "sentinel-summary" }));
   collect("summary: store", await rig.store.messages(keyOf("sentinel-summary", USER)));
 

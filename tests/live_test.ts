@@ -2,6 +2,7 @@
  * Live tests against the configured provider. They run only with RUN_LIVE_TESTS=1 and OPENAI_API_KEY set
  * (and --allow-net for the provider's host); otherwise they are ignored and say why.
  */
+import { BackgroundCompactions } from "../src/agent/background.ts";
 import assert from "node:assert/strict";
 import { loadConfig } from "../src/config.ts";
 import { runTurn } from "../src/agent/loop.ts";
@@ -36,6 +37,8 @@ function liveDeps(store: SqliteStore, maxRawTurns = 20) {
     maxSteps: 8,
     summarizer: createLlmSummarizer(llm),
     maxRawTurns,
+    compactBatch: 0,
+    compactions: new BackgroundCompactions(() => {}),
     maxCtxTokens: 6000,
   };
 }
@@ -93,6 +96,7 @@ Deno.test({
       for (const message of ["My favourite colour is teal.", "I am planning a trip to Lisbon.", "Say hi."]) {
         await runTurn({ ...id, message }, deps, quiet);
       }
+      await deps.compactions.idle();
       const summary = parseSummary((await store.get(keyOf("live-compact", "live")))!.summary);
       assert.ok(summary !== null, "a summary was stored");
       parseSummaryPatch(

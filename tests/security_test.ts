@@ -129,7 +129,8 @@ Deno.test("after compaction an injected header is only a quoted string inside th
       let store: SqliteStore | null = null;
       using h = harness(injectedScript(seen, async () => (await store!.get(keyOf("inj")))!.summary), {
         extraTools: [INJECTING_TOOL],
-        maxRawTurns: 2,
+        maxRawTurns: 1,
+        compactBatch: 0,
       });
       store = h.store;
       const sent = new Set<string>();
@@ -138,9 +139,10 @@ Deno.test("after compaction an injected header is only a quoted string inside th
         if (message.trim() === "") continue;
         sent.add(message);
         await runTurn({ sessionId: "inj", userId: "u", message }, h.agent, h.run);
+        await h.agent.compactions.idle();
       }
       const summary = (await h.store.get(keyOf("inj")))!.summary;
-      assert.ok(summary !== null, "more than 2 turns compacted");
+      assert.ok(summary !== null, "more than 1 turn compacted");
       for (const { request, summary } of seen) assertHygiene(request, summary, sent);
 
       const last = seen.at(-1)!.request.messages[1].content!;
@@ -157,7 +159,8 @@ Deno.test("after compaction an injected header is only a quoted string inside th
       );
       for (const fake of FAKE_ITEMS) assert.ok(!items.includes(fake), `forged item "${fake}" became real`);
       assert.notEqual(block.updated_at, "2099-01-01T00:00:00.000Z");
-      assert.equal(block.updated_at, JSON.parse(summary).updated_at);
+      // The block carries the summary stored when that request was made (a compaction followed its answer).
+      assert.equal(block.updated_at, JSON.parse(seen.at(-1)!.summary!).updated_at);
     }),
     { numRuns: 25 },
   );

@@ -28,6 +28,15 @@ export const MAX_STEPS_ANSWER =
 export async function runTurn(input: TurnInput, agent: Agent, run: RunOptions): Promise<TurnResult> {
   checkLimits(agent);
   const turn = await Turn.open(input, agent, run);
+  const result = await runSteps(turn);
+  // Once answered, a compaction due by the turn trigger runs in the background, after the answer is out.
+  if (result.outcome !== "aborted" && result.outcome !== "error") turn.compactAfterAnswer();
+  return result;
+}
+
+/** The steps of a turn: ask the model, run its tool calls, until an answer or a limit. */
+async function runSteps(turn: Turn): Promise<TurnResult> {
+  const { agent, run } = turn;
   let nudged = false;
   for (let step = 0; step < agent.maxSteps; step++) {
     if (run.signal?.aborted) return await turn.abort(step, step);

@@ -5,7 +5,8 @@
  */
 import { SessionError } from "../errors.ts";
 import type { EventSink, RunEventData, RunEventName } from "../events.ts";
-import { compactIfDue, type MemoryState } from "../memory/compact.ts";
+import { compactIfDue, type CompactionDeps, type MemoryState } from "../memory/compact.ts";
+import { defaultCompactBatch, overTurnLimit } from "../memory/plan.ts";
 import type {
   Message,
   StoredMessage,
@@ -20,6 +21,7 @@ import type { LLM } from "../llm/llm.ts";
 import type { Summarizer } from "../memory/summarizer.ts";
 import type { SessionKey, SessionStore } from "../store/store.ts";
 import type { ToolRegistry } from "../tools/registry.ts";
+import type { BackgroundCompactions } from "./background.ts";
 
 /** What an agent is made of. Only `src/main.ts` builds the real ones; tests pass fakes. */
 export interface Agent {
@@ -31,6 +33,13 @@ export interface Agent {
   maxSteps: number;
   /** Raw user turns kept before compaction (AGENT_MAX_RAW_TURNS). */
   maxRawTurns: number;
+  /**
+   * Turns past `maxRawTurns` before the turn trigger compacts (AGENT_COMPACT_BATCH).
+   * @default {defaultCompactBatch(maxRawTurns)}
+   */
+  compactBatch?: number;
+  /** Where a compaction due by the turn trigger runs, after the answer. */
+  compactions: BackgroundCompactions;
   /** Estimated token budget of a request (AGENT_MAX_CTX_TOKENS). */
   maxCtxTokens: number;
   /** Tool calls run per model reply (AGENT_MAX_TOOL_CALLS_PER_STEP); the rest get a tool error. @default {16} */
@@ -171,9 +180,13 @@ export class Turn {
     return (this.agent.now ?? (() => new Date()))();
   }
 
-  /** Emits one event of the run. */
-  event<N extends RunEventName>(name: N, step: number | null, data: RunEventData[N]): void {
-    const emit: EventSink = this.run.emit;
+  /** Emits one event of the run (to `emit`, by default the run's). */
+  event<N extends RunEventName>(
+    name: N,
+    step: number | null,
+    data: RunEventData[N],
+    emit: EventSink = this.run.emit,
+  ): void {
     const { sessionId, userId } = this.key;
     emit(
       {
@@ -217,25 +230,51 @@ export class Turn {
     this.#saved.push(...stamped.map((m) => m.id));
   }
 
-  /** Runs a due compaction before the model is asked; never fails the turn. */
+  /**
+   * Before the model is asked: compacts if the request would not fit the token budget (a compaction due by
+   * the turn trigger alone waits for {@linkcode compactAfterAnswer}). Never fails the turn.
+   */
   async compactIfDue(step: number): Promise<void> {
     if (!this.#compacting) return;
-    const { store, summarizer, maxRawTurns, maxCtxTokens } = this.agent;
-    // What every request of the turn carries besides the history and the summary.
-    const fixed = { system: buildContext([], { instructions: this.instructions }), tools: this.tools };
-    const compaction = await compactIfDue(this.memory, fixed, {
-      store,
-      summarizer,
-      maxRawTurns,
-      maxCtxTokens,
-      now: () => this.now(),
-      signal: this.run.signal,
-    });
+    const deps = this.#compactionDeps(this.run.signal, { tokensOnly: true });
+    const compaction = await compactIfDue(this.memory, this.#fixed(), deps);
     if (compaction === null) return;
-    this.event("compact", step, compaction.event);
+    this.event("compact", step, { ...compaction.event, background: false });
     this.addUsage(compaction.usage);
     this.memory = compaction.state;
     this.#compacting = compaction.event.ok;
+  }
+
+  /**
+   * After the answer is stored: starts a compaction due by the turn trigger in the background. It plans on
+   * the session as stored when it starts (an earlier compaction or a newer turn may have changed it). Its
+   * `compact` event, with its own usage, is this run's and goes to the trace.
+   */
+  compactAfterAnswer(): void {
+    const { store, maxRawTurns, compactBatch = defaultCompactBatch(maxRawTurns), compactions } = this.agent;
+    if (!overTurnLimit(this.memory.history, maxRawTurns, compactBatch)) return;
+    const key = this.key;
+    compactions.start(key, async (emit, signal) => {
+      const session = await store.get(key);
+      if (session === null) return; // deleted meanwhile
+      const state = { key, summary: session.summary, history: await store.messages(key) };
+      const compaction = await compactIfDue(state, this.#fixed(), this.#compactionDeps(signal, {}));
+      if (compaction === null) return;
+      const usage = compaction.usage === null ? null : usageData(compaction.usage);
+      this.event("compact", null, { ...compaction.event, background: true, usage }, emit);
+    });
+  }
+
+  /** What every request of the turn carries besides the history and the summary. */
+  #fixed() {
+    return { system: buildContext([], { instructions: this.instructions }), tools: this.tools };
+  }
+
+  #compactionDeps(signal: AbortSignal | undefined, options: { tokensOnly?: boolean }): CompactionDeps {
+    const { store, summarizer, maxRawTurns, maxCtxTokens } = this.agent;
+    const { compactBatch = defaultCompactBatch(maxRawTurns) } = this.agent;
+    const now = () => this.now();
+    return { store, summarizer, maxRawTurns, compactBatch, maxCtxTokens, now, signal, ...options };
   }
 
   /** Ends the turn with `outcome`: emits `run_end` and returns the result. */

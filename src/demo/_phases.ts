@@ -20,8 +20,11 @@ function own(sessionId: string): SessionKey {
 }
 /** Raw turns kept in phases 1 and 2: high enough that they never compact, whatever the environment says. */
 export const DEMO_RAW_TURNS = 20;
-/** Raw turns kept in phase 3, so that four filler turns push the early fact into the summary. */
-const MEMORY_RAW_TURNS = 3;
+/**
+ * Raw turns kept in phase 3, compacted as soon as there are more (AGENT_COMPACT_BATCH=0), so that the
+ * fillers push the early fact into the summary.
+ */
+const MEMORY_LIMITS = { maxRawTurns: 3, compactBatch: 0 };
 
 const CALC_QUESTION = "What is 17 * 23 + 19?";
 const WINDOW_1_INPUTS = ["Add a todo: renew the domain name.", "My project is called Falcon."];
@@ -95,14 +98,16 @@ function mentionsNumber(text: string, value: number): boolean {
 }
 
 /** Runs one user turn, printing the user message, (through `emit`) its tool calls, and the answer. */
-async function say(demo: Demo, sessionId: string, message: string, maxRawTurns = DEMO_RAW_TURNS) {
+async function say(demo: Demo, sessionId: string, message: string, limits = { maxRawTurns: DEMO_RAW_TURNS }) {
   const { out, style } = demo;
   out(`  ${style.bold("user  ›")} ${message}`);
   const first = demo.requests.length;
   const input = { sessionId, userId: USER, message };
-  const result = await runTurn(input, { ...demo.agent, maxRawTurns }, demo.run);
+  const result = await runTurn(input, { ...demo.agent, ...limits }, demo.run);
   const outcome = result.outcome === "answered" ? "" : style.red(` [${result.outcome}]`);
   out(`  ${style.bold("agent ›")} ${result.answer}${outcome}`);
+  // A compaction the turn left for the background runs now, before the next turn.
+  await demo.agent.compactions.idle();
   return { result, requests: demo.requests.slice(first) } satisfies Exchange;
 }
 
@@ -198,11 +203,12 @@ function printSummary(demo: Demo, text: string | null): void {
 /** Phase 3: an early fact survives compaction only in the summary, and the follow-up is answered from it. */
 async function memoryPhase(demo: Demo): Promise<Verdict> {
   const { store, out, style } = demo;
-  out(style.dim(`  session ${MEMORY_SESSION} keeps ${MEMORY_RAW_TURNS} raw turns (AGENT_MAX_RAW_TURNS)`));
-  for (const input of [EARLY_FACT, ...FILLERS]) await say(demo, MEMORY_SESSION, input, MEMORY_RAW_TURNS);
+  const kept = `keeps ${MEMORY_LIMITS.maxRawTurns} raw turns (AGENT_MAX_RAW_TURNS)`;
+  out(style.dim(`  session ${MEMORY_SESSION} ${kept}, compacting after each answer past them`));
+  for (const input of [EARLY_FACT, ...FILLERS]) await say(demo, MEMORY_SESSION, input, MEMORY_LIMITS);
   const rawBefore = await store.messages(own(MEMORY_SESSION));
   printSummary(demo, (await store.get(own(MEMORY_SESSION)))?.summary ?? null);
-  const { result, requests } = await say(demo, MEMORY_SESSION, FOLLOW_UP, MEMORY_RAW_TURNS);
+  const { result, requests } = await say(demo, MEMORY_SESSION, FOLLOW_UP, MEMORY_LIMITS);
 
   const problems: string[] = [];
   const teal = (m: { content: string | null }) => /teal/i.test(m.content ?? "");
@@ -243,7 +249,9 @@ function tracePhase(demo: Demo): Verdict {
   const problems: string[] = [];
   if (runs.size === 0) problems.push("the trace holds no runs");
   for (const [id, run] of runs) {
-    if (run[0].event !== "run_start" || run.at(-1)!.event !== "run_end") {
+    // A background compaction is its run's too, traced after the run ended.
+    const last = run.findLast((e) => !(e.event === "compact" && e.data.background === true));
+    if (run[0].event !== "run_start" || last?.event !== "run_end") {
       problems.push(`run ${id.slice(0, 8)} does not start with run_start and end with run_end`);
     }
   }

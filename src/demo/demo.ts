@@ -16,6 +16,7 @@ import { SqliteStore } from "../store/sqlite.ts";
 import { createLlmSummarizer, deterministicSummarizer, type Summarizer } from "../memory/summarizer.ts";
 import { createBuiltinTools } from "../tools/builtin.ts";
 import { JsonlTracer } from "../trace/trace.ts";
+import { BackgroundCompactions } from "../agent/background.ts";
 import type { Message } from "../types.ts";
 import type { RunEvent, TracedEvent } from "../events.ts";
 import { DemoModel } from "../llm/demo.ts";
@@ -99,16 +100,27 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
   const { traceMaxPayloadChars: maxPayloadChars, apiKey } = config;
   const tracer = new JsonlTracer(tracePath, { maxPayloadChars, secrets: [apiKey] });
   const [events, requests]: [TracedEvent[], Message[][]] = [[], []];
+  const emit = (event: RunEvent) => {
+    tracer.write(event);
+    events.push(event);
+    const line = renderEvent(event, style);
+    if (line !== null) out(line);
+  };
+  // The demo waits for each background compaction after its turn, so its output never interleaves.
+  const compactions = new BackgroundCompactions(emit);
   let passed = 0;
   try {
     const [llm, tools] = [recordRequests(provider.llm, requests), createBuiltinTools(store)];
     const { maxToolIters: maxSteps, maxCtxTokens } = config;
-    const agent = { store, llm, tools, maxSteps, summarizer, maxRawTurns: DEMO_RAW_TURNS, maxCtxTokens };
-    const emit = (event: RunEvent) => {
-      tracer.write(event);
-      events.push(event);
-      const line = renderEvent(event, style);
-      if (line !== null) out(line);
+    const agent = {
+      store,
+      llm,
+      tools,
+      maxSteps,
+      summarizer,
+      maxRawTurns: DEMO_RAW_TURNS,
+      maxCtxTokens,
+      compactions,
     };
     const demo: Demo = { store, out, style, tracePath, events, requests, agent, run: { emit } };
     out(style.bold(`mini-runtime-agent acceptance demo (${describeSetup(options, config)})`));
@@ -125,6 +137,7 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
       out(`${label}  Phase ${n} · ${phase.name}: ${result.reason}`);
     }
   } finally {
+    await compactions.close();
     tracer.close();
     await store.close();
     if (keep) out(style.dim(`kept ${dir}`));

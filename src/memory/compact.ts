@@ -25,6 +25,13 @@ export interface CompactionDeps {
   summarizer: Summarizer;
   /** AGENT_MAX_RAW_TURNS */
   maxRawTurns: number;
+  /** AGENT_COMPACT_BATCH: turns beyond `maxRawTurns` before the turn trigger fires. @default {0} */
+  compactBatch?: number;
+  /**
+   * Compact only when the request would not fit AGENT_MAX_CTX_TOKENS: a compaction due by the turn trigger
+   * alone is left for after the turn (null here). @default {false}
+   */
+  tokensOnly?: boolean;
   /** AGENT_MAX_CTX_TOKENS */
   maxCtxTokens: number;
   now: () => Date;
@@ -67,16 +74,17 @@ export async function compactIfDue(
   fixed: { system: readonly Message[]; tools: readonly ToolSchema[] },
   deps: CompactionDeps,
 ): Promise<CompactionResult | null> {
-  const { store, summarizer, maxRawTurns, maxCtxTokens, now, signal } = deps;
+  const { store, summarizer, maxRawTurns, maxCtxTokens, compactBatch, now, signal } = deps;
   const previous = parseSummary(state.summary);
   const fixedTokens = estimateRequestTokens(fixed.system, fixed.tools);
   const plan = planCompaction(state.history, {
     maxRawTurns,
+    compactBatch,
     maxCtxTokens,
     fixedTokens,
     currentSummaryTokens: summaryTokens(previous),
   });
-  if (plan === null) return null;
+  if (plan === null || (deps.tokensOnly && plan.trigger === "turns")) return null;
   const base = { trigger: plan.trigger, tokens_before: plan.tokensBefore };
   if (plan.cutIndex === 0) {
     const reason = "the current turn alone is over the token budget; it is sent anyway";
@@ -104,7 +112,8 @@ export async function compactIfDue(
   const turns = cut.filter((m) => m.role === "user").length;
   const text = JSON.stringify(summary);
   try {
-    await store.applyCompaction(state.key, text, cut.map((m) => m.id), turns);
+    // Only if the summary is still the one merged into: a compaction that ran meanwhile is not overwritten.
+    await store.applyCompaction(state.key, text, cut.map((m) => m.id), turns, { previous: state.summary });
   } catch (error) {
     // The transaction rolled back: summary and messages are as they were.
     return {

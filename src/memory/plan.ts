@@ -38,6 +38,22 @@ export function summaryReserve(maxCtxTokens: number): number {
   return Math.min(MAX_SUMMARY_TOKENS, Math.floor(maxCtxTokens / 4));
 }
 
+/** AGENT_COMPACT_BATCH when unset: half of AGENT_MAX_RAW_TURNS, at least 1. */
+export function defaultCompactBatch(maxRawTurns: number): number {
+  return Math.max(1, Math.floor(maxRawTurns / 2));
+}
+
+/** Whether `messages` hold more than `maxRawTurns + compactBatch` user turns: the turn trigger. */
+export function overTurnLimit(
+  messages: readonly Message[],
+  maxRawTurns: number,
+  compactBatch: number,
+): boolean {
+  let turns = 0;
+  for (const m of messages) if (m.role === "user") turns++;
+  return turns > maxRawTurns + compactBatch;
+}
+
 /** Where a compaction cuts, and why. */
 export interface CompactionPlan {
   /** Messages before this index go into the summary and are deleted; the message at it is a user message. */
@@ -52,8 +68,14 @@ export interface CompactionPlan {
 
 /** Options of {@linkcode planCompaction}. */
 export interface PlanOptions {
-  /** Raw user turns kept; more trigger a compaction (AGENT_MAX_RAW_TURNS). */
+  /** Raw user turns kept by a compaction on the turn trigger (AGENT_MAX_RAW_TURNS). */
   maxRawTurns: number;
+  /**
+   * Turns allowed beyond `maxRawTurns` before the turn trigger fires (AGENT_COMPACT_BATCH): one compaction
+   * then folds them all, so the summary call comes once per batch rather than once per turn.
+   * @default {0}
+   */
+  compactBatch?: number;
   /** Estimated token budget of a request (AGENT_MAX_CTX_TOKENS). */
   maxCtxTokens: number;
   /**
@@ -79,11 +101,12 @@ export interface PlanOptions {
  * turn to cut. Pure; never throws.
  *
  * The cut always falls on a real user message, so a tool call is never separated from its results and the
- * current user message is always kept. On the turn trigger the last `maxRawTurns` turns stay; on the token
- * trigger the oldest whole turns go until the estimate, with room for the largest summary, fits.
+ * current user message is always kept. The turn trigger fires beyond `maxRawTurns + compactBatch` turns and
+ * keeps the last `maxRawTurns`; on the token trigger the oldest whole turns go until the estimate, with room
+ * for the largest summary, fits.
  */
 export function planCompaction(messages: readonly Message[], options: PlanOptions): CompactionPlan | null {
-  const { maxRawTurns, maxCtxTokens, fixedTokens = 0, currentSummaryTokens = 0 } = options;
+  const { maxRawTurns, maxCtxTokens, compactBatch = 0, fixedTokens = 0, currentSummaryTokens = 0 } = options;
   const { summaryTokens = summaryReserve(maxCtxTokens) } = options;
   const starts: number[] = [];
   messages.forEach((m, i) => m.role === "user" && starts.push(i));
@@ -95,11 +118,12 @@ export function planCompaction(messages: readonly Message[], options: PlanOption
     suffix[i] = suffix[i + 1] + estimateMessageTokens(messages[i]);
   }
   const tokensBefore = fixedTokens + currentSummaryTokens + suffix[0];
-  const overTurns = starts.length > maxRawTurns;
+  const overTurns = overTurnLimit(messages, maxRawTurns, compactBatch);
   const overTokens = tokensBefore > maxCtxTokens;
   if (!overTurns && !overTokens) return null;
 
   const last = starts.length - 1;
+  // The turn trigger cuts back to `maxRawTurns`; the budget may cut more, below.
   let turn = overTurns ? starts.length - maxRawTurns : 0;
   // Whatever the trigger, the kept turns must fit beside the fixed parts and the largest summary, so a
   // compaction never ends over budget unless the current turn alone is.

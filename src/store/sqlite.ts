@@ -214,8 +214,19 @@ export class SqliteStore implements SessionStore {
     });
   }
 
-  applyCompaction(key: SessionKey, summary: string, cutIds: readonly string[], turns: number): Promise<void> {
+  applyCompaction(
+    key: SessionKey,
+    summary: string,
+    cutIds: readonly string[],
+    turns: number,
+    options: { previous?: string | null } = {},
+  ): Promise<void> {
     return this.#write(key, (userId, sessionId, deleted) => {
+      const stored = this.#sql.getSession.get(userId, sessionId);
+      if (stored === undefined) throw new Error(`Cannot compact session "${sessionId}": no such session`);
+      if (options.previous !== undefined && stored.summary !== options.previous) {
+        throw new Error(`Cannot compact session "${sessionId}": its summary changed meanwhile`);
+      }
       for (const id of cutIds) {
         const row = this.#sql.deleteMessage.get(userId, sessionId, id);
         if (row === undefined) {

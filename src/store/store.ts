@@ -51,8 +51,17 @@ export interface SessionStore {
    * new `user` message adds one to `turnCount`. `TypeError` for a field of the wrong type.
    */
   append(key: SessionKey, messages: readonly StoredMessage[]): Promise<number>;
-  /** Stores `summary` and deletes exactly `cutIds` (`turns` user turns); rejects, changing nothing, if one is missing. */
-  applyCompaction(key: SessionKey, summary: string, cutIds: readonly string[], turns: number): Promise<void>;
+  /**
+   * Stores `summary` and deletes exactly `cutIds` (`turns` user turns); rejects, changing nothing, if one is
+   * missing or, with `previous`, if the stored summary is no longer that text (null: none).
+   */
+  applyCompaction(
+    key: SessionKey,
+    summary: string,
+    cutIds: readonly string[],
+    turns: number,
+    options?: { previous?: string | null },
+  ): Promise<void>;
   /** Deletes those of `ids` that are stored (taking their user turns off `turnCount`); resolves to how many. */
   discardMessages(key: SessionKey, ids: readonly string[]): Promise<number>;
   /** Deletes the session with its messages, todos and summary; true if it existed. */

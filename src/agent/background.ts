@@ -1,0 +1,68 @@
+/**
+ * Compactions that run after a turn's answer, off the turn's path: at most one per session at a time, their
+ * events sent to the trace, and a shutdown that waits for them (abandoning them after a grace period).
+ * @module
+ */
+import { delay } from "../abort.ts";
+import type { EventSink } from "../events.ts";
+import type { SessionKey } from "../store/store.ts";
+
+/** One background compaction: given where to report and what stops it; it must not reject. */
+export type BackgroundJob = (emit: EventSink, signal: AbortSignal) => Promise<void>;
+
+/** Runs each session's background compaction; `src/main.ts` closes it before the store. */
+export class BackgroundCompactions {
+  readonly #emit: EventSink;
+  readonly #running = new Map<string, Promise<void>>();
+  readonly #stop = new AbortController();
+  #closed = false;
+
+  /** `emit` receives the jobs' events: the trace, never a live view (the prompt may be back by then). */
+  constructor(emit: EventSink) {
+    this.#emit = emit;
+  }
+
+  /**
+   * Starts `job` for the session once the current task is done, so the answer is delivered first. False,
+   * doing nothing, when the session already has one running (the next turn starts another if still due)
+   * or shutdown has begun.
+   */
+  start(key: SessionKey, job: BackgroundJob): boolean {
+    const id = `${key.userId}\u0000${key.sessionId}`;
+    if (this.#closed || this.#running.has(id)) return false;
+    const signal = this.#stop.signal;
+    const run = delay(0)
+      .then(() => job(this.#emit, signal))
+      // A job reports its own failures as events; a rejection here is a bug, and must not end the process.
+      .catch((error) => console.error(`background compaction failed: ${error}`))
+      .finally(() => this.#running.delete(id));
+    this.#running.set(id, run);
+    return true;
+  }
+
+  /** How many compactions are running. */
+  get running(): number {
+    return this.#running.size;
+  }
+
+  /** Resolves once no compaction is running, including any started meanwhile. */
+  async idle(): Promise<void> {
+    while (this.#running.size > 0) await Promise.all(this.#running.values());
+  }
+
+  /**
+   * Takes no more work and waits for what runs; after `graceMs` it aborts them, which abandons each
+   * compaction with its session unchanged (its summary call is cancelled, nothing is stored).
+   */
+  async close(graceMs = Infinity): Promise<void> {
+    this.#closed = true;
+    const timer = Number.isFinite(graceMs)
+      ? setTimeout(() => this.#stop.abort(new Error("shutting down")), graceMs)
+      : undefined;
+    try {
+      await this.idle();
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+}
