@@ -105,6 +105,30 @@ Deno.test("without a session id the todo tool writes to the private store, never
   assert.deepEqual(await h.store.listSessions("local"), []);
 });
 
+Deno.test("a long history without a session id starts no background compaction of the dropped session", async () => {
+  using h = httpHarness();
+  const started: string[] = [];
+  const { compactions } = h.deps.agent;
+  const start = compactions.start.bind(compactions);
+  compactions.start = (key, job) => (started.push(key.sessionId), start(key, job));
+  // More raw turns than AGENT_MAX_RAW_TURNS (20) plus a batch (10): a kept session would compact after this.
+  const history = Array.from({ length: 40 }, (_, i) => [
+    { role: "user" as const, content: `question ${i}` },
+    { role: "assistant" as const, content: `echo: question ${i}` },
+  ]).flat();
+  await withServer(h, async ({ url }) => {
+    const completion = await client(url).chat.completions.create({
+      model: "mini-agent",
+      messages: [...history, ...ask("last")],
+    });
+    assert.equal(completion.choices[0].message.content, "echo: last");
+  });
+  await compactions.idle();
+  assert.deepEqual(started, []);
+  assert.equal(await h.ephemeral[0].ping(), false);
+  assert.ok(readTrace(h.tracePath).every((e) => e.event !== "compact"));
+});
+
 Deno.test("with X-Session-Id the session is stored and only the last user message is the new turn", async () => {
   using h = httpHarness();
   const seen = recordRequests(h);

@@ -6,6 +6,7 @@
  * @module
  */
 import type { TurnInput } from "../agent/loop.ts";
+import { BackgroundCompactions } from "../agent/background.ts";
 import { unansweredMessage } from "../agent/turn.ts";
 import type { RunEvent, RunEventData } from "../events.ts";
 import type { SessionKey } from "../store/store.ts";
@@ -86,7 +87,11 @@ async function prepareEphemeral(
     const createdAt = (deps.agent.now ?? (() => new Date()))().toISOString();
     await store.append(key, chat.history.map((m, i) => ({ ...m, id: `history:${i}`, createdAt })));
     const input: TurnInput = { ...key, message: chat.question, instructions: chat.instructions };
-    const run = queueTurn(request, input, deps, { ...deps.agent, store, tools });
+    // The session is dropped after the turn: a compaction due by the turn trigger, which runs after the
+    // answer, would only cost a model call. One due by the token budget still runs within the turn.
+    const compactions = new BackgroundCompactions(deps.emit);
+    await compactions.close();
+    const run = queueTurn(request, input, deps, { ...deps.agent, store, tools, compactions });
     return { run: (emit, onDelta) => run(emit, onDelta).finally(() => store.close()), kept: false };
   } catch (error) {
     await store.close();
