@@ -27,7 +27,8 @@ import { listenNetHost, missingPermissions, readEnvironment, TERMINAL_VARIABLES 
 import { SqliteStore } from "./store/sqlite.ts";
 import { type SessionKey, type SessionStore, validateId } from "./store/store.ts";
 import { createLlmSummarizer } from "./memory/summarizer.ts";
-import { createBuiltinTools } from "./tools/builtin.ts";
+import { builtinToolsFor } from "./tools/builtin.ts";
+import type { ToolRegistry } from "./tools/registry.ts";
 import { JsonlTracer } from "./trace/trace.ts";
 import { TraceReader } from "./trace/reader.ts";
 
@@ -45,6 +46,8 @@ interface Runtime {
   tracer: JsonlTracer;
   traceReader: TraceReader;
   agent: Agent;
+  /** The agent's tools bound to another store (a request's private one). */
+  toolsFor(store: SessionStore): ToolRegistry;
   /** Waits for background compactions (abandoning them after the shutdown grace), then closes the files. */
   close(): Promise<void>;
 }
@@ -99,15 +102,17 @@ function openRuntime(config: Readonly<Config>): Runtime {
     onAppend: (line) => traceReader.noteAppend(line),
   });
   const llm = createLlmFromConfig(config, { stream: config.stream });
+  const toolsFor = builtinToolsFor();
   const compactions = new BackgroundCompactions((event) => tracer.write(event));
   return {
     store,
     tracer,
     traceReader,
+    toolsFor,
     agent: {
       store,
       llm,
-      tools: createBuiltinTools(store),
+      tools: toolsFor(store),
       maxSteps: config.maxToolIters,
       maxToolCallsPerStep: config.maxToolCallsPerStep,
       summarizer: createLlmSummarizer(llm),
@@ -199,6 +204,10 @@ async function serve(config: Readonly<Config>): Promise<number> {
     const server = listen(() =>
       serveHttp({
         agent: runtime.agent,
+        openEphemeral: () => {
+          const store = new SqliteStore(":memory:");
+          return { store, tools: runtime.toolsFor(store) };
+        },
         emit: (event) => runtime.tracer.write(event),
         authenticator: new Authenticator(config.apiTokens),
         queue: new SessionQueue({ maxWaiting: MAX_QUEUED_TURNS }),

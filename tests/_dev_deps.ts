@@ -6,3 +6,4 @@
  */
 export { default as fc } from "npm:fast-check@4.11.0";
 export { Ajv2020 } from "npm:ajv@8.20.0/dist/2020.js";
+export { default as OpenAI } from "npm:openai@7.59.0";

@@ -57,6 +57,12 @@ export function realTools(store: SqliteStore, extra: ToolSpec[] = []): ToolRegis
   return createBuiltinTools(store, { docsDir: DOCS, extra });
 }
 
+/** A private in-memory store with the real tools bound to it, as `HandlerDeps.openEphemeral` opens in a test. */
+export function openEphemeral(): { store: SqliteStore; tools: ToolRegistry } {
+  const store = new SqliteStore(":memory:");
+  return { store, tools: realTools(store) };
+}
+
 /** Turn dependencies around a scripted model and an in-memory (or given) store. */
 export function harness(
   script: ScriptStep[],

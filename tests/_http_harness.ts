@@ -4,6 +4,7 @@ import { LlmError } from "../src/errors.ts";
 import { Authenticator } from "../src/http/auth.ts";
 import type { HandlerDeps } from "../src/http/deps.ts";
 import { createHandler } from "../src/http/handler.ts";
+import { type RunningServer, serveHttp } from "../src/http/server.ts";
 import { SessionQueue } from "../src/http/session_queue.ts";
 import type { ChatOptions, LLM } from "../src/llm/llm.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
@@ -11,7 +12,7 @@ import { deterministicSummarizer, type Summarizer } from "../src/memory/summariz
 import { JsonlTracer } from "../src/trace/trace.ts";
 import { type TraceFile, TraceReader } from "../src/trace/reader.ts";
 import type { ChatReply, Message } from "../src/types.ts";
-import { realTools } from "./_harness.ts";
+import { openEphemeral, realTools } from "./_harness.ts";
 
 /**
  * A model that answers by rule (arithmetic → calculator call, tool result → "The answer is N.", else an
@@ -95,6 +96,8 @@ export interface HttpHarness {
   handler: (request: Request) => Promise<Response>;
   llm: RuleLLM;
   store: SqliteStore;
+  /** The private stores self-contained chat completions opened, in order. */
+  ephemeral: SqliteStore[];
   tracePath: string;
   tracer: JsonlTracer;
   traceReader: TraceReader;
@@ -130,6 +133,7 @@ export function httpHarness(
   });
   const llm = new RuleLLM(options.delayMs ?? 0);
   const logs: string[] = [];
+  const ephemeral: SqliteStore[] = [];
   const shutdown = new AbortController();
   let shuttingDown = false;
   const deps: HandlerDeps = {
@@ -143,6 +147,11 @@ export function httpHarness(
       compactBatch: options.compaction?.compactBatch,
       compactions: new BackgroundCompactions((event) => tracer.write(event)),
       maxCtxTokens: 6000,
+    },
+    openEphemeral: () => {
+      const opened = openEphemeral();
+      ephemeral.push(opened.store);
+      return opened;
     },
     emit: (event) => tracer.write(event),
     authenticator: new Authenticator(options.tokens ?? []),
@@ -160,6 +169,7 @@ export function httpHarness(
     handler: createHandler(deps),
     llm,
     store,
+    ephemeral,
     tracePath,
     tracer,
     traceReader,
@@ -195,4 +205,47 @@ export function parseSse(text: string): { event: string; data: Record<string, un
     const data = JSON.parse(lines.filter((l) => l.startsWith("data: ")).map((l) => l.slice(6)).join("\n"));
     return { event, data };
   });
+}
+
+export interface Served {
+  url: string;
+  server: RunningServer;
+  stop: AbortController;
+}
+
+/**
+ * Runs `fn` against a real server on 127.0.0.1 built from the harness's deps (with `overrides`), and always
+ * stops it and waits for `finished`.
+ */
+export async function withServer(
+  h: HttpHarness,
+  fn: (served: Served) => Promise<void>,
+  options: { graceSeconds?: number; overrides?: Partial<HandlerDeps> } = {},
+): Promise<void> {
+  const { graceSeconds = 5, overrides = {} } = options;
+  // serveHttp supplies the lifecycle parts itself.
+  const { shutdownSignal: _signal, isShuttingDown: _isShuttingDown, ...deps } = { ...h.deps, ...overrides };
+  const stop = new AbortController();
+  const server = serveHttp(deps, {
+    hostname: "127.0.0.1",
+    port: 0,
+    stop: stop.signal,
+    graceSeconds,
+    onListen: () => {},
+  });
+  try {
+    await fn({ url: `http://127.0.0.1:${server.port}`, server, stop });
+  } finally {
+    stop.abort();
+    await server.finished;
+  }
+}
+
+/** Polls `condition` every few milliseconds; fails naming `what` after `timeoutMs`. */
+export async function until(condition: () => boolean, what: string, timeoutMs = 5000): Promise<void> {
+  const deadline = performance.now() + timeoutMs;
+  while (!condition()) {
+    if (performance.now() > deadline) throw new Error(`Timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
 }

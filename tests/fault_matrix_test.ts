@@ -19,7 +19,7 @@ import { createLlmSummarizer, deterministicSummarizer } from "../src/memory/summ
 import { JsonlTracer, readTrace } from "../src/trace/trace.ts";
 import type { EventSink, TracedEvent } from "../src/events.ts";
 import type { StoredMessage, TurnResult } from "../src/types.ts";
-import { keyOf, realTools, runProcess } from "./_harness.ts";
+import { keyOf, openEphemeral, realTools, runProcess } from "./_harness.ts";
 import {
   type Behaviour,
   completion,
@@ -710,6 +710,7 @@ function handlerFor(rig: Rig, logs: string[]): (request: Request) => Promise<Res
   const { emit, agent } = rig;
   return createHandler({
     agent,
+    openEphemeral,
     emit,
     authenticator: new Authenticator([]),
     queue: new SessionQueue({ maxWaiting: 8 }),

@@ -18,7 +18,7 @@ import { ScriptedLLM, type ScriptStep } from "../src/llm/scripted.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { deterministicSummarizer } from "../src/memory/summarizer.ts";
 import { JsonlTracer } from "../src/trace/trace.ts";
-import { counterIds, realTools, steppingClock, tempDir, textSink } from "./_harness.ts";
+import { counterIds, openEphemeral, realTools, steppingClock, tempDir, textSink } from "./_harness.ts";
 
 const GOLDEN = new URL("./fixtures/golden/", import.meta.url);
 const UPDATE = Deno.env.get("GOLDEN_UPDATE") === "1";
@@ -238,6 +238,7 @@ Deno.test("golden: the HTTP API's responses to a scripted session are unchanged"
   const shutdown = new AbortController();
   const handler = createHandler({
     agent: w.agent,
+    openEphemeral,
     emit: (event) => w.tracer.write(event),
     authenticator: new Authenticator([
       { token: "golden-token-alice-0001", userId: "alice" },

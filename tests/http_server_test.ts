@@ -7,8 +7,6 @@ import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import { LlmError } from "../src/errors.ts";
 import { Authenticator } from "../src/http/auth.ts";
-import type { HandlerDeps } from "../src/http/deps.ts";
-import { type RunningServer, serveHttp } from "../src/http/server.ts";
 import type { SessionQueue } from "../src/http/session_queue.ts";
 import { queueKey } from "../src/http/turn_route.ts";
 import type { ChatOptions, LLM } from "../src/llm/llm.ts";
@@ -16,7 +14,7 @@ import { readTrace } from "../src/trace/trace.ts";
 import type { ChatReply, Message, StoredMessage } from "../src/types.ts";
 import { startFakeProvider } from "./fixtures/fake_openai.ts";
 import { childEnv, keyOf, SERVE_ARGS, spawnServe, tempDir } from "./_harness.ts";
-import { type HttpHarness, httpHarness, parseSse } from "./_http_harness.ts";
+import { type HttpHarness, httpHarness, parseSse, until, withServer } from "./_http_harness.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 
@@ -25,49 +23,6 @@ function waiting(h: HttpHarness, sessionId: string): number {
   return h.deps.queue.waiting(queueKey(keyOf(sessionId, "local")));
 }
 const encoder = new TextEncoder();
-
-interface Served {
-  url: string;
-  server: RunningServer;
-  stop: AbortController;
-}
-
-/**
- * Runs `fn` against a real server on 127.0.0.1 built from the harness's deps (with `overrides`), and always
- * stops it and waits for `finished`.
- */
-async function withServer(
-  h: HttpHarness,
-  fn: (served: Served) => Promise<void>,
-  options: { graceSeconds?: number; overrides?: Partial<HandlerDeps> } = {},
-): Promise<void> {
-  const { graceSeconds = 5, overrides = {} } = options;
-  // serveHttp supplies the lifecycle parts itself.
-  const { shutdownSignal: _signal, isShuttingDown: _isShuttingDown, ...deps } = { ...h.deps, ...overrides };
-  const stop = new AbortController();
-  const server = serveHttp(deps, {
-    hostname: "127.0.0.1",
-    port: 0,
-    stop: stop.signal,
-    graceSeconds,
-    onListen: () => {},
-  });
-  try {
-    await fn({ url: `http://127.0.0.1:${server.port}`, server, stop });
-  } finally {
-    stop.abort();
-    await server.finished;
-  }
-}
-
-/** Polls `condition` every few milliseconds; fails naming `what` after `timeoutMs`. */
-async function until(condition: () => boolean, what: string, timeoutMs = 5000): Promise<void> {
-  const deadline = performance.now() + timeoutMs;
-  while (!condition()) {
-    if (performance.now() > deadline) throw new Error(`Timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
-}
 
 function post(
   url: string,

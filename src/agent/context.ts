@@ -1,6 +1,7 @@
 /**
- * Builds the request messages: the static system prompt, the [RUNTIME CONTEXT] block when the session has a
- * summary, then the recent messages. Pure: it only reads what it is given.
+ * Builds the request messages: the static system prompt, the [CLIENT INSTRUCTIONS] block when an API client
+ * sent system messages, the [RUNTIME CONTEXT] block when the session has a summary, then the recent messages.
+ * Pure: it only reads what it is given.
  * @module
  */
 import { parseSummary, runtimeContextText } from "../memory/summary.ts";
@@ -24,6 +25,11 @@ Decision rules:
   not an instruction from the user. Use it to answer follow-up questions.
 - Keep answers short and say plainly when you do not know.`;
 
+/** Opens the block of an API client's own system messages, which comes right after the runtime's prompt. */
+export const CLIENT_INSTRUCTIONS_HEADER = "[CLIENT INSTRUCTIONS] The API client sent the system messages " +
+  "below with this request. They come from the client, not from the runtime: follow them where they do not " +
+  "conflict with the rules above.";
+
 // One frozen object for every request, so the request body reuses its JSON.
 const SYSTEM_MESSAGE: Message = Object.freeze({ role: "system", content: SYSTEM_PROMPT });
 
@@ -39,17 +45,26 @@ export interface BuildContextOptions {
    * @default {SYSTEM_PROMPT}
    */
   systemPrompt?: string;
+  /**
+   * System messages an API client sent with the request (joined), for the [CLIENT INSTRUCTIONS] block.
+   * @default {null}
+   */
+  instructions?: string | null;
 }
 
 /**
- * The messages of one request: the system prompt, the [RUNTIME CONTEXT] block if there is a valid summary,
- * then `messages` as they are (the client sends only what the model reads of each). Pure; never throws.
+ * The messages of one request: the system prompt, the [CLIENT INSTRUCTIONS] block if there are instructions,
+ * the [RUNTIME CONTEXT] block if there is a valid summary, then `messages` as they are (the client sends only
+ * what the model reads of each). Pure; never throws.
  */
 export function buildContext(messages: readonly Message[], options: BuildContextOptions = {}): Message[] {
-  const { summary = null, systemPrompt = SYSTEM_PROMPT } = options;
+  const { summary = null, systemPrompt = SYSTEM_PROMPT, instructions = null } = options;
   const request: Message[] = [
     systemPrompt === SYSTEM_PROMPT ? SYSTEM_MESSAGE : { role: "system", content: systemPrompt },
   ];
+  if (instructions !== null) {
+    request.push({ role: "system", content: `${CLIENT_INSTRUCTIONS_HEADER}\n\n${instructions}` });
+  }
   const parsed = summary === null ? null : parseSummary(summary);
   if (parsed !== null) request.push({ role: "system", content: runtimeContextText(parsed) });
   request.push(...messages);

@@ -71,7 +71,8 @@ function checkLimits(agent: Agent): void {
 /** Asks the model for the next reply; a failed or aborted call ends the turn, and its result is returned. */
 async function askModel(turn: Turn, step: number): Promise<ChatReply | TurnResult> {
   const { signal, onDelta } = turn.run;
-  const messages = buildContext(turn.memory.history, { summary: turn.memory.summary });
+  const { history, summary } = turn.memory;
+  const messages = buildContext(history, { summary, instructions: turn.instructions });
   const started = performance.now();
   let reply: ChatReply;
   try {

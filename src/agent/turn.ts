@@ -16,7 +16,7 @@ import type {
   TurnToolCall,
   Usage,
 } from "../types.ts";
-import { SYSTEM_PROMPT } from "./context.ts";
+import { buildContext } from "./context.ts";
 import type { LLM } from "../llm/llm.ts";
 import type { Summarizer } from "../memory/summarizer.ts";
 import type { SessionKey, SessionStore } from "../store/store.ts";
@@ -68,6 +68,8 @@ export interface TurnInput {
   message?: string;
   /** Rerun the last unanswered user message instead of adding one: stored once, the turn keeps its number. */
   retry?: boolean;
+  /** An API client's system messages for this turn only, never stored. @default {null} */
+  instructions?: string | null;
 }
 
 /** The closing answer when the turn was aborted (client gone, Ctrl-C). */
@@ -115,6 +117,8 @@ export class Turn {
   readonly runId: string;
   readonly number: number;
   readonly tools: readonly ToolSchema[];
+  /** The client's instructions of this turn (see {@linkcode TurnInput}). */
+  readonly instructions: string | null;
   memory: MemoryState;
   readonly calls: TurnToolCall[] = [];
   readonly usage: Usage = { promptTokens: null, completionTokens: null, totalTokens: null };
@@ -126,10 +130,18 @@ export class Turn {
   /** Estimated tokens of the next request, kept up to date as messages are saved: no re-count per step. */
   #tokens: number;
 
-  private constructor(agent: Agent, run: RunOptions, key: SessionKey, memory: MemoryState, number: number) {
+  private constructor(
+    agent: Agent,
+    run: RunOptions,
+    key: SessionKey,
+    memory: MemoryState,
+    number: number,
+    instructions: string | null,
+  ) {
     this.agent = agent;
     this.run = run;
     this.key = key;
+    this.instructions = instructions;
     this.memory = memory;
     this.number = number;
     this.runId = (agent.newId ?? (() => crypto.randomUUID()))();
@@ -155,7 +167,8 @@ export class Turn {
     const question = retry ? unansweredMessage(history)?.content ?? null : message!;
     if (session === null || question === null) throw nothingToRetry(key.sessionId);
     const memory = { key, summary: session.summary, history };
-    const turn = new Turn(agent, run, key, memory, retry ? session.turnCount : session.turnCount + 1);
+    const number = retry ? session.turnCount : session.turnCount + 1;
+    const turn = new Turn(agent, run, key, memory, number, input.instructions ?? null);
     turn.event("run_start", null, {
       user_id: key.userId,
       message: question,
@@ -257,8 +270,9 @@ export class Turn {
     });
   }
 
+  /** What every request of the turn carries besides the history and the summary. */
   #fixed() {
-    return { system: [{ role: "system" as const, content: SYSTEM_PROMPT }], tools: this.tools };
+    return { system: buildContext([], { instructions: this.instructions }), tools: this.tools };
   }
 
   #compactionDeps(signal: AbortSignal | undefined, options: { tokensOnly?: boolean }): CompactionDeps {

@@ -2,6 +2,8 @@
 import type { Agent } from "../agent/loop.ts";
 import type { TraceReader } from "../trace/reader.ts";
 import type { EventSink } from "../events.ts";
+import type { SessionStore } from "../store/store.ts";
+import type { ToolRegistry } from "../tools/registry.ts";
 import type { Authenticator } from "./auth.ts";
 import type { SessionQueue } from "./session_queue.ts";
 
@@ -9,6 +11,11 @@ import type { SessionQueue } from "./session_queue.ts";
 export interface HandlerDeps {
   /** What runs a turn, with the session store. */
   agent: Agent;
+  /**
+   * Opens an empty in-memory store with the agent's tools bound to it, for a request that keeps no session
+   * (`POST /v1/chat/completions` without a session id); the route closes it once the request is done.
+   */
+  openEphemeral(): { store: SessionStore; tools: ToolRegistry };
   /** Receives every run event (the trace). */
   emit: EventSink;
   authenticator: Authenticator;

@@ -43,13 +43,16 @@ export class HttpError extends Error {
     return { code: this.code, message: this.message, ...this.details };
   }
 
-  /** The response: status, headers and the JSON body (`charset=utf-8` unless a header sets JSON already). */
-  response(): Response {
+  /**
+   * The response: status, headers and `body` as JSON (`charset=utf-8` unless a header sets JSON already);
+   * the body is `{"error": body()}` unless a route writes errors in another shape.
+   */
+  response(body: unknown = { error: this.body() }): Response {
     const headers = new Headers(this.headers);
     if (!/^application\/json\b/.test(headers.get("content-type") ?? "")) {
       headers.set("content-type", "application/json; charset=utf-8");
     }
-    return new Response(JSON.stringify({ error: this.body() }), { status: this.status, headers });
+    return new Response(JSON.stringify(body), { status: this.status, headers });
   }
 }
 

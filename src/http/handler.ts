@@ -16,13 +16,16 @@ export function createHandler(deps: HandlerDeps): (request: Request) => Promise<
   return async (request) => {
     const started = performance.now();
     const url = new URL(request.url);
+    const found = match(request.method, url.pathname);
     let response: Response;
     try {
       if (deps.isShuttingDown()) throw shuttingDown({ headers: { "Retry-After": "5" } });
-      const { route, params } = match(request.method, url.pathname);
-      response = await route.handle(request, params);
+      if ("error" in found) throw found.error;
+      response = await found.route.handle(request, found.params);
     } catch (error) {
-      response = toHttpError(error, deps.log).response();
+      const failure = toHttpError(error, deps.log);
+      // In the shape of the path's routes (the OpenAI-compatible ones have their own), even for a 405.
+      response = found.route?.errorResponse?.(failure) ?? failure.response();
     }
     if (request.method === "HEAD" && response.body !== null) {
       // The GET response's status and headers, without its body.
@@ -39,11 +42,16 @@ export function createHandler(deps: HandlerDeps): (request: Request) => Promise<
   };
 }
 
+/** The route of a request with its parameters, or the error to answer with (and a route of that path). */
+type Match =
+  | { route: Route; params: Record<string, string> }
+  | { route: Route | undefined; error: HttpError };
+
 /**
  * A matcher over the `METHOD /path/{param}` table, in order: parameters come URI-decoded and `HEAD` matches
- * `GET` (in `Allow` too). The matcher throws a 404 `HttpError` for an unknown path, a 405 for another method.
+ * `GET` (in `Allow` too). It never throws: an unknown path matches with a 404 error, another method with a 405.
  */
-function compile(routes: readonly Route[]) {
+function compile(routes: readonly Route[]): (method: string, pathname: string) => Match {
   const compiled = routes.map((route) => {
     const names: string[] = [];
     const escaped = route.path.replace(/[.*+?^$()|[\]\\]/g, "\\$&");
@@ -53,19 +61,24 @@ function compile(routes: readonly Route[]) {
     });
     return { route, pattern: new RegExp(`^${source}$`), names };
   });
-  return (method: string, pathname: string): { route: Route; params: Record<string, string> } => {
+  return (method, pathname) => {
     const allow: string[] = [];
+    let other: Route | undefined;
     for (const { route, pattern, names } of compiled) {
       const found = pattern.exec(pathname);
       if (found === null) continue;
       if (route.method === (method === "HEAD" ? "GET" : method)) {
         return { route, params: Object.fromEntries(names.map((name, i) => [name, decode(found[i + 1])])) };
       }
+      other ??= route;
       allow.push(...(route.method === "GET" ? ["GET", "HEAD"] : [route.method]));
     }
-    if (allow.length === 0) throw new HttpError(404, "not_found", `No route for ${pathname}`);
+    if (allow.length === 0) {
+      return { route: undefined, error: new HttpError(404, "not_found", `No route for ${pathname}`) };
+    }
     const headers = { Allow: allow.join(", ") };
-    throw new HttpError(405, "method_not_allowed", `${method} is not allowed on ${pathname}`, { headers });
+    const message = `${method} is not allowed on ${pathname}`;
+    return { route: other, error: new HttpError(405, "method_not_allowed", message, { headers }) };
   };
 }
 

@@ -57,6 +57,26 @@ function param(name: string, where: "path" | "query", schema: unknown, descripti
 const idSchema = { ...str, pattern: "^[A-Za-z0-9._:-]{1,128}$" };
 const id = param("id", "path", idSchema, "1-128 characters of A-Z a-z 0-9 . _ : -");
 
+/** The statuses of the OpenAI-compatible routes, with a body in OpenAI's error shape. */
+function openaiErrors(statuses: number[]) {
+  const described: Record<number, string> = {
+    ...DESCRIPTIONS,
+    400: "invalid JSON or parameters (`param` names which), a last message that is not a user message, " +
+      "client tools, or an invalid session id",
+    404: "a model other than mini-agent (`model_not_found`)",
+  };
+  return Object.fromEntries(statuses.map((status) => [status, json(ref("OpenAIError"), described[status])]));
+}
+
+const sessionHeader = {
+  name: "X-Session-Id",
+  in: "header",
+  required: false,
+  description: "keep the conversation in this session of the caller's: only the last message is new. " +
+    "Without it (or metadata.session_id) the request's messages are the whole history and nothing is stored.",
+  schema: idSchema,
+};
+
 type Operation = {
   summary: string;
   security?: unknown[];
@@ -96,7 +116,9 @@ export const OPENAPI = {
     title: "mini-runtime-agent",
     version: "1.0.0",
     description:
-      'Sessions API over one bounded tool-calling loop. Errors are {"error": {"code", "message"}}.',
+      'Sessions API over one bounded tool-calling loop. Errors are {"error": {"code", "message"}}, except on ' +
+      "the OpenAI-compatible routes (/v1/chat/completions, /v1/models), which use OpenAI's " +
+      '{"error": {"message", "type", "param", "code"}}.',
   },
   components: {
     securitySchemes: { bearer: { type: "http", scheme: "bearer" } },
@@ -117,6 +139,32 @@ export const OPENAPI = {
         tool_calls: array(object({ name: str, arguments: str, ok: bool })),
         usage: object({ prompt_tokens: intOrNull, completion_tokens: intOrNull, total_tokens: intOrNull }),
       }, ["session_id", "run_id", "turn", "outcome", "answer", "tool_calls", "usage"]),
+      OpenAIError: object({
+        error: object({
+          message: str,
+          type: { enum: ["invalid_request_error", "server_error"] },
+          param: { type: ["string", "null"], description: "the request parameter at fault" },
+          code: str,
+        }, ["message", "type", "param", "code"]),
+      }, ["error"]),
+      ChatCompletionRequest: {
+        ...object({
+          model: { const: "mini-agent" },
+          messages: array(object({
+            role: { enum: ["system", "developer", "user", "assistant"] },
+            content: {
+              anyOf: [str, array(object({ type: { const: "text" }, text: str }, ["type", "text"]))],
+            },
+          }, ["role", "content"])),
+          stream: bool,
+          stream_options: object({ include_usage: bool }),
+          metadata: object({ session_id: { ...idSchema, description: "like the X-Session-Id header" } }),
+        }, ["model", "messages"]),
+        description:
+          "The last message must be a user message: the turn's question. tools, functions and tool " +
+          "messages are rejected (the agent runs its own tools); n must be 1; sampling parameters are ignored.",
+      },
+      Model: object({ id: str, object: { const: "model" }, created: int, owned_by: str }),
       RunEvent: object({
         ts: str,
         session_id: str,
@@ -182,6 +230,43 @@ export const OPENAPI = {
         json(tracePage),
         [400, 401, 404],
       ),
+    },
+    "/v1/models": {
+      get: {
+        summary: "OpenAI-compatible: the models, which is the agent alone (mini-agent)",
+        responses: {
+          "200": json(object({ object: str, data: array(ref("Model")) })),
+          ...openaiErrors([401]),
+        },
+      },
+    },
+    "/v1/models/{model}": {
+      parameters: [param("model", "path", str)],
+      get: {
+        summary: "OpenAI-compatible: one model",
+        responses: { "200": json(ref("Model")), ...openaiErrors([401, 404]) },
+      },
+    },
+    "/v1/chat/completions": {
+      parameters: [sessionHeader],
+      post: {
+        summary: "OpenAI-compatible: one agent turn (the whole tool loop, tools run on the server) as a " +
+          "chat.completion, or with stream: true as chat.completion.chunk events ending in data: [DONE]",
+        requestBody: {
+          required: true,
+          content: { "application/json": { schema: ref("ChatCompletionRequest") } },
+        },
+        responses: {
+          "200": {
+            description:
+              "OpenAI's CreateChatCompletionResponse; streamed, CreateChatCompletionStreamResponse " +
+              'events (a failure mid-stream is a data: {"error": …} frame). finish_reason is stop, or length ' +
+              "when the turn reached its step limit; usage sums the turn's model calls",
+            content: { "application/json": { schema: anyObject }, "text/event-stream": { schema: str } },
+          },
+          ...openaiErrors([400, 401, 404, 413, 415, 429, 502, 503, 504]),
+        },
+      },
     },
   }),
 } as const;

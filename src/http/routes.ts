@@ -9,6 +9,8 @@ import { TraceReader } from "../trace/reader.ts";
 import type { HandlerDeps } from "./deps.ts";
 import { HttpError } from "./errors.ts";
 import { OPENAPI } from "./openapi.ts";
+import { handleChatCompletion } from "./openai_route.ts";
+import { AGENT_MODEL, modelList, modelNotFound, modelObject, openaiErrorResponse } from "./openai_shape.ts";
 import { handleTrace } from "./trace_route.ts";
 import { handleTurn, queueKey } from "./turn_route.ts";
 
@@ -18,10 +20,17 @@ export interface Route {
   path: string;
   /** Answers `request`, given the template's parameters (URI-decoded). */
   handle(request: Request, params: Record<string, string>): Promise<Response> | Response;
+  /** Writes an error of this path as a response. @default {(error) => error.response()} */
+  errorResponse?(error: HttpError): Response;
 }
 
-function route(method: Route["method"], path: string, handle: Route["handle"]): Route {
-  return { method, path, handle };
+function route(
+  method: Route["method"],
+  path: string,
+  handle: Route["handle"],
+  errorResponse?: Route["errorResponse"],
+): Route {
+  return errorResponse === undefined ? { method, path, handle } : { method, path, handle, errorResponse };
 }
 
 /** The routes the server serves, in matching order (a test checks OpenAPI describes each). */
@@ -87,5 +96,18 @@ export function createRoutes(deps: HandlerDeps): Route[] {
     route("GET", "/v1/sessions/{id}/trace", async (request, params) => {
       return handleTrace(request, await own(request, params.id), trace);
     }),
+    // OpenAI-compatible: the agent as the model `mini-agent`, errors in OpenAI's shape.
+    route("GET", "/v1/models", (request) => {
+      user(request);
+      return Response.json(modelList());
+    }, openaiErrorResponse),
+    route("GET", "/v1/models/{model}", (request, params) => {
+      user(request);
+      if (params.model !== AGENT_MODEL) throw modelNotFound(params.model, null);
+      return Response.json(modelObject());
+    }, openaiErrorResponse),
+    route("POST", "/v1/chat/completions", (request) => {
+      return handleChatCompletion(request, user(request), deps);
+    }, openaiErrorResponse),
   ];
 }

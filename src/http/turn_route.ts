@@ -4,17 +4,51 @@
  * (the stream the trace is written from), plus `delta` events (`{"text"}`) while the answer streams.
  * @module
  */
-import { runTurn } from "../agent/loop.ts";
+import { type Agent, runTurn, type TurnInput } from "../agent/loop.ts";
 import { nothingToRetry, unansweredMessage, usageData } from "../agent/turn.ts";
 import type { SessionKey } from "../store/store.ts";
-import type { RunEvent } from "../events.ts";
+import type { EventSink } from "../events.ts";
+import type { TurnResult } from "../types.ts";
 import { readMessageField } from "./body.ts";
 import type { HandlerDeps } from "./deps.ts";
 import { HttpError, toHttpError } from "./errors.ts";
+import { sseResponse } from "./sse.ts";
 
 /** The session's key in the `SessionQueue`: per user, like the session. NUL cannot occur in an id. */
 export function queueKey(key: SessionKey): string {
   return `${key.userId}\u0000${key.sessionId}`;
+}
+
+/** Runs a prepared turn, reporting to `emit` and, as the answer streams, to `onDelta`. */
+export type QueuedTurn = (
+  emit: EventSink,
+  onDelta?: (text: string, step: number) => void,
+) => Promise<TurnResult>;
+
+/**
+ * `input` ready to run on `agent` through its session's queue, aborted when the client disconnects or the
+ * shutdown grace period ends. Throws the queue's 429 now, while the response can still carry that status.
+ */
+export function queueTurn(
+  request: Request,
+  input: TurnInput,
+  deps: HandlerDeps,
+  agent: Agent = deps.agent,
+): QueuedTurn {
+  const queued = queueKey(input);
+  const full = deps.queue.rejection(queued);
+  if (full !== null) throw full;
+  const signal = AbortSignal.any([request.signal, deps.shutdownSignal]);
+  return (emit, onDelta) =>
+    deps.queue.run(queued, () => runTurn(input, agent, { emit, signal, onDelta }), { signal });
+}
+
+/** A turn that ended in a model failure: 504 `llm_timeout` for a timeout, else 502 `llm_error`, with its run id. */
+export function modelFailure(timedOut: boolean, message: string, runId: string): HttpError {
+  return new HttpError(timedOut ? 504 : 502, timedOut ? "llm_timeout" : "llm_error", message, {
+    details: { run_id: runId },
+    headers: { "content-type": "application/json" },
+  });
 }
 
 /** Options of {@linkcode handleTurn}. */
@@ -41,14 +75,7 @@ export async function handleTurn(
   if (retry && unansweredMessage(await deps.agent.store.messages(key)) === null) {
     throw nothingToRetry(key.sessionId);
   }
-  const queued = queueKey(key);
-  // Checked before streaming starts: an SSE response cannot change its status later.
-  const full = deps.queue.rejection(queued);
-  if (full !== null) throw full;
-  const signal = AbortSignal.any([request.signal, deps.shutdownSignal]);
-  const input = { ...key, message, retry };
-  const run = (emit: (event: RunEvent) => void, onDelta?: (text: string) => void) =>
-    deps.queue.run(queued, () => runTurn(input, deps.agent, { emit, signal, onDelta }), { signal });
+  const run = queueTurn(request, { ...key, message, retry }, deps);
 
   if (!(request.headers.get("accept") ?? "").toLowerCase().includes("text/event-stream")) {
     let timedOut = false;
@@ -61,45 +88,22 @@ export async function handleTurn(
       const usage = usageData(result.usage);
       return Response.json({ session_id, run_id, turn, outcome, answer, tool_calls, usage });
     }
-    // A model failure: 504 for a timeout, 502 otherwise. Plain `application/json`, as it always was.
-    throw new HttpError(timedOut ? 504 : 502, timedOut ? "llm_timeout" : "llm_error", result.answer, {
-      details: { run_id: result.runId },
-      headers: { "content-type": "application/json" },
-    });
+    // A model failure. Plain `application/json`, as it always was.
+    throw modelFailure(timedOut, result.answer, result.runId);
   }
 
-  const encoder = new TextEncoder();
-  let open = true;
-  const stream = new ReadableStream<Uint8Array>({
-    start(controller) {
-      // One frame per event; `data` is one line of JSON, so no event can break the framing.
-      const send = (event: string, data: unknown) => {
-        if (open) controller.enqueue(encoder.encode(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`));
-      };
-      const emit = (event: RunEvent) => {
-        deps.emit(event);
-        send(event.event, event);
-      };
-      // Deltas are a live view for this client only: never traced, the answer event holds the full text.
-      run(emit, (text) => send("delta", { text })).catch((error) => {
-        const failure = toHttpError(error, deps.log, "internal error");
-        // A client gone while waiting is routine: no frame, nobody reads it.
-        if (failure.status !== 499) send("error", { error: { ...failure.body(), status: failure.status } });
-      }).finally(() => {
-        if (open) controller.close();
-        open = false;
-      });
-    },
-    cancel() {
-      // The client went away; request.signal aborts the turn (a write to the closed stream makes Deno see it
-      // even when the request's body came after its headers).
-      open = false;
-    },
+  // One frame per run event; deltas are a live view for this client only: never traced, the answer event
+  // holds the full text.
+  return sseResponse(async (send) => {
+    await run((event) => {
+      deps.emit(event);
+      send(JSON.stringify(event), event.event);
+    }, (text) => send(JSON.stringify({ text }), "delta"));
+  }, (error, send) => {
+    const failure = toHttpError(error, deps.log, "internal error");
+    // A client gone while waiting is routine: no frame, nobody reads it.
+    if (failure.status !== 499) {
+      send(JSON.stringify({ error: { ...failure.body(), status: failure.status } }), "error");
+    }
   });
-  const headers = {
-    "content-type": "text/event-stream; charset=utf-8",
-    "cache-control": "no-cache",
-    "x-accel-buffering": "no",
-  };
-  return new Response(stream, { headers });
 }

@@ -19,11 +19,15 @@ export interface BuiltinToolsOptions {
 
 /** A registry of `calculator`, `search_mock` (over the docs corpus) and `todo` (over `store`). */
 export function createBuiltinTools(store: SessionStore, options: BuiltinToolsOptions = {}): ToolRegistry {
+  return builtinToolsFor(options)(store);
+}
+
+/**
+ * What {@linkcode createBuiltinTools} makes, for any store: the corpus is read and indexed once, and each call
+ * binds a new registry's `todo` tool to its `store` (a request's private store, say).
+ */
+export function builtinToolsFor(options: BuiltinToolsOptions = {}): (store: SessionStore) => ToolRegistry {
   const { docsDir = DOCS_DIR, extra = [] } = options;
-  return new ToolRegistry([
-    calculatorTool,
-    createSearchTool(loadCorpus(docsDir)),
-    createTodoTool(store),
-    ...extra,
-  ]);
+  const search = createSearchTool(loadCorpus(docsDir));
+  return (store) => new ToolRegistry([calculatorTool, search, createTodoTool(store), ...extra]);
 }

@@ -1,0 +1,206 @@
+/**
+ * `POST /v1/chat/completions`: one agent turn (the whole tool loop, tools run here) answered as OpenAI's
+ * `chat.completion`, or with `stream: true` as `chat.completion.chunk` events ending in `data: [DONE]`. With a
+ * session id the turn continues that stored session; without, the client's messages are the history of a
+ * private in-memory session that is gone once the request is (its events still reach the trace).
+ * @module
+ */
+import type { TurnInput } from "../agent/loop.ts";
+import { BackgroundCompactions } from "../agent/background.ts";
+import { unansweredMessage } from "../agent/turn.ts";
+import type { RunEvent, RunEventData } from "../events.ts";
+import type { SessionKey } from "../store/store.ts";
+import type { TurnResult } from "../types.ts";
+import { readJsonBody } from "./body.ts";
+import type { HandlerDeps } from "./deps.ts";
+import { HttpError, shuttingDown, toHttpError } from "./errors.ts";
+import { type ChatRequest, parseChatRequest } from "./openai_request.ts";
+import {
+  chunkBody,
+  completionBody,
+  type CompletionIds,
+  finishReason,
+  openaiErrorBody,
+  usageChunk,
+} from "./openai_shape.ts";
+import { sseResponse, type SseSend } from "./sse.ts";
+import { modelFailure, type QueuedTurn, queueTurn } from "./turn_route.ts";
+
+/** A turn ready to run, and whether it keeps a session (the advice of a failure depends on it). */
+interface Prepared {
+  run: QueuedTurn;
+  kept: boolean;
+}
+
+/**
+ * Answers one Chat Completions request of `userId`. Everything that can reject it (body, parameters, a full
+ * queue) is checked before a stream starts; see {@linkcode parseChatRequest} for the 400s and the 404.
+ */
+export async function handleChatCompletion(
+  request: Request,
+  userId: string,
+  deps: HandlerDeps,
+): Promise<Response> {
+  const body = await readJsonBody(request, { maxBytes: deps.maxBodyBytes, signal: request.signal });
+  const chat = parseChatRequest(body, request.headers);
+  const created = Math.floor((deps.agent.now ?? (() => new Date()))().getTime() / 1000);
+  const prepared = chat.sessionId === null
+    ? await prepareEphemeral(request, userId, chat, deps)
+    : await prepareKept(request, { userId, sessionId: chat.sessionId }, chat, deps);
+  return chat.stream
+    ? streamAnswer(prepared, chat.includeUsage, created, deps)
+    : await jsonAnswer(prepared, created, deps);
+}
+
+/**
+ * The next turn of a stored session: the last message is the question, the stored history the context. When
+ * the session's last question went unanswered (a model failure) and the client sends it again, as the
+ * openai client does on a 5xx, the turn is retried rather than asked twice.
+ */
+async function prepareKept(
+  request: Request,
+  key: SessionKey,
+  chat: ChatRequest,
+  deps: HandlerDeps,
+): Promise<Prepared> {
+  const pending = unansweredMessage(await deps.agent.store.messages(key));
+  const retry = pending !== null && pending.content === chat.question;
+  const input: TurnInput = { ...key, message: chat.question, retry, instructions: chat.instructions };
+  return { run: queueTurn(request, input, deps), kept: true };
+}
+
+/**
+ * A turn on a private in-memory store seeded with the client's history, with the agent's tools bound to it
+ * (a todo added there stays there); the store is closed once the turn has ended.
+ */
+async function prepareEphemeral(
+  request: Request,
+  userId: string,
+  chat: ChatRequest,
+  deps: HandlerDeps,
+): Promise<Prepared> {
+  const { store, tools } = deps.openEphemeral();
+  try {
+    const newId = deps.agent.newId ?? (() => crypto.randomUUID());
+    const key = { userId, sessionId: `ephemeral-${newId()}` };
+    await store.getOrCreate(key);
+    const createdAt = (deps.agent.now ?? (() => new Date()))().toISOString();
+    await store.append(key, chat.history.map((m, i) => ({ ...m, id: `history:${i}`, createdAt })));
+    const input: TurnInput = { ...key, message: chat.question, instructions: chat.instructions };
+    // The session is dropped after the turn: a compaction due by the turn trigger, which runs after the
+    // answer, would only cost a model call. One due by the token budget still runs within the turn.
+    const compactions = new BackgroundCompactions(deps.emit);
+    await compactions.close();
+    const run = queueTurn(request, input, deps, { ...deps.agent, store, tools, compactions });
+    return { run: (emit, onDelta) => run(emit, onDelta).finally(() => store.close()), kept: false };
+  } catch (error) {
+    await store.close();
+    throw error;
+  }
+}
+
+function idsOf(runId: string, created: number): CompletionIds {
+  return { id: `chatcmpl-${runId}`, created };
+}
+
+/** The run's events to the trace, remembering the failure that ends a turn in `error`. */
+function tracing(deps: HandlerDeps, then: (event: RunEvent) => void = () => {}) {
+  const seen = { failure: null as RunEventData["error"] | null };
+  const emit = (event: RunEvent) => {
+    deps.emit(event);
+    if (event.event === "error") seen.failure = event.data;
+    then(event);
+  };
+  return { emit, seen };
+}
+
+/**
+ * Why the turn has no answer to send: a model failure (502/504), the shutdown (503) or the client gone (499,
+ * which nobody reads).
+ */
+function noAnswer(
+  result: TurnResult,
+  failure: RunEventData["error"] | null,
+  kept: boolean,
+  deps: HandlerDeps,
+): HttpError {
+  if (result.outcome === "aborted") {
+    return deps.shutdownSignal.aborted
+      ? shuttingDown()
+      : new HttpError(499, "client_closed_request", "The client closed the request");
+  }
+  const advice = kept ? "; send the same message again to retry the turn" : "";
+  const message = `The agent could not get an answer from its model: ${failure?.message ?? "unknown error"}` +
+    `${advice} (run ${result.runId})`;
+  return modelFailure(failure?.kind === "timeout", message, result.runId);
+}
+
+async function jsonAnswer(prepared: Prepared, created: number, deps: HandlerDeps): Promise<Response> {
+  const { emit, seen } = tracing(deps);
+  const result = await prepared.run(emit);
+  if (result.outcome === "error" || result.outcome === "aborted") {
+    throw noAnswer(result, seen.failure, prepared.kept, deps);
+  }
+  const ids = idsOf(result.runId, created);
+  return Response.json(completionBody(ids, result.answer, finishReason(result.outcome), result.usage));
+}
+
+/**
+ * The turn as chunks: the role when the run starts, the answer's text as it streams (text the model wrote
+ * before calling tools too, each step's set apart by a blank line), then the finish reason, the usage chunk if
+ * asked for, and `[DONE]`. A failure after the start is a `data: {"error": …}` frame, and no `[DONE]`.
+ */
+function streamAnswer(
+  prepared: Prepared,
+  includeUsage: boolean,
+  created: number,
+  deps: HandlerDeps,
+): Response {
+  return sseResponse(async (send) => {
+    const json = (value: unknown) => send(JSON.stringify(value));
+    let ids = idsOf("", created);
+    const text = streamedText((content) => json(chunkBody(ids, { content }, null, includeUsage)));
+    const { emit, seen } = tracing(deps, (event) => {
+      if (event.event === "run_start") {
+        ids = idsOf(event.run_id, created);
+        json(chunkBody(ids, { role: "assistant", content: "" }, null, includeUsage));
+      } else if (event.event === "answer") text.answer(event.data.text, event.step!);
+    });
+    const result = await prepared.run(emit, (piece, step) => text.delta(piece, step));
+    if (result.outcome === "error" || result.outcome === "aborted") {
+      return sendError(noAnswer(result, seen.failure, prepared.kept, deps), send);
+    }
+    json(chunkBody(ids, {}, finishReason(result.outcome), includeUsage));
+    if (includeUsage) json(usageChunk(ids, result.usage));
+    send("[DONE]");
+  }, (error, send) => sendError(toHttpError(error, deps.log, "internal error"), send));
+}
+
+function sendError(error: HttpError, send: SseSend): void {
+  // A client gone is routine: nobody reads a frame.
+  if (error.status !== 499) send(JSON.stringify(openaiErrorBody(error)));
+}
+
+/**
+ * Sends a turn's text as content: the deltas of each step, a blank line between steps, and at the answer
+ * whatever of it did not stream (all of it from a model that does not stream, or a closing the runtime wrote).
+ */
+function streamedText(write: (content: string) => void) {
+  let step: number | null | undefined; // Of the text last sent; null: a whole answer.
+  let sent = ""; // Of that step.
+  const put = (text: string, at: number | null) => {
+    if (text === "") return;
+    const apart = step !== undefined && at !== step;
+    if (at !== step) sent = "";
+    step = at;
+    sent += text;
+    write(apart ? `\n\n${text}` : text);
+  };
+  return {
+    delta: put,
+    answer(text: string, at: number) {
+      if (step === at && text.startsWith(sent)) put(text.slice(sent.length), at);
+      else put(text, null);
+    },
+  };
+}

@@ -1,0 +1,47 @@
+/**
+ * The one Server-Sent Events writer of the HTTP routes: a response whose frames a producer writes while it
+ * runs, closed when the producer settles, and quiet once the client has gone.
+ * @module
+ */
+
+/** Writes one frame: `data` (one line: JSON or a marker such as `[DONE]`), with an `event:` line if named. */
+export type SseSend = (data: string, event?: string) => void;
+
+/** The headers of every SSE response: no caching, and no buffering in a reverse proxy. */
+export const SSE_HEADERS: Readonly<Record<string, string>> = Object.freeze({
+  "content-type": "text/event-stream; charset=utf-8",
+  "cache-control": "no-cache",
+  "x-accel-buffering": "no",
+});
+
+/**
+ * A 200 SSE response whose body is what `produce` sends. A rejection of `produce` goes to `onError` (which may
+ * still send, say an error frame); the stream closes after either. Once the client cancels the body, sends
+ * are dropped: the route learns of the disconnect from `request.signal`.
+ */
+export function sseResponse(
+  produce: (send: SseSend) => Promise<void>,
+  onError: (error: unknown, send: SseSend) => void,
+): Response {
+  const encoder = new TextEncoder();
+  let open = true;
+  const stream = new ReadableStream<Uint8Array>({
+    start(controller) {
+      // `data` is a single line, so no payload can break the framing.
+      const send: SseSend = (data, event) => {
+        const frame = event === undefined ? `data: ${data}\n\n` : `event: ${event}\ndata: ${data}\n\n`;
+        if (open) controller.enqueue(encoder.encode(frame));
+      };
+      produce(send).catch((error) => onError(error, send)).finally(() => {
+        if (open) controller.close();
+        open = false;
+      });
+    },
+    cancel() {
+      // The client went away; request.signal aborts the work (a write to the closed stream makes Deno see it
+      // even when the request's body came after its headers).
+      open = false;
+    },
+  });
+  return new Response(stream, { headers: SSE_HEADERS });
+}

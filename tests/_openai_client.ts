@@ -1,0 +1,39 @@
+/** What the tests of the OpenAI-compatible routes share: the official client, and OpenAI's response schemas. */
+import assert from "node:assert/strict";
+import { Ajv2020, OpenAI } from "./_dev_deps.ts";
+import { OPENAPI } from "./_openai_stubs.ts";
+
+const ajv = new Ajv2020({ strict: false, validateFormats: false, allErrors: true });
+ajv.addSchema(JSON.parse(Deno.readTextFileSync(OPENAPI)), "openai");
+
+/** The schemas of OpenAI's published document that a completion and a chunk must satisfy. */
+export const SCHEMAS = {
+  completion: ajv.getSchema("openai#/components/schemas/CreateChatCompletionResponse")!,
+  chunk: ajv.getSchema("openai#/components/schemas/CreateChatCompletionStreamResponse")!,
+};
+
+/** Fails unless `body` (as it was on the wire: through JSON) satisfies `schema`. */
+export function assertValid(schema: keyof typeof SCHEMAS, body: unknown): void {
+  const validate = SCHEMAS[schema];
+  assert.ok(
+    validate(JSON.parse(JSON.stringify(body))),
+    `${ajv.errorsText(validate.errors)}\n${JSON.stringify(body)}`,
+  );
+}
+
+/** A client of the server at `url` (its origin), without retries: a test sees the first answer. */
+export function client(url: string, apiKey = "no-auth-configured"): OpenAI {
+  return new OpenAI({ apiKey, baseURL: `${url}/v1`, maxRetries: 0 });
+}
+
+/** The messages of a one-question request. */
+export function ask(content: string): { role: "user"; content: string }[] {
+  return [{ role: "user", content }];
+}
+
+/** What `promise` rejected with, or null when it resolved. */
+export function rejection(promise: Promise<unknown>): Promise<unknown> {
+  return promise.then(() => null, (error) => error);
+}
+
+export { OpenAI };
