@@ -25,6 +25,7 @@ import type { Agent } from "./agent/loop.ts";
 import { BackgroundCompactions } from "./agent/background.ts";
 import { listenNetHost, missingPermissions, readEnvironment, TERMINAL_VARIABLES } from "./permissions.ts";
 import { SqliteStore } from "./store/sqlite.ts";
+import { enableTelemetry, TELEMETRY_VARIABLES } from "./telemetry.ts";
 import { type SessionKey, type SessionStore, validateId } from "./store/store.ts";
 import { createLlmSummarizer } from "./memory/summarizer.ts";
 import { builtinToolsFor } from "./tools/builtin.ts";
@@ -262,6 +263,8 @@ function requirePermissions(config: Readonly<Config>, command: "chat" | "serve")
 
 /** Runs the program with `args` and resolves to its exit code. */
 export async function main(args: string[]): Promise<number> {
+  const telemetryProblem = await enableTelemetry(readEnvironment(TELEMETRY_VARIABLES));
+  if (telemetryProblem !== null) console.error(telemetryProblem);
   if (args[0] === "demo") return await demoMain(args.slice(1));
   let parsed;
   try {

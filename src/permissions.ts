@@ -6,6 +6,7 @@
 import { dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { type Config, loadConfig, SETTINGS } from "./config.ts";
+import { TELEMETRY_VARIABLES } from "./telemetry.ts";
 
 /** The docs corpus that search_mock reads, next to the sources. */
 export const DOCS_DIR = fileURLToPath(new URL("../data/docs", import.meta.url));
@@ -53,7 +54,8 @@ export interface TaskFlagsOptions {
 /**
  * The `deno run` flags for a task: read/write on the folders of the database and the trace (chat: and of
  * its input history; the demo: the
- * temporary folder), read of the docs corpus, the runtime's variables, and net to the LLM's host:port only.
+ * temporary folder), read of the docs corpus, the runtime's variables (and OTEL_DENO, which says whether to
+ * record spans), and net to the LLM's host:port only. Deno's OTLP exporter needs no grant.
  * A configuration that does not load yields only the env grant, so the program itself reports the error.
  */
 export function taskPermissionFlags(
@@ -61,7 +63,9 @@ export function taskPermissionFlags(
   options: TaskFlagsOptions = {},
 ): string[] {
   const { task = "chat", tempDir = "/tmp" } = options;
-  const flags = [`--allow-env=${[...ENV_VARIABLES, ...TERMINAL_VARIABLES].join(",")}`];
+  const flags = [
+    `--allow-env=${[...ENV_VARIABLES, ...TERMINAL_VARIABLES, ...TELEMETRY_VARIABLES].join(",")}`,
+  ];
   let config: Readonly<Config>;
   try {
     config = loadConfig(env);

@@ -30,9 +30,16 @@ Deno.test("taskPermissionFlags() lets chat alone read and write the input histor
   };
   const chat = taskPermissionFlags(env);
   assert.ok(chat.includes("--allow-write=/srv/agent/db,/home/me/.agent"), chat.join(" "));
-  assert.ok(chat[0].endsWith(",NO_COLOR,TERM"));
+  assert.ok(chat[0].endsWith(",NO_COLOR,TERM,OTEL_DENO"));
   const serve = taskPermissionFlags(env, { task: "serve" });
   assert.ok(serve.includes("--allow-write=/srv/agent/db"), serve.join(" "));
+});
+
+Deno.test("taskPermissionFlags() lets every task read OTEL_DENO and no other OTEL_ variable: Deno's exporter reads its own", () => {
+  for (const task of ["chat", "serve", "demo", "compile"] as const) {
+    const names = taskPermissionFlags({}, { task })[0].slice("--allow-env=".length).split(",");
+    assert.deepEqual(names.filter((name) => name.startsWith("OTEL_")), ["OTEL_DENO"], task);
+  }
 });
 
 Deno.test("taskPermissionFlags() grants only env when the configuration is invalid, so the program reports it", () => {

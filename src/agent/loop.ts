@@ -4,6 +4,7 @@
  * @module
  */
 import { LlmError } from "../errors.ts";
+import { AGENT_NAME, agentSpan, inSpan } from "../telemetry.ts";
 import type { ChatReply, ToolCall, TurnResult } from "../types.ts";
 import { buildContext } from "./context.ts";
 import { DEFAULT_MAX_TOOL_CALLS_PER_STEP, runToolCalls } from "./tool_calls.ts";
@@ -25,7 +26,11 @@ export const MAX_STEPS_ANSWER =
  * nothing to retry (`SessionError`), an empty message (`TypeError`) or a store failure; model and tool
  * problems become outcomes and tool results. A turn aborted before its answer is stored leaves nothing behind.
  */
-export async function runTurn(input: TurnInput, agent: Agent, run: RunOptions): Promise<TurnResult> {
+export function runTurn(input: TurnInput, agent: Agent, run: RunOptions): Promise<TurnResult> {
+  return inSpan(`invoke_agent ${AGENT_NAME}`, () => runSteps(input, agent, run), agentSpan(input.sessionId));
+}
+
+async function runSteps(input: TurnInput, agent: Agent, run: RunOptions): Promise<TurnResult> {
   checkLimits(agent);
   const turn = await Turn.open(input, agent, run);
   const result = await runSteps(turn);

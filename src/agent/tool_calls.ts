@@ -7,6 +7,7 @@
  */
 import { serializeToolResult, type ToolContext, type ToolRegistry } from "../tools/registry.ts";
 import type { RunEventData } from "../events.ts";
+import { inSpan, toolSpan } from "../telemetry.ts";
 import type { Message, ToolCall, ToolResult, TurnToolCall } from "../types.ts";
 
 /** Largest tool-call `arguments` run or stored whole, in UTF-8 bytes (64 KiB). */
@@ -120,7 +121,8 @@ export async function runToolCalls(
     };
     emit("tool_call", { id: stored.id, name: stored.name, arguments: stored.arguments });
     const refused = refusal(call, index, calls.length, maxCalls, bytes);
-    const result = refused === null ? await tools.execute(call, context) : failure(refused);
+    const execute = async () => refused === null ? await tools.execute(call, context) : failure(refused);
+    const result = await inSpan(`execute_tool ${stored.name}`, execute, toolSpan(stored));
     emit("tool_result", { id: stored.id, name: stored.name, ...result });
     outcome.calls.push(stored);
     outcome.results.push({ role: "tool", content: serializeToolResult(result), toolCallId: stored.id });

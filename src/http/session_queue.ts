@@ -4,6 +4,7 @@
  * @module
  */
 import { abortError } from "../abort.ts";
+import { bindContext } from "../telemetry.ts";
 import { HttpError } from "./errors.ts";
 
 /** Options of {@linkcode SessionQueue}. */
@@ -81,7 +82,8 @@ export class SessionQueue {
     if (full !== null) return Promise.reject(full);
     const waiting = this.#lanes.get(key);
     return new Promise<T>((resolve, reject) => {
-      const start = () => {
+      // A waiting task is started by the one before it: bound, it keeps this request's span context.
+      const start = bindContext(() => {
         signal?.removeEventListener("abort", onAbort);
         this.#active++;
         const startedAt = performance.now();
@@ -89,7 +91,7 @@ export class SessionQueue {
         new Promise<T>((run) => run(task()))
           .finally(() => this.#finish(key, performance.now() - startedAt))
           .then(resolve, reject);
-      };
+      });
       const onAbort = () => {
         // Still waiting (a started task has removed this listener): the key is present and holds `start`.
         const queue = this.#lanes.get(key)!;

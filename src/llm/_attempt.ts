@@ -5,6 +5,7 @@
  * @module
  */
 import { abortable } from "../abort.ts";
+import { noteFinishReason } from "../telemetry.ts";
 import type { ChatReply } from "../types.ts";
 import {
   ABORTED,
@@ -102,7 +103,9 @@ function parseBody(text: string, { host, model }: AttemptContext): Attempt {
     } catch {
       throw invalidResponseError(`body is not JSON: ${quoteBody(text)}`, host);
     }
-    return { ok: true, reply: parseCompletion(json, { model, source: host }) };
+    const reply = parseCompletion(json, { model, source: host });
+    noteFinishReason((json as { choices: { finish_reason?: unknown }[] }).choices[0].finish_reason);
+    return { ok: true, reply };
   } catch (error) {
     return fail(invalid(error));
   }
@@ -207,7 +210,9 @@ async function readEvents(
       return fail(invalid(invalidResponseError(reason, context.host)));
     }
     try {
-      return { ok: true, reply: assembler.reply() };
+      const reply = assembler.reply();
+      noteFinishReason(assembler.finishReason);
+      return { ok: true, reply };
     } catch (error) {
       return fail(invalid(error));
     }

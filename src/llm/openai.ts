@@ -8,6 +8,7 @@ import { delay } from "../abort.ts";
 import type { Config } from "../config.ts";
 import { LlmError } from "../errors.ts";
 import { redact } from "../redact.ts";
+import { chatSpan, inSpan, type SpanOptions } from "../telemetry.ts";
 import type { ChatReply, Message } from "../types.ts";
 import { attempt, type AttemptContext } from "./_attempt.ts";
 import { ABORTED, type Failure } from "./_failure.ts";
@@ -99,6 +100,7 @@ export class OpenAICompatibleLLM implements LLM {
   #retryBaseDelaySeconds: number;
   #sleep: (ms: number, signal?: AbortSignal) => Promise<void>;
   #onRetry: ((info: RetryInfo) => void) | undefined;
+  #span: SpanOptions<ChatReply>;
 
   /** Validates the options: `TypeError` for a wrong type or URL, `RangeError` for a number out of range. */
   constructor(options: OpenAICompatibleLLMOptions) {
@@ -154,10 +156,15 @@ export class OpenAICompatibleLLM implements LLM {
     this.#retryBaseDelaySeconds = retryBaseDelaySeconds;
     this.#sleep = sleep;
     this.#onRetry = onRetry;
+    this.#span = chatSpan(url, model);
   }
 
   /** Sends one chat request, retrying transient failures; see the class documentation for the contract. */
-  async chat(messages: Message[], options: ChatOptions = {}): Promise<ChatReply> {
+  chat(messages: Message[], options: ChatOptions = {}): Promise<ChatReply> {
+    return inSpan(`chat ${this.#context.model}`, () => this.#chat(messages, options), this.#span);
+  }
+
+  async #chat(messages: Message[], options: ChatOptions): Promise<ChatReply> {
     const { tools = [], signal, onDelta } = options;
     const { model, stream } = this.#context;
     // Built once: every attempt sends the same bytes.

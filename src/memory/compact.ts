@@ -15,6 +15,7 @@ import {
   SUMMARY_FIELDS,
 } from "./summary.ts";
 import type { SessionKey, SessionStore } from "../store/store.ts";
+import { compactionSpan, inSpan } from "../telemetry.ts";
 import type { CompactData } from "../events.ts";
 import type { Summarizer } from "./summarizer.ts";
 import type { Message, StoredMessage, ToolSchema, Usage } from "../types.ts";
@@ -105,7 +106,8 @@ export async function compactIfDue(
   let summary: Summary;
   let usage: Usage | null = null;
   try {
-    const reply = await summarizer({ previous, messages: cut }, signal);
+    const summarize = () => summarizer({ previous, messages: cut }, signal);
+    const reply = await inSpan("compaction", summarize, compactionSpan(plan.trigger, cut.length));
     usage = reply.usage;
     const patch = parseSummaryPatch(reply.text);
     summary = fitSummary(mergeSummary(previous, patch, now()), summaryReserve(maxCtxTokens), summaryTokens);
