@@ -185,8 +185,9 @@ Deno.test("a turn that waited behind another of its session is a child of its ow
   const provider = startFakeProvider();
   const receiver = startOtlpReceiver();
   const port = freePort();
-  // One raw turn kept: the second turn compacts the first before it asks the model.
-  const extra = { AGENT_MAX_RAW_TURNS: "1" };
+  // One raw turn kept and no batch: the second turn's answer starts a compaction of the first, in the
+  // background; its span is still the second turn's child.
+  const extra = { AGENT_MAX_RAW_TURNS: "1", AGENT_COMPACT_BATCH: "0" };
   const serve = startServe(dir.path, port, { providerUrl: provider.url, endpoint: receiver.url, extra });
   let release!: () => void;
   provider.hold = new Promise((resolve) => (release = resolve));
@@ -224,7 +225,7 @@ Deno.test("a turn that waited behind another of its session is a child of its ow
 
     const names = (parent: ReceivedSpan) => childrenOf(spans, parent).map((s) => s.name);
     assert.deepEqual(names(firstTurn), [`chat ${MODEL}`, "execute_tool calculator", `chat ${MODEL}`]);
-    assert.deepEqual(names(secondTurn), ["compaction", `chat ${MODEL}`]);
+    assert.deepEqual(names(secondTurn), [`chat ${MODEL}`, "compaction"]);
     const failed = childrenOf(spans, firstTurn)[1];
     assert.deepEqual([failed.status, failed.attributes["error.type"]], [2, "tool_error"]);
     assert.ok(receiver.bodies.every(({ body }) => !body.includes("by zero")), "no tool error text");

@@ -27,10 +27,15 @@ export const MAX_STEPS_ANSWER =
  * problems become outcomes and tool results. A turn aborted before its answer is stored leaves nothing behind.
  */
 export function runTurn(input: TurnInput, agent: Agent, run: RunOptions): Promise<TurnResult> {
-  return inSpan(`invoke_agent ${AGENT_NAME}`, () => runSteps(input, agent, run), agentSpan(input.sessionId));
+  return inSpan(
+    `invoke_agent ${AGENT_NAME}`,
+    () => openAndRun(input, agent, run),
+    agentSpan(input.sessionId),
+  );
 }
 
-async function runSteps(input: TurnInput, agent: Agent, run: RunOptions): Promise<TurnResult> {
+/** Opens the turn, runs its steps, and leaves a compaction the answer made due to the background. */
+async function openAndRun(input: TurnInput, agent: Agent, run: RunOptions): Promise<TurnResult> {
   checkLimits(agent);
   const turn = await Turn.open(input, agent, run);
   const result = await runSteps(turn);
