@@ -45,11 +45,12 @@ in the HTTP section after a fixed 50 ms.
    into the summary after the answer, in the background: "besideCompaction" are the turns it ran beside,
    "plain" the others. The section runs twice: the model answering at once, and after --latency-ms.
 1b. The runtime's own work: the same turns with the model answered inside the process (no socket), the
-   stub's own time subtracted. Far less noisy than a loopback round trip; in microseconds.
+   stub's own time subtracted. Far less noisy than a loopback round trip; in microseconds. Nothing yields
+   to a timer there, so each background compaction runs after its turn and is timed on its own.
 2. Growth. One session of 1,000 turns (200 with --quick) at the default thresholds: median time of the
-   last 50 turns against the first 50, request bytes, summary calls, model requests per turn over the
-   first 200 turns, and the largest request by the
-   runtime's own token estimate against AGENT_MAX_CTX_TOKENS. After every turn a reference turn runs
+   last 50 turns against the first 50, request bytes, summary calls, model requests per turn (chat and
+   summary calls) over the first 200 turns, and the largest request by the runtime's own token estimate
+   against AGENT_MAX_CTX_TOKENS. After every turn a reference turn runs
    (turns 1-10 of short sessions, which never compact); "corrected for drift" divides by how those
    reference turns moved, to tell a slower machine from a growing session.
 3. HTTP. serve as a subprocess with the task's own permission flags. 1, 16 and 64 clients, each on its
@@ -130,12 +131,12 @@ export async function runBench(
 ): Promise<BenchReport> {
   const size = quick ? SIZES.quick : SIZES.full;
   const started = performance.now();
-  const step = async <T>(name: Section, run: () => Promise<T>): Promise<T | undefined> => {
+  const step = async <T>(name: Section, run: () => Promise<T>, label: string = name) => {
     if (!only.includes(name)) return undefined;
     const t = performance.now();
-    console.error(`bench: ${name}…`);
+    console.error(`bench: ${label}…`);
     const result = await run();
-    console.error(`bench: ${name} done in ${((performance.now() - t) / 1000).toFixed(1)} s`);
+    console.error(`bench: ${label} done in ${((performance.now() - t) / 1000).toFixed(1)} s`);
     return result;
   };
   const [cores, os] = [navigator.hardwareConcurrency, `${Deno.build.os}-${Deno.build.arch}`];
@@ -147,6 +148,7 @@ export async function runBench(
     overheadAtLatency: await step(
       "overhead",
       () => measureOverhead({ rounds: size.latencyRounds, turns: size.turns, latencyMs }),
+      `overhead at ${latencyMs} ms`,
     ),
     work: only.includes("overhead") ? await measureRuntimeWork(size) : undefined,
     growth: await step("growth", () => measureGrowth({ turns: size.growth })),
