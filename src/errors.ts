@@ -52,9 +52,16 @@ export class LlmError extends Error {
 }
 
 /** Why a session cannot do what was asked. */
-export type SessionErrorReason = "invalid_id" | "nothing_to_retry";
+export type SessionErrorReason =
+  | "invalid_id"
+  | "nothing_to_retry"
+  | "approval_pending"
+  | "no_pending_approval";
 
-/** A session or user id is malformed, or a retry found no unanswered message. */
+/**
+ * A session or user id is malformed, a retry found no unanswered message, or the session's last turn waits
+ * for approval.
+ */
 export class SessionError extends Error {
   override name = "SessionError";
   readonly reason: SessionErrorReason;

@@ -3,7 +3,7 @@
  * trace writes it, the REPL shows it, HTTP streams it; all of them read it through these types.
  * @module
  */
-import type { TurnOutcome } from "./types.ts";
+import type { ApprovalCall, TurnOutcome } from "./types.ts";
 
 /** The names of the events a run emits, in the order they can occur. */
 export const RUN_EVENT_NAMES = [
@@ -11,6 +11,8 @@ export const RUN_EVENT_NAMES = [
   "llm_call",
   "tool_call",
   "tool_result",
+  "approval_requested",
+  "approval_decided",
   "compact",
   "answer",
   "error",
@@ -48,6 +50,10 @@ export interface RunEventData {
     error: string | null;
     truncated: boolean;
   };
+  /** The turn pauses: these calls wait for the user (the reply's other calls wait with them). */
+  approval_requested: { calls: ApprovalCall[] };
+  /** The user decided; the paused step runs, resuming the same run. */
+  approval_decided: { decisions: { id: string; name: string; decision: "approve" | "deny" }[] };
   compact: CompactData;
   answer: { text: string; closing?: "empty" | "max_steps" };
   error: {

@@ -31,6 +31,7 @@ import { createLlmSummarizer } from "./memory/summarizer.ts";
 import { builtinToolsFor } from "./tools/builtin.ts";
 import type { ToolRegistry } from "./tools/registry.ts";
 import { JsonlTracer } from "./trace/trace.ts";
+import { type ApprovalPolicy, parseApprovalPolicy } from "./approval/policy.ts";
 import { TraceReader } from "./trace/reader.ts";
 
 /** Turns a session may have waiting behind the running one before the server answers 429. */
@@ -51,6 +52,36 @@ interface Runtime {
   toolsFor(store: SessionStore): ToolRegistry;
   /** Waits for background compactions (abandoning them after the shutdown grace), then closes the files. */
   close(): Promise<void>;
+}
+
+/**
+ * TEMPORARY, until the MCP config reader (src/mcp/config.ts) lands: the merge replaces this with the policy
+ * parsed from that reader's `approval` value. Reads the `approval` key of AGENT_MCP_CONFIG (default
+ * `mcp.json`); no file, or no permission to read it, means no policy.
+ */
+function readApprovalPolicyTemporarily(): ApprovalPolicy {
+  const path = readEnvironment(["AGENT_MCP_CONFIG"]).AGENT_MCP_CONFIG ?? "mcp.json";
+  if (Deno.permissions.querySync({ name: "read", path }).state !== "granted") {
+    return parseApprovalPolicy(null);
+  }
+  let text: string;
+  try {
+    text = Deno.readTextFileSync(path);
+  } catch (error) {
+    if (error instanceof Deno.errors.NotFound) return parseApprovalPolicy(null);
+    throw new ConfigError("AGENT_MCP_CONFIG", `Cannot read ${path}: ${errorMessage(error)}`);
+  }
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch (error) {
+    throw new ConfigError("AGENT_MCP_CONFIG", `Cannot parse ${path}: ${errorMessage(error)}`);
+  }
+  try {
+    return parseApprovalPolicy((raw as { approval?: unknown } | null)?.approval, path);
+  } catch (error) {
+    throw new ConfigError("AGENT_MCP_CONFIG", errorMessage(error));
+  }
 }
 
 /** Runs `open`, or fails with one line: what could not be done to `path`, why, and what to do. */
@@ -87,7 +118,9 @@ function requireWritableTrace(tracePath: string): void {
  */
 function openRuntime(config: Readonly<Config>): Runtime {
   let store: SessionStore;
+  let approval: ApprovalPolicy;
   try {
+    approval = readApprovalPolicyTemporarily();
     requireWritableTrace(config.tracePath);
     store = openStore(config.dbPath);
   } catch (error) {
@@ -121,6 +154,7 @@ function openRuntime(config: Readonly<Config>): Runtime {
       compactBatch: config.compactBatch,
       compactions,
       maxCtxTokens: config.maxCtxTokens,
+      approval,
     },
     close: async () => {
       if (compactions.running > 0) {

@@ -74,7 +74,7 @@ export interface ChatReply {
 }
 
 /** How a turn ended. */
-export type TurnOutcome = "answered" | "max_steps" | "empty" | "aborted" | "error";
+export type TurnOutcome = "answered" | "max_steps" | "empty" | "aborted" | "error" | "awaiting_approval";
 
 /** A tool call as reported back to the caller of a turn. */
 export interface TurnToolCall {
@@ -92,4 +92,13 @@ export interface TurnResult {
   answer: string;
   toolCalls: TurnToolCall[];
   usage: Usage;
+  /** With `awaiting_approval`: the calls that wait for the user's decision. */
+  approval?: { calls: ApprovalCall[] };
+}
+
+/** A tool call that waits for the user's approval, as events and the API show it. */
+export interface ApprovalCall {
+  id: string;
+  name: string;
+  arguments: string;
 }

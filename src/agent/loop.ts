@@ -7,10 +7,18 @@ import { LlmError } from "../errors.ts";
 import { AGENT_NAME, agentSpan, inSpan } from "../telemetry.ts";
 import type { ChatReply, ToolCall, TurnResult } from "../types.ts";
 import { buildContext } from "./context.ts";
+import {
+  askedCalls,
+  checkDecisions,
+  type Decision,
+  noPendingApproval,
+  pause,
+  refusalFor,
+} from "./approval.ts";
 import { DEFAULT_MAX_TOOL_CALLS_PER_STEP, runToolCalls } from "./tool_calls.ts";
 import { type Agent, type RunOptions, Turn, type TurnInput } from "./turn.ts";
 
-export type { Agent, RunOptions, TurnInput };
+export type { Agent, Decision, RunOptions, TurnInput };
 
 /** Sent once, as a runtime message, when the model returns neither text nor tool calls. */
 export const EMPTY_REPLY_NUDGE =
@@ -34,27 +42,76 @@ export function runTurn(input: TurnInput, agent: Agent, run: RunOptions): Promis
   );
 }
 
+/** What resumes a turn that waits for approval: the session, and a decision on every waiting call. */
+export interface ResumeInput {
+  sessionId: string;
+  userId: string;
+  /** Call id to "approve" or "deny"; checked against the pending step. */
+  decisions: Record<string, Decision>;
+}
+
+/**
+ * Resumes the session's turn that waits for approval, as the same run: runs the approved calls (a denied one
+ * gets the result "denied by the user"), stores the step with all its results, and goes on with the loop.
+ * `SessionError` when nothing waits, `TypeError` when the decisions do not match the waiting calls.
+ */
+export function resumeTurn(input: ResumeInput, agent: Agent, run: RunOptions): Promise<TurnResult> {
+  return inSpan(
+    `invoke_agent ${AGENT_NAME}`,
+    () => resumeAndRun(input, agent, run),
+    agentSpan(input.sessionId),
+  );
+}
+
 /** Opens the turn, runs its steps, and leaves a compaction the answer made due to the background. */
 async function openAndRun(input: TurnInput, agent: Agent, run: RunOptions): Promise<TurnResult> {
   checkLimits(agent);
   const turn = await Turn.open(input, agent, run);
-  const result = await runSteps(turn);
-  // Once answered, a compaction due by the turn trigger runs in the background, after the answer is out.
-  if (result.outcome !== "aborted" && result.outcome !== "error") turn.compactAfterAnswer();
+  return ended(turn, await runSteps(turn, 0));
+}
+
+async function resumeAndRun(input: ResumeInput, agent: Agent, run: RunOptions): Promise<TurnResult> {
+  checkLimits(agent);
+  const key = { userId: input.userId, sessionId: input.sessionId };
+  const pending = await agent.store.pendingStep(key);
+  if (pending === null) throw noPendingApproval(key.sessionId);
+  const decisions = checkDecisions(pending, input.decisions);
+  const turn = await Turn.resume(key, pending, agent, run);
+  const byId = new Map(pending.toolCalls.map((call) => [call.id, call.name]));
+  turn.event("approval_decided", pending.step, {
+    decisions: [...decisions].map(([id, decision]) => ({ id, name: byId.get(id)!, decision })),
+  });
+  const { step, content, toolCalls } = pending;
+  const ran = await runTools(turn, content, toolCalls, step, { decisions, resolve: pending.runId });
+  if (!ran) return ended(turn, await turn.abort(step, step + 1));
+  return ended(turn, await runSteps(turn, step + 1));
+}
+
+/** Once answered, a compaction due by the turn trigger runs in the background, after the answer is out. */
+function ended(turn: Turn, result: TurnResult): TurnResult {
+  // A turn that waits for approval is not over: nothing is compacted under it.
+  if (!["aborted", "error", "awaiting_approval"].includes(result.outcome)) turn.compactAfterAnswer();
   return result;
 }
 
-/** The steps of a turn: ask the model, run its tool calls, until an answer or a limit. */
-async function runSteps(turn: Turn): Promise<TurnResult> {
+/**
+ * The steps of a turn from `first` (a resumed turn counts its earlier steps): ask the model, run its tool
+ * calls, until an answer, a limit, or calls that wait for approval.
+ */
+async function runSteps(turn: Turn, first: number): Promise<TurnResult> {
   const { agent, run } = turn;
   let nudged = false;
-  for (let step = 0; step < agent.maxSteps; step++) {
+  for (let step = first; step < agent.maxSteps; step++) {
     if (run.signal?.aborted) return await turn.abort(step, step);
     await turn.compactIfDue(step);
     const reply = await askModel(turn, step);
     if ("outcome" in reply) return reply;
     if (reply.toolCalls.length > 0) {
-      if (!await runTools(turn, reply, step)) return await turn.abort(step, step + 1);
+      const calls = uniqueCallIds(reply.toolCalls, `${turn.runId}:${step}`);
+      // One reply's calls run together: if one waits for the user, all of them wait.
+      const asked = askedCalls(calls, agent, run);
+      if (asked.length > 0) return await pause(turn, reply.content, calls, asked, step);
+      if (!await runTools(turn, reply.content, calls, step)) return await turn.abort(step, step + 1);
       continue;
     }
     if (reply.content !== null && reply.content.trim() !== "") return await turn.answer(step, reply.content);
@@ -116,20 +173,30 @@ async function askModel(turn: Turn, step: number): Promise<ChatReply | TurnResul
 }
 
 /**
- * Runs the reply's tool calls and stores the call with all its results in one transaction; false when the
- * turn was aborted meanwhile (then nothing of the step is stored).
+ * Runs a reply's tool calls and stores the call with all its results in one transaction; false when the
+ * turn was aborted meanwhile (then nothing of the step is stored). With `resolve`, the step is that run's
+ * paused one: it is stored and its pending row dropped in the same transaction.
  */
-async function runTools(turn: Turn, reply: ChatReply, step: number): Promise<boolean> {
+async function runTools(
+  turn: Turn,
+  content: string | null,
+  calls: readonly ToolCall[],
+  step: number,
+  resumed?: { decisions: ReadonlyMap<string, Decision>; resolve: string },
+): Promise<boolean> {
   const { signal } = turn.run;
-  const ran = await runToolCalls(uniqueCallIds(reply.toolCalls, `${turn.runId}:${step}`), {
+  const ran = await runToolCalls(calls, {
     tools: turn.agent.tools,
     context: { sessionId: turn.key.sessionId, userId: turn.key.userId, signal },
     maxCalls: turn.agent.maxToolCallsPerStep,
     emit: (name, data) => turn.event(name, step, data),
+    refuse: refusalFor(turn.agent, resumed?.decisions),
   });
   turn.calls.push(...ran.reported);
   if (signal?.aborted) return false;
-  await turn.save({ role: "assistant", content: reply.content, toolCalls: ran.calls }, ...ran.results);
+  const messages = [{ role: "assistant" as const, content, toolCalls: ran.calls }, ...ran.results];
+  if (resumed === undefined) await turn.save(...messages);
+  else if (!await turn.resolve(resumed.resolve, ...messages)) throw noPendingApproval(turn.key.sessionId);
   return true;
 }
 

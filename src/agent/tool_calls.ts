@@ -41,6 +41,11 @@ export interface RunToolCallsOptions {
    * @default {() => {}}
    */
   emit?: <N extends "tool_call" | "tool_result">(name: N, data: RunEventData[N]) => void;
+  /**
+   * Why a well-formed call must not run (the approval policy or the user said no), or null when it may.
+   * @default {() => null}
+   */
+  refuse?: (call: ToolCall) => string | null;
 }
 
 /** What {@linkcode runToolCalls} did: what to store, and what to report. */
@@ -111,6 +116,7 @@ export async function runToolCalls(
   options: RunToolCallsOptions,
 ): Promise<ToolCallsOutcome> {
   const { tools, context, maxCalls = DEFAULT_MAX_TOOL_CALLS_PER_STEP, emit = () => {} } = options;
+  const { refuse = () => null } = options;
   const outcome: ToolCallsOutcome = { calls: [], results: [], reported: [] };
   for (const [index, call] of calls.entries()) {
     const bytes = utf8Length(call.arguments);
@@ -120,7 +126,7 @@ export async function runToolCalls(
       arguments: bytes > MAX_TOOL_ARGUMENT_BYTES ? cutArguments(call.arguments, bytes) : call.arguments,
     };
     emit("tool_call", { id: stored.id, name: stored.name, arguments: stored.arguments });
-    const refused = refusal(call, index, calls.length, maxCalls, bytes);
+    const refused = refusal(call, index, calls.length, maxCalls, bytes) ?? refuse(call);
     const execute = async () => refused === null ? await tools.execute(call, context) : failure(refused);
     const result = await inSpan(`execute_tool ${stored.name}`, execute, toolSpan(stored));
     emit("tool_result", { id: stored.id, name: stored.name, ...result });

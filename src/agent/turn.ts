@@ -19,9 +19,11 @@ import type {
 import { buildContext } from "./context.ts";
 import type { LLM } from "../llm/llm.ts";
 import type { Summarizer } from "../memory/summarizer.ts";
-import type { SessionKey, SessionStore } from "../store/store.ts";
+import type { PendingStep, SessionKey, SessionStore } from "../store/store.ts";
+import type { ApprovalPolicy } from "../approval/policy.ts";
 import type { ToolRegistry } from "../tools/registry.ts";
 import type { BackgroundCompactions } from "./background.ts";
+import { approvalPending } from "./approval.ts";
 
 /** What an agent is made of. Only `src/main.ts` builds the real ones; tests pass fakes. */
 export interface Agent {
@@ -44,6 +46,8 @@ export interface Agent {
   maxCtxTokens: number;
   /** Tool calls run per model reply (AGENT_MAX_TOOL_CALLS_PER_STEP); the rest get a tool error. @default {16} */
   maxToolCallsPerStep?: number;
+  /** Which tool calls wait for the user's approval or are refused. @default {AUTO_POLICY} */
+  approval?: ApprovalPolicy;
   /** @default {() => new Date()} */
   now?: () => Date;
   /** A unique id per call (run ids). @default {() => crypto.randomUUID()} */
@@ -58,6 +62,8 @@ export interface RunOptions {
   signal?: AbortSignal;
   /** Answer text as it streams, with its step: a live view, never traced. @default {undefined} */
   onDelta?: (text: string, step: number) => void;
+  /** Tools the user allowed for the rest of the session ("always"): they need no approval. @default {none} */
+  allowed?: ReadonlySet<string>;
 }
 
 /** One user turn: a new message, or (`retry`) the session's last unanswered one again. */
@@ -137,6 +143,7 @@ export class Turn {
     memory: MemoryState,
     number: number,
     instructions: string | null,
+    resumed?: { runId: string; seq: number },
   ) {
     this.agent = agent;
     this.run = run;
@@ -144,7 +151,8 @@ export class Turn {
     this.instructions = instructions;
     this.memory = memory;
     this.number = number;
-    this.runId = (agent.newId ?? (() => crypto.randomUUID()))();
+    this.runId = resumed?.runId ?? (agent.newId ?? (() => crypto.randomUUID()))();
+    this.#seq = resumed?.seq ?? 0;
     this.tools = agent.tools.schemas();
     this.#tokens = requestTokens(memory, this.#fixed());
   }
@@ -166,6 +174,7 @@ export class Turn {
     const history = session === null ? [] : await store.messages(key);
     const question = retry ? unansweredMessage(history)?.content ?? null : message!;
     if (session === null || question === null) throw nothingToRetry(key.sessionId);
+    if (await store.pendingStep(key) !== null) throw approvalPending(key.sessionId);
     const memory = { key, summary: session.summary, history };
     const number = retry ? session.turnCount : session.turnCount + 1;
     const turn = new Turn(agent, run, key, memory, number, input.instructions ?? null);
@@ -176,6 +185,23 @@ export class Turn {
     });
     if (!retry) await turn.save({ role: "user", content: question });
     return turn;
+  }
+
+  /**
+   * Takes up the run that paused at `pending`, as the same run: its id, turn number and message ids go on.
+   * Emits no `run_start`; the caller stores the paused step with {@linkcode Turn.resolve}.
+   */
+  static async resume(key: SessionKey, pending: PendingStep, agent: Agent, run: RunOptions): Promise<Turn> {
+    const session = await agent.store.get(key);
+    const history = await agent.store.messages(key);
+    const memory = { key, summary: session?.summary ?? null, history };
+    const { runId, seq, turn: number } = pending;
+    return new Turn(agent, run, key, memory, number, null, { runId, seq });
+  }
+
+  /** The number of the next message id: a paused step stores it, so the resumed run goes on from it. */
+  get seq(): number {
+    return this.#seq;
   }
 
   /** The current time, from the agent's clock. */
@@ -216,6 +242,23 @@ export class Turn {
 
   /** Stores messages in one transaction, stamped with this run's ids, and adds them to the history. */
   async save(...messages: Message[]): Promise<void> {
+    await this.#store(messages, (stamped) => this.agent.store.append(this.key, stamped));
+  }
+
+  /**
+   * Stores the paused step of run `runId` — its assistant message and every result — and drops the pending
+   * row, in one transaction; false (nothing stored) when the step was resolved meanwhile.
+   */
+  async resolve(runId: string, ...messages: Message[]): Promise<boolean> {
+    let resolved = false;
+    await this.#store(messages, async (stamped) => {
+      resolved = await this.agent.store.resolvePending(this.key, runId, stamped);
+      return resolved;
+    });
+    return resolved;
+  }
+
+  async #store(messages: Message[], write: (stamped: StoredMessage[]) => Promise<unknown>): Promise<void> {
     // Frozen: the same objects go into every request of the turn, so the request body can reuse their JSON.
     // The tool calls are copied first, so the model client's own objects are never frozen under it.
     const stamped = messages.map((m) => {
@@ -228,7 +271,7 @@ export class Turn {
       };
       return Object.freeze(message);
     });
-    await this.agent.store.append(this.key, stamped);
+    if (await write(stamped) === false) return;
     this.memory.history.push(...stamped);
     this.#tokens += estimateRequestTokens(stamped);
     this.#saved.push(...stamped.map((m) => m.id));

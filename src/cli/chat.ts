@@ -6,6 +6,8 @@
 import { createInterface } from "node:readline";
 import type { Readable, Writable } from "node:stream";
 import type { Agent } from "../agent/loop.ts";
+import type { SessionKey } from "../store/store.ts";
+import { askApprovals } from "./approval_prompt.ts";
 import type { RunEvent } from "../events.ts";
 import {
   type ChatState,
@@ -104,14 +106,48 @@ export async function runChat(options: ChatOptions): Promise<number> {
   return interactive ? await repl(options, view, style) : await piped(options, view);
 }
 
+/**
+ * Settles the session's turn that waits for approval, if any: asks about each waiting call and resumes the
+ * run, until nothing waits. False when input ended first (the turn keeps waiting, stored).
+ */
+async function settleApprovals(
+  view: TurnView,
+  deps: Agent,
+  key: SessionKey,
+  ask: (question: string) => Promise<string | null>,
+  allowed: Set<string>,
+  signal: () => AbortSignal,
+): Promise<boolean> {
+  for (;;) {
+    const pending = await deps.store.pendingStep(key);
+    if (pending === null) return true;
+    const decisions = await askApprovals(pending, ask, allowed);
+    if (decisions === null) return false;
+    await view.resume({ ...key, decisions }, deps, signal(), allowed);
+  }
+}
+
 async function piped(options: ChatOptions, view: TurnView): Promise<number> {
-  const { sessionId, userId, deps } = options;
-  const lines = createInterface({ input: options.input, terminal: false });
+  const { sessionId, userId, deps, output } = options;
+  const lines = createInterface({ input: options.input, terminal: false })[Symbol.asyncIterator]();
+  const next = async () => {
+    const line = await lines.next();
+    return line.done ? null : line.value;
+  };
+  const ask = (question: string) => {
+    output.write(`${question}\n`);
+    return next();
+  };
+  const allowed = new Set<string>();
+  const signal = () => new AbortController().signal;
   let failed = false;
-  for await (const raw of lines) {
+  // A turn left waiting (by an earlier run of the chat) is settled before anything new is sent.
+  while (await settleApprovals(view, deps, { sessionId, userId }, ask, allowed, signal)) {
+    const raw = await next();
+    if (raw === null) break;
     const message = raw.trim();
     if (message === "") continue;
-    const result = await view.run({ sessionId, userId, message }, deps, new AbortController().signal);
+    const result = await view.run({ sessionId, userId, message }, deps, signal(), allowed);
     if (result?.outcome === "error") failed = true;
   }
   return failed ? 1 : 0;
@@ -139,8 +175,24 @@ async function repl(options: ChatOptions, view: TurnView, style: Style): Promise
     ...(options.setModel ? { setModel: options.setModel } : {}),
     newSessionId: options.newSessionId ?? (() => `chat-${crypto.randomUUID().slice(0, 8)}`),
   };
+  const allowed = new Map<string, Set<string>>();
+  const allowedIn = (sessionId: string) =>
+    allowed.get(sessionId) ?? allowed.set(sessionId, new Set()).get(sessionId)!;
+  const ask = async (question: string) => {
+    output.write(`${question}\n`);
+    const read = await editor.read();
+    return read.kind === "exit" ? null : read.text;
+  };
+  const settle = async () => {
+    const { sessionId } = state;
+    return await settleApprovals(view, deps, { sessionId, userId }, ask, allowedIn(sessionId), () => {
+      current = new AbortController();
+      return current.signal;
+    });
+  };
   try {
     for (;;) {
+      if (!await settle()) break;
       const read = await editor.read();
       if (read.kind === "exit") break;
       const text = read.text.trim();
@@ -154,7 +206,7 @@ async function repl(options: ChatOptions, view: TurnView, style: Style): Promise
         : { sessionId, userId, message: text };
       current = new AbortController();
       try {
-        const result = await view.run(input, deps, current.signal);
+        const result = await view.run(input, deps, current.signal, allowedIn(sessionId));
         if (result !== null) recordUsage(state, sessionId, result.usage);
       } finally {
         current = null;

@@ -5,7 +5,14 @@
  */
 import type { Writable } from "node:stream";
 import { SessionError } from "../errors.ts";
-import { type Agent, runTurn, type TurnInput } from "../agent/loop.ts";
+import {
+  type Agent,
+  type ResumeInput,
+  resumeTurn,
+  type RunOptions,
+  runTurn,
+  type TurnInput,
+} from "../agent/loop.ts";
 import type { RunEvent } from "../events.ts";
 import type { TurnResult } from "../types.ts";
 import { type MarkdownStream, markdownStream, renderMarkdown } from "./markdown.ts";
@@ -78,24 +85,47 @@ export class TurnView {
   }
 
   /**
-   * Runs one turn and shows it; null when `/retry` had nothing to retry (said on the output). Any other
-   * error of `runTurn` is rethrown.
+   * Runs one turn and shows it; null when `/retry` had nothing to retry or a turn waits for approval (said
+   * on the output). Any other error of `runTurn` is rethrown. `allowed`: tools the user allowed for the session.
    */
-  async run(input: TurnInput, agent: Agent, signal: AbortSignal): Promise<TurnResult | null> {
+  run(
+    input: TurnInput,
+    agent: Agent,
+    signal: AbortSignal,
+    allowed?: ReadonlySet<string>,
+  ): Promise<TurnResult | null> {
+    return this.#run((run) => runTurn(input, agent, { ...run, allowed }), signal);
+  }
+
+  /** Resumes the session's turn that waits for approval, with the user's decisions, and shows it. */
+  resume(
+    input: ResumeInput,
+    agent: Agent,
+    signal: AbortSignal,
+    allowed?: ReadonlySet<string>,
+  ): Promise<TurnResult | null> {
+    return this.#run((run) => resumeTurn(input, agent, { ...run, allowed }), signal);
+  }
+
+  async #run(
+    start: (run: RunOptions) => Promise<TurnResult>,
+    signal: AbortSignal,
+  ): Promise<TurnResult | null> {
     const { output, interactive, style, columns } = this.#options;
     if (interactive) this.#thinking.start();
     this.#modelCalls = 0;
     const started = performance.now();
     let result: TurnResult;
     try {
-      result = await runTurn(input, agent, {
+      result = await start({
         emit: (event) => this.#show(event),
         signal,
         onDelta: (text) => this.#delta(text),
       });
     } catch (error) {
       // Nothing to retry is an answer to the command, not a failure of the REPL.
-      if (!(error instanceof SessionError && error.reason === "nothing_to_retry")) throw error;
+      const said = ["nothing_to_retry", "approval_pending", "no_pending_approval"];
+      if (!(error instanceof SessionError && said.includes(error.reason))) throw error;
       output.write(`${style.dim(error.message)}\n`);
       return null;
     } finally {

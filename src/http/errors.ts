@@ -68,7 +68,7 @@ export function shuttingDown(options?: HttpErrorOptions): HttpError {
 
 /**
  * Any thrown value as the `HttpError` to answer with: itself; a `SessionError` as 400 (409 with nothing to
- * retry); an `AbortError` as 499 (the client is gone); anything else, logged, as a 500 saying `internal`.
+ * retry or an approval pending); an `AbortError` as 499 (the client is gone); anything else, logged, as a 500 saying `internal`.
  */
 export function toHttpError(
   error: unknown,
@@ -77,6 +77,9 @@ export function toHttpError(
 ): HttpError {
   if (error instanceof HttpError) return error;
   if (error instanceof SessionError) {
+    if (error.reason === "approval_pending" || error.reason === "no_pending_approval") {
+      return new HttpError(409, error.reason, error.message);
+    }
     const retry = error.reason === "nothing_to_retry";
     return new HttpError(retry ? 409 : 400, retry ? "nothing_to_retry" : "invalid_session_id", error.message);
   }

@@ -22,11 +22,14 @@ function json(schema: unknown, description = "OK") {
 }
 
 const DESCRIPTIONS: Record<number, string> = {
-  400: "malformed JSON, missing or non-string message, invalid session id, or a bad trace limit or cursor",
+  400: "malformed JSON, missing or non-string message, invalid session id, a bad trace limit or cursor, or " +
+    "decisions that do not name exactly the waiting calls with approve or deny",
   401: "missing or unknown bearer token",
   404: "unknown route, or the caller has no session of that id (session ids are per user)",
   405: "method not allowed on this path",
-  409: "retry with nothing to retry: the session's last turn was answered",
+  409:
+    "retry with nothing to retry (the session's last turn was answered); a message or retry while a turn " +
+    "waits for approval (approval_pending); decisions when no turn waits (no_pending_approval)",
   413: "body over AGENT_MAX_BODY_BYTES",
   415: "body is not application/json",
   429: "the session already has 8 turns waiting; see Retry-After",
@@ -98,6 +101,14 @@ function withHead(paths: Record<string, PathItem>): Record<string, PathItem> {
 
 const noAuth = { security: [] };
 const messageBody = object({ message: str }, ["message"]);
+const approvalCall = object({ id: str, name: str, arguments: str }, ["id", "name", "arguments"]);
+const decisionsBody = object({
+  decisions: {
+    type: "object",
+    additionalProperties: { enum: ["approve", "deny"] },
+    description: "every waiting call's id, mapped to approve or deny",
+  },
+}, ["decisions"]);
 const health = object({ ok: bool, model: str, db: str });
 const sessionList = object({ sessions: array(object({ id: str, turn_count: int, updated_at: str })) });
 const tracePage = object({
@@ -134,10 +145,14 @@ export const OPENAPI = {
         session_id: str,
         run_id: str,
         turn: int,
-        outcome: { enum: ["answered", "max_steps", "empty", "aborted", "error"] },
+        outcome: { enum: ["answered", "max_steps", "empty", "aborted", "error", "awaiting_approval"] },
         answer: str,
         tool_calls: array(object({ name: str, arguments: str, ok: bool })),
         usage: object({ prompt_tokens: intOrNull, completion_tokens: intOrNull, total_tokens: intOrNull }),
+        approval: {
+          ...object({ calls: array(approvalCall) }, ["calls"]),
+          description: "with awaiting_approval: the calls waiting for POST /v1/sessions/{id}/approvals",
+        },
       }, ["session_id", "run_id", "turn", "outcome", "answer", "tool_calls", "usage"]),
       OpenAIError: object({
         error: object({
@@ -189,7 +204,12 @@ export const OPENAPI = {
     "/v1/sessions": { get: op("The caller's sessions, newest first", json(sessionList), [401]) },
     "/v1/sessions/{id}": {
       parameters: [id],
-      get: op("Turn count, summary and messages of one session", json(anyObject), [400, 401, 404]),
+      get: op(
+        "Turn count, summary, messages and pending_approval (the calls a paused turn waits for, or null) " +
+          "of one session",
+        json(anyObject),
+        [400, 401, 404],
+      ),
       delete: {
         summary: "Delete the session's messages, todos and summary; its trace route is 404 from then on, " +
           "while its lines stay in the append-only trace file until rotation deletes them",
@@ -201,8 +221,18 @@ export const OPENAPI = {
       post: op(
         "Run one user turn; with Accept: text/event-stream, stream its run events as SSE",
         turn("The turn's result, or an SSE stream of run events (one `event:` per RunEvent)"),
-        [400, 401, 404, 413, 415, 429, 502, 503, 504],
+        [400, 401, 404, 409, 413, 415, 429, 502, 503, 504],
         { requestBody: { required: true, content: { "application/json": { schema: messageBody } } } },
+      ),
+    },
+    "/v1/sessions/{id}/approvals": {
+      parameters: [id],
+      post: op(
+        "Decide on the calls a turn waits for (outcome awaiting_approval) and resume the same run; a denied " +
+          'call gets the tool result "denied by the user". Answered like a turn, JSON or SSE',
+        turn("The resumed turn's result (same run and turn), or an SSE stream of its run events"),
+        [400, 401, 404, 409, 413, 415, 429, 502, 503, 504],
+        { requestBody: { required: true, content: { "application/json": { schema: decisionsBody } } } },
       ),
     },
     "/v1/sessions/{id}/retry": {

@@ -13,6 +13,8 @@ import { handleChatCompletion } from "./openai_route.ts";
 import { AGENT_MODEL, modelList, modelNotFound, modelObject, openaiErrorResponse } from "./openai_shape.ts";
 import { handleTrace } from "./trace_route.ts";
 import { handleTurn, queueKey } from "./turn_route.ts";
+import { handleApproval } from "./approval_route.ts";
+import { approvalCalls } from "../agent/approval.ts";
 
 /** One route: a method, a path template such as `/v1/sessions/{id}/messages`, and its handler. */
 export interface Route {
@@ -71,7 +73,22 @@ export function createRoutes(deps: HandlerDeps): Route[] {
       });
       const { id: session_id, turnCount: turn_count, createdAt: created_at, updatedAt: updated_at } = session;
       const summary = parseSummary(session.summary);
-      return Response.json({ session_id, turn_count, summary, created_at, updated_at, messages });
+      const pending = await store.pendingStep(keyOf(session));
+      const pending_approval = pending === null ? null : {
+        run_id: pending.runId,
+        turn: pending.turn,
+        calls: approvalCalls(pending),
+        created_at: pending.createdAt,
+      };
+      return Response.json({
+        session_id,
+        turn_count,
+        summary,
+        created_at,
+        updated_at,
+        messages,
+        pending_approval,
+      });
     }),
     route("DELETE", "/v1/sessions/{id}", async (request, params) => {
       const key = keyOf(await own(request, params.id));
@@ -84,6 +101,9 @@ export function createRoutes(deps: HandlerDeps): Route[] {
     }),
     route("POST", "/v1/sessions/{id}/retry", async (request, params) => {
       return handleTurn(request, keyOf(await own(request, params.id)), deps, { retry: true });
+    }),
+    route("POST", "/v1/sessions/{id}/approvals", async (request, params) => {
+      return handleApproval(request, keyOf(await own(request, params.id)), deps);
     }),
     route("GET", "/v1/sessions/{id}/todos", async (request, params) => {
       const session = await own(request, params.id);

@@ -4,8 +4,9 @@
  * (the stream the trace is written from), plus `delta` events (`{"text"}`) while the answer streams.
  * @module
  */
-import { type Agent, runTurn, type TurnInput } from "../agent/loop.ts";
+import { type Agent, type RunOptions, runTurn, type TurnInput } from "../agent/loop.ts";
 import { nothingToRetry, unansweredMessage, usageData } from "../agent/turn.ts";
+import { approvalPending } from "../agent/approval.ts";
 import type { SessionKey } from "../store/store.ts";
 import type { EventSink } from "../events.ts";
 import type { TurnResult } from "../types.ts";
@@ -35,12 +36,21 @@ export function queueTurn(
   deps: HandlerDeps,
   agent: Agent = deps.agent,
 ): QueuedTurn {
-  const queued = queueKey(input);
+  return queueRun(request, input, deps, (run) => runTurn(input, agent, run));
+}
+
+/** `start` (a turn or its resumption on `key`) ready to run as {@linkcode queueTurn} runs a turn. */
+export function queueRun(
+  request: Request,
+  key: SessionKey,
+  deps: HandlerDeps,
+  start: (run: RunOptions) => Promise<TurnResult>,
+): QueuedTurn {
+  const queued = queueKey(key);
   const full = deps.queue.rejection(queued);
   if (full !== null) throw full;
   const signal = AbortSignal.any([request.signal, deps.shutdownSignal]);
-  return (emit, onDelta) =>
-    deps.queue.run(queued, () => runTurn(input, agent, { emit, signal, onDelta }), { signal });
+  return (emit, onDelta) => deps.queue.run(queued, () => start({ emit, signal, onDelta }), { signal });
 }
 
 /** A turn that ended in a model failure: 504 `llm_timeout` for a timeout, else 502 `llm_error`, with its run id. */
@@ -68,6 +78,8 @@ export async function handleTurn(
   options: HandleTurnOptions = {},
 ): Promise<Response> {
   const { retry = false } = options;
+  // Before the body is read: a session whose turn waits for approval takes no new turn.
+  if (await deps.agent.store.pendingStep(key) !== null) throw approvalPending(key.sessionId);
   const message = retry
     ? undefined
     : await readMessageField(request, { maxBytes: deps.maxBodyBytes, signal: request.signal });
@@ -76,7 +88,14 @@ export async function handleTurn(
     throw nothingToRetry(key.sessionId);
   }
   const run = queueTurn(request, { ...key, message, retry }, deps);
+  return await respondTurn(request, run, deps);
+}
 
+/**
+ * The response of a queued turn: JSON once it ends (with `approval` when it waits for one), or with
+ * `Accept: text/event-stream` one SSE frame per run event as it happens.
+ */
+export async function respondTurn(request: Request, run: QueuedTurn, deps: HandlerDeps): Promise<Response> {
   if (!(request.headers.get("accept") ?? "").toLowerCase().includes("text/event-stream")) {
     let timedOut = false;
     const result = await run((event) => {
@@ -86,7 +105,8 @@ export async function handleTurn(
     if (result.outcome !== "error") {
       const { sessionId: session_id, runId: run_id, turn, outcome, answer, toolCalls: tool_calls } = result;
       const usage = usageData(result.usage);
-      return Response.json({ session_id, run_id, turn, outcome, answer, tool_calls, usage });
+      const approval = result.approval === undefined ? {} : { approval: result.approval };
+      return Response.json({ session_id, run_id, turn, outcome, answer, tool_calls, usage, ...approval });
     }
     // A model failure. Plain `application/json`, as it always was.
     throw modelFailure(timedOut, result.answer, result.runId);

@@ -3,7 +3,7 @@
  * @module
  */
 import type { Role, StoredMessage, ToolCall } from "../types.ts";
-import type { Session, Todo } from "./store.ts";
+import type { PendingStep, Session, Todo } from "./store.ts";
 
 export type Row = Record<string, unknown>;
 
@@ -40,6 +40,19 @@ export function toMessage(row: Row): StoredMessage {
     Object.freeze(message.toolCalls).forEach((call) => Object.freeze(call));
   }
   return Object.freeze(message);
+}
+
+export function toPending(row: Row): PendingStep {
+  return {
+    runId: row.run_id as string,
+    turn: row.turn as number,
+    step: row.step as number,
+    seq: row.seq as number,
+    content: row.content === null ? null : text(row.content),
+    toolCalls: JSON.parse(row.tool_calls as string) as ToolCall[],
+    asked: JSON.parse(row.asked as string) as string[],
+    createdAt: row.created_at as string,
+  };
 }
 
 export function toTodo(row: Row): Todo {

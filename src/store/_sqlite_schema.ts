@@ -1,12 +1,30 @@
 /**
  * The SQLite schema and its migrations: created on a new file, migrated from version 1 (sessions keyed by id
- * alone), refused when newer than this code. Private to `sqlite.ts`.
+ * alone) or 2 (no pending steps), refused when newer than this code. Private to `sqlite.ts`.
  * @module
  */
 import type { DatabaseSync } from "node:sqlite";
 
 /** The schema version this code writes, kept in `PRAGMA user_version`. */
-export const SCHEMA_VERSION = 2;
+export const SCHEMA_VERSION = 3;
+
+// Version 3: at most one step per session waits for approval; it goes with its session.
+const PENDING_TABLE = `
+CREATE TABLE pending_steps (
+  user_id TEXT NOT NULL,
+  session_id TEXT NOT NULL,
+  run_id TEXT NOT NULL,
+  turn INTEGER NOT NULL,
+  step INTEGER NOT NULL,
+  seq INTEGER NOT NULL,
+  content TEXT,
+  tool_calls TEXT NOT NULL,
+  asked TEXT NOT NULL,
+  created_at TEXT NOT NULL,
+  PRIMARY KEY (user_id, session_id),
+  FOREIGN KEY (user_id, session_id) REFERENCES sessions(user_id, id) ON DELETE CASCADE
+);
+`;
 
 // The sessions key starts with user_id, so it serves "the user's sessions" too: no other index (none on
 // updated_at, which every save rewrites).
@@ -45,7 +63,7 @@ CREATE TABLE todos (
   FOREIGN KEY (user_id, session_id) REFERENCES sessions(user_id, id) ON DELETE CASCADE
 );
 CREATE INDEX todos_by_session ON todos(user_id, session_id);
-`;
+${PENDING_TABLE}`;
 
 // Version 1 to 2, keeping every row: the old tables go aside (indexes dropped first, or the new ones would
 // collide); a message keeps its rowid (its read order), a todo its id, the todo counter its value.
@@ -112,6 +130,9 @@ export function migrate(db: DatabaseSync, transaction: (work: () => void) => voi
         }
       }
       db.exec(DROP_VERSION_1);
+    } else if (current === 2) {
+      // A new table only: every row stays where it is.
+      db.exec(PENDING_TABLE);
     } else {
       throw new Error(`Cannot open the session database: unknown schema version ${current}`);
     }

@@ -5,9 +5,10 @@
  */
 import { DatabaseSync, type StatementSync } from "node:sqlite";
 import type { StoredMessage } from "../types.ts";
-import { type Row, text, toMessage, toRow, toSession, toTodo } from "./_sqlite_rows.ts";
+import { type Row, text, toMessage, toPending, toRow, toSession, toTodo } from "./_sqlite_rows.ts";
 import { migrate, SCHEMA_VERSION } from "./_sqlite_schema.ts";
 import {
+  type PendingStep,
   type Session,
   type SessionKey,
   type SessionStore,
@@ -58,6 +59,11 @@ const SQL = {
   listTodos: `SELECT ${TODO_COLUMNS} FROM todos WHERE user_id = ? AND session_id = ? ORDER BY id`,
   completeTodo: "UPDATE todos SET completed = 1, completed_at = COALESCE(completed_at, ?) " +
     `WHERE id = ? AND user_id = ? AND session_id = ? RETURNING ${TODO_COLUMNS}`,
+  insertPending: "INSERT INTO pending_steps (user_id, session_id, run_id, turn, step, seq, content, " +
+    "tool_calls, asked, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+  getPending: "SELECT run_id, turn, step, seq, CAST(content AS BLOB) AS content, tool_calls, asked, " +
+    "created_at FROM pending_steps WHERE user_id = ? AND session_id = ?",
+  deletePending: "DELETE FROM pending_steps WHERE user_id = ? AND session_id = ? AND run_id = ?",
   ping: "SELECT 1 AS ok",
   // Changes when another connection commits.
   dataVersion: "PRAGMA data_version",
@@ -199,18 +205,55 @@ export class SqliteStore implements SessionStore {
   }
 
   append(key: SessionKey, messages: readonly StoredMessage[]): Promise<number> {
+    return this.#write(key, (userId, sessionId) => this.#insert(userId, sessionId, messages));
+  }
+
+  /** Inserts the new ones of `messages` inside the caller's transaction; returns how many were new. */
+  #insert(userId: string, sessionId: string, messages: readonly StoredMessage[]): number {
+    // All checked before the first insert: a malformed message changes nothing.
+    const rows = messages.map(toRow);
+    let added = 0;
+    let turns = 0;
+    for (const row of rows) {
+      if (this.#sql.insertMessage.run(userId, sessionId, ...row).changes === 0) continue;
+      added += 1;
+      if (row[1] === "user") turns += 1;
+    }
+    if (added > 0) this.#sql.touchSession.run(turns, this.#now().toISOString(), userId, sessionId);
+    return added;
+  }
+
+  savePending(key: SessionKey, step: PendingStep): Promise<void> {
     return this.#write(key, (userId, sessionId) => {
-      // All checked before the first insert: a malformed message changes nothing.
-      const rows = messages.map(toRow);
-      let added = 0;
-      let turns = 0;
-      for (const row of rows) {
-        if (this.#sql.insertMessage.run(userId, sessionId, ...row).changes === 0) continue;
-        added += 1;
-        if (row[1] === "user") turns += 1;
-      }
-      if (added > 0) this.#sql.touchSession.run(turns, this.#now().toISOString(), userId, sessionId);
-      return added;
+      const { runId, turn, step: index, seq, content, toolCalls, asked, createdAt } = step;
+      this.#sql.insertPending.run(
+        userId,
+        sessionId,
+        runId,
+        turn,
+        index,
+        seq,
+        content,
+        JSON.stringify(toolCalls),
+        JSON.stringify(asked),
+        createdAt,
+      );
+    });
+  }
+
+  pendingStep(key: SessionKey): Promise<PendingStep | null> {
+    return this.#read(() => {
+      const { userId, sessionId } = validateKey(key);
+      const row = this.#sql.getPending.get(userId, sessionId);
+      return row === undefined ? null : toPending(row);
+    });
+  }
+
+  resolvePending(key: SessionKey, runId: string, messages: readonly StoredMessage[]): Promise<boolean> {
+    return this.#write(key, (userId, sessionId) => {
+      if (this.#sql.deletePending.run(userId, sessionId, runId).changes === 0) return false;
+      this.#insert(userId, sessionId, messages);
+      return true;
     });
   }
 

@@ -4,7 +4,7 @@
  * @module
  */
 import { SessionError } from "../errors.ts";
-import type { StoredMessage } from "../types.ts";
+import type { StoredMessage, ToolCall } from "../types.ts";
 
 /** Which session: ids are per user, so two users' sessions of the same id never see each other. */
 export interface SessionKey {
@@ -31,6 +31,25 @@ export interface Todo {
   completed: boolean;
   createdAt: string;
   completedAt: string | null;
+}
+
+/**
+ * A step that waits for the user's approval: the assistant message with its tool calls, none of them run yet.
+ * It is kept apart from the messages, so the history never holds a tool call without its result.
+ */
+export interface PendingStep {
+  runId: string;
+  /** The turn's number. */
+  turn: number;
+  /** The loop step whose reply made the calls. */
+  step: number;
+  /** The number of the run's next message id (`<runId>:<seq>`). */
+  seq: number;
+  content: string | null;
+  toolCalls: ToolCall[];
+  /** Ids of the calls that wait for the user's decision. */
+  asked: string[];
+  createdAt: string;
 }
 
 /**
@@ -64,7 +83,16 @@ export interface SessionStore {
   ): Promise<void>;
   /** Deletes those of `ids` that are stored (taking their user turns off `turnCount`); resolves to how many. */
   discardMessages(key: SessionKey, ids: readonly string[]): Promise<number>;
-  /** Deletes the session with its messages, todos and summary; true if it existed. */
+  /** Stores the session's pending step; rejects, changing nothing, if the session already has one. */
+  savePending(key: SessionKey, step: PendingStep): Promise<void>;
+  /** The session's pending step, or null. */
+  pendingStep(key: SessionKey): Promise<PendingStep | null>;
+  /**
+   * In one transaction: deletes the pending step of `runId` and appends `messages` (as `append`). Resolves
+   * to false, storing nothing, when the session has no pending step of that run (resolved meanwhile).
+   */
+  resolvePending(key: SessionKey, runId: string, messages: readonly StoredMessage[]): Promise<boolean>;
+  /** Deletes the session with its messages, todos, summary and pending step; true if it existed. */
   deleteSession(key: SessionKey): Promise<boolean>;
   /** Adds an open todo to the session. */
   addTodo(key: SessionKey, text: string): Promise<Todo>;

@@ -1,0 +1,73 @@
+/**
+ * The approval policy: which tools run at once (`auto`), wait for the user (`ask`) or never run (`deny`). It
+ * comes from the `approval` key of the MCP config file; names are `<server>__<tool>` for a server's tools and
+ * plain for the built-ins.
+ * @module
+ */
+
+/** What happens to a call of a tool. */
+export type ApprovalMode = "ask" | "deny" | "auto";
+
+/** The parsed policy: a default for server tools, and modes per exact name or `<server>__*` pattern. */
+export interface ApprovalPolicy {
+  /** The mode of a server's tool (`<server>__<tool>`) the policy does not name. */
+  readonly default: ApprovalMode;
+  /** Modes by exact tool name or by `<server>__*` pattern. */
+  readonly tools: Readonly<Record<string, ApprovalMode>>;
+}
+
+/** The policy when the config has none: every tool runs at once. */
+export const AUTO_POLICY: ApprovalPolicy = Object.freeze({ default: "auto", tools: Object.freeze({}) });
+
+const MODES: readonly string[] = ["ask", "deny", "auto"];
+
+function mode(value: unknown, where: string, source: string): ApprovalMode {
+  if (typeof value === "string" && MODES.includes(value)) return value as ApprovalMode;
+  const got = typeof value === "string" ? JSON.stringify(value) : value === null ? "null" : typeof value;
+  throw new SyntaxError(`${source}: ${where}: expected "ask", "deny" or "auto", got ${got}`);
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+/**
+ * The policy of the config's `approval` value (undefined or null: {@linkcode AUTO_POLICY}). A `SyntaxError`
+ * of one line names the entry at fault, prefixed by `source` (the file name).
+ */
+export function parseApprovalPolicy(raw: unknown, source = "mcp.json"): ApprovalPolicy {
+  if (raw === undefined || raw === null) return AUTO_POLICY;
+  if (!isRecord(raw)) throw new SyntaxError(`${source}: approval: expected an object`);
+  for (const key of Object.keys(raw)) {
+    if (key !== "default" && key !== "tools") {
+      throw new SyntaxError(`${source}: approval: unknown key "${key}" (expected "default" and "tools")`);
+    }
+  }
+  const fallback = raw.default === undefined ? "auto" : mode(raw.default, "approval.default", source);
+  // No prototype: a tool named "constructor" or "__proto__" is an entry like any other.
+  const tools: Record<string, ApprovalMode> = Object.create(null);
+  if (raw.tools !== undefined) {
+    if (!isRecord(raw.tools)) throw new SyntaxError(`${source}: approval.tools: expected an object`);
+    for (const [name, value] of Object.entries(raw.tools)) {
+      const where = `approval.tools[${JSON.stringify(name)}]`;
+      if (name === "" || (name.includes("*") && !/^[^*]+__\*$/.test(name))) {
+        throw new SyntaxError(`${source}: ${where}: expected a tool name or a "<server>__*" pattern`);
+      }
+      tools[name] = mode(value, where, source);
+    }
+  }
+  return Object.freeze({ default: fallback, tools: Object.freeze(tools) });
+}
+
+/**
+ * The mode of `toolName`: its exact entry, else its server's `<server>__*` pattern, else the default for a
+ * server's tool (a name with `__`) and `auto` for a built-in. Never throws.
+ */
+export function decide(policy: ApprovalPolicy, toolName: string): ApprovalMode {
+  const entry = (name: string) => Object.hasOwn(policy.tools, name) ? policy.tools[name] : undefined;
+  const exact = entry(toolName);
+  if (exact !== undefined) return exact;
+  const split = toolName.indexOf("__");
+  if (split <= 0) return "auto";
+  return entry(`${toolName.slice(0, split)}__*`) ?? policy.default;
+}
