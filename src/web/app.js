@@ -20,6 +20,8 @@ const state = {
   busy: false,
   /** @type {TraceEvent[][]} */
   runs: [],
+  /** The ids the session list holds: another id is a new session, not asked for (it would be a 404). */
+  known: new Set(),
 };
 
 function newSessionId() {
@@ -50,6 +52,7 @@ function handleAuth(error) {
 
 async function loadSessions() {
   const { sessions } = await request("GET", "/v1/sessions");
+  state.known = new Set(sessions.map((/** @type {{id: string}} */ s) => s.id));
   const items = sessions.map((/** @type {{id: string, turn_count: number}} */ s) => {
     const open = el("button", { type: "button", class: "open", onclick: () => openSession(s.id) }, s.id);
     const remove = el("button", {
@@ -104,6 +107,7 @@ async function refreshSession() {
   /** @type {TraceEvent[]} */
   let events = [];
   try {
+    if (!state.known.has(state.session)) throw new ApiError(404, "not_found", "a new session");
     session = await request("GET", `/v1/sessions/${id}`);
     todos = (await request("GET", `/v1/sessions/${id}/todos`)).todos;
     events = await loadTrace(state.session);
