@@ -57,9 +57,10 @@ async function withPage(
     const page = await browser.newPage();
     await page.setViewport({ width: 1280, height: 860 });
     const dialogs: string[] = [];
+    // Confirmations are accepted (a delete), anything else dismissed; all are recorded with their type.
     page.on("dialog", (dialog) => {
-      dialogs.push(dialog.message());
-      dialog.dismiss().catch(() => {});
+      dialogs.push(`${dialog.type()}: ${dialog.message()}`);
+      (dialog.type() === "confirm" ? dialog.accept() : dialog.dismiss()).catch(() => {});
     });
     const problems: string[] = [];
     page.on("console", (message) => {
@@ -157,10 +158,11 @@ Deno.test({
 });
 
 Deno.test({
-  name: "on a server with tokens the page asks for one, says so when it is wrong, and keeps it out of URLs",
+  name:
+    "on a server with tokens the page asks for one, says when it is wrong, keeps it out of URLs, and deletes after a confirmation",
   ignore: reason !== null,
   async fn() {
-    await withPage({ AGENT_API_TOKENS: `${TOKEN}:alice` }, async (page, url, { serve }) => {
+    await withPage({ AGENT_API_TOKENS: `${TOKEN}:alice` }, async (page, url, { serve, dialogs }) => {
       await page.goto(`${url}/`, { waitUntil: "load" });
       await page.waitForSelector("#login:not([hidden])");
       assert.match((await texts(page, "#login-error")).join(), /needs an API token/);
@@ -187,6 +189,17 @@ Deno.test({
       assert.equal(stored, TOKEN);
       assert.ok(!page.url().includes(TOKEN));
       assert.ok(!serve.stderr().includes(TOKEN), "the token is never logged");
+
+      await page.waitForSelector(".session .delete");
+      await page.click(".session .delete");
+      await page.waitForFunction(() => document.querySelectorAll("#session-list li").length === 0);
+      assert.equal(dialogs.length, 1);
+      assert.match(dialogs[0], /^confirm: Delete session "web-.*" with its messages/);
+      assert.deepEqual(
+        await texts(page, ".msg"),
+        [],
+        "the open session was the deleted one: a new one opens",
+      );
     });
   },
 });
