@@ -100,6 +100,7 @@ function withHead(paths: Record<string, PathItem>): Record<string, PathItem> {
 }
 
 const noAuth = { security: [] };
+const html = { description: "OK", content: { "text/html": { schema: str } } };
 const messageBody = object({ message: str }, ["message"]);
 const approvalCall = object({ id: str, name: str, arguments: str }, ["id", "name", "arguments"]);
 const decisionsBody = object({
@@ -201,6 +202,11 @@ export const OPENAPI = {
       get: op("Liveness and database check (no auth, no secrets)", json(health), [503], noAuth),
     },
     "/openapi.json": { get: op("This document", json(anyObject), [], noAuth) },
+    "/": { get: op("The web page (chat, sessions, run timelines)", html, [], noAuth) },
+    "/web/{file}": {
+      parameters: [param("file", "path", str, "one of the page's scripts or its stylesheet")],
+      get: op("A file of the web page", { description: "the file" }, [404], noAuth),
+    },
     "/v1/sessions": { get: op("The caller's sessions, newest first", json(sessionList), [401]) },
     "/v1/sessions/{id}": {
       parameters: [id],

@@ -15,6 +15,7 @@ import { handleTrace } from "./trace_route.ts";
 import { handleTurn, queueKey } from "./turn_route.ts";
 import { handleApproval } from "./approval_route.ts";
 import { approvalCalls } from "../agent/approval.ts";
+import { handleIndex, handleWebFile } from "./web_route.ts";
 
 /** One route: a method, a path template such as `/v1/sessions/{id}/messages`, and its handler. */
 export interface Route {
@@ -54,6 +55,8 @@ export function createRoutes(deps: HandlerDeps): Route[] {
       return Response.json(body, { status: db ? 200 : 503 });
     }),
     route("GET", "/openapi.json", () => Response.json(OPENAPI)),
+    route("GET", "/", () => handleIndex()),
+    route("GET", "/web/{file}", (_request, params) => handleWebFile(params.file)),
     route("GET", "/v1/sessions", async (request) => {
       const sessions = await store.listSessions(user(request));
       const list = sessions.map((s) => ({ id: s.id, turn_count: s.turnCount, updated_at: s.updatedAt }));

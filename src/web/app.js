@@ -1,0 +1,246 @@
+// @ts-check
+/// <reference lib="dom" />
+/**
+ * The page's entry: signs in when the server asks for a token, lists the user's sessions, runs turns as SSE
+ * into the chat, and keeps the timeline and memory panels on the open session.
+ * @module
+ */
+import { ApiError, getToken, request, setToken, streamTurn } from "./api.js";
+import { renderApprovals } from "./approvals.js";
+import { LiveTurn, renderHistory } from "./chat.js";
+import { byId, clip, el } from "./dom.js";
+import { renderMemory } from "./memory.js";
+import { buildTimeline, groupRuns, renderTimeline } from "./timeline.js";
+
+/** @typedef {import("./timeline.js").TraceEvent} TraceEvent */
+
+const state = {
+  /** @type {string} */
+  session: decodeURIComponent(location.hash.slice(1)) || newSessionId(),
+  busy: false,
+  /** @type {TraceEvent[][]} */
+  runs: [],
+  /** The ids the session list holds: another id is a new session, not asked for (it would be a 404). */
+  known: new Set(),
+};
+
+function newSessionId() {
+  const stamp = new Date().toISOString().replace(/[-:]/g, "").replace("T", "-").slice(0, 15);
+  return `web-${stamp}-${Math.random().toString(36).slice(2, 6)}`;
+}
+
+/** Asks for a token, saying why. @param {string} why */
+function showLogin(why) {
+  byId("login").hidden = false;
+  byId("app").hidden = true;
+  byId("login-error").textContent = why;
+  byId("token").focus();
+}
+
+/** A 401 sends the user to the token form; anything else is for the caller. @param {unknown} error */
+function handleAuth(error) {
+  if (!(error instanceof ApiError) || error.status !== 401) return false;
+  const had = getToken() !== null;
+  setToken(null);
+  showLogin(
+    had
+      ? `The server did not accept this token (${error.message}). Check it and try again.`
+      : "This server needs an API token.",
+  );
+  return true;
+}
+
+async function loadSessions() {
+  const { sessions } = await request("GET", "/v1/sessions");
+  state.known = new Set(sessions.map((/** @type {{id: string}} */ s) => s.id));
+  const items = sessions.map((/** @type {{id: string, turn_count: number}} */ s) => {
+    const open = el("button", { type: "button", class: "open", onclick: () => openSession(s.id) }, s.id);
+    const remove = el("button", {
+      type: "button",
+      class: "delete",
+      "aria-label": `Delete session ${s.id}`,
+      onclick: () => deleteSession(s.id),
+    }, "✕");
+    const current = s.id === state.session ? "session current" : "session";
+    return el(
+      "li",
+      { class: current, "data-session": s.id },
+      open,
+      el("span", { class: "turns" }, `${s.turn_count} turn(s)`),
+      remove,
+    );
+  });
+  byId("session-list").replaceChildren(...items);
+}
+
+/** @param {string} id */
+async function deleteSession(id) {
+  if (!confirm(`Delete session "${id}" with its messages, todos and summary?`)) return;
+  await guarded(async () => {
+    await request("DELETE", `/v1/sessions/${encodeURIComponent(id)}`);
+    if (id === state.session) await openSession(newSessionId());
+    else await loadSessions();
+  });
+}
+
+/** Every trace event of the session, page by page. @param {string} id @returns {Promise<TraceEvent[]>} */
+async function loadTrace(id) {
+  /** @type {TraceEvent[]} */
+  const events = [];
+  let cursor = null;
+  for (let page = 0; page < 20; page++) {
+    const query = cursor === null ? "?limit=1000" : `?limit=1000&cursor=${encodeURIComponent(cursor)}`;
+    const body = await request("GET", `/v1/sessions/${encodeURIComponent(id)}/trace${query}`);
+    events.push(...body.events);
+    cursor = body.next_cursor;
+    if (cursor === null) break;
+  }
+  return events;
+}
+
+/** Reloads the open session's messages, trace, memory and approvals; a session not yet used shows empty. */
+async function refreshSession() {
+  const id = encodeURIComponent(state.session);
+  /** @type {any} */
+  let session = { messages: [], summary: null };
+  let todos = [];
+  /** @type {TraceEvent[]} */
+  let events = [];
+  try {
+    if (!state.known.has(state.session)) throw new ApiError(404, "not_found", "a new session");
+    session = await request("GET", `/v1/sessions/${id}`);
+    todos = (await request("GET", `/v1/sessions/${id}/todos`)).todos;
+    events = await loadTrace(state.session);
+  } catch (error) {
+    if (!(error instanceof ApiError && error.status === 404)) throw error;
+  }
+  state.runs = groupRuns(events);
+  const closings = new Map();
+  let compactedTurns = 0;
+  for (const e of events) {
+    if (e.event === "answer" && e.data.closing) closings.set(e.data.text, e.data.closing);
+    if (e.event === "compact" && e.data.ok) compactedTurns += e.data.turns_removed;
+  }
+  renderHistory(byId("messages"), session.messages, { compactedTurns, closings });
+  renderMemory(byId("memory"), session.summary, todos);
+  drawRuns();
+  await renderApprovals(byId("approvals"), state.session);
+}
+
+function drawRuns() {
+  const select = /** @type {HTMLSelectElement} */ (byId("run-select"));
+  select.replaceChildren(...state.runs.map((run) => {
+    const t = buildTimeline(run);
+    return el("option", { value: t.runId }, `turn ${t.turn}: ${clip(t.message, 40)}`);
+  }));
+  const last = state.runs.at(-1);
+  if (last === undefined) byId("timeline").replaceChildren(el("p", { class: "muted" }, "No runs yet."));
+  else showRun(last[0].run_id, false);
+}
+
+/** @param {string} runId @param {boolean} [reveal] */
+function showRun(runId, reveal = true) {
+  const run = state.runs.find((r) => r[0].run_id === runId);
+  if (run === undefined) return;
+  /** @type {HTMLSelectElement} */ (byId("run-select")).value = runId;
+  renderTimeline(byId("timeline"), buildTimeline(run));
+  if (reveal) byId("timeline-panel").scrollIntoView({ block: "start" });
+}
+
+/** @param {string} id */
+async function openSession(id) {
+  state.session = id;
+  history.replaceState(null, "", `#${encodeURIComponent(id)}`);
+  byId("session-title").textContent = id;
+  await guarded(async () => {
+    await loadSessions();
+    await refreshSession();
+  });
+}
+
+/** Runs `action`, turning a 401 into the token form and anything else into an alert line. @param {() => Promise<void>} action */
+async function guarded(action) {
+  try {
+    await action();
+  } catch (error) {
+    if (handleAuth(error)) return;
+    byId("status").textContent = `Error: ${error instanceof Error ? error.message : String(error)}`;
+  }
+}
+
+/** Sends `message` (undefined: retries the last unanswered one) and draws its frames as they come. @param {string | undefined} message */
+async function send(message) {
+  if (state.busy) return;
+  state.busy = true;
+  byId("composer").classList.add("busy");
+  const turn = new LiveTurn(byId("messages"), message, {
+    onRetry: () => send(undefined),
+    onTimeline: showRun,
+  });
+  try {
+    await streamTurn(state.session, message, (frame) => turn.onFrame(frame));
+  } catch (error) {
+    if (!handleAuth(error)) {
+      const cause = error instanceof ApiError
+        ? `${error.code}: ${error.message}`
+        : `network: ${String(error)}`;
+      // Refused before it ran (busy, bad input): the message was not saved, so a retry sends it again.
+      turn.showError(cause, () => send(message));
+    }
+  } finally {
+    state.busy = false;
+    byId("composer").classList.remove("busy");
+  }
+  // The list's turn counts, the memory panel and the timeline follow the finished turn.
+  await guarded(loadSessions);
+  await guarded(refreshTrace);
+}
+
+/** Re-reads the trace and the memory panel, keeping the chat as drawn live. */
+async function refreshTrace() {
+  const id = encodeURIComponent(state.session);
+  const session = await request("GET", `/v1/sessions/${id}`).catch(() => null);
+  const todos = session === null ? [] : (await request("GET", `/v1/sessions/${id}/todos`)).todos;
+  renderMemory(byId("memory"), session?.summary ?? null, todos);
+  state.runs = groupRuns(await loadTrace(state.session).catch(() => []));
+  drawRuns();
+  await renderApprovals(byId("approvals"), state.session);
+}
+
+function wire() {
+  const input = /** @type {HTMLTextAreaElement} */ (byId("input"));
+  const submit = () => {
+    const text = input.value.trim();
+    if (text === "" || state.busy) return;
+    input.value = "";
+    send(text);
+  };
+  byId("composer").addEventListener("submit", (event) => {
+    event.preventDefault();
+    submit();
+  });
+  input.addEventListener("keydown", (event) => {
+    // Enter sends, Shift+Enter is a newline; Enter that ends an IME composition is neither.
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      submit();
+    }
+  });
+  byId("new-session").addEventListener("click", () => openSession(newSessionId()));
+  byId("run-select").addEventListener("change", (event) => {
+    showRun(/** @type {HTMLSelectElement} */ (event.target).value, false);
+  });
+  byId("login-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const token = /** @type {HTMLInputElement} */ (byId("token"));
+    if (token.value.trim() === "") return;
+    setToken(token.value.trim());
+    token.value = "";
+    byId("login").hidden = true;
+    byId("app").hidden = false;
+    openSession(state.session);
+  });
+}
+
+wire();
+openSession(state.session);

@@ -1,0 +1,164 @@
+// @ts-check
+/// <reference lib="dom" />
+/**
+ * The chat column: a session's stored messages, and a live turn drawn from its SSE frames (answer text as it
+ * streams, tool calls inline and collapsible, the runtime's fixed closings, errors with a retry button).
+ * @module
+ */
+import { el } from "./dom.js";
+
+/**
+ * A collapsible tool call: name and status, its arguments, and once known its result.
+ * @param {{ id: string, name: string, arguments: string }} call
+ */
+function toolCall(call) {
+  const status = el("span", { class: "tool-status" }, "running");
+  const result = el("pre", { class: "tool-result" }, "…");
+  const node = el(
+    "details",
+    { class: "tool", "data-tool": call.name, "data-call-id": call.id },
+    el("summary", {}, el("span", { class: "tool-name" }, call.name), " ", status),
+    el("pre", { class: "tool-args" }, call.arguments),
+    result,
+  );
+  /** @param {boolean} ok @param {string} text */
+  const settle = (ok, text) => {
+    status.textContent = ok ? "ok" : "error";
+    node.dataset.status = ok ? "ok" : "error";
+    result.textContent = text;
+  };
+  return { node: el("li", { class: "msg tools" }, node), settle };
+}
+
+/** @param {string} content A stored tool message: `{"ok":…,"data":…}` or `{"ok":false,"error":…}`. */
+function toolOutcome(content) {
+  try {
+    const result = JSON.parse(content);
+    return { ok: result.ok === true, text: JSON.stringify(result.ok ? result.data : result.error, null, 1) };
+  } catch {
+    return { ok: false, text: content };
+  }
+}
+
+/** @param {string} text @param {string | undefined} closing */
+function answer(text, closing) {
+  const node = el("li", { class: closing ? "msg assistant closing" : "msg assistant" });
+  if (closing) node.append(el("span", { class: "closing-label" }, `runtime closing: ${closing}`));
+  node.append(el("div", { class: "text" }, text));
+  return node;
+}
+
+/** @param {number} turns */
+export function compactionMarker(turns) {
+  return el("li", { class: "marker compacted" }, `compacted ${turns} turn(s)`);
+}
+
+/**
+ * Draws stored `messages` into `list`, after a marker when `compactedTurns` earlier turns were folded away.
+ * @param {HTMLElement} list
+ * @param {{ role: string, content: string | null, tool_calls: any[] | null, tool_call_id: string | null }[]} messages
+ * @param {{ compactedTurns: number, closings: Map<string, string> }} options `closings`: answer text → kind
+ */
+export function renderHistory(list, messages, options) {
+  list.replaceChildren();
+  if (options.compactedTurns > 0) list.append(compactionMarker(options.compactedTurns));
+  /** @type {Map<string, (ok: boolean, text: string) => void>} */
+  const pending = new Map();
+  for (const m of messages) {
+    if (m.role === "user") list.append(el("li", { class: "msg user" }, m.content ?? ""));
+    if (m.role === "assistant") {
+      if (m.content) list.append(answer(m.content, options.closings.get(m.content)));
+      for (const call of m.tool_calls ?? []) {
+        const view = toolCall(call);
+        pending.set(call.id, view.settle);
+        list.append(view.node);
+      }
+    }
+    if (m.role === "tool" && m.tool_call_id !== null) {
+      const outcome = toolOutcome(m.content ?? "");
+      pending.get(m.tool_call_id)?.(outcome.ok, outcome.text);
+    }
+  }
+}
+
+/** A turn being drawn from its frames into the chat list. */
+export class LiveTurn {
+  #list;
+  #onRetry;
+  #onTimeline;
+  /** @type {HTMLElement | null} */
+  #text = null;
+  /** @type {Map<string, (ok: boolean, text: string) => void>} */
+  #calls = new Map();
+
+  /**
+   * @param {HTMLElement} list
+   * @param {string | undefined} message the user's message (undefined for a retry)
+   * @param {{ onRetry(): void, onTimeline(runId: string): void }} actions
+   */
+  constructor(list, message, actions) {
+    this.#list = list;
+    this.#onRetry = actions.onRetry;
+    this.#onTimeline = actions.onTimeline;
+    if (message !== undefined) this.#add(el("li", { class: "msg user" }, message));
+  }
+
+  /** @param {HTMLElement} node */
+  #add(node) {
+    this.#list.append(node);
+    node.scrollIntoView({ block: "end" });
+  }
+
+  /** Draws one SSE frame. @param {{ event: string, data: any }} frame */
+  onFrame({ event, data }) {
+    if (event === "delta") {
+      if (this.#text === null) {
+        const bubble = answer("", undefined);
+        bubble.classList.add("streaming");
+        this.#text = /** @type {HTMLElement} */ (bubble.lastChild);
+        this.#add(bubble);
+      }
+      this.#text.textContent += data.text;
+    } else if (event === "tool_call") {
+      this.#text = null; // Text streamed before a call stays as the model's note; the answer comes later.
+      const view = toolCall(data.data);
+      this.#calls.set(data.data.id, view.settle);
+      this.#add(view.node);
+    } else if (event === "tool_result") {
+      const d = data.data;
+      this.#calls.get(d.id)?.(d.ok, JSON.stringify(d.ok ? d.data : d.error, null, 1));
+    } else if (event === "compact" && data.data.ok) {
+      this.#add(compactionMarker(data.data.turns_removed));
+    } else if (event === "answer") {
+      this.#text?.closest("li")?.remove();
+      this.#text = null;
+      this.#add(answer(data.data.text, data.data.closing));
+    } else if (event === "error") {
+      // A run's error event carries `data`; an error frame of the server carries `error`.
+      const cause = data.error
+        ? `${data.error.code}: ${data.error.message}`
+        : `${data.data.kind}: ${data.data.message}`;
+      this.showError(cause);
+    } else if (event === "run_end") {
+      const runId = data.run_id;
+      const button = el(
+        "button",
+        { type: "button", class: "link", onclick: () => this.#onTimeline(runId) },
+        "timeline",
+      );
+      this.#add(el("li", { class: "run-end" }, `${data.data.outcome} · ${data.data.steps} step(s) `, button));
+    }
+  }
+
+  /**
+   * Shows `cause` with a retry button that runs `retry` (by default the route that reruns the saved message).
+   * @param {string} cause
+   * @param {() => void} [retry]
+   */
+  showError(cause, retry = this.#onRetry) {
+    const button = el("button", { type: "button", class: "retry", onclick: () => retry() }, "Retry");
+    this.#add(
+      el("li", { class: "msg error", role: "alert" }, el("span", { class: "cause" }, cause), " ", button),
+    );
+  }
+}

@@ -1,0 +1,169 @@
+// @ts-check
+/// <reference lib="dom" />
+/**
+ * A run as a timeline: one row per traced event on a shared time axis (model calls as bars with latency and
+ * tokens, tool calls from their call to their result, compactions, errors, the answer) and the run's totals.
+ * `buildTimeline` is pure, so it is tested without a browser.
+ * @module
+ */
+import { clip, el } from "./dom.js";
+
+/**
+ * @typedef {{ ts: string, run_id: string, turn: number, event: string, step: number | null,
+ *   data: Record<string, any> }} TraceEvent
+ * @typedef {{ kind: string, label: string, detail: string, start: number, end: number, status: string,
+ *   step: number | null }} TimelineRow
+ * @typedef {{ runId: string, turn: number, message: string, outcome: string | null, durationMs: number,
+ *   steps: number | null, toolCalls: number | null, tokens: number | null, rows: TimelineRow[] }} Timeline
+ */
+
+/** @param {number | null | undefined} n */
+function tokens(n) {
+  return n === null || n === undefined ? "?" : String(n);
+}
+
+/**
+ * The timeline of one run's events (oldest first); times are milliseconds from the run's start. Pure.
+ * @param {TraceEvent[]} events
+ * @returns {Timeline}
+ */
+export function buildTimeline(events) {
+  const t0 = events.length === 0 ? 0 : Math.min(...events.map((e) => Date.parse(e.ts)));
+  const at = (/** @type {TraceEvent} */ e) => Date.parse(e.ts) - t0;
+  /** @type {TimelineRow[]} */
+  const rows = [];
+  /** @type {Map<string, TimelineRow>} */
+  const open = new Map();
+  let start = null;
+  let end = null;
+  for (const e of events) {
+    const d = e.data;
+    if (e.event === "run_start") start = e;
+    else if (e.event === "run_end") end = e;
+    else if (e.event === "llm_call") {
+      const used = `${tokens(d.prompt_tokens)} → ${tokens(d.completion_tokens)} tokens`;
+      const calls = d.tool_call_count > 0 ? `, ${d.tool_call_count} tool call(s)` : "";
+      rows.push({
+        kind: "llm",
+        label: `model ${d.model}`,
+        detail: `${d.latency_ms} ms, ${used}${calls}${d.retries > 0 ? `, ${d.retries} retries` : ""}`,
+        start: Math.max(0, at(e) - d.latency_ms),
+        end: at(e),
+        status: "ok",
+        step: e.step,
+      });
+    } else if (e.event === "tool_call") {
+      const row = {
+        kind: "tool",
+        label: `${d.name}`,
+        detail: clip(String(d.arguments), 80),
+        start: at(e),
+        end: at(e),
+        status: "running",
+        step: e.step,
+      };
+      open.set(String(d.id), row);
+      rows.push(row);
+    } else if (e.event === "tool_result") {
+      const row = open.get(String(d.id));
+      if (row === undefined) continue;
+      row.end = at(e);
+      row.status = d.ok ? "ok" : "error";
+      row.detail = `${row.end - row.start} ms, ${d.ok ? "ok" : `error: ${clip(String(d.error), 80)}`}`;
+    } else if (e.event === "compact") {
+      const detail = d.ok
+        ? `${d.turns_removed} turn(s) folded, ${d.tokens_before} → ${d.tokens_after} tokens`
+        : `not compacted: ${d.reason}`;
+      const latency = d.ok ? d.latency_ms : 0;
+      rows.push({
+        kind: "compact",
+        label: d.background ? "compaction (background)" : "compaction",
+        detail,
+        start: Math.max(0, at(e) - latency),
+        end: at(e),
+        status: d.ok ? "ok" : "error",
+        step: e.step,
+      });
+    } else if (e.event === "error") {
+      const row = { kind: "error", label: `error ${d.kind}`, detail: String(d.message), status: "error" };
+      rows.push({ ...row, start: at(e), end: at(e), step: e.step });
+    } else if (e.event === "answer") {
+      const label = d.closing ? `closing (${d.closing})` : "answer";
+      rows.push({
+        kind: "answer",
+        label,
+        detail: clip(String(d.text), 80),
+        start: at(e),
+        end: at(e),
+        status: "ok",
+        step: e.step,
+      });
+    }
+  }
+  const last = events.length === 0 ? 0 : Math.max(...events.map(at));
+  const first = events[0];
+  return {
+    runId: first?.run_id ?? "",
+    turn: first?.turn ?? 0,
+    message: String(start?.data.message ?? ""),
+    outcome: end === null ? null : String(end.data.outcome),
+    durationMs: end === null ? last : at(end),
+    steps: end?.data.steps ?? null,
+    toolCalls: end?.data.tool_calls ?? null,
+    tokens: end?.data.usage?.total_tokens ?? null,
+    rows,
+  };
+}
+
+/**
+ * The runs of a session's events, oldest first, each with its events.
+ * @param {TraceEvent[]} events
+ * @returns {TraceEvent[][]}
+ */
+export function groupRuns(events) {
+  /** @type {Map<string, TraceEvent[]>} */
+  const runs = new Map();
+  for (const e of events) {
+    const run = runs.get(e.run_id) ?? [];
+    run.push(e);
+    runs.set(e.run_id, run);
+  }
+  return [...runs.values()];
+}
+
+/**
+ * Draws `timeline` into `container`: the totals, then one row per event with its bar on the time axis.
+ * @param {HTMLElement} container
+ * @param {Timeline} timeline
+ */
+export function renderTimeline(container, timeline) {
+  const span = Math.max(1, timeline.durationMs);
+  const totals = [
+    `turn ${timeline.turn}`,
+    timeline.outcome ?? "running",
+    `${timeline.durationMs} ms`,
+    `${timeline.steps ?? "?"} step(s)`,
+    `${timeline.toolCalls ?? "?"} tool call(s)`,
+    `${tokens(timeline.tokens)} tokens`,
+  ];
+  const list = el("ol", { class: "timeline-rows" });
+  for (const row of timeline.rows) {
+    const bar = el("span", { class: `bar bar-${row.kind} bar-${row.status}` });
+    // Positions through the CSSOM: the policy forbids style attributes, not these properties.
+    bar.style.left = `${(row.start / span) * 100}%`;
+    bar.style.width = `max(3px, ${((row.end - row.start) / span) * 100}%)`;
+    list.append(el(
+      "li",
+      { class: `timeline-row row-${row.kind}`, "data-kind": row.kind, "data-status": row.status },
+      el("span", { class: "row-step" }, row.step === null ? "" : `#${row.step}`),
+      el("span", { class: "row-label" }, row.label),
+      el("span", { class: "row-track" }, bar),
+      el("span", { class: "row-detail" }, row.detail),
+    ));
+  }
+  container.replaceChildren(
+    el("p", { class: "timeline-totals" }, totals.join(" · ")),
+    el("p", { class: "timeline-message" }, clip(timeline.message, 200)),
+    list,
+  );
+}
