@@ -14,6 +14,7 @@ import {
   type Summary,
   SUMMARY_FIELDS,
 } from "./summary.ts";
+import { errorMessage } from "../errors.ts";
 import type { SessionKey, SessionStore } from "../store/store.ts";
 import { compactionSpan, inSpan } from "../telemetry.ts";
 import type { CompactData } from "../events.ts";
@@ -112,11 +113,12 @@ export async function compactIfDue(
     const patch = parseSummaryPatch(reply.text);
     summary = fitSummary(mergeSummary(previous, patch, now()), summaryReserve(maxCtxTokens), summaryTokens);
   } catch (error) {
-    const reason = error instanceof SyntaxError
+    // Stopped on purpose (the turn cancelled, shutdown): say so with the stop's own reason.
+    const reason = signal?.aborted
+      ? `abandoned: ${errorMessage(signal.reason ?? error)}`
+      : error instanceof SyntaxError
       ? `summary is not valid JSON: ${error.message}`
-      : error instanceof Error
-      ? error.message
-      : String(error);
+      : errorMessage(error);
     return { state, event: { ok: false, reason, ...base }, usage };
   }
 
