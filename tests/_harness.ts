@@ -166,11 +166,25 @@ export interface ServeProcess {
   stop(): Promise<number>;
 }
 
-/** Starts `deno <args>` (a serve command) in the repository root with exactly `env`. */
-export function spawnServe(args: readonly string[], env: Record<string, string>): ServeProcess {
+/** Options of {@linkcode spawnServe}. */
+export interface SpawnServeOptions {
+  /**
+   * The folder the child runs in (where it looks for `mcp.json`).
+   * @default {ROOT}
+   */
+  cwd?: string;
+}
+
+/** Starts `deno <args>` (a serve command) in the repository root, or `options.cwd`, with exactly `env`. */
+export function spawnServe(
+  args: readonly string[],
+  env: Record<string, string>,
+  options: SpawnServeOptions = {},
+): ServeProcess {
+  const { cwd = ROOT } = options;
   const child = new Deno.Command("deno", {
     args: [...args],
-    cwd: ROOT,
+    cwd,
     env,
     clearEnv: true,
     stdin: "null",

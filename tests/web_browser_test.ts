@@ -6,81 +6,9 @@
  * installed (`.ci/run` installs Debian's chromium-headless-shell).
  */
 import assert from "node:assert/strict";
-import { existsSync } from "node:fs";
-import { fileURLToPath } from "node:url";
-import { type Browser, type Page, puppeteer } from "./_dev_deps.ts";
-import { type FakeProvider, startFakeProvider } from "./fixtures/fake_openai.ts";
-import { childEnv, type ServeProcess, spawnServe, tempDir } from "./_harness.ts";
+import { ARTIFACTS, reason, texts, withPage } from "./_web_page.ts";
 
-const CANDIDATES = [
-  Deno.env.get("CHROMIUM_PATH") ?? "",
-  "/usr/bin/chromium-headless-shell",
-  "/usr/lib/chromium/chromium-headless-shell",
-  "/usr/bin/chromium",
-];
-const browserPath = CANDIDATES.find((path) => path !== "" && existsSync(path)) ?? null;
-const reason = browserPath === null
-  ? "no headless Chromium found (apt-get install chromium-headless-shell, or set CHROMIUM_PATH)"
-  : null;
-if (reason !== null) console.log(`browser test ignored: ${reason}`);
-
-const ARTIFACTS = fileURLToPath(new URL("./artifacts/", import.meta.url));
 const TOKEN = "web-test-token-0123456789";
-
-/** A served page: `deno task serve` (its real permissions) on a free port, and a browser page. */
-async function withPage(
-  env: Record<string, string>,
-  fn: (
-    page: Page,
-    url: string,
-    context: { serve: ServeProcess; provider: FakeProvider; dialogs: string[] },
-  ) => Promise<void>,
-): Promise<void> {
-  using dir = tempDir();
-  const provider = startFakeProvider();
-  const probe = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = probe.addr.port;
-  probe.close();
-  const serve = spawnServe(
-    ["task", "serve"],
-    childEnv(dir.path, { AGENT_PORT: String(port), OPENAI_BASE_URL: provider.url, NO_COLOR: "1", ...env }),
-  );
-  let browser: Browser | null = null;
-  try {
-    await serve.listening;
-    assert.match(serve.stderr(), /listening on/, serve.stderr());
-    browser = await puppeteer.launch({
-      executablePath: browserPath!,
-      headless: true,
-      args: ["--no-sandbox", "--disable-gpu", "--no-first-run"],
-    });
-    const page = await browser.newPage();
-    await page.setViewport({ width: 1280, height: 860 });
-    const dialogs: string[] = [];
-    // Confirmations are accepted (a delete), anything else dismissed; all are recorded with their type.
-    page.on("dialog", (dialog) => {
-      dialogs.push(`${dialog.type()}: ${dialog.message()}`);
-      (dialog.type() === "confirm" ? dialog.accept() : dialog.dismiss()).catch(() => {});
-    });
-    const problems: string[] = [];
-    page.on("console", (message) => {
-      if (message.type() === "error" && !/401/.test(message.text())) problems.push(message.text());
-    });
-    page.on("pageerror", (error) => problems.push(String(error)));
-    await fn(page, `http://127.0.0.1:${port}`, { serve, provider, dialogs });
-    // A policy violation or a script error shows up here (Chromium logs both as console errors).
-    assert.deepEqual(problems, []);
-  } finally {
-    await browser?.close();
-    await serve.stop();
-    await provider.close();
-  }
-}
-
-/** The page's text of all elements matching `selector`. */
-function texts(page: Page, selector: string): Promise<string[]> {
-  return page.$$eval(selector, (nodes) => nodes.map((node) => node.textContent ?? ""));
-}
 
 Deno.test({
   name: "the page streams an answer with its tool call, shows the run's timeline, and keeps the session",

@@ -2,6 +2,7 @@
 import assert from "node:assert/strict";
 import { CONTENT_SECURITY_POLICY, WEB_FILES } from "../src/http/web_route.ts";
 import { parseSseFrames } from "../src/web/api.js";
+import { completeDecisions, formatArguments } from "../src/web/approvals.js";
 import { buildTimeline, groupRuns } from "../src/web/timeline.js";
 import { httpHarness } from "./_http_harness.ts";
 
@@ -70,6 +71,22 @@ Deno.test("parseSseFrames() splits complete frames and keeps the unfinished rest
     data: { text: "4" },
   }]);
   assert.equal(rest, "event: ans");
+});
+
+Deno.test("completeDecisions() gives one decision per waiting call, and null while one is undecided", () => {
+  const calls = [{ id: "a", name: "todo", arguments: "{}" }, { id: "b", name: "todo", arguments: "{}" }];
+  assert.equal(completeDecisions(calls, new Map([["a", "deny"]])), null);
+  assert.equal(completeDecisions(calls, new Map([["a", "deny"], ["c", "approve"]])), null);
+  assert.deepEqual(
+    completeDecisions(calls, new Map([["b", "approve"], ["a", "deny"], ["c", "approve"]])),
+    { a: "deny", b: "approve" },
+    "only the waiting calls are named",
+  );
+});
+
+Deno.test("formatArguments() indents JSON arguments and leaves anything else as sent", () => {
+  assert.equal(formatArguments('{"action":"add","text":"milk"}'), '{\n "action": "add",\n "text": "milk"\n}');
+  assert.equal(formatArguments("{not json"), "{not json");
 });
 
 /** A run of `steps` model calls, each but the last calling two tools in one reply. */

@@ -96,20 +96,17 @@ export function parseSseFrames(text) {
 }
 
 /**
- * Posts a turn (`message`, or a retry when undefined) as SSE and hands each frame to `onFrame` as it arrives.
- * @param {string} sessionId
- * @param {string | undefined} message
+ * Posts `body` to `path` as SSE and hands each frame to `onFrame` as it arrives.
+ * @param {string} path
+ * @param {unknown} body
  * @param {(frame: { event: string, data: any }) => void} onFrame
  * @returns {Promise<void>}
- * @throws {ApiError} when the turn is refused before it streams (401, 409, 429, …)
  */
-export async function streamTurn(sessionId, message, onFrame) {
-  const id = encodeURIComponent(sessionId);
-  const path = message === undefined ? `/v1/sessions/${id}/retry` : `/v1/sessions/${id}/messages`;
+async function streamPost(path, body, onFrame) {
   const response = await fetch(path, {
     method: "POST",
     headers: headers({ "content-type": "application/json", accept: "text/event-stream" }),
-    body: message === undefined ? undefined : JSON.stringify({ message }),
+    body: body === undefined ? undefined : JSON.stringify(body),
   });
   if (!response.ok || response.body === null) throw await failure(response);
   const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
@@ -121,4 +118,30 @@ export async function streamTurn(sessionId, message, onFrame) {
     buffer = rest;
     frames.forEach(onFrame);
   }
+}
+
+/**
+ * Posts a turn (`message`, or a retry when undefined) as SSE and hands each frame to `onFrame` as it arrives.
+ * @param {string} sessionId
+ * @param {string | undefined} message
+ * @param {(frame: { event: string, data: any }) => void} onFrame
+ * @returns {Promise<void>}
+ * @throws {ApiError} when the turn is refused before it streams (401, 409, 429, …)
+ */
+export function streamTurn(sessionId, message, onFrame) {
+  const id = encodeURIComponent(sessionId);
+  if (message === undefined) return streamPost(`/v1/sessions/${id}/retry`, undefined, onFrame);
+  return streamPost(`/v1/sessions/${id}/messages`, { message }, onFrame);
+}
+
+/**
+ * Posts the user's `decisions` on the calls a paused turn waits for, and streams the resumed run like a turn.
+ * @param {string} sessionId
+ * @param {Record<string, "approve" | "deny">} decisions one for every waiting call
+ * @param {(frame: { event: string, data: any }) => void} onFrame
+ * @returns {Promise<void>}
+ * @throws {ApiError} when refused before it streams (400 decisions not matching, 409 nothing waits, …)
+ */
+export function streamApproval(sessionId, decisions, onFrame) {
+  return streamPost(`/v1/sessions/${encodeURIComponent(sessionId)}/approvals`, { decisions }, onFrame);
 }

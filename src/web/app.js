@@ -1,11 +1,12 @@
 // @ts-check
 /// <reference lib="dom" />
 /**
- * The page's entry: signs in when the server asks for a token, lists the user's sessions, runs turns as SSE
- * into the chat, and keeps the timeline and memory panels on the open session.
+ * The page's entry: signs in when the server asks for a token, lists the user's sessions, runs turns (and the
+ * runs resumed by approval decisions) as SSE into the chat, and keeps the timeline, memory and approval panels
+ * on the open session.
  * @module
  */
-import { ApiError, getToken, request, setToken, streamTurn } from "./api.js";
+import { ApiError, getToken, request, setToken, streamApproval, streamTurn } from "./api.js";
 import { renderApprovals } from "./approvals.js";
 import { LiveTurn, renderHistory } from "./chat.js";
 import { byId, clip, el } from "./dom.js";
@@ -124,7 +125,22 @@ async function refreshSession() {
   renderHistory(byId("messages"), session.messages, { compactedTurns, closings });
   renderMemory(byId("memory"), session.summary, todos);
   drawRuns();
-  await renderApprovals(byId("approvals"), state.session);
+  showApprovals(session.pending_approval ?? null);
+}
+
+/**
+ * Shows the calls the session's turn waits for, and says in the composer that a message must wait (the server
+ * would refuse it with 409 until they are decided).
+ * @param {import("./approvals.js").PendingApproval | null} pending
+ */
+function showApprovals(pending) {
+  renderApprovals(byId("approvals"), pending, decide);
+  const note = byId("composer-note");
+  note.hidden = pending === null;
+  note.textContent = pending === null
+    ? ""
+    : "A tool call waits for your approval above: approve or deny it first.";
+  byId("composer").classList.toggle("waiting", pending !== null);
 }
 
 function drawRuns() {
@@ -169,7 +185,30 @@ async function guarded(action) {
 }
 
 /** Sends `message` (undefined: retries the last unanswered one) and draws its frames as they come. @param {string | undefined} message */
-async function send(message) {
+function send(message) {
+  return streamRun(
+    message,
+    (onFrame) => streamTurn(state.session, message, onFrame),
+    () => send(message),
+  );
+}
+
+/** Sends the decisions on every waiting call and draws the resumed run like a turn. @param {Record<string, "approve" | "deny">} decisions */
+function decide(decisions) {
+  return streamRun(
+    undefined,
+    (onFrame) => streamApproval(state.session, decisions, onFrame),
+    () => decide(decisions),
+  );
+}
+
+/**
+ * Runs one streamed request (a turn, a retry, or decisions) into a live turn, then refreshes the panels.
+ * @param {string | undefined} message the user's message to show first, if any
+ * @param {(onFrame: (frame: { event: string, data: any }) => void) => Promise<void>} start
+ * @param {() => void} again what the Retry button of a refused request does
+ */
+async function streamRun(message, start, again) {
   if (state.busy) return;
   state.busy = true;
   byId("composer").classList.add("busy");
@@ -178,25 +217,26 @@ async function send(message) {
     onTimeline: showRun,
   });
   try {
-    await streamTurn(state.session, message, (frame) => turn.onFrame(frame));
+    await start((frame) => turn.onFrame(frame));
   } catch (error) {
     if (!handleAuth(error)) {
       const cause = error instanceof ApiError
         ? `${error.code}: ${error.message}`
         : `network: ${String(error)}`;
-      // Refused before it ran (busy, bad input): the message was not saved, so a retry sends it again.
-      turn.showError(cause, () => send(message));
+      // Refused before it ran (busy, bad input, a turn waiting for approval): nothing was saved, so a retry
+      // sends the same request again.
+      turn.showError(cause, again);
     }
   } finally {
     state.busy = false;
     byId("composer").classList.remove("busy");
   }
-  // The list's turn counts, the memory panel and the timeline follow the finished turn.
+  // The list's turn counts, the memory panel, the timeline and the approvals follow the finished run.
   await guarded(loadSessions);
   await guarded(refreshTrace);
 }
 
-/** Re-reads the trace and the memory panel, keeping the chat as drawn live. */
+/** Re-reads the trace, the memory panel and the approvals, keeping the chat as drawn live. */
 async function refreshTrace() {
   const id = encodeURIComponent(state.session);
   const session = await request("GET", `/v1/sessions/${id}`).catch(() => null);
@@ -204,7 +244,7 @@ async function refreshTrace() {
   renderMemory(byId("memory"), session?.summary ?? null, todos);
   state.runs = groupRuns(await loadTrace(state.session).catch(() => []));
   drawRuns();
-  await renderApprovals(byId("approvals"), state.session);
+  showApprovals(session?.pending_approval ?? null);
 }
 
 function wire() {

@@ -2,7 +2,8 @@
 /// <reference lib="dom" />
 /**
  * The chat column: a session's stored messages, and a live turn drawn from its SSE frames (answer text as it
- * streams, tool calls inline and collapsible, the runtime's fixed closings, errors with a retry button).
+ * streams, tool calls inline and collapsible, approvals asked and decided, the runtime's fixed closings,
+ * errors with a retry button).
  * @module
  */
 import { el } from "./dom.js";
@@ -129,6 +130,14 @@ export class LiveTurn {
       this.#calls.get(d.id)?.(d.ok, JSON.stringify(d.ok ? d.data : d.error, null, 1));
     } else if (event === "compact" && data.data.ok) {
       this.#add(compactionMarker(data.data.turns_removed));
+    } else if (event === "approval_requested") {
+      const names = data.data.calls.map((/** @type {{ name: string }} */ c) => c.name).join(", ");
+      this.#add(el("li", { class: "marker approval" }, `waiting for your approval: ${names}`));
+    } else if (event === "approval_decided") {
+      const said = data.data.decisions.map((/** @type {{ name: string, decision: string }} */ d) =>
+        `${d.name} ${d.decision === "approve" ? "approved" : "denied"}`
+      );
+      this.#add(el("li", { class: "marker approval" }, said.join(", ")));
     } else if (event === "answer") {
       this.#text?.closest("li")?.remove();
       this.#text = null;
