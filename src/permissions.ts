@@ -80,12 +80,17 @@ export function taskPermissionFlags(
   const variables = [...ENV_VARIABLES, ...TERMINAL_VARIABLES, ...TELEMETRY_VARIABLES];
   const flags = [`--allow-env=${variables.join(",")}`];
   let config: Readonly<Config>;
-  let mcpFile: McpFile | null;
   try {
     config = loadConfig(env);
-    mcpFile = task === "chat" || task === "serve" ? readMcpConfig(config.mcpConfig) : null;
   } catch {
     return flags;
+  }
+  let mcpFile: McpFile | null = null;
+  try {
+    if (task === "chat" || task === "serve") mcpFile = readMcpConfig(config.mcpConfig);
+  } catch {
+    // A malformed file: the program may read it, to report the problem, and its servers get nothing.
+    mcpFile = { path: resolve(config.mcpConfig), servers: [], approval: undefined };
   }
   const mcp = mcpGrants(mcpFile);
   if (mcp.env.length > 0) flags[0] = `--allow-env=${[...new Set([...variables, ...mcp.env])].join(",")}`;

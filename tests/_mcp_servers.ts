@@ -3,7 +3,7 @@
  * registry on first use, like the test-only packages of _dev_deps.ts), never installed for the runtime.
  * @module
  */
-import type { McpServerConfig } from "../src/mcp/config.ts";
+import type { StdioServerConfig } from "../src/mcp/config.ts";
 
 /** The reference server with every kind of tool and content. */
 export const EVERYTHING = "npm:@modelcontextprotocol/server-everything@2026.8.31";
@@ -11,11 +11,11 @@ export const EVERYTHING = "npm:@modelcontextprotocol/server-everything@2026.8.31
 export const FILESYSTEM = "npm:@modelcontextprotocol/server-filesystem@2026.8.31";
 
 /** A stdio server entry that runs `pkg` with `args` under Deno (the server itself gets every permission). */
-export function denoServer(name: string, pkg: string, args: string[] = []): McpServerConfig {
+export function denoServer(name: string, pkg: string, args: string[] = []): StdioServerConfig {
   return { name, transport: "stdio", command: "deno", args: ["run", "-A", "--quiet", pkg, ...args], env: {} };
 }
 
-/** A stdio server entry that runs the script `source` (a fault fixture) with `deno run`. */
-export function scriptServer(name: string, source: string): McpServerConfig {
-  return { name, transport: "stdio", command: "deno", args: ["run", "--quiet", source], env: {} };
+/** A stdio server entry that runs the script `source` (a fault fixture) with `deno run` and `args`. */
+export function scriptServer(name: string, source: string, args: string[] = []): StdioServerConfig {
+  return { name, transport: "stdio", command: "deno", args: ["run", "--quiet", source, ...args], env: {} };
 }

@@ -42,10 +42,12 @@ Deno.test("taskPermissionFlags() without an MCP file grants no run, no extra net
   assert.ok(!flags[0].split(/[=,]/).includes("PATH"));
 });
 
-Deno.test("taskPermissionFlags() grants only env for a malformed MCP file, so the program reports it", () => {
+Deno.test("taskPermissionFlags() for a malformed MCP file grants its read, so the program reports it, and nothing for its servers", () => {
   using dir = tempDir();
-  const path = writeConfig(dir.path, { bad: { command: 42 } });
-  assert.equal(taskPermissionFlags({ AGENT_MCP_CONFIG: path }).length, 1);
+  const path = writeConfig(dir.path, { bad: { command: 42 }, ok: { command: "deno" } });
+  const flags = taskPermissionFlags({ AGENT_MCP_CONFIG: path });
+  assert.ok(flags.some((flag) => flag.startsWith("--allow-read=") && flag.endsWith(`,${path}`)));
+  assert.ok(!flags.some((flag) => flag.startsWith("--allow-run")), flags.join(" "));
 });
 
 Deno.test("under the chat task's flags from an MCP file, only its command can be spawned and only its hosts reached", async () => {
