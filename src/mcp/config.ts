@@ -123,7 +123,8 @@ export function parseMcpConfig(raw: unknown, path: string): McpFile {
 }
 
 /**
- * Reads the MCP file at `path` (relative to the working folder): null when there is no such file (no MCP).
+ * Reads the MCP file at `path` (relative to the working folder): null when there is no such file, or it may
+ * not be read (the task grants it only when it exists), meaning no MCP.
  * Throws `ConfigError` with one line for a file that cannot be read, is not JSON, or has a bad entry.
  */
 export function readMcpConfig(path: string): McpFile | null {
@@ -132,7 +133,8 @@ export function readMcpConfig(path: string): McpFile | null {
   try {
     text = Deno.readTextFileSync(absolute);
   } catch (error) {
-    if (error instanceof Deno.errors.NotFound) return null;
+    // Not readable under the task's flags: they grant the file only when it existed as they were computed.
+    if (error instanceof Deno.errors.NotFound || error instanceof Deno.errors.NotCapable) return null;
     const reason = error instanceof Error ? error.message : String(error);
     throw new ConfigError(
       "AGENT_MCP_CONFIG",
