@@ -41,6 +41,10 @@ export interface Config {
   maxToolCallsPerStep: number;
   /** Size at which the trace file is rotated, in bytes. */
   traceMaxBytes: number;
+  /** The MCP servers' configuration file; absent means no MCP. */
+  mcpConfig: string;
+  /** Deadline of an MCP server's start and tool listing, and of each MCP tool call. */
+  mcpTimeoutSeconds: number;
 }
 
 /** One `token:user_id` pair of AGENT_API_TOKENS. */
@@ -175,6 +179,18 @@ export const SETTINGS: Readonly<Record<string, Setting>> = {
     "65536",
     "serve: largest request body accepted",
     1024,
+  ),
+  AGENT_MCP_CONFIG: setting(
+    "mcpConfig",
+    "string",
+    "mcp.json",
+    "MCP servers file (`mcpServers`, as other agents write it); absent file = no MCP",
+  ),
+  AGENT_MCP_TIMEOUT_SECONDS: setting(
+    "mcpTimeoutSeconds",
+    "positive",
+    "10",
+    "deadline of each MCP server's start and tool list, and of each MCP tool call",
   ),
   AGENT_SHUTDOWN_GRACE_SECONDS: setting(
     "shutdownGraceSeconds",

@@ -31,7 +31,8 @@ import { createLlmSummarizer } from "./memory/summarizer.ts";
 import { builtinToolsFor } from "./tools/builtin.ts";
 import type { ToolRegistry } from "./tools/registry.ts";
 import { JsonlTracer } from "./trace/trace.ts";
-import { type ApprovalPolicy, parseApprovalPolicy } from "./approval/policy.ts";
+import type { McpTools } from "./mcp/mcp_tools.ts";
+import { openToolConfig } from "./mcp/start.ts";
 import { TraceReader } from "./trace/reader.ts";
 
 /** Turns a session may have waiting behind the running one before the server answers 429. */
@@ -50,38 +51,10 @@ interface Runtime {
   agent: Agent;
   /** The agent's tools bound to another store (a request's private one). */
   toolsFor(store: SessionStore): ToolRegistry;
+  /** The MCP servers started from AGENT_MCP_CONFIG, if any. */
+  mcp: McpTools | null;
   /** Waits for background compactions (abandoning them after the shutdown grace), then closes the files. */
   close(): Promise<void>;
-}
-
-/**
- * TEMPORARY, until the MCP config reader (src/mcp/config.ts) lands: the merge replaces this with the policy
- * parsed from that reader's `approval` value. Reads the `approval` key of AGENT_MCP_CONFIG (default
- * `mcp.json`); no file, or no permission to read it, means no policy.
- */
-function readApprovalPolicyTemporarily(): ApprovalPolicy {
-  const path = readEnvironment(["AGENT_MCP_CONFIG"]).AGENT_MCP_CONFIG ?? "mcp.json";
-  if (Deno.permissions.querySync({ name: "read", path }).state !== "granted") {
-    return parseApprovalPolicy(null);
-  }
-  let text: string;
-  try {
-    text = Deno.readTextFileSync(path);
-  } catch (error) {
-    if (error instanceof Deno.errors.NotFound) return parseApprovalPolicy(null);
-    throw new ConfigError("AGENT_MCP_CONFIG", `Cannot read ${path}: ${errorMessage(error)}`);
-  }
-  let raw: unknown;
-  try {
-    raw = JSON.parse(text);
-  } catch (error) {
-    throw new ConfigError("AGENT_MCP_CONFIG", `Cannot parse ${path}: ${errorMessage(error)}`);
-  }
-  try {
-    return parseApprovalPolicy((raw as { approval?: unknown } | null)?.approval, path);
-  } catch (error) {
-    throw new ConfigError("AGENT_MCP_CONFIG", errorMessage(error));
-  }
 }
 
 /** Runs `open`, or fails with one line: what could not be done to `path`, why, and what to do. */
@@ -116,13 +89,13 @@ function requireWritableTrace(tracePath: string): void {
  * Opens everything a command works on, before any input is read: a database or trace that cannot be
  * written is one line and exit code 2 here, never a failure in the middle of the first turn.
  */
-function openRuntime(config: Readonly<Config>): Runtime {
+async function openRuntime(config: Readonly<Config>): Promise<Runtime> {
   let store: SessionStore;
-  let approval: ApprovalPolicy;
+  let tools: Awaited<ReturnType<typeof openToolConfig>>;
   try {
-    approval = readApprovalPolicyTemporarily();
     requireWritableTrace(config.tracePath);
     store = openStore(config.dbPath);
+    tools = await openToolConfig(config, (line) => console.error(line));
   } catch (error) {
     if (error instanceof ConfigError) fail(error.message);
     throw error;
@@ -136,13 +109,15 @@ function openRuntime(config: Readonly<Config>): Runtime {
     onAppend: (line) => traceReader.noteAppend(line),
   });
   const llm = createLlmFromConfig(config, { stream: config.stream });
-  const toolsFor = builtinToolsFor();
+  const { mcp, approval } = tools;
+  const toolsFor = builtinToolsFor({ sources: mcp ? [mcp] : [] });
   const compactions = new BackgroundCompactions((event) => tracer.write(event));
   return {
     store,
     tracer,
     traceReader,
     toolsFor,
+    mcp,
     agent: {
       store,
       llm,
@@ -162,6 +137,7 @@ function openRuntime(config: Readonly<Config>): Runtime {
         console.error(`finishing ${compactions.running} background compaction(s), up to ${grace}`);
       }
       await compactions.close(config.shutdownGraceSeconds * 1000);
+      await mcp?.close();
       tracer.close();
       await store.close();
     },
@@ -184,7 +160,7 @@ async function chatOptions(words: string[], noColorFlag: boolean): Promise<ChatC
 }
 
 async function chat(config: Readonly<Config>, key: SessionKey, options: ChatChoices) {
-  const runtime = openRuntime(config);
+  const runtime = await openRuntime(config);
   const { interactive } = options;
   const onError = (error: unknown) =>
     console.error(
@@ -228,7 +204,7 @@ function listen<T>(start: () => T, config: Readonly<Config>): T {
 }
 
 async function serve(config: Readonly<Config>): Promise<number> {
-  const runtime = openRuntime(config);
+  const runtime = await openRuntime(config);
   // Request lines go out in batches, any other line (errors, shutdown) at once; all before "stopped".
   const log = new BatchedLog(writeStderr);
   const stop = new AbortController();
@@ -250,6 +226,7 @@ async function serve(config: Readonly<Config>): Promise<number> {
         tracePath: config.tracePath,
         traceReader: runtime.traceReader,
         model: config.model,
+        mcpHealth: runtime.mcp ? () => runtime.mcp!.health() : undefined,
         log: (line) => log.line(line, !REQUEST_LINE.test(line)),
       }, {
         hostname: config.host,

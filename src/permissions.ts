@@ -7,6 +7,8 @@ import { dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { type Config, loadConfig, SETTINGS } from "./config.ts";
 import { TELEMETRY_VARIABLES } from "./telemetry.ts";
+import { type McpFile, readMcpConfig } from "./mcp/config.ts";
+import { INHERITED_ENV } from "./mcp/stdio_transport.ts";
 
 /** The docs corpus that search_mock reads, next to the sources. */
 export const DOCS_DIR = fileURLToPath(new URL("../data/docs", import.meta.url));
@@ -36,6 +38,17 @@ function folders(config: Readonly<Config>, history = false): string[] {
   return [...new Set(paths.map((path) => dirname(resolve(path))))];
 }
 
+/**
+ * What MCP servers add to a task's grants: `run` of each stdio server's command and the variables such a
+ * server inherits (PATH, HOME, …), `net` to each URL server's host:port. Nothing else widens.
+ */
+export function mcpGrants(file: McpFile | null): { run: string[]; env: string[]; net: string[] } {
+  const servers = file?.servers ?? [];
+  const run = [...new Set(servers.flatMap((s) => s.transport === "stdio" ? [s.command] : []))];
+  const net = [...new Set(servers.flatMap((s) => s.transport === "http" ? [llmNetHost(s.url)] : []))];
+  return { run, env: run.length > 0 ? [...INHERITED_ENV] : [], net };
+}
+
 /** Options of {@linkcode taskPermissionFlags}. */
 export interface TaskFlagsOptions {
   /**
@@ -55,7 +68,8 @@ export interface TaskFlagsOptions {
  * The `deno run` flags for a task: read/write on the folders of the database and the trace (chat: and of
  * its input history; the demo: the
  * temporary folder), read of the docs corpus, the runtime's variables (and OTEL_DENO, which says whether to
- * record spans), and net to the LLM's host:port only. Deno's OTLP exporter needs no grant.
+ * record spans), and net to the LLM's host:port only. Deno's OTLP exporter needs no grant. Chat and serve
+ * also read AGENT_MCP_CONFIG's file and get what its servers need ({@linkcode mcpGrants}).
  * A configuration that does not load yields only the env grant, so the program itself reports the error.
  */
 export function taskPermissionFlags(
@@ -63,25 +77,35 @@ export function taskPermissionFlags(
   options: TaskFlagsOptions = {},
 ): string[] {
   const { task = "chat", tempDir = "/tmp" } = options;
-  const flags = [
-    `--allow-env=${[...ENV_VARIABLES, ...TERMINAL_VARIABLES, ...TELEMETRY_VARIABLES].join(",")}`,
-  ];
+  const variables = [...ENV_VARIABLES, ...TERMINAL_VARIABLES, ...TELEMETRY_VARIABLES];
+  const flags = [`--allow-env=${variables.join(",")}`];
   let config: Readonly<Config>;
   try {
     config = loadConfig(env);
   } catch {
     return flags;
   }
+  let mcpFile: McpFile | null = null;
+  try {
+    if (task === "chat" || task === "serve") mcpFile = readMcpConfig(config.mcpConfig);
+  } catch {
+    // A malformed file: the program may read it, to report the problem, and its servers get nothing.
+    mcpFile = { path: resolve(config.mcpConfig), servers: [], approval: undefined };
+  }
+  const mcp = mcpGrants(mcpFile);
+  if (mcp.env.length > 0) flags[0] = `--allow-env=${[...new Set([...variables, ...mcp.env])].join(",")}`;
   const writable = task === "demo"
     ? [resolve(tempDir)]
     : task === "compile"
     ? [...folders(config, true), resolve(tempDir)]
     : folders(config, task === "chat");
-  flags.push(`--allow-read=${[...writable, DOCS_DIR].join(",")}`);
+  const readable = [...writable, DOCS_DIR, ...(mcpFile === null ? [] : [mcpFile.path])];
+  flags.push(`--allow-read=${readable.join(",")}`);
   flags.push(`--allow-write=${writable.join(",")}`);
   const net = [llmNetHost(config.baseUrl)];
   if (task === "serve" || task === "compile") net.push(listenNetHost(config));
-  flags.push(`--allow-net=${net.join(",")}`);
+  flags.push(`--allow-net=${[...new Set([...net, ...mcp.net])].join(",")}`);
+  if (mcp.run.length > 0) flags.push(`--allow-run=${mcp.run.join(",")}`);
   return flags;
 }
 

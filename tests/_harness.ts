@@ -7,7 +7,7 @@ import { ScriptedLLM, type ScriptStep } from "../src/llm/scripted.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { type SessionKey } from "../src/store/store.ts";
 import { createBuiltinTools } from "../src/tools/builtin.ts";
-import type { ToolRegistry, ToolSpec } from "../src/tools/registry.ts";
+import type { ToolRegistry, ToolSource, ToolSpec } from "../src/tools/registry.ts";
 import { deterministicSummarizer, type Summarizer } from "../src/memory/summarizer.ts";
 import type { TracedEvent } from "../src/events.ts";
 import type { StoredMessage } from "../src/types.ts";
@@ -52,9 +52,13 @@ export interface Harness {
   [Symbol.dispose](): void;
 }
 
-/** Real tools (calculator, search over data/docs, todo) plus any extra test tools. */
-export function realTools(store: SqliteStore, extra: ToolSpec[] = []): ToolRegistry {
-  return createBuiltinTools(store, { docsDir: DOCS, extra });
+/** Real tools (calculator, search over data/docs, todo) plus any extra test tools and tool sources. */
+export function realTools(
+  store: SqliteStore,
+  extra: ToolSpec[] = [],
+  sources: readonly ToolSource[] = [],
+): ToolRegistry {
+  return createBuiltinTools(store, { docsDir: DOCS, extra, sources });
 }
 
 /** A private in-memory store with the real tools bound to it, as `HandlerDeps.openEphemeral` opens in a test. */
@@ -70,6 +74,7 @@ export function harness(
     store?: SqliteStore;
     maxSteps?: number;
     extraTools?: ToolSpec[];
+    toolSources?: readonly ToolSource[];
     summarizer?: Summarizer;
     maxRawTurns?: number;
     compactBatch?: number;
@@ -82,7 +87,7 @@ export function harness(
   const agent: Agent = {
     store,
     llm,
-    tools: realTools(store, options.extraTools),
+    tools: realTools(store, options.extraTools, options.toolSources),
     maxSteps: options.maxSteps ?? 8,
     summarizer: options.summarizer ?? deterministicSummarizer,
     maxRawTurns: options.maxRawTurns ?? 20,

@@ -29,6 +29,8 @@ Deno.test("loadConfig() gives every documented default for an empty environment"
     stream: true,
     llmMaxReplyBytes: 1048576,
     maxToolCallsPerStep: 16,
+    mcpConfig: "mcp.json",
+    mcpTimeoutSeconds: 10,
     traceMaxBytes: 67108864,
   });
   assert.ok(Object.isFrozen(config));

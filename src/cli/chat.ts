@@ -170,6 +170,7 @@ async function repl(options: ChatOptions, view: TurnView, style: Style): Promise
   const context = {
     state,
     store: deps.store,
+    tools: deps.tools,
     write: (text: string) => output.write(`${text}\n`),
     clearScreen: () => editor.clearScreen(),
     ...(options.setModel ? { setModel: options.setModel } : {}),

@@ -7,6 +7,7 @@ import { SessionError } from "../errors.ts";
 import { parseSummary, SUMMARY_FIELDS } from "../memory/summary.ts";
 import { shorten } from "../shorten.ts";
 import { type SessionStore, validateId } from "../store/store.ts";
+import type { ToolRegistry } from "../tools/registry.ts";
 import type { StoredMessage, Usage } from "../types.ts";
 import { plural } from "./render.ts";
 
@@ -35,6 +36,8 @@ export interface ChatState {
 export interface CommandContext {
   state: ChatState;
   store: SessionStore;
+  /** The tools `/tools` lists. @default {undefined} (none to list) */
+  tools?: ToolRegistry;
   /** Shows `text` as one or more lines. */
   write(text: string): void;
   clearScreen(): void;
@@ -56,6 +59,7 @@ const COMMANDS: [name: string, args: string, help: string][] = [
   ["/history", "[n]", "show the last n exchanges of this session (default 5), tool calls in brief"],
   ["/summary", "", "show this session's compacted memory (what [RUNTIME CONTEXT] tells the model)"],
   ["/todos", "", "list this session's todos"],
+  ["/tools", "", "list every tool the model may call, with its MCP server (built-in: the runtime's own)"],
   ["/usage", "", "tokens of this session (counted by this process) and of the last turn"],
   ["/model", "<name>", "use another model for the rest of this process (no name: show it)"],
   ["/retry", "", "run the last unanswered message again (after an error), without sending it twice"],
@@ -140,6 +144,9 @@ export async function runCommand(line: string, context: CommandContext): Promise
       );
       break;
     }
+    case "/tools":
+      write(toolsText(context.tools));
+      break;
     case "/clear":
       context.clearScreen();
       break;
@@ -239,6 +246,21 @@ async function history(store: SessionStore, state: ChatState, n: number): Promis
     lines.push(`agent> ${answer ? shorten(answer.content!, 300, { oneLine: true }) : "(no answer)"}`);
   }
   return lines.join("\n");
+}
+
+/** One line per tool: its name, where it comes from, and the first line of its description. */
+function toolsText(tools: ToolRegistry | undefined): string {
+  const listed = tools?.list() ?? [];
+  if (listed.length === 0) return "no tools";
+  const width = Math.max(...listed.map((tool) => tool.name.length));
+  const from = (server: string | null) => server === null ? "built-in" : `MCP ${server}`;
+  const origin = Math.max(...listed.map((tool) => from(tool.server).length));
+  return `${plural(listed.length, "tool")}:\n` +
+    listed.map((tool) =>
+      `  ${tool.name.padEnd(width)}  ${from(tool.server).padEnd(origin)}  ${
+        shorten(tool.description.split("\n")[0], 80, { oneLine: true })
+      }`
+    ).join("\n");
 }
 
 function summaryText(stored: string | null): string {

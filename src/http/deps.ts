@@ -27,6 +27,8 @@ export interface HandlerDeps {
   traceReader?: TraceReader;
   /** The model name `/healthz` reports. */
   model: string;
+  /** Each MCP server's state, by name, for `/healthz`. @default {undefined} (no MCP) */
+  mcpHealth?: () => Record<string, unknown>;
   /** Aborts every running turn when the shutdown grace period is over. */
   shutdownSignal: AbortSignal;
   /** True once shutdown began: new requests get 503. */

@@ -51,7 +51,8 @@ export function createRoutes(deps: HandlerDeps): Route[] {
   return [
     route("GET", "/healthz", async () => {
       const db = await store.ping();
-      const body = { ok: db, model: deps.model, db: db ? "ok" : "unavailable" };
+      const mcp = deps.mcpHealth?.();
+      const body = { ok: db, model: deps.model, db: db ? "ok" : "unavailable", ...(mcp ? { mcp } : {}) };
       return Response.json(body, { status: db ? 200 : 503 });
     }),
     route("GET", "/openapi.json", () => Response.json(OPENAPI)),

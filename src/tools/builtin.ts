@@ -5,7 +5,7 @@
 import { DOCS_DIR } from "../permissions.ts";
 import type { SessionStore } from "../store/store.ts";
 import { calculatorTool } from "./calculator.ts";
-import { ToolRegistry, type ToolSpec } from "./registry.ts";
+import { ToolRegistry, type ToolSource, type ToolSpec } from "./registry.ts";
 import { createSearchTool, loadCorpus } from "./search.ts";
 import { createTodoTool } from "./todo.ts";
 
@@ -15,6 +15,8 @@ export interface BuiltinToolsOptions {
   docsDir?: string;
   /** More tools, offered after the built-in ones. @default {[]} */
   extra?: ToolSpec[];
+  /** Tools that may change while the process runs (MCP servers'), offered last. @default {[]} */
+  sources?: readonly ToolSource[];
 }
 
 /** A registry of `calculator`, `search_mock` (over the docs corpus) and `todo` (over `store`). */
@@ -27,7 +29,7 @@ export function createBuiltinTools(store: SessionStore, options: BuiltinToolsOpt
  * binds a new registry's `todo` tool to its `store` (a request's private store, say).
  */
 export function builtinToolsFor(options: BuiltinToolsOptions = {}): (store: SessionStore) => ToolRegistry {
-  const { docsDir = DOCS_DIR, extra = [] } = options;
+  const { docsDir = DOCS_DIR, extra = [], sources = [] } = options;
   const search = createSearchTool(loadCorpus(docsDir));
-  return (store) => new ToolRegistry([calculatorTool, search, createTodoTool(store), ...extra]);
+  return (store) => new ToolRegistry([calculatorTool, search, createTodoTool(store), ...extra], { sources });
 }

@@ -21,6 +21,8 @@ export interface ToolSpec {
   name: string;
   description: string;
   parameters: JsonSchema;
+  /** The MCP server the tool comes from; absent for the runtime's own tools. */
+  server?: string;
   handler(args: Record<string, unknown>, context: ToolContext): unknown | Promise<unknown>;
 }
 
@@ -57,43 +59,92 @@ function failure(error: string): ToolResult {
   return { ok: false, data: null, error, truncated: false };
 }
 
+/**
+ * Tools that may change while the process runs (an MCP server's list): the registry offers `tools()` after
+ * its fixed tools and reads them again whenever `version` has changed. A turn keeps the schemas it started
+ * with, so a change reaches the model between turns.
+ */
+export interface ToolSource {
+  readonly version: number;
+  tools(): readonly ToolSpec[];
+}
+
 /** Options of {@linkcode ToolRegistry}. */
 export interface ToolRegistryOptions {
   /** Longest serialized result handed back to the model. @default {MAX_TOOL_RESULT_CHARS} */
   maxResultChars?: number;
+  /** Tools offered after the fixed ones, read again when they change. @default {[]} */
+  sources?: readonly ToolSource[];
+}
+
+/** One tool as listed for people: its name, the server it comes from (null: built in), its description. */
+export interface ToolListing {
+  name: string;
+  server: string | null;
+  description: string;
 }
 
 /** Holds the tools of a run and executes calls. `execute` never throws. */
 export class ToolRegistry {
+  #fixed: readonly ToolSpec[];
+  #sources: readonly ToolSource[];
+  #versions = "";
   #tools = new Map<string, ToolSpec>();
-  #schemas: readonly ToolSchema[];
+  #schemas: readonly ToolSchema[] = [];
   #maxResultChars: number;
 
   constructor(tools: ToolSpec[], options: ToolRegistryOptions = {}) {
-    const { maxResultChars = MAX_TOOL_RESULT_CHARS } = options;
+    const { maxResultChars = MAX_TOOL_RESULT_CHARS, sources = [] } = options;
     if (!(maxResultChars > 64)) throw new RangeError(`maxResultChars must be over 64, got ${maxResultChars}`);
     this.#maxResultChars = maxResultChars;
+    const names = new Set<string>();
     for (const tool of tools) {
-      if (this.#tools.has(tool.name)) throw new TypeError(`Cannot register tool "${tool.name}" twice`);
-      this.#tools.set(tool.name, tool);
+      if (names.has(tool.name)) throw new TypeError(`Cannot register tool "${tool.name}" twice`);
+      names.add(tool.name);
     }
-    // Built once and frozen all the way (parameters copied): every request offers the same array, so its
-    // JSON is serialized once.
-    const schemas = [...this.#tools.values()].map(({ name, description, parameters }) => {
+    this.#fixed = [...tools];
+    this.#sources = [...sources];
+    this.#current();
+  }
+
+  /** The tools by name, rebuilt when a source changed; a source's tool never displaces a fixed one. */
+  #current(): Map<string, ToolSpec> {
+    const versions = this.#sources.map((source) => source.version).join(",");
+    if (versions === this.#versions && this.#tools.size > 0) return this.#tools;
+    this.#versions = versions;
+    const tools = new Map(this.#fixed.map((tool) => [tool.name, tool]));
+    for (const tool of this.#sources.flatMap((source) => source.tools())) {
+      if (!tools.has(tool.name)) tools.set(tool.name, tool);
+    }
+    this.#tools = tools;
+    // Built once per change and frozen all the way (parameters copied): every request offers the same array,
+    // so its JSON is serialized once.
+    const schemas = [...tools.values()].map(({ name, description, parameters }) => {
       const frozen = deepFreeze(structuredClone(parameters)) as Record<string, unknown>;
       return Object.freeze({ name, description, parameters: frozen });
     });
     this.#schemas = Object.freeze(schemas);
+    return tools;
   }
 
-  /** The tools' schemas as offered to the model, in order: the same deeply frozen array each call. */
+  /** The tools' schemas as offered to the model, in order: the same deeply frozen array until a source changes. */
   schemas(): readonly ToolSchema[] {
+    this.#current();
     return this.#schemas;
   }
 
-  /** The registered tool names, in registration order. */
+  /** The registered tool names, in order. */
   names(): string[] {
-    return [...this.#tools.keys()];
+    return [...this.#current().keys()];
+  }
+
+  /** Every tool with its server, in order, for `/tools`. */
+  list(): ToolListing[] {
+    return [...this.#current().values()].map(({ name, server, description }) => ({
+      name,
+      server: server ?? null,
+      description,
+    }));
   }
 
   /**
@@ -101,7 +152,7 @@ export class ToolRegistry {
    * throws all come back as `{ok: false, error}`; the serialized data is cut to the result limit.
    */
   async execute(call: ToolCall, context: ToolContext): Promise<ToolResult> {
-    const tool = this.#tools.get(call.name);
+    const tool = this.#current().get(call.name);
     if (tool === undefined) {
       return failure(`Unknown tool "${call.name}"; available tools: ${this.names().join(", ")}`);
     }

@@ -1,0 +1,217 @@
+/**
+ * McpConnection: one configured MCP server, over stdio or Streamable HTTP. It starts the server and lists its
+ * tools within the deadline, calls a tool within the same deadline, notices the server's death and restarts
+ * it on the next call (at most 3 times in 5 minutes, then its tools report "unavailable"), and follows the
+ * server's `notifications/tools/list_changed`. Nothing here prints a header or an env value.
+ * @module
+ */
+import { errorMessage } from "../errors.ts";
+import { shorten } from "../shorten.ts";
+import type { McpServerConfig } from "./config.ts";
+import type { CallResult } from "./call_result.ts";
+import type { McpSdk } from "./sdk.ts";
+import { readEnvironment } from "../permissions.ts";
+import { DenoStdioTransport, INHERITED_ENV } from "./stdio_transport.ts";
+
+/** Restarts allowed within {@linkcode RESTART_WINDOW_MS}. */
+export const MAX_RESTARTS = 3;
+/** The window restarts are counted in (5 minutes). */
+export const RESTART_WINDOW_MS = 5 * 60_000;
+
+/**
+ * `starting`; `ready`; `failed`: did not start or list (its tools are absent); `down`: died, restarted on
+ * next use; `unavailable`: died more often than allowed; `closed`: the process is shutting down.
+ */
+export type ServerState = "starting" | "ready" | "failed" | "down" | "unavailable" | "closed";
+
+/** A tool as the server lists it. */
+export interface ListedTool {
+  name: string;
+  description?: string;
+  inputSchema: Record<string, unknown>;
+}
+
+/** What `/healthz` says of a server. */
+export interface ServerHealth {
+  state: ServerState;
+  transport: "stdio" | "http";
+  tools: number;
+  restarts: number;
+  /** Why it is not ready, when it is not. */
+  error: string | null;
+}
+
+/** Options of {@linkcode McpConnection}. */
+export interface McpConnectionOptions {
+  /** The SDK, loaded. Required. */
+  sdk: McpSdk;
+  /** Deadline of start plus listing, and of each call, in milliseconds. @default {10000} */
+  timeoutMs?: number;
+  /** Told when the tool list changed after start (a restart or the server's notification). @default {() => {}} */
+  onToolsChanged?: () => void;
+  /** One line for people, when the server failed or came back. @default {() => {}} */
+  warn?: (line: string) => void;
+  /** The clock restarts are counted with, in milliseconds. @default {Date.now} */
+  now?: () => number;
+}
+
+type Client = InstanceType<McpSdk["Client"]>;
+
+/** A client for one server. `call` rejects with a message fit for a tool error; nothing else throws. */
+export class McpConnection {
+  readonly config: McpServerConfig;
+  #options: Required<McpConnectionOptions>;
+  #client: Client | null = null;
+  #state: ServerState = "starting";
+  #error: string | null = null;
+  #tools: readonly ListedTool[] = [];
+  #restarts: number[] = [];
+  #starting: Promise<boolean> | null = null;
+
+  constructor(config: McpServerConfig, options: McpConnectionOptions) {
+    const { sdk, timeoutMs = 10_000, onToolsChanged = () => {}, warn = () => {}, now = Date.now } = options;
+    if (!(timeoutMs > 0)) throw new RangeError(`timeoutMs must be over 0, got ${timeoutMs}`);
+    this.config = config;
+    this.#options = { sdk, timeoutMs, onToolsChanged, warn, now };
+  }
+
+  /** The tools listed at the last start or change; empty unless the server started. */
+  get tools(): readonly ListedTool[] {
+    return this.#tools;
+  }
+
+  /** The server's state and counts, for health reports. */
+  health(): ServerHealth {
+    const restarts = this.#restarts.length;
+    const { transport } = this.config;
+    return { state: this.#state, transport, tools: this.#tools.length, restarts, error: this.#error };
+  }
+
+  /** Starts the server and lists its tools; false (state `failed`, one warning) when it cannot. Never throws. */
+  async start(): Promise<boolean> {
+    this.#starting ??= this.#connect().finally(() => this.#starting = null);
+    const ok = await this.#starting;
+    if (!ok) this.#options.warn(`MCP server "${this.config.name}" is not available: ${this.#error}`);
+    return ok;
+  }
+
+  async #connect(): Promise<boolean> {
+    const { sdk, timeoutMs } = this.#options;
+    this.#state = "starting";
+    const client = new sdk.Client({ name: "mini-runtime-agent", version: "1" }, {
+      // No debounce: its timer would outlive a client closed meanwhile.
+      listChanged: {
+        tools: {
+          debounceMs: 0,
+          onChanged: (error: Error | null, tools: unknown[] | null) =>
+            this.#listChanged(client, error, tools),
+        },
+      },
+    });
+    try {
+      await client.connect(this.#transport(), { timeout: timeoutMs });
+      const listed = await client.listTools(undefined, { timeout: timeoutMs });
+      if (this.#closed()) throw new Error("closed while starting");
+      client.onclose = () => this.#died(client);
+      this.#client = client;
+      this.#tools = listed.tools as ListedTool[];
+      this.#state = "ready";
+      this.#error = null;
+      return true;
+    } catch (error) {
+      await client.close().catch(() => {});
+      if (!this.#closed()) this.#state = "failed";
+      this.#error = `cannot start or list its tools: ${oneLine(error)}`;
+      return false;
+    }
+  }
+
+  /** Whether `close` was called, read afresh after an await. */
+  #closed(): boolean {
+    return this.#state === "closed";
+  }
+
+  #transport() {
+    const { sdk } = this.#options;
+    const { config } = this;
+    if (config.transport === "stdio") {
+      const { command, args, env } = config;
+      const child: Record<string, string> = {};
+      for (const [name, value] of Object.entries(readEnvironment(INHERITED_ENV))) {
+        if (value !== undefined) child[name] = value;
+      }
+      return new DenoStdioTransport({ command, args, env: { ...child, ...env } });
+    }
+    return new sdk.StreamableHTTPClientTransport(new URL(config.url), {
+      requestInit: { headers: { ...config.headers } },
+    });
+  }
+
+  #died(client: Client): void {
+    if (this.#client !== client || this.#state === "closed") return;
+    this.#client = null;
+    this.#state = "down";
+    this.#error = "the server exited";
+  }
+
+  #listChanged(client: Client, error: Error | null, tools: unknown[] | null): void {
+    if (this.#client !== client || error !== null || tools === null) return;
+    this.#tools = tools as ListedTool[];
+    this.#options.onToolsChanged();
+  }
+
+  /** A ready client: the running one, or the server restarted when it died and the restart budget allows. */
+  async #ready(): Promise<Client> {
+    if (this.#client !== null && this.#state === "ready") return this.#client;
+    const now = this.#options.now();
+    this.#restarts = this.#restarts.filter((at) => now - at < RESTART_WINDOW_MS);
+    if (this.#state === "down" || this.#state === "failed") {
+      if (this.#restarts.length >= MAX_RESTARTS) {
+        this.#state = "unavailable";
+      } else {
+        this.#restarts.push(now);
+        const before = JSON.stringify(this.#tools.map((tool) => tool.name));
+        const started = await this.start();
+        if (started && JSON.stringify(this.#tools.map((tool) => tool.name)) !== before) {
+          this.#options.onToolsChanged();
+        }
+        if (started) return this.#client!;
+      }
+    }
+    if (this.#state === "unavailable") {
+      throw new Error(
+        `MCP server "${this.config.name}" is unavailable: it stopped ${MAX_RESTARTS} times within 5 minutes`,
+      );
+    }
+    throw new Error(`MCP server "${this.config.name}" is ${this.#state}: ${this.#error ?? "not started"}`);
+  }
+
+  /**
+   * Calls `tool` with `args` within the deadline (and `signal`). Rejects with one line when the server is
+   * down, unavailable, timed out or failed the request; resolves to the server's result, `isError` included.
+   */
+  async call(tool: string, args: Record<string, unknown>, signal?: AbortSignal): Promise<CallResult> {
+    const client = await this.#ready();
+    try {
+      return await client.callTool({ name: tool, arguments: args }, undefined, {
+        timeout: this.#options.timeoutMs,
+        signal,
+      }) as CallResult;
+    } catch (error) {
+      throw new Error(`MCP server "${this.config.name}": ${oneLine(error)}`);
+    }
+  }
+
+  /** Stops the server (its child process, or its HTTP session). Never throws. */
+  async close(): Promise<void> {
+    this.#state = "closed";
+    const client = this.#client;
+    this.#client = null;
+    await client?.close().catch(() => {});
+  }
+}
+
+/** An error as one line of at most 300 characters. */
+function oneLine(error: unknown): string {
+  return shorten(errorMessage(error), 300, { oneLine: true, withinMax: true });
+}

@@ -1,0 +1,107 @@
+/**
+ * McpTools: every configured MCP server's tools as one {@linkcode ToolSource} for the tool registry, named
+ * `<server>__<tool>`, their descriptions and input schemas passed through, each call answered as a tool
+ * result. Servers start together at start-up; one that fails is one warning line and its tools are absent.
+ * @module
+ */
+import { shorten } from "../shorten.ts";
+import type { JsonSchema } from "../tools/json_schema.ts";
+import type { ToolSource, ToolSpec } from "../tools/registry.ts";
+import { contentText, toolData } from "./call_result.ts";
+import type { McpFile } from "./config.ts";
+import { McpConnection, type McpConnectionOptions, type ServerHealth } from "./connection.ts";
+import { ToolNames } from "./tool_names.ts";
+
+/** Longest error text of a failed MCP call kept in its tool result. */
+const MAX_ERROR_CHARS = 1000;
+
+/** Options of {@linkcode startMcpTools}: those of each connection. */
+export type McpToolsOptions = Omit<McpConnectionOptions, "onToolsChanged">;
+
+/** The servers of an MCP file and their tools. */
+export class McpTools implements ToolSource {
+  #connections: McpConnection[];
+  #names = new ToolNames();
+  #specs: readonly ToolSpec[] = [];
+  #version = 0;
+  #warn: (line: string) => void;
+
+  constructor(file: McpFile, options: McpToolsOptions) {
+    this.#warn = options.warn ?? (() => {});
+    this.#connections = file.servers.map((config) =>
+      new McpConnection(config, { ...options, onToolsChanged: () => this.#rebuild() })
+    );
+  }
+
+  /** Bumped whenever the tool list changes, so registries offer the new list from their next turn on. */
+  get version(): number {
+    return this.#version;
+  }
+
+  /** Every server's current tools, in config order. */
+  tools(): readonly ToolSpec[] {
+    return this.#specs;
+  }
+
+  /** Starts every server at once and lists their tools; resolves when all have started or failed. */
+  async start(): Promise<void> {
+    await Promise.all(this.#connections.map((connection) => connection.start()));
+    this.#rebuild();
+  }
+
+  /** Each server's state, by name. */
+  health(): Record<string, ServerHealth> {
+    return Object.fromEntries(this.#connections.map((c) => [c.config.name, c.health()]));
+  }
+
+  /** Stops every server. Never throws. */
+  async close(): Promise<void> {
+    await Promise.all(this.#connections.map((connection) => connection.close()));
+  }
+
+  #rebuild(): void {
+    const specs: ToolSpec[] = [];
+    for (const connection of this.#connections) {
+      for (const tool of connection.tools) {
+        const server = connection.config.name;
+        const name = this.#names.add(server, tool.name);
+        if (name === null) {
+          this.#warn(`MCP tool "${tool.name}" of server "${server}" is left out: its name collides`);
+          continue;
+        }
+        specs.push(toolSpec(name, tool.name, tool.description ?? "", tool.inputSchema, connection));
+      }
+    }
+    this.#specs = Object.freeze(specs);
+    this.#version++;
+  }
+}
+
+function toolSpec(
+  name: string,
+  tool: string,
+  description: string,
+  inputSchema: Record<string, unknown>,
+  connection: McpConnection,
+): ToolSpec {
+  return {
+    name,
+    description,
+    parameters: inputSchema as JsonSchema,
+    server: connection.config.name,
+    handler: async (args, context) => {
+      const result = await connection.call(tool, args, context.signal);
+      if (result.isError === true) {
+        throw new Error(shorten(contentText(result) || "the server reported an error", MAX_ERROR_CHARS));
+      }
+      return toolData(result);
+    },
+  };
+}
+
+/** Starts the servers of `file` and lists their tools. Never rejects for a server problem. */
+export async function startMcpTools(file: McpFile, options: McpToolsOptions): Promise<McpTools> {
+  const tools = new McpTools(file, options);
+  await tools.start();
+  return tools;
+}

@@ -1,0 +1,31 @@
+/**
+ * loadMcpSdk(): the official MCP SDK, pinned, loaded only when an MCP config file exists, so a user without
+ * MCP needs nothing from a package registry.
+ * @module
+ */
+import type { Client } from "npm:@modelcontextprotocol/sdk@1.32.2/client/index.js";
+import type { StreamableHTTPClientTransport } from "npm:@modelcontextprotocol/sdk@1.32.2/client/streamableHttp.js";
+
+/**
+ * The SDK package, pinned. Imported through a variable: Deno tries to download a string-literal dynamic
+ * import at start-up even when it never runs.
+ */
+const SDK_PACKAGE = "npm:@modelcontextprotocol/sdk@1.32.2";
+
+/** The parts of the SDK the client uses (stdio goes through Deno's own process API instead). */
+export interface McpSdk {
+  Client: typeof Client;
+  StreamableHTTPClientTransport: typeof StreamableHTTPClientTransport;
+}
+
+/** Loads the SDK (from Deno's npm cache, or the registry the first time). Rejects when it cannot be loaded. */
+export async function loadMcpSdk(): Promise<McpSdk> {
+  const [client, http] = await Promise.all([
+    import(`${SDK_PACKAGE}/client/index.js`),
+    import(`${SDK_PACKAGE}/client/streamableHttp.js`),
+  ]);
+  return {
+    Client: client.Client,
+    StreamableHTTPClientTransport: http.StreamableHTTPClientTransport,
+  };
+}

@@ -1,0 +1,21 @@
+/**
+ * The real MCP servers the tests start, pinned: npm packages run by Deno from its npm cache (fetched from the
+ * registry on first use, like the test-only packages of _dev_deps.ts), never installed for the runtime.
+ * @module
+ */
+import type { StdioServerConfig } from "../src/mcp/config.ts";
+
+/** The reference server with every kind of tool and content. */
+export const EVERYTHING = "npm:@modelcontextprotocol/server-everything@2026.8.31";
+/** The filesystem server, confined to the folders it is given. */
+export const FILESYSTEM = "npm:@modelcontextprotocol/server-filesystem@2026.8.31";
+
+/** A stdio server entry that runs `pkg` with `args` under Deno (the server itself gets every permission). */
+export function denoServer(name: string, pkg: string, args: string[] = []): StdioServerConfig {
+  return { name, transport: "stdio", command: "deno", args: ["run", "-A", "--quiet", pkg, ...args], env: {} };
+}
+
+/** A stdio server entry that runs the script `source` (a fault fixture) with `deno run` and `args`. */
+export function scriptServer(name: string, source: string, args: string[] = []): StdioServerConfig {
+  return { name, transport: "stdio", command: "deno", args: ["run", "--quiet", source, ...args], env: {} };
+}

@@ -1,0 +1,131 @@
+/** MCP tools of the real reference server over stdio, called by a scripted model through runTurn. */
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { runTurn } from "../src/agent/loop.ts";
+import type { McpFile } from "../src/mcp/config.ts";
+import { McpTools, startMcpTools } from "../src/mcp/mcp_tools.ts";
+import { loadMcpSdk } from "../src/mcp/sdk.ts";
+import { harness, lastToolResult, tempDir } from "./_harness.ts";
+import { denoServer, EVERYTHING } from "./_mcp_servers.ts";
+
+const sdk = await loadMcpSdk();
+
+function file(...servers: McpFile["servers"]): McpFile {
+  return { path: "mcp.json", servers, approval: undefined };
+}
+
+async function withServers<T>(servers: McpFile["servers"], fn: (mcp: McpTools) => Promise<T>): Promise<T> {
+  const warnings: string[] = [];
+  const mcp = await startMcpTools(file(...servers), {
+    sdk,
+    timeoutMs: 20_000,
+    warn: (l) => warnings.push(l),
+  });
+  try {
+    return await fn(mcp);
+  } finally {
+    await mcp.close();
+  }
+}
+
+Deno.test(
+  "runTurn() offers the everything server's tools as everything__<tool> and feeds their results back",
+  async () => {
+    await withServers([denoServer("everything", EVERYTHING, ["stdio"])], async (mcp) => {
+      using h = harness([
+        { toolCalls: [{ name: "everything__echo", arguments: { message: "hi" } }] },
+        { toolCalls: [{ name: "everything__get-sum", arguments: { a: 2, b: "3" } }] },
+        { toolCalls: [{ name: "everything__get-structured-content", arguments: { location: "Chicago" } }] },
+        { toolCalls: [{ name: "everything__get-tiny-image", arguments: {} }] },
+        { content: "done" },
+      ], { toolSources: [mcp] });
+      const result = await runTurn({ sessionId: "s", userId: "u", message: "use the tools" }, h.agent, h.run);
+      assert.equal(result.outcome, "answered");
+      const offered = h.llm.requests[0].tools;
+      const echo = offered.find((tool) => tool.name === "everything__echo");
+      assert.equal(echo?.description, "Echoes back the input string");
+      assert.deepEqual((echo?.parameters as { required: string[] }).required, ["message"]);
+      assert.ok(offered.some((tool) => tool.name === "calculator"), "built-ins are still offered");
+      assert.deepEqual(lastToolResult(h.llm.requests[1].messages), {
+        ok: true,
+        data: "Echo: hi",
+        error: null,
+        truncated: false,
+      });
+      const invalid = lastToolResult(h.llm.requests[2].messages);
+      assert.equal(invalid.ok, false);
+      assert.match(String(invalid.error), /invalid arguments: \$\.b: expected number, got string/);
+      const structured = lastToolResult(h.llm.requests[3].messages);
+      assert.equal(structured.ok, true);
+      assert.equal(
+        typeof (structured.data as { structured: { temperature: number } }).structured.temperature,
+        "number",
+      );
+      const image = lastToolResult(h.llm.requests[4].messages);
+      assert.match(String(image.data), /\[image image\/png, \d+ bytes, not shown\]/);
+      assert.deepEqual(mcp.health().everything.state, "ready");
+    });
+  },
+);
+
+Deno.test(
+  "an MCP server killed mid-call fails that call, restarts on next use, and is unavailable after 3 restarts in 5 minutes",
+  async () => {
+    using dir = tempDir();
+    const pids = join(dir.path, "pids");
+    // A shell that notes its pid and becomes the server, so the test can kill the server itself.
+    const server = {
+      name: "everything",
+      transport: "stdio" as const,
+      command: "sh",
+      args: ["-c", `echo $$ >> '${pids}'; exec deno run -A --quiet ${EVERYTHING} stdio`],
+      env: {},
+    };
+    await withServers([server], async (mcp) => {
+      const kill = () => Deno.kill(Number(Deno.readTextFileSync(pids).trim().split("\n").at(-1)), "SIGKILL");
+      const echo = (message: string) => ({
+        toolCalls: [{ name: "everything__echo", arguments: { message } }],
+      });
+      const slow = {
+        name: "everything__trigger-long-running-operation",
+        arguments: { duration: 5, steps: 5 },
+      };
+      const script = [
+        echo("one"),
+        { toolCalls: [slow] },
+        echo("two"),
+        echo("three"),
+        echo("four"),
+        echo("five"),
+      ];
+      using h = harness([...script, { content: "ok" }], { toolSources: [mcp], maxSteps: 10 });
+      const results: Record<string, unknown>[] = [];
+      const execute = h.agent.tools.execute.bind(h.agent.tools);
+      h.agent.tools.execute = async (call, context) => {
+        const n = results.length;
+        // Call 2 is killed while it runs; calls 4, 5 and 6 find the server killed before them.
+        if (n === 1) setTimeout(kill, 500);
+        if (n >= 3) {
+          kill();
+          while (mcp.health().everything.state === "ready") await new Promise((r) => setTimeout(r, 20));
+        }
+        const result = await execute(call, context);
+        results.push(result as unknown as Record<string, unknown>);
+        return result;
+      };
+      const result = await runTurn({ sessionId: "s", userId: "u", message: "echo" }, h.agent, h.run);
+      assert.equal(result.outcome, "answered");
+      assert.deepEqual(results.map((r) => r.ok), [true, false, true, true, true, false]);
+      assert.match(String(results[1].error), /everything/);
+      assert.deepEqual([0, 2, 3, 4].map((i) => results[i].data), [
+        "Echo: one",
+        "Echo: two",
+        "Echo: three",
+        "Echo: four",
+      ]);
+      assert.match(String(results[5].error), /unavailable: it stopped 3 times within 5 minutes/);
+      assert.equal(mcp.health().everything.state, "unavailable");
+      assert.equal(mcp.health().everything.restarts, 3);
+    });
+  },
+);
