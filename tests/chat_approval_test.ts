@@ -70,6 +70,6 @@ Deno.test("chat leaves the turn waiting, stored, when input ends before an answe
   h.agent.approval = parseApprovalPolicy({ tools: { todo: "ask" } });
   const { code, output } = await pipedChat(h, "add milk\n");
   assert.equal(code, 0);
-  assert.match(output, /Waiting for your approval to run todo\./);
+  assert.match(output, /Waiting for your approval to run todo: approve or deny in chat/);
   assert.notEqual(await h.store.pendingStep(keyOf("s")), null);
 });

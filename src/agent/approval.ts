@@ -80,7 +80,9 @@ export async function pause(
   const calls = approvalCalls(pending);
   turn.event("approval_requested", step, { calls });
   const names = [...new Set(calls.map((call) => call.name))].join(", ");
-  const result = turn.finish("awaiting_approval", `Waiting for your approval to run ${names}.`, step + 1);
+  const where = `in chat, on the web page or with POST /v1/sessions/${turn.key.sessionId}/approvals`;
+  const answer = `Waiting for your approval to run ${names}: approve or deny ${where}.`;
+  const result = turn.finish("awaiting_approval", answer, step + 1);
   return { ...result, approval: { calls } };
 }
 

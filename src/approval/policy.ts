@@ -21,6 +21,13 @@ export const AUTO_POLICY: ApprovalPolicy = Object.freeze({ default: "auto", tool
 
 const MODES: readonly string[] = ["ask", "deny", "auto"];
 
+/** `policy` with every `ask` made `deny`: for a turn nobody could come back to approve (no stored session). */
+export function askAsDeny(policy: ApprovalPolicy): ApprovalPolicy {
+  const strict = (mode: ApprovalMode): ApprovalMode => mode === "ask" ? "deny" : mode;
+  const tools = Object.fromEntries(Object.entries(policy.tools).map(([name, mode]) => [name, strict(mode)]));
+  return Object.freeze({ default: strict(policy.default), tools: Object.freeze(tools) });
+}
+
 function mode(value: unknown, where: string, source: string): ApprovalMode {
   if (typeof value === "string" && MODES.includes(value)) return value as ApprovalMode;
   const got = typeof value === "string" ? JSON.stringify(value) : value === null ? "null" : typeof value;

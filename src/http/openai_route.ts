@@ -7,6 +7,7 @@
  */
 import type { TurnInput } from "../agent/loop.ts";
 import { BackgroundCompactions } from "../agent/background.ts";
+import { askAsDeny, AUTO_POLICY } from "../approval/policy.ts";
 import { unansweredMessage } from "../agent/turn.ts";
 import type { RunEvent, RunEventData } from "../events.ts";
 import type { SessionKey } from "../store/store.ts";
@@ -91,7 +92,9 @@ async function prepareEphemeral(
     // answer, would only cost a model call. One due by the token budget still runs within the turn.
     const compactions = new BackgroundCompactions(deps.emit);
     await compactions.close();
-    const run = queueTurn(request, input, deps, { ...deps.agent, store, tools, compactions });
+    // Nobody can approve a call of a session dropped after the request: a tool that asks is refused.
+    const approval = askAsDeny(deps.agent.approval ?? AUTO_POLICY);
+    const run = queueTurn(request, input, deps, { ...deps.agent, store, tools, compactions, approval });
     return { run: (emit, onDelta) => run(emit, onDelta).finally(() => store.close()), kept: false };
   } catch (error) {
     await store.close();

@@ -1,0 +1,59 @@
+/**
+ * The OpenAI-compatible route and the approval policy: a request without a session cannot be come back to,
+ * so a tool that asks is refused there; with `X-Session-Id` the turn waits, says how to approve, and the
+ * sessions API resumes it.
+ */
+import assert from "node:assert/strict";
+import { parseApprovalPolicy } from "../src/approval/policy.ts";
+import { readTrace } from "../src/trace/trace.ts";
+import { keyOf } from "./_harness.ts";
+import { httpHarness, withServer } from "./_http_harness.ts";
+import { ask, client } from "./_openai_client.ts";
+
+const ASK_CALCULATOR = parseApprovalPolicy({ tools: { calculator: "ask" } });
+
+Deno.test("without a session id a tool that asks for approval is refused, and the model answers without it", async () => {
+  using h = httpHarness();
+  h.deps.agent.approval = ASK_CALCULATOR;
+  await withServer(h, async ({ url }) => {
+    const completion = await client(url).chat.completions.create({
+      model: "mini-agent",
+      messages: ask("what is 12*7?"),
+    });
+    assert.equal(completion.choices[0].finish_reason, "stop");
+    assert.doesNotMatch(String(completion.choices[0].message.content), /84|Waiting for your approval/);
+  });
+  const results = readTrace(h.tracePath).filter((e) => e.event === "tool_result");
+  assert.equal(results.length, 1);
+  assert.equal(results[0].data.ok, false);
+  assert.match(String(results[0].data.error), /approval policy denies it/);
+  assert.ok(!readTrace(h.tracePath).some((e) => e.event === "approval_requested"));
+  assert.deepEqual(await h.store.listSessions("local"), [], "nothing kept, nothing waiting");
+});
+
+Deno.test("with X-Session-Id the turn waits, the answer says how to approve, and the sessions API resumes it", async () => {
+  using h = httpHarness();
+  h.deps.agent.approval = ASK_CALCULATOR;
+  await withServer(h, async ({ url }) => {
+    const completion = await client(url).chat.completions.create(
+      { model: "mini-agent", messages: ask("what is 12*7?") },
+      { headers: { "X-Session-Id": "kept" } },
+    );
+    assert.equal(completion.choices[0].finish_reason, "stop");
+    assert.match(
+      String(completion.choices[0].message.content),
+      /^Waiting for your approval to run calculator: .*POST \/v1\/sessions\/kept\/approvals/,
+    );
+    const session = await (await fetch(`${url}/v1/sessions/kept`)).json();
+    const [call] = session.pending_approval.calls;
+    assert.equal(call.name, "calculator");
+    const resumed = await fetch(`${url}/v1/sessions/kept/approvals`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ decisions: { [call.id]: "approve" } }),
+    });
+    assert.equal(resumed.status, 200);
+    assert.equal((await resumed.json()).answer, "The answer is 84.");
+  });
+  assert.equal(await h.store.pendingStep(keyOf("kept", "local")), null);
+});
