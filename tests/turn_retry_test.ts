@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { LlmError, SessionError } from "../src/errors.ts";
 import { runTurn } from "../src/agent/loop.ts";
-import { unansweredMessage } from "../src/agent/turn.ts";
+import { unansweredMessage } from "../src/agent/agent.ts";
 import { ScriptedLLM } from "../src/llm/scripted.ts";
 import { harness, keyOf, storedMessage } from "./_harness.ts";
 

@@ -8,7 +8,8 @@ import { AUTO_POLICY, decide } from "../approval/policy.ts";
 import { SessionError } from "../errors.ts";
 import type { PendingStep } from "../store/store.ts";
 import type { ApprovalCall, ToolCall, TurnResult } from "../types.ts";
-import type { Agent, RunOptions, Turn } from "./turn.ts";
+import type { Agent, RunOptions } from "./agent.ts";
+import type { Turn } from "./turn.ts";
 
 /** The user's word on one call. */
 export type Decision = "approve" | "deny";

@@ -16,7 +16,8 @@ import {
   refusalFor,
 } from "./approval.ts";
 import { DEFAULT_MAX_TOOL_CALLS_PER_STEP, runToolCalls } from "./tool_calls.ts";
-import { type Agent, type RunOptions, Turn, type TurnInput } from "./turn.ts";
+import type { Agent, RunOptions, TurnInput } from "./agent.ts";
+import { Turn } from "./turn.ts";
 
 export type { Agent, Decision, RunOptions, TurnInput };
 

@@ -8,7 +8,7 @@
 import type { TurnInput } from "../agent/loop.ts";
 import { BackgroundCompactions } from "../agent/background.ts";
 import { askAsDeny, AUTO_POLICY } from "../approval/policy.ts";
-import { unansweredMessage } from "../agent/turn.ts";
+import { unansweredMessage } from "../agent/agent.ts";
 import type { RunEvent, RunEventData } from "../events.ts";
 import type { SessionKey } from "../store/store.ts";
 import type { TurnResult } from "../types.ts";

@@ -1,0 +1,98 @@
+/**
+ * What a turn is run with: the agent (its store, model, tools, limits), the run's sinks and signal, the
+ * turn's input; and the small rules about a session's turns that the loop and the routes share.
+ * @module
+ */
+import { SessionError } from "../errors.ts";
+import type { EventSink, RunEventData } from "../events.ts";
+import type { StoredMessage, Usage } from "../types.ts";
+import type { LLM } from "../llm/llm.ts";
+import type { Summarizer } from "../memory/summarizer.ts";
+import type { SessionStore } from "../store/store.ts";
+import type { ApprovalPolicy } from "../approval/policy.ts";
+import type { ToolRegistry } from "../tools/registry.ts";
+import type { BackgroundCompactions } from "./background.ts";
+
+/** What an agent is made of. Only `src/main.ts` builds the real ones; tests pass fakes. */
+export interface Agent {
+  store: SessionStore;
+  llm: LLM;
+  tools: ToolRegistry;
+  summarizer: Summarizer;
+  /** Loop steps per user turn (AGENT_MAX_TOOL_ITERS). */
+  maxSteps: number;
+  /** Raw user turns kept before compaction (AGENT_MAX_RAW_TURNS). */
+  maxRawTurns: number;
+  /**
+   * Turns past `maxRawTurns` before the turn trigger compacts (AGENT_COMPACT_BATCH).
+   * @default {defaultCompactBatch(maxRawTurns)}
+   */
+  compactBatch?: number;
+  /** Where a compaction due by the turn trigger runs, after the answer. */
+  compactions: BackgroundCompactions;
+  /** Estimated token budget of a request (AGENT_MAX_CTX_TOKENS). */
+  maxCtxTokens: number;
+  /** Tool calls run per model reply (AGENT_MAX_TOOL_CALLS_PER_STEP); the rest get a tool error. @default {16} */
+  maxToolCallsPerStep?: number;
+  /** Which tool calls wait for the user's approval or are refused. @default {AUTO_POLICY} */
+  approval?: ApprovalPolicy;
+  /** @default {() => new Date()} */
+  now?: () => Date;
+  /** A unique id per call (run ids). @default {() => crypto.randomUUID()} */
+  newId?: () => string;
+}
+
+/** What one run reports to and is stopped by. */
+export interface RunOptions {
+  /** Receives every event of the run: the trace, the REPL, an SSE stream. */
+  emit: EventSink;
+  /** Aborts the turn: the model call in flight and any further step. @default {undefined} */
+  signal?: AbortSignal;
+  /** Answer text as it streams, with its step: a live view, never traced. @default {undefined} */
+  onDelta?: (text: string, step: number) => void;
+  /** Tools the user allowed for the rest of the session ("always"): they need no approval. @default {none} */
+  allowed?: ReadonlySet<string>;
+}
+
+/** One user turn: a new message, or (`retry`) the session's last unanswered one again. */
+export interface TurnInput {
+  sessionId: string;
+  userId: string;
+  /** The user's new message; not read with `retry`. */
+  message?: string;
+  /** Rerun the last unanswered user message instead of adding one: stored once, the turn keeps its number. */
+  retry?: boolean;
+  /** An API client's system messages for this turn only, never stored. @default {null} */
+  instructions?: string | null;
+}
+
+/** The closing answer when the turn was aborted (client gone, Ctrl-C). */
+export const ABORTED_ANSWER = "The turn was cancelled.";
+
+/**
+ * The last user message of `history` that no final answer follows (tool calls and results may), or null when
+ * the last turn was answered.
+ */
+export function unansweredMessage(history: readonly StoredMessage[]): StoredMessage | null {
+  for (let i = history.length - 1; i >= 0; i--) {
+    const m = history[i];
+    if (m.role === "user") return m;
+    if (m.role === "assistant" && (m.toolCalls ?? []).length === 0) return null;
+  }
+  return null;
+}
+
+/** The error of a retry on a session whose last turn was answered (or that does not exist). */
+export function nothingToRetry(sessionId: string): SessionError {
+  const why = `session "${sessionId}" has no unanswered message (its last turn was answered)`;
+  return new SessionError(`Cannot retry: ${why}`, "nothing_to_retry");
+}
+
+/** Usage as the trace and the HTTP API spell it, in snake_case like every other key they carry. */
+export function usageData(usage: Usage): RunEventData["run_end"]["usage"] {
+  return {
+    prompt_tokens: usage.promptTokens,
+    completion_tokens: usage.completionTokens,
+    total_tokens: usage.totalTokens,
+  };
+}
