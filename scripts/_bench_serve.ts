@@ -13,10 +13,14 @@ import {
   ManagedProcess,
   median,
   processMemory,
+  resetPeakMemory,
   startProvider,
 } from "./_bench_process.ts";
 import { delay } from "./_fake_provider.ts";
 import { floorTurn, openBenchRuntime, turnMessage } from "./_bench_turns.ts";
+
+/** How long serve idles after a load before its settled RSS is read. */
+const SETTLE_MS = 1000;
 
 function spawnAgent(command: "chat" | "serve", dir: string, baseUrl: string, extra = {}): ManagedProcess {
   const env = {
@@ -137,10 +141,16 @@ export async function measureHttp(options: HttpOptions = {}) {
   const runs = [...clients.map((n) => [n, undefined] as const)];
   if (sharedClients > 0) runs.push([sharedClients, "shared-1"] as never);
   const rows = [];
+  const { pid } = server.process;
   for (const [n, shared] of runs) {
     const summariesBefore = await provider.summaries();
+    await resetPeakMemory(pid);
     const result = await runLoad(server.origin, n, turnsPerClient, shared);
+    const { peakMiB: rssPeakMiB } = await processMemory(pid);
     const floor = shared === undefined ? await runFloorLoad(capture.url, bodies, n, turnsPerClient) : null;
+    // Serve idle for a while (the floor load just ran without it): what it keeps once the load is over.
+    await delay(SETTLE_MS);
+    const { rssMiB: rssAfterMiB } = await processMemory(pid);
     const ideal = (shared === undefined ? n : 1) / ((2 * latencyMs) / 1000);
     rows.push({
       ...result,
@@ -149,11 +159,12 @@ export async function measureHttp(options: HttpOptions = {}) {
       floorTurnsPerSecond: floor,
       efficiencyVsFloor: floor === null ? null : result.turnsPerSecond / floor,
       summaryCalls: (await provider.summaries()) - summariesBefore,
+      rssPeakMiB,
+      rssAfterMiB,
     });
   }
-  const { rssMiB } = await processMemory(server.process.pid);
   const exitCode = await server.stop();
-  return { latencyMs, turnsPerClient, startupMs: server.startupMs, rows, rssAfterLoadMiB: rssMiB, exitCode };
+  return { latencyMs, turnsPerClient, startupMs: server.startupMs, rows, exitCode };
 }
 
 /** Memory of `serve` (VmRSS, MiB) idle, with `sessions` sessions created through it, and listed. */

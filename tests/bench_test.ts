@@ -154,7 +154,10 @@ Deno.test("measureHttp() serves 2 clients × 2 turns, also on one session, witho
   assert.equal(shared.sessions, "one");
   assert.equal(shared.turns, 4);
   assert.equal(shared.errors, 0);
-  assert.ok(result.rssAfterLoadMiB > 0);
+  for (const row of result.rows) {
+    assertPositiveFinite(row.rssPeakMiB, "RSS peak");
+    assertPositiveFinite(row.rssAfterMiB, "RSS after");
+  }
 });
 
 Deno.test("measureMemory() and measureStartup() read serve's RSS and time serve and chat", async () => {
@@ -178,4 +181,26 @@ Deno.test("measureMemory() and measureStartup() read serve's RSS and time serve 
   assert.match(text, /4a\. Memory: VmRSS of serve/);
   assert.match(text, /afterCreateRssMiB +\d/);
   assert.match(text, /memory +(true|false)/);
+});
+
+Deno.test("judgeTargets() meets HTTP at 90% / 80% of ideal and its RSS at 150 MB during and after 64 clients", () => {
+  const row = (clients: number, efficiency: number, rssPeakMiB: number, rssAfterMiB = 100) => ({
+    clients,
+    sessions: "distinct",
+    efficiency,
+    errors: 0,
+    rssPeakMiB,
+    rssAfterMiB,
+  });
+  const judge = (rows: ReturnType<typeof row>[]) => {
+    const http = { rows } as unknown as BenchReport["http"];
+    return judgeTargets({ mode: "quick", machine: "x", seconds: 1, http });
+  };
+  // 150 MB is 143.05 MiB.
+  assert.deepEqual(judge([row(16, 0.9, 90), row(64, 0.8, 143)]).http, true);
+  assert.deepEqual(judge([row(16, 0.9, 90), row(64, 0.8, 143)]).httpRss, true);
+  assert.equal(judge([row(16, 0.9, 90), row(64, 0.79, 143)]).http, false);
+  assert.equal(judge([row(16, 0.9, 90), row(64, 0.8, 144)]).httpRss, false);
+  assert.equal(judge([row(16, 0.9, 90), row(64, 0.8, 120, 144)]).httpRss, false);
+  assert.equal(judge([row(16, 0.9, 90)]).httpRss, null);
 });
