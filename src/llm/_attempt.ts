@@ -5,6 +5,7 @@
  * @module
  */
 import { abortable } from "../abort.ts";
+import { chunkReader, DEFAULT_CHUNK_BYTES } from "../chunk_reader.ts";
 import type { ChatReply } from "../types.ts";
 import {
   ABORTED,
@@ -63,15 +64,19 @@ class Deadlines {
 
 /**
  * Reads `body` as UTF-8 up to `limit` bytes, so a body past it is never held whole (`over`: only its first
- * `limit` bytes). Rejects as soon as `signal` aborts; cancels what it did not read, on every path.
+ * `limit` bytes), into a buffer no larger than its declared length. Rejects as soon as `signal` aborts;
+ * cancels what it did not read, on every path.
  */
 async function readText(
-  body: ReadableStream<Uint8Array> | null,
+  response: Response,
   limit: number,
   signal: AbortSignal,
 ): Promise<{ text: string; over: boolean }> {
+  const body = response.body;
   if (body === null) return { text: "", over: false };
-  const reader = body.getReader();
+  const declared = Number(response.headers.get("content-length") ?? NaN);
+  const bufferBytes = declared >= 1 && declared < DEFAULT_CHUNK_BYTES ? Math.floor(declared) : undefined;
+  const reader = chunkReader(body, { bufferBytes });
   const decoder = new TextDecoder();
   let text = "";
   let bytes = 0;
@@ -137,7 +142,7 @@ export async function attempt(
     const limit = response.ok ? maxReplyBytes : Math.min(maxReplyBytes, MAX_ERROR_BODY_BYTES);
     let read: { text: string; over: boolean };
     try {
-      read = await readText(response.body, limit, combined);
+      read = await readText(response, limit, combined);
     } catch (error) {
       // A whole body that broke after the host answered is said so, rather than "unreachable".
       return thrown(error, { status: stream ? undefined : response.status });
@@ -165,7 +170,7 @@ async function readEvents(
   onDelta: ((text: string) => void) | undefined,
   thrown: (error: unknown, where: Pick<Thrown, "bytes">) => Attempt,
 ): Promise<Attempt> {
-  const reader = body.getReader();
+  const reader = chunkReader(body);
   const parser = new SseParser();
   const assembler = new ReplyAssembler({ model: context.model, source: context.host });
   let bytes = 0;
