@@ -21,6 +21,8 @@ import { floorTurn, openBenchRuntime, turnMessage } from "./_bench_turns.ts";
 
 /** How long serve idles after a load before its settled RSS is read. */
 const SETTLE_MS = 1000;
+const TASKS: Record<string, string> =
+  JSON.parse(Deno.readTextFileSync(new URL("../deno.json", import.meta.url))).tasks;
 
 function spawnAgent(command: "chat" | "serve", dir: string, baseUrl: string, extra = {}): ManagedProcess {
   const env = {
@@ -32,7 +34,9 @@ function spawnAgent(command: "chat" | "serve", dir: string, baseUrl: string, ext
   };
   const flags = taskPermissionFlags(env, { task: command });
   const args = command === "chat" ? ["--session", "startup"] : [];
-  const argv = ["run", "--no-prompt", ...flags, "src/main.ts", command, ...args];
+  // The task's V8 flags too (serve sizes its young generation), as `deno task` passes them.
+  const v8 = TASKS[command].split(" ").filter((word) => word.startsWith("--v8-flags="));
+  const argv = ["run", "--no-prompt", ...v8, ...flags, "src/main.ts", command, ...args];
   return new ManagedProcess(argv, { ...baseEnv(), ...env });
 }
 
