@@ -23,7 +23,7 @@ export { measureGrowth, measureOverhead, measureRuntimeWork, openBenchRuntime } 
 
 const HELP = `Usage: deno task bench [--quick] [--json] [--only overhead,growth,http,memory,startup]
 
-  --quick   reduced sizes (about 20 s on 2 cores; the full run takes about 1.5 min)
+  --quick   reduced sizes (about 20 s on 2 cores; the full run takes about 2 min)
   --json    one JSON object on stdout; progress goes to stderr
   --only    run some sections, e.g. --only http
 
@@ -55,7 +55,8 @@ in the HTTP section after a fixed 50 ms.
    Then 16 clients on one session: turns queue per session and the 9th waiting gets 429 + Retry-After,
    which the clients honour (turn latency counts those waits). One JS thread serves every client: at
    64 clients it, not the model, is what saturates. serve must exit 0 on SIGTERM. Each load's VmRSS of
-   serve: its peak during the load (VmHWM, reset before it) and 1 s after the floor run that follows.
+   serve: its peak during the load (VmHWM, reset before it) and 1 s after the floor run that follows;
+   without --quick also after 30 s idle at the end (V8 returns memory about 25 s after a load).
 4. Memory: VmRSS of serve idle, after 1,000 sessions created through it, and after listing them (the
    target reads the larger, in MB). Start-up: spawn to the first /healthz 200 of serve, and to the
    first answer line of a piped chat (deno task adds the task_flags.ts subprocess, about 25 ms, before).
@@ -126,7 +127,10 @@ export async function runBench(quick: boolean, only: readonly Section[] = SECTIO
     overhead: await step("overhead", () => measureOverhead(size)),
     work: only.includes("overhead") ? await measureRuntimeWork(size) : undefined,
     growth: await step("growth", () => measureGrowth({ turns: size.growth })),
-    http: await step("http", () => measureHttp({ turnsPerClient: size.turnsPerClient })),
+    http: await step(
+      "http",
+      () => measureHttp({ turnsPerClient: size.turnsPerClient, idleMs: quick ? 0 : 30_000 }),
+    ),
     memory: await step("memory", () => measureMemory()),
     startup: await step("startup", () => measureStartup({ repeats: size.repeats })),
   };

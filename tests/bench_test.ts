@@ -139,7 +139,13 @@ Deno.test("measureGrowth() over 25 turns compacts at the default 20 raw turns, i
 });
 
 Deno.test("measureHttp() serves 2 clients × 2 turns, also on one session, without errors", async () => {
-  const result = await measureHttp({ clients: [2], turnsPerClient: 2, sharedClients: 2, latencyMs: 5 });
+  const result = await measureHttp({
+    clients: [2],
+    turnsPerClient: 2,
+    sharedClients: 2,
+    latencyMs: 5,
+    idleMs: 1,
+  });
   assert.equal(result.exitCode, 0);
   assert.equal(result.rows.length, 2);
   const [distinct, shared] = result.rows;
@@ -158,6 +164,7 @@ Deno.test("measureHttp() serves 2 clients × 2 turns, also on one session, witho
     assertPositiveFinite(row.rssPeakMiB, "RSS peak");
     assertPositiveFinite(row.rssAfterMiB, "RSS after");
   }
+  assertPositiveFinite(result.rssIdleMiB ?? NaN, "RSS idle");
 });
 
 Deno.test("measureMemory() and measureStartup() read serve's RSS and time serve and chat", async () => {
