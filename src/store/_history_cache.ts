@@ -10,8 +10,8 @@ export const HISTORY_CACHE_SESSIONS = 256;
 /** About how many bytes those messages may take, with the request JSON built from each once sent. */
 export const HISTORY_CACHE_BYTES = 8 * 1024 * 1024;
 
-/** What a message or an entry costs besides its text: objects, properties, map slots (an estimate). */
-const OVERHEAD_BYTES = 160;
+/** What a message or an entry costs besides its text: objects, properties, map slots (measured in V8). */
+const OVERHEAD_BYTES = 280;
 
 /** A stored message read back, with its rowid. */
 export interface ReadMessage {
