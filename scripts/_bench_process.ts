@@ -140,6 +140,11 @@ export async function processMemory(pid: number): Promise<{ rssMiB: number; peak
   return { rssMiB: kib("VmRSS") / 1024, peakMiB: kib("VmHWM") / 1024 };
 }
 
+/** Starts a new VmHWM (peak) of `pid` at its current RSS (Linux: `5` written to `/proc/<pid>/clear_refs`). */
+export async function resetPeakMemory(pid: number): Promise<void> {
+  await new Deno.Command("sh", { args: ["-c", `echo 5 > /proc/${pid}/clear_refs`] }).output();
+}
+
 /** Count, median, p95 and p99 of samples (milliseconds unless a caller says otherwise). */
 export type Distribution = ReturnType<typeof distribution>;
 

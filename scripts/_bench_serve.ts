@@ -13,10 +13,14 @@ import {
   ManagedProcess,
   median,
   processMemory,
+  resetPeakMemory,
   startProvider,
 } from "./_bench_process.ts";
 import { delay } from "./_fake_provider.ts";
 import { floorTurn, openBenchRuntime, turnMessage } from "./_bench_turns.ts";
+
+const TASKS: Record<string, string> =
+  JSON.parse(Deno.readTextFileSync(new URL("../deno.json", import.meta.url))).tasks;
 
 function spawnAgent(command: "chat" | "serve", dir: string, baseUrl: string, extra = {}): ManagedProcess {
   const env = {
@@ -28,7 +32,9 @@ function spawnAgent(command: "chat" | "serve", dir: string, baseUrl: string, ext
   };
   const flags = taskPermissionFlags(env, { task: command });
   const args = command === "chat" ? ["--session", "startup"] : [];
-  const argv = ["run", "--no-prompt", ...flags, "src/main.ts", command, ...args];
+  // The task's V8 flags too (serve sizes its young generation), as `deno task` passes them.
+  const v8 = TASKS[command].split(" ").filter((word) => word.startsWith("--v8-flags="));
+  const argv = ["run", "--no-prompt", ...v8, ...flags, "src/main.ts", command, ...args];
   return new ManagedProcess(argv, { ...baseEnv(), ...env });
 }
 
@@ -38,11 +44,7 @@ async function startServe(dir: string, baseUrl: string) {
   const process = spawnAgent("serve", dir, baseUrl, { AGENT_PORT: String(port) });
   const origin = `http://127.0.0.1:${port}`;
   for (const deadline = performance.now() + 30_000; performance.now() < deadline; await delay(5)) {
-    const ok = await fetch(`${origin}/healthz`).then(
-      (r) => (r.body?.cancel(), r.status === 200),
-      () => false,
-    );
-    if (!ok) continue;
+    if (!await fetch(`${origin}/healthz`).then((r) => (r.body?.cancel(), r.ok), () => false)) continue;
     const startupMs = performance.now() - process.spawnedAt;
     return { origin, process, startupMs, stop: async () => (await process.stop(15_000)).code };
   }
@@ -115,11 +117,14 @@ export interface HttpOptions {
   sharedClients?: number;
   /** The provider's fixed latency per response. @default {50} */
   latencyMs?: number;
+  /** How long serve idles after the last load before `rssIdleMiB` is read; 0 skips it. @default {30_000} */
+  idleMs?: number;
 }
 
 /** `serve` under load against a provider with `latencyMs`, each run beside its ideal and floor. */
 export async function measureHttp(options: HttpOptions = {}) {
   const { clients = [1, 16, 64], turnsPerClient = 20, sharedClients = 16, latencyMs = 50 } = options;
+  const { idleMs = 30_000 } = options;
   await using cleanup = new AsyncDisposableStack();
   const provider = await startProvider(latencyMs);
   cleanup.defer(() => provider.close());
@@ -137,10 +142,16 @@ export async function measureHttp(options: HttpOptions = {}) {
   const runs = [...clients.map((n) => [n, undefined] as const)];
   if (sharedClients > 0) runs.push([sharedClients, "shared-1"] as never);
   const rows = [];
+  const { pid } = server.process;
   for (const [n, shared] of runs) {
     const summariesBefore = await provider.summaries();
+    await resetPeakMemory(pid);
     const result = await runLoad(server.origin, n, turnsPerClient, shared);
+    const { peakMiB: rssPeakMiB } = await processMemory(pid);
     const floor = shared === undefined ? await runFloorLoad(capture.url, bodies, n, turnsPerClient) : null;
+    // What serve keeps once the load is over: read 1 s after the floor load, which ran without it.
+    await delay(1000);
+    const { rssMiB: rssAfterMiB } = await processMemory(pid);
     const ideal = (shared === undefined ? n : 1) / ((2 * latencyMs) / 1000);
     rows.push({
       ...result,
@@ -149,11 +160,14 @@ export async function measureHttp(options: HttpOptions = {}) {
       floorTurnsPerSecond: floor,
       efficiencyVsFloor: floor === null ? null : result.turnsPerSecond / floor,
       summaryCalls: (await provider.summaries()) - summariesBefore,
+      rssPeakMiB,
+      rssAfterMiB,
     });
   }
-  const { rssMiB } = await processMemory(server.process.pid);
+  // V8 gives back most of what a load took after about 25 s without one.
+  const rssIdleMiB = idleMs > 0 ? (await delay(idleMs), await processMemory(pid)).rssMiB : null;
   const exitCode = await server.stop();
-  return { latencyMs, turnsPerClient, startupMs: server.startupMs, rows, rssAfterLoadMiB: rssMiB, exitCode };
+  return { latencyMs, turnsPerClient, startupMs: server.startupMs, rows, rssIdleMiB, exitCode };
 }
 
 /** Memory of `serve` (VmRSS, MiB) idle, with `sessions` sessions created through it, and listed. */

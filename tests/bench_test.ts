@@ -144,7 +144,13 @@ Deno.test("measureGrowth() over 43 turns compacts in batches at the default thre
 });
 
 Deno.test("measureHttp() serves 2 clients × 2 turns, also on one session, without errors", async () => {
-  const result = await measureHttp({ clients: [2], turnsPerClient: 2, sharedClients: 2, latencyMs: 5 });
+  const result = await measureHttp({
+    clients: [2],
+    turnsPerClient: 2,
+    sharedClients: 2,
+    latencyMs: 5,
+    idleMs: 1,
+  });
   assert.equal(result.exitCode, 0);
   assert.equal(result.rows.length, 2);
   const [distinct, shared] = result.rows;
@@ -159,7 +165,11 @@ Deno.test("measureHttp() serves 2 clients × 2 turns, also on one session, witho
   assert.equal(shared.sessions, "one");
   assert.equal(shared.turns, 4);
   assert.equal(shared.errors, 0);
-  assert.ok(result.rssAfterLoadMiB > 0);
+  for (const row of result.rows) {
+    assertPositiveFinite(row.rssPeakMiB, "RSS peak");
+    assertPositiveFinite(row.rssAfterMiB, "RSS after");
+  }
+  assertPositiveFinite(result.rssIdleMiB ?? NaN, "RSS idle");
 });
 
 Deno.test("measureMemory() and measureStartup() read serve's RSS and time serve and chat", async () => {
@@ -183,4 +193,26 @@ Deno.test("measureMemory() and measureStartup() read serve's RSS and time serve 
   assert.match(text, /4a\. Memory: VmRSS of serve/);
   assert.match(text, /afterCreateRssMiB +\d/);
   assert.match(text, /memory +(true|false)/);
+});
+
+Deno.test("judgeTargets() meets HTTP at 90% / 80% of ideal and its RSS at 150 MB during and after 64 clients", () => {
+  const row = (clients: number, efficiency: number, rssPeakMiB: number, rssAfterMiB = 100) => ({
+    clients,
+    sessions: "distinct",
+    efficiency,
+    errors: 0,
+    rssPeakMiB,
+    rssAfterMiB,
+  });
+  const judge = (rows: ReturnType<typeof row>[]) => {
+    const http = { rows } as unknown as BenchReport["http"];
+    return judgeTargets({ mode: "quick", machine: "x", seconds: 1, http });
+  };
+  // 150 MB is 143.05 MiB.
+  assert.deepEqual(judge([row(16, 0.9, 90), row(64, 0.8, 143)]).http, true);
+  assert.deepEqual(judge([row(16, 0.9, 90), row(64, 0.8, 143)]).httpRss, true);
+  assert.equal(judge([row(16, 0.9, 90), row(64, 0.79, 143)]).http, false);
+  assert.equal(judge([row(16, 0.9, 90), row(64, 0.8, 144)]).httpRss, false);
+  assert.equal(judge([row(16, 0.9, 90), row(64, 0.8, 120, 144)]).httpRss, false);
+  assert.equal(judge([row(16, 0.9, 90)]).httpRss, null);
 });

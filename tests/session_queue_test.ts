@@ -117,6 +117,32 @@ Deno.test("SessionQueue.run() honours a custom maxWaiting, including 0", async (
   assert.throws(() => new SessionQueue({ maxWaiting: 1.5 }), RangeError);
 });
 
+Deno.test("SessionQueue.run() holds turns of 1024 sessions at most; one more session's turn gets 503", async () => {
+  const queue = new SessionQueue();
+  const running = Array.from({ length: 1024 }, (_, i) => gate([], `s${i}`));
+  const turns = running.map((g, i) => queue.run(`s${i}`, g.task));
+  // Sessions already in the queue may still queue turns behind their running one.
+  const waiting = queue.run("s0", () => Promise.resolve("waited"));
+  assert.equal(queue.size, 1024);
+  await assert.rejects(queue.run("one-more", () => Promise.resolve("no")), (error: unknown) => {
+    assert.ok(error instanceof HttpError);
+    assert.equal(error.status, 503);
+    assert.equal(error.code, "server_busy");
+    assert.equal(error.message, "Cannot queue turn: turns of 1024 sessions are running or waiting");
+    assert.match(error.headers["Retry-After"], /^[1-9]\d*$/);
+    return true;
+  });
+  assert.equal(queue.rejection("one-more")?.status, 503);
+  running[5].release();
+  await turns[5];
+  assert.equal(queue.rejection("one-more"), null);
+  assert.equal(await queue.run("one-more", () => Promise.resolve("now")), "now");
+  for (const g of running) g.release();
+  await Promise.all([...turns, waiting]);
+  assert.equal(queue.size, 0);
+  assert.throws(() => new SessionQueue({ maxKeys: 0 }), RangeError);
+});
+
 Deno.test("SessionQueue.run() drops a waiting task whose signal aborts; the rest run in order", async () => {
   const queue = new SessionQueue();
   const log: string[] = [];

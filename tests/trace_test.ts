@@ -33,6 +33,22 @@ Deno.test("JsonlTracer appends one JSON line per event with every field", () => 
   assert.deepEqual(readTrace(path).map((e) => e.step), [0, 1, 2], "append-only across handles");
 });
 
+Deno.test("JsonlTracer writes short and long lines of any characters whole, and reports where each landed", () => {
+  using dir = tempDir();
+  const path = `${dir.path}/t.jsonl`;
+  const landed: { offset: number; length: number }[] = [];
+  const tracer = new JsonlTracer(path, { maxPayloadChars: 50_000, onAppend: (line) => landed.push(line) });
+  const texts = ["é€😀".repeat(4000), "short", "x".repeat(30_000), "ü"];
+  texts.forEach((text, i) => tracer.write(event(i, { text })));
+  tracer.close();
+  assert.deepEqual(readTrace(path).map((e) => e.data.text), texts);
+  const bytes = Deno.readFileSync(path);
+  for (const [i, { offset, length }] of landed.entries()) {
+    const line = new TextDecoder().decode(bytes.subarray(offset, offset + length));
+    assert.equal(JSON.parse(line).data.text, texts[i]);
+  }
+});
+
 Deno.test("JsonlTracer cuts long strings and redacts secrets", () => {
   using dir = tempDir();
   const path = `${dir.path}/t.jsonl`;

@@ -4,6 +4,7 @@
  * @module
  */
 import { abortable, abortError } from "../abort.ts";
+import { chunkReader, DEFAULT_CHUNK_BYTES } from "../chunk_reader.ts";
 import { HttpError } from "./errors.ts";
 
 /** Options of {@linkcode readJsonBody} and {@linkcode readMessageField}. */
@@ -117,7 +118,8 @@ async function readLimited(
     throw abortError(aborted, "Cannot read request body: the request");
   }
   if (request.body === null) return new Uint8Array(0);
-  const reader = request.body.getReader();
+  // A buffer of at most the limit (plus the byte that tells it was passed), reused; each chunk is copied out.
+  const reader = chunkReader(request.body, { bufferBytes: Math.min(maxBytes + 1, DEFAULT_CHUNK_BYTES) });
   const chunks: Uint8Array[] = [];
   let total = 0;
   try {
@@ -132,7 +134,7 @@ async function readLimited(
       if (done) break;
       total += value.byteLength;
       if (total > maxBytes) throw tooLarge(`it is at least ${total} bytes`, maxBytes);
-      chunks.push(value);
+      chunks.push(value.slice());
     }
   } catch (error) {
     await reader.cancel().catch(() => {});

@@ -34,7 +34,7 @@ const DESCRIPTIONS: Record<number, string> = {
   415: "body is not application/json",
   429: "the session already has 8 turns waiting; see Retry-After",
   502: "the model failed (the body carries the run_id)",
-  503: "the server is shutting down",
+  503: "the server is shutting down, or runs or queues turns of 1,024 other sessions; see Retry-After",
   504: "the model timed out (the body carries the run_id)",
 };
 

@@ -1,6 +1,7 @@
 /**
- * One turn per session at a time, in arrival order; sessions run concurrently. The wait line is bounded, and
- * a waiting turn whose client went away is dropped before it starts.
+ * One turn per session at a time, in arrival order; sessions run concurrently. The wait line is bounded, so
+ * is the number of sessions with turns in it, and a waiting turn whose client went away is dropped before it
+ * starts.
  * @module
  */
 import { abortError } from "../abort.ts";
@@ -11,6 +12,8 @@ import { HttpError } from "./errors.ts";
 export interface SessionQueueOptions {
   /** Most turns allowed to wait per key besides the running one; one more gets a 429. @default {8} */
   maxWaiting?: number;
+  /** Most keys with a turn running or waiting; a turn of one more key gets a 503. @default {1024} */
+  maxKeys?: number;
 }
 
 /** Options of {@linkcode SessionQueue.run}. */
@@ -21,25 +24,30 @@ export interface RunOptions {
 
 /**
  * Runs tasks one at a time per key (a session), in call order. A failing task rejects only its own `run`.
- * Idle keys are forgotten, so memory is bounded by the keys in use.
+ * Idle keys are forgotten: at most `maxKeys` keys of at most `1 + maxWaiting` tasks each are held.
  */
 export class SessionQueue {
   #maxWaiting: number;
+  #maxKeys: number;
   // A key is present exactly while one of its tasks runs; the array holds the starters of those waiting.
   #lanes = new Map<string, (() => void)[]>();
   #active = 0;
   // Before any turn has finished, a guess at how long one takes.
   #averageTurnMs = 1000;
 
-  /** @throws {RangeError} when `maxWaiting` is not a non-negative integer. */
+  /** @throws {RangeError} when `maxWaiting` is not a non-negative integer or `maxKeys` a positive one. */
   constructor(options: SessionQueueOptions = {}) {
-    const { maxWaiting = 8 } = options;
+    const { maxWaiting = 8, maxKeys = 1024 } = options;
     if (!Number.isInteger(maxWaiting) || maxWaiting < 0) {
       throw new RangeError(
         `Cannot create SessionQueue: maxWaiting must be a non-negative integer, got ${maxWaiting}`,
       );
     }
+    if (!Number.isInteger(maxKeys) || maxKeys < 1) {
+      throw new RangeError(`Cannot create SessionQueue: maxKeys must be a positive integer, got ${maxKeys}`);
+    }
     this.#maxWaiting = maxWaiting;
+    this.#maxKeys = maxKeys;
   }
 
   /** Tasks running now, across all keys. */
@@ -58,22 +66,30 @@ export class SessionQueue {
   }
 
   /**
-   * The 429 `run` would reject with for `key` now, or null: for an SSE response, which cannot change status.
+   * What `run` would reject `key` with now, or null: for an SSE response, which cannot change status. A 429
+   * when the key has `maxWaiting` turns waiting, a 503 when `maxKeys` other keys have turns in the queue.
    * `Retry-After` is about one average turn (when the running one frees a slot), 1–60 s.
    */
   rejection(key: string): HttpError | null {
     const waiting = this.#lanes.get(key);
-    if (waiting === undefined || waiting.length < this.#maxWaiting) return null;
-    const retryAfter = Math.min(60, Math.max(1, Math.ceil(this.#averageTurnMs / 1000)));
+    const full = waiting === undefined
+      ? this.#lanes.size >= this.#maxKeys
+      : waiting.length >= this.#maxWaiting;
+    if (!full) return null;
+    const headers = {
+      "Retry-After": String(Math.min(60, Math.max(1, Math.ceil(this.#averageTurnMs / 1000)))),
+    };
+    if (waiting === undefined) {
+      const message = `Cannot queue turn: turns of ${this.#lanes.size} sessions are running or waiting`;
+      return new HttpError(503, "server_busy", message, { headers });
+    }
     const message = `Cannot queue turn: the session already has ${waiting.length} turns waiting`;
-    return new HttpError(429, "too_many_requests", message, {
-      headers: { "Retry-After": String(retryAfter) },
-    });
+    return new HttpError(429, "too_many_requests", message, { headers });
   }
 
   /**
    * Runs `task` once every earlier task of `key` has settled, and settles as it does. Rejects without
-   * starting it when the signal aborts first, or with {@linkcode SessionQueue.rejection}'s 429.
+   * starting it when the signal aborts first, or with {@linkcode SessionQueue.rejection}'s 429 or 503.
    */
   run<T>(key: string, task: () => Promise<T>, options: RunOptions = {}): Promise<T> {
     const { signal } = options;

@@ -6,6 +6,7 @@
  */
 import { abortable } from "../abort.ts";
 import { noteFinishReason } from "../telemetry.ts";
+import { chunkReader } from "../chunk_reader.ts";
 import type { ChatReply } from "../types.ts";
 import {
   ABORTED,
@@ -64,7 +65,8 @@ class Deadlines {
 
 /**
  * Reads the body as UTF-8 up to `limit` bytes, so a body past it is never held whole (`over`: only its first
- * `limit` bytes). Rejects as soon as `signal` (the fetch's own) aborts; cancels what it did not read.
+ * `limit` bytes). Rejects as soon as `signal` (the fetch's own) aborts; cancels what it did not read, on every
+ * path.
  */
 async function readText(
   response: Response,
@@ -73,11 +75,12 @@ async function readText(
 ): Promise<{ text: string; over: boolean }> {
   const { body } = response;
   if (body === null) return { text: "", over: false };
-  // A length within the limit is read in one go: the fetch's signal still stops it, and the transport
-  // refuses more bytes than announced. Without a length, or past the limit, the bytes are counted.
-  const length = Number(response.headers.get("content-length") ?? NaN);
-  if (Number.isInteger(length) && length <= limit) return { text: await response.text(), over: false };
-  const reader = body.getReader();
+  // A length within the limit is read in one go, into a buffer of that size: the fetch's signal still stops
+  // it, and the transport refuses more bytes than announced. Otherwise the bytes are counted as they come,
+  // through one small reused buffer.
+  const declared = Number(response.headers.get("content-length") ?? NaN);
+  if (Number.isInteger(declared) && declared <= limit) return { text: await response.text(), over: false };
+  const reader = chunkReader(body);
   const decoder = new TextDecoder();
   let text = "";
   let bytes = 0;
@@ -173,7 +176,7 @@ async function readEvents(
   onDelta: ((text: string) => void) | undefined,
   thrown: (error: unknown, where: Pick<Thrown, "bytes">) => Attempt,
 ): Promise<Attempt> {
-  const reader = body.getReader();
+  const reader = chunkReader(body);
   const parser = new SseParser();
   const assembler = new ReplyAssembler({ model: context.model, source: context.host });
   let bytes = 0;

@@ -6,6 +6,7 @@
 import { DatabaseSync, type StatementSync } from "node:sqlite";
 import type { StoredMessage } from "../types.ts";
 import { type Row, text, toMessage, toPending, toRow, toSession, toTodo } from "./_sqlite_rows.ts";
+import { HISTORY_CACHE_BYTES, HISTORY_CACHE_SESSIONS, HistoryCache } from "./_history_cache.ts";
 import { migrate, SCHEMA_VERSION } from "./_sqlite_schema.ts";
 import {
   type PendingStep,
@@ -17,7 +18,7 @@ import {
   validateKey,
 } from "./store.ts";
 
-export { SCHEMA_VERSION };
+export { HISTORY_CACHE_BYTES, HISTORY_CACHE_SESSIONS, SCHEMA_VERSION };
 
 /** Options of {@linkcode SqliteStore}. */
 export interface SqliteStoreOptions {
@@ -25,6 +26,10 @@ export interface SqliteStoreOptions {
   now?: () => Date;
   /** How long a writer waits for another process's lock, in milliseconds. @default {5000} */
   busyTimeoutMs?: number;
+  /** Sessions whose messages are kept in memory, least recently used leaving first. @default {256} */
+  cacheSessions?: number;
+  /** About how many bytes those messages may take in memory. @default {8 * 1024 * 1024} */
+  cacheBytes?: number;
 }
 
 // node:sqlite cuts a TEXT value at its first NUL; read as bytes, free text comes back whole.
@@ -32,8 +37,6 @@ const MESSAGE_COLUMNS =
   "rowid, CAST(id AS BLOB) AS id, role, CAST(content AS BLOB) AS content, tool_calls, " +
   "CAST(tool_call_id AS BLOB) AS tool_call_id, CAST(created_at AS BLOB) AS created_at";
 const TODO_COLUMNS = "id, CAST(text AS BLOB) AS text, completed, created_at, completed_at";
-/** Sessions whose message lists {@linkcode SqliteStore.messages} keeps in memory. */
-const CACHED_SESSIONS = 256;
 
 const SQL = {
   getSession: "SELECT * FROM sessions WHERE user_id = ? AND id = ?",
@@ -77,16 +80,19 @@ export class SqliteStore implements SessionStore {
    * Recent sessions' messages as read, with the last rowid read: a turn reads only what is new and hands on
    * the same message objects, whose request JSON is then built once (without it a turn cost 12–36% more).
    */
-  #history = new Map<string, { list: StoredMessage[]; rowid: number }>();
+  #history: HistoryCache;
   #dataVersion = -1;
   #sql = {} as Record<keyof typeof SQL | "begin" | "commit" | "rollback", StatementSync>;
 
   /**
    * Opens (creating or migrating if needed) the database at `path`; `":memory:"` gives a private one.
-   * Throws now, not in the first turn, when the database cannot be written.
+   * Throws now, not in the first turn, when the database cannot be written; a `RangeError` for a cache bound
+   * that is not a non-negative integer.
    */
   constructor(path: string, options: SqliteStoreOptions = {}) {
     const { now = () => new Date(), busyTimeoutMs = 5000 } = options;
+    const { cacheSessions = HISTORY_CACHE_SESSIONS, cacheBytes = HISTORY_CACHE_BYTES } = options;
+    this.#history = new HistoryCache(cacheSessions, cacheBytes);
     this.#now = now;
     const db = this.#db = new DatabaseSync(path);
     try {
@@ -144,16 +150,8 @@ export class SqliteStore implements SessionStore {
       const { userId, sessionId } = validateKey(key);
       const deleted: Row[] = [];
       const result = this.#transaction(() => work(userId, sessionId, deleted));
-      const name = `${userId}\u0000${sessionId}`;
-      const cached = this.#history.get(name);
-      if (cached === undefined || deleted.length === 0) return result;
-      // SQLite may hand out the rowid of a deleted last row again: then read the list afresh.
-      if (deleted.some((row) => row.rowid === cached.rowid)) {
-        this.#history.delete(name);
-        return result;
-      }
-      const gone = new Set(deleted.map((row) => text(row.id)));
-      cached.list = cached.list.filter((m) => !gone.has(m.id));
+      const rows = deleted.map((row) => ({ rowid: row.rowid as number, id: text(row.id) }));
+      this.#history.drop(`${userId}\u0000${sessionId}`, rows);
       return result;
     });
   }
@@ -191,16 +189,12 @@ export class SqliteStore implements SessionStore {
       if (version !== this.#dataVersion) this.#history.clear();
       this.#dataVersion = version;
       const name = `${userId}\u0000${sessionId}`; // NUL cannot occur in an id
-      const cached = this.#history.get(name) ?? { list: [], rowid: 0 };
-      for (const row of this.#sql.messagesAfter.all(userId, sessionId, cached.rowid)) {
-        cached.list.push(toMessage(row));
-        cached.rowid = row.rowid as number;
-      }
-      // Most recently used last; the least recently used goes first.
-      this.#history.delete(name);
-      this.#history.set(name, cached);
-      if (this.#history.size > CACHED_SESSIONS) this.#history.delete(this.#history.keys().next().value!);
-      return cached.list.slice();
+      const readAfter = (rowid: number) =>
+        this.#sql.messagesAfter.all(userId, sessionId, rowid).map((row) => ({
+          message: toMessage(row),
+          rowid: row.rowid as number,
+        }));
+      return this.#history.messages(name, readAfter);
     });
   }
 

@@ -4,6 +4,10 @@
  * @module
  */
 import { type AppendedLine, fileIdentity, parseLine, traceFiles } from "./trace.ts";
+import { eachLine, FileIndex, FileMoved, readAt } from "./_file_index.ts";
+
+/** About how many bytes the index of the files on disk may take, the file being written aside. */
+export const TRACE_INDEX_BYTES = 16 * 1024 * 1024;
 
 /** Where a page starts: the next event's file (by its identity, which survives rotation) and byte offset. */
 export interface TraceCursor {
@@ -24,6 +28,11 @@ export interface TraceFile {
 export interface TraceReaderOptions {
   /** Opens a trace file for reading (tests count the bytes read). @default {(path) => Deno.open(path)} */
   open?: (path: string) => Promise<TraceFile>;
+  /**
+   * About how many bytes the index may take: past it, the least recently read files' indexes are dropped
+   * (never the file being written), to be built again when a page needs one. @default {TRACE_INDEX_BYTES}
+   */
+  maxIndexBytes?: number;
 }
 
 /** What {@linkcode TraceReader.page} selects. */
@@ -46,69 +55,69 @@ export interface TracePage {
   nextCursor: TraceCursor | null;
 }
 
-/** Lines of one (user, session) in one file, as parallel arrays to keep the index small. */
-interface Bucket {
-  offsets: number[];
-  lengths: number[];
-  times: number[];
-  runs: string[];
-}
-
-interface IndexedFile {
-  /** Its `fileIdentity`: an inode alone may be a deleted file's, handed to a new one. */
-  id: string;
-  /** Where the file is now (it moves on rotation). */
-  path: string;
-  /** Every whole line before this offset is indexed; lines are only ever added at this offset. */
-  size: number;
-  buckets: Map<string, Bucket>;
-  /** Users of runs whose `run_start` has no top-level `user_id` (lines written before it existed). */
-  legacyRuns: Map<string, string>;
-}
-
-type Span = { file: IndexedFile; offset: number; length: number };
-
-/** The file moved (rotation) between the index refresh and the read: refresh and try again. */
-class FileMoved extends Error {}
+type Span = { file: FileIndex; offset: number; length: number };
 
 const decoder = new TextDecoder();
 
 /**
  * Reads the trace at `path` and its rotated files a page at a time. Each call first indexes lines appended
  * since the last one (by any process) from each file's last indexed size; lines this process writes can be
- * handed over by {@linkcode TraceReader.noteAppend} so they are never read back. The index holds about 40
- * bytes per event of the at most 6 files on disk (~1.6 × maxBytes at worst, for ~150-byte lines); files
- * rotation deletes leave it on the next call.
+ * handed over by {@linkcode TraceReader.noteAppend} so they are never read back. The index takes about 60
+ * bytes per event (for runs of 8 events); past `maxIndexBytes` the least recently read files' indexes are
+ * dropped, each keeping only its latest event time, so that a page of a session begun after it never builds
+ * it again. Files rotation deletes leave the index on the next call.
  */
 export class TraceReader {
   #path: string;
   #open: (path: string) => Promise<TraceFile>;
-  #files = new Map<string, IndexedFile>();
+  #maxIndexBytes: number;
+  #files = new Map<string, FileIndex>();
   /** Files on disk, oldest first, as of the last refresh. */
-  #chain: IndexedFile[] = [];
+  #chain: FileIndex[] = [];
   #pending: Promise<void> = Promise.resolve();
+  /** Counts the pages read, to tell the least recently read file. */
+  #clock = 0;
 
+  /** @throws {RangeError} when `maxIndexBytes` is negative. */
   constructor(path: string, options: TraceReaderOptions = {}) {
-    const { open = (path: string) => Deno.open(path) } = options;
+    const { open = (path: string) => Deno.open(path), maxIndexBytes = TRACE_INDEX_BYTES } = options;
+    if (!(maxIndexBytes >= 0)) {
+      throw new RangeError(`maxIndexBytes must not be negative, got ${maxIndexBytes}`);
+    }
     this.#path = path;
     this.#open = open;
+    this.#maxIndexBytes = maxIndexBytes;
+  }
+
+  /** About how many bytes the index takes now. */
+  get indexBytes(): number {
+    let bytes = 0;
+    for (const file of this.#files.values()) bytes += file.bytes;
+    return bytes;
   }
 
   /** Indexes what was appended since the last call, one call at a time. Rejects when a file cannot be read. */
   refresh(): Promise<void> {
-    const run = this.#pending.then(() => this.#refreshNow());
-    this.#pending = run.catch(() => {});
-    return run;
+    return this.#exclusive(() => this.#refreshNow());
   }
 
   /** One page of a session's events, oldest first. Rejects only when a trace file cannot be read. */
   async page(query: TracePageQuery): Promise<TracePage> {
     if (!(query.limit >= 1)) throw new RangeError(`limit must be at least 1, got ${query.limit}`);
     for (let attempt = 1;; attempt++) {
-      await this.refresh();
-      const spans = this.#select(query);
-      const next = spans.length > query.limit ? spans.pop()! : null;
       try {
+        await this.refresh();
+        let spans = this.#select(query);
+        // A dropped file the page reaches is indexed again, one at a time, until none is left on its way.
+        while (!Array.isArray(spans)) {
+          const dropped = spans;
+          await this.#exclusive(() => this.#reindex(dropped));
+          spans = this.#select(query);
+        }
+        const next = spans.length > query.limit ? spans.pop()! : null;
+        const clock = ++this.#clock;
+        for (const span of spans) span.file.used = clock;
+        await this.#exclusive(() => Promise.resolve(this.#evict()));
         const events = await this.#read(spans);
         return { events, nextCursor: next && { file: next.file.id, offset: next.offset } };
       } catch (error) {
@@ -123,12 +132,19 @@ export class TraceReader {
     if (file !== undefined) this.#add(file, line.offset, line.length, line.event);
   }
 
+  /** Runs `work` after every refresh, index or drop before it: one changes the index at a time. */
+  #exclusive<T>(work: () => Promise<T>): Promise<T> {
+    const run = this.#pending.then(work);
+    this.#pending = run.then(() => {}, () => {});
+    return run;
+  }
+
   async #refreshNow(): Promise<void> {
     // Newest first: a rotation between two stats then shows one file twice (kept once, in the newer place)
     // rather than hiding one; a file created meanwhile is seen next time.
-    const chain: IndexedFile[] = [];
+    const chain: FileIndex[] = [];
     // Only a file that grew since it was indexed is opened (most are whole, and rotated ones never grow).
-    const grown = new Set<IndexedFile>();
+    const grown = new Set<FileIndex>();
     for (const path of traceFiles(this.#path).reverse()) {
       const info = await Deno.stat(path).catch((error) => {
         if (error instanceof Deno.errors.NotFound) return null;
@@ -138,57 +154,66 @@ export class TraceReader {
       const id = fileIdentity(info);
       if (chain.some((file) => file.id === id)) continue;
       let file = this.#files.get(id);
-      if (file === undefined || info.size < file.size) {
-        file = { id, path, size: 0, buckets: new Map(), legacyRuns: new Map() };
-        this.#files.set(id, file);
-      }
+      if (file === undefined || info.size < file.size) this.#files.set(id, file = new FileIndex(id, path));
       file.path = path;
       chain.unshift(file);
-      if (info.size > file.size) grown.add(file);
+      if (file.indexed && info.size > file.size) grown.add(file);
     }
     for (const id of this.#files.keys()) {
       if (!chain.some((file) => file.id === id)) this.#files.delete(id);
     }
     this.#chain = chain;
     for (const file of chain) if (grown.has(file)) await this.#indexTail(file);
+    this.#evict();
   }
 
-  /** Indexes the whole lines after `file.size`, up to the size the file has now. */
-  async #indexTail(file: IndexedFile): Promise<void> {
+  /** Builds a dropped file's index again; a `FileMoved` when it is no longer where the last refresh saw it. */
+  async #reindex(file: FileIndex): Promise<void> {
+    if (file.indexed) return;
+    file.indexed = true;
+    // The most recently read from now: another page's drop must not take it before this page reads it.
+    file.used = ++this.#clock;
+    if (await this.#indexTail(file)) return;
+    file.drop();
+    throw new FileMoved();
+  }
+
+  /** Drops the least recently read files' indexes while over the bound, never the file being written. */
+  #evict(): void {
+    let bytes = this.indexBytes;
+    const writing = this.#chain.at(-1);
+    // Oldest first among files not read since they were indexed.
+    const victims = this.#chain.filter((file) => file.indexed && file !== writing);
+    victims.sort((a, b) => a.used - b.used);
+    for (const file of victims) {
+      if (bytes <= this.#maxIndexBytes) break;
+      bytes -= file.bytes;
+      file.drop();
+    }
+  }
+
+  /**
+   * Indexes the whole lines after `file.size`, up to the size the file has now. False when the path no
+   * longer holds the file (rotation moved it on).
+   */
+  async #indexTail(file: FileIndex): Promise<boolean> {
     const handle = await this.#open(file.path);
     try {
       const info = await handle.stat();
-      if (fileIdentity(info) !== file.id || info.size <= file.size) return;
-      await handle.seek(file.size, Deno.SeekMode.Start);
-      let base = file.size;
-      let carry = new Uint8Array(0);
-      const chunk = new Uint8Array(64 * 1024);
-      while (base + carry.length < info.size) {
-        const n = await handle.read(chunk);
-        if (n === null) break;
-        const bytes = new Uint8Array(carry.length + n);
-        bytes.set(carry);
-        bytes.set(chunk.subarray(0, n), carry.length);
-        let start = 0;
-        for (let end = bytes.indexOf(0x0a); end !== -1; end = bytes.indexOf(0x0a, start)) {
-          this.#add(
-            file,
-            base + start,
-            end + 1 - start,
-            parseLine(decoder.decode(bytes.subarray(start, end))),
-          );
-          start = end + 1;
-        }
-        base += start;
-        carry = bytes.slice(start);
+      if (fileIdentity(info) !== file.id) return false;
+      if (info.size > file.size) {
+        await eachLine(handle, file.size, info.size, (offset, length, line) => {
+          this.#add(file, offset, length, parseLine(line));
+        });
       }
+      return true;
     } finally {
       handle.close();
     }
   }
 
   /** Indexes one line if it is the next one of `file`; a line that is not an event only moves the size. */
-  #add(file: IndexedFile, offset: number, length: number, event: unknown): void {
+  #add(file: FileIndex, offset: number, length: number, event: unknown): void {
     if (offset !== file.size) return;
     file.size += length;
     if (typeof event !== "object" || event === null) return;
@@ -202,19 +227,14 @@ export class TraceReader {
     }
     const time = Date.parse(ts);
     if (userId === undefined || Number.isNaN(time)) return;
-    const key = `${userId}\u0000${session_id}`;
-    let bucket = file.buckets.get(key);
-    if (bucket === undefined) {
-      file.buckets.set(key, bucket = { offsets: [], lengths: [], times: [], runs: [] });
-    }
-    bucket.offsets.push(offset);
-    bucket.lengths.push(length);
-    bucket.times.push(time);
-    bucket.runs.push(run_id);
+    file.add(`${userId}\u0000${session_id}`, offset, length, time, run_id);
   }
 
-  /** The lines of up to `limit + 1` matching events from the cursor on, from the index alone. */
-  #select(query: TracePageQuery): Span[] {
+  /**
+   * The lines of up to `limit + 1` matching events from the cursor on, from the index alone; or the first
+   * dropped file on the way that may hold some (one with events after the session began).
+   */
+  #select(query: TracePageQuery): Span[] | FileIndex {
     const { runId, limit, cursor } = query;
     const since = Date.parse(query.since);
     const key = `${query.userId}\u0000${query.sessionId}`;
@@ -225,13 +245,14 @@ export class TraceReader {
     const spans: Span[] = [];
     for (let i = first; i < this.#chain.length && spans.length <= limit; i++) {
       const file = this.#chain[i];
-      const bucket = file.buckets.get(key);
-      if (bucket === undefined) continue;
-      for (let j = i === first ? lowerBound(bucket.offsets, from) : 0; j < bucket.offsets.length; j++) {
-        if (spans.length > limit) break;
-        if (!(bucket.times[j] >= since) || (runId !== null && bucket.runs[j] !== runId)) continue;
-        spans.push({ file, offset: bucket.offsets[j], length: bucket.lengths[j] });
-      }
+      if (!file.indexed && file.lastTime >= since) return file;
+      const lines = file.lines(key, {
+        from: i === first ? from : 0,
+        since,
+        runId,
+        max: limit + 1 - spans.length,
+      });
+      for (const { offset, length } of lines) spans.push({ file, offset, length });
     }
     return spans;
   }
@@ -261,27 +282,4 @@ export class TraceReader {
     }
     return events;
   }
-}
-
-async function readAt(handle: TraceFile, offset: number, length: number): Promise<Uint8Array> {
-  const bytes = new Uint8Array(length);
-  await handle.seek(offset, Deno.SeekMode.Start);
-  for (let read = 0; read < length;) {
-    const n = await handle.read(bytes.subarray(read));
-    if (n === null) throw new FileMoved();
-    read += n;
-  }
-  return bytes;
-}
-
-/** The first index whose value is at least `value` (the array is sorted). */
-function lowerBound(values: number[], value: number): number {
-  let low = 0;
-  let high = values.length;
-  while (low < high) {
-    const mid = (low + high) >> 1;
-    if (values[mid] < value) low = mid + 1;
-    else high = mid;
-  }
-  return low;
 }

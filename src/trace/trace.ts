@@ -81,6 +81,9 @@ export interface JsonlTracerOptions {
   warn?: (message: string) => void;
 }
 
+/** The tracer's buffer for encoding a line; a longer line gets its own array. */
+const SCRATCH_BYTES = 16 * 1024;
+
 /** How many rotated files are kept: `<path>.1` (newest) … `<path>.5`. */
 export const ROTATED_FILES = 5;
 
@@ -113,6 +116,8 @@ export class JsonlTracer {
   #identity = "";
   #failed = false;
   #encoder = new TextEncoder();
+  /** Lines are encoded into this one buffer: a fresh array per event was memory outside the JS heap. */
+  #scratch = new Uint8Array(SCRATCH_BYTES);
 
   constructor(path: string, options: JsonlTracerOptions = {}) {
     const { maxPayloadChars = 2000, secrets = [], maxBytes = 64 * 1024 * 1024, onAppend } = options;
@@ -139,7 +144,7 @@ export class JsonlTracer {
         ...clip(envelope, Number.POSITIVE_INFINITY, this.#secrets) as Record<string, unknown>,
         data: clip(data, this.#maxPayloadChars, this.#secrets),
       };
-      const bytes = this.#encoder.encode(JSON.stringify(clipped) + "\n");
+      const bytes = this.#encode(JSON.stringify(clipped) + "\n");
       const file = this.#fileFor(bytes.length);
       let written = 0;
       while (written < bytes.length) written += file.writeSync(bytes.subarray(written));
@@ -154,6 +159,13 @@ export class JsonlTracer {
           "the run goes on without a trace",
       );
     }
+  }
+
+  /** `text` as UTF-8, in the scratch buffer when it fits (valid until the next call). */
+  #encode(text: string): Uint8Array {
+    // A UTF-16 unit takes at most 3 bytes.
+    if (text.length * 3 > this.#scratch.length) return this.#encoder.encode(text);
+    return this.#scratch.subarray(0, this.#encoder.encodeInto(text, this.#scratch).written);
   }
 
   /** Closes the file. Later writes reopen it. */
