@@ -13,6 +13,8 @@ import type { RunEvent } from "../src/events.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { createLlmSummarizer, SUMMARY_PROMPT } from "../src/memory/summarizer.ts";
 import { createBuiltinTools } from "../src/tools/builtin.ts";
+import { evaluate } from "../src/tools/calculator.ts";
+import { SYSTEM_PROMPT } from "../src/agent/context.ts";
 import { JsonlTracer } from "../src/trace/trace.ts";
 import type { Message, ToolSchema } from "../src/types.ts";
 import { answer, completion } from "./_fake_provider.ts";
@@ -61,6 +63,8 @@ export function openBenchRuntime(dir: string, baseUrl: string, options: BenchRun
   };
   return {
     ...{ config, store, dbPath, tracePath, url: `${config.baseUrl}/chat/completions`, compactions },
+    /** The tool schemas the runtime offers the model. */
+    tools: tools.schemas(),
     takeRequests: () => {
       const taken = sent;
       sent = [];
@@ -88,6 +92,47 @@ export async function floorTurn(url: string, bodies: readonly string[]): Promise
       throw new Error(`The floor's request failed: HTTP ${response.status} ${JSON.stringify(json)}`);
     }
   }
+}
+
+/** E's state: the messages of its one session and what it sends with them. */
+interface PlainLoop {
+  url: string;
+  model: string;
+  tools: unknown[];
+  messages: Record<string, unknown>[];
+}
+
+/**
+ * E: an agent loop as one writes it by hand with `fetch` — the messages in an array (the last
+ * AGENT_MAX_RAW_TURNS turns), `JSON.stringify`, `json()`, the calculator run in place; no store, trace,
+ * events, limits, retries or compaction. The fair "plain fetch loop" to compare a runtime with.
+ */
+async function plainLoopTurn(loop: PlainLoop, question: string, keptTurns: number): Promise<void> {
+  loop.messages.push({ role: "user", content: question });
+  for (;;) {
+    const messages = [{ role: "system", content: SYSTEM_PROMPT }, ...loop.messages];
+    const body = JSON.stringify({ model: loop.model, messages, tools: loop.tools });
+    const response = await fetch(loop.url, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body,
+    });
+    const message = (await response.json()).choices[0].message;
+    loop.messages.push(message);
+    const calls: { id: string; function: { arguments: string } }[] = message.tool_calls ?? [];
+    if (calls.length === 0) break;
+    for (const call of calls) {
+      const { expression } = JSON.parse(call.function.arguments);
+      const content = JSON.stringify({
+        ok: true,
+        data: { expression, result: evaluate(expression) },
+        error: null,
+      });
+      loop.messages.push({ role: "tool", tool_call_id: call.id, content });
+    }
+  }
+  const starts = loop.messages.flatMap((m, i) => (m.role === "user" ? [i] : []));
+  if (starts.length > keptTurns) loop.messages.splice(0, starts[starts.length - keptTurns]);
 }
 
 /** The runtime's own token estimate of a body it sent: the budget is judged with compaction's ruler. */
@@ -172,10 +217,12 @@ export async function measureOverhead(options: { rounds?: number; turns?: number
   });
   for (const bodies of chat) await floorTurn(runtime.url, bodies);
 
-  const [a, b, c, d]: number[][][] = [[], [], [], []];
+  const [a, b, c, d, e]: number[][][] = [[], [], [], [], []];
+  const tools = runtime.tools.map((schema) => ({ type: "function", function: schema }));
+  const plainLoop = () => ({ url: runtime.url, model: runtime.config.model, tools, messages: [] });
   let summaryCalls = 0;
   for (let r = 0; r < rounds; r++) {
-    const [ra, rb, rc, rd]: number[][] = [[], [], [], []];
+    const [ra, rb, rc, rd, re]: number[][] = [[], [], [], [], []];
     for (let i = 0; i < turns; i++) {
       const { ms, sent } = await timedTurn(runtime, `round-${r}`, i);
       ra.push(ms);
@@ -187,14 +234,17 @@ export async function measureOverhead(options: { rounds?: number; turns?: number
     await volatile.idle();
     for (let i = 0; i < turns; i++) rb.push(await timed(() => floorTurn(runtime.url, chat[i])));
     for (let i = 0; i < turns; i++) rc.push(await timed(() => floorTurn(runtime.url, all[i])));
-    a.push(ra), b.push(rb), c.push(rc), d.push(rd);
+    const loop = plainLoop();
+    const kept = runtime.config.maxRawTurns;
+    for (let i = 0; i < turns; i++) re.push(await timed(() => plainLoopTurn(loop, turnMessage(i), kept)));
+    a.push(ra), b.push(rb), c.push(rc), d.push(rd), e.push(re);
   }
   const split = (rows: number[][]) => ({
     all: distribution(rows.flat()),
     plain: distribution(rows.flatMap((row) => row.filter((_, i) => !compacting[i]))),
     besideCompaction: distribution(rows.flatMap((row) => row.filter((_, i) => compacting[i]))),
   });
-  const [A, B, C, D] = [split(a), split(b), distribution(c.flat()), split(d)];
+  const [A, B, C, D, E] = [split(a), split(b), distribution(c.flat()), split(d), distribution(e.flat())];
   return {
     latencyMs,
     rounds,
@@ -203,7 +253,9 @@ export async function measureOverhead(options: { rounds?: number; turns?: number
     floor: B,
     floorWithSummaries: C,
     inMemory: D,
+    plainLoop: E,
     ratio: A.all.median / B.all.median,
+    plainLoopRatio: A.all.median / E.median,
     p95Ratio: A.all.p95 / B.all.p95,
     ratioWithSummaries: A.all.median / C.median,
     inMemoryRatio: D.all.median / B.all.median,

@@ -39,7 +39,8 @@ in the HTTP section after a fixed 50 ms.
    plain fetch loop replaying the very request bodies A sent, reading each reply with json() and nothing
    else — two loopback round trips. C is B also replaying the summary calls A chose to make. D is A
    persisting nothing (store in :memory:, no trace file): D against B is the runtime's work beyond the
-   writes. An unmeasured round records the bodies and warms every path; then each round runs A, D, B, C
+   writes. E is an agent loop written by hand with fetch (messages in an array, JSON.stringify, json(),
+   the calculator in place; no store, trace, events, limits or compaction): A/E is the price of the rest. An unmeasured round records the bodies and warms every path; then each round runs A, D, B, C
    over the same turns, A and D on a fresh session, so drift hits all four alike. Ratios are of medians
    from the same run. Past AGENT_MAX_RAW_TURNS + AGENT_COMPACT_BATCH turns a compaction folds the batch
    into the summary after the answer, in the background: "besideCompaction" are the turns it ran beside,
@@ -169,7 +170,7 @@ export async function runBench(
 
 const LABELS: Record<string, string> = {
   overhead:
-    "1. Per-turn overhead, ms (A runtime = runtime, B floor = floor, C = floorWithSummaries, D = inMemory)",
+    "1. Per-turn overhead, ms (A = runtime, B = floor, C = floorWithSummaries, D = inMemory, E = plainLoop)",
   overheadAtLatency: "1. Per-turn overhead at the model latency of --latency-ms, ms (as above)",
   work: "1b. The runtime's own work, µs per turn (model in-process, its own time taken out)",
   growth: "2. Growth of one long session (ms per turn, bytes, estimated tokens)",

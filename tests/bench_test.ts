@@ -63,6 +63,8 @@ Deno.test("measureOverhead() times runtime and floor turns and gives a positive,
   assertPositiveFinite(result.inMemoryRatio, "inMemoryRatio");
   assert.equal(result.inMemory.plain.count, 3);
   assert.equal(result.floorWithSummaries.count, 3);
+  assert.equal(result.plainLoop.count, 3);
+  assertPositiveFinite(result.plainLoopRatio, "plainLoopRatio");
   assertPositiveFinite(result.runtime.all.median, "runtime median");
   assertPositiveFinite(result.floor.all.median, "floor median");
   assertPositiveFinite(result.ratio, "ratio");
