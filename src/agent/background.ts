@@ -1,6 +1,7 @@
 /**
- * Compactions that run after a turn's answer, off the turn's path: at most one per session at a time, their
- * events sent to the trace, and a shutdown that waits for them (abandoning them after a grace period).
+ * Compactions that run after a turn's answer, off the turn's path: at most one per session at a time (across
+ * processes too, when they run under the session's lease), their events sent to the trace, and a shutdown that
+ * waits for them (abandoning them after a grace period).
  * @module
  */
 import { delay } from "../abort.ts";
