@@ -157,11 +157,30 @@ Deno.test("SessionLeases.hold() releases the lease when the work throws, and rej
   }
 });
 
+Deno.test("SessionLeases.hold() steps aside after fairShareMs of back-to-back works, so a waiting process gets in", async () => {
+  const store = new SqliteStore(":memory:");
+  try {
+    const a = new SessionLeases(store, { owner: "a", fairShareMs: 100, ...fast });
+    const b = new SessionLeases(store, { owner: "b", fairShareMs: 100, ...fast });
+    const done = { a: 0, b: 0 };
+    const until = Date.now() + 600;
+    // Each process has a queue of works on the session that never empties, as a busy server would.
+    const busy = async (leases: SessionLeases, name: "a" | "b") => {
+      while (Date.now() < until) await leases.hold(keyOf("s"), () => sleep(5).then(() => void done[name]++));
+    };
+    await Promise.all([busy(a, "a"), busy(b, "b")]);
+    assert.ok(done.a > 10 && done.b > 10, `works done: ${JSON.stringify(done)}`);
+  } finally {
+    await store.close();
+  }
+});
+
 Deno.test("SessionLeases rejects durations that cannot work", () => {
   const store = new SqliteStore(":memory:");
   try {
     assert.throws(() => new SessionLeases(store, { ttlMs: 0 }), RangeError);
     assert.throws(() => new SessionLeases(store, { minPollMs: 100, maxPollMs: 10 }), RangeError);
+    assert.throws(() => new SessionLeases(store, { fairShareMs: -1 }), RangeError);
   } finally {
     store.close();
   }

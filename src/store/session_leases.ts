@@ -14,10 +14,15 @@ export interface SessionLeasesOptions {
   ttlMs?: number;
   /** This process's id in the lease table; each acquisition adds a number to it. @default {processOwner()} */
   owner?: string;
-  /** First pause between tries for a busy lease, in milliseconds; it doubles up to `maxPollMs`. @default {50} */
+  /** First pause between tries for a busy lease, in milliseconds; it doubles up to `maxPollMs`. @default {25} */
   minPollMs?: number;
-  /** Longest pause between tries for a busy lease, in milliseconds. @default {500} */
+  /** Longest pause between tries for a busy lease, in milliseconds. @default {100} */
   maxPollMs?: number;
+  /**
+   * Longest time this process keeps a session through back-to-back works before it pauses to let a waiting
+   * process in (a waiter cannot make itself known, so the holder steps aside now and then). @default {2000}
+   */
+  fairShareMs?: number;
 }
 
 /** Options of {@linkcode SessionLeases.hold}. */
@@ -45,6 +50,8 @@ interface Held {
   waiting: boolean;
   /** This process's estimate of the expiry (its own clock), for a renewal that fails to reach the store. */
   expiresAt: number;
+  /** Since when this process has held the session through back-to-back works. */
+  streakStart: number;
   timer?: ReturnType<typeof setTimeout>;
 }
 
@@ -72,14 +79,18 @@ export class SessionLeases {
   readonly #minPollMs: number;
   readonly #maxPollMs: number;
   readonly #held = new Map<string, Held>();
+  readonly #fairShareMs: number;
   /** Releases under way, by session: a new acquisition waits for the last one's. */
   readonly #releasing = new Map<string, Promise<void>>();
+  /** Sessions released lately: when, and since when they had been held back to back. */
+  readonly #released = new Map<string, { at: number; streakStart: number }>();
   #acquisitions = 0;
 
   /** @throws {RangeError} when a duration is not a finite number > 0, or the polls are out of order. */
   constructor(store: LeaseStore, options: SessionLeasesOptions = {}) {
-    const { ttlMs = 30_000, owner = processOwner(), minPollMs = 50, maxPollMs = 500 } = options;
-    for (const [name, value] of Object.entries({ ttlMs, minPollMs, maxPollMs })) {
+    const { ttlMs = 30_000, owner = processOwner(), minPollMs = 25, maxPollMs = 100 } = options;
+    const { fairShareMs = 2000 } = options;
+    for (const [name, value] of Object.entries({ ttlMs, minPollMs, maxPollMs, fairShareMs })) {
       if (!(value > 0) || !Number.isFinite(value)) {
         throw new RangeError(
           `Cannot create SessionLeases: ${name} must be a finite number > 0, got ${value}`,
@@ -96,6 +107,7 @@ export class SessionLeases {
     this.#owner = owner;
     this.#minPollMs = minPollMs;
     this.#maxPollMs = maxPollMs;
+    this.#fairShareMs = fairShareMs;
   }
 
   /** How long a lease lasts unless renewed, in milliseconds. */
@@ -153,9 +165,11 @@ export class SessionLeases {
       stop: new AbortController(),
       waiting: false,
       expiresAt: 0,
+      streakStart: 0,
     };
     held.taken = (async () => {
       await this.#releasing.get(name);
+      await this.#stepAside(name, held);
       let pause = this.#minPollMs;
       for (;;) {
         const started = Date.now();
@@ -175,6 +189,24 @@ export class SessionLeases {
     // Awaited by every work; this only keeps a give-up nobody waits for from being reported as unhandled.
     held.taken.catch(() => {});
     return held;
+  }
+
+  /**
+   * Taken again right after a release, the session stays this process's: after `fairShareMs` of that, wait
+   * long enough for every waiting process to try once (a jittered poll is at most 1.25 × `maxPollMs`).
+   */
+  async #stepAside(name: string, held: Held): Promise<void> {
+    const released = this.#released.get(name);
+    this.#released.delete(name);
+    const now = Date.now();
+    held.streakStart = now;
+    if (released === undefined || now - released.at > this.#maxPollMs) return;
+    if (now - released.streakStart < this.#fairShareMs) {
+      held.streakStart = released.streakStart;
+      return;
+    }
+    await delay(this.#maxPollMs * 1.25 + this.#minPollMs, held.stop.signal);
+    held.streakStart = Date.now();
   }
 
   #renewLater(name: string, held: Held): void {
@@ -208,11 +240,23 @@ export class SessionLeases {
       const taken = await held.taken.then(() => true, () => false);
       clearTimeout(held.timer);
       // A failed release is not an error of the work: the lease expires by itself.
-      if (taken && !lost) await this.#store.releaseLease(held.key, held.owner).catch(() => {});
+      if (!taken || lost) return;
+      await this.#store.releaseLease(held.key, held.owner).catch(() => {});
+      this.#remember(name, held.streakStart);
     })();
     this.#releasing.set(name, release);
     return release.finally(() => {
       if (this.#releasing.get(name) === release) this.#releasing.delete(name);
     });
+  }
+
+  #remember(name: string, streakStart: number): void {
+    const at = Date.now();
+    this.#released.set(name, { at, streakStart });
+    // Only the last moments matter: older entries go once there are many.
+    if (this.#released.size <= 256) return;
+    for (const [other, released] of this.#released) {
+      if (at - released.at > this.#maxPollMs) this.#released.delete(other);
+    }
   }
 }
