@@ -65,6 +65,7 @@ for (const backend of BACKENDS) {
       assert.ok(await lost instanceof TypeError, "the killed replica's client saw the connection drop");
       const response = await post(survivor.url, "what is my name?");
       const waited = Date.now() - killedAt;
+      console.log(`the survivor answered the killed replica's session ${waited} ms after the kill`);
       const body = await response.json();
       assert.equal(response.status, 200, JSON.stringify(body));
       assert.equal(body.turn, 2, "after the killed turn's stored question");
