@@ -15,7 +15,10 @@ export interface ReplicaBackend {
   env(dir: string): Record<string, string>;
   /** The store on that database, to read back what the replicas wrote; the caller closes it. */
   open(dir: string): SessionStore;
-  /** What a crash must never break in the database and the trace (see `checkCrashInvariants`). */
+  /**
+   * What a crash must never break in the database and the trace: `checkCrashInvariants` for SQLite; another
+   * store can use `checkSessionInvariants` (on the sessions the test used) and `checkTraceInvariants`.
+   */
   invariants(dir: string, tracePath: string): Promise<string[]>;
 }
 
