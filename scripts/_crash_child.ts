@@ -43,6 +43,8 @@ export function spawnChat(run: Run, stream: boolean): Chat {
     AGENT_COMPACT_BATCH: "0",
     AGENT_STREAM: stream ? "1" : "0",
     LLM_RETRIES: "0",
+    // A killed chat keeps its session's lease until it expires: the next one waits a second, not thirty.
+    AGENT_SESSION_LEASE_SECONDS: "1",
     NO_COLOR: "1",
   };
   for (const name of ["PATH", "HOME", "DENO_DIR"]) {

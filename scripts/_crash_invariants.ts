@@ -3,7 +3,7 @@ import { existsSync } from "node:fs";
 import { DatabaseSync } from "node:sqlite";
 import { MAX_SUMMARY_ITEMS, parseSummary, SUMMARY_FIELDS } from "../src/memory/summary.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
-import type { SessionKey } from "../src/store/store.ts";
+import type { SessionKey, SessionStore } from "../src/store/store.ts";
 import { readTrace } from "../src/trace/trace.ts";
 import { RUN_EVENT_NAMES } from "../src/events.ts";
 import { type StoredMessage } from "../src/types.ts";
@@ -115,29 +115,54 @@ async function checkDatabase(path: string, out: string[]): Promise<void> {
     return;
   }
   try {
-    for (const key of sessionKeys) {
-      const id = key.sessionId;
-      const session = (await store.get(key))!;
-      let messages: StoredMessage[];
-      try {
-        messages = await store.messages(key);
-      } catch (error) {
-        out.push(`session ${id}: cannot read its messages: ${(error as Error).message}`);
-        continue;
-      }
-      checkToolPairs(id, messages, out);
-      checkSummary(id, session.summary, out);
-      const users = messages.filter((m) => m.role === "user").length;
-      if (session.turnCount !== session.compactedTurns + users) {
-        out.push(
-          `session ${id}: turn_count ${session.turnCount} != compacted_turns ${session.compactedTurns} + ` +
-            `${users} stored user messages`,
-        );
-      }
-    }
+    out.push(...await checkSessionInvariants(store, sessionKeys));
   } finally {
     await store.close();
   }
+}
+
+/**
+ * The per-session crash invariants on any store, for the sessions of `keys`: every tool call answered by
+ * exactly one tool message right after it, a valid summary, `turn_count = compacted_turns + stored user
+ * messages`. One message per violation.
+ */
+export async function checkSessionInvariants(
+  store: SessionStore,
+  keys: readonly SessionKey[],
+): Promise<string[]> {
+  const out: string[] = [];
+  for (const key of keys) {
+    const id = key.sessionId;
+    const session = await store.get(key);
+    if (session === null) {
+      out.push(`session ${id}: not stored`);
+      continue;
+    }
+    let messages: StoredMessage[];
+    try {
+      messages = await store.messages(key);
+    } catch (error) {
+      out.push(`session ${id}: cannot read its messages: ${(error as Error).message}`);
+      continue;
+    }
+    checkToolPairs(id, messages, out);
+    checkSummary(id, session.summary, out);
+    const users = messages.filter((m) => m.role === "user").length;
+    if (session.turnCount !== session.compactedTurns + users) {
+      out.push(
+        `session ${id}: turn_count ${session.turnCount} != compacted_turns ${session.compactedTurns} + ` +
+          `${users} stored user messages`,
+      );
+    }
+  }
+  return out;
+}
+
+/** The trace's crash invariants (see {@linkcode checkCrashInvariants}), one message per violation. */
+export function checkTraceInvariants(path: string): string[] {
+  const out: string[] = [];
+  checkTraceFile(path, out);
+  return out;
 }
 
 function checkTraceFile(path: string, out: string[]): void {

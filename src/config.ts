@@ -45,6 +45,8 @@ export interface Config {
   mcpConfig: string;
   /** Deadline of an MCP server's start and tool listing, and of each MCP tool call. */
   mcpTimeoutSeconds: number;
+  /** How long a session's lease lasts unless renewed: how soon another process continues after a crash. */
+  sessionLeaseSeconds: number;
 }
 
 /** One `token:user_id` pair of AGENT_API_TOKENS. */
@@ -197,6 +199,12 @@ export const SETTINGS: Readonly<Record<string, Setting>> = {
     "nonnegative",
     "10",
     "serve: how long running turns may finish on SIGINT/SIGTERM",
+  ),
+  AGENT_SESSION_LEASE_SECONDS: setting(
+    "sessionLeaseSeconds",
+    "positive",
+    "30",
+    "a session's lease (one process at a time runs its turns), renewed while they run; a crashed holder's expires after it",
   ),
 };
 

@@ -72,6 +72,20 @@ export class SessionError extends Error {
   }
 }
 
+/**
+ * This process lost a session's lease while working on it: it could not renew it in time and another process
+ * may have taken it. The work is aborted with this reason, so it takes back what it stored.
+ */
+export class LeaseLostError extends Error {
+  override name = "LeaseLostError";
+  readonly sessionId: string;
+
+  constructor(sessionId: string, options?: { cause?: unknown }) {
+    super(`lost the lease of session "${sessionId}" to another process`, options);
+    this.sessionId = sessionId;
+  }
+}
+
 /** What an error says, without the "Error: " a stack would add; anything thrown that is not an error, as text. */
 export function errorMessage(error: unknown): string {
   return error instanceof Error ? error.message : String(error);

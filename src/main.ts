@@ -25,6 +25,7 @@ import type { Agent } from "./agent/loop.ts";
 import { BackgroundCompactions } from "./agent/background.ts";
 import { listenNetHost, missingPermissions, readEnvironment, TERMINAL_VARIABLES } from "./permissions.ts";
 import { SqliteStore } from "./store/sqlite.ts";
+import { SessionLeases } from "./store/session_leases.ts";
 import { enableTelemetry, TELEMETRY_VARIABLES } from "./telemetry.ts";
 import { type SessionKey, type SessionStore, validateId } from "./store/store.ts";
 import { createLlmSummarizer } from "./memory/summarizer.ts";
@@ -53,6 +54,8 @@ interface Runtime {
   toolsFor(store: SessionStore): ToolRegistry;
   /** The MCP servers started from AGENT_MCP_CONFIG, if any. */
   mcp: McpTools | null;
+  /** The session leases every turn, delete and compaction on the database runs under. */
+  leases: SessionLeases;
   /** Waits for background compactions (abandoning them after the shutdown grace), then closes the files. */
   close(): Promise<void>;
 }
@@ -111,13 +114,15 @@ async function openRuntime(config: Readonly<Config>): Promise<Runtime> {
   const llm = createLlmFromConfig(config, { stream: config.stream });
   const { mcp, approval } = tools;
   const toolsFor = builtinToolsFor({ sources: mcp ? [mcp] : [] });
-  const compactions = new BackgroundCompactions((event) => tracer.write(event));
+  const leases = new SessionLeases(store, { ttlMs: config.sessionLeaseSeconds * 1000 });
+  const compactions = new BackgroundCompactions((event) => tracer.write(event), { leases });
   return {
     store,
     tracer,
     traceReader,
     toolsFor,
     mcp,
+    leases,
     agent: {
       store,
       llm,
@@ -179,6 +184,7 @@ async function chat(config: Readonly<Config>, key: SessionKey, options: ChatChoi
       output: process.stdout,
       status: process.stderr,
       interactive,
+      leases: runtime.leases,
       history: interactive ? new FileHistory(resolve(config.historyPath), { onError }) : undefined,
       model: config.model,
       setModel: (model) => {
@@ -222,6 +228,7 @@ async function serve(config: Readonly<Config>): Promise<number> {
         emit: (event) => runtime.tracer.write(event),
         authenticator: new Authenticator(config.apiTokens),
         queue: new SessionQueue({ maxWaiting: MAX_QUEUED_TURNS }),
+        leases: runtime.leases,
         maxBodyBytes: config.maxBodyBytes,
         tracePath: config.tracePath,
         traceReader: runtime.traceReader,

@@ -4,7 +4,7 @@ import { DatabaseSync } from "node:sqlite";
 import { resumeTurn, runTurn } from "../src/agent/loop.ts";
 import { decide, parseApprovalPolicy } from "../src/approval/policy.ts";
 import { SessionError } from "../src/errors.ts";
-import { SqliteStore } from "../src/store/sqlite.ts";
+import { SCHEMA_VERSION, SqliteStore } from "../src/store/sqlite.ts";
 import { checkCrashInvariants } from "../scripts/_crash_invariants.ts";
 import { harness, keyOf, tempDir } from "./_harness.ts";
 
@@ -157,7 +157,7 @@ Deno.test("while a turn awaits approval, a new message or a retry is refused, an
   assert.equal(await h.store.pendingStep(keyOf("s")), null, "the pending step goes with its session");
 });
 
-Deno.test("SqliteStore migrates a version-2 database to version 3 keeping every row", async () => {
+Deno.test("SqliteStore migrates a version-2 database to the current version keeping every row", async () => {
   using dir = tempDir();
   const path = `${dir.path}/s.db`;
   using h = harness([{ content: "hi" }], { store: new SqliteStore(path) });
@@ -165,7 +165,7 @@ Deno.test("SqliteStore migrates a version-2 database to version 3 keeping every 
   await h.store.addTodo(keyOf("s"), "keep me");
   await h.store.close();
   const db = new DatabaseSync(path);
-  db.exec("DROP TABLE pending_steps; PRAGMA user_version = 2;");
+  db.exec("DROP TABLE pending_steps; DROP TABLE session_leases; PRAGMA user_version = 2;");
   db.close();
 
   const store = new SqliteStore(path);
@@ -178,7 +178,10 @@ Deno.test("SqliteStore migrates a version-2 database to version 3 keeping every 
     await store.close();
   }
   const raw = new DatabaseSync(path);
-  assert.equal((raw.prepare("PRAGMA user_version").get() as { user_version: number }).user_version, 3);
+  assert.equal(
+    (raw.prepare("PRAGMA user_version").get() as { user_version: number }).user_version,
+    SCHEMA_VERSION,
+  );
   raw.close();
   assert.deepEqual(await checkCrashInvariants(path, `${dir.path}/none.jsonl`), []);
 });

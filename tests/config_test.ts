@@ -31,6 +31,7 @@ Deno.test("loadConfig() gives every documented default for an empty environment"
     maxToolCallsPerStep: 16,
     mcpConfig: "mcp.json",
     mcpTimeoutSeconds: 10,
+    sessionLeaseSeconds: 30,
     traceMaxBytes: 67108864,
   });
   assert.ok(Object.isFrozen(config));

@@ -1,7 +1,10 @@
-/** Schema version 3 (sessions keyed by user and id, pending steps): a new database, and a real version-1 one migrated. */
+/**
+ * The current schema (sessions keyed by user and id, pending steps, session leases): a new database, and a real
+ * version-1 one migrated.
+ */
 import assert from "node:assert/strict";
 import { DatabaseSync } from "node:sqlite";
-import { SqliteStore } from "../src/store/sqlite.ts";
+import { SCHEMA_VERSION, SqliteStore } from "../src/store/sqlite.ts";
 import { keyOf, tempDir } from "./_harness.ts";
 import { SCHEMA_V1, SCHEMA_V1_OLD_INDEX } from "./fixtures/store_v1_schema.ts";
 
@@ -55,11 +58,11 @@ function writeV1(path: string, schema: string): void {
   db.close();
 }
 
-Deno.test("SqliteStore creates schema version 3 on a new database, sessions keyed by (user_id, id)", () => {
+Deno.test("SqliteStore creates the current schema on a new database, sessions keyed by (user_id, id)", () => {
   using dir = tempDir();
   const path = `${dir.path}/s.db`;
   new SqliteStore(path).close();
-  assert.equal(userVersion(path), 3);
+  assert.equal(userVersion(path), SCHEMA_VERSION);
   const db = new DatabaseSync(path);
   try {
     const key = (table: string) =>
@@ -87,7 +90,7 @@ for (
     SCHEMA_V1_OLD_INDEX,
   ]]
 ) {
-  Deno.test(`SqliteStore migrates a ${what} database to version 3 keeping every row; reopening is a no-op`, async () => {
+  Deno.test(`SqliteStore migrates a ${what} database to the current version keeping every row; reopening is a no-op`, async () => {
     using dir = tempDir();
     const path = `${dir.path}/s.db`;
     writeV1(path, schema);
@@ -150,7 +153,7 @@ for (
       await store.close();
     }
 
-    assert.equal(userVersion(path), 3);
+    assert.equal(userVersion(path), SCHEMA_VERSION);
     const migrated = schemaOf(path);
     assert.ok(
       !migrated.some((line) => /_v1|sessions_by_user|sessions_of_user/.test(line)),
@@ -175,7 +178,7 @@ for (
       await again.close();
     }
     assert.deepEqual(schemaOf(path), migrated, "reopening changes nothing");
-    assert.equal(userVersion(path), 3);
+    assert.equal(userVersion(path), SCHEMA_VERSION);
   });
 }
 
@@ -192,7 +195,7 @@ Deno.test("SqliteStore refuses to migrate a version-1 database with a message of
   const before = schemaOf(path);
   assert.throws(
     () => new SqliteStore(path),
-    /Cannot migrate the session database to version 3: 1 of 6 messages/,
+    new RegExp(`Cannot migrate the session database to version ${SCHEMA_VERSION}: 1 of 6 messages`),
   );
   assert.equal(userVersion(path), 1);
   assert.deepEqual(schemaOf(path), before, "the transaction rolled back");

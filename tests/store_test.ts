@@ -19,7 +19,14 @@ Deno.test("SqliteStore creates the schema with WAL and records its version", () 
   );
   const tables = db.prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").all()
     .map((r) => r.name);
-  assert.deepEqual(tables, ["messages", "pending_steps", "sessions", "sqlite_sequence", "todos"]);
+  assert.deepEqual(tables, [
+    "messages",
+    "pending_steps",
+    "session_leases",
+    "sessions",
+    "sqlite_sequence",
+    "todos",
+  ]);
   db.close();
 });
 

@@ -1,25 +1,38 @@
 /**
- * Compactions that run after a turn's answer, off the turn's path: at most one per session at a time, their
- * events sent to the trace, and a shutdown that waits for them (abandoning them after a grace period).
+ * Compactions that run after a turn's answer, off the turn's path: at most one per session at a time (across
+ * processes too, when they run under the session's lease), their events sent to the trace, and a shutdown that
+ * waits for them (abandoning them after a grace period).
  * @module
  */
 import { delay } from "../abort.ts";
 import type { EventSink } from "../events.ts";
+import type { SessionLeases } from "../store/session_leases.ts";
 import type { SessionKey } from "../store/store.ts";
 
 /** One background compaction: given where to report and what stops it; it must not reject. */
 export type BackgroundJob = (emit: EventSink, signal: AbortSignal) => Promise<void>;
 
+/** Options of {@linkcode BackgroundCompactions}. */
+export interface BackgroundCompactionsOptions {
+  /**
+   * The session leases a compaction runs under: started by a turn, it keeps the turn's lease until it ends,
+   * so no other process's turn or compaction runs on the session meanwhile. @default {undefined} (none)
+   */
+  leases?: Pick<SessionLeases, "hold">;
+}
+
 /** Runs each session's background compaction; `src/main.ts` closes it before the store. */
 export class BackgroundCompactions {
   readonly #emit: EventSink;
+  readonly #leases: Pick<SessionLeases, "hold"> | undefined;
   readonly #running = new Map<string, Promise<void>>();
   readonly #stop = new AbortController();
   #closed = false;
 
   /** `emit` receives the jobs' events: the trace, never a live view (the prompt may be back by then). */
-  constructor(emit: EventSink) {
+  constructor(emit: EventSink, options: BackgroundCompactionsOptions = {}) {
     this.#emit = emit;
+    this.#leases = options.leases;
   }
 
   /**
@@ -31,10 +44,14 @@ export class BackgroundCompactions {
     const id = `${key.userId}\u0000${key.sessionId}`;
     if (this.#closed || this.#running.has(id)) return false;
     const signal = this.#stop.signal;
-    const run = delay(0)
-      .then(() => job(this.#emit, signal))
-      // A job reports its own failures as events; a rejection here is a bug, and must not end the process.
-      .catch((error) => console.error(`background compaction failed: ${error}`))
+    const work = (stop: AbortSignal) => delay(0).then(() => job(this.#emit, stop));
+    // Taken now, while the turn that starts it still holds the lease: the compaction keeps it.
+    const run = (this.#leases === undefined ? work(signal) : this.#leases.hold(key, work, { signal }))
+      // A job reports its own failures as events; a rejection here is a bug or a store that cannot take the
+      // lease, and must not end the process. Stopped while waiting for the lease, it has nothing to say.
+      .catch((error) => {
+        if (!signal.aborted) console.error(`background compaction failed: ${error}`);
+      })
       .finally(() => this.#running.delete(id));
     this.#running.set(id, run);
     return true;

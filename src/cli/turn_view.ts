@@ -4,7 +4,7 @@
  * @module
  */
 import type { Writable } from "node:stream";
-import { SessionError } from "../errors.ts";
+import { LeaseLostError, SessionError } from "../errors.ts";
 import {
   type Agent,
   type ResumeInput,
@@ -14,6 +14,8 @@ import {
   type TurnInput,
 } from "../agent/loop.ts";
 import type { RunEvent } from "../events.ts";
+import type { SessionLeases } from "../store/session_leases.ts";
+import type { SessionKey } from "../store/store.ts";
 import type { TurnResult } from "../types.ts";
 import { type MarkdownStream, markdownStream, renderMarkdown } from "./markdown.ts";
 import { renderEvent, statsLine, type Style } from "./render.ts";
@@ -66,6 +68,11 @@ export interface TurnViewOptions {
    * @default {80}
    */
   columns?: number;
+  /**
+   * The session leases each turn runs under, so a turn never interleaves with another process's on the same
+   * session; while the lease is busy the status says so. @default {undefined} (no lease)
+   */
+  leases?: SessionLeases;
 }
 
 /** Runs turns and shows them. */
@@ -94,7 +101,7 @@ export class TurnView {
     signal: AbortSignal,
     allowed?: ReadonlySet<string>,
   ): Promise<TurnResult | null> {
-    return this.#run((run) => runTurn(input, agent, { ...run, allowed }), signal);
+    return this.#run(input, (run) => runTurn(input, agent, { ...run, allowed }), signal);
   }
 
   /** Resumes the session's turn that waits for approval, with the user's decisions, and shows it. */
@@ -104,24 +111,36 @@ export class TurnView {
     signal: AbortSignal,
     allowed?: ReadonlySet<string>,
   ): Promise<TurnResult | null> {
-    return this.#run((run) => resumeTurn(input, agent, { ...run, allowed }), signal);
+    return this.#run(input, (run) => resumeTurn(input, agent, { ...run, allowed }), signal);
   }
 
   async #run(
+    key: SessionKey,
     start: (run: RunOptions) => Promise<TurnResult>,
     signal: AbortSignal,
   ): Promise<TurnResult | null> {
-    const { output, interactive, style, columns } = this.#options;
+    const { output, status, interactive, style, columns, leases } = this.#options;
     if (interactive) this.#thinking.start();
     this.#modelCalls = 0;
     const started = performance.now();
     let result: TurnResult;
-    try {
-      result = await start({
+    let lost: LeaseLostError | null = null;
+    const work = async (held: AbortSignal) => {
+      const result = await start({
         emit: (event) => this.#show(event),
-        signal,
+        signal: held,
         onDelta: (text) => this.#delta(text),
       });
+      if (held.reason instanceof LeaseLostError) lost = held.reason;
+      return result;
+    };
+    const onWait = () => {
+      this.#thinking.stop();
+      status.write(`${style.dim(`waiting for session ${key.sessionId}, busy in another process…`)}\n`);
+      if (interactive) this.#thinking.start();
+    };
+    try {
+      result = await (leases === undefined ? work(signal) : leases.hold(key, work, { signal, onWait }));
     } catch (error) {
       // Nothing to retry is an answer to the command, not a failure of the REPL.
       const said = ["nothing_to_retry", "approval_pending", "no_pending_approval"];
@@ -134,8 +153,9 @@ export class TurnView {
     const shown = this.#streaming && result.outcome === "answered";
     this.#endStreamLine();
     // A streamed answer is already on screen, as it arrived; anything else is printed whole.
-    if (interactive && result.outcome === "aborted") output.write(`${style.dim("cancelled")}\n`);
-    else if (!shown && !interactive) output.write(`${result.answer}\n`);
+    if (interactive && result.outcome === "aborted") {
+      output.write(`${style.dim(lost === null ? "cancelled" : `cancelled: ${(lost as Error).message}`)}\n`);
+    } else if (!shown && !interactive) output.write(`${result.answer}\n`);
     else if (!shown) {
       output.write(`${style.bold("agent>")} ${renderMarkdown(result.answer, style, { columns })}\n`);
     }

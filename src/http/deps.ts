@@ -2,6 +2,7 @@
 import type { Agent } from "../agent/loop.ts";
 import type { TraceReader } from "../trace/reader.ts";
 import type { EventSink } from "../events.ts";
+import type { SessionLeases } from "../store/session_leases.ts";
 import type { SessionStore } from "../store/store.ts";
 import type { ToolRegistry } from "../tools/registry.ts";
 import type { Authenticator } from "./auth.ts";
@@ -20,6 +21,11 @@ export interface HandlerDeps {
   emit: EventSink;
   authenticator: Authenticator;
   queue: SessionQueue;
+  /**
+   * The session leases every write of a session's turn (and a delete) runs under, so two servers on one
+   * database never interleave a session. @default {undefined} (none: this process alone uses the database)
+   */
+  leases?: SessionLeases;
   maxBodyBytes: number;
   /** The JSONL trace file the trace route reads (with its rotated files). */
   tracePath: string;

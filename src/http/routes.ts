@@ -12,7 +12,7 @@ import { OPENAPI } from "./openapi.ts";
 import { handleChatCompletion } from "./openai_route.ts";
 import { AGENT_MODEL, modelList, modelNotFound, modelObject, openaiErrorResponse } from "./openai_shape.ts";
 import { handleTrace } from "./trace_route.ts";
-import { handleTurn, queueKey } from "./turn_route.ts";
+import { handleTurn, queueKey, underLease } from "./turn_route.ts";
 import { handleApproval } from "./approval_route.ts";
 import { approvalCalls } from "../agent/approval.ts";
 import { handleIndex, handleWebFile } from "./web_route.ts";
@@ -96,8 +96,11 @@ export function createRoutes(deps: HandlerDeps): Route[] {
     }),
     route("DELETE", "/v1/sessions/{id}", async (request, params) => {
       const key = keyOf(await own(request, params.id));
-      // Through the session's queue, so a delete never lands in the middle of a running turn.
-      await deps.queue.run(queueKey(key), () => store.deleteSession(key), { signal: request.signal });
+      // Through the session's queue and lease, so a delete never lands in the middle of a running turn,
+      // this server's or another's.
+      await deps.queue.run(queueKey(key), () => {
+        return underLease(key, deps, request.signal, () => store.deleteSession(key));
+      }, { signal: request.signal });
       return new Response(null, { status: 204 });
     }),
     route("POST", "/v1/sessions/{id}/messages", (request, params) => {

@@ -7,6 +7,7 @@
 import { type Agent, type RunOptions, runTurn, type TurnInput } from "../agent/loop.ts";
 import { nothingToRetry, unansweredMessage, usageData } from "../agent/agent.ts";
 import { approvalPending } from "../agent/approval.ts";
+import { LeaseLostError } from "../errors.ts";
 import type { SessionKey } from "../store/store.ts";
 import type { EventSink } from "../events.ts";
 import type { TurnResult } from "../types.ts";
@@ -36,21 +37,68 @@ export function queueTurn(
   deps: HandlerDeps,
   agent: Agent = deps.agent,
 ): QueuedTurn {
-  return queueRun(request, input, deps, (run) => runTurn(input, agent, run));
+  // A private store's session is this request's alone: it needs no lease.
+  const leased = agent.store === deps.agent.store;
+  return queueRun(request, input, deps, (run) => runTurn(input, agent, run), { leased });
 }
 
-/** `start` (a turn or its resumption on `key`) ready to run as {@linkcode queueTurn} runs a turn. */
+/** Options of {@linkcode queueRun}. */
+export interface QueueRunOptions {
+  /** Run under the session's lease (when the server has leases). @default {true} */
+  leased?: boolean;
+}
+
+/**
+ * `start` (a turn or its resumption on `key`) ready to run as {@linkcode queueTurn} runs a turn: first in
+ * the session's queue, then under its lease. A turn aborted because the lease was lost is a 503.
+ */
 export function queueRun(
   request: Request,
   key: SessionKey,
   deps: HandlerDeps,
   start: (run: RunOptions) => Promise<TurnResult>,
+  options: QueueRunOptions = {},
 ): QueuedTurn {
+  const { leased = true } = options;
   const queued = queueKey(key);
   const full = deps.queue.rejection(queued);
   if (full !== null) throw full;
   const signal = AbortSignal.any([request.signal, deps.shutdownSignal]);
-  return (emit, onDelta) => deps.queue.run(queued, () => start({ emit, signal, onDelta }), { signal });
+  return (emit, onDelta) => {
+    const work = async (held: AbortSignal) => {
+      const result = await start({ emit, signal: held, onDelta });
+      if (result.outcome === "aborted" && held.reason instanceof LeaseLostError) {
+        throw leaseLost(key.sessionId, result.runId, held.reason);
+      }
+      return result;
+    };
+    const task = () => leased ? underLease(key, deps, signal, work) : work(signal);
+    return deps.queue.run(queued, task, { signal });
+  };
+}
+
+/**
+ * Runs `work` under the session's lease when the server has leases (waiting while another process holds it),
+ * else at once; its signal is `signal`, aborted too if the lease is lost.
+ */
+export function underLease<T>(
+  key: SessionKey,
+  deps: HandlerDeps,
+  signal: AbortSignal,
+  work: (signal: AbortSignal) => Promise<T>,
+): Promise<T> {
+  return deps.leases === undefined ? work(signal) : deps.leases.hold(key, work, { signal });
+}
+
+/** The 503 of a turn aborted because its server lost the session's lease: nothing of it was kept. */
+function leaseLost(sessionId: string, runId: string, cause: LeaseLostError): HttpError {
+  const message = `Cannot finish the turn: this server lost the lease of session "${sessionId}" ` +
+    "(it stalled past AGENT_SESSION_LEASE_SECONDS); nothing of the turn was kept, send it again";
+  return new HttpError(503, "session_lease_lost", message, {
+    details: { run_id: runId },
+    headers: { "Retry-After": "1" },
+    cause,
+  });
 }
 
 /** A turn that ended in a model failure: 504 `llm_timeout` for a timeout, else 502 `llm_error`, with its run id. */

@@ -1,12 +1,13 @@
 /**
  * The SQLite schema and its migrations: created on a new file, migrated from version 1 (sessions keyed by id
- * alone) or 2 (no pending steps), refused when newer than this code. Private to `sqlite.ts`.
+ * alone), 2 (no pending steps) or 3 (no session leases), refused when newer than this code. Private to
+ * `sqlite.ts`.
  * @module
  */
 import type { DatabaseSync } from "node:sqlite";
 
 /** The schema version this code writes, kept in `PRAGMA user_version`. */
-export const SCHEMA_VERSION = 3;
+export const SCHEMA_VERSION = 4;
 
 // Version 3: at most one step per session waits for approval; it goes with its session.
 const PENDING_TABLE = `
@@ -23,6 +24,19 @@ CREATE TABLE pending_steps (
   created_at TEXT NOT NULL,
   PRIMARY KEY (user_id, session_id),
   FOREIGN KEY (user_id, session_id) REFERENCES sessions(user_id, id) ON DELETE CASCADE
+);
+`;
+
+// Version 4: which process runs a session's turns, until when. No foreign key: a lease is taken before the
+// first turn creates its session, and a deleted session's lease goes when its holder releases it.
+// `expires_at` is milliseconds since the epoch.
+const LEASE_TABLE = `
+CREATE TABLE session_leases (
+  user_id TEXT NOT NULL,
+  session_id TEXT NOT NULL,
+  owner TEXT NOT NULL,
+  expires_at INTEGER NOT NULL,
+  PRIMARY KEY (user_id, session_id)
 );
 `;
 
@@ -63,7 +77,7 @@ CREATE TABLE todos (
   FOREIGN KEY (user_id, session_id) REFERENCES sessions(user_id, id) ON DELETE CASCADE
 );
 CREATE INDEX todos_by_session ON todos(user_id, session_id);
-${PENDING_TABLE}`;
+${PENDING_TABLE}${LEASE_TABLE}`;
 
 // Version 1 to 2, keeping every row: the old tables go aside (indexes dropped first, or the new ones would
 // collide); a message keeps its rowid (its read order), a todo its id, the todo counter its value.
@@ -130,9 +144,10 @@ export function migrate(db: DatabaseSync, transaction: (work: () => void) => voi
         }
       }
       db.exec(DROP_VERSION_1);
-    } else if (current === 2) {
-      // A new table only: every row stays where it is.
-      db.exec(PENDING_TABLE);
+    } else if (current === 2 || current === 3) {
+      // New tables only: every row stays where it is.
+      if (current === 2) db.exec(PENDING_TABLE);
+      db.exec(LEASE_TABLE);
     } else {
       throw new Error(`Cannot open the session database: unknown schema version ${current}`);
     }

@@ -67,6 +67,12 @@ const SQL = {
   getPending: "SELECT run_id, turn, step, seq, CAST(content AS BLOB) AS content, tool_calls, asked, " +
     "created_at FROM pending_steps WHERE user_id = ? AND session_id = ?",
   deletePending: "DELETE FROM pending_steps WHERE user_id = ? AND session_id = ? AND run_id = ?",
+  // Taken when free, expired or already the owner's: one statement, inside BEGIN IMMEDIATE.
+  takeLease: "INSERT INTO session_leases (user_id, session_id, owner, expires_at) VALUES (?, ?, ?, ?) " +
+    "ON CONFLICT(user_id, session_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at " +
+    "WHERE session_leases.owner = excluded.owner OR session_leases.expires_at <= ?",
+  renewLease: "UPDATE session_leases SET expires_at = ? WHERE user_id = ? AND session_id = ? AND owner = ?",
+  releaseLease: "DELETE FROM session_leases WHERE user_id = ? AND session_id = ? AND owner = ?",
   ping: "SELECT 1 AS ok",
   // Changes when another connection commits.
   dataVersion: "PRAGMA data_version",
@@ -323,6 +329,27 @@ export class SqliteStore implements SessionStore {
     });
   }
 
+  acquireLease(key: SessionKey, owner: string, ttlMs: number): Promise<boolean> {
+    return this.#write(key, (userId, sessionId) => {
+      const now = this.#now().getTime();
+      const until = now + leaseTtl(owner, ttlMs, "acquire");
+      return this.#sql.takeLease.run(userId, sessionId, owner, until, now).changes === 1;
+    });
+  }
+
+  renewLease(key: SessionKey, owner: string, ttlMs: number): Promise<boolean> {
+    return this.#write(key, (userId, sessionId) => {
+      const until = this.#now().getTime() + leaseTtl(owner, ttlMs, "renew");
+      return this.#sql.renewLease.run(until, userId, sessionId, owner).changes === 1;
+    });
+  }
+
+  releaseLease(key: SessionKey, owner: string): Promise<void> {
+    return this.#write(key, (userId, sessionId) => {
+      this.#sql.releaseLease.run(userId, sessionId, owner);
+    });
+  }
+
   ping(): Promise<boolean> {
     return this.#read(() => this.#sql.ping.get()?.ok === 1).catch(() => false);
   }
@@ -333,4 +360,15 @@ export class SqliteStore implements SessionStore {
       if (this.#db.isOpen) this.#db.close();
     });
   }
+}
+
+/** `ttlMs` rounded up to whole milliseconds, once checked with the owner: a non-empty owner, a finite ttl > 0. */
+function leaseTtl(owner: unknown, ttlMs: number, action: string): number {
+  if (typeof owner !== "string" || owner === "") {
+    throw new TypeError(`Cannot ${action} a session lease: the owner must be a non-empty string`);
+  }
+  if (!(ttlMs > 0) || !Number.isFinite(ttlMs)) {
+    throw new RangeError(`Cannot ${action} a session lease: ttlMs must be a finite number > 0, got ${ttlMs}`);
+  }
+  return Math.ceil(ttlMs);
 }

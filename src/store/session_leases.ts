@@ -1,0 +1,262 @@
+/**
+ * A process's hold on sessions: work on a session (a turn, its resumption, a delete, a compaction) runs only
+ * while this process holds the session's lease in the store, so two processes never interleave one session.
+ * Built on the three lease methods of {@linkcode SessionStore} alone, so every store works the same.
+ * @module
+ */
+import { abortable, abortError, delay } from "../abort.ts";
+import { LeaseLostError } from "../errors.ts";
+import type { SessionKey, SessionStore } from "./store.ts";
+
+/** Options of {@linkcode SessionLeases}. */
+export interface SessionLeasesOptions {
+  /** How long a lease lasts unless renewed, in milliseconds (AGENT_SESSION_LEASE_SECONDS). @default {30000} */
+  ttlMs?: number;
+  /** This process's id in the lease table; each acquisition adds a number to it. @default {processOwner()} */
+  owner?: string;
+  /** First pause between tries for a busy lease, in milliseconds; it doubles up to `maxPollMs`. @default {25} */
+  minPollMs?: number;
+  /** Longest pause between tries for a busy lease, in milliseconds. @default {100} */
+  maxPollMs?: number;
+  /**
+   * Longest time this process keeps a session through back-to-back works before it pauses to let a waiting
+   * process in (a waiter cannot make itself known, so the holder steps aside now and then). @default {2000}
+   */
+  fairShareMs?: number;
+}
+
+/** Options of {@linkcode SessionLeases.hold}. */
+export interface HoldOptions {
+  /** Stops the wait for a busy lease (`hold` rejects with its reason); passed on to the work. @default {undefined} */
+  signal?: AbortSignal;
+  /** Called once if the lease is busy, before waiting for it. @default {undefined} */
+  onWait?: () => void;
+}
+
+/** What leases need of a store. */
+export type LeaseStore = Pick<SessionStore, "acquireLease" | "renewLease" | "releaseLease">;
+
+/** One lease this process holds or is taking, shared by everything of this process on that session. */
+interface Held {
+  key: SessionKey;
+  owner: string;
+  /** Works running or waiting on it; the lease is released when the last one ends. */
+  count: number;
+  /** Resolves once the lease is taken; rejects when everyone stopped waiting first. */
+  taken: Promise<void>;
+  /** Aborted when the lease is lost (the works' signal) or given up. */
+  stop: AbortController;
+  /** Whether a try found the lease busy: a work joining now is told it waits. */
+  waiting: boolean;
+  /** This process's estimate of the expiry (its own clock), for a renewal that fails to reach the store. */
+  expiresAt: number;
+  /** Since when this process has held the session through back-to-back works. */
+  streakStart: number;
+  timer?: ReturnType<typeof setTimeout>;
+}
+
+/**
+ * This process's id among the holders of leases: its host (when the permission allows), its pid and a random
+ * part, so a restarted process with the same pid is someone else.
+ */
+export function processOwner(): string {
+  const host = Deno.permissions.querySync({ name: "sys", kind: "hostname" }).state === "granted"
+    ? Deno.hostname()
+    : "host";
+  return `${host}:${Deno.pid}:${crypto.randomUUID().slice(0, 8)}`;
+}
+
+/**
+ * Runs work on a session under its lease. Works of one process on one session share the lease (the caller
+ * orders them, as the HTTP queue does); another process's wait until it is released or expires. While held,
+ * the lease is renewed every third of its time; when a renewal finds it lost, the works' signal aborts with a
+ * {@linkcode LeaseLostError}.
+ */
+export class SessionLeases {
+  readonly #store: LeaseStore;
+  readonly #ttlMs: number;
+  readonly #owner: string;
+  readonly #minPollMs: number;
+  readonly #maxPollMs: number;
+  readonly #held = new Map<string, Held>();
+  readonly #fairShareMs: number;
+  /** Releases under way, by session: a new acquisition waits for the last one's. */
+  readonly #releasing = new Map<string, Promise<void>>();
+  /** Sessions released lately: when, and since when they had been held back to back. */
+  readonly #released = new Map<string, { at: number; streakStart: number }>();
+  #acquisitions = 0;
+
+  /** @throws {RangeError} when a duration is not a finite number > 0, or the polls are out of order. */
+  constructor(store: LeaseStore, options: SessionLeasesOptions = {}) {
+    const { ttlMs = 30_000, owner = processOwner(), minPollMs = 25, maxPollMs = 100 } = options;
+    const { fairShareMs = 2000 } = options;
+    for (const [name, value] of Object.entries({ ttlMs, minPollMs, maxPollMs, fairShareMs })) {
+      if (!(value > 0) || !Number.isFinite(value)) {
+        throw new RangeError(
+          `Cannot create SessionLeases: ${name} must be a finite number > 0, got ${value}`,
+        );
+      }
+    }
+    if (maxPollMs < minPollMs) {
+      throw new RangeError(
+        `Cannot create SessionLeases: maxPollMs (${maxPollMs}) must be >= minPollMs (${minPollMs})`,
+      );
+    }
+    this.#store = store;
+    this.#ttlMs = ttlMs;
+    this.#owner = owner;
+    this.#minPollMs = minPollMs;
+    this.#maxPollMs = maxPollMs;
+    this.#fairShareMs = fairShareMs;
+  }
+
+  /** How long a lease lasts unless renewed, in milliseconds. */
+  get ttlMs(): number {
+    return this.#ttlMs;
+  }
+
+  /** Sessions this process holds or is taking a lease of. */
+  get size(): number {
+    return this.#held.size;
+  }
+
+  /**
+   * Runs `work` once this process holds the session's lease (at once when it already does), and settles as
+   * it does; the lease is released when the last work of this process on the session has ended. `work`'s
+   * signal aborts with `options.signal` or with a {@linkcode LeaseLostError}. Rejects without running `work`
+   * when `options.signal` aborts while waiting, or when the store fails to take the lease.
+   */
+  hold<T>(key: SessionKey, work: (signal: AbortSignal) => Promise<T>, options: HoldOptions = {}): Promise<T> {
+    const { signal, onWait } = options;
+    if (signal?.aborted) return Promise.reject(abortError(signal, "Waiting for the session's lease"));
+    const name = `${key.userId}\u0000${key.sessionId}`; // NUL cannot occur in an id
+    let held = this.#held.get(name);
+    if (held === undefined) {
+      held = this.#take(key, name, onWait);
+      this.#held.set(name, held);
+    } else if (held.waiting) onWait?.();
+    // Counted at once, before any await: a compaction started by a running turn keeps its lease.
+    held.count++;
+    return this.#run(name, held, work, signal);
+  }
+
+  async #run<T>(
+    name: string,
+    held: Held,
+    work: (signal: AbortSignal) => Promise<T>,
+    signal: AbortSignal | undefined,
+  ): Promise<T> {
+    try {
+      await abortable(held.taken, [signal]);
+      const stops = signal === undefined ? [held.stop.signal] : [signal, held.stop.signal];
+      return await work(AbortSignal.any(stops));
+    } finally {
+      if (--held.count === 0) await this.#letGo(name, held);
+    }
+  }
+
+  /** Starts taking the lease: tries, then waits with a growing pause (jittered) until it is free. */
+  #take(key: SessionKey, name: string, onWait?: () => void): Held {
+    const held: Held = {
+      key,
+      owner: `${this.#owner}:${++this.#acquisitions}`,
+      count: 0,
+      taken: Promise.resolve(),
+      stop: new AbortController(),
+      waiting: false,
+      expiresAt: 0,
+      streakStart: 0,
+    };
+    held.taken = (async () => {
+      await this.#releasing.get(name);
+      await this.#stepAside(name, held);
+      let pause = this.#minPollMs;
+      for (;;) {
+        const started = Date.now();
+        if (await this.#store.acquireLease(key, held.owner, this.#ttlMs)) {
+          held.expiresAt = started + this.#ttlMs;
+          this.#renewLater(name, held);
+          return;
+        }
+        if (!held.waiting) {
+          held.waiting = true;
+          onWait?.();
+        }
+        await delay(pause * (0.75 + Math.random() / 2), held.stop.signal);
+        pause = Math.min(pause * 2, this.#maxPollMs);
+      }
+    })();
+    // Awaited by every work; this only keeps a give-up nobody waits for from being reported as unhandled.
+    held.taken.catch(() => {});
+    return held;
+  }
+
+  /**
+   * Taken again right after a release, the session stays this process's: after `fairShareMs` of that, wait
+   * long enough for every waiting process to try once (a jittered poll is at most 1.25 × `maxPollMs`).
+   */
+  async #stepAside(name: string, held: Held): Promise<void> {
+    const released = this.#released.get(name);
+    this.#released.delete(name);
+    const now = Date.now();
+    held.streakStart = now;
+    if (released === undefined || now - released.at > this.#maxPollMs) return;
+    if (now - released.streakStart < this.#fairShareMs) {
+      held.streakStart = released.streakStart;
+      return;
+    }
+    await delay(this.#maxPollMs * 1.25 + this.#minPollMs, held.stop.signal);
+    held.streakStart = Date.now();
+  }
+
+  #renewLater(name: string, held: Held): void {
+    if (held.stop.signal.aborted) return;
+    const every = this.#ttlMs / 3;
+    held.timer = setTimeout(async () => {
+      const started = Date.now();
+      let kept: boolean;
+      let cause: unknown;
+      try {
+        kept = await this.#store.renewLease(held.key, held.owner, this.#ttlMs);
+        if (kept) held.expiresAt = started + this.#ttlMs;
+      } catch (error) {
+        // The store did not answer: the lease is still ours if it cannot have expired before the next try.
+        cause = error;
+        kept = Date.now() + every < held.expiresAt;
+      }
+      if (held.stop.signal.aborted) return; // given up meanwhile
+      if (kept) return this.#renewLater(name, held);
+      if (this.#held.get(name) === held) this.#held.delete(name);
+      held.stop.abort(new LeaseLostError(held.key.sessionId, { cause }));
+    }, every);
+  }
+
+  /** After the last work: stops renewing and releases the lease (unless lost); a new take waits for it. */
+  #letGo(name: string, held: Held): Promise<void> {
+    if (this.#held.get(name) === held) this.#held.delete(name);
+    const lost = held.stop.signal.aborted;
+    held.stop.abort(new Error("released"));
+    const release = (async () => {
+      const taken = await held.taken.then(() => true, () => false);
+      clearTimeout(held.timer);
+      // A failed release is not an error of the work: the lease expires by itself.
+      if (!taken || lost) return;
+      await this.#store.releaseLease(held.key, held.owner).catch(() => {});
+      this.#remember(name, held.streakStart);
+    })();
+    this.#releasing.set(name, release);
+    return release.finally(() => {
+      if (this.#releasing.get(name) === release) this.#releasing.delete(name);
+    });
+  }
+
+  #remember(name: string, streakStart: number): void {
+    const at = Date.now();
+    this.#released.set(name, { at, streakStart });
+    // Only the last moments matter: older entries go once there are many.
+    if (this.#released.size <= 256) return;
+    for (const [other, released] of this.#released) {
+      if (at - released.at > this.#maxPollMs) this.#released.delete(other);
+    }
+  }
+}

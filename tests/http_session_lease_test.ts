@@ -1,0 +1,145 @@
+/**
+ * The session lease in the handler and the chat: a turn (or a delete) waits while another process holds the
+ * session, in the session's queue (429 beyond it); a lost lease is a 503 that keeps nothing; a background
+ * compaction keeps the turn's lease until it ends; the chat says it waits.
+ */
+import assert from "node:assert/strict";
+import { PassThrough } from "node:stream";
+import { BackgroundCompactions } from "../src/agent/background.ts";
+import { runChat } from "../src/cli/chat.ts";
+import { type LeaseStore, SessionLeases } from "../src/store/session_leases.ts";
+import type { Summarizer } from "../src/memory/summarizer.ts";
+import { deterministicSummarizer } from "../src/memory/summarizer.ts";
+import { harness, keyOf, textSink } from "./_harness.ts";
+import { httpHarness, postMessage } from "./_http_harness.ts";
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+const fast = { minPollMs: 5, maxPollMs: 20 };
+const KEY = keyOf("s", "local");
+
+/** Whether `promise` is still pending after `ms`. */
+async function pendingAfter(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  const marker = Symbol();
+  return await Promise.race([promise, sleep(ms).then(() => marker)]) === marker;
+}
+
+Deno.test("POST /messages waits while another process holds the session's lease, then runs the turn", async () => {
+  using h = httpHarness();
+  h.deps.leases = new SessionLeases(h.store, { owner: "here", ...fast });
+  await h.store.acquireLease(KEY, "elsewhere", 60_000);
+  const answered = h.handler(postMessage("s", { message: "hello" }));
+  assert.ok(await pendingAfter(answered, 100), "the turn waits");
+  assert.equal(h.llm.calls, 0);
+  assert.equal(await h.store.get(KEY), null, "nothing written meanwhile");
+  await h.store.releaseLease(KEY, "elsewhere");
+  const response = await answered;
+  assert.equal(response.status, 200);
+  assert.equal((await response.json()).answer, "echo: hello");
+  assert.equal(await h.store.acquireLease(KEY, "elsewhere", 1000), true, "released after the turn");
+});
+
+Deno.test("turns waiting for a busy lease wait in the session's queue: one more than it holds gets a 429", async () => {
+  using h = httpHarness({ maxWaiting: 1 });
+  h.deps.leases = new SessionLeases(h.store, { owner: "here", ...fast });
+  await h.store.acquireLease(KEY, "elsewhere", 60_000);
+  const first = h.handler(postMessage("s", { message: "one" }));
+  const second = h.handler(postMessage("s", { message: "two" }));
+  await sleep(20);
+  const third = await h.handler(postMessage("s", { message: "three" }));
+  assert.equal(third.status, 429);
+  assert.ok(Number(third.headers.get("retry-after")) >= 1);
+  await third.body?.cancel();
+  await h.store.releaseLease(KEY, "elsewhere");
+  const answers = await Promise.all([first, second].map(async (r) => (await (await r).json()).answer));
+  assert.deepEqual(answers, ["echo: one", "echo: two"]);
+});
+
+Deno.test("a turn whose lease is lost answers 503 session_lease_lost and keeps nothing of the turn", async () => {
+  using h = httpHarness();
+  let lose = false;
+  const leaky: LeaseStore = {
+    acquireLease: (key, owner, ttl) => h.store.acquireLease(key, owner, ttl),
+    renewLease: (key, owner, ttl) => lose ? Promise.resolve(false) : h.store.renewLease(key, owner, ttl),
+    releaseLease: (key, owner) => h.store.releaseLease(key, owner),
+  };
+  h.deps.leases = new SessionLeases(leaky, { owner: "here", ttlMs: 60, ...fast });
+  h.llm.hold = true;
+  const answered = h.handler(postMessage("s", { message: "hello" }));
+  while (h.llm.calls === 0) await sleep(5);
+  lose = true;
+  const response = await answered;
+  h.llm.release();
+  assert.equal(response.status, 503);
+  assert.equal(response.headers.get("retry-after"), "1");
+  const body = await response.json();
+  assert.equal(body.error.code, "session_lease_lost");
+  assert.match(body.error.message, /lost the lease of session "s".*send it again/);
+  assert.deepEqual(await h.store.messages(KEY), [], "the question was taken back");
+});
+
+Deno.test("DELETE /v1/sessions/{id} waits while another process holds the session's lease", async () => {
+  using h = httpHarness();
+  h.deps.leases = new SessionLeases(h.store, { owner: "here", ...fast });
+  assert.equal((await h.handler(postMessage("s", { message: "hello" }))).status, 200);
+  await h.store.acquireLease(KEY, "elsewhere", 60_000);
+  const deleted = h.handler(new Request("http://agent.test/v1/sessions/s", { method: "DELETE" }));
+  assert.ok(await pendingAfter(deleted, 80), "the delete waits");
+  assert.notEqual(await h.store.get(KEY), null);
+  await h.store.releaseLease(KEY, "elsewhere");
+  assert.equal((await deleted).status, 204);
+  assert.equal(await h.store.get(KEY), null);
+});
+
+Deno.test("a background compaction keeps the turn's lease until it ends: no other process runs meanwhile", async () => {
+  let release!: () => void;
+  const held = new Promise<void>((resolve) => (release = resolve));
+  let asked = 0;
+  const summarizer: Summarizer = async (input, signal) => {
+    asked++;
+    await held;
+    return deterministicSummarizer(input, signal);
+  };
+  using h = httpHarness({ compaction: { maxRawTurns: 1, compactBatch: 0, summarizer } });
+  const leases = new SessionLeases(h.store, { owner: "here", ...fast });
+  h.deps.leases = leases;
+  h.deps.agent.compactions = new BackgroundCompactions((event) => h.tracer.write(event), { leases });
+  for (const message of ["one", "two"]) {
+    assert.equal((await h.handler(postMessage("s", { message }))).status, 200);
+  }
+  while (asked === 0) await sleep(5);
+  assert.equal(await h.store.acquireLease(KEY, "elsewhere", 1000), false, "held for the compaction");
+  // A turn of this process goes on alongside, as it did without leases.
+  const third = await h.handler(postMessage("s", { message: "three" }));
+  assert.equal((await third.json()).answer, "echo: three");
+  release();
+  await h.deps.agent.compactions.idle();
+  assert.notEqual((await h.store.get(KEY))!.summary, null, "compacted");
+  assert.equal(await h.store.acquireLease(KEY, "elsewhere", 1000), true, "released once it ended");
+});
+
+Deno.test("chat waits for a session busy in another process, saying so, then runs the turn", async () => {
+  using h = harness([{ content: "hi there" }]);
+  const leases = new SessionLeases(h.store, { owner: "chat", ...fast });
+  await h.store.acquireLease(KEY, "elsewhere", 60_000);
+  const input = new PassThrough();
+  const output = textSink();
+  const status = textSink();
+  const exit = runChat({
+    ...KEY,
+    deps: h.agent,
+    emit: h.run.emit,
+    input,
+    output: output.stream,
+    status: status.stream,
+    interactive: false,
+    leases,
+  });
+  input.end("hello\n");
+  await sleep(80);
+  assert.match(status.text(), /waiting for session s, busy in another process…/);
+  assert.equal(output.text(), "", "no answer yet");
+  await h.store.releaseLease(KEY, "elsewhere");
+  assert.equal(await exit, 0);
+  assert.equal(output.text(), "hi there\n");
+  assert.equal(leases.size, 0);
+});
