@@ -39,7 +39,13 @@ export interface ConnectOptions {
  */
 export async function connect(url: DatabaseUrl, options: ConnectOptions = {}): Promise<Sql> {
   const { max = 10, connectTimeoutSeconds = 10 } = options;
-  const { default: open } = await import(CLIENT_PACKAGE) as { default: typeof postgres };
+  let open: typeof postgres;
+  try {
+    open = (await import(CLIENT_PACKAGE) as { default: typeof postgres }).default;
+  } catch (error) {
+    const reason = (error instanceof Error ? error.message : String(error)).split("\n")[0];
+    throw new Error(`Cannot load the PostgreSQL client ${CLIENT_PACKAGE}: ${reason}`);
+  }
   const { sslmode, ...connection } = url.params;
   return open({
     host: url.host,
@@ -112,8 +118,7 @@ export function storeFailure(error: unknown, action: string, url: DatabaseUrl): 
   if (UNREACHABLE.has(code) || (code.startsWith("08") && code.length === 5)) {
     const reason = REASONS[code] ?? `${text} (${code})`;
     return new StoreUnavailableError(
-      `Cannot ${action}: the session database ${url.shown} is unavailable (${reason}); ` +
-        "it is retried on the next request",
+      `Cannot ${action}: the session database ${url.shown} is unavailable (${reason})`,
     );
   }
   // The store's own errors (a missing message, a malformed id or field) carry no code: they go as they are.

@@ -7,8 +7,16 @@
  */
 import type { StoredMessage } from "../types.ts";
 import { type Row, toMessage, toPending, toRow, toSession, toTodo } from "./_rows.ts";
-import { connect, type ConnectOptions, type Sql, storeFailure, type Tx } from "./_postgres_client.ts";
+import {
+  connect,
+  type ConnectOptions,
+  POSTGRES_ENV,
+  type Sql,
+  storeFailure,
+  type Tx,
+} from "./_postgres_client.ts";
 import { migrate, PG_SCHEMA_VERSION } from "./_postgres_schema.ts";
+import { TraceTable } from "./_postgres_trace.ts";
 import { type DatabaseUrl, parseDatabaseUrl } from "./database_url.ts";
 import {
   type PendingStep,
@@ -20,7 +28,7 @@ import {
   validateKey,
 } from "./store.ts";
 
-export { PG_SCHEMA_VERSION };
+export { PG_SCHEMA_VERSION, POSTGRES_ENV };
 
 /** Options of {@linkcode PostgresStore.open}. */
 export interface PostgresStoreOptions extends ConnectOptions {
@@ -40,11 +48,14 @@ export class PostgresStore implements SessionStore {
   #sql: Sql;
   #url: DatabaseUrl;
   #now: () => Date;
+  /** Every replica's trace events, in this database. */
+  readonly trace: TraceTable;
 
   private constructor(sql: Sql, url: DatabaseUrl, now: () => Date) {
     this.#sql = sql;
     this.#url = url;
     this.#now = now;
+    this.trace = new TraceTable(sql, (action, work) => this.#run(action, work));
   }
 
   /**

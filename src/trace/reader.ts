@@ -46,6 +46,12 @@ export interface TracePage {
   nextCursor: TraceCursor | null;
 }
 
+/** Where the trace route reads pages: this file index, or the database's table when replicas share one. */
+export interface TracePages {
+  /** One page of a session's events, oldest first. */
+  page(query: TracePageQuery): Promise<TracePage>;
+}
+
 /** Lines of one (user, session) in one file, as parallel arrays to keep the index small. */
 interface Bucket {
   offsets: number[];
@@ -80,7 +86,7 @@ const decoder = new TextDecoder();
  * bytes per event of the at most 6 files on disk (~1.6 × maxBytes at worst, for ~150-byte lines); files
  * rotation deletes leave it on the next call.
  */
-export class TraceReader {
+export class TraceReader implements TracePages {
   #path: string;
   #open: (path: string) => Promise<TraceFile>;
   #files = new Map<string, IndexedFile>();
