@@ -41,11 +41,14 @@ function binDir(): string | null {
   return null;
 }
 
-/** Whether the tests run as root (without asking for `--allow-sys`). */
-const root =
-  new TextDecoder().decode(new Deno.Command("id", { args: ["-u"], stdout: "piped" }).outputSync().stdout)
-    .trim() === "0";
-const isRoot = () => root;
+let root: boolean | undefined;
+/** Whether this runs as root (asked of `id`, which needs no `--allow-sys`). */
+function isRoot(): boolean {
+  root ??=
+    new TextDecoder().decode(new Deno.Command("id", { args: ["-u"], stdout: "piped" }).outputSync().stdout)
+      .trim() === "0";
+  return root;
+}
 
 /** Runs a cluster tool, as `postgres` when root (initdb and the server refuse root). */
 async function tool(bin: string, name: string, args: string[]): Promise<string> {
