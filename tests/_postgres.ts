@@ -68,6 +68,28 @@ function freePort(): number {
   return port;
 }
 
+/**
+ * Stops the cluster and removes its folder when this process ends: at once on a normal exit (`unload`), and
+ * through a detached watchdog that polls this process otherwise (a failed test file ends without `unload`).
+ */
+function stopWhenDone(bin: string, dir: string): void {
+  const stop = `${bin}/pg_ctl -D ${dir}/data -m immediate -s stop`;
+  const asOwner = isRoot() ? `runuser -u postgres -- ${stop}` : stop;
+  const script = `while kill -0 ${Deno.pid} 2>/dev/null; do sleep 1; done; ${asOwner}; rm -rf ${dir}`;
+  const watchdog = new Deno.Command("sh", {
+    args: ["-c", script],
+    stdin: "null",
+    stdout: "null",
+    stderr: "null",
+  })
+    .spawn();
+  watchdog.unref();
+  globalThis.addEventListener("unload", () => {
+    new Deno.Command("sh", { args: ["-c", `${asOwner}; rm -rf ${dir}`], stdout: "null", stderr: "null" })
+      .outputSync();
+  });
+}
+
 async function startCluster(): Promise<PostgresCluster> {
   const bin = binDir();
   if (bin === null) throw new Error("no initdb found (install the postgresql package)");
@@ -86,14 +108,7 @@ async function startCluster(): Promise<PostgresCluster> {
     await pgCtl(["-m", "fast", "stop"]);
   };
   await start();
-  globalThis.addEventListener("unload", () => {
-    const args = ["-D", data, "-m", "immediate", "-s", "stop"];
-    const [command, full] = isRoot()
-      ? ["runuser", ["-u", "postgres", "--", `${bin}/pg_ctl`, ...args]]
-      : [`${bin}/pg_ctl`, args];
-    new Deno.Command(command, { args: full, stdout: "null", stderr: "null" }).outputSync();
-    Deno.removeSync(dir, { recursive: true });
-  });
+  stopWhenDone(bin, dir);
   const url = `postgres://postgres@127.0.0.1:${port}/postgres`;
   const psql = (sql: string) =>
     tool(bin, "psql", [
