@@ -17,6 +17,7 @@ import {
 } from "./_postgres_client.ts";
 import { migrate, PG_SCHEMA_VERSION } from "./_postgres_schema.ts";
 import { TraceTable } from "./_postgres_trace.ts";
+import { acquire, release, renew } from "./_postgres_leases.ts";
 import { type DatabaseUrl, parseDatabaseUrl } from "./database_url.ts";
 import {
   type PendingStep,
@@ -298,34 +299,27 @@ export class PostgresStore implements SessionStore {
   }
 
   acquireLease(key: SessionKey, owner: string, ttlMs: number): Promise<boolean> {
-    return this.#read("take the lease", key, async (userId, sessionId) => {
-      checkLease(owner, ttlMs);
-      // One statement: the row is inserted, or taken over when free, expired or the owner's own.
-      const rows = await this.#sql`INSERT INTO session_leases (user_id, session_id, owner, expires_at)
-        VALUES (${userId}, ${sessionId}, ${owner}, now() + ${ttlMs} * interval '1 millisecond')
-        ON CONFLICT (user_id, session_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at
-        WHERE session_leases.expires_at <= now() OR session_leases.owner = excluded.owner
-        RETURNING owner`;
-      return rows.length === 1;
-    });
+    return this.#read(
+      "take the lease",
+      key,
+      (userId, sessionId) => acquire(this.#sql, userId, sessionId, owner, ttlMs),
+    );
   }
 
   renewLease(key: SessionKey, owner: string, ttlMs: number): Promise<boolean> {
-    return this.#read("renew the lease", key, async (userId, sessionId) => {
-      checkLease(owner, ttlMs);
-      const rows = await this.#sql`UPDATE session_leases
-        SET expires_at = now() + ${ttlMs} * interval '1 millisecond'
-        WHERE user_id = ${userId} AND session_id = ${sessionId} AND owner = ${owner} RETURNING owner`;
-      return rows.length === 1;
-    });
+    return this.#read(
+      "renew the lease",
+      key,
+      (userId, sessionId) => renew(this.#sql, userId, sessionId, owner, ttlMs),
+    );
   }
 
   releaseLease(key: SessionKey, owner: string): Promise<void> {
-    return this.#read("release the lease", key, async (userId, sessionId) => {
-      checkLease(owner, 1);
-      await this.#sql`DELETE FROM session_leases
-        WHERE user_id = ${userId} AND session_id = ${sessionId} AND owner = ${owner}`;
-    });
+    return this.#read(
+      "release the lease",
+      key,
+      (userId, sessionId) => release(this.#sql, userId, sessionId, owner),
+    );
   }
 
   async ping(): Promise<boolean> {
@@ -342,19 +336,5 @@ export class PostgresStore implements SessionStore {
   /** Waits for running queries, then closes every connection. */
   async close(): Promise<void> {
     await this.#sql.end({ timeout: 5 });
-  }
-
-  /** The database as messages may show it: its URL without the password. */
-  get shown(): string {
-    return this.#url.shown;
-  }
-}
-
-function checkLease(owner: string, ttlMs: number): void {
-  if (typeof owner !== "string" || owner === "") {
-    throw new TypeError(`Cannot use a lease: owner must be a non-empty string, got ${JSON.stringify(owner)}`);
-  }
-  if (!Number.isFinite(ttlMs) || ttlMs <= 0) {
-    throw new RangeError(`Cannot use a lease: ttlMs must be positive, got ${ttlMs}`);
   }
 }
