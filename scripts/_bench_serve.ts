@@ -38,10 +38,10 @@ function spawnAgent(command: "chat" | "serve", dir: string, baseUrl: string, ext
   return new ManagedProcess(argv, { ...baseEnv(), ...env });
 }
 
-/** Starts `serve` on a free port and waits for its first 200 from `/healthz`. */
-async function startServe(dir: string, baseUrl: string) {
+/** Starts `serve` on a free port (`extra`: more variables) and waits for its first 200 from `/healthz`. */
+async function startServe(dir: string, baseUrl: string, extra: Record<string, string> = {}) {
   const port = freePort();
-  const process = spawnAgent("serve", dir, baseUrl, { AGENT_PORT: String(port) });
+  const process = spawnAgent("serve", dir, baseUrl, { ...extra, AGENT_PORT: String(port) });
   const origin = `http://127.0.0.1:${port}`;
   for (const deadline = performance.now() + 30_000; performance.now() < deadline; await delay(5)) {
     if (!await fetch(`${origin}/healthz`).then((r) => (r.body?.cancel(), r.ok), () => false)) continue;
@@ -52,11 +52,15 @@ async function startServe(dir: string, baseUrl: string) {
   throw new Error(`serve was not healthy after 30 s:\n${process.stderr}`);
 }
 
-/** `clients` concurrent clients of sequential turns; on one `shared` session 429s wait for `Retry-After`. */
-async function runLoad(origin: string, clients: number, turnsPerClient: number, shared?: string) {
+/**
+ * `clients` concurrent clients of sequential turns, client `k` on `origins[k % n]` (replicas); on one `shared`
+ * session 429s wait for `Retry-After`.
+ */
+async function runLoad(origins: readonly string[], clients: number, turnsPerClient: number, shared?: string) {
   const [latencies, turnLatencies]: number[][] = [[], []];
   let [errors, status429, wrongAnswers] = [0, 0, 0];
   const client = async (k: number) => {
+    const origin = origins[k % origins.length];
     const url = `${origin}/v1/sessions/${shared ?? `load-${clients}-${k}`}/messages`;
     for (let t = 0; t < turnsPerClient; t++) {
       const body = JSON.stringify({ message: `what is ${k + 1}*(${t + 2}+4)?` });
@@ -119,12 +123,19 @@ export interface HttpOptions {
   latencyMs?: number;
   /** How long serve idles after the last load before `rssIdleMiB` is read; 0 skips it. @default {30_000} */
   idleMs?: number;
+  /** PostgreSQL for the sessions (AGENT_DATABASE_URL); empty: SQLite in the run's temp folder. @default {""} */
+  databaseUrl?: string;
+  /** `serve` processes on the one database, the clients spread over them; more than 1 needs PostgreSQL. @default {1} */
+  replicas?: number;
 }
 
 /** `serve` under load against a provider with `latencyMs`, each run beside its ideal and floor. */
 export async function measureHttp(options: HttpOptions = {}) {
   const { clients = [1, 16, 64], turnsPerClient = 20, sharedClients = 16, latencyMs = 50 } = options;
-  const { idleMs = 30_000 } = options;
+  const { idleMs = 30_000, databaseUrl = "", replicas = 1 } = options;
+  if (replicas > 1 && databaseUrl === "") {
+    throw new RangeError("Cannot run replicas on SQLite: set databaseUrl");
+  }
   await using cleanup = new AsyncDisposableStack();
   const provider = await startProvider(latencyMs);
   cleanup.defer(() => provider.close());
@@ -134,10 +145,17 @@ export async function measureHttp(options: HttpOptions = {}) {
   await capture.turn("capture", turnMessage(0));
   const bodies = capture.takeRequests().map((r) => r.body);
   capture.close();
-  const server = await startServe(temp.path, provider.url);
-  cleanup.defer(async () => void await server.stop());
+  const extra: Record<string, string> = databaseUrl === "" ? {} : { AGENT_DATABASE_URL: databaseUrl };
+  const servers = [];
+  for (let i = 0; i < replicas; i++) {
+    const server = await startServe(temp.path, provider.url, extra);
+    cleanup.defer(async () => void await server.stop());
+    servers.push(server);
+  }
+  const [server] = servers;
+  const origins = servers.map((s) => s.origin);
   // Unmeasured: the first requests compile the handler and the loop.
-  await runLoad(server.origin, 4, 2);
+  await runLoad(origins, 4 * replicas, 2);
   await runFloorLoad(capture.url, bodies, 4, 2);
   const runs = [...clients.map((n) => [n, undefined] as const)];
   if (sharedClients > 0) runs.push([sharedClients, "shared-1"] as never);
@@ -146,7 +164,7 @@ export async function measureHttp(options: HttpOptions = {}) {
   for (const [n, shared] of runs) {
     const summariesBefore = await provider.summaries();
     await resetPeakMemory(pid);
-    const result = await runLoad(server.origin, n, turnsPerClient, shared);
+    const result = await runLoad(origins, n, turnsPerClient, shared);
     const { peakMiB: rssPeakMiB } = await processMemory(pid);
     const floor = shared === undefined ? await runFloorLoad(capture.url, bodies, n, turnsPerClient) : null;
     // What serve keeps once the load is over: read 1 s after the floor load, which ran without it.
@@ -166,7 +184,8 @@ export async function measureHttp(options: HttpOptions = {}) {
   }
   // V8 gives back most of what a load took after about 25 s without one.
   const rssIdleMiB = idleMs > 0 ? (await delay(idleMs), await processMemory(pid)).rssMiB : null;
-  const exitCode = await server.stop();
+  let exitCode = 0;
+  for (const each of servers) exitCode = Math.max(exitCode, await each.stop());
   return { latencyMs, turnsPerClient, startupMs: server.startupMs, rows, rssIdleMiB, exitCode };
 }
 

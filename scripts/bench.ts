@@ -17,11 +17,13 @@ import {
   type OverheadResult,
   type WorkResult,
 } from "./_bench_turns.ts";
+import { measureHttpPostgres } from "./_bench_postgres.ts";
 
 export { measureHttp, measureMemory, measureStartup } from "./_bench_serve.ts";
 export { measureGrowth, measureOverhead, measureRuntimeWork, openBenchRuntime } from "./_bench_turns.ts";
 
-const HELP = `Usage: deno task bench [--quick] [--json] [--only overhead,growth,http,memory,startup]
+const HELP =
+  `Usage: deno task bench [--quick] [--json] [--only overhead,growth,http,http-postgres,memory,startup]
                         [--latency-ms N]
 
   --quick       reduced sizes (about 1 min on 2 cores; the full run takes about 3.5 min)
@@ -62,6 +64,10 @@ in the HTTP section after a fixed 50 ms.
    64 clients it, not the model, is what saturates. serve must exit 0 on SIGTERM. Each load's VmRSS of
    serve: its peak during the load (VmHWM, reset before it) and 1 s after the floor run that follows;
    without --quick also after 30 s idle at the end (V8 returns memory about 25 s after a load).
+3b. HTTP on PostgreSQL. The same distinct-session load (no shared session) with AGENT_DATABASE_URL on a
+   throwaway local cluster (tests/_postgres.ts: initdb, fsync off), with one serve and with two (clients
+   spread over both, one database), beside SQLite run just before: turns/s and p99 per client count.
+   Skipped, saying why, where no cluster can be started.
 4. Memory: VmRSS of serve idle, after 1,000 sessions created through it, and after listing them (the
    target reads the larger, in MB). Start-up: spawn to the first /healthz 200 of serve, and to the
    first answer line of a piped chat (deno task adds the task_flags.ts subprocess, about 25 ms, before).
@@ -72,7 +78,7 @@ requests per turn <= 2.15, growth <= 1.1x, HTTP >= 90% of ideal at 16 clients an
 errors, serve RSS <= 150 MB during and after the 64 clients and with 1,000 sessions) are reported as met or
 missed.`;
 
-const SECTIONS = ["overhead", "growth", "http", "memory", "startup"] as const;
+const SECTIONS = ["overhead", "growth", "http", "http-postgres", "memory", "startup"] as const;
 type Section = (typeof SECTIONS)[number];
 const ONLY = { type: "string", default: SECTIONS.join(",") } as const;
 const SIGNALS = ["SIGINT", "SIGTERM"] as const;
@@ -102,6 +108,8 @@ export interface BenchReport {
   work?: WorkResult;
   growth?: GrowthResult;
   http?: HttpResult;
+  /** The HTTP load with sessions in PostgreSQL, 1 and 2 replicas, beside SQLite. */
+  httpPostgres?: Awaited<ReturnType<typeof measureHttpPostgres>>;
   memory?: MemoryResult;
   startup?: StartupResult;
   targets: Record<
@@ -161,6 +169,10 @@ export async function runBench(
       "http",
       () => measureHttp({ turnsPerClient: size.turnsPerClient, idleMs: quick ? 0 : 30_000 }),
     ),
+    httpPostgres: await step(
+      "http-postgres",
+      () => measureHttpPostgres({ turnsPerClient: size.turnsPerClient }),
+    ),
     memory: await step("memory", () => measureMemory()),
     startup: await step("startup", () => measureStartup({ repeats: size.repeats })),
   };
@@ -175,6 +187,7 @@ const LABELS: Record<string, string> = {
   work: "1b. The runtime's own work, µs per turn (model in-process, its own time taken out)",
   growth: "2. Growth of one long session (ms per turn, bytes, estimated tokens)",
   http: "3. HTTP: serve as a subprocess (turns/s, ms; efficiency = of ideal)",
+  httpPostgres: "3b. HTTP with sessions in PostgreSQL, 1 and 2 replicas, beside SQLite (turns/s, p99 ms)",
   memory: "4a. Memory: VmRSS of serve, MiB",
   startup: "4b. Start-up, ms (medians)",
   targets: "Targets (true = met)",

@@ -4,6 +4,7 @@
  */
 import { ConfigError } from "./errors.ts";
 import { defaultCompactBatch } from "./memory/plan.ts";
+import { parseDatabaseUrl } from "./store/database_url.ts";
 
 /** Longest serialized tool result fed back to the model. */
 export const MAX_TOOL_RESULT_CHARS = 2000;
@@ -22,6 +23,8 @@ export interface Config {
   compactBatch: number;
   maxCtxTokens: number;
   dbPath: string;
+  /** PostgreSQL's `postgres://user@host:port/db`; empty means SQLite at `dbPath`. */
+  databaseUrl: string;
   tracePath: string;
   /** The chat REPL's input history file. */
   historyPath: string;
@@ -65,7 +68,8 @@ type Kind =
   | "flag"
   | "host"
   | "port"
-  | "tokens";
+  | "tokens"
+  | "database";
 
 interface Setting {
   key: keyof Config;
@@ -140,6 +144,12 @@ export const SETTINGS: Readonly<Record<string, Setting>> = {
     "estimated token budget (chars / 4 heuristic)",
   ),
   AGENT_DB_PATH: setting("dbPath", "string", "data/sessions.db", "SQLite file"),
+  AGENT_DATABASE_URL: setting(
+    "databaseUrl",
+    "database",
+    "",
+    "postgres://user@host:port/db: sessions in PostgreSQL, shared by replicas (unset: SQLite at AGENT_DB_PATH)",
+  ),
   AGENT_TRACE_PATH: setting("tracePath", "string", "data/traces.jsonl", "trace file"),
   AGENT_HISTORY_PATH: setting(
     "historyPath",
@@ -224,6 +234,7 @@ const EXPECTED: Record<Kind, string> = {
   host: "a host name or IP address",
   port: "a port number from 0 to 65535",
   tokens: "comma-separated token:user_id pairs (user ids of letters, digits and . _ : -)",
+  database: "postgres://user@host:port/database or unset",
 };
 
 /** The pairs of AGENT_API_TOKENS. A message names a pair by its position and user, never by its token. */
@@ -254,7 +265,9 @@ function parseTokens(raw: string, fail: (detail?: string) => ConfigError): ApiTo
 
 function parseValue(name: string, setting: Setting, raw: string): unknown {
   // A secret's value is never echoed: the message says only what is wrong with it.
-  const shown = setting.kind === "tokens" ? "(value hidden)" : JSON.stringify(raw);
+  const shown = setting.kind === "tokens" || setting.kind === "database"
+    ? "(value hidden)"
+    : JSON.stringify(raw);
   const fail = (detail?: string) =>
     new ConfigError(name, `Invalid ${name}=${shown}: ${detail ?? `expected ${EXPECTED[setting.kind]}`}`);
   switch (setting.kind) {
@@ -267,6 +280,13 @@ function parseValue(name: string, setting: Setting, raw: string): unknown {
     }
     case "tokens":
       return parseTokens(raw, fail);
+    case "database":
+      try {
+        if (raw.trim() !== "") parseDatabaseUrl(raw.trim());
+      } catch (error) {
+        throw fail((error as TypeError).message);
+      }
+      return raw.trim();
     case "string":
       if (setting.key !== "apiKey" && raw.trim() === "") throw fail();
       return raw;

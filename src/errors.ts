@@ -86,6 +86,18 @@ export class LeaseLostError extends Error {
   }
 }
 
+/**
+ * The session database cannot be reached (refused, closed, timed out, shutting down). The message names the
+ * database without its password; the operation changed nothing, and the same call may work once it is back.
+ */
+export class StoreUnavailableError extends Error {
+  override name = "StoreUnavailableError";
+
+  constructor(message: string, options: { cause?: unknown } = {}) {
+    super(message, options);
+  }
+}
+
 /** What an error says, without the "Error: " a stack would add; anything thrown that is not an error, as text. */
 export function errorMessage(error: unknown): string {
   return error instanceof Error ? error.message : String(error);

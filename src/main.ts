@@ -1,5 +1,5 @@
 /**
- * The entry point: parses the command line, builds the real dependencies (fetch client, SQLite file, trace
+ * The entry point: parses the command line, builds the real dependencies (fetch client, session store, trace
  * file, clock) and dispatches to a subcommand. The only module that touches the process.
  * @module
  */
@@ -26,6 +26,7 @@ import { BackgroundCompactions } from "./agent/background.ts";
 import { listenNetHost, missingPermissions, readEnvironment, TERMINAL_VARIABLES } from "./permissions.ts";
 import { SqliteStore } from "./store/sqlite.ts";
 import { SessionLeases } from "./store/session_leases.ts";
+import { openSessionStore, sharedTraceOf } from "./store/open.ts";
 import { enableTelemetry, TELEMETRY_VARIABLES } from "./telemetry.ts";
 import { type SessionKey, type SessionStore, validateId } from "./store/store.ts";
 import { createLlmSummarizer } from "./memory/summarizer.ts";
@@ -34,7 +35,7 @@ import type { ToolRegistry } from "./tools/registry.ts";
 import { JsonlTracer } from "./trace/trace.ts";
 import type { McpTools } from "./mcp/mcp_tools.ts";
 import { openToolConfig } from "./mcp/start.ts";
-import { TraceReader } from "./trace/reader.ts";
+import { type TracePages, TraceReader } from "./trace/reader.ts";
 
 /** Turns a session may have waiting behind the running one before the server answers 429. */
 const MAX_QUEUED_TURNS = 8;
@@ -48,7 +49,8 @@ function fail(message: string): never {
 interface Runtime {
   store: SessionStore;
   tracer: JsonlTracer;
-  traceReader: TraceReader;
+  /** Where the trace route reads: the file index, or the database's table every replica writes. */
+  traceReader: TracePages;
   agent: Agent;
   /** The agent's tools bound to another store (a request's private one). */
   toolsFor(store: SessionStore): ToolRegistry;
@@ -70,15 +72,6 @@ function opening<T>(variable: string, action: string, path: string, open: () => 
   }
 }
 
-/** The session database, opened and proven writable (its folder created), or a `ConfigError` saying why. */
-function openStore(dbPath: string): SessionStore {
-  const path = resolve(dbPath);
-  opening("AGENT_DB_PATH", "create the database folder", dirname(path), () => {
-    mkdirSync(dirname(path), { recursive: true });
-  });
-  return opening("AGENT_DB_PATH", "open the session database", path, () => new SqliteStore(path));
-}
-
 /** Fails with a `ConfigError` naming the file unless the trace can be appended to (created if new). */
 function requireWritableTrace(tracePath: string): void {
   const path = resolve(tracePath);
@@ -97,7 +90,7 @@ async function openRuntime(config: Readonly<Config>): Promise<Runtime> {
   let tools: Awaited<ReturnType<typeof openToolConfig>>;
   try {
     requireWritableTrace(config.tracePath);
-    store = openStore(config.dbPath);
+    store = await openSessionStore(config);
     tools = await openToolConfig(config, (line) => console.error(line));
   } catch (error) {
     if (error instanceof ConfigError) fail(error.message);
@@ -105,11 +98,12 @@ async function openRuntime(config: Readonly<Config>): Promise<Runtime> {
   }
   // The server's trace route pages through this index; the lines this process writes go straight into it.
   const traceReader = new TraceReader(config.tracePath);
+  const shared = sharedTraceOf(store);
   const tracer = new JsonlTracer(config.tracePath, {
     maxPayloadChars: config.traceMaxPayloadChars,
     maxBytes: config.traceMaxBytes,
     secrets: [config.apiKey, ...config.apiTokens.map((t) => t.token)],
-    onAppend: (line) => traceReader.noteAppend(line),
+    onAppend: (line) => (traceReader.noteAppend(line), shared?.add(line.event)),
   });
   const llm = createLlmFromConfig(config, { stream: config.stream });
   const { mcp, approval } = tools;
@@ -119,7 +113,7 @@ async function openRuntime(config: Readonly<Config>): Promise<Runtime> {
   return {
     store,
     tracer,
-    traceReader,
+    traceReader: shared ?? traceReader,
     toolsFor,
     mcp,
     leases,
@@ -144,6 +138,7 @@ async function openRuntime(config: Readonly<Config>): Promise<Runtime> {
       await compactions.close(config.shutdownGraceSeconds * 1000);
       await mcp?.close();
       tracer.close();
+      await shared?.close();
       await store.close();
     },
   };
@@ -247,7 +242,7 @@ async function serve(config: Readonly<Config>): Promise<number> {
       }), config);
     // Index the trace files already on disk now, in async chunks, so the first trace request does not wait
     // for it; a failure here is the route's to report.
-    runtime.traceReader.refresh().catch(() => {});
+    if (runtime.traceReader instanceof TraceReader) runtime.traceReader.refresh().catch(() => {});
     await server.finished;
     log.close();
     console.error("stopped");

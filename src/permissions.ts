@@ -9,6 +9,8 @@ import { type Config, loadConfig, SETTINGS } from "./config.ts";
 import { TELEMETRY_VARIABLES } from "./telemetry.ts";
 import { type McpFile, readMcpConfig } from "./mcp/config.ts";
 import { INHERITED_ENV } from "./mcp/stdio_transport.ts";
+import { POSTGRES_ENV } from "./store/postgres.ts";
+import { parseDatabaseUrl } from "./store/database_url.ts";
 
 /** The docs corpus that search_mock reads, next to the sources. */
 export const DOCS_DIR = fileURLToPath(new URL("../data/docs", import.meta.url));
@@ -32,9 +34,22 @@ export function llmNetHost(baseUrl: string): string {
   return `${url.hostname}:${port}`;
 }
 
-/** The folders a task reads and writes: the database's and the trace's, and with `history` chat's history. */
+/**
+ * What AGENT_DATABASE_URL adds to a task's grants: net to the database's host:port and the variables the
+ * PostgreSQL client reads; nothing for SQLite.
+ */
+export function databaseGrants(config: Pick<Config, "databaseUrl">): { net: string[]; env: string[] } {
+  if (config.databaseUrl === "") return { net: [], env: [] };
+  return { net: [parseDatabaseUrl(config.databaseUrl).netHost], env: [...POSTGRES_ENV] };
+}
+
+/**
+ * The folders a task reads and writes: the SQLite database's (none with PostgreSQL) and the trace's, and with
+ * `history` chat's history.
+ */
 function folders(config: Readonly<Config>, history = false): string[] {
-  const paths = [config.dbPath, config.tracePath, ...(history ? [config.historyPath] : [])];
+  const database = config.databaseUrl === "" ? [config.dbPath] : [];
+  const paths = [...database, config.tracePath, ...(history ? [config.historyPath] : [])];
   return [...new Set(paths.map((path) => dirname(resolve(path))))];
 }
 
@@ -68,7 +83,8 @@ export interface TaskFlagsOptions {
  * The `deno run` flags for a task: read/write on the folders of the database and the trace (chat: and of
  * its input history; the demo: the
  * temporary folder), read of the docs corpus, the runtime's variables (and OTEL_DENO, which says whether to
- * record spans), and net to the LLM's host:port only. Deno's OTLP exporter needs no grant. Chat and serve
+ * record spans), and net to the LLM's host:port only (with AGENT_DATABASE_URL: and to the database's, with the
+ * variables its client reads). Deno's OTLP exporter needs no grant. Chat and serve
  * also read AGENT_MCP_CONFIG's file and get what its servers need ({@linkcode mcpGrants}).
  * A configuration that does not load yields only the env grant, so the program itself reports the error.
  */
@@ -93,7 +109,9 @@ export function taskPermissionFlags(
     mcpFile = { path: resolve(config.mcpConfig), servers: [], approval: undefined };
   }
   const mcp = mcpGrants(mcpFile);
-  if (mcp.env.length > 0) flags[0] = `--allow-env=${[...new Set([...variables, ...mcp.env])].join(",")}`;
+  const database = databaseGrants(config);
+  const extra = [...mcp.env, ...database.env];
+  if (extra.length > 0) flags[0] = `--allow-env=${[...new Set([...variables, ...extra])].join(",")}`;
   const writable = task === "demo"
     ? [resolve(tempDir)]
     : task === "compile"
@@ -104,7 +122,7 @@ export function taskPermissionFlags(
   flags.push(`--allow-write=${writable.join(",")}`);
   const net = [llmNetHost(config.baseUrl)];
   if (task === "serve" || task === "compile") net.push(listenNetHost(config));
-  flags.push(`--allow-net=${[...new Set([...net, ...mcp.net])].join(",")}`);
+  flags.push(`--allow-net=${[...new Set([...net, ...database.net, ...mcp.net])].join(",")}`);
   if (mcp.run.length > 0) flags.push(`--allow-run=${mcp.run.join(",")}`);
   return flags;
 }
@@ -119,11 +137,16 @@ export function missingPermissions(
   options: { listen?: boolean; history?: boolean } = {},
 ): string[] {
   const missing: string[] = [];
-  const hosts = [llmNetHost(config.baseUrl)];
+  const hosts = [llmNetHost(config.baseUrl), ...databaseGrants(config).net];
   if (options.listen) hosts.push(listenNetHost(config));
   for (const host of hosts) {
     if (Deno.permissions.querySync({ name: "net", host }).state !== "granted") {
       missing.push(`--allow-net=${host}`);
+    }
+  }
+  for (const variable of databaseGrants(config).env) {
+    if (Deno.permissions.querySync({ name: "env", variable }).state !== "granted") {
+      missing.push(`--allow-env=${variable}`);
     }
   }
   for (const path of folders(config, options.history)) {

@@ -17,6 +17,7 @@ Deno.test("loadConfig() gives every documented default for an empty environment"
     compactBatch: 10,
     maxCtxTokens: 6000,
     dbPath: "data/sessions.db",
+    databaseUrl: "",
     tracePath: "data/traces.jsonl",
     historyPath: "data/chat_history",
     traceMaxPayloadChars: 2000,
@@ -115,6 +116,26 @@ Deno.test("loadConfig() parses AGENT_API_TOKENS into token:user pairs and never 
   assert.throws(() => loadConfig({ AGENT_PORT: "65536" }), /expected a port number from 0 to 65535/);
   assert.throws(() => loadConfig({ AGENT_HOST: "a b" }), /AGENT_HOST/);
   assert.throws(() => loadConfig({ AGENT_MAX_BODY_BYTES: "0" }), /AGENT_MAX_BODY_BYTES/);
+});
+
+Deno.test("loadConfig() reads AGENT_DATABASE_URL and never echoes a malformed one or its password", () => {
+  const url = "postgres://agent:pw-SENTINEL@db.internal:6432/agent";
+  assert.equal(loadConfig({ AGENT_DATABASE_URL: ` ${url} ` }).databaseUrl, url);
+  assert.equal(loadConfig({}).databaseUrl, "");
+  const cases: [string, RegExp][] = [
+    ["mysql://u:pw-SENTINEL@h/db", /got a mysql: URL/],
+    ["postgres://:pw-SENTINEL@h/db", /the user and host are required/],
+    ["pw-SENTINEL", /not a URL/],
+  ];
+  for (const [bad, pattern] of cases) {
+    assert.throws(
+      () => loadConfig({ AGENT_DATABASE_URL: bad }),
+      (e) =>
+        e instanceof ConfigError && e.variable === "AGENT_DATABASE_URL" && pattern.test(e.message) &&
+        e.message.includes("(value hidden)") && !e.message.includes("SENTINEL"),
+      bad,
+    );
+  }
 });
 
 Deno.test("loadConfig() rejects a token under 16 characters and names a duplicate by position and user", () => {

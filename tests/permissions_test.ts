@@ -42,6 +42,47 @@ Deno.test("taskPermissionFlags() lets every task read OTEL_DENO and no other OTE
   }
 });
 
+Deno.test("taskPermissionFlags() with AGENT_DATABASE_URL grants net to exactly its host:port and the client's variables", () => {
+  const env = {
+    OPENAI_BASE_URL: "https://api.deepseek.com/v1",
+    AGENT_DB_PATH: "/srv/agent/db/s.db",
+    AGENT_TRACE_PATH: "/var/log/agent/t.jsonl",
+    AGENT_HISTORY_PATH: "/var/log/agent/history",
+    AGENT_DATABASE_URL: "postgres://agent:pw-SENTINEL@db.internal/agent",
+  };
+  for (const task of ["chat", "serve"] as const) {
+    const flags = taskPermissionFlags(env, { task });
+    const net = flags.find((f) => f.startsWith("--allow-net="))!.slice("--allow-net=".length).split(",");
+    assert.deepEqual(net.filter((host) => host !== "127.0.0.1:8787"), [
+      "api.deepseek.com:443",
+      "db.internal:5432",
+    ]);
+    const names = flags[0].slice("--allow-env=".length).split(",");
+    assert.deepEqual(names.filter((n) => n.startsWith("PG")), [
+      "PGPASSWORD",
+      "PGAPPNAME",
+      "PGTARGETSESSIONATTRS",
+    ]);
+    // The SQLite file's folder is not needed.
+    assert.ok(flags.includes("--allow-write=/var/log/agent"), flags.join(" "));
+    assert.ok(!flags.join(" ").includes("SENTINEL"));
+  }
+  const sqlite = taskPermissionFlags({ ...env, AGENT_DATABASE_URL: "" });
+  assert.ok(!sqlite.join(" ").includes("PGPASSWORD") && !sqlite.join(" ").includes("db.internal"));
+});
+
+Deno.test("missingPermissions() names the database's net flag and the client's variables when they are not granted", () => {
+  const config = loadConfig({
+    OPENAI_BASE_URL: "http://127.0.0.1:9/v1",
+    AGENT_DB_PATH: "/tmp/x/s.db",
+    AGENT_DATABASE_URL: "postgres://agent@db.internal:6432/agent",
+  });
+  const missing = missingPermissions(config);
+  assert.ok(missing.includes("--allow-net=db.internal:6432"), missing.join(" "));
+  // Tests run with --allow-env: every variable is granted.
+  assert.ok(!missing.some((flag) => flag.startsWith("--allow-env")), missing.join(" "));
+});
+
 Deno.test("taskPermissionFlags() grants only env when the configuration is invalid, so the program reports it", () => {
   assert.deepEqual(taskPermissionFlags({ OPENAI_BASE_URL: "ftp://x" }).length, 1);
 });

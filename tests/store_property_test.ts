@@ -1,14 +1,14 @@
 /**
- * Property-based tests of `SqliteStore` (`src/store.ts`) on `:memory:` and on a temp file: saving is
+ * Property-based tests of both stores, each run on fresh databases: saving is
  * idempotent by message id, turn counts follow distinct user messages, and compaction keeps
  * `turnCount === compactedTurns + stored user messages`.
  */
 import { fc } from "./_dev_deps.ts";
 import assert from "node:assert/strict";
-import { SqliteStore } from "../src/store/sqlite.ts";
-import { type Session, type SessionKey } from "../src/store/store.ts";
+import { type Session, type SessionKey, type SessionStore } from "../src/store/store.ts";
 import type { Role, StoredMessage, ToolCall } from "../src/types.ts";
-import { keyOf, steppingClock, tempDir } from "./_harness.ts";
+import { keyOf, steppingClock } from "./_harness.ts";
+import { storeTest } from "./_store_backends.ts";
 
 // ---------------------------------------------------------------------------------------------------------
 // Arbitraries.
@@ -179,12 +179,12 @@ function planKey(plan: Plan, sessionId: string): SessionKey {
   return keyOf(sessionId, plan.users[plan.sessions.indexOf(sessionId)]);
 }
 
-async function openAll(plan: Plan, store: SqliteStore): Promise<void> {
+async function openAll(plan: Plan, store: SessionStore): Promise<void> {
   for (const [i, id] of plan.sessions.entries()) await store.getOrCreate(keyOf(id, plan.users[i]));
 }
 
 /** Everything observable about the plan's sessions, timestamps included. */
-async function snapshot(plan: Plan, store: SqliteStore) {
+async function snapshot(plan: Plan, store: SessionStore) {
   return {
     sessions: await Promise.all(plan.sessions.map(async (id) => ({
       session: await store.get(planKey(plan, id)),
@@ -197,125 +197,133 @@ async function snapshot(plan: Plan, store: SqliteStore) {
 // ---------------------------------------------------------------------------------------------------------
 // Properties.
 
-Deno.test("SqliteStore.append() saving any sequence of states twice equals saving it once", async () => {
-  using dir = tempDir();
-  let run = 0;
-  await fc.assert(
-    fc.asyncProperty(PLAN, async (plan) => {
-      const batches = batchesOf(plan);
-      const path = `${dir.path}/run-${run++}.db`;
-      // One clock each: a repeated save that added nothing must not even touch updated_at.
-      const once = new SqliteStore(":memory:", { now: steppingClock() });
-      const twiceInARow = new SqliteStore(path, { now: steppingClock() });
-      const sequenceTwice = new SqliteStore(":memory:", { now: steppingClock() });
-      try {
-        for (const store of [once, twiceInARow, sequenceTwice]) await openAll(plan, store);
-        const expected = model(batches);
-        let total = 0;
-        for (const { sessionId, messages } of batches) {
-          const added = await once.append(planKey(plan, sessionId), messages);
-          total += added;
-          assert.equal(await twiceInARow.append(planKey(plan, sessionId), messages), added);
-          assert.equal(
-            await twiceInARow.append(planKey(plan, sessionId), messages),
-            0,
-            "the same batch again adds nothing",
-          );
-          assert.equal(await sequenceTwice.append(planKey(plan, sessionId), messages), added);
-        }
-        for (const { sessionId, messages } of batches) {
-          assert.equal(
-            await sequenceTwice.append(planKey(plan, sessionId), messages),
-            0,
-            "the whole sequence again adds nothing",
-          );
-        }
-        assert.equal(total, [...expected.values()].reduce((n, list) => n + list.length, 0));
-
-        const reference = await snapshot(plan, once);
-        assert.deepEqual(await snapshot(plan, twiceInARow), reference);
-        assert.deepEqual(await snapshot(plan, sequenceTwice), reference);
-        for (const [i, id] of plan.sessions.entries()) {
-          const messages = expected.get(id) ?? [];
-          assert.deepEqual(await once.messages(planKey(plan, id)), messages);
-          const session = (await once.get(planKey(plan, id)))!;
-          assert.equal(session.userId, plan.users[i]);
-          assert.equal(session.turnCount, messages.filter((m) => m.role === "user").length);
-          assert.equal(session.compactedTurns, 0);
-          assert.equal(session.summary, null);
-        }
-        // The file store reads back the same after a reopen.
-        await twiceInARow.close();
-        const reopened = new SqliteStore(path);
+storeTest(
+  "$Store.append() saving any sequence of states twice equals saving it once",
+  async (_db, backend) => {
+    await fc.assert(
+      fc.asyncProperty(PLAN, async (plan) => {
+        const batches = batchesOf(plan);
+        await using onceDb = await backend.fresh();
+        await using twiceDb = await backend.fresh();
+        await using sequenceDb = await backend.fresh();
+        // One clock each: a repeated save that added nothing must not even touch updated_at.
+        const once = await onceDb.open({ now: steppingClock() });
+        const twiceInARow = await twiceDb.open({ now: steppingClock() });
+        const sequenceTwice = await sequenceDb.open({ now: steppingClock() });
         try {
-          assert.deepEqual(await snapshot(plan, reopened), reference);
+          for (const store of [once, twiceInARow, sequenceTwice]) await openAll(plan, store);
+          const expected = model(batches);
+          let total = 0;
+          for (const { sessionId, messages } of batches) {
+            const added = await once.append(planKey(plan, sessionId), messages);
+            total += added;
+            assert.equal(await twiceInARow.append(planKey(plan, sessionId), messages), added);
+            assert.equal(
+              await twiceInARow.append(planKey(plan, sessionId), messages),
+              0,
+              "the same batch again adds nothing",
+            );
+            assert.equal(await sequenceTwice.append(planKey(plan, sessionId), messages), added);
+          }
+          for (const { sessionId, messages } of batches) {
+            assert.equal(
+              await sequenceTwice.append(planKey(plan, sessionId), messages),
+              0,
+              "the whole sequence again adds nothing",
+            );
+          }
+          assert.equal(total, [...expected.values()].reduce((n, list) => n + list.length, 0));
+
+          const reference = await snapshot(plan, once);
+          assert.deepEqual(await snapshot(plan, twiceInARow), reference);
+          assert.deepEqual(await snapshot(plan, sequenceTwice), reference);
+          for (const [i, id] of plan.sessions.entries()) {
+            const messages = expected.get(id) ?? [];
+            assert.deepEqual(await once.messages(planKey(plan, id)), messages);
+            const session = (await once.get(planKey(plan, id)))!;
+            assert.equal(session.userId, plan.users[i]);
+            assert.equal(session.turnCount, messages.filter((m) => m.role === "user").length);
+            assert.equal(session.compactedTurns, 0);
+            assert.equal(session.summary, null);
+          }
+          // The store reads back the same after a reopen.
+          await twiceInARow.close();
+          const reopened = await twiceDb.open();
+          try {
+            assert.deepEqual(await snapshot(plan, reopened), reference);
+          } finally {
+            await reopened.close();
+          }
         } finally {
-          await reopened.close();
+          await once.close();
+          await twiceInARow.close();
+          await sequenceTwice.close();
         }
-      } finally {
-        await once.close();
-        await twiceInARow.close();
-        await sequenceTwice.close();
-      }
-    }),
-    { numRuns: 150 },
-  );
-});
+      }),
+      { numRuns: backend.runs(150) },
+    );
+  },
+);
 
 const FIXED = new Date("2026-03-04T05:06:07.000Z");
 
-Deno.test("SqliteStore.append() of a prefix then the full list equals appending the full list", async () => {
-  await fc.assert(
-    fc.asyncProperty(
-      SESSION_ID,
-      TEXT,
-      fc.array(DRAFT, { maxLength: 20 }),
-      fc.nat(),
-      fc.array(fc.nat(), { maxLength: 6 }),
-      async (sessionId, idPrefix, drafts, cut, repeats) => {
-        const unique = drafts.map((d, i) => ({ ...d, id: `${idPrefix}#${i}` }));
-        // Some ids appear twice in the list itself: only their first occurrence counts.
-        const full = [...unique];
-        if (unique.length > 0) {
-          for (const r of repeats) full.splice(r % full.length, 0, unique[r % unique.length]);
-        }
-        const k = cut % (full.length + 1);
-        const users = new Set(full.filter((m) => m.role === "user").map((m) => m.id));
+storeTest(
+  "$Store.append() of a prefix then the full list equals appending the full list",
+  async (_db, backend) => {
+    await fc.assert(
+      fc.asyncProperty(
+        SESSION_ID,
+        TEXT,
+        fc.array(DRAFT, { maxLength: 20 }),
+        fc.nat(),
+        fc.array(fc.nat(), { maxLength: 6 }),
+        async (sessionId, idPrefix, drafts, cut, repeats) => {
+          const unique = drafts.map((d, i) => ({ ...d, id: `${idPrefix}#${i}` }));
+          // Some ids appear twice in the list itself: only their first occurrence counts.
+          const full = [...unique];
+          if (unique.length > 0) {
+            for (const r of repeats) full.splice(r % full.length, 0, unique[r % unique.length]);
+          }
+          const k = cut % (full.length + 1);
+          const users = new Set(full.filter((m) => m.role === "user").map((m) => m.id));
 
-        const stepwise = new SqliteStore(":memory:", { now: () => FIXED });
-        const direct = new SqliteStore(":memory:", { now: () => FIXED });
-        try {
-          for (const store of [stepwise, direct]) await store.getOrCreate(keyOf(sessionId, "alice"));
-          const first = await stepwise.append(keyOf(sessionId, "alice"), full.slice(0, k));
-          const second = await stepwise.append(keyOf(sessionId, "alice"), full);
-          const all = await direct.append(keyOf(sessionId, "alice"), full);
-          assert.equal(all, unique.length);
-          assert.equal(first + second, all);
-          assert.equal(first, new Set(full.slice(0, k).map((m) => m.id)).size);
-          assert.deepEqual(
-            await stepwise.messages(keyOf(sessionId, "alice")),
-            await direct.messages(keyOf(sessionId, "alice")),
-          );
-          assert.deepEqual(
-            await stepwise.get(keyOf(sessionId, "alice")),
-            await direct.get(keyOf(sessionId, "alice")),
-          );
-          assert.deepEqual(await stepwise.listSessions("alice"), await direct.listSessions("alice"));
-          // turnCount counts distinct user-message ids, however often they were appended.
-          assert.equal((await direct.get(keyOf(sessionId, "alice")))!.turnCount, users.size);
-          assert.deepEqual(
-            await direct.messages(keyOf(sessionId, "alice")),
-            model([{ sessionId, messages: full }]).get(sessionId),
-          );
-        } finally {
-          await stepwise.close();
-          await direct.close();
-        }
-      },
-    ),
-    { numRuns: 300 },
-  );
-});
+          await using stepwiseDb = await backend.fresh();
+          await using directDb = await backend.fresh();
+          const stepwise = await stepwiseDb.open({ now: () => FIXED });
+          const direct = await directDb.open({ now: () => FIXED });
+          try {
+            for (const store of [stepwise, direct]) await store.getOrCreate(keyOf(sessionId, "alice"));
+            const first = await stepwise.append(keyOf(sessionId, "alice"), full.slice(0, k));
+            const second = await stepwise.append(keyOf(sessionId, "alice"), full);
+            const all = await direct.append(keyOf(sessionId, "alice"), full);
+            assert.equal(all, unique.length);
+            assert.equal(first + second, all);
+            assert.equal(first, new Set(full.slice(0, k).map((m) => m.id)).size);
+            assert.deepEqual(
+              await stepwise.messages(keyOf(sessionId, "alice")),
+              await direct.messages(keyOf(sessionId, "alice")),
+            );
+            assert.deepEqual(
+              await stepwise.get(keyOf(sessionId, "alice")),
+              await direct.get(keyOf(sessionId, "alice")),
+            );
+            assert.deepEqual(await stepwise.listSessions("alice"), await direct.listSessions("alice"));
+            // turnCount counts distinct user-message ids, however often they were appended.
+            assert.equal((await direct.get(keyOf(sessionId, "alice")))!.turnCount, users.size);
+            assert.deepEqual(
+              await direct.messages(keyOf(sessionId, "alice")),
+              model([{ sessionId, messages: full }]).get(sessionId),
+            );
+          } finally {
+            await stepwise.close();
+            await direct.close();
+          }
+        },
+      ),
+      { numRuns: backend.runs(300) },
+    );
+  },
+);
 
 /** A step of the compaction property: append fresh messages, compact a prefix, or try an invalid cut. */
 type Step =
@@ -343,73 +351,78 @@ const STEP: fc.Arbitrary<Step> = fc.oneof(
   }),
 );
 
-async function assertTurnInvariant(store: SqliteStore, sessionId: string): Promise<Session> {
+async function assertTurnInvariant(store: SessionStore, sessionId: string): Promise<Session> {
   const session = (await store.get(keyOf(sessionId, "alice")))!;
   const users = (await store.messages(keyOf(sessionId, "alice"))).filter((m) => m.role === "user").length;
   assert.equal(session.turnCount, session.compactedTurns + users, JSON.stringify(session));
   return session;
 }
 
-Deno.test("SqliteStore.applyCompaction() with random cut prefixes keeps turnCount = compactedTurns + users", async () => {
-  using dir = tempDir();
-  let run = 0;
-  await fc.assert(
-    fc.asyncProperty(fc.array(STEP, { minLength: 1, maxLength: 25 }), fc.boolean(), async (steps, onFile) => {
-      const store = new SqliteStore(onFile ? `${dir.path}/c-${run++}.db` : ":memory:", {
-        now: steppingClock(),
-      });
-      const ids = ["s-a", "s-b"];
-      let counter = 0;
-      try {
-        for (const id of ids) await store.getOrCreate(keyOf(id, "alice"));
-        for (const step of steps) {
-          const sessionId = ids[step.session];
-          const before = await store.messages(keyOf(sessionId, "alice"));
-          if (step.kind === "append") {
-            await store.append(
-              keyOf(sessionId, "alice"),
-              step.drafts.map((d) => ({ ...d, id: `m${counter++}` })),
-            );
-          } else if (step.kind === "compact") {
-            const k = step.cut % (before.length + 1);
-            const cut = before.slice(0, k);
-            const old = (await store.get(keyOf(sessionId, "alice")))!;
-            const turns = cut.filter((m) => m.role === "user").length;
-            await store.applyCompaction(keyOf(sessionId, "alice"), step.summary, cut.map((m) => m.id), turns);
-            const now = (await store.get(keyOf(sessionId, "alice")))!;
-            assert.equal(now.summary, step.summary);
-            assert.equal(now.compactedTurns, old.compactedTurns + turns);
-            assert.equal(now.turnCount, old.turnCount, "compaction never changes the turn count");
-            assert.deepEqual(await store.messages(keyOf(sessionId, "alice")), before.slice(k));
-          } else {
-            const other = await store.messages(keyOf(ids[1 - step.session], "alice"));
-            const k = step.cut % (before.length + 1);
-            const cut = before.slice(0, k).map((m) => m.id);
-            const intruder = step.how === "unknown"
-              ? "no-such-message"
-              : step.how === "other-session"
-              ? other[0]?.id ?? "no-such-message"
-              : cut[0] ?? "no-such-message";
-            cut.splice(step.cut % (cut.length + 1), 0, intruder);
-            const old = {
-              session: await store.get(keyOf(sessionId, "alice")),
-              other: await store.messages(keyOf(ids[1 - step.session], "alice")),
-            };
-            await assert.rejects(
-              async () => await store.applyCompaction(keyOf(sessionId, "alice"), "{}", cut, 1),
-              /Cannot compact session/,
-            );
-            // All or nothing: not one message or counter changed, in either session.
-            assert.deepEqual(await store.get(keyOf(sessionId, "alice")), old.session);
-            assert.deepEqual(await store.messages(keyOf(sessionId, "alice")), before);
-            assert.deepEqual(await store.messages(keyOf(ids[1 - step.session], "alice")), old.other);
+storeTest(
+  "$Store.applyCompaction() with random cut prefixes keeps turnCount = compactedTurns + users",
+  async (_db, backend) => {
+    await fc.assert(
+      fc.asyncProperty(fc.array(STEP, { minLength: 1, maxLength: 25 }), async (steps) => {
+        await using db = await backend.fresh();
+        const store = await db.open({ now: steppingClock() });
+        const ids = ["s-a", "s-b"];
+        let counter = 0;
+        try {
+          for (const id of ids) await store.getOrCreate(keyOf(id, "alice"));
+          for (const step of steps) {
+            const sessionId = ids[step.session];
+            const before = await store.messages(keyOf(sessionId, "alice"));
+            if (step.kind === "append") {
+              await store.append(
+                keyOf(sessionId, "alice"),
+                step.drafts.map((d) => ({ ...d, id: `m${counter++}` })),
+              );
+            } else if (step.kind === "compact") {
+              const k = step.cut % (before.length + 1);
+              const cut = before.slice(0, k);
+              const old = (await store.get(keyOf(sessionId, "alice")))!;
+              const turns = cut.filter((m) => m.role === "user").length;
+              await store.applyCompaction(
+                keyOf(sessionId, "alice"),
+                step.summary,
+                cut.map((m) => m.id),
+                turns,
+              );
+              const now = (await store.get(keyOf(sessionId, "alice")))!;
+              assert.equal(now.summary, step.summary);
+              assert.equal(now.compactedTurns, old.compactedTurns + turns);
+              assert.equal(now.turnCount, old.turnCount, "compaction never changes the turn count");
+              assert.deepEqual(await store.messages(keyOf(sessionId, "alice")), before.slice(k));
+            } else {
+              const other = await store.messages(keyOf(ids[1 - step.session], "alice"));
+              const k = step.cut % (before.length + 1);
+              const cut = before.slice(0, k).map((m) => m.id);
+              const intruder = step.how === "unknown"
+                ? "no-such-message"
+                : step.how === "other-session"
+                ? other[0]?.id ?? "no-such-message"
+                : cut[0] ?? "no-such-message";
+              cut.splice(step.cut % (cut.length + 1), 0, intruder);
+              const old = {
+                session: await store.get(keyOf(sessionId, "alice")),
+                other: await store.messages(keyOf(ids[1 - step.session], "alice")),
+              };
+              await assert.rejects(
+                async () => await store.applyCompaction(keyOf(sessionId, "alice"), "{}", cut, 1),
+                /Cannot compact session/,
+              );
+              // All or nothing: not one message or counter changed, in either session.
+              assert.deepEqual(await store.get(keyOf(sessionId, "alice")), old.session);
+              assert.deepEqual(await store.messages(keyOf(sessionId, "alice")), before);
+              assert.deepEqual(await store.messages(keyOf(ids[1 - step.session], "alice")), old.other);
+            }
+            for (const id of ids) await assertTurnInvariant(store, id);
           }
-          for (const id of ids) await assertTurnInvariant(store, id);
+        } finally {
+          await store.close();
         }
-      } finally {
-        await store.close();
-      }
-    }),
-    { numRuns: 200 },
-  );
-});
+      }),
+      { numRuns: backend.runs(200) },
+    );
+  },
+);

@@ -4,6 +4,7 @@ import { SCHEMA_VERSION, SqliteStore } from "../src/store/sqlite.ts";
 import { validateId } from "../src/store/store.ts";
 import type { StoredMessage } from "../src/types.ts";
 import { keyOf, steppingClock, storedMessage, tempDir } from "./_harness.ts";
+import { storeTest } from "./_store_backends.ts";
 
 const msg = storedMessage;
 
@@ -41,8 +42,8 @@ Deno.test("SqliteStore refuses a database written by a newer schema version", ()
   );
 });
 
-Deno.test("SqliteStore.append() is idempotent: saving the same state twice adds nothing", async () => {
-  const store = new SqliteStore(":memory:", { now: steppingClock() });
+storeTest("$Store.append() is idempotent: saving the same state twice adds nothing", async (db) => {
+  const store = await db.open({ now: steppingClock() });
   await store.getOrCreate(keyOf("s"));
   const state = [
     msg("1", "user", "hi"),
@@ -63,21 +64,21 @@ Deno.test("SqliteStore.append() is idempotent: saving the same state twice adds 
   await store.close();
 });
 
-Deno.test("SqliteStore.append() commits all of a tool turn or none of it", async () => {
-  const store = new SqliteStore(":memory:");
+storeTest("$Store.append() commits all of a tool turn or none of it", async (db) => {
+  const store = await db.open();
   await store.getOrCreate(keyOf("s"));
   const bad = [
     msg("a", "assistant", null, { toolCalls: [{ id: "c1", name: "x", arguments: "{}" }] }),
     // An invalid role makes the second insert fail inside the transaction.
     msg("b", "bogus" as StoredMessage["role"], "{}", { toolCallId: "c1" }),
   ];
-  await assert.rejects(async () => await store.append(keyOf("s"), bad), /CHECK constraint failed/);
+  await assert.rejects(async () => await store.append(keyOf("s"), bad), /check constraint/i);
   assert.deepEqual(await store.messages(keyOf("s")), []);
   await store.close();
 });
 
-Deno.test("SqliteStore scopes todos to their session", async () => {
-  const store = new SqliteStore(":memory:", { now: steppingClock() });
+storeTest("$Store scopes todos to their session", async (db) => {
+  const store = await db.open({ now: steppingClock() });
   await store.getOrCreate(keyOf("a"));
   await store.getOrCreate(keyOf("b"));
   const todo = await store.addTodo(keyOf("a"), "write tests");
@@ -97,8 +98,8 @@ Deno.test("validateId() accepts 1-128 characters of [A-Za-z0-9._:-] and names wh
   assert.throws(() => validateId(42), /Invalid session id number/);
 });
 
-Deno.test("SqliteStore parameterizes queries: quotes and semicolons are stored verbatim", async () => {
-  const store = new SqliteStore(":memory:");
+storeTest("$Store parameterizes queries: quotes and semicolons are stored verbatim", async (db) => {
+  const store = await db.open();
   await store.getOrCreate(keyOf("s"));
   const nasty = `'); DROP TABLE messages; --"\u0001\u00ff`;
   await store.append(keyOf("s"), [msg("m1", "user", nasty)]);
@@ -108,10 +109,9 @@ Deno.test("SqliteStore parameterizes queries: quotes and semicolons are stored v
   await store.close();
 });
 
-Deno.test("two SqliteStore handles on one file write concurrently without 'database is locked'", async () => {
-  using dir = tempDir();
-  const a = new SqliteStore(`${dir.path}/s.db`);
-  const b = new SqliteStore(`${dir.path}/s.db`);
+storeTest("two $Store connections to one database write in turns without a lock error", async (db) => {
+  const a = await db.open();
+  const b = await db.open();
   await a.getOrCreate(keyOf("s"));
   for (let i = 0; i < 50; i++) {
     await (i % 2 === 0 ? a : b).append(keyOf("s"), [msg(`m${i}`, "user", `turn ${i}`)]);
@@ -122,55 +122,65 @@ Deno.test("two SqliteStore handles on one file write concurrently without 'datab
   await b.close();
 });
 
-Deno.test("SqliteStore.applyCompaction() writes the summary and deletes exactly the cut messages, or nothing", async () => {
-  const store = new SqliteStore(":memory:");
-  await store.getOrCreate(keyOf("s"));
-  await store.getOrCreate(keyOf("other"));
-  await store.append(keyOf("s"), [msg("1", "user", "a"), msg("2", "assistant", "b"), msg("3", "user", "c")]);
-  await store.append(keyOf("other"), [msg("x", "user", "theirs")]);
+storeTest(
+  "$Store.applyCompaction() writes the summary and deletes exactly the cut messages, or nothing",
+  async (db) => {
+    const store = await db.open();
+    await store.getOrCreate(keyOf("s"));
+    await store.getOrCreate(keyOf("other"));
+    await store.append(keyOf("s"), [
+      msg("1", "user", "a"),
+      msg("2", "assistant", "b"),
+      msg("3", "user", "c"),
+    ]);
+    await store.append(keyOf("other"), [msg("x", "user", "theirs")]);
 
-  await assert.rejects(
-    async () => await store.applyCompaction(keyOf("s"), '{"facts":[]}', ["1", "x"], 1),
-    /message "x" is not stored/,
-  );
-  assert.equal((await store.get(keyOf("s")))!.summary, null);
-  assert.equal((await store.messages(keyOf("s"))).length, 3, "the first delete was rolled back");
-  assert.equal(
-    (await store.messages(keyOf("other"))).length,
-    1,
-    "another session's message is never deleted",
-  );
+    await assert.rejects(
+      async () => await store.applyCompaction(keyOf("s"), '{"facts":[]}', ["1", "x"], 1),
+      /message "x" is not stored/,
+    );
+    assert.equal((await store.get(keyOf("s")))!.summary, null);
+    assert.equal((await store.messages(keyOf("s"))).length, 3, "the first delete was rolled back");
+    assert.equal(
+      (await store.messages(keyOf("other"))).length,
+      1,
+      "another session's message is never deleted",
+    );
 
-  await store.applyCompaction(keyOf("s"), '{"facts":["a"]}', ["1", "2"], 1);
-  assert.deepEqual((await store.messages(keyOf("s"))).map((m) => m.id), ["3"]);
-  const session = (await store.get(keyOf("s")))!;
-  assert.equal(session.summary, '{"facts":["a"]}');
-  assert.equal(session.turnCount, 2);
-  assert.equal(session.compactedTurns, 1);
-  await store.close();
-});
+    await store.applyCompaction(keyOf("s"), '{"facts":["a"]}', ["1", "2"], 1);
+    assert.deepEqual((await store.messages(keyOf("s"))).map((m) => m.id), ["3"]);
+    const session = (await store.get(keyOf("s")))!;
+    assert.equal(session.summary, '{"facts":["a"]}');
+    assert.equal(session.turnCount, 2);
+    assert.equal(session.compactedTurns, 1);
+    await store.close();
+  },
+);
 
-Deno.test("SqliteStore.deleteSession() removes the session, its messages and todos, and nothing else", async () => {
-  const store = new SqliteStore(":memory:");
-  for (const id of ["gone", "kept"]) {
-    await store.getOrCreate(keyOf(id));
-    await store.append(keyOf(id), [msg(`${id}-1`, "user", "hi")]);
-    await store.addTodo(keyOf(id), "t");
-  }
-  assert.equal(await store.deleteSession(keyOf("gone")), true);
-  assert.equal(await store.get(keyOf("gone")), null);
-  assert.deepEqual(await store.messages(keyOf("gone")), []);
-  assert.deepEqual(await store.listTodos(keyOf("gone")), []);
-  assert.equal((await store.messages(keyOf("kept"))).length, 1);
-  assert.equal((await store.listTodos(keyOf("kept"))).length, 1);
-  assert.equal(await store.deleteSession(keyOf("gone")), false);
-  assert.equal(await store.ping(), true);
-  await store.close();
-  assert.equal(await store.ping(), false);
-});
+storeTest(
+  "$Store.deleteSession() removes the session, its messages and todos, and nothing else",
+  async (db) => {
+    const store = await db.open();
+    for (const id of ["gone", "kept"]) {
+      await store.getOrCreate(keyOf(id));
+      await store.append(keyOf(id), [msg(`${id}-1`, "user", "hi")]);
+      await store.addTodo(keyOf(id), "t");
+    }
+    assert.equal(await store.deleteSession(keyOf("gone")), true);
+    assert.equal(await store.get(keyOf("gone")), null);
+    assert.deepEqual(await store.messages(keyOf("gone")), []);
+    assert.deepEqual(await store.listTodos(keyOf("gone")), []);
+    assert.equal((await store.messages(keyOf("kept"))).length, 1);
+    assert.equal((await store.listTodos(keyOf("kept"))).length, 1);
+    assert.equal(await store.deleteSession(keyOf("gone")), false);
+    assert.equal(await store.ping(), true);
+    await store.close();
+    assert.equal(await store.ping(), false);
+  },
+);
 
-Deno.test("SqliteStore keeps message ids per session: the same id in two sessions is two messages", async () => {
-  const store = new SqliteStore(":memory:");
+storeTest("$Store keeps message ids per session: the same id in two sessions is two messages", async (db) => {
+  const store = await db.open();
   await store.getOrCreate(keyOf("a"));
   await store.getOrCreate(keyOf("b"));
   assert.equal(await store.append(keyOf("a"), [msg("run-1:0", "user", "in a")]), 1);

@@ -3,9 +3,10 @@
  * on its native `tool_calls`; limits are checked before every model call; stopping is an outcome.
  * @module
  */
-import { LlmError } from "../errors.ts";
+import { LlmError, StoreUnavailableError } from "../errors.ts";
 import { AGENT_NAME, agentSpan, inSpan } from "../telemetry.ts";
 import type { ChatReply, ToolCall, TurnResult } from "../types.ts";
+import type { PendingStep } from "../store/store.ts";
 import { buildContext } from "./context.ts";
 import {
   askedCalls,
@@ -68,7 +69,7 @@ export function resumeTurn(input: ResumeInput, agent: Agent, run: RunOptions): P
 async function openAndRun(input: TurnInput, agent: Agent, run: RunOptions): Promise<TurnResult> {
   checkLimits(agent);
   const turn = await Turn.open(input, agent, run);
-  return ended(turn, await runSteps(turn, 0));
+  return ended(turn, await unlessStoreFails(turn, () => runSteps(turn, 0)));
 }
 
 async function resumeAndRun(input: ResumeInput, agent: Agent, run: RunOptions): Promise<TurnResult> {
@@ -78,14 +79,38 @@ async function resumeAndRun(input: ResumeInput, agent: Agent, run: RunOptions): 
   if (pending === null) throw noPendingApproval(key.sessionId);
   const decisions = checkDecisions(pending, input.decisions);
   const turn = await Turn.resume(key, pending, agent, run);
+  return ended(turn, await unlessStoreFails(turn, () => resumeSteps(turn, pending, decisions)));
+}
+
+async function resumeSteps(
+  turn: Turn,
+  pending: PendingStep,
+  decisions: ReadonlyMap<string, Decision>,
+): Promise<TurnResult> {
   const byId = new Map(pending.toolCalls.map((call) => [call.id, call.name]));
   turn.event("approval_decided", pending.step, {
     decisions: [...decisions].map(([id, decision]) => ({ id, name: byId.get(id)!, decision })),
   });
   const { step, content, toolCalls } = pending;
   const ran = await runTools(turn, content, toolCalls, step, { decisions, resolve: pending.runId });
-  if (!ran) return ended(turn, await turn.abort(step, step + 1));
-  return ended(turn, await runSteps(turn, step + 1));
+  if (!ran) return await turn.abort(step, step + 1);
+  return await runSteps(turn, step + 1);
+}
+
+/**
+ * The turn's steps; a session database that becomes unreachable meanwhile ends the turn `error`, saying so.
+ * Each save is one transaction, so what the turn stored before stays whole and the question can be retried.
+ */
+async function unlessStoreFails(turn: Turn, steps: () => Promise<TurnResult>): Promise<TurnResult> {
+  try {
+    return await steps();
+  } catch (error) {
+    if (!(error instanceof StoreUnavailableError)) throw error;
+    turn.event("error", null, { kind: "store", status: null, retries: 0, message: error.message });
+    const answer = `Sorry, I could not finish: ${error.message}. Retry once it is back ` +
+      `(/retry in chat or POST /v1/sessions/${turn.key.sessionId}/retry).`;
+    return turn.finish("error", answer, 0);
+  }
 }
 
 /** Once answered, a compaction due by the turn trigger runs in the background, after the answer is out. */

@@ -1,6 +1,6 @@
 /** What the HTTP handler and its routes are built from; only `src/main.ts` builds the real ones. @module */
 import type { Agent } from "../agent/loop.ts";
-import type { TraceReader } from "../trace/reader.ts";
+import type { TracePages } from "../trace/reader.ts";
 import type { EventSink } from "../events.ts";
 import type { SessionLeases } from "../store/session_leases.ts";
 import type { SessionStore } from "../store/store.ts";
@@ -29,8 +29,11 @@ export interface HandlerDeps {
   maxBodyBytes: number;
   /** The JSONL trace file the trace route reads (with its rotated files). */
   tracePath: string;
-  /** The trace index the tracer feeds (`onAppend`). @default {new TraceReader(tracePath)} */
-  traceReader?: TraceReader;
+  /**
+   * Where the trace route reads: the trace index the tracer feeds (`onAppend`), or the database's trace table
+   * when replicas share PostgreSQL. @default {new TraceReader(tracePath)}
+   */
+  traceReader?: TracePages;
   /** The model name `/healthz` reports. */
   model: string;
   /** Each MCP server's state, by name, for `/healthz`. @default {undefined} (no MCP) */

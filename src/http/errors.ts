@@ -3,7 +3,7 @@
  * `{"error": {"code": "payload_too_large", "message": "Cannot read request body: …"}}`.
  * @module
  */
-import { SessionError } from "../errors.ts";
+import { SessionError, StoreUnavailableError } from "../errors.ts";
 
 /** Options of {@linkcode HttpError}. */
 export interface HttpErrorOptions {
@@ -66,9 +66,14 @@ export function shuttingDown(options?: HttpErrorOptions): HttpError {
   );
 }
 
+/** The 503 of a request the session database could not serve; the message names it without its password. */
+export function storeUnavailable(message: string, options?: HttpErrorOptions): HttpError {
+  return new HttpError(503, "store_unavailable", message, { headers: { "retry-after": "5" }, ...options });
+}
+
 /**
  * Any thrown value as the `HttpError` to answer with: itself; a `SessionError` as 400 (409 with nothing to
- * retry or an approval pending); an `AbortError` as 499 (the client is gone); anything else, logged, as a 500 saying `internal`.
+ * retry or an approval pending); an unreachable session database as 503 (`store_unavailable`); an `AbortError` as 499 (the client is gone); anything else, logged, as a 500 saying `internal`.
  */
 export function toHttpError(
   error: unknown,
@@ -83,6 +88,7 @@ export function toHttpError(
     const retry = error.reason === "nothing_to_retry";
     return new HttpError(retry ? 409 : 400, retry ? "nothing_to_retry" : "invalid_session_id", error.message);
   }
+  if (error instanceof StoreUnavailableError) return storeUnavailable(error.message);
   if (error instanceof DOMException && error.name === "AbortError") {
     return new HttpError(499, "client_closed_request", "The client closed the request");
   }

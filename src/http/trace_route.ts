@@ -4,7 +4,7 @@
  * @module
  */
 import type { Session } from "../store/store.ts";
-import type { TraceCursor, TraceReader } from "../trace/reader.ts";
+import type { TraceCursor, TracePages } from "../trace/reader.ts";
 import { HttpError } from "./errors.ts";
 
 /** Events per page when the request names no `limit`. */
@@ -12,7 +12,10 @@ export const DEFAULT_TRACE_LIMIT = 200;
 /** The largest `limit` a request may ask for. */
 export const MAX_TRACE_LIMIT = 1000;
 
-/** Encodes a cursor as opaque URL-safe text, valid across restarts for as long as its file exists. */
+/**
+ * Encodes a cursor as opaque URL-safe text, valid across restarts for as long as its file exists (the file
+ * `db`: a row of the database's trace table).
+ */
 export function encodeTraceCursor(cursor: TraceCursor): string {
   // Digits and colons never encode to "+" or "/", so the text needs no escaping in a query string.
   return btoa(`t2:${cursor.file}:${cursor.offset}`).replaceAll("=", "");
@@ -26,7 +29,7 @@ export function decodeTraceCursor(text: string): TraceCursor {
   } catch {
     // Not base64: reported below.
   }
-  const match = /^t2:(\d{1,20}:\d{1,20}):(\d{1,15})$/.exec(plain);
+  const match = /^t2:(\d{1,20}:\d{1,20}|db):(\d{1,15})$/.exec(plain);
   if (match === null) throw new SyntaxError(`Cannot read cursor "${text.slice(0, 40)}": not a trace cursor`);
   return { file: match[1], offset: Number(match[2]) };
 }
@@ -38,7 +41,7 @@ export function decodeTraceCursor(text: string): TraceCursor {
 export async function handleTrace(
   request: Request,
   session: Session,
-  reader: TraceReader,
+  reader: TracePages,
 ): Promise<Response> {
   const params = new URL(request.url).searchParams;
   const limit = parseLimit(params.get("limit"));

@@ -13,7 +13,7 @@ import type { EventSink } from "../events.ts";
 import type { TurnResult } from "../types.ts";
 import { readMessageField } from "./body.ts";
 import type { HandlerDeps } from "./deps.ts";
-import { HttpError, toHttpError } from "./errors.ts";
+import { HttpError, storeUnavailable, toHttpError } from "./errors.ts";
 import { sseResponse } from "./sse.ts";
 
 /** The session's key in the `SessionQueue`: per user, like the session. NUL cannot occur in an id. */
@@ -146,9 +146,11 @@ export async function handleTurn(
 export async function respondTurn(request: Request, run: QueuedTurn, deps: HandlerDeps): Promise<Response> {
   if (!(request.headers.get("accept") ?? "").toLowerCase().includes("text/event-stream")) {
     let timedOut = false;
+    let storeDown = false;
     const result = await run((event) => {
       deps.emit(event);
       if (event.event === "error") timedOut = event.data.kind === "timeout";
+      if (event.event === "error") storeDown = event.data.kind === "store";
     });
     if (result.outcome !== "error") {
       const { sessionId: session_id, runId: run_id, turn, outcome, answer, toolCalls: tool_calls } = result;
@@ -156,6 +158,7 @@ export async function respondTurn(request: Request, run: QueuedTurn, deps: Handl
       const approval = result.approval === undefined ? {} : { approval: result.approval };
       return Response.json({ session_id, run_id, turn, outcome, answer, tool_calls, usage, ...approval });
     }
+    if (storeDown) throw storeUnavailable(result.answer, { details: { run_id: result.runId } });
     // A model failure. Plain `application/json`, as it always was.
     throw modelFailure(timedOut, result.answer, result.runId);
   }

@@ -5,7 +5,7 @@
  */
 import { DatabaseSync, type StatementSync } from "node:sqlite";
 import type { StoredMessage } from "../types.ts";
-import { type Row, text, toMessage, toPending, toRow, toSession, toTodo } from "./_sqlite_rows.ts";
+import { type Row, text, toMessage, toPending, toRow, toSession, toTodo } from "./_rows.ts";
 import { HISTORY_CACHE_BYTES, HISTORY_CACHE_SESSIONS, HistoryCache } from "./_history_cache.ts";
 import { migrate, SCHEMA_VERSION } from "./_sqlite_schema.ts";
 import {

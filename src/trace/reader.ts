@@ -55,6 +55,12 @@ export interface TracePage {
   nextCursor: TraceCursor | null;
 }
 
+/** Where the trace route reads pages: this file index, or the database's table when replicas share one. */
+export interface TracePages {
+  /** One page of a session's events, oldest first. */
+  page(query: TracePageQuery): Promise<TracePage>;
+}
+
 type Span = { file: FileIndex; offset: number; length: number };
 
 const decoder = new TextDecoder();
@@ -67,7 +73,7 @@ const decoder = new TextDecoder();
  * dropped, each keeping only its latest event time, so that a page of a session begun after it never builds
  * it again. Files rotation deletes leave the index on the next call.
  */
-export class TraceReader {
+export class TraceReader implements TracePages {
   #path: string;
   #open: (path: string) => Promise<TraceFile>;
   #maxIndexBytes: number;

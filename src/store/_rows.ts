@@ -1,5 +1,6 @@
 /**
- * How SQLite rows become values and messages become rows. Private to `sqlite.ts`.
+ * How stored rows become values and messages become rows: the same for SQLite and PostgreSQL, whose columns
+ * are named alike and whose free text comes back as UTF-8 bytes. Private to `sqlite.ts` and `postgres.ts`.
  * @module
  */
 import type { Role, StoredMessage, ToolCall } from "../types.ts";
@@ -9,7 +10,7 @@ export type Row = Record<string, unknown>;
 
 // ignoreBOM: a text that starts with U+FEFF keeps it.
 const decoder = new TextDecoder("utf-8", { ignoreBOM: true });
-/** A text column read as bytes (`CAST(… AS BLOB)`). */
+/** A text column read as bytes (SQLite's `CAST(… AS BLOB)`, PostgreSQL's `bytea`). */
 export function text(bytes: unknown): string {
   return decoder.decode(bytes as Uint8Array);
 }
@@ -78,7 +79,7 @@ function requireText(index: number, field: string, value: unknown, allow?: "null
   throw new TypeError(`Cannot append message ${index}: "${field}" must be ${expected}, got ${got}`);
 }
 
-/** The insert's parameters after `id`; a `TypeError` for a field SQLite would otherwise store converted. */
+/** The insert's parameters after `id`; a `TypeError` for a field a database would otherwise store converted. */
 export function toRow(m: StoredMessage, index: number): (string | null)[] {
   requireText(index, "id", m.id);
   requireText(index, "role", m.role);

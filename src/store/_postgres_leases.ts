@@ -1,0 +1,42 @@
+/**
+ * Session leases on PostgreSQL: which process runs a session's turns, until when. Each operation is one
+ * statement, so it is atomic across replicas; expiry is on the database's clock (`now()`), so replicas with
+ * skewed clocks agree. Private to `postgres.ts`.
+ * @module
+ */
+import type { Sql } from "./_postgres_client.ts";
+
+function check(owner: string, ttlMs: number): void {
+  if (typeof owner !== "string" || owner === "") {
+    throw new TypeError(`Cannot use a lease: owner must be a non-empty string, got ${JSON.stringify(owner)}`);
+  }
+  if (!Number.isFinite(ttlMs) || ttlMs <= 0) {
+    throw new RangeError(`Cannot use a lease: ttlMs must be positive, got ${ttlMs}`);
+  }
+}
+
+/** Takes the lease when it is free, expired or already `owner`'s; true when taken. */
+export async function acquire(sql: Sql, userId: string, sessionId: string, owner: string, ttlMs: number) {
+  check(owner, ttlMs);
+  // Inserted, or taken over when expired or the owner's own; a lease held by another is left as it is.
+  const rows = await sql`INSERT INTO session_leases (user_id, session_id, owner, expires_at)
+    VALUES (${userId}, ${sessionId}, ${owner}, now() + ${ttlMs} * interval '1 millisecond')
+    ON CONFLICT (user_id, session_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at
+    WHERE session_leases.expires_at <= now() OR session_leases.owner = excluded.owner
+    RETURNING owner`;
+  return rows.length === 1;
+}
+
+/** Extends the lease while `owner` holds it (expired but not taken counts: nobody else ran); else false. */
+export async function renew(sql: Sql, userId: string, sessionId: string, owner: string, ttlMs: number) {
+  check(owner, ttlMs);
+  const rows = await sql`UPDATE session_leases SET expires_at = now() + ${ttlMs} * interval '1 millisecond'
+    WHERE user_id = ${userId} AND session_id = ${sessionId} AND owner = ${owner} RETURNING owner`;
+  return rows.length === 1;
+}
+
+/** Frees the lease if `owner` holds it. */
+export async function release(sql: Sql, userId: string, sessionId: string, owner: string): Promise<void> {
+  check(owner, 1);
+  await sql`DELETE FROM session_leases WHERE user_id = ${userId} AND session_id = ${sessionId} AND owner = ${owner}`;
+}

@@ -1,0 +1,117 @@
+/**
+ * The PostgreSQL schema and its migrations, one numbered step each, recorded in `agent_schema`. Every replica
+ * runs {@linkcode migrate} at start-up; an advisory lock makes the others wait while one migrates. Private to
+ * `postgres.ts`.
+ *
+ * Tables mean what SQLite's do (schema version 3 there). Free text that may hold NUL (message ids, content,
+ * call ids, message times, todo texts), which PostgreSQL's `text` refuses, is stored as its UTF-8 bytes
+ * (`bytea`), as SQLite's store reads it back; ids and timestamps the store writes itself are `text` in the C
+ * collation, so they sort as SQLite sorts them.
+ * @module
+ */
+import type { Sql } from "./_postgres_client.ts";
+
+/** The migrations, in order: step `i` brings the schema from version `i` to `i + 1`. */
+const STEPS: readonly string[] = [
+  // 1: sessions, their messages, todos and the step that waits for approval.
+  `
+CREATE TABLE sessions (
+  user_id text COLLATE "C" NOT NULL,
+  id text COLLATE "C" NOT NULL,
+  summary text,
+  turn_count integer NOT NULL DEFAULT 0,
+  compacted_turns integer NOT NULL DEFAULT 0,
+  created_at text COLLATE "C" NOT NULL,
+  updated_at text COLLATE "C" NOT NULL,
+  PRIMARY KEY (user_id, id)
+);
+CREATE TABLE messages (
+  -- The read order, as SQLite's rowid.
+  seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  user_id text COLLATE "C" NOT NULL,
+  session_id text COLLATE "C" NOT NULL,
+  id bytea NOT NULL,
+  role text NOT NULL CHECK (role IN ('user', 'assistant', 'tool', 'runtime')),
+  content bytea,
+  tool_calls text,
+  tool_call_id bytea,
+  created_at bytea NOT NULL,
+  UNIQUE (user_id, session_id, id),
+  FOREIGN KEY (user_id, session_id) REFERENCES sessions (user_id, id) ON DELETE CASCADE
+);
+CREATE INDEX messages_by_session ON messages (user_id, session_id, seq);
+CREATE TABLE todos (
+  id integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  user_id text COLLATE "C" NOT NULL,
+  session_id text COLLATE "C" NOT NULL,
+  text bytea NOT NULL,
+  completed integer NOT NULL DEFAULT 0 CHECK (completed IN (0, 1)),
+  created_at text NOT NULL,
+  completed_at text,
+  FOREIGN KEY (user_id, session_id) REFERENCES sessions (user_id, id) ON DELETE CASCADE
+);
+CREATE INDEX todos_by_session ON todos (user_id, session_id);
+CREATE TABLE pending_steps (
+  user_id text COLLATE "C" NOT NULL,
+  session_id text COLLATE "C" NOT NULL,
+  run_id text NOT NULL,
+  turn integer NOT NULL,
+  step integer NOT NULL,
+  seq integer NOT NULL,
+  content bytea,
+  tool_calls text NOT NULL,
+  asked text NOT NULL,
+  created_at text NOT NULL,
+  PRIMARY KEY (user_id, session_id),
+  FOREIGN KEY (user_id, session_id) REFERENCES sessions (user_id, id) ON DELETE CASCADE
+);
+`,
+  // 2: which process runs a session's turns. No foreign key: a lease is taken before the session exists.
+  `
+CREATE TABLE session_leases (
+  user_id text COLLATE "C" NOT NULL,
+  session_id text COLLATE "C" NOT NULL,
+  owner text NOT NULL,
+  expires_at timestamptz NOT NULL,
+  PRIMARY KEY (user_id, session_id)
+);
+`,
+  // 3: trace events, so the trace route of any replica finds every replica's events.
+  `
+CREATE TABLE trace_events (
+  id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  user_id text COLLATE "C" NOT NULL,
+  session_id text COLLATE "C" NOT NULL,
+  run_id text NOT NULL,
+  ts timestamptz NOT NULL,
+  line text NOT NULL
+);
+CREATE INDEX trace_events_by_session ON trace_events (user_id, session_id, id);
+`,
+];
+
+/** The schema version this code writes. */
+export const PG_SCHEMA_VERSION = STEPS.length;
+
+/**
+ * Brings the database (its current schema, per `search_path`) to `target` in one transaction, or fails
+ * changing nothing; a version newer than this code knows is refused. Resolves to the version found.
+ */
+export async function migrate(sql: Sql, target = PG_SCHEMA_VERSION): Promise<number> {
+  return await sql.begin(async (tx) => {
+    // One migrator per schema at a time; the others wait here, then find the work done.
+    await tx`SELECT pg_advisory_xact_lock(hashtext('mini-agent schema ' || current_schema()))`;
+    await tx`CREATE TABLE IF NOT EXISTS agent_schema (version integer NOT NULL)`;
+    const rows = await tx`SELECT version FROM agent_schema`;
+    const found = rows.length === 0 ? 0 : rows[0].version as number;
+    if (found > PG_SCHEMA_VERSION) {
+      throw new Error(
+        `Cannot open the session database: its schema version is ${found}, this program knows ${PG_SCHEMA_VERSION}`,
+      );
+    }
+    for (let version = found; version < target; version++) await tx.unsafe(STEPS[version]);
+    if (rows.length === 0) await tx`INSERT INTO agent_schema (version) VALUES (${Math.max(found, target)})`;
+    else if (target > found) await tx`UPDATE agent_schema SET version = ${target}`;
+    return found;
+  }) as number;
+}

@@ -1,0 +1,66 @@
+/**
+ * The `trace_events` table: every replica's trace events, so the trace route of any replica pages through a
+ * session's events whichever replica ran them. Private to `postgres.ts`.
+ * @module
+ */
+import type { TracePage, TracePageQuery } from "../trace/reader.ts";
+import type { Sql } from "./_postgres_client.ts";
+
+/** Rows inserted per statement. */
+const BATCH = 500;
+
+/** A run of the store's: `work`, its failure reported as the store reports it. */
+type Run = <T>(action: string, work: () => Promise<T>) => Promise<T>;
+
+/** Reads and writes the database's trace events. */
+export class TraceTable {
+  #sql: Sql;
+  #run: Run;
+
+  constructor(sql: Sql, run: Run) {
+    this.#sql = sql;
+    this.#run = run;
+  }
+
+  /**
+   * Inserts the events that name their user, session, run and time (as the tracer wrote them: clipped and
+   * redacted), in order; the others are not a session's and are skipped. Rejects when the database does.
+   */
+  write(events: readonly Record<string, unknown>[]): Promise<void> {
+    const rows = events.flatMap((event) => {
+      const { user_id, session_id, run_id, ts } = event;
+      if ([user_id, session_id, run_id, ts].some((field) => typeof field !== "string")) return [];
+      if (Number.isNaN(Date.parse(ts as string))) return [];
+      return [{ user_id, session_id, run_id, ts, line: JSON.stringify(event) }];
+    });
+    return this.#run("write trace events", async () => {
+      for (let i = 0; i < rows.length; i += BATCH) {
+        // One text parameter (the client would encode a json one again) for the batch: one round trip.
+        await this.#sql`INSERT INTO trace_events (user_id, session_id, run_id, ts, line)
+          SELECT user_id, session_id, run_id, ts::timestamptz, line
+          FROM ROWS FROM (json_to_recordset(${JSON.stringify(rows.slice(i, i + BATCH))}::text::json)
+            AS (user_id text, session_id text, run_id text, ts text, line text))
+            WITH ORDINALITY AS r(user_id, session_id, run_id, ts, line, n)
+          ORDER BY n`;
+      }
+    });
+  }
+
+  /** One page of a session's events, oldest first; the cursor's offset is the next event's row id. */
+  page(query: TracePageQuery): Promise<TracePage> {
+    const { userId, sessionId, since, runId, limit, cursor } = query;
+    if (!(limit >= 1)) throw new RangeError(`limit must be at least 1, got ${limit}`);
+    const from = cursor?.file === "db" ? cursor.offset : 0;
+    return this.#run(`read the trace of session "${sessionId}"`, async () => {
+      const rows = await this.#sql`SELECT id, line FROM trace_events
+        WHERE user_id = ${userId} AND session_id = ${sessionId} AND ts >= ${since}::timestamptz
+          AND (${runId}::text IS NULL OR run_id = ${runId}) AND id >= ${from}
+        ORDER BY id LIMIT ${limit + 1}`;
+      const next = rows.length > limit ? rows[limit] : null;
+      return {
+        events: rows.slice(0, limit).map((row) => JSON.parse(row.line as string)),
+        nextCursor: next && { file: "db", offset: Number(next.id) },
+      };
+    });
+  }
+}

@@ -1,0 +1,228 @@
+/**
+ * What only the PostgreSQL store has: its versioned migrations, leases on the database's clock, the trace
+ * table, and its behaviour when the database goes away and comes back (the shared behaviour is the store
+ * suite's, run on both backends).
+ */
+import assert from "node:assert/strict";
+import { StoreUnavailableError } from "../src/errors.ts";
+import { migrate } from "../src/store/_postgres_schema.ts";
+import { connect } from "../src/store/_postgres_client.ts";
+import { parseDatabaseUrl } from "../src/store/database_url.ts";
+import { PG_SCHEMA_VERSION, PostgresStore } from "../src/store/postgres.ts";
+import { keyOf, storedMessage as msg } from "./_harness.ts";
+import { postgresCluster } from "./_postgres.ts";
+
+const cluster = await postgresCluster();
+const ignore = typeof cluster === "string";
+const pg = () => {
+  if (typeof cluster === "string") throw new Error(cluster);
+  return cluster;
+};
+
+/** Runs `work` on a raw pool of `url` (what another program, or an older version, would do). */
+async function withPool<T>(url: string, work: (sql: Awaited<ReturnType<typeof connect>>) => Promise<T>) {
+  const sql = await connect(parseDatabaseUrl(url));
+  try {
+    return await work(sql);
+  } finally {
+    await sql.end();
+  }
+}
+
+Deno.test({
+  name: "PostgresStore migrates a version-1 database to the current version, keeping its rows",
+  ignore,
+  async fn() {
+    const url = await pg().freshUrl();
+    await withPool(url, async (sql) => {
+      assert.equal(await migrate(sql, 1), 0);
+      await sql`INSERT INTO sessions (user_id, id, summary, turn_count, created_at, updated_at)
+        VALUES ('alice', 'old', '{"facts":["kept"]}', 1, 't0', 't1')`;
+    });
+    const store = await PostgresStore.open(url);
+    try {
+      const session = await store.get(keyOf("old", "alice"));
+      assert.equal(session?.summary, '{"facts":["kept"]}');
+      assert.equal(session?.turnCount, 1);
+      assert.equal(await store.acquireLease(keyOf("old", "alice"), "a", 1000), true, "version 2's table");
+      await store.trace.write([]);
+    } finally {
+      await store.close();
+    }
+    await withPool(url, async (sql) => {
+      assert.deepEqual([...await sql`SELECT version FROM agent_schema`], [{ version: PG_SCHEMA_VERSION }]);
+      // Opened again at the current version: nothing to do.
+      assert.equal(await migrate(sql), PG_SCHEMA_VERSION);
+    });
+  },
+});
+
+Deno.test({
+  name: "PostgresStore refuses a database written by a newer schema version, changing nothing",
+  ignore,
+  async fn() {
+    const url = await pg().freshUrl();
+    await withPool(url, async (sql) => {
+      await migrate(sql);
+      await sql`UPDATE agent_schema SET version = ${PG_SCHEMA_VERSION + 1}`;
+    });
+    await assert.rejects(
+      PostgresStore.open(url),
+      new RegExp(`schema version is ${PG_SCHEMA_VERSION + 1}, this program knows ${PG_SCHEMA_VERSION}$`),
+    );
+  },
+});
+
+Deno.test({
+  name: "PostgresStore migrates once when replicas start together",
+  ignore,
+  async fn() {
+    const url = await pg().freshUrl();
+    const stores = await Promise.all([1, 2, 3, 4].map(() => PostgresStore.open(url)));
+    try {
+      await stores[0].getOrCreate(keyOf("s"));
+      assert.equal((await stores[3].get(keyOf("s")))?.id, "s");
+    } finally {
+      await Promise.all(stores.map((store) => store.close()));
+    }
+  },
+});
+
+Deno.test({
+  name: "PostgresStore leases: one owner at a time, renewable by it, free again when released or expired",
+  ignore,
+  async fn() {
+    const url = await pg().freshUrl();
+    const a = await PostgresStore.open(url);
+    const b = await PostgresStore.open(url);
+    const key = keyOf("s");
+    try {
+      assert.equal(await a.acquireLease(key, "replica-a", 60_000), true);
+      assert.equal(await b.acquireLease(key, "replica-b", 60_000), false, "held by a");
+      assert.equal(await a.acquireLease(key, "replica-a", 60_000), true, "the owner takes it again");
+      assert.equal(await b.renewLease(key, "replica-b", 60_000), false);
+      assert.equal(await a.renewLease(key, "replica-a", 60_000), true);
+      await b.releaseLease(key, "replica-b");
+      assert.equal(await b.acquireLease(key, "replica-b", 60_000), false, "only the owner releases");
+      await a.releaseLease(key, "replica-a");
+      assert.equal(await b.acquireLease(key, "replica-b", 50), true, "free once released");
+      assert.equal(await a.acquireLease(keyOf("s", "other-user"), "replica-a", 60_000), true, "per user");
+      await new Promise((resolve) => setTimeout(resolve, 120));
+      assert.equal(await a.acquireLease(key, "replica-a", 60_000), true, "free once expired");
+      assert.equal(await b.renewLease(key, "replica-b", 60_000), false, "lost: expired and taken");
+      await assert.rejects(a.acquireLease(key, "replica-a", 0), RangeError);
+      await assert.rejects(a.acquireLease(keyOf("bad id"), "replica-a", 1), /Invalid session id/);
+    } finally {
+      await a.close();
+      await b.close();
+    }
+  },
+});
+
+Deno.test({
+  name: "PostgresStore leases: of many replicas racing for a free lease exactly one wins",
+  ignore,
+  async fn() {
+    const url = await pg().freshUrl();
+    const stores = await Promise.all([0, 1, 2, 3].map(() => PostgresStore.open(url)));
+    try {
+      for (let round = 0; round < 5; round++) {
+        const key = keyOf(`race-${round}`);
+        const won = await Promise.all(stores.map((store, i) => store.acquireLease(key, `r${i}`, 60_000)));
+        assert.equal(won.filter(Boolean).length, 1, JSON.stringify(won));
+      }
+    } finally {
+      await Promise.all(stores.map((store) => store.close()));
+    }
+  },
+});
+
+Deno.test({
+  name: "PostgresStore trace table pages a session's events in order, by run and from the session's start",
+  ignore,
+  async fn() {
+    const store = await PostgresStore.open(await pg().freshUrl());
+    try {
+      const event = (i: number, session = "s", run = "r1") => ({
+        ts: new Date(Date.UTC(2026, 0, 1, 0, 0, i)).toISOString(),
+        user_id: "u",
+        session_id: session,
+        run_id: run,
+        event: "tool_call",
+        data: { i, text: "nul\u0000 and 😀" },
+      });
+      await store.trace.write([
+        event(0),
+        event(1, "other"),
+        event(2),
+        { no: "envelope" },
+        event(3, "s", "r2"),
+      ]);
+      await store.trace.write([event(4)]);
+      const query = { userId: "u", sessionId: "s", since: event(1).ts, runId: null, limit: 2, cursor: null };
+      const first = await store.trace.page(query);
+      assert.deepEqual(first.events, [event(2), event(3, "s", "r2")]);
+      const second = await store.trace.page({ ...query, cursor: first.nextCursor });
+      assert.deepEqual(second, { events: [event(4)], nextCursor: null });
+      const r2 = await store.trace.page({ ...query, since: event(0).ts, runId: "r2" });
+      assert.deepEqual(r2.events.map((e) => e.data), [event(3).data]);
+      assert.deepEqual((await store.trace.page({ ...query, userId: "v" })).events, []);
+    } finally {
+      await store.close();
+    }
+  },
+});
+
+Deno.test({
+  name: "PostgresStore fails while the database is down, storing nothing, and works again once it is back",
+  ignore,
+  async fn() {
+    const db = pg();
+    const url = (await db.freshUrl()).replace("postgres@", "postgres:pw-SENTINEL@");
+    const store = await PostgresStore.open(url);
+    try {
+      await store.getOrCreate(keyOf("s"));
+      await store.append(keyOf("s"), [msg("1", "user", "before")]);
+      await db.stop();
+      const turn = [
+        msg("2", "assistant", null, { toolCalls: [{ id: "c", name: "calculator", arguments: "{}" }] }),
+        msg("3", "tool", "{}", { toolCallId: "c" }),
+      ];
+      const failure = await store.append(keyOf("s"), turn).then(() => null, (error) => error);
+      assert.ok(failure instanceof StoreUnavailableError, String(failure));
+      assert.match(
+        failure.message,
+        new RegExp(
+          `^Cannot append of session "s": the session database postgres://postgres@127\\.0\\.0\\.1:${db.port}/postgres is unavailable`,
+        ),
+      );
+      assert.doesNotMatch(failure.message, /SENTINEL/);
+      assert.equal(await store.ping(), false);
+      await db.start();
+      assert.equal(await store.ping(), true);
+      assert.deepEqual((await store.messages(keyOf("s"))).map((m) => m.id), ["1"], "nothing half-stored");
+      assert.equal(await store.append(keyOf("s"), turn), 2);
+      assert.equal((await store.get(keyOf("s")))?.turnCount, 1);
+    } finally {
+      await store.close();
+    }
+  },
+});
+
+Deno.test({
+  name: "PostgresStore.open() names an unreachable database without its password",
+  ignore,
+  async fn() {
+    const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+    const port = (listener.addr as Deno.NetAddr).port;
+    listener.close();
+    const error = await PostgresStore.open(`postgres://agent:pw-SENTINEL@127.0.0.1:${port}/agent`)
+      .then(() => null, (error) => error);
+    assert.ok(error instanceof StoreUnavailableError, String(error));
+    assert.equal(
+      error.message,
+      `Cannot open the session database: the session database postgres://agent@127.0.0.1:${port}/agent ` +
+        "is unavailable (connection refused)",
+    );
+  },
+});
