@@ -111,7 +111,7 @@ export async function runReplicaLoad(
   report.runs = events.filter((e) => e.event === "run_start").length;
   report.compactions = events.filter((e) => e.event === "compact").length;
   report.problems.push(...traceProblems(events), ...compactionProblems(events));
-  const store = backend.open(dir);
+  const store = await backend.open(dir);
   try {
     for (let i = 0; i < Math.min(sessions, clients); i++) {
       const key = { userId: "local", sessionId: `shared-${i}` };

@@ -2,19 +2,24 @@
  * Several `serve` replicas on one database, for the tests of sessions shared across processes. A backend says
  * how a replica reaches the database and how a test reads it back, so the same tests run on each store.
  */
-import { checkCrashInvariants } from "../scripts/_crash_invariants.ts";
+import {
+  checkCrashInvariants,
+  checkSessionInvariants,
+  checkTraceInvariants,
+} from "../scripts/_crash_invariants.ts";
+import { PostgresStore } from "../src/store/postgres.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import type { SessionStore } from "../src/store/store.ts";
 import { childEnv, SERVE_ARGS, type ServeProcess, spawnServe } from "./_harness.ts";
 
-/** A database the replicas share: SQLite here; another store plugs in with its own. */
+/** A database the replicas share: a SQLite file or a PostgreSQL database. */
 export interface ReplicaBackend {
   /** Shown in test names. */
   name: string;
   /** What a replica's environment needs to use the database, for a test's temp folder `dir`. */
   env(dir: string): Record<string, string>;
   /** The store on that database, to read back what the replicas wrote; the caller closes it. */
-  open(dir: string): SessionStore;
+  open(dir: string): Promise<SessionStore>;
   /**
    * What a crash must never break in the database and the trace: `checkCrashInvariants` for SQLite; another
    * store can use `checkSessionInvariants` (on the sessions the test used) and `checkTraceInvariants`.
@@ -26,9 +31,31 @@ export interface ReplicaBackend {
 export const SQLITE_BACKEND: ReplicaBackend = {
   name: "SQLite file",
   env: (dir) => ({ AGENT_DB_PATH: `${dir}/db/sessions.db` }),
-  open: (dir) => new SqliteStore(`${dir}/db/sessions.db`),
+  open: (dir) => Promise.resolve(new SqliteStore(`${dir}/db/sessions.db`)),
   invariants: (dir, tracePath) => checkCrashInvariants(`${dir}/db/sessions.db`, tracePath),
 };
+
+/**
+ * A PostgreSQL database at `url` (a schema of its own on the test file's cluster), shared by every replica;
+ * the invariants are checked on every session of the user the tests run as, and on the trace file.
+ */
+export function postgresBackend(url: string): ReplicaBackend {
+  return {
+    name: "PostgreSQL database",
+    env: () => ({ AGENT_DATABASE_URL: url }),
+    open: () => PostgresStore.open(url),
+    invariants: async (_dir, tracePath) => {
+      const store = await PostgresStore.open(url);
+      try {
+        const sessions = await store.listSessions("local");
+        const keys = sessions.map((session) => ({ userId: "local", sessionId: session.id }));
+        return [...await checkSessionInvariants(store, keys), ...checkTraceInvariants(tracePath)];
+      } finally {
+        await store.close();
+      }
+    },
+  };
+}
 
 /** A running replica. */
 export interface Replica {
