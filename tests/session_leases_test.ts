@@ -179,6 +179,49 @@ Deno.test("SessionLeases.hold() steps aside after fairShareMs of back-to-back wo
   }
 });
 
+Deno.test("SessionLeases.hold() alone on a session never steps aside, however long it keeps it", async () => {
+  const store = new SqliteStore(":memory:");
+  try {
+    const a = new SessionLeases(store, { owner: "a", fairShareMs: 20, ...fast });
+    let works = 0;
+    const until = Date.now() + 300;
+    while (Date.now() < until) await a.hold(keyOf("s"), () => sleep(2).then(() => void works++));
+    assert.ok(works > 20, `${works} works`);
+    assert.equal(a.stepsAside, 0, "nobody asked for the lease");
+  } finally {
+    await store.close();
+  }
+});
+
+Deno.test("SessionLeases.hold() lets go of a session kept through overlapping works, so a waiting process gets in", async () => {
+  const store = new SqliteStore(":memory:");
+  try {
+    const a = new SessionLeases(store, { owner: "a", fairShareMs: 100, ...fast });
+    const b = new SessionLeases(store, { owner: "b", fairShareMs: 100, ...fast });
+    const order: string[] = [];
+    const until = Date.now() + 600;
+    // A new work of `a` every 5 ms, each 10 ms long, as queued turns and their compactions overlap: the
+    // works in flight never drop to none while the load lasts.
+    const overlapping = async () => {
+      const works: Promise<void>[] = [];
+      while (Date.now() < until) {
+        works.push(a.hold(keyOf("s"), () => sleep(10).then(() => void order.push("a"))));
+        await sleep(5);
+      }
+      await Promise.all(works);
+    };
+    const busy = overlapping();
+    await sleep(50);
+    assert.ok(order.length > 0 && !order.includes("b"), "a holds the session");
+    await Promise.all([busy, b.hold(keyOf("s"), () => Promise.resolve(void order.push("b")))]);
+    // b got in while a stayed busy, not only once a stopped.
+    const at = order.indexOf("b");
+    assert.ok(at !== -1 && order.slice(at + 1).includes("a"), order.join(""));
+  } finally {
+    await store.close();
+  }
+});
+
 Deno.test("SessionLeases rejects durations that cannot work", () => {
   const store = new SqliteStore(":memory:");
   try {

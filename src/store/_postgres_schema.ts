@@ -73,6 +73,7 @@ CREATE TABLE session_leases (
   session_id text COLLATE "C" NOT NULL,
   owner text NOT NULL,
   expires_at timestamptz NOT NULL,
+  wanted boolean NOT NULL DEFAULT false,
   PRIMARY KEY (user_id, session_id)
 );
 `,

@@ -36,6 +36,7 @@ CREATE TABLE session_leases (
   session_id TEXT NOT NULL,
   owner TEXT NOT NULL,
   expires_at INTEGER NOT NULL,
+  wanted INTEGER NOT NULL DEFAULT 0,
   PRIMARY KEY (user_id, session_id)
 );
 `;

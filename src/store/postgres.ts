@@ -314,7 +314,7 @@ export class PostgresStore implements SessionStore {
     );
   }
 
-  releaseLease(key: SessionKey, owner: string): Promise<void> {
+  releaseLease(key: SessionKey, owner: string): Promise<boolean> {
     return this.#read(
       "release the lease",
       key,

@@ -19,8 +19,10 @@ export interface SessionLeasesOptions {
   /** Longest pause between tries for a busy lease, in milliseconds. @default {100} */
   maxPollMs?: number;
   /**
-   * Longest time this process keeps a session through back-to-back works before it pauses to let a waiting
-   * process in (a waiter cannot make itself known, so the holder steps aside now and then). @default {2000}
+   * Longest time this process keeps a session through back-to-back or overlapping works before it lets go once
+   * (later works wait for a new take); it then pauses for a waiting process to get in if one asked for the
+   * lease meanwhile (a failed take marks it wanted; the release reports it). Nobody waiting, no pause.
+   * @default {2000}
    */
   fairShareMs?: number;
 }
@@ -52,6 +54,11 @@ interface Held {
   expiresAt: number;
   /** Since when this process has held the session through back-to-back works. */
   streakStart: number;
+  /** When this take got the lease: overlapping works let go once it is `fairShareMs` old. */
+  since: number;
+  /** Resolves once released (or given up): a take that waits for its turn behind this one. */
+  done: Promise<void>;
+  finished: () => void;
   timer?: ReturnType<typeof setTimeout>;
 }
 
@@ -83,7 +90,8 @@ export class SessionLeases {
   /** Releases under way, by session: a new acquisition waits for the last one's. */
   readonly #releasing = new Map<string, Promise<void>>();
   /** Sessions released lately: when, and since when they had been held back to back. */
-  readonly #released = new Map<string, { at: number; streakStart: number }>();
+  #stepsAside = 0;
+  readonly #released = new Map<string, { at: number; streakStart: number; wanted: boolean }>();
   #acquisitions = 0;
 
   /** @throws {RangeError} when a duration is not a finite number > 0, or the polls are out of order. */
@@ -115,6 +123,11 @@ export class SessionLeases {
     return this.#ttlMs;
   }
 
+  /** How many times this process paused to let a waiting process take a session it kept. */
+  get stepsAside(): number {
+    return this.#stepsAside;
+  }
+
   /** Sessions this process holds or is taking a lease of. */
   get size(): number {
     return this.#held.size;
@@ -131,7 +144,12 @@ export class SessionLeases {
     if (signal?.aborted) return Promise.reject(abortError(signal, "Waiting for the session's lease"));
     const name = `${key.userId}\u0000${key.sessionId}`; // NUL cannot occur in an id
     let held = this.#held.get(name);
-    if (held === undefined) {
+    // Kept too long through overlapping works: this one waits for a new take, after the running ones.
+    if (held !== undefined && held.count > 0 && Date.now() - held.since >= this.#fairShareMs) {
+      const previous = held;
+      held = this.#take(key, name, onWait, previous.done);
+      this.#held.set(name, held);
+    } else if (held === undefined) {
       held = this.#take(key, name, onWait);
       this.#held.set(name, held);
     } else if (held.waiting) onWait?.();
@@ -155,8 +173,13 @@ export class SessionLeases {
     }
   }
 
-  /** Starts taking the lease: tries, then waits with a growing pause (jittered) until it is free. */
-  #take(key: SessionKey, name: string, onWait?: () => void): Held {
+  /**
+   * Starts taking the lease (after `after`, a hold of this process still running): tries, then waits with a
+   * growing pause (jittered) until it is free.
+   */
+  #take(key: SessionKey, name: string, onWait?: () => void, after?: Promise<void>): Held {
+    let finished!: () => void;
+    const done = new Promise<void>((resolve) => (finished = resolve));
     const held: Held = {
       key,
       owner: `${this.#owner}:${++this.#acquisitions}`,
@@ -165,9 +188,13 @@ export class SessionLeases {
       stop: new AbortController(),
       waiting: false,
       expiresAt: 0,
-      streakStart: 0,
+      streakStart: Date.now(),
+      since: Number.POSITIVE_INFINITY,
+      done,
+      finished,
     };
     held.taken = (async () => {
+      await after;
       await this.#releasing.get(name);
       await this.#stepAside(name, held);
       let pause = this.#minPollMs;
@@ -175,6 +202,7 @@ export class SessionLeases {
         const started = Date.now();
         if (await this.#store.acquireLease(key, held.owner, this.#ttlMs)) {
           held.expiresAt = started + this.#ttlMs;
+          held.since = Date.now();
           this.#renewLater(name, held);
           return;
         }
@@ -192,8 +220,9 @@ export class SessionLeases {
   }
 
   /**
-   * Taken again right after a release, the session stays this process's: after `fairShareMs` of that, wait
-   * long enough for every waiting process to try once (a jittered poll is at most 1.25 × `maxPollMs`).
+   * Taken again right after a release, the session stays this process's: after `fairShareMs` of that, if
+   * another process asked for it meanwhile, wait long enough for every waiting process to try once (a
+   * jittered poll is at most 1.25 × `maxPollMs`).
    */
   async #stepAside(name: string, held: Held): Promise<void> {
     const released = this.#released.get(name);
@@ -201,10 +230,11 @@ export class SessionLeases {
     const now = Date.now();
     held.streakStart = now;
     if (released === undefined || now - released.at > this.#maxPollMs) return;
-    if (now - released.streakStart < this.#fairShareMs) {
+    if (now - released.streakStart < this.#fairShareMs || !released.wanted) {
       held.streakStart = released.streakStart;
       return;
     }
+    this.#stepsAside++;
     await delay(this.#maxPollMs * 1.25 + this.#minPollMs, held.stop.signal);
     held.streakStart = Date.now();
   }
@@ -241,18 +271,18 @@ export class SessionLeases {
       clearTimeout(held.timer);
       // A failed release is not an error of the work: the lease expires by itself.
       if (!taken || lost) return;
-      await this.#store.releaseLease(held.key, held.owner).catch(() => {});
-      this.#remember(name, held.streakStart);
-    })();
+      const wanted = await this.#store.releaseLease(held.key, held.owner).catch(() => false);
+      this.#remember(name, held.streakStart, wanted);
+    })().finally(held.finished);
     this.#releasing.set(name, release);
     return release.finally(() => {
       if (this.#releasing.get(name) === release) this.#releasing.delete(name);
     });
   }
 
-  #remember(name: string, streakStart: number): void {
+  #remember(name: string, streakStart: number, wanted: boolean): void {
     const at = Date.now();
-    this.#released.set(name, { at, streakStart });
+    this.#released.set(name, { at, streakStart, wanted });
     // Only the last moments matter: older entries go once there are many.
     if (this.#released.size <= 256) return;
     for (const [other, released] of this.#released) {

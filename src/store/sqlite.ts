@@ -69,10 +69,13 @@ const SQL = {
   deletePending: "DELETE FROM pending_steps WHERE user_id = ? AND session_id = ? AND run_id = ?",
   // Taken when free, expired or already the owner's: one statement, inside BEGIN IMMEDIATE.
   takeLease: "INSERT INTO session_leases (user_id, session_id, owner, expires_at) VALUES (?, ?, ?, ?) " +
-    "ON CONFLICT(user_id, session_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at " +
+    "ON CONFLICT(user_id, session_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at, " +
+    "wanted = CASE WHEN session_leases.owner = excluded.owner THEN session_leases.wanted ELSE 0 END " +
     "WHERE session_leases.owner = excluded.owner OR session_leases.expires_at <= ?",
   renewLease: "UPDATE session_leases SET expires_at = ? WHERE user_id = ? AND session_id = ? AND owner = ?",
-  releaseLease: "DELETE FROM session_leases WHERE user_id = ? AND session_id = ? AND owner = ?",
+  releaseLease:
+    "DELETE FROM session_leases WHERE user_id = ? AND session_id = ? AND owner = ? RETURNING wanted",
+  wantLease: "UPDATE session_leases SET wanted = 1 WHERE user_id = ? AND session_id = ? AND owner <> ?",
   ping: "SELECT 1 AS ok",
   // Changes when another connection commits.
   dataVersion: "PRAGMA data_version",
@@ -333,7 +336,9 @@ export class SqliteStore implements SessionStore {
     return this.#write(key, (userId, sessionId) => {
       const now = this.#now().getTime();
       const until = now + leaseTtl(owner, ttlMs, "acquire");
-      return this.#sql.takeLease.run(userId, sessionId, owner, until, now).changes === 1;
+      if (this.#sql.takeLease.run(userId, sessionId, owner, until, now).changes === 1) return true;
+      this.#sql.wantLease.run(userId, sessionId, owner);
+      return false;
     });
   }
 
@@ -344,9 +349,9 @@ export class SqliteStore implements SessionStore {
     });
   }
 
-  releaseLease(key: SessionKey, owner: string): Promise<void> {
+  releaseLease(key: SessionKey, owner: string): Promise<boolean> {
     return this.#write(key, (userId, sessionId) => {
-      this.#sql.releaseLease.run(userId, sessionId, owner);
+      return this.#sql.releaseLease.get(userId, sessionId, owner)?.wanted === 1;
     });
   }
 

@@ -100,12 +100,16 @@ export interface SessionStore {
   listTodos(key: SessionKey): Promise<Todo[]>;
   /** Marks the todo done (keeping its first completion time); null when the session has no such todo. */
   completeTodo(key: SessionKey, id: number): Promise<Todo | null>;
-  /** Takes the session's lease for `owner` until now + ttlMs when it is free, expired or already `owner`'s; true when taken. Atomic across processes. */
+  /**
+   * Takes the session's lease for `owner` until now + ttlMs when it is free, expired or already `owner`'s; true
+   * when taken. Atomic across processes. When another owner holds it, marks it wanted, so that owner learns at
+   * release that someone waits.
+   */
   acquireLease(key: SessionKey, owner: string, ttlMs: number): Promise<boolean>;
   /** Extends the lease when `owner` still holds it; false when it was lost (expired and taken). */
   renewLease(key: SessionKey, owner: string, ttlMs: number): Promise<boolean>;
-  /** Frees the lease if `owner` holds it. */
-  releaseLease(key: SessionKey, owner: string): Promise<void>;
+  /** Frees the lease if `owner` holds it; true when another owner asked for it meanwhile (it waits). */
+  releaseLease(key: SessionKey, owner: string): Promise<boolean>;
   /** True when the database answers; never rejects. */
   ping(): Promise<boolean>;
   /** Releases the database; the store is unusable afterwards. */
