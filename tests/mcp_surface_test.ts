@@ -11,6 +11,8 @@ import { loadMcpSdk } from "../src/mcp/sdk.ts";
 import { runCommand } from "../src/cli/commands.ts";
 import { childEnv, harness, lastToolResult, spawnServe, tempDir } from "./_harness.ts";
 import { scriptServer } from "./_mcp_servers.ts";
+import { freePort } from "../scripts/_bench_process.ts";
+import { until } from "./_http_harness.ts";
 import { startFakeProvider } from "./fixtures/fake_openai.ts";
 
 const FAULT = fileURLToPath(new URL("./fixtures/mcp_fault_server.ts", import.meta.url));
@@ -22,11 +24,6 @@ function mcpFile(dir: string, mode: string): string {
   const server = { command: "deno", args: ["run", "--quiet", FAULT, mode] };
   Deno.writeTextFileSync(path, JSON.stringify({ mcpServers: { fault: server } }));
   return path;
-}
-
-async function until(done: () => boolean, what: string): Promise<void> {
-  for (let i = 0; i < 500 && !done(); i++) await new Promise((resolve) => setTimeout(resolve, 10));
-  assert.ok(done(), `timed out waiting for ${what}`);
 }
 
 Deno.test("a server's tools/list_changed reaches the model from the next turn, and the new tool works", async () => {
@@ -83,9 +80,7 @@ Deno.test("/tools in chat lists the built-in tools and each MCP tool with its se
 Deno.test("/healthz of serve reports each MCP server's state; a server that cannot start is said so, serve runs on", async () => {
   using dir = tempDir();
   const provider = startFakeProvider();
-  const probe = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = probe.addr.port;
-  probe.close();
+  const port = freePort();
   const path = mcpFile(dir.path, "huge");
   const file = JSON.parse(Deno.readTextFileSync(path));
   file.mcpServers.mute = { command: "deno", args: ["run", "--quiet", FAULT, "silent"] };

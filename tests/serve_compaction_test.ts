@@ -4,14 +4,10 @@
  */
 import assert from "node:assert/strict";
 import { DatabaseSync } from "node:sqlite";
+import { freePort } from "../scripts/_bench_process.ts";
 import { childEnv, SERVE_ARGS, spawnServe, tempDir } from "./_harness.ts";
+import { until } from "./_http_harness.ts";
 import { startFakeProvider } from "./fixtures/fake_openai.ts";
-
-function freePort(): number {
-  const probe = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  probe.close();
-  return probe.addr.port;
-}
 
 async function post(port: number, message: string): Promise<Record<string, unknown>> {
   const response = await fetch(`http://127.0.0.1:${port}/v1/sessions/s1/messages`, {
@@ -21,11 +17,6 @@ async function post(port: number, message: string): Promise<Record<string, unkno
   });
   assert.equal(response.status, 200);
   return await response.json();
-}
-
-async function until(done: () => boolean, what: string): Promise<void> {
-  for (let i = 0; i < 500 && !done(); i++) await new Promise((resolve) => setTimeout(resolve, 10));
-  assert.ok(done(), `timed out waiting for ${what}`);
 }
 
 for (const wait of [true, false]) {
