@@ -1,6 +1,6 @@
 /**
  * The bench's in-process sections: per-turn overhead (A/B/C/D by round), the runtime's own work (1b) and
- * growth, on a runtime built as `src/main.ts` builds it except that its `fetch` records every body it sends.
+ * growth, on a runtime built as `src/runtime.ts` builds it except that its `fetch` records every body it sends.
  * @module
  */
 import { BackgroundCompactions } from "../src/agent/background.ts";

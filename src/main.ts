@@ -1,10 +1,9 @@
 /**
- * The entry point: parses the command line, builds the real dependencies (fetch client, session store, trace
- * file, clock) and dispatches to a subcommand. The only module that touches the process.
+ * The entry point: parses the command line, opens the real dependencies (built in `runtime.ts`) and
+ * dispatches to a subcommand. The only module that handles the process's arguments, signals and exit code.
  * @module
  */
-import { mkdirSync } from "node:fs";
-import { dirname, resolve } from "node:path";
+import { resolve } from "node:path";
 import process from "node:process";
 import { parseArgs } from "node:util";
 import { main as demoMain } from "./demo/demo.ts";
@@ -21,21 +20,13 @@ import { serveHttp } from "./http/server.ts";
 import { listenFailure } from "./http/listen_failure.ts";
 import { SessionQueue } from "./http/session_queue.ts";
 import { createLlmFromConfig } from "./llm/openai.ts";
-import type { Agent } from "./agent/loop.ts";
-import { BackgroundCompactions } from "./agent/background.ts";
 import { listenNetHost, missingPermissions, readEnvironment, TERMINAL_VARIABLES } from "./permissions.ts";
+import { openRuntime, type Runtime } from "./runtime.ts";
 import { SqliteStore } from "./store/sqlite.ts";
-import { SessionLeases } from "./store/session_leases.ts";
-import { openSessionStore, sharedTraceOf } from "./store/open.ts";
 import { enableTelemetry, TELEMETRY_VARIABLES } from "./telemetry.ts";
-import { type SessionKey, type SessionStore, validateId } from "./store/store.ts";
+import { type SessionKey, validateId } from "./store/store.ts";
 import { createLlmSummarizer } from "./memory/summarizer.ts";
-import { builtinToolsFor } from "./tools/builtin.ts";
-import type { ToolRegistry } from "./tools/registry.ts";
-import { JsonlTracer } from "./trace/trace.ts";
-import type { McpTools } from "./mcp/mcp_tools.ts";
-import { openToolConfig } from "./mcp/start.ts";
-import { type TracePages, TraceReader } from "./trace/reader.ts";
+import { TraceReader } from "./trace/reader.ts";
 
 /** Turns a session may have waiting behind the running one before the server answers 429. */
 const MAX_QUEUED_TURNS = 8;
@@ -45,103 +36,14 @@ function fail(message: string): never {
   Deno.exit(2);
 }
 
-/** The real dependencies of a turn, on the configured database, trace file and provider. */
-interface Runtime {
-  store: SessionStore;
-  tracer: JsonlTracer;
-  /** Where the trace route reads: the file index, or the database's table every replica writes. */
-  traceReader: TracePages;
-  agent: Agent;
-  /** The agent's tools bound to another store (a request's private one). */
-  toolsFor(store: SessionStore): ToolRegistry;
-  /** The MCP servers started from AGENT_MCP_CONFIG, if any. */
-  mcp: McpTools | null;
-  /** The session leases every turn, delete and compaction on the database runs under. */
-  leases: SessionLeases;
-  /** Waits for background compactions (abandoning them after the shutdown grace), then closes the files. */
-  close(): Promise<void>;
-}
-
-/** Runs `open`, or fails with one line: what could not be done to `path`, why, and what to do. */
-function opening<T>(variable: string, action: string, path: string, open: () => T): T {
+/** The runtime, or exit code 2 with one line when its trace, database or tool configuration cannot be opened. */
+async function openOrFail(config: Readonly<Config>): Promise<Runtime> {
   try {
-    return open();
-  } catch (error) {
-    const advice = `make it and its folder writable, or set ${variable} to another file`;
-    throw new ConfigError(variable, `Cannot ${action} ${path}: ${errorMessage(error)}; ${advice}`);
-  }
-}
-
-/** Fails with a `ConfigError` naming the file unless the trace can be appended to (created if new). */
-function requireWritableTrace(tracePath: string): void {
-  const path = resolve(tracePath);
-  opening("AGENT_TRACE_PATH", "write the trace file", path, () => {
-    mkdirSync(dirname(path), { recursive: true });
-    Deno.openSync(path, { append: true, create: true }).close();
-  });
-}
-
-/**
- * Opens everything a command works on, before any input is read: a database or trace that cannot be
- * written is one line and exit code 2 here, never a failure in the middle of the first turn.
- */
-async function openRuntime(config: Readonly<Config>): Promise<Runtime> {
-  let store: SessionStore;
-  let tools: Awaited<ReturnType<typeof openToolConfig>>;
-  try {
-    requireWritableTrace(config.tracePath);
-    store = await openSessionStore(config);
-    tools = await openToolConfig(config, (line) => console.error(line));
+    return await openRuntime(config);
   } catch (error) {
     if (error instanceof ConfigError) fail(error.message);
     throw error;
   }
-  // The server's trace route pages through this index; the lines this process writes go straight into it.
-  const traceReader = new TraceReader(config.tracePath);
-  const shared = sharedTraceOf(store);
-  const tracer = new JsonlTracer(config.tracePath, {
-    maxPayloadChars: config.traceMaxPayloadChars,
-    maxBytes: config.traceMaxBytes,
-    secrets: [config.apiKey, ...config.apiTokens.map((t) => t.token)],
-    onAppend: (line) => (traceReader.noteAppend(line), shared?.add(line.event)),
-  });
-  const llm = createLlmFromConfig(config, { stream: config.stream });
-  const { mcp, approval } = tools;
-  const toolsFor = builtinToolsFor({ sources: mcp ? [mcp] : [] });
-  const leases = new SessionLeases(store, { ttlMs: config.sessionLeaseSeconds * 1000 });
-  const compactions = new BackgroundCompactions((event) => tracer.write(event), { leases });
-  return {
-    store,
-    tracer,
-    traceReader: shared ?? traceReader,
-    toolsFor,
-    mcp,
-    leases,
-    agent: {
-      store,
-      llm,
-      tools: toolsFor(store),
-      maxSteps: config.maxToolIters,
-      maxToolCallsPerStep: config.maxToolCallsPerStep,
-      summarizer: createLlmSummarizer(llm),
-      maxRawTurns: config.maxRawTurns,
-      compactBatch: config.compactBatch,
-      compactions,
-      maxCtxTokens: config.maxCtxTokens,
-      approval,
-    },
-    close: async () => {
-      if (compactions.running > 0) {
-        const grace = `${config.shutdownGraceSeconds}s (AGENT_SHUTDOWN_GRACE_SECONDS)`;
-        console.error(`finishing ${compactions.running} background compaction(s), up to ${grace}`);
-      }
-      await compactions.close(config.shutdownGraceSeconds * 1000);
-      await mcp?.close();
-      tracer.close();
-      await shared?.close();
-      await store.close();
-    },
-  };
 }
 
 /** What chat's command line and terminal decide: the one-shot message (`-`: stdin), the mode, colour, width. */
@@ -160,7 +62,7 @@ async function chatOptions(words: string[], noColorFlag: boolean): Promise<ChatC
 }
 
 async function chat(config: Readonly<Config>, key: SessionKey, options: ChatChoices) {
-  const runtime = await openRuntime(config);
+  const runtime = await openOrFail(config);
   const { interactive } = options;
   const onError = (error: unknown) =>
     console.error(
@@ -205,7 +107,7 @@ function listen<T>(start: () => T, config: Readonly<Config>): T {
 }
 
 async function serve(config: Readonly<Config>): Promise<number> {
-  const runtime = await openRuntime(config);
+  const runtime = await openOrFail(config);
   // Request lines go out in batches, any other line (errors, shutdown) at once; all before "stopped".
   const log = new BatchedLog(writeStderr);
   const stop = new AbortController();

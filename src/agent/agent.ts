@@ -13,7 +13,7 @@ import type { ApprovalPolicy } from "../approval/policy.ts";
 import type { ToolRegistry } from "../tools/registry.ts";
 import type { BackgroundCompactions } from "./background.ts";
 
-/** What an agent is made of. Only `src/main.ts` builds the real ones; tests pass fakes. */
+/** What an agent is made of. Only `src/runtime.ts` builds the real ones; tests pass fakes. */
 export interface Agent {
   store: SessionStore;
   llm: LLM;

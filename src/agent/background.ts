@@ -21,7 +21,7 @@ export interface BackgroundCompactionsOptions {
   leases?: Pick<SessionLeases, "hold">;
 }
 
-/** Runs each session's background compaction; `src/main.ts` closes it before the store. */
+/** Runs each session's background compaction; `src/runtime.ts` closes it before the store. */
 export class BackgroundCompactions {
   readonly #emit: EventSink;
   readonly #leases: Pick<SessionLeases, "hold"> | undefined;

@@ -1,6 +1,7 @@
 /**
  * How stored rows become values and messages become rows: the same for SQLite and PostgreSQL, whose columns
- * are named alike and whose free text comes back as UTF-8 bytes. Private to `sqlite.ts` and `postgres.ts`.
+ * are named alike and whose free text comes back as UTF-8 bytes (and goes to PostgreSQL as them). Private to
+ * `sqlite.ts` and `postgres.ts`.
  * @module
  */
 import type { Role, StoredMessage, ToolCall } from "../types.ts";
@@ -13,6 +14,12 @@ const decoder = new TextDecoder("utf-8", { ignoreBOM: true });
 /** A text column read as bytes (SQLite's `CAST(… AS BLOB)`, PostgreSQL's `bytea`). */
 export function text(bytes: unknown): string {
   return decoder.decode(bytes as Uint8Array);
+}
+
+const encoder = new TextEncoder();
+/** Free text as PostgreSQL's `bytea` columns take it; null stays null. */
+export function bytes(value: string | null): Uint8Array | null {
+  return value === null ? null : encoder.encode(value);
 }
 
 export function toSession(row: Row): Session {

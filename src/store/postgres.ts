@@ -6,7 +6,7 @@
  * @module
  */
 import type { StoredMessage } from "../types.ts";
-import { type Row, toMessage, toPending, toRow, toSession, toTodo } from "./_rows.ts";
+import { bytes, toPending, toSession } from "./_rows.ts";
 import {
   connect,
   type ConnectOptions,
@@ -18,6 +18,8 @@ import {
 import { migrate, PG_SCHEMA_VERSION } from "./_postgres_schema.ts";
 import { TraceTable } from "./_postgres_trace.ts";
 import { acquire, release, renew } from "./_postgres_leases.ts";
+import { deleteMessage, insertMessages, readMessages, touchSession } from "./_postgres_messages.ts";
+import { completeTodo, insertTodo, selectTodos } from "./_postgres_todos.ts";
 import { type DatabaseUrl, parseDatabaseUrl } from "./database_url.ts";
 import {
   type PendingStep,
@@ -37,10 +39,6 @@ export interface PostgresStoreOptions extends ConnectOptions {
   now?: () => Date;
 }
 
-const encoder = new TextEncoder();
-const bytes = (text: string | null) => text === null ? null : encoder.encode(text);
-/** The largest todo id the `integer` column holds: a larger one names no todo. */
-const MAX_TODO_ID = 2 ** 31 - 1;
 /** How long `ping` waits for an answer. */
 const PING_TIMEOUT_MS = 3000;
 
@@ -143,56 +141,19 @@ export class PostgresStore implements SessionStore {
   }
 
   messages(key: SessionKey): Promise<StoredMessage[]> {
-    return this.#read("read the messages", key, async (userId, sessionId) => {
-      const rows = await this
-        .#sql`SELECT id, role, content, tool_calls, tool_call_id, created_at FROM messages
-        WHERE user_id = ${userId} AND session_id = ${sessionId} ORDER BY seq`;
-      return rows.map(toMessage);
-    });
+    return this.#read(
+      "read the messages",
+      key,
+      (userId, sessionId) => readMessages(this.#sql, userId, sessionId),
+    );
   }
 
   append(key: SessionKey, messages: readonly StoredMessage[]): Promise<number> {
     return this.#write(
       "append",
       key,
-      (tx, userId, sessionId) => this.#insert(tx, userId, sessionId, messages),
+      (tx, userId, sessionId) => insertMessages(tx, userId, sessionId, messages, this.#now),
     );
-  }
-
-  /** Inserts the new ones of `messages` inside the caller's transaction; resolves to how many were new. */
-  async #insert(
-    tx: Tx,
-    userId: string,
-    sessionId: string,
-    messages: readonly StoredMessage[],
-  ): Promise<number> {
-    // All checked before the first insert: a malformed message changes nothing.
-    const rows = messages.map(toRow);
-    // Sent together (pipelined) and run in order, so the read order is the list's.
-    const inserted = await Promise.all(
-      rows.map(([id, role, content, calls, callId, createdAt]) =>
-        tx`INSERT INTO messages (user_id, session_id, id, role, content, tool_calls, tool_call_id, created_at)
-        VALUES (${userId}, ${sessionId}, ${bytes(id)}, ${role}, ${bytes(content)}, ${calls}, ${bytes(callId)},
-          ${bytes(createdAt)})
-        ON CONFLICT (user_id, session_id, id) DO NOTHING RETURNING role`
-      ),
-    );
-    const added = inserted.filter((result) => result.length === 1);
-    const turns = added.filter((result) => result[0].role === "user").length;
-    if (added.length > 0) await this.#touch(tx, userId, sessionId, turns);
-    return added.length;
-  }
-
-  async #touch(tx: Tx, userId: string, sessionId: string, turns: number): Promise<void> {
-    await tx`UPDATE sessions SET turn_count = turn_count + ${turns}, updated_at = ${this.#now().toISOString()}
-      WHERE user_id = ${userId} AND id = ${sessionId}`;
-  }
-
-  /** Deletes the session's message `id`; resolves to its row (`role`), or undefined when not stored. */
-  async #delete(tx: Tx, userId: string, sessionId: string, id: string): Promise<Row | undefined> {
-    const rows = await tx`DELETE FROM messages
-      WHERE user_id = ${userId} AND session_id = ${sessionId} AND id = ${bytes(id)} RETURNING role`;
-    return rows[0];
   }
 
   savePending(key: SessionKey, step: PendingStep): Promise<void> {
@@ -218,7 +179,7 @@ export class PostgresStore implements SessionStore {
       const deleted = await tx`DELETE FROM pending_steps
         WHERE user_id = ${userId} AND session_id = ${sessionId} AND run_id = ${runId} RETURNING run_id`;
       if (deleted.length === 0) return false;
-      await this.#insert(tx, userId, sessionId, messages);
+      await insertMessages(tx, userId, sessionId, messages, this.#now);
       return true;
     });
   }
@@ -237,7 +198,7 @@ export class PostgresStore implements SessionStore {
         throw new Error(`Cannot compact session "${sessionId}": its summary changed meanwhile`);
       }
       for (const id of cutIds) {
-        if (await this.#delete(tx, userId, sessionId, id) === undefined) {
+        if (await deleteMessage(tx, userId, sessionId, id) === undefined) {
           throw new Error(`Cannot compact session "${sessionId}": message "${id}" is not stored`);
         }
       }
@@ -251,12 +212,12 @@ export class PostgresStore implements SessionStore {
       let deleted = 0;
       let turns = 0;
       for (const id of ids) {
-        const row = await this.#delete(tx, userId, sessionId, id);
+        const row = await deleteMessage(tx, userId, sessionId, id);
         if (row === undefined) continue;
         deleted += 1;
         if (row.role === "user") turns += 1;
       }
-      if (turns > 0) await this.#touch(tx, userId, sessionId, -turns);
+      if (turns > 0) await touchSession(tx, userId, sessionId, -turns, this.#now);
       return deleted;
     });
   }
@@ -271,31 +232,27 @@ export class PostgresStore implements SessionStore {
   }
 
   addTodo(key: SessionKey, text: string): Promise<Todo> {
-    return this.#write("add a todo", key, async (tx, userId, sessionId) => {
-      const rows = await tx`INSERT INTO todos (user_id, session_id, text, created_at)
-        VALUES (${userId}, ${sessionId}, ${bytes(text)}, ${this.#now().toISOString()})
-        RETURNING id, text, completed, created_at, completed_at`;
-      return toTodo(rows[0]);
-    });
+    return this.#write(
+      "add a todo",
+      key,
+      (tx, userId, sessionId) => insertTodo(tx, userId, sessionId, text, this.#now),
+    );
   }
 
   listTodos(key: SessionKey): Promise<Todo[]> {
-    return this.#read("list the todos", key, async (userId, sessionId) => {
-      const rows = await this.#sql`SELECT id, text, completed, created_at, completed_at FROM todos
-        WHERE user_id = ${userId} AND session_id = ${sessionId} ORDER BY id`;
-      return rows.map(toTodo);
-    });
+    return this.#read(
+      "list the todos",
+      key,
+      (userId, sessionId) => selectTodos(this.#sql, userId, sessionId),
+    );
   }
 
   completeTodo(key: SessionKey, id: number): Promise<Todo | null> {
-    return this.#write("complete a todo", key, async (tx, userId, sessionId) => {
-      if (!Number.isInteger(id) || id < 1 || id > MAX_TODO_ID) return null;
-      const rows = await tx`UPDATE todos SET completed = 1,
-          completed_at = COALESCE(completed_at, ${this.#now().toISOString()})
-        WHERE id = ${id} AND user_id = ${userId} AND session_id = ${sessionId}
-        RETURNING id, text, completed, created_at, completed_at`;
-      return rows.length === 0 ? null : toTodo(rows[0]);
-    });
+    return this.#write(
+      "complete a todo",
+      key,
+      (tx, userId, sessionId) => completeTodo(tx, userId, sessionId, id, this.#now),
+    );
   }
 
   acquireLease(key: SessionKey, owner: string, ttlMs: number): Promise<boolean> {

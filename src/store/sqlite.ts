@@ -3,11 +3,14 @@
  * with `BEGIN IMMEDIATE`, so two processes never deadlock on a lock upgrade.
  * @module
  */
-import { DatabaseSync, type StatementSync } from "node:sqlite";
+import type { DatabaseSync } from "node:sqlite";
 import type { StoredMessage } from "../types.ts";
 import { type Row, text, toMessage, toPending, toRow, toSession, toTodo } from "./_rows.ts";
 import { HISTORY_CACHE_BYTES, HISTORY_CACHE_SESSIONS, HistoryCache } from "./_history_cache.ts";
-import { migrate, SCHEMA_VERSION } from "./_sqlite_schema.ts";
+import { SCHEMA_VERSION } from "./_sqlite_schema.ts";
+import { openDatabase } from "./_sqlite_open.ts";
+import { type Statements, transaction } from "./_sqlite_sql.ts";
+import { acquire, release, renew } from "./_sqlite_leases.ts";
 import {
   type PendingStep,
   type Session,
@@ -32,55 +35,6 @@ export interface SqliteStoreOptions {
   cacheBytes?: number;
 }
 
-// node:sqlite cuts a TEXT value at its first NUL; read as bytes, free text comes back whole.
-const MESSAGE_COLUMNS =
-  "rowid, CAST(id AS BLOB) AS id, role, CAST(content AS BLOB) AS content, tool_calls, " +
-  "CAST(tool_call_id AS BLOB) AS tool_call_id, CAST(created_at AS BLOB) AS created_at";
-const TODO_COLUMNS = "id, CAST(text AS BLOB) AS text, completed, created_at, completed_at";
-
-const SQL = {
-  getSession: "SELECT * FROM sessions WHERE user_id = ? AND id = ?",
-  insertSession: "INSERT INTO sessions (user_id, id, summary, turn_count, created_at, updated_at) " +
-    "VALUES (?, ?, NULL, 0, ?, ?) ON CONFLICT(user_id, id) DO NOTHING",
-  listSessions: "SELECT * FROM sessions WHERE user_id = ? ORDER BY updated_at DESC, id",
-  messagesAfter:
-    `SELECT ${MESSAGE_COLUMNS} FROM messages WHERE user_id = ? AND session_id = ? AND rowid > ? ` +
-    "ORDER BY rowid",
-  // ON CONFLICT, not OR IGNORE: only a repeated id is skipped; CHECK and NOT NULL still fail loudly.
-  insertMessage: "INSERT INTO messages (user_id, session_id, id, role, content, tool_calls, tool_call_id, " +
-    "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(user_id, session_id, id) DO NOTHING",
-  touchSession:
-    "UPDATE sessions SET turn_count = turn_count + ?, updated_at = ? WHERE user_id = ? AND id = ?",
-  deleteMessage: "DELETE FROM messages WHERE user_id = ? AND session_id = ? AND id = ? " +
-    "RETURNING rowid, CAST(id AS BLOB) AS id, role",
-  setSummary: "UPDATE sessions SET summary = ?, compacted_turns = compacted_turns + ?, updated_at = ? " +
-    "WHERE user_id = ? AND id = ?",
-  // Messages and todos go by ON DELETE CASCADE, in the same transaction.
-  deleteSession: "DELETE FROM sessions WHERE user_id = ? AND id = ?",
-  insertTodo: "INSERT INTO todos (user_id, session_id, text, completed, created_at) VALUES (?, ?, ?, 0, ?) " +
-    `RETURNING ${TODO_COLUMNS}`,
-  listTodos: `SELECT ${TODO_COLUMNS} FROM todos WHERE user_id = ? AND session_id = ? ORDER BY id`,
-  completeTodo: "UPDATE todos SET completed = 1, completed_at = COALESCE(completed_at, ?) " +
-    `WHERE id = ? AND user_id = ? AND session_id = ? RETURNING ${TODO_COLUMNS}`,
-  insertPending: "INSERT INTO pending_steps (user_id, session_id, run_id, turn, step, seq, content, " +
-    "tool_calls, asked, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-  getPending: "SELECT run_id, turn, step, seq, CAST(content AS BLOB) AS content, tool_calls, asked, " +
-    "created_at FROM pending_steps WHERE user_id = ? AND session_id = ?",
-  deletePending: "DELETE FROM pending_steps WHERE user_id = ? AND session_id = ? AND run_id = ?",
-  // Taken when free, expired or already the owner's: one statement, inside BEGIN IMMEDIATE.
-  takeLease: "INSERT INTO session_leases (user_id, session_id, owner, expires_at) VALUES (?, ?, ?, ?) " +
-    "ON CONFLICT(user_id, session_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at, " +
-    "wanted = CASE WHEN session_leases.owner = excluded.owner THEN session_leases.wanted ELSE 0 END " +
-    "WHERE session_leases.owner = excluded.owner OR session_leases.expires_at <= ?",
-  renewLease: "UPDATE session_leases SET expires_at = ? WHERE user_id = ? AND session_id = ? AND owner = ?",
-  releaseLease:
-    "DELETE FROM session_leases WHERE user_id = ? AND session_id = ? AND owner = ? RETURNING wanted",
-  wantLease: "UPDATE session_leases SET wanted = 1 WHERE user_id = ? AND session_id = ? AND owner <> ?",
-  ping: "SELECT 1 AS ok",
-  // Changes when another connection commits.
-  dataVersion: "PRAGMA data_version",
-};
-
 /** The SQLite session store. One instance per process; statements are prepared once. */
 export class SqliteStore implements SessionStore {
   #db: DatabaseSync;
@@ -91,7 +45,7 @@ export class SqliteStore implements SessionStore {
    */
   #history: HistoryCache;
   #dataVersion = -1;
-  #sql = {} as Record<keyof typeof SQL | "begin" | "commit" | "rollback", StatementSync>;
+  #sql: Statements;
 
   /**
    * Opens (creating or migrating if needed) the database at `path`; `":memory:"` gives a private one.
@@ -103,42 +57,9 @@ export class SqliteStore implements SessionStore {
     const { cacheSessions = HISTORY_CACHE_SESSIONS, cacheBytes = HISTORY_CACHE_BYTES } = options;
     this.#history = new HistoryCache(cacheSessions, cacheBytes);
     this.#now = now;
-    const db = this.#db = new DatabaseSync(path);
-    try {
-      db.exec(`PRAGMA busy_timeout = ${Math.trunc(busyTimeoutMs)}`);
-      db.exec("PRAGMA journal_mode = WAL");
-      // NORMAL in WAL mode survives a process crash (kill -9); only a power loss may drop the last commits.
-      db.exec("PRAGMA synchronous = NORMAL");
-      db.exec("PRAGMA foreign_keys = ON");
-      this.#sql.begin = db.prepare("BEGIN IMMEDIATE");
-      this.#sql.commit = db.prepare("COMMIT");
-      this.#sql.rollback = db.prepare("ROLLBACK");
-      migrate(db, (work) => this.#transaction(work));
-      // The writable probe: a write, rolled back. A read-only file or folder fails here.
-      this.#sql.begin.run();
-      try {
-        db.exec(`PRAGMA user_version = ${SCHEMA_VERSION}`);
-      } finally {
-        this.#sql.rollback.run();
-      }
-      for (const [name, sql] of Object.entries(SQL)) this.#sql[name as keyof typeof SQL] = db.prepare(sql);
-    } catch (error) {
-      db.close();
-      throw error;
-    }
-  }
-
-  /** Runs `work` inside `BEGIN IMMEDIATE … COMMIT`; rolls back and rethrows if it throws. */
-  #transaction<T>(work: () => T): T {
-    this.#sql.begin.run();
-    try {
-      const result = work();
-      this.#sql.commit.run();
-      return result;
-    } catch (error) {
-      this.#sql.rollback.run();
-      throw error;
-    }
+    const { db, sql } = openDatabase(path, busyTimeoutMs);
+    this.#db = db;
+    this.#sql = sql;
   }
 
   /** `work`'s result as a promise: node:sqlite is synchronous, the interface is not. */
@@ -158,7 +79,7 @@ export class SqliteStore implements SessionStore {
     return this.#read(() => {
       const { userId, sessionId } = validateKey(key);
       const deleted: Row[] = [];
-      const result = this.#transaction(() => work(userId, sessionId, deleted));
+      const result = transaction(this.#sql, () => work(userId, sessionId, deleted));
       const rows = deleted.map((row) => ({ rowid: row.rowid as number, id: text(row.id) }));
       this.#history.drop(`${userId}\u0000${sessionId}`, rows);
       return result;
@@ -333,26 +254,21 @@ export class SqliteStore implements SessionStore {
   }
 
   acquireLease(key: SessionKey, owner: string, ttlMs: number): Promise<boolean> {
-    return this.#write(key, (userId, sessionId) => {
-      const now = this.#now().getTime();
-      const until = now + leaseTtl(owner, ttlMs, "acquire");
-      if (this.#sql.takeLease.run(userId, sessionId, owner, until, now).changes === 1) return true;
-      this.#sql.wantLease.run(userId, sessionId, owner);
-      return false;
-    });
+    return this.#write(
+      key,
+      (userId, sessionId) => acquire(this.#sql, userId, sessionId, owner, ttlMs, this.#now()),
+    );
   }
 
   renewLease(key: SessionKey, owner: string, ttlMs: number): Promise<boolean> {
-    return this.#write(key, (userId, sessionId) => {
-      const until = this.#now().getTime() + leaseTtl(owner, ttlMs, "renew");
-      return this.#sql.renewLease.run(until, userId, sessionId, owner).changes === 1;
-    });
+    return this.#write(
+      key,
+      (userId, sessionId) => renew(this.#sql, userId, sessionId, owner, ttlMs, this.#now()),
+    );
   }
 
   releaseLease(key: SessionKey, owner: string): Promise<boolean> {
-    return this.#write(key, (userId, sessionId) => {
-      return this.#sql.releaseLease.get(userId, sessionId, owner)?.wanted === 1;
-    });
+    return this.#write(key, (userId, sessionId) => release(this.#sql, userId, sessionId, owner));
   }
 
   ping(): Promise<boolean> {
@@ -365,15 +281,4 @@ export class SqliteStore implements SessionStore {
       if (this.#db.isOpen) this.#db.close();
     });
   }
-}
-
-/** `ttlMs` rounded up to whole milliseconds, once checked with the owner: a non-empty owner, a finite ttl > 0. */
-function leaseTtl(owner: unknown, ttlMs: number, action: string): number {
-  if (typeof owner !== "string" || owner === "") {
-    throw new TypeError(`Cannot ${action} a session lease: the owner must be a non-empty string`);
-  }
-  if (!(ttlMs > 0) || !Number.isFinite(ttlMs)) {
-    throw new RangeError(`Cannot ${action} a session lease: ttlMs must be a finite number > 0, got ${ttlMs}`);
-  }
-  return Math.ceil(ttlMs);
 }

@@ -1,0 +1,133 @@
+/**
+ * How one setting's raw value is checked and turned into its value: the kinds, what each expects, the API
+ * token pairs. Private to `config.ts`.
+ * @module
+ */
+import type { ApiToken, Config } from "./config.ts";
+import { ConfigError } from "./errors.ts";
+import { parseDatabaseUrl } from "./store/database_url.ts";
+
+/** Shortest API token accepted: shorter ones can be guessed. */
+export const MIN_TOKEN_CHARS = 16;
+
+/** How a variable's raw value is read: the rule {@linkcode parseValue} checks it against. */
+export type Kind =
+  | "string"
+  | "url"
+  | "positive"
+  | "nonnegative"
+  | "positiveInt"
+  | "nonnegativeInt"
+  | "flag"
+  | "host"
+  | "port"
+  | "tokens"
+  | "database";
+
+/** One variable: the field it sets, its kind, its default and its meaning. */
+export interface Setting {
+  key: keyof Config;
+  kind: Kind;
+  default: string;
+  meaning: string;
+  /** The smallest value that can work, for numbers. */
+  min?: number;
+}
+
+const EXPECTED: Record<Kind, string> = {
+  string: "a string",
+  url: "an http:// or https:// URL",
+  positive: "a number greater than 0",
+  nonnegative: "a number of 0 or more",
+  positiveInt: "a whole number of 1 or more",
+  nonnegativeInt: "a whole number of 0 or more",
+  flag: "1, 0, true, false or unset",
+  host: "a host name or IP address",
+  port: "a port number from 0 to 65535",
+  tokens: "comma-separated token:user_id pairs (user ids of letters, digits and . _ : -)",
+  database: "postgres://user@host:port/database or unset",
+};
+
+/** The pairs of AGENT_API_TOKENS. A message names a pair by its position and user, never by its token. */
+function parseTokens(raw: string, fail: (detail?: string) => ConfigError): ApiToken[] {
+  if (raw.trim() === "") return [];
+  const tokens: ApiToken[] = [];
+  for (const [index, pair] of raw.split(",").entries()) {
+    const colon = pair.lastIndexOf(":");
+    const token = pair.slice(0, colon).trim();
+    const userId = pair.slice(colon + 1).trim();
+    if (colon < 1 || token === "" || !/^[A-Za-z0-9._:-]{1,128}$/.test(userId)) throw fail();
+    const named = `pair ${index + 1} (user ${userId})`;
+    if (token.length < MIN_TOKEN_CHARS) {
+      throw fail(
+        `the token of ${named} is ${token.length} characters, at least ${MIN_TOKEN_CHARS} are needed`,
+      );
+    }
+    const first = tokens.findIndex((t) => t.token === token);
+    if (first !== -1) {
+      throw fail(
+        `the token of ${named} is the same as that of pair ${first + 1} (user ${tokens[first].userId})`,
+      );
+    }
+    tokens.push({ token, userId });
+  }
+  return Object.freeze(tokens) as ApiToken[];
+}
+
+/** The value of `raw` for `setting`; throws a `ConfigError` naming `name` (a secret's value hidden). */
+export function parseValue(name: string, setting: Setting, raw: string): unknown {
+  // A secret's value is never echoed: the message says only what is wrong with it.
+  const shown = setting.kind === "tokens" || setting.kind === "database"
+    ? "(value hidden)"
+    : JSON.stringify(raw);
+  const fail = (detail?: string) =>
+    new ConfigError(name, `Invalid ${name}=${shown}: ${detail ?? `expected ${EXPECTED[setting.kind]}`}`);
+  switch (setting.kind) {
+    case "host":
+      if (!/^[A-Za-z0-9.:\[\]-]+$/.test(raw)) throw fail();
+      return raw;
+    case "port": {
+      if (!/^\d{1,5}$/.test(raw.trim()) || Number(raw) > 65535) throw fail();
+      return Number(raw);
+    }
+    case "tokens":
+      return parseTokens(raw, fail);
+    case "database":
+      try {
+        if (raw.trim() !== "") parseDatabaseUrl(raw.trim());
+      } catch (error) {
+        throw fail((error as TypeError).message);
+      }
+      return raw.trim();
+    case "string":
+      if (setting.key !== "apiKey" && raw.trim() === "") throw fail();
+      return raw;
+    case "url": {
+      let url: URL;
+      try {
+        url = new URL(raw);
+      } catch {
+        throw fail();
+      }
+      if (url.protocol !== "http:" && url.protocol !== "https:") throw fail();
+      return raw.replace(/\/+$/, "");
+    }
+    case "flag": {
+      const flag = raw.trim().toLowerCase();
+      if (flag !== "" && flag !== "0" && flag !== "1" && flag !== "true" && flag !== "false") throw fail();
+      return flag === "1" || flag === "true";
+    }
+    default: {
+      if (!/^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$/.test(raw)) throw fail();
+      const value = Number(raw);
+      const integer = setting.kind === "positiveInt" || setting.kind === "nonnegativeInt";
+      const positive = setting.kind === "positive" || setting.kind === "positiveInt";
+      if (!Number.isFinite(value) || (integer && !Number.isInteger(value))) throw fail();
+      if (value < 0 || (positive && value === 0)) throw fail();
+      if (setting.min !== undefined && value < setting.min) {
+        throw fail(`expected at least ${setting.min}; smaller cannot work`);
+      }
+      return value;
+    }
+  }
+}

@@ -1,0 +1,115 @@
+/**
+ * The real dependencies of a command, built from the configuration: the session store, the trace file and
+ * its reader, the provider, the tools (MCP included), the leases and the background compactions; and the
+ * order in which they are closed.
+ * @module
+ */
+import { mkdirSync } from "node:fs";
+import { dirname, resolve } from "node:path";
+import type { Config } from "./config.ts";
+import { ConfigError, errorMessage } from "./errors.ts";
+import { createLlmFromConfig } from "./llm/openai.ts";
+import type { Agent } from "./agent/loop.ts";
+import { BackgroundCompactions } from "./agent/background.ts";
+import { SessionLeases } from "./store/session_leases.ts";
+import { openSessionStore, sharedTraceOf } from "./store/open.ts";
+import type { SessionStore } from "./store/store.ts";
+import { createLlmSummarizer } from "./memory/summarizer.ts";
+import { builtinToolsFor } from "./tools/builtin.ts";
+import type { ToolRegistry } from "./tools/registry.ts";
+import { JsonlTracer } from "./trace/trace.ts";
+import type { McpTools } from "./mcp/mcp_tools.ts";
+import { openToolConfig } from "./mcp/start.ts";
+import { type TracePages, TraceReader } from "./trace/reader.ts";
+
+/** The real dependencies of a turn, on the configured database, trace file and provider. */
+export interface Runtime {
+  store: SessionStore;
+  tracer: JsonlTracer;
+  /** Where the trace route reads: the file index, or the database's table every replica writes. */
+  traceReader: TracePages;
+  agent: Agent;
+  /** The agent's tools bound to another store (a request's private one). */
+  toolsFor(store: SessionStore): ToolRegistry;
+  /** The MCP servers started from AGENT_MCP_CONFIG, if any. */
+  mcp: McpTools | null;
+  /** The session leases every turn, delete and compaction on the database runs under. */
+  leases: SessionLeases;
+  /** Waits for background compactions (abandoning them after the shutdown grace), then closes the files. */
+  close(): Promise<void>;
+}
+
+/** Runs `open`, or fails with one line: what could not be done to `path`, why, and what to do. */
+function opening<T>(variable: string, action: string, path: string, open: () => T): T {
+  try {
+    return open();
+  } catch (error) {
+    const advice = `make it and its folder writable, or set ${variable} to another file`;
+    throw new ConfigError(variable, `Cannot ${action} ${path}: ${errorMessage(error)}; ${advice}`);
+  }
+}
+
+/** Fails with a `ConfigError` naming the file unless the trace can be appended to (created if new). */
+function requireWritableTrace(tracePath: string): void {
+  const path = resolve(tracePath);
+  opening("AGENT_TRACE_PATH", "write the trace file", path, () => {
+    mkdirSync(dirname(path), { recursive: true });
+    Deno.openSync(path, { append: true, create: true }).close();
+  });
+}
+
+/**
+ * Opens everything a command works on, before any input is read. Rejects with a `ConfigError` (one line:
+ * what could not be opened and what to do) when the trace, the database or the tool configuration cannot be
+ * opened, so that is never a failure in the middle of the first turn.
+ */
+export async function openRuntime(config: Readonly<Config>): Promise<Runtime> {
+  requireWritableTrace(config.tracePath);
+  const store = await openSessionStore(config);
+  const { mcp, approval } = await openToolConfig(config, (line) => console.error(line));
+  // The server's trace route pages through this index; the lines this process writes go straight into it.
+  const traceReader = new TraceReader(config.tracePath);
+  const shared = sharedTraceOf(store);
+  const tracer = new JsonlTracer(config.tracePath, {
+    maxPayloadChars: config.traceMaxPayloadChars,
+    maxBytes: config.traceMaxBytes,
+    secrets: [config.apiKey, ...config.apiTokens.map((t) => t.token)],
+    onAppend: (line) => (traceReader.noteAppend(line), shared?.add(line.event)),
+  });
+  const llm = createLlmFromConfig(config, { stream: config.stream });
+  const toolsFor = builtinToolsFor({ sources: mcp ? [mcp] : [] });
+  const leases = new SessionLeases(store, { ttlMs: config.sessionLeaseSeconds * 1000 });
+  const compactions = new BackgroundCompactions((event) => tracer.write(event), { leases });
+  return {
+    store,
+    tracer,
+    traceReader: shared ?? traceReader,
+    toolsFor,
+    mcp,
+    leases,
+    agent: {
+      store,
+      llm,
+      tools: toolsFor(store),
+      maxSteps: config.maxToolIters,
+      maxToolCallsPerStep: config.maxToolCallsPerStep,
+      summarizer: createLlmSummarizer(llm),
+      maxRawTurns: config.maxRawTurns,
+      compactBatch: config.compactBatch,
+      compactions,
+      maxCtxTokens: config.maxCtxTokens,
+      approval,
+    },
+    close: async () => {
+      if (compactions.running > 0) {
+        const grace = `${config.shutdownGraceSeconds}s (AGENT_SHUTDOWN_GRACE_SECONDS)`;
+        console.error(`finishing ${compactions.running} background compaction(s), up to ${grace}`);
+      }
+      await compactions.close(config.shutdownGraceSeconds * 1000);
+      await mcp?.close();
+      tracer.close();
+      await shared?.close();
+      await store.close();
+    },
+  };
+}

@@ -1,0 +1,40 @@
+/**
+ * Opening the SQLite file for the store: the connection's settings (busy timeout, WAL, foreign keys), the
+ * migration, the writable probe and the statements, prepared once. Private to `sqlite.ts`.
+ * @module
+ */
+import { DatabaseSync } from "node:sqlite";
+import { migrate, SCHEMA_VERSION } from "./_sqlite_schema.ts";
+import { SQL, type Statements, transaction } from "./_sqlite_sql.ts";
+
+/**
+ * Opens (creating or migrating if needed) the database at `path` with every statement prepared. Throws when
+ * it cannot be opened, migrated or written, after closing it.
+ */
+export function openDatabase(path: string, busyTimeoutMs: number): { db: DatabaseSync; sql: Statements } {
+  const sql = {} as Statements;
+  const db = new DatabaseSync(path);
+  try {
+    db.exec(`PRAGMA busy_timeout = ${Math.trunc(busyTimeoutMs)}`);
+    db.exec("PRAGMA journal_mode = WAL");
+    // NORMAL in WAL mode survives a process crash (kill -9); only a power loss may drop the last commits.
+    db.exec("PRAGMA synchronous = NORMAL");
+    db.exec("PRAGMA foreign_keys = ON");
+    sql.begin = db.prepare("BEGIN IMMEDIATE");
+    sql.commit = db.prepare("COMMIT");
+    sql.rollback = db.prepare("ROLLBACK");
+    migrate(db, (work) => transaction(sql, work));
+    // The writable probe: a write, rolled back. A read-only file or folder fails here.
+    sql.begin.run();
+    try {
+      db.exec(`PRAGMA user_version = ${SCHEMA_VERSION}`);
+    } finally {
+      sql.rollback.run();
+    }
+    for (const [name, text] of Object.entries(SQL)) sql[name as keyof typeof SQL] = db.prepare(text);
+  } catch (error) {
+    db.close();
+    throw error;
+  }
+  return { db, sql };
+}
