@@ -7,11 +7,31 @@ import { DatabaseSync } from "node:sqlite";
 import { migrate, SCHEMA_VERSION } from "./_sqlite_schema.ts";
 import { SQL, type Statements, transaction } from "./_sqlite_sql.ts";
 
+/** Whether `error` is SQLite's "database is locked", which some lock changes return without waiting. */
+function isLocked(error: unknown): boolean {
+  return error instanceof Error && /database is locked/i.test(error.message);
+}
+
 /**
  * Opens (creating or migrating if needed) the database at `path` with every statement prepared. Throws when
- * it cannot be opened, migrated or written, after closing it.
+ * it cannot be opened, migrated or written, after closing it. Processes opening one new file at once can
+ * meet "database is locked" even with a busy timeout (switching to WAL, the first migration); that is tried
+ * again, briefly, until the busy timeout has passed.
  */
 export function openDatabase(path: string, busyTimeoutMs: number): { db: DatabaseSync; sql: Statements } {
+  const deadline = performance.now() + busyTimeoutMs;
+  for (let pause = 5;; pause = Math.min(pause * 2, 100)) {
+    try {
+      return openOnce(path, busyTimeoutMs);
+    } catch (error) {
+      if (!isLocked(error) || performance.now() + pause > deadline) throw error;
+      // A synchronous pause: the store opens in its constructor, before anything else runs.
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, pause * (0.5 + Math.random()));
+    }
+  }
+}
+
+function openOnce(path: string, busyTimeoutMs: number): { db: DatabaseSync; sql: Statements } {
   const sql = {} as Statements;
   const db = new DatabaseSync(path);
   try {
