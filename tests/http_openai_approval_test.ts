@@ -1,10 +1,11 @@
 /**
- * The OpenAI-compatible route and the approval policy: a request without a session cannot be come back to,
- * so a tool that asks is refused there; with `X-Session-Id` the turn waits, says how to approve, and the
- * sessions API resumes it.
+ * The OpenAI-compatible route and what can stop a turn: the approval policy (a request without a session
+ * cannot be come back to, so a tool that asks is refused there; with `X-Session-Id` the turn waits, says how
+ * to approve, and the sessions API resumes it) and a session database that fails mid-turn.
  */
 import assert from "node:assert/strict";
 import { parseApprovalPolicy } from "../src/approval/policy.ts";
+import { StoreUnavailableError } from "../src/errors.ts";
 import { readTrace } from "../src/trace/trace.ts";
 import { keyOf } from "./_harness.ts";
 import { httpHarness, withServer } from "./_http_harness.ts";
@@ -56,4 +57,29 @@ Deno.test("with X-Session-Id the turn waits, the answer says how to approve, and
     assert.equal((await resumed.json()).answer, "The answer is 84.");
   });
   assert.equal(await h.store.pendingStep(keyOf("kept", "local")), null);
+});
+
+Deno.test("a session database that fails mid-turn on the OpenAI route is a 503 store_unavailable, in OpenAI's shape", async () => {
+  using h = httpHarness();
+  const store = h.deps.agent.store;
+  const append = store.append.bind(store);
+  let appends = 0;
+  // The question is stored; the step after the model's reply finds the database gone.
+  store.append = (key, messages) =>
+    ++appends === 2
+      ? Promise.reject(new StoreUnavailableError("the session database sqlite:test is unavailable"))
+      : append(key, messages);
+  await withServer(h, async ({ url }) => {
+    const response = await fetch(`${url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json", "x-session-id": "down" },
+      body: JSON.stringify({ model: "mini-agent", messages: ask("what is 12*7?") }),
+    });
+    assert.equal(response.status, 503);
+    assert.equal(response.headers.get("retry-after"), "5");
+    const { error } = await response.json();
+    assert.equal(error.type, "server_error");
+    assert.equal(error.code, "store_unavailable");
+    assert.match(error.message, /^The session database is unavailable: .*sqlite:test is unavailable/);
+  });
 });

@@ -14,7 +14,7 @@ import type { SessionKey } from "../store/store.ts";
 import type { TurnResult } from "../types.ts";
 import { readJsonBody } from "./body.ts";
 import type { HandlerDeps } from "./deps.ts";
-import { HttpError, shuttingDown, toHttpError } from "./errors.ts";
+import { HttpError, shuttingDown, storeUnavailable, toHttpError } from "./errors.ts";
 import { type ChatRequest, parseChatRequest } from "./openai_request.ts";
 import {
   chunkBody,
@@ -118,8 +118,8 @@ function tracing(deps: HandlerDeps, then: (event: RunEvent) => void = () => {}) 
 }
 
 /**
- * Why the turn has no answer to send: a model failure (502/504), the shutdown (503) or the client gone (499,
- * which nobody reads).
+ * Why the turn has no answer to send: a model failure (502/504), the session database gone (503), the shutdown
+ * (503) or the client gone (499, which nobody reads).
  */
 function noAnswer(
   result: TurnResult,
@@ -133,6 +133,10 @@ function noAnswer(
       : new HttpError(499, "client_closed_request", "The client closed the request");
   }
   const advice = kept ? "; send the same message again to retry the turn" : "";
+  if (failure?.kind === "store") {
+    const message = `The session database is unavailable: ${failure.message}${advice} (run ${result.runId})`;
+    return storeUnavailable(message, { details: { run_id: result.runId } });
+  }
   const message = `The agent could not get an answer from its model: ${failure?.message ?? "unknown error"}` +
     `${advice} (run ${result.runId})`;
   return modelFailure(failure?.kind === "timeout", message, result.runId);
