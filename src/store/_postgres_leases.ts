@@ -5,22 +5,14 @@
  * @module
  */
 import type { Sql } from "./_postgres_client.ts";
-
-function check(owner: string, ttlMs: number): void {
-  if (typeof owner !== "string" || owner === "") {
-    throw new TypeError(`Cannot use a lease: owner must be a non-empty string, got ${JSON.stringify(owner)}`);
-  }
-  if (!Number.isFinite(ttlMs) || ttlMs <= 0) {
-    throw new RangeError(`Cannot use a lease: ttlMs must be positive, got ${ttlMs}`);
-  }
-}
+import { leaseTtl } from "./store.ts";
 
 /**
  * Takes the lease when it is free, expired or already `owner`'s; true when taken. When another holds it,
  * marks it wanted (one statement either way), so the holder learns at release that someone waits.
  */
 export async function acquire(sql: Sql, userId: string, sessionId: string, owner: string, ttlMs: number) {
-  check(owner, ttlMs);
+  leaseTtl(owner, ttlMs, "acquire"); // checks the arguments
   // Inserted, or taken over when expired or the owner's own; a lease held by another is marked wanted.
   const rows = await sql`WITH taken AS (
       INSERT INTO session_leases (user_id, session_id, owner, expires_at)
@@ -39,7 +31,7 @@ export async function acquire(sql: Sql, userId: string, sessionId: string, owner
 
 /** Extends the lease while `owner` holds it (expired but not taken counts: nobody else ran); else false. */
 export async function renew(sql: Sql, userId: string, sessionId: string, owner: string, ttlMs: number) {
-  check(owner, ttlMs);
+  leaseTtl(owner, ttlMs, "renew"); // checks the arguments
   const rows = await sql`UPDATE session_leases SET expires_at = now() + ${ttlMs} * interval '1 millisecond'
     WHERE user_id = ${userId} AND session_id = ${sessionId} AND owner = ${owner} RETURNING owner`;
   return rows.length === 1;
@@ -47,7 +39,7 @@ export async function renew(sql: Sql, userId: string, sessionId: string, owner: 
 
 /** Frees the lease if `owner` holds it; true when another owner asked for it meanwhile. */
 export async function release(sql: Sql, userId: string, sessionId: string, owner: string): Promise<boolean> {
-  check(owner, 1);
+  leaseTtl(owner, 1, "release"); // checks the owner
   const rows = await sql`DELETE FROM session_leases
     WHERE user_id = ${userId} AND session_id = ${sessionId} AND owner = ${owner} RETURNING wanted`;
   return rows[0]?.wanted === true;

@@ -5,20 +5,10 @@
  * @module
  */
 import type { Statements } from "./_sqlite_sql.ts";
+import { leaseTtl } from "./store.ts";
 
 /** The prepared statements a lease operation runs. */
 type LeaseStatements = Pick<Statements, "takeLease" | "renewLease" | "releaseLease" | "wantLease">;
-
-/** `ttlMs` rounded up to whole milliseconds, once checked with the owner: a non-empty owner, a finite ttl > 0. */
-function leaseTtl(owner: unknown, ttlMs: number, action: string): number {
-  if (typeof owner !== "string" || owner === "") {
-    throw new TypeError(`Cannot ${action} a session lease: the owner must be a non-empty string`);
-  }
-  if (!(ttlMs > 0) || !Number.isFinite(ttlMs)) {
-    throw new RangeError(`Cannot ${action} a session lease: ttlMs must be a finite number > 0, got ${ttlMs}`);
-  }
-  return Math.ceil(ttlMs);
-}
 
 /**
  * Takes the lease when it is free, expired or already `owner`'s; true when taken. When another holds it,

@@ -136,3 +136,17 @@ export function validateKey(key: SessionKey): SessionKey {
   validateId(key.sessionId);
   return key;
 }
+
+/**
+ * A lease operation's `ttlMs`, rounded up to whole milliseconds, once checked with its owner: a non-empty owner
+ * and a finite ttl > 0 (`TypeError`, `RangeError`); `action` names the operation in the message.
+ */
+export function leaseTtl(owner: unknown, ttlMs: number, action: string): number {
+  if (typeof owner !== "string" || owner === "") {
+    throw new TypeError(`Cannot ${action} a session lease: the owner must be a non-empty string`);
+  }
+  if (!(ttlMs > 0) || !Number.isFinite(ttlMs)) {
+    throw new RangeError(`Cannot ${action} a session lease: ttlMs must be a finite number > 0, got ${ttlMs}`);
+  }
+  return Math.ceil(ttlMs);
+}
