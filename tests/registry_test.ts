@@ -75,6 +75,20 @@ Deno.test("ToolRegistry.execute() cuts a long result to MAX_TOOL_RESULT_CHARS an
   assert.ok((result.data as string).startsWith('{"text":"ab\\"\\\\ab'));
 });
 
+Deno.test("ToolRegistry.fit() cuts a long error message to the result limit and keeps its start", () => {
+  const registry = new ToolRegistry([echo]);
+  const error = `Cannot run tool "echo": ${'"quoted" '.repeat(1000)}`;
+  const result = registry.fit({ ok: false, data: null, error, truncated: false });
+  assert.equal(result.ok, false);
+  assert.equal(result.truncated, true);
+  const serialized = serializeToolResult(result);
+  assert.ok(serialized.length <= MAX_TOOL_RESULT_CHARS, `got ${serialized.length}`);
+  assert.ok(serialized.length > MAX_TOOL_RESULT_CHARS - 10, "keeps as much as fits");
+  assert.ok(result.error!.startsWith('Cannot run tool "echo": "quoted" '));
+  const short = { ok: false, data: null, error: "short", truncated: false } as const;
+  assert.equal(registry.fit(short), short);
+});
+
 Deno.test("ToolRegistry refuses two tools with one name", () => {
   assert.throws(() => new ToolRegistry([echo, echo]), /Cannot register tool "echo" twice/);
 });

@@ -4,12 +4,13 @@
  * call keeps exactly one result, and the stored history stays a valid request for the next step.
  */
 import assert from "node:assert/strict";
-import { loadConfig } from "../src/config.ts";
+import { loadConfig, MAX_TOOL_RESULT_CHARS } from "../src/config.ts";
 import { createLlmFromConfig } from "../src/llm/openai.ts";
 import { runTurn } from "../src/agent/loop.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { INVALID_TOOL_CALL_NAME, MAX_TOOL_ARGUMENT_BYTES } from "../src/agent/tool_calls.ts";
 import type { StoredMessage } from "../src/types.ts";
+import type { ToolSpec } from "../src/tools/registry.ts";
 import { harness, keyOf, tempDir } from "./_harness.ts";
 import { type Behaviour, completion, json, startFaultProvider, stream } from "./fixtures/fault_provider.ts";
 
@@ -193,4 +194,50 @@ Deno.test("runTurn() through the real client answers malformed tool calls with t
       await provider.close();
     }
   }
+});
+
+Deno.test("runTurn() sends back every tool error within the result limit: a 100,000-character unknown name, long broken arguments, a throwing tool", async () => {
+  const long = "x".repeat(100_000);
+  const shout: ToolSpec = {
+    name: "shout",
+    description: "fails loudly",
+    parameters: { type: "object", properties: {} },
+    handler: () => {
+      throw new Error("y".repeat(100_000));
+    },
+  };
+  using h = harness([
+    {
+      toolCalls: [
+        { id: "a", name: long, arguments: {} },
+        { id: "b", name: "calculator", arguments: `{"expression": "${long.slice(0, 60_000)}` },
+        { id: "c", name: "shout", arguments: {} },
+      ],
+    },
+    { content: "done" },
+  ], { extraTools: [shout] });
+  const result = await runTurn(input("go"), h.agent, h.run);
+  assert.equal(result.outcome, "answered");
+  // What the model read back: one tool message per call, none over the limit, each saying what went wrong.
+  const sent = h.llm.requests[1].messages.filter((m) => m.role === "tool");
+  assert.deepEqual(sent.map((m) => m.toolCallId), ["a", "b", "c"]);
+  for (const message of sent) {
+    assert.ok(
+      message.content!.length <= MAX_TOOL_RESULT_CHARS,
+      `${message.toolCallId}: ${message.content!.length}`,
+    );
+  }
+  const [a, b, c] = sent.map((m) => JSON.parse(m.content!));
+  assert.equal(a.ok, false);
+  assert.match(a.error, /^Unknown tool "x{64}…" \(100000 characters\); available tools: calculator, /);
+  assert.equal(a.truncated, false, "the quoted name alone keeps the message within the limit");
+  assert.match(b.error, /^Cannot run tool "calculator": arguments are not valid JSON/);
+  assert.equal(c.ok, false);
+  assert.equal(c.truncated, true);
+  assert.match(c.error, /^Tool "shout" failed: y+…$/);
+  assert.deepEqual(toolResults(await h.store.messages(keyOf("s1", "u1"))).map((r) => r.error), [
+    a.error,
+    b.error,
+    c.error,
+  ]);
 });

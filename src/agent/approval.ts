@@ -6,6 +6,7 @@
  */
 import { AUTO_POLICY, decide } from "../approval/policy.ts";
 import { SessionError } from "../errors.ts";
+import { quotedToolName } from "../tools/registry.ts";
 import type { PendingStep } from "../store/store.ts";
 import type { ApprovalCall, ToolCall, TurnResult } from "../types.ts";
 import type { Agent, RunOptions } from "./agent.ts";
@@ -53,7 +54,9 @@ export function refusalFor(
     const decision = decisions.get(call.id);
     if (decision !== undefined) return decision === "deny" ? DENIED_BY_USER : null;
     if (decide(policy, call.name) !== "deny") return null;
-    return `Cannot run tool "${call.name}": the approval policy denies it; do not call it again`;
+    return `Cannot run tool ${
+      quotedToolName(call.name)
+    }: the approval policy denies it; do not call it again`;
   };
 }
 

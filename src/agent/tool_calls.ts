@@ -5,7 +5,12 @@
  * Never throws over a tool.
  * @module
  */
-import { serializeToolResult, type ToolContext, type ToolRegistry } from "../tools/registry.ts";
+import {
+  quotedToolName,
+  serializeToolResult,
+  type ToolContext,
+  type ToolRegistry,
+} from "../tools/registry.ts";
 import type { RunEventData } from "../events.ts";
 import { inSpan, toolSpan } from "../telemetry.ts";
 import type { Message, ToolCall, ToolResult, TurnToolCall } from "../types.ts";
@@ -92,15 +97,17 @@ function refusal(
   const named = call.name !== "" && call.name !== INVALID_TOOL_CALL_NAME;
   const name = named ? call.name : INVALID_TOOL_CALL_NAME;
   if (call.problem !== undefined || !named) {
-    const which = named ? `tool "${name}"` : `tool call ${index + 1}`;
+    const which = named ? `tool ${quotedToolName(name)}` : `tool call ${index + 1}`;
     return `Cannot run ${which}: ${call.problem ?? "it has no function name"}`;
   }
   if (index >= maxCalls) {
-    return `Cannot run tool "${name}": this reply made ${count} tool calls and at most ${maxCalls} run per ` +
+    return `Cannot run tool ${
+      quotedToolName(name)
+    }: this reply made ${count} tool calls and at most ${maxCalls} run per ` +
       `reply, so call ${index + 1} was not run; call it again in a later step if it is still needed`;
   }
   if (bytes > MAX_TOOL_ARGUMENT_BYTES) {
-    return `Cannot run tool "${name}": its arguments are ${bytes} bytes, over the limit of ` +
+    return `Cannot run tool ${quotedToolName(name)}: its arguments are ${bytes} bytes, over the limit of ` +
       `${MAX_TOOL_ARGUMENT_BYTES}; send smaller arguments`;
   }
   return null;
@@ -127,7 +134,8 @@ export async function runToolCalls(
     };
     emit("tool_call", { id: stored.id, name: stored.name, arguments: stored.arguments });
     const refused = refusal(call, index, calls.length, maxCalls, bytes) ?? refuse(call);
-    const execute = async () => refused === null ? await tools.execute(call, context) : failure(refused);
+    const execute = async () =>
+      refused === null ? await tools.execute(call, context) : tools.fit(failure(refused));
     const result = await inSpan(`execute_tool ${stored.name}`, execute, toolSpan(stored));
     emit("tool_result", { id: stored.id, name: stored.name, ...result });
     outcome.calls.push(stored);

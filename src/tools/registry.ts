@@ -26,16 +26,26 @@ export interface ToolSpec {
   handler(args: Record<string, unknown>, context: ToolContext): unknown | Promise<unknown>;
 }
 
-/** Cuts a result whose serialized form is over `limit` characters, keeping a prefix of its data as text. */
+/** Longest tool name quoted whole in an error; a longer one (never a registered tool) is shown by its start. */
+const MAX_QUOTED_NAME_CHARS = 64;
+
+/** `name` as an error quotes it: whole up to {@linkcode MAX_QUOTED_NAME_CHARS}, else its start and length. */
+export function quotedToolName(name: string): string {
+  if (name.length <= MAX_QUOTED_NAME_CHARS) return `"${name}"`;
+  return `"${name.slice(0, MAX_QUOTED_NAME_CHARS)}…" (${name.length} characters)`;
+}
+
+/**
+ * Cuts a result whose serialized form is over `limit` characters: a success keeps a prefix of its data as
+ * text, an error a prefix of its message; either is marked `truncated`.
+ */
 function fit(result: ToolResult, limit: number): ToolResult {
   if (serializeToolResult(result).length <= limit) return result;
-  const text = JSON.stringify(result.data);
-  const cut = (keep: number): ToolResult => ({
-    ok: result.ok,
-    data: text.slice(0, keep),
-    error: null,
-    truncated: true,
-  });
+  const text = result.ok ? JSON.stringify(result.data) : result.error ?? "";
+  const cut = (keep: number): ToolResult =>
+    result.ok
+      ? { ok: true, data: text.slice(0, keep), error: null, truncated: true }
+      : { ok: false, data: null, error: `${text.slice(0, keep)}…`, truncated: true };
   // Escaping makes the serialized cut longer than its text by a varying amount: search the longest prefix.
   let lo = 0;
   let hi = Math.min(text.length, limit);
@@ -149,30 +159,38 @@ export class ToolRegistry {
 
   /**
    * Parses, validates and runs one call. Invalid JSON, a schema violation, an unknown tool or a handler that
-   * throws all come back as `{ok: false, error}`; the serialized data is cut to the result limit.
+   * throws all come back as `{ok: false, error}`; every result, error or not, is cut to the result limit.
    */
   async execute(call: ToolCall, context: ToolContext): Promise<ToolResult> {
+    return this.fit(await this.#run(call, context));
+  }
+
+  /** `result` cut to the result limit (marked `truncated` when cut): what any tool message may hold. */
+  fit(result: ToolResult): ToolResult {
+    return fit(result, this.#maxResultChars);
+  }
+
+  async #run(call: ToolCall, context: ToolContext): Promise<ToolResult> {
     const tool = this.#current().get(call.name);
+    const name = quotedToolName(call.name);
     if (tool === undefined) {
-      return failure(`Unknown tool "${call.name}"; available tools: ${this.names().join(", ")}`);
+      return failure(`Unknown tool ${name}; available tools: ${this.names().join(", ")}`);
     }
     let args: unknown;
     try {
       args = JSON.parse(call.arguments === "" ? "{}" : call.arguments);
     } catch (error) {
-      return failure(
-        `Cannot run tool "${call.name}": arguments are not valid JSON (${(error as Error).message})`,
-      );
+      return failure(`Cannot run tool ${name}: arguments are not valid JSON (${(error as Error).message})`);
     }
     const problems = validateJsonSchema(tool.parameters, args);
     if (problems.length > 0) {
-      return failure(`Cannot run tool "${call.name}": invalid arguments: ${problems.join("; ")}`);
+      return failure(`Cannot run tool ${name}: invalid arguments: ${problems.join("; ")}`);
     }
     try {
       const data = await tool.handler(args as Record<string, unknown>, context);
-      return fit({ ok: true, data: data ?? null, error: null, truncated: false }, this.#maxResultChars);
+      return { ok: true, data: data ?? null, error: null, truncated: false };
     } catch (error) {
-      return failure(`Tool "${call.name}" failed: ${errorMessage(error)}`);
+      return failure(`Tool ${name} failed: ${errorMessage(error)}`);
     }
   }
 }
