@@ -42,6 +42,14 @@ export interface RetryPolicyOptions extends BackoffOptions {
    * @default {() => undefined}
    */
   retryAfter?: (error: unknown, attempt: number) => number | undefined;
+  /**
+   * The longest time, in milliseconds since the loop started, that it keeps trying: a wait that would end
+   * later is not begun, and the failure is thrown instead.
+   * @default {Infinity}
+   */
+  maxElapsed?: number;
+  /** The clock `maxElapsed` is measured with, in milliseconds. @default {() => performance.now()} */
+  now?: () => number;
   /** Told before each wait: the failure, the attempt that failed and the wait. Must not throw. @default {undefined} */
   onRetry?: (error: unknown, attempt: number, delayMs: number) => void;
 }
@@ -122,21 +130,25 @@ function jittered(backoff: Required<BackoffOptions>, retry: number): number {
 }
 
 /**
- * The checked policy as one function: the wait before the attempt after failed attempt `attempt`, or null
- * when `error` is to be thrown (not retriable, or the last attempt). Calls `onRetry` before answering a wait.
+ * The checked policy as one function, its clock started: the wait before the attempt after failed attempt
+ * `attempt`, or null when `error` is to be thrown (not retriable, the last attempt, or out of time). Calls
+ * `onRetry` before answering a wait.
  */
 function plan(options: RetryPolicyOptions): (error: unknown, attempt: number) => number | null {
   const backoff = checkBackoff(options);
   const { maxAttempts = 5, isRetriable = () => true, retryAfter = () => undefined, onRetry } = options;
+  const { maxElapsed = Infinity, now = () => performance.now() } = options;
   requireRange(
     "maxAttempts",
     maxAttempts,
     "a whole number of 1 or more, or Infinity",
     maxAttempts >= 1 && (Number.isInteger(maxAttempts) || maxAttempts === Infinity),
   );
-  for (const [name, value] of Object.entries({ isRetriable, retryAfter, onRetry })) {
+  requireRange("maxElapsed", maxElapsed, "a number of 0 or more (Infinity for no limit)", maxElapsed >= 0);
+  for (const [name, value] of Object.entries({ isRetriable, retryAfter, onRetry, now })) {
     requireFunction(name, value);
   }
+  const start = now();
   return (error, attempt) => {
     if (attempt >= maxAttempts || !isRetriable(error, attempt)) return null;
     const asked = retryAfter(error, attempt);
@@ -146,6 +158,7 @@ function plan(options: RetryPolicyOptions): (error: unknown, attempt: number) =>
       );
     }
     const wait = asked ?? jittered(backoff, attempt - 1);
+    if (now() - start + wait > maxElapsed) return null;
     onRetry?.(error, attempt, wait);
     return wait;
   };
@@ -153,8 +166,9 @@ function plan(options: RetryPolicyOptions): (error: unknown, attempt: number) =>
 
 /**
  * Calls `fn` (with the attempt number, 1 first) until it resolves, and resolves with its value. A failure
- * that `isRetriable` accepts, before the last of `maxAttempts`, is followed by a wait (`retryAfter`'s, or
- * the backoff) and another attempt; any other failure, or the last, rejects with that error as it is.
+ * that `isRetriable` accepts, before the last of `maxAttempts` and with time left within `maxElapsed`, is
+ * followed by a wait (`retryAfter`'s, or the backoff) and another attempt; any other failure rejects with
+ * that error as it is.
  * When `signal` aborts, no attempt starts and a wait ends at once: rejects with the signal's reason.
  * `TypeError` / `RangeError` (as a rejection) for bad options, before the first attempt.
  *

@@ -85,6 +85,22 @@ Deno.test("retry() waits what retryAfter names instead of the backoff, neither j
   assert.deepEqual(seen, [[1, 50], [2, 5000], [3, 200]]);
 });
 
+Deno.test("retry() throws the failure instead of a wait that would end past maxElapsed, by the injected clock", async () => {
+  const { fn, calls } = failing(10);
+  let clock = 1000;
+  const waits: number[] = [];
+  const delay = (ms: number) => {
+    waits.push(ms);
+    clock += ms;
+    return Promise.resolve();
+  };
+  const options = { maxAttempts: Infinity, minTimeout: 100, maxElapsed: 350, now: () => clock, delay };
+  await assert.rejects(retry(fn, options), { message: "fail 3" });
+  // 100 ms ends at 100, 200 ms at 300; 400 ms would end at 700, past 350.
+  assert.deepEqual(waits, [100, 200]);
+  assert.deepEqual(calls, [1, 2, 3]);
+});
+
 Deno.test("retry() jitters each wait evenly within backoff·[1 − jitter, 1 + jitter) by the injected random", async () => {
   const { fn } = failing(3);
   const { delay, waits } = recordingDelay();
@@ -163,6 +179,11 @@ Deno.test("retry() rejects bad options with a RangeError or TypeError naming the
     [{ maxTimeout: 0 }, /"maxTimeout" must be a number greater than 0/, RangeError],
     [{ minTimeout: 10, maxTimeout: 5 }, /"minTimeout" \(10\) must not exceed "maxTimeout" \(5\)/, RangeError],
     [{ jitter: 1.5 }, /"jitter" must be a number from 0 to 1, got 1.5/, RangeError],
+    [
+      { maxElapsed: -1 },
+      /"maxElapsed" must be a number of 0 or more \(Infinity for no limit\), got -1/,
+      RangeError,
+    ],
     [{ isRetriable: "yes" as never }, /"isRetriable" must be a function, got string/, TypeError],
     [{ delay: 5 as never }, /"delay" must be a function, got number/, TypeError],
   ];
