@@ -20,13 +20,13 @@ import type { PendingStep, SessionKey } from "../store/store.ts";
 import {
   ABORTED_ANSWER,
   type Agent,
+  approvalPending,
   nothingToRetry,
   type RunOptions,
   type TurnInput,
   unansweredMessage,
   usageData,
 } from "./agent.ts";
-import { approvalPending } from "./approval.ts";
 
 function abortText(signal: AbortSignal | undefined): string {
   const reason = signal?.reason;

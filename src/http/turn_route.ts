@@ -5,8 +5,7 @@
  * @module
  */
 import { type Agent, type RunOptions, runTurn, type TurnInput } from "../agent/loop.ts";
-import { nothingToRetry, unansweredMessage, usageData } from "../agent/agent.ts";
-import { approvalPending } from "../agent/approval.ts";
+import { approvalPending, nothingToRetry, unansweredMessage, usageData } from "../agent/agent.ts";
 import { LeaseLostError } from "../errors.ts";
 import type { SessionKey } from "../store/store.ts";
 import type { EventSink } from "../events.ts";
