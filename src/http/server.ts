@@ -75,11 +75,8 @@ export function serveHttp(
   const address = `${hostname}:${first.addr.port}`;
   const acceptFailed = (server: Deno.HttpServer<Deno.NetAddr>, error: unknown) => {
     if (stopping) return;
-    deps.log(
-      `cannot accept connections on ${address} (${
-        errorMessage(error)
-      }): closing its idle ones, listening again`,
-    );
+    const cause = errorMessage(error);
+    deps.log(`cannot accept connections on ${address} (${cause}): closing its idle ones, listening again`);
     server.shutdown().catch(() => {}).finally(() => servers.delete(server));
     relisten(1);
   };
