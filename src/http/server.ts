@@ -1,11 +1,19 @@
 /**
- * The HTTP server's lifecycle around `Deno.serve`: listen, then on stop refuse new requests (503), let
- * running turns finish for the grace period, abort the rest, and resolve once every response is done.
+ * The HTTP server's lifecycle around `Deno.serve`: listen, listen again when accepting fails (every file
+ * descriptor taken), and on stop refuse new requests (503), let running turns finish for the grace period,
+ * abort the rest, and resolve once every response is done.
  * @module
  */
+import { errorMessage } from "../errors.ts";
 import { shuttingDown } from "./errors.ts";
 import type { HandlerDeps } from "./deps.ts";
 import { createHandler } from "./handler.ts";
+
+/** What starts one listener: `Deno.serve`'s TCP form. */
+export type Listen = (
+  options: Deno.ServeTcpOptions,
+  handler: Deno.ServeHandler<Deno.NetAddr>,
+) => Deno.HttpServer<Deno.NetAddr>;
 
 /** Options of {@linkcode serveHttp}. */
 export interface ServeOptions {
@@ -18,6 +26,13 @@ export interface ServeOptions {
   graceSeconds: number;
   /** Called once the server listens, with its real address. @default {undefined} */
   onListen?: (address: { hostname: string; port: number }) => void;
+  /**
+   * The wait between attempts to listen again on the same port after accepting failed, in milliseconds.
+   * @default {100}
+   */
+  relistenDelayMs?: number;
+  /** Starts a listener; tests pass one whose accept loop fails. @default {Deno.serve} */
+  listen?: Listen;
 }
 
 /** A running server: its port, and `finished`, which resolves when it has shut down after `stop`. */
@@ -28,21 +43,62 @@ export interface RunningServer {
 
 /**
  * Starts the server with a handler built from `deps` minus the lifecycle parts, which this function owns.
- * Never rejects once listening; `finished` resolves after a graceful shutdown.
+ * Throws only if the first listen fails. Deno's accept loop ends at the first accept error (EMFILE once
+ * connections hold every descriptor), closes the port and rejects its `finished`, which would end the
+ * process: here that listener drains instead (a graceful shutdown closes its idle and half-sent connections
+ * at once and lets running responses finish) and the port is listened on again every `relistenDelayMs`
+ * until that succeeds. `finished` never rejects; it resolves after a graceful shutdown of every listener.
  */
 export function serveHttp(
   deps: Omit<HandlerDeps, "shutdownSignal" | "isShuttingDown">,
   options: ServeOptions,
 ): RunningServer {
-  const { hostname, port, stop, graceSeconds, onListen } = options;
+  const { hostname, port, stop, graceSeconds, onListen, relistenDelayMs = 100, listen = Deno.serve } =
+    options;
+  if (!Number.isFinite(relistenDelayMs) || relistenDelayMs < 0) {
+    throw new RangeError(`Cannot serve: relistenDelayMs must be a number >= 0, got ${relistenDelayMs}`);
+  }
   const turns = new AbortController();
   let stopping = false;
   const handler = createHandler({ ...deps, shutdownSignal: turns.signal, isShuttingDown: () => stopping });
-  const listening = ({ hostname, port }: Deno.NetAddr) => onListen?.({ hostname, port });
-  const server = Deno.serve({ hostname, port, onListen: listening }, handler);
+  // Every listener that may still hold connections: the current one and those draining after a failure.
+  const servers = new Set<Deno.HttpServer<Deno.NetAddr>>();
+  let retry: ReturnType<typeof setTimeout> | undefined;
+  const start = (port: number, announce: boolean): Deno.HttpServer<Deno.NetAddr> => {
+    const listening = ({ hostname, port }: Deno.NetAddr) => announce && onListen?.({ hostname, port });
+    const server = listen({ hostname, port, onListen: listening }, handler);
+    servers.add(server);
+    server.finished.then(() => servers.delete(server), (error) => acceptFailed(server, error));
+    return server;
+  };
+  const first = start(port, true);
+  const address = `${hostname}:${first.addr.port}`;
+  const acceptFailed = (server: Deno.HttpServer<Deno.NetAddr>, error: unknown) => {
+    if (stopping) return;
+    const cause = errorMessage(error);
+    deps.log(`cannot accept connections on ${address} (${cause}): closing its idle ones, listening again`);
+    server.shutdown().catch(() => {}).finally(() => servers.delete(server));
+    relisten(1);
+  };
+  const relisten = (attempt: number) => {
+    retry = setTimeout(() => {
+      retry = undefined;
+      if (stopping) return;
+      try {
+        start(first.addr.port, false);
+        deps.log(`listening again on ${address} (attempt ${attempt})`);
+      } catch (error) {
+        if (attempt === 1) {
+          deps.log(`cannot listen again on ${address} yet (${errorMessage(error)}): retrying`);
+        }
+        relisten(attempt + 1);
+      }
+    }, relistenDelayMs);
+  };
   const finished = new Promise<void>((resolve) => {
     const begin = async () => {
       stopping = true;
+      clearTimeout(retry);
       deps.log(`shutting down: ${deps.queue.active} turn(s) running, up to ${graceSeconds}s to finish`);
       const timer = setTimeout(() => {
         if (deps.queue.active > 0) deps.log(`grace period over: aborting ${deps.queue.active} turn(s)`);
@@ -50,7 +106,7 @@ export function serveHttp(
         turns.abort(shuttingDown());
       }, graceSeconds * 1000);
       // shutdown() stops accepting at once and resolves when the in-flight responses are done.
-      await server.shutdown();
+      await Promise.all([...servers].map((server) => server.shutdown().catch(() => {})));
       clearTimeout(timer);
       turns.abort(shuttingDown());
       resolve();
@@ -58,5 +114,5 @@ export function serveHttp(
     if (stop.aborted) begin();
     else stop.addEventListener("abort", begin, { once: true });
   });
-  return { port: server.addr.port, finished };
+  return { port: first.addr.port, finished };
 }
