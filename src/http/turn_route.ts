@@ -4,7 +4,7 @@
  * (the stream the trace is written from), plus `delta` events (`{"text"}`) while the answer streams.
  * @module
  */
-import { type Agent, type RunOptions, runTurn, type TurnInput } from "../agent/loop.ts";
+import { type Agent, runTurn, type TurnInput } from "../agent/loop.ts";
 import { nothingToRetry, unansweredMessage, usageData } from "../agent/agent.ts";
 import { approvalPending } from "../approval/decisions.ts";
 import type { SessionKey } from "../store/store.ts";
