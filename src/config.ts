@@ -191,7 +191,7 @@ export const SETTINGS: Readonly<Record<string, Setting>> = {
     "sessionLeaseSeconds",
     "positive",
     "30",
-    "a session's lease (one process at a time runs its turns), renewed while they run; a crashed holder's expires after it",
+    "a session's lease (one process at a time runs its turns), renewed while they run; a crashed holder's: free at once on its host",
   ),
 };
 

@@ -85,7 +85,9 @@ export interface TaskFlagsOptions {
  * temporary folder), read of the docs corpus, the runtime's variables (and OTEL_DENO, which says whether to
  * record spans), and net to the LLM's host:port only (with AGENT_DATABASE_URL: and to the database's, with the
  * variables its client reads). Deno's OTLP exporter needs no grant. Chat and serve
- * also read AGENT_MCP_CONFIG's file and get what its servers need ({@linkcode mcpGrants}).
+ * also read AGENT_MCP_CONFIG's file and get what its servers need ({@linkcode mcpGrants}); every task but the
+ * demo reads the host name (`--allow-sys=hostname`), which names a lease's holder (without it, a crashed
+ * process's leases expire instead of being taken at once).
  * A configuration that does not load yields only the env grant, so the program itself reports the error.
  */
 export function taskPermissionFlags(
@@ -124,6 +126,8 @@ export function taskPermissionFlags(
   if (task === "serve" || task === "compile") net.push(listenNetHost(config));
   flags.push(`--allow-net=${[...new Set([...net, ...database.net, ...mcp.net])].join(",")}`);
   if (mcp.run.length > 0) flags.push(`--allow-run=${mcp.run.join(",")}`);
+  // The host name in a lease's owner: a process takes at once the leases of a crashed one of its own host.
+  if (task !== "demo") flags.push("--allow-sys=hostname");
   return flags;
 }
 

@@ -11,7 +11,8 @@ import { ConfigError, errorMessage } from "./errors.ts";
 import { createLlmFromConfig } from "./llm/openai.ts";
 import type { Agent } from "./agent/loop.ts";
 import { BackgroundCompactions } from "./memory/background.ts";
-import { SessionLeases } from "./store/session_leases.ts";
+import { processOwner, SessionLeases } from "./store/session_leases.ts";
+import { ProcessMarks } from "./store/process_marks.ts";
 import { openSessionStore, sharedTraceOf } from "./store/open.ts";
 import type { SessionStore } from "./store/store.ts";
 import { createLlmSummarizer } from "./memory/summarizer.ts";
@@ -78,7 +79,18 @@ export async function openRuntime(config: Readonly<Config>): Promise<Runtime> {
   });
   const llm = createLlmFromConfig(config, { stream: config.stream });
   const toolsFor = builtinToolsFor({ sources: mcp ? [mcp] : [] });
-  const leases = new SessionLeases(store, { ttlMs: config.sessionLeaseSeconds * 1000 });
+  // Processes of one host sharing the database's folder (with PostgreSQL: the trace's) learn from these marks
+  // that a lease's holder crashed, and take its leases at once instead of after they expire.
+  const owner = processOwner();
+  const marks = new ProcessMarks(
+    dirname(resolve(config.databaseUrl === "" ? config.dbPath : config.tracePath)),
+  );
+  marks.mark(owner);
+  const leases = new SessionLeases(store, {
+    ttlMs: config.sessionLeaseSeconds * 1000,
+    owner,
+    processGone: (other) => marks.isGone(other),
+  });
   const compactions = new BackgroundCompactions((event) => tracer.write(event), { leases });
   return {
     store,
@@ -110,6 +122,7 @@ export async function openRuntime(config: Readonly<Config>): Promise<Runtime> {
       tracer.close();
       await shared?.close();
       await store.close();
+      marks.close();
     },
   };
 }

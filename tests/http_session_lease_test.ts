@@ -26,7 +26,7 @@ async function pendingAfter(promise: Promise<unknown>, ms: number): Promise<bool
 Deno.test("POST /messages waits while another process holds the session's lease, then runs the turn", async () => {
   using h = httpHarness();
   h.deps.leases = new SessionLeases(h.store, { owner: "here", ...fast });
-  await h.store.acquireLease(KEY, "elsewhere", 60_000);
+  (await h.store.acquireLease(KEY, "elsewhere", 60_000)).taken;
   const answered = h.handler(postMessage("s", { message: "hello" }));
   assert.ok(await pendingAfter(answered, 100), "the turn waits");
   assert.equal(h.llm.calls, 0);
@@ -35,13 +35,13 @@ Deno.test("POST /messages waits while another process holds the session's lease,
   const response = await answered;
   assert.equal(response.status, 200);
   assert.equal((await response.json()).answer, "echo: hello");
-  assert.equal(await h.store.acquireLease(KEY, "elsewhere", 1000), true, "released after the turn");
+  assert.equal((await h.store.acquireLease(KEY, "elsewhere", 1000)).taken, true, "released after the turn");
 });
 
 Deno.test("turns waiting for a busy lease wait in the session's queue: one more than it holds gets a 429", async () => {
   using h = httpHarness({ maxWaiting: 1 });
   h.deps.leases = new SessionLeases(h.store, { owner: "here", ...fast });
-  await h.store.acquireLease(KEY, "elsewhere", 60_000);
+  (await h.store.acquireLease(KEY, "elsewhere", 60_000)).taken;
   const first = h.handler(postMessage("s", { message: "one" }));
   const second = h.handler(postMessage("s", { message: "two" }));
   await sleep(20);
@@ -81,7 +81,7 @@ Deno.test("DELETE /v1/sessions/{id} waits while another process holds the sessio
   using h = httpHarness();
   h.deps.leases = new SessionLeases(h.store, { owner: "here", ...fast });
   assert.equal((await h.handler(postMessage("s", { message: "hello" }))).status, 200);
-  await h.store.acquireLease(KEY, "elsewhere", 60_000);
+  (await h.store.acquireLease(KEY, "elsewhere", 60_000)).taken;
   const deleted = h.handler(new Request("http://agent.test/v1/sessions/s", { method: "DELETE" }));
   assert.ok(await pendingAfter(deleted, 80), "the delete waits");
   assert.notEqual(await h.store.get(KEY), null);
@@ -107,20 +107,20 @@ Deno.test("a background compaction keeps the turn's lease until it ends: no othe
     assert.equal((await h.handler(postMessage("s", { message }))).status, 200);
   }
   while (asked === 0) await sleep(5);
-  assert.equal(await h.store.acquireLease(KEY, "elsewhere", 1000), false, "held for the compaction");
+  assert.equal((await h.store.acquireLease(KEY, "elsewhere", 1000)).taken, false, "held for the compaction");
   // A turn of this process goes on alongside, as it did without leases.
   const third = await h.handler(postMessage("s", { message: "three" }));
   assert.equal((await third.json()).answer, "echo: three");
   release();
   await h.deps.agent.compactions.idle();
   assert.notEqual((await h.store.get(KEY))!.summary, null, "compacted");
-  assert.equal(await h.store.acquireLease(KEY, "elsewhere", 1000), true, "released once it ended");
+  assert.equal((await h.store.acquireLease(KEY, "elsewhere", 1000)).taken, true, "released once it ended");
 });
 
 Deno.test("chat waits for a session busy in another process, saying so, then runs the turn", async () => {
   using h = harness([{ content: "hi there" }]);
   const leases = new SessionLeases(h.store, { owner: "chat", ...fast });
-  await h.store.acquireLease(KEY, "elsewhere", 60_000);
+  (await h.store.acquireLease(KEY, "elsewhere", 60_000)).taken;
   const input = new PassThrough();
   const output = textSink();
   const status = textSink();

@@ -44,7 +44,11 @@ Deno.test({
       const session = await store.get(keyOf("old", "alice"));
       assert.equal(session?.summary, '{"facts":["kept"]}');
       assert.equal(session?.turnCount, 1);
-      assert.equal(await store.acquireLease(keyOf("old", "alice"), "a", 1000), true, "version 2's table");
+      assert.equal(
+        (await store.acquireLease(keyOf("old", "alice"), "a", 1000)).taken,
+        true,
+        "version 2's table",
+      );
       await store.trace.write([]);
     } finally {
       await store.close();
@@ -97,18 +101,22 @@ Deno.test({
     const b = await PostgresStore.open(url);
     const key = keyOf("s");
     try {
-      assert.equal(await a.acquireLease(key, "replica-a", 60_000), true);
-      assert.equal(await b.acquireLease(key, "replica-b", 60_000), false, "held by a");
-      assert.equal(await a.acquireLease(key, "replica-a", 60_000), true, "the owner takes it again");
+      assert.equal((await a.acquireLease(key, "replica-a", 60_000)).taken, true);
+      assert.equal((await b.acquireLease(key, "replica-b", 60_000)).taken, false, "held by a");
+      assert.equal((await a.acquireLease(key, "replica-a", 60_000)).taken, true, "the owner takes it again");
       assert.equal(await b.renewLease(key, "replica-b", 60_000), false);
       assert.equal(await a.renewLease(key, "replica-a", 60_000), true);
       await b.releaseLease(key, "replica-b");
-      assert.equal(await b.acquireLease(key, "replica-b", 60_000), false, "only the owner releases");
+      assert.equal((await b.acquireLease(key, "replica-b", 60_000)).taken, false, "only the owner releases");
       await a.releaseLease(key, "replica-a");
-      assert.equal(await b.acquireLease(key, "replica-b", 50), true, "free once released");
-      assert.equal(await a.acquireLease(keyOf("s", "other-user"), "replica-a", 60_000), true, "per user");
+      assert.equal((await b.acquireLease(key, "replica-b", 50)).taken, true, "free once released");
+      assert.equal(
+        (await a.acquireLease(keyOf("s", "other-user"), "replica-a", 60_000)).taken,
+        true,
+        "per user",
+      );
       await new Promise((resolve) => setTimeout(resolve, 120));
-      assert.equal(await a.acquireLease(key, "replica-a", 60_000), true, "free once expired");
+      assert.equal((await a.acquireLease(key, "replica-a", 60_000)).taken, true, "free once expired");
       assert.equal(await b.renewLease(key, "replica-b", 60_000), false, "lost: expired and taken");
       await assert.rejects(a.acquireLease(key, "replica-a", 0), RangeError);
       await assert.rejects(a.acquireLease(keyOf("bad id"), "replica-a", 1), /Invalid session id/);
@@ -129,7 +137,7 @@ Deno.test({
       for (let round = 0; round < 5; round++) {
         const key = keyOf(`race-${round}`);
         const won = await Promise.all(stores.map((store, i) => store.acquireLease(key, `r${i}`, 60_000)));
-        assert.equal(won.filter(Boolean).length, 1, JSON.stringify(won));
+        assert.equal(won.filter((take) => take.taken).length, 1, JSON.stringify(won));
       }
     } finally {
       await Promise.all(stores.map((store) => store.close()));

@@ -41,7 +41,7 @@ Deno.test("SessionLeases.hold() makes another process wait until the lease is re
     await Promise.all([held, waiting]);
     assert.deepEqual(order, ["a start", "a end", "b"]);
     assert.equal(a.size + b.size, 0, "nothing held once done");
-    assert.equal(await store.acquireLease(keyOf("s"), "c", 1000), true, "released");
+    assert.equal((await store.acquireLease(keyOf("s"), "c", 1000)).taken, true, "released");
   } finally {
     await store.close();
   }
@@ -58,10 +58,14 @@ Deno.test("SessionLeases.hold() shares the lease within a process and releases i
       inner = a.hold(keyOf("s"), () => later.promise);
       return Promise.resolve();
     });
-    assert.equal(await store.acquireLease(keyOf("s"), "b", 1000), false, "still held for the second work");
+    assert.equal(
+      (await store.acquireLease(keyOf("s"), "b", 1000)).taken,
+      false,
+      "still held for the second work",
+    );
     later.open();
     await inner;
-    assert.equal(await store.acquireLease(keyOf("s"), "b", 1000), true);
+    assert.equal((await store.acquireLease(keyOf("s"), "b", 1000)).taken, true);
   } finally {
     await store.close();
   }
@@ -75,7 +79,7 @@ Deno.test("SessionLeases.hold() renews the lease while work runs past its time",
     await a.hold(keyOf("s"), async () => {
       for (let i = 0; i < 6; i++) {
         await sleep(50);
-        taken.push(await store.acquireLease(keyOf("s"), "b", 90));
+        taken.push((await store.acquireLease(keyOf("s"), "b", 90)).taken);
       }
     });
     assert.deepEqual(taken, [false, false, false, false, false, false], "300 ms held on a 90 ms lease");
@@ -87,7 +91,7 @@ Deno.test("SessionLeases.hold() renews the lease while work runs past its time",
 Deno.test("SessionLeases.hold() takes a lease whose holder died once it expires", async () => {
   const store = new SqliteStore(":memory:");
   try {
-    assert.equal(await store.acquireLease(keyOf("s"), "dead", 150), true);
+    assert.equal((await store.acquireLease(keyOf("s"), "dead", 150)).taken, true);
     const b = new SessionLeases(store, { owner: "b", ...fast });
     const started = Date.now();
     await b.hold(keyOf("s"), () => Promise.resolve());
@@ -128,7 +132,7 @@ Deno.test("SessionLeases.hold() aborts the work with LeaseLostError when a renew
 Deno.test("SessionLeases.hold() gives up waiting when its signal aborts, running nothing and leaving no lease", async () => {
   const store = new SqliteStore(":memory:");
   try {
-    await store.acquireLease(keyOf("s"), "other", 60_000);
+    (await store.acquireLease(keyOf("s"), "other", 60_000)).taken;
     const b = new SessionLeases(store, { owner: "b", ...fast });
     const stop = new AbortController();
     let ran = false;
@@ -140,7 +144,11 @@ Deno.test("SessionLeases.hold() gives up waiting when its signal aborts, running
     assert.equal(ran, false);
     assert.equal(b.size, 0);
     await store.releaseLease(keyOf("s"), "other");
-    assert.equal(await store.acquireLease(keyOf("s"), "c", 1000), true, "b took nothing on its way out");
+    assert.equal(
+      (await store.acquireLease(keyOf("s"), "c", 1000)).taken,
+      true,
+      "b took nothing on its way out",
+    );
   } finally {
     await store.close();
   }
@@ -151,7 +159,7 @@ Deno.test("SessionLeases.hold() releases the lease when the work throws, and rej
   try {
     const a = new SessionLeases(store, { owner: "a", ...fast });
     await assert.rejects(a.hold(keyOf("s"), () => Promise.reject(new TypeError("bad turn"))), TypeError);
-    assert.equal(await store.acquireLease(keyOf("s"), "b", 1000), true);
+    assert.equal((await store.acquireLease(keyOf("s"), "b", 1000)).taken, true);
   } finally {
     await store.close();
   }

@@ -18,11 +18,11 @@ function clockedStore(path = ":memory:") {
 Deno.test("SqliteStore.acquireLease() takes a free lease, refuses a held one, and lets its owner take it again", async () => {
   const { store } = clockedStore();
   try {
-    assert.equal(await store.acquireLease(keyOf("s"), "a", 1000), true);
-    assert.equal(await store.acquireLease(keyOf("s"), "b", 1000), false);
-    assert.equal(await store.acquireLease(keyOf("s"), "a", 1000), true, "re-entrant for its owner");
-    assert.equal(await store.acquireLease(keyOf("other"), "b", 1000), true, "per session");
-    assert.equal(await store.acquireLease(keyOf("s", "v"), "b", 1000), true, "per user");
+    assert.equal((await store.acquireLease(keyOf("s"), "a", 1000)).taken, true);
+    assert.equal((await store.acquireLease(keyOf("s"), "b", 1000)).taken, false);
+    assert.equal((await store.acquireLease(keyOf("s"), "a", 1000)).taken, true, "re-entrant for its owner");
+    assert.equal((await store.acquireLease(keyOf("other"), "b", 1000)).taken, true, "per session");
+    assert.equal((await store.acquireLease(keyOf("s", "v"), "b", 1000)).taken, true, "per user");
   } finally {
     await store.close();
   }
@@ -31,15 +31,15 @@ Deno.test("SqliteStore.acquireLease() takes a free lease, refuses a held one, an
 Deno.test("SqliteStore.acquireLease() takes an expired lease from its owner, who then cannot renew it", async () => {
   const { store, clock } = clockedStore();
   try {
-    assert.equal(await store.acquireLease(keyOf("s"), "a", 1000), true);
+    assert.equal((await store.acquireLease(keyOf("s"), "a", 1000)).taken, true);
     clock.ms += 999;
-    assert.equal(await store.acquireLease(keyOf("s"), "b", 1000), false, "1 ms before expiry");
+    assert.equal((await store.acquireLease(keyOf("s"), "b", 1000)).taken, false, "1 ms before expiry");
     clock.ms += 1;
-    assert.equal(await store.acquireLease(keyOf("s"), "b", 1000), true, "at expiry");
+    assert.equal((await store.acquireLease(keyOf("s"), "b", 1000)).taken, true, "at expiry");
     assert.equal(await store.renewLease(keyOf("s"), "a", 1000), false, "lost");
     assert.equal(await store.renewLease(keyOf("s"), "b", 1000), true);
     clock.ms += 500;
-    assert.equal(await store.acquireLease(keyOf("s"), "a", 1000), false, "renewed: not expired");
+    assert.equal((await store.acquireLease(keyOf("s"), "a", 1000)).taken, false, "renewed: not expired");
   } finally {
     await store.close();
   }
@@ -49,10 +49,10 @@ Deno.test("SqliteStore.renewLease() extends an expired lease nobody took, and fa
   const { store, clock } = clockedStore();
   try {
     assert.equal(await store.renewLease(keyOf("s"), "a", 1000), false, "never held");
-    await store.acquireLease(keyOf("s"), "a", 1000);
+    (await store.acquireLease(keyOf("s"), "a", 1000)).taken;
     clock.ms += 5000;
     assert.equal(await store.renewLease(keyOf("s"), "a", 1000), true);
-    assert.equal(await store.acquireLease(keyOf("s"), "b", 1000), false);
+    assert.equal((await store.acquireLease(keyOf("s"), "b", 1000)).taken, false);
   } finally {
     await store.close();
   }
@@ -61,11 +61,11 @@ Deno.test("SqliteStore.renewLease() extends an expired lease nobody took, and fa
 Deno.test("SqliteStore.releaseLease() frees the lease for its owner only", async () => {
   const { store } = clockedStore();
   try {
-    await store.acquireLease(keyOf("s"), "a", 60_000);
+    (await store.acquireLease(keyOf("s"), "a", 60_000)).taken;
     await store.releaseLease(keyOf("s"), "b");
-    assert.equal(await store.acquireLease(keyOf("s"), "b", 1000), false, "not b's to free");
+    assert.equal((await store.acquireLease(keyOf("s"), "b", 1000)).taken, false, "not b's to free");
     await store.releaseLease(keyOf("s"), "a");
-    assert.equal(await store.acquireLease(keyOf("s"), "b", 1000), true);
+    assert.equal((await store.acquireLease(keyOf("s"), "b", 1000)).taken, true);
     await store.releaseLease(keyOf("never"), "a");
   } finally {
     await store.close();
@@ -79,7 +79,7 @@ Deno.test("SqliteStore lease methods check their key, owner and ttl", async () =
     await assert.rejects(store.acquireLease(keyOf("s"), "", 1000), TypeError);
     await assert.rejects(store.renewLease(keyOf("s"), "a", 0), RangeError);
     await assert.rejects(store.acquireLease(keyOf("s"), "a", Number.NaN), RangeError);
-    assert.equal(await store.acquireLease(keyOf("s"), "b", 1000), true, "the refusals took nothing");
+    assert.equal((await store.acquireLease(keyOf("s"), "b", 1000)).taken, true, "the refusals took nothing");
   } finally {
     await store.close();
   }
@@ -105,7 +105,7 @@ Deno.test("SqliteStore migrates a version-3 database to the current version keep
     assert.deepEqual((await migrated.messages(keyOf("s"))).map((m) => m.content), ["hello", "hi"]);
     assert.deepEqual((await migrated.listTodos(keyOf("s"))).map((t) => t.text), ["keep me"]);
     assert.equal((await migrated.get(keyOf("s")))!.turnCount, 1);
-    assert.equal(await migrated.acquireLease(keyOf("s"), "a", 1000), true);
+    assert.equal((await migrated.acquireLease(keyOf("s"), "a", 1000)).taken, true);
   } finally {
     await migrated.close();
   }

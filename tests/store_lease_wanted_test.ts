@@ -14,16 +14,20 @@ storeTest(
     const a = await db.open();
     const b = await db.open();
     try {
-      assert.equal(await a.acquireLease(KEY, "a:1", 60_000), true);
+      assert.equal((await a.acquireLease(KEY, "a:1", 60_000)).taken, true);
       assert.equal(await a.releaseLease(KEY, "a:1"), false, "nobody asked");
 
-      assert.equal(await a.acquireLease(KEY, "a:2", 60_000), true);
-      assert.equal(await a.acquireLease(KEY, "a:2", 60_000), true, "its own take again marks nothing");
-      assert.equal(await b.acquireLease(KEY, "b:1", 60_000), false);
+      assert.equal((await a.acquireLease(KEY, "a:2", 60_000)).taken, true);
+      assert.equal(
+        (await a.acquireLease(KEY, "a:2", 60_000)).taken,
+        true,
+        "its own take again marks nothing",
+      );
+      assert.equal((await b.acquireLease(KEY, "b:1", 60_000)).taken, false);
       assert.equal(await b.releaseLease(KEY, "b:1"), false, "a lease it does not hold: nothing freed");
       assert.equal(await a.releaseLease(KEY, "a:2"), true, "b asked while a held it");
 
-      assert.equal(await b.acquireLease(KEY, "b:2", 60_000), true, "free again, b takes it");
+      assert.equal((await b.acquireLease(KEY, "b:2", 60_000)).taken, true, "free again, b takes it");
       assert.equal(await b.releaseLease(KEY, "b:2"), false, "a new holder starts unwanted");
     } finally {
       await a.close();
@@ -35,10 +39,14 @@ storeTest(
 storeTest("$Store.acquireLease() over an expired lease takes it unwanted", async (db) => {
   const store = await db.open();
   try {
-    assert.equal(await store.acquireLease(KEY, "a", 500), true);
-    assert.equal(await store.acquireLease(KEY, "c", 60_000), false, "held by a: c's try marks it wanted");
+    assert.equal((await store.acquireLease(KEY, "a", 500)).taken, true);
+    assert.equal(
+      (await store.acquireLease(KEY, "c", 60_000)).taken,
+      false,
+      "held by a: c's try marks it wanted",
+    );
     await new Promise((resolve) => setTimeout(resolve, 700));
-    assert.equal(await store.acquireLease(KEY, "b", 60_000), true, "expired: b takes it");
+    assert.equal((await store.acquireLease(KEY, "b", 60_000)).taken, true, "expired: b takes it");
     assert.equal(await store.releaseLease(KEY, "b"), false, "what was asked of a is not b's");
   } finally {
     await store.close();

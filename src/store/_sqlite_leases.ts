@@ -5,28 +5,30 @@
  * @module
  */
 import type { Statements } from "./_sqlite_sql.ts";
-import { leaseTtl } from "./store.ts";
+import { type AcquireLeaseOptions, leaseFrom, type LeaseTake, leaseTtl } from "./store.ts";
 
 /** The prepared statements a lease operation runs. */
 type LeaseStatements = Pick<Statements, "takeLease" | "renewLease" | "releaseLease" | "wantLease">;
 
 /**
- * Takes the lease when it is free, expired or already `owner`'s; true when taken. When another holds it,
- * marks it wanted, so the holder learns at release that someone waits.
+ * Takes the lease when it is free, expired, already `owner`'s or `options.from`'s. When another holds it,
+ * marks it wanted, so the holder learns at release that someone waits, and answers who that is.
  */
 export function acquire(
   sql: LeaseStatements,
-  userId: string,
-  sessionId: string,
-  owner: string,
+  key: { userId: string; sessionId: string; owner: string },
   ttlMs: number,
   now: Date,
-): boolean {
+  options?: AcquireLeaseOptions,
+): LeaseTake {
+  const { userId, sessionId, owner } = key;
   const at = now.getTime();
   const until = at + leaseTtl(owner, ttlMs, "acquire");
-  if (sql.takeLease.run(userId, sessionId, owner, until, at).changes === 1) return true;
-  sql.wantLease.run(userId, sessionId, owner);
-  return false;
+  const from = leaseFrom(options) ?? null;
+  if (sql.takeLease.run(userId, sessionId, owner, until, at, from).changes === 1) return { taken: true };
+  // Inside the store's transaction: not taken means a row of another owner is there.
+  const holder = sql.wantLease.get(userId, sessionId, owner)?.owner;
+  return { taken: false, holder: String(holder) };
 }
 
 /** Extends the lease while `owner` holds it (expired but not taken counts: nobody else ran); else false. */

@@ -45,11 +45,12 @@ export const SQL = {
   takeLease: "INSERT INTO session_leases (user_id, session_id, owner, expires_at) VALUES (?, ?, ?, ?) " +
     "ON CONFLICT(user_id, session_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at, " +
     "wanted = CASE WHEN session_leases.owner = excluded.owner THEN session_leases.wanted ELSE 0 END " +
-    "WHERE session_leases.owner = excluded.owner OR session_leases.expires_at <= ?",
+    "WHERE session_leases.owner = excluded.owner OR session_leases.expires_at <= ? OR session_leases.owner = ?",
   renewLease: "UPDATE session_leases SET expires_at = ? WHERE user_id = ? AND session_id = ? AND owner = ?",
   releaseLease:
     "DELETE FROM session_leases WHERE user_id = ? AND session_id = ? AND owner = ? RETURNING wanted",
-  wantLease: "UPDATE session_leases SET wanted = 1 WHERE user_id = ? AND session_id = ? AND owner <> ?",
+  wantLease:
+    "UPDATE session_leases SET wanted = 1 WHERE user_id = ? AND session_id = ? AND owner <> ? RETURNING owner",
   ping: "SELECT 1 AS ok",
   // Changes when another connection commits.
   dataVersion: "PRAGMA data_version",

@@ -22,6 +22,8 @@ import { deleteMessage, insertMessages, readMessages, touchSession } from "./_po
 import { completeTodo, insertTodo, selectTodos } from "./_postgres_todos.ts";
 import { type DatabaseUrl, parseDatabaseUrl } from "./database_url.ts";
 import {
+  type AcquireLeaseOptions,
+  type LeaseTake,
   type PendingStep,
   type Session,
   type SessionKey,
@@ -255,11 +257,16 @@ export class PostgresStore implements SessionStore {
     );
   }
 
-  acquireLease(key: SessionKey, owner: string, ttlMs: number): Promise<boolean> {
+  acquireLease(
+    key: SessionKey,
+    owner: string,
+    ttlMs: number,
+    options?: AcquireLeaseOptions,
+  ): Promise<LeaseTake> {
     return this.#read(
       "take the lease",
       key,
-      (userId, sessionId) => acquire(this.#sql, userId, sessionId, owner, ttlMs),
+      (userId, sessionId) => acquire(this.#sql, { userId, sessionId, owner }, ttlMs, options),
     );
   }
 

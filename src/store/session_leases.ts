@@ -25,6 +25,13 @@ export interface SessionLeasesOptions {
    * @default {2000}
    */
   fairShareMs?: number;
+  /**
+   * Whether the process that wrote `owner` (a {@linkcode processOwner} of this host, not this process) is gone,
+   * asked when such a process holds a lease this process wants: true takes the lease at once. It must answer
+   * false when it cannot tell (the lease then expires). Not asked when this process does not know its host.
+   * @default {() => false}
+   */
+  processGone?: (owner: string) => boolean;
 }
 
 /** Options of {@linkcode SessionLeases.hold}. */
@@ -62,15 +69,26 @@ interface Held {
   timer?: ReturnType<typeof setTimeout>;
 }
 
+/** The host part of an owner when this process may not read its host name: it judges no other process. */
+const UNKNOWN_HOST = "host";
+
 /**
- * This process's id among the holders of leases: its host (when the permission allows), its pid and a random
- * part, so a restarted process with the same pid is someone else.
+ * This process's id among the holders of leases, `host:pid:start:random`: its host name (when the permission
+ * allows, else `host`), its pid, when it started (ms since the epoch) and a random part, so a restarted
+ * process with the same pid is someone else.
  */
 export function processOwner(): string {
   const host = Deno.permissions.querySync({ name: "sys", kind: "hostname" }).state === "granted"
-    ? Deno.hostname()
-    : "host";
-  return `${host}:${Deno.pid}:${crypto.randomUUID().slice(0, 8)}`;
+    ? Deno.hostname().replaceAll(":", "_")
+    : UNKNOWN_HOST;
+  const start = Math.round(performance.timeOrigin);
+  return `${host}:${Deno.pid}:${start}:${crypto.randomUUID().slice(0, 8)}`;
+}
+
+/** A lease holder's process (its owner without the acquisition number) and host; null when not one of ours. */
+function holderProcess(holder: string): { host: string; process: string } | null {
+  const match = /^(([^:]+):\d+:\d+:[0-9a-f]{8}):\d+$/.exec(holder);
+  return match === null ? null : { process: match[1], host: match[2] };
 }
 
 /**
@@ -93,11 +111,14 @@ export class SessionLeases {
   #stepsAside = 0;
   readonly #released = new Map<string, { at: number; streakStart: number; wanted: boolean }>();
   #acquisitions = 0;
+  readonly #processGone: (owner: string) => boolean;
+  /** This process's host as its owner names it; undefined when unknown. */
+  readonly #host: string | undefined;
 
   /** @throws {RangeError} when a duration is not a finite number > 0, or the polls are out of order. */
   constructor(store: LeaseStore, options: SessionLeasesOptions = {}) {
     const { ttlMs = 30_000, owner = processOwner(), minPollMs = 25, maxPollMs = 100 } = options;
-    const { fairShareMs = 2000 } = options;
+    const { fairShareMs = 2000, processGone = () => false } = options;
     for (const [name, value] of Object.entries({ ttlMs, minPollMs, maxPollMs, fairShareMs })) {
       if (!(value > 0) || !Number.isFinite(value)) {
         throw new RangeError(
@@ -116,6 +137,9 @@ export class SessionLeases {
     this.#minPollMs = minPollMs;
     this.#maxPollMs = maxPollMs;
     this.#fairShareMs = fairShareMs;
+    this.#processGone = processGone;
+    const host = /^([^:]+):\d+:\d+:[0-9a-f]{8}$/.exec(owner)?.[1];
+    this.#host = host === UNKNOWN_HOST ? undefined : host;
   }
 
   /** How long a lease lasts unless renewed, in milliseconds. */
@@ -200,7 +224,8 @@ export class SessionLeases {
       let pause = this.#minPollMs;
       for (;;) {
         const started = Date.now();
-        if (await this.#store.acquireLease(key, held.owner, this.#ttlMs)) {
+        const take = await this.#store.acquireLease(key, held.owner, this.#ttlMs);
+        if (take.taken || await this.#takeFromGone(key, held.owner, take.holder)) {
           held.expiresAt = started + this.#ttlMs;
           held.since = Date.now();
           this.#renewLater(name, held);
@@ -217,6 +242,23 @@ export class SessionLeases {
     // Awaited by every work; this only keeps a give-up nobody waits for from being reported as unhandled.
     held.taken.catch(() => {});
     return held;
+  }
+
+  /**
+   * Takes the lease from `holder` when it is a process of this host that is gone (a compare-and-set on that
+   * holder: of two processes doing this only one gets it); false when it runs or this cannot tell.
+   */
+  async #takeFromGone(key: SessionKey, owner: string, holder: string): Promise<boolean> {
+    const other = holderProcess(holder);
+    // Our own process's other take (the one before a fair-share handover) is never gone.
+    if (other === null || other.host !== this.#host || other.process === this.#owner) return false;
+    let gone = false;
+    try {
+      gone = this.#processGone(other.process);
+    } catch {
+      // Cannot tell: the lease expires.
+    }
+    return gone && (await this.#store.acquireLease(key, owner, this.#ttlMs, { from: holder })).taken;
   }
 
   /**

@@ -12,6 +12,8 @@ import { openDatabase } from "./_sqlite_open.ts";
 import { type Statements, transaction } from "./_sqlite_sql.ts";
 import { acquire, release, renew } from "./_sqlite_leases.ts";
 import {
+  type AcquireLeaseOptions,
+  type LeaseTake,
   type PendingStep,
   type Session,
   type SessionKey,
@@ -253,10 +255,15 @@ export class SqliteStore implements SessionStore {
     });
   }
 
-  acquireLease(key: SessionKey, owner: string, ttlMs: number): Promise<boolean> {
+  acquireLease(
+    key: SessionKey,
+    owner: string,
+    ttlMs: number,
+    options?: AcquireLeaseOptions,
+  ): Promise<LeaseTake> {
     return this.#write(
       key,
-      (userId, sessionId) => acquire(this.#sql, userId, sessionId, owner, ttlMs, this.#now()),
+      (userId, sessionId) => acquire(this.#sql, { userId, sessionId, owner }, ttlMs, this.#now(), options),
     );
   }
 

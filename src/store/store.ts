@@ -24,6 +24,15 @@ export interface Session {
   updatedAt: string;
 }
 
+/** Options of {@linkcode SessionStore.acquireLease}. */
+export interface AcquireLeaseOptions {
+  /** An owner whose lease may be taken before it expires (its process is gone). @default {undefined} */
+  from?: string;
+}
+
+/** What {@linkcode SessionStore.acquireLease} did: took the lease, or found it held by `holder`. */
+export type LeaseTake = { taken: true } | { taken: false; holder: string };
+
 /** A session's todo. */
 export interface Todo {
   id: number;
@@ -101,11 +110,17 @@ export interface SessionStore {
   /** Marks the todo done (keeping its first completion time); null when the session has no such todo. */
   completeTodo(key: SessionKey, id: number): Promise<Todo | null>;
   /**
-   * Takes the session's lease for `owner` until now + ttlMs when it is free, expired or already `owner`'s; true
-   * when taken. Atomic across processes. When another owner holds it, marks it wanted, so that owner learns at
-   * release that someone waits.
+   * Takes the session's lease for `owner` until now + ttlMs when it is free, expired or already `owner`'s, or
+   * held by `options.from` (a holder the caller knows is gone; a compare-and-set on exactly that owner, so of
+   * two callers naming it only the first takes it). Atomic across processes. When another owner holds it,
+   * marks it wanted, so that owner learns at release that someone waits, and answers who holds it.
    */
-  acquireLease(key: SessionKey, owner: string, ttlMs: number): Promise<boolean>;
+  acquireLease(
+    key: SessionKey,
+    owner: string,
+    ttlMs: number,
+    options?: AcquireLeaseOptions,
+  ): Promise<LeaseTake>;
   /** Extends the lease when `owner` still holds it; false when it was lost (expired and taken). */
   renewLease(key: SessionKey, owner: string, ttlMs: number): Promise<boolean>;
   /** Frees the lease if `owner` holds it; true when another owner asked for it meanwhile (it waits). */
@@ -149,4 +164,11 @@ export function leaseTtl(owner: unknown, ttlMs: number, action: string): number 
     throw new RangeError(`Cannot ${action} a session lease: ttlMs must be a finite number > 0, got ${ttlMs}`);
   }
   return Math.ceil(ttlMs);
+}
+
+/** `options.from` once checked: a non-empty string or undefined (`TypeError`). */
+export function leaseFrom(options: AcquireLeaseOptions | undefined): string | undefined {
+  const from = options?.from;
+  if (from === undefined || (typeof from === "string" && from !== "")) return from;
+  throw new TypeError("Cannot acquire a session lease: options.from must be a non-empty string when given");
 }
