@@ -4,7 +4,7 @@ import { DatabaseSync } from "node:sqlite";
 import { fileURLToPath } from "node:url";
 import { taskPermissionFlags } from "../src/permissions.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
-import { isRecord } from "./_crash_invariants.ts";
+import { isRecord } from "../src/_json.ts";
 import type { CrashProvider, ProviderMoment } from "./_fake_provider.ts";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));

@@ -7,14 +7,10 @@ import type { SessionKey, SessionStore } from "../src/store/store.ts";
 import { readTrace } from "../src/trace/trace.ts";
 import { RUN_EVENT_NAMES } from "../src/events.ts";
 import { type StoredMessage } from "../src/types.ts";
+import { isRecord } from "../src/_json.ts";
 
 const EVENT_NAMES = new Set<string>(RUN_EVENT_NAMES);
 const SUMMARY_KEYS = new Set<string>([...SUMMARY_FIELDS, "updated_at"]);
-
-/** Whether `value` is a plain JSON object. */
-export function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
-}
 
 /** `text` on one line, cut to `max` characters. */
 export function clip(text: string, max = 120): string {

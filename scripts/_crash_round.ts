@@ -3,7 +3,8 @@
  * picks, and what that moment was; then the new turn that must succeed afterwards.
  * @module
  */
-import { clip, isRecord } from "./_crash_invariants.ts";
+import { isRecord } from "../src/_json.ts";
+import { clip } from "./_crash_invariants.ts";
 import {
   fileSize,
   holdWriteLock,

@@ -1,9 +1,8 @@
 /**
  * How one setting's raw value is checked and turned into its value: the kinds, what each expects, the API
- * token pairs. Private to `config.ts`.
+ * token pairs. Private to `config.ts`, which owns the settings themselves.
  * @module
  */
-import type { ApiToken, Config } from "./config.ts";
 import { ConfigError } from "./errors.ts";
 import { parseDatabaseUrl } from "./store/database_url.ts";
 
@@ -24,14 +23,19 @@ export type Kind =
   | "tokens"
   | "database";
 
-/** One variable: the field it sets, its kind, its default and its meaning. */
-export interface Setting {
-  key: keyof Config;
+/** What {@linkcode parseValue} needs of a setting: the field it sets, its kind, its least value. */
+export interface ValueRule {
+  /** The field of the config it sets (`apiKey` alone may be an empty string). */
+  key: string;
   kind: Kind;
-  default: string;
-  meaning: string;
   /** The smallest value that can work, for numbers. */
   min?: number;
+}
+
+/** One `token:user_id` pair of AGENT_API_TOKENS. */
+export interface ApiToken {
+  token: string;
+  userId: string;
 }
 
 const EXPECTED: Record<Kind, string> = {
@@ -75,7 +79,7 @@ function parseTokens(raw: string, fail: (detail?: string) => ConfigError): ApiTo
 }
 
 /** The value of `raw` for `setting`; throws a `ConfigError` naming `name` (a secret's value hidden). */
-export function parseValue(name: string, setting: Setting, raw: string): unknown {
+export function parseValue(name: string, setting: ValueRule, raw: string): unknown {
   // A secret's value is never echoed: the message says only what is wrong with it.
   const shown = setting.kind === "tokens" || setting.kind === "database"
     ? "(value hidden)"

@@ -4,9 +4,9 @@
  */
 import { ConfigError } from "./errors.ts";
 import { defaultCompactBatch } from "./memory/plan.ts";
-import { type Kind, MIN_TOKEN_CHARS, parseValue, type Setting } from "./_config_values.ts";
+import { type ApiToken, type Kind, MIN_TOKEN_CHARS, parseValue, type ValueRule } from "./_config_values.ts";
 
-export { MIN_TOKEN_CHARS };
+export { type ApiToken, MIN_TOKEN_CHARS };
 
 /** Longest serialized tool result fed back to the model. */
 export const MAX_TOOL_RESULT_CHARS = 2000;
@@ -54,10 +54,11 @@ export interface Config {
   sessionLeaseSeconds: number;
 }
 
-/** One `token:user_id` pair of AGENT_API_TOKENS. */
-export interface ApiToken {
-  token: string;
-  userId: string;
+/** One variable: the field it sets, its kind, its default and its meaning. */
+export interface Setting extends ValueRule {
+  key: keyof Config;
+  default: string;
+  meaning: string;
 }
 
 /** One row of {@linkcode SETTINGS}. */

@@ -97,6 +97,13 @@ export function nothingToRetry(sessionId: string): SessionError {
   return new SessionError(`Cannot retry: ${why}`, "nothing_to_retry");
 }
 
+/** The error of a new message or a retry while the session's last turn waits for approval. */
+export function approvalPending(sessionId: string): SessionError {
+  const why = `session "${sessionId}" has a turn waiting for approval; ` +
+    `decide on it first (POST /v1/sessions/${sessionId}/approvals, or answer the prompt in chat)`;
+  return new SessionError(`Cannot start a turn: ${why}`, "approval_pending");
+}
+
 /** Usage as the trace and the HTTP API spell it, in snake_case like every other key they carry. */
 export function usageData(usage: Usage): RunEventData["run_end"]["usage"] {
   return {

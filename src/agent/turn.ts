@@ -5,7 +5,7 @@
  * @module
  */
 import type { EventSink, RunEventData, RunEventName } from "../events.ts";
-import { approvalPending, checkDecisions, type Decision, noPendingApproval } from "../approval/decisions.ts";
+import { checkDecisions, type Decision, noPendingApproval } from "../approval/decisions.ts";
 import { TurnMemory } from "../memory/turn_memory.ts";
 import type { PendingStep, SessionKey } from "../store/store.ts";
 import type {
@@ -21,6 +21,7 @@ import type {
 import { buildContext } from "./context.ts";
 import {
   type Agent,
+  approvalPending,
   nothingToRetry,
   type RunOptions,
   type TurnInput,

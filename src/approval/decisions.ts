@@ -21,13 +21,6 @@ export interface WaitingCalls {
   asked: readonly string[];
 }
 
-/** The error of a new message or a retry while the session's last turn waits for approval. */
-export function approvalPending(sessionId: string): SessionError {
-  const why = `session "${sessionId}" has a turn waiting for approval; ` +
-    `decide on it first (POST /v1/sessions/${sessionId}/approvals, or answer the prompt in chat)`;
-  return new SessionError(`Cannot start a turn: ${why}`, "approval_pending");
-}
-
 /** The error of decisions sent for a session whose turn waits for none. */
 export function noPendingApproval(sessionId: string): SessionError {
   return new SessionError(

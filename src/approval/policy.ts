@@ -4,6 +4,7 @@
  * plain for the built-ins.
  * @module
  */
+import { isRecord } from "../_json.ts";
 
 /** What happens to a call of a tool. */
 export type ApprovalMode = "ask" | "deny" | "auto";
@@ -32,10 +33,6 @@ function mode(value: unknown, where: string, source: string): ApprovalMode {
   if (typeof value === "string" && MODES.includes(value)) return value as ApprovalMode;
   const got = typeof value === "string" ? JSON.stringify(value) : value === null ? "null" : typeof value;
   throw new SyntaxError(`${source}: ${where}: expected "ask", "deny" or "auto", got ${got}`);
-}
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
 /**

@@ -7,6 +7,7 @@ import { SessionError } from "../errors.ts";
 import { validateId } from "../store/store.ts";
 import type { Message } from "../types.ts";
 import { AGENT_MODEL, modelNotFound, requestError } from "./openai_shape.ts";
+import { isRecord } from "../_json.ts";
 
 /** A Chat Completions request, as one agent turn. */
 export interface ChatRequest {
@@ -151,10 +152,6 @@ function missing(param: string) {
 
 function invalid(message: string, param: string | null) {
   return requestError(400, "invalid_value", message, param);
-}
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
 function describe(value: unknown): string {

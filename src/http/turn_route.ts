@@ -5,8 +5,7 @@
  * @module
  */
 import { type Agent, runTurn, type TurnInput } from "../agent/loop.ts";
-import { nothingToRetry, unansweredMessage, usageData } from "../agent/agent.ts";
-import { approvalPending } from "../approval/decisions.ts";
+import { approvalPending, nothingToRetry, unansweredMessage, usageData } from "../agent/agent.ts";
 import type { SessionKey } from "../store/store.ts";
 import type { EventSink } from "../events.ts";
 import type { TurnResult } from "../types.ts";

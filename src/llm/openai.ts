@@ -5,6 +5,7 @@
  * @module
  */
 import { delay } from "../abort.ts";
+import { retry } from "../retry.ts";
 import type { Config } from "../config.ts";
 import { LlmError } from "../errors.ts";
 import { redact } from "../redact.ts";
@@ -61,6 +62,16 @@ export interface OpenAICompatibleLLMOptions {
 }
 
 const CANNOT_CREATE = "Cannot create OpenAICompatibleLLM";
+
+/** One attempt's failure, thrown so the retry loop sees it; the client turns it into an `LlmError`. */
+class FailedAttempt extends Error {
+  readonly failure: Failure;
+  constructor(failure: Failure) {
+    super(failure.message);
+    this.name = "FailedAttempt";
+    this.failure = failure;
+  }
+}
 
 /** Throws `TypeError` unless `value` has `type` (or, for an optional function, is undefined). */
 function requireType(name: string, value: unknown, type: "string" | "boolean" | "function"): void {
@@ -169,25 +180,36 @@ export class OpenAICompatibleLLM implements LLM {
     const { model, stream } = this.#context;
     // Built once: every attempt sends the same bytes.
     const body = serializeRequestBody(model, messages, tools, { stream });
-    for (let retries = 0;; retries++) {
+    let retries = 0;
+    try {
+      const reply = await retry(async (number) => {
+        retries = number - 1;
+        const outcome = await attempt(this.#context, body, signal, onDelta);
+        if (outcome.ok) return outcome.reply;
+        throw new FailedAttempt(outcome.failure);
+      }, {
+        maxAttempts: this.#retries + 1,
+        minTimeout: this.#retryBaseDelaySeconds * 1000,
+        multiplier: 2,
+        maxTimeout: Infinity,
+        isRetriable: (error) => error instanceof FailedAttempt && error.failure.retryable,
+        retryAfter: (error) => {
+          const { retryAfterMs } = (error as FailedAttempt).failure;
+          return retryAfterMs === null ? undefined : Math.min(retryAfterMs, MAX_RETRY_AFTER_MS);
+        },
+        onRetry: (error, number, delayMs) => {
+          const reason = this.#redact((error as FailedAttempt).failure.message);
+          this.#onRetry?.({ attempt: number, delayMs, reason });
+        },
+        delay: this.#sleep,
+        signal,
+      });
+      return retries === 0 ? reply : { ...reply, retries };
+    } catch (error) {
+      if (error instanceof FailedAttempt) throw this.#error(error.failure, retries);
+      // An abort (before an attempt or during a wait) is reported as one; anything else is a broken sleep.
       if (signal?.aborted) throw this.#error(ABORTED, retries);
-      const outcome = await attempt(this.#context, body, signal, onDelta);
-      if (outcome.ok) return retries === 0 ? outcome.reply : { ...outcome.reply, retries };
-      const { failure } = outcome;
-      if (!failure.retryable || retries >= this.#retries) throw this.#error(failure, retries);
-
-      const delayMs = failure.retryAfterMs === null
-        ? this.#retryBaseDelaySeconds * 1000 * 2 ** retries
-        : Math.min(failure.retryAfterMs, MAX_RETRY_AFTER_MS);
-      this.#onRetry?.({ attempt: retries + 1, delayMs, reason: this.#redact(failure.message) });
-      const sleep = this.#sleep;
-      try {
-        await sleep(delayMs, signal);
-      } catch (error) {
-        // An aborted wait is reported as an abort; anything else is a broken sleep.
-        if (!signal?.aborted) throw error;
-      }
-      if (signal?.aborted) throw this.#error(ABORTED, retries);
+      throw error;
     }
   }
 

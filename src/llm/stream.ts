@@ -5,7 +5,8 @@
  */
 import type { LlmError } from "../errors.ts";
 import type { ChatReply } from "../types.ts";
-import { invalidResponseError, isRecord, providerErrorMessage, quoteBody, replyFromMessage } from "./wire.ts";
+import { isRecord } from "../_json.ts";
+import { invalidResponseError, providerErrorMessage, quoteBody, replyFromMessage } from "./wire.ts";
 import type { ParseCompletionOptions } from "./wire.ts";
 
 /** One dispatched event. */

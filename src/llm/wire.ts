@@ -7,6 +7,7 @@ import { LlmError } from "../errors.ts";
 import { shorten } from "../shorten.ts";
 import { INVALID_TOOL_CALL_NAME } from "../agent/tool_calls.ts";
 import type { ChatReply, Message, ToolCall, ToolSchema, Usage } from "../types.ts";
+import { isRecord } from "../_json.ts";
 
 /** A tool call as the request body carries it inside an assistant message. */
 export interface WireToolCall {
@@ -36,11 +37,6 @@ export interface ChatCompletionRequestBody {
   /** With `stream_options` (asking for the final usage chunk), only on a streaming request. */
   stream?: true;
   stream_options?: { include_usage: boolean };
-}
-
-/** Whether `value` is a plain JSON object (not null, not an array). */
-export function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
 function toWireMessage(message: Message, index: number): WireMessage {

@@ -6,6 +6,7 @@
  */
 import { resolve } from "node:path";
 import { ConfigError } from "../errors.ts";
+import { isRecord } from "../_json.ts";
 
 /** A server started as a child process and spoken to over its stdin and stdout. */
 export interface StdioServerConfig {
@@ -42,10 +43,6 @@ const HTTP_KEYS = ["url", "headers", "type"];
 /** `type` values other agents write for each transport; accepted when they agree with the entry. */
 const STDIO_TYPES = ["stdio"];
 const HTTP_TYPES = ["http", "streamable-http", "streamableHttp"];
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
-}
 
 function stringRecord(value: unknown, what: string, fail: (detail: string) => never): Record<string, string> {
   if (value === undefined) return {};

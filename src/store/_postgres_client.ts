@@ -5,6 +5,7 @@
  */
 import type postgres from "npm:postgres@3.4.9";
 import { StoreUnavailableError } from "../errors.ts";
+import { backoffDelay, type BackoffOptions } from "../retry.ts";
 import type { DatabaseUrl } from "./database_url.ts";
 import { withoutPassword } from "./database_url.ts";
 
@@ -24,6 +25,9 @@ const CLIENT_PACKAGE = "npm:postgres@3.4.9";
  * has none, the application name and the session attributes. The task grants exactly these.
  */
 export const POSTGRES_ENV: readonly string[] = ["PGPASSWORD", "PGAPPNAME", "PGTARGETSESSIONATTRS"];
+
+/** The pool's wait before reconnecting: 50 ms, doubling, at most 2 s. */
+const RECONNECT_BACKOFF: BackoffOptions = { minTimeout: 50, multiplier: 2, maxTimeout: 2000 };
 
 /** Options of {@linkcode connect}. */
 export interface ConnectOptions {
@@ -60,8 +64,8 @@ export async function connect(url: DatabaseUrl, options: ConnectOptions = {}): P
     idle_timeout: 0,
     max_lifetime: null,
     max_pipeline: 100,
-    // Reconnects after an outage start quickly: 50 ms, doubling, at most 2 s.
-    backoff: (retries: number) => Math.min(0.05 * 2 ** retries, 2),
+    // The client runs its own reconnect loop and only asks how many seconds to wait before try `retries`.
+    backoff: (retries: number) => backoffDelay(retries, RECONNECT_BACKOFF) / 1000,
     keep_alive: 60,
     prepare: true,
     debug: false,

@@ -4,6 +4,7 @@
  * @module
  */
 import { DatabaseSync } from "node:sqlite";
+import { retrySync } from "../retry.ts";
 import { migrate, SCHEMA_VERSION } from "./_sqlite_schema.ts";
 import { SQL, type Statements, transaction } from "./_sqlite_sql.ts";
 
@@ -16,19 +17,19 @@ function isLocked(error: unknown): boolean {
  * Opens (creating or migrating if needed) the database at `path` with every statement prepared. Throws when
  * it cannot be opened, migrated or written, after closing it. Processes opening one new file at once can
  * meet "database is locked" even with a busy timeout (switching to WAL, the first migration); that is tried
- * again, briefly, until the busy timeout has passed.
+ * again after a short pause (5 ms doubling to 100 ms, ±50%) while the busy timeout allows it.
  */
 export function openDatabase(path: string, busyTimeoutMs: number): { db: DatabaseSync; sql: Statements } {
-  const deadline = performance.now() + busyTimeoutMs;
-  for (let pause = 5;; pause = Math.min(pause * 2, 100)) {
-    try {
-      return openOnce(path, busyTimeoutMs);
-    } catch (error) {
-      if (!isLocked(error) || performance.now() + pause > deadline) throw error;
-      // A synchronous pause: the store opens in its constructor, before anything else runs.
-      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, pause * (0.5 + Math.random()));
-    }
-  }
+  // Blocking waits: the store opens in its constructor, before anything else runs.
+  return retrySync(() => openOnce(path, busyTimeoutMs), {
+    maxAttempts: Infinity,
+    maxElapsed: busyTimeoutMs,
+    minTimeout: 5,
+    multiplier: 2,
+    maxTimeout: 100,
+    jitter: 0.5,
+    isRetriable: isLocked,
+  });
 }
 
 function openOnce(path: string, busyTimeoutMs: number): { db: DatabaseSync; sql: Statements } {

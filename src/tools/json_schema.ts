@@ -7,6 +7,7 @@
  * dependencies are Deno built-ins only; every problem is reported with its path.
  * @module
  */
+import { isRecord } from "../_json.ts";
 
 type JsonType = "object" | "string" | "number" | "integer" | "boolean" | "array" | "null";
 
@@ -47,7 +48,7 @@ function describe(value: unknown): string {
 function matchesType(type: JsonType, value: unknown): boolean {
   switch (type) {
     case "object":
-      return typeof value === "object" && value !== null && !Array.isArray(value);
+      return isRecord(value);
     case "array":
       return Array.isArray(value);
     case "integer":
@@ -125,8 +126,8 @@ class Checker {
     if (typeof value === "string") this.#string(schema, value, path);
     if (typeof value === "number") this.#number(schema, value, path);
     if (Array.isArray(value)) this.#array(schema, value, path, depth);
-    if (typeof value === "object" && value !== null && !Array.isArray(value)) {
-      this.#object(schema, value as Record<string, unknown>, path, depth);
+    if (isRecord(value)) {
+      this.#object(schema, value, path, depth);
     }
   }
 

@@ -3,7 +3,14 @@
  * kept once per file; and the reads that build and use it. Private to `reader.ts`.
  * @module
  */
-import type { TraceFile } from "./reader.ts";
+
+/** The part of an open file the reader uses; `Deno.FsFile` is one. */
+export interface TraceFile {
+  read(buffer: Uint8Array): Promise<number | null>;
+  seek(offset: number, whence: Deno.SeekMode): Promise<number>;
+  stat(): Promise<{ ino: number | null; birthtime?: Date | null; size: number }>;
+  close(): void;
+}
 
 /** The file moved (rotation) between the index refresh and the read: refresh and try again. */
 export class FileMoved extends Error {}

@@ -4,7 +4,9 @@
  * @module
  */
 import { type AppendedLine, fileIdentity, parseLine, traceFiles } from "./trace.ts";
-import { eachLine, FileIndex, FileMoved, readAt } from "./_file_index.ts";
+import { eachLine, FileIndex, FileMoved, readAt, type TraceFile } from "./_file_index.ts";
+
+export type { TraceFile };
 
 /** About how many bytes the index of the files on disk may take, the file being written aside. */
 export const TRACE_INDEX_BYTES = 16 * 1024 * 1024;
@@ -14,14 +16,6 @@ export interface TraceCursor {
   /** The file's `fileIdentity`: inode and birth time. */
   file: string;
   offset: number;
-}
-
-/** The part of an open file the reader uses; `Deno.FsFile` is one. */
-export interface TraceFile {
-  read(buffer: Uint8Array): Promise<number | null>;
-  seek(offset: number, whence: Deno.SeekMode): Promise<number>;
-  stat(): Promise<{ ino: number | null; birthtime?: Date | null; size: number }>;
-  close(): void;
 }
 
 /** Options of {@linkcode TraceReader}. */
