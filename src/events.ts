@@ -3,7 +3,7 @@
  * trace writes it, the REPL shows it, HTTP streams it; all of them read it through these types.
  * @module
  */
-import type { ApprovalCall, TurnOutcome } from "./types.ts";
+import type { ApprovalCall, FailureKind, TurnOutcome } from "./types.ts";
 
 /** The names of the events a run emits, in the order they can occur. */
 export const RUN_EVENT_NAMES = [
@@ -57,7 +57,7 @@ export interface RunEventData {
   compact: CompactData;
   answer: { text: string; closing?: "empty" | "max_steps" };
   error: {
-    kind: string;
+    kind: FailureKind;
     status: number | null;
     retries: number;
     message: string;

@@ -10,7 +10,7 @@ import type { Config } from "./config.ts";
 import { ConfigError, errorMessage } from "./errors.ts";
 import { createLlmFromConfig } from "./llm/openai.ts";
 import type { Agent } from "./agent/loop.ts";
-import { BackgroundCompactions } from "./agent/background.ts";
+import { BackgroundCompactions } from "./memory/background.ts";
 import { processOwner, SessionLeases } from "./store/session_leases.ts";
 import { ProcessMarks } from "./store/process_marks.ts";
 import { openSessionStore, sharedTraceOf } from "./store/open.ts";

@@ -76,6 +76,37 @@ export interface ChatReply {
 /** How a turn ended. */
 export type TurnOutcome = "answered" | "max_steps" | "empty" | "aborted" | "error" | "awaiting_approval";
 
+/**
+ * Why a turn ended without an answer. The model's client names its failures (`timeout`, `network`, `http`,
+ * `invalid_response`, `too_large`, `script`; `internal` for anything else thrown by a model); `store`: the
+ * session database went away; `lease`: this process lost the session's lease; `aborted`: the turn was
+ * stopped (a client gone, Ctrl-C, the shutdown's grace over).
+ */
+export type FailureKind =
+  | "timeout"
+  | "network"
+  | "http"
+  | "invalid_response"
+  | "too_large"
+  | "script"
+  | "internal"
+  | "store"
+  | "lease"
+  | "aborted";
+
+/** The failure of a turn that ended `error` (a model or store problem) or `aborted` (stopped, a lease lost). */
+export interface TurnFailure {
+  kind: FailureKind;
+  /** What went wrong, worded for a person; never a key. */
+  message: string;
+  /** The provider's HTTP status, when it answered. */
+  status: number | null;
+  /** Model calls retried before giving up. */
+  retries: number;
+  /** With `aborted`: the abort signal's reason (what stopped the turn), for the caller that set it. */
+  cause?: unknown;
+}
+
 /** A tool call as reported back to the caller of a turn. */
 export interface TurnToolCall {
   name: string;
@@ -94,6 +125,8 @@ export interface TurnResult {
   usage: Usage;
   /** With `awaiting_approval`: the calls that wait for the user's decision. */
   approval?: { calls: ApprovalCall[] };
+  /** With `error` and `aborted`: why there is no answer (the `error` event's data says the same). */
+  failure?: TurnFailure;
 }
 
 /** A tool call that waits for the user's approval, as events and the API show it. */

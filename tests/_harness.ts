@@ -2,7 +2,7 @@
 import { PassThrough } from "node:stream";
 import { fileURLToPath } from "node:url";
 import type { Agent, RunOptions } from "../src/agent/loop.ts";
-import { BackgroundCompactions } from "../src/agent/background.ts";
+import { BackgroundCompactions } from "../src/memory/background.ts";
 import { ScriptedLLM, type ScriptStep } from "../src/llm/scripted.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { type SessionKey } from "../src/store/store.ts";

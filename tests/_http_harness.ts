@@ -1,7 +1,8 @@
 /** Builders for HTTP tests: handler dependencies around a store, a real trace file and a controllable model. */
-import { BackgroundCompactions } from "../src/agent/background.ts";
+import { BackgroundCompactions } from "../src/memory/background.ts";
 import { LlmError } from "../src/errors.ts";
 import { Authenticator } from "../src/http/auth.ts";
+import { shuttingDown } from "../src/http/errors.ts";
 import type { HandlerDeps } from "../src/http/deps.ts";
 import { createHandler } from "../src/http/handler.ts";
 import { type RunningServer, serveHttp } from "../src/http/server.ts";
@@ -102,7 +103,8 @@ export interface HttpHarness {
   tracer: JsonlTracer;
   traceReader: TraceReader;
   logs: string[];
-  shutdown: AbortController;
+  /** Aborts running turns as the server's shutdown does once its grace period is over (its 503 the reason). */
+  shutdown: { abort(): void; readonly signal: AbortSignal };
   setShuttingDown(value: boolean): void;
   [Symbol.dispose](): void;
 }
@@ -134,8 +136,9 @@ export function httpHarness(
   const llm = new RuleLLM(options.delayMs ?? 0);
   const logs: string[] = [];
   const ephemeral: SqliteStore[] = [];
-  const shutdown = new AbortController();
-  let shuttingDown = false;
+  const turns = new AbortController();
+  const shutdown = { abort: () => turns.abort(shuttingDown()), signal: turns.signal };
+  let stopping = false;
   const deps: HandlerDeps = {
     agent: {
       store,
@@ -161,7 +164,7 @@ export function httpHarness(
     traceReader,
     model: "rule",
     shutdownSignal: shutdown.signal,
-    isShuttingDown: () => shuttingDown,
+    isShuttingDown: () => stopping,
     log: (line) => logs.push(line),
   };
   return {
@@ -175,7 +178,7 @@ export function httpHarness(
     traceReader,
     logs,
     shutdown,
-    setShuttingDown: (value) => (shuttingDown = value),
+    setShuttingDown: (value) => (stopping = value),
     [Symbol.dispose]: () => {
       tracer.close();
       store.close();

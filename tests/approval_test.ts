@@ -1,7 +1,7 @@
 /** Durable approval: the policy, the pause, the stored pending step and the resumed run. */
 import assert from "node:assert/strict";
 import { DatabaseSync } from "node:sqlite";
-import { resumeTurn, runTurn } from "../src/agent/loop.ts";
+import { runTurn } from "../src/agent/loop.ts";
 import { decide, parseApprovalPolicy } from "../src/approval/policy.ts";
 import { SessionError } from "../src/errors.ts";
 import { SCHEMA_VERSION, SqliteStore } from "../src/store/sqlite.ts";
@@ -63,14 +63,14 @@ Deno.test("runTurn() pauses on an ask tool without running any call of the reply
   assert.deepEqual(await h.store.listTodos(keyOf("s")), []);
 });
 
-Deno.test("resumeTurn() runs the approved calls in the same run and the model continues to an answer", async () => {
+Deno.test("runTurn() with decisions runs the approved calls in the same run and the model continues to an answer", async () => {
   using h = harness([
     { toolCalls: [{ name: "calculator", arguments: { expression: "1+1" } }, addTodo("milk", "t1")] },
     { content: "Added." },
   ]);
   h.agent.approval = ASK_TODO;
   const first = await runTurn({ ...keyOf("s"), message: "add milk" }, h.agent, h.run);
-  const result = await resumeTurn({ ...keyOf("s"), decisions: { t1: "approve" } }, h.agent, h.run);
+  const result = await runTurn({ ...keyOf("s"), decisions: { t1: "approve" } }, h.agent, h.run);
   assert.equal(result.outcome, "answered");
   assert.equal(result.answer, "Added.");
   assert.equal(result.runId, first.runId, "the same run");
@@ -93,11 +93,11 @@ Deno.test("resumeTurn() runs the approved calls in the same run and the model co
   assert.equal(new Set(ids).size, ids.length, "message ids go on from the paused run");
 });
 
-Deno.test("resumeTurn() answers a denied call with 'denied by the user' and the model sees it", async () => {
+Deno.test("runTurn() with decisions answers a denied call with 'denied by the user' and the model sees it", async () => {
   using h = harness([{ toolCalls: [addTodo("milk", "t1")] }, { content: "Understood, not added." }]);
   h.agent.approval = ASK_TODO;
   await runTurn({ ...keyOf("s"), message: "add milk" }, h.agent, h.run);
-  const result = await resumeTurn({ ...keyOf("s"), decisions: { t1: "deny" } }, h.agent, h.run);
+  const result = await runTurn({ ...keyOf("s"), decisions: { t1: "deny" } }, h.agent, h.run);
   assert.equal(result.outcome, "answered");
   assert.deepEqual(await h.store.listTodos(keyOf("s")), []);
   const seen = h.llm.requests[1].messages.at(-1)!;
@@ -128,7 +128,7 @@ Deno.test("a resumed turn respects max steps, counting the paused step", async (
   using h = harness([{ toolCalls: [addTodo("milk", "t1")] }], { maxSteps: 1 });
   h.agent.approval = ASK_TODO;
   await runTurn({ ...keyOf("s"), message: "add" }, h.agent, h.run);
-  const result = await resumeTurn({ ...keyOf("s"), decisions: { t1: "approve" } }, h.agent, h.run);
+  const result = await runTurn({ ...keyOf("s"), decisions: { t1: "approve" } }, h.agent, h.run);
   assert.equal(result.outcome, "max_steps");
   assert.equal(h.llm.remaining, 0, "the model is not asked again");
 });
@@ -141,15 +141,15 @@ Deno.test("while a turn awaits approval, a new message or a retry is refused, an
   await assert.rejects(runTurn({ ...keyOf("s"), message: "again" }, h.agent, h.run), pendingError);
   await assert.rejects(runTurn({ ...keyOf("s"), retry: true }, h.agent, h.run), pendingError);
   await assert.rejects(
-    resumeTurn({ ...keyOf("s"), decisions: {} }, h.agent, h.run),
+    runTurn({ ...keyOf("s"), decisions: {} }, h.agent, h.run),
     /no decision on call t1/,
   );
   await assert.rejects(
-    resumeTurn({ ...keyOf("s"), decisions: { t1: "approve", zz: "deny" } }, h.agent, h.run),
+    runTurn({ ...keyOf("s"), decisions: { t1: "approve", zz: "deny" } }, h.agent, h.run),
     /call "zz" does not wait for approval/,
   );
   await assert.rejects(
-    resumeTurn({ ...keyOf("other"), decisions: {} }, h.agent, h.run),
+    runTurn({ ...keyOf("other"), decisions: {} }, h.agent, h.run),
     (e: unknown) => e instanceof SessionError && e.reason === "no_pending_approval",
   );
   assert.equal((await h.store.messages(keyOf("s"))).length, 1, "nothing written by the refusals");

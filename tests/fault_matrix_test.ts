@@ -5,7 +5,7 @@
  * next turn against a healthy provider is answered. A last test runs the faults with a sentinel key through
  * the loop, the HTTP handler and the chat task, and finds the key nowhere.
  */
-import { BackgroundCompactions } from "../src/agent/background.ts";
+import { BackgroundCompactions } from "../src/memory/background.ts";
 import assert from "node:assert/strict";
 import { type Config, loadConfig } from "../src/config.ts";
 import { LlmError } from "../src/errors.ts";

@@ -5,7 +5,7 @@
  * difference in review. Only what cannot repeat is normalized: measured latencies, and the REPL's spinner
  * frames (drawn on a timer).
  */
-import { BackgroundCompactions } from "../src/agent/background.ts";
+import { BackgroundCompactions } from "../src/memory/background.ts";
 import assert from "node:assert/strict";
 import { PassThrough } from "node:stream";
 import { runChat } from "../src/cli/chat.ts";

@@ -515,22 +515,26 @@ Deno.test("a turn still running when the grace period ends is aborted, JSON and 
       h.logs.join("\n"),
     );
 
-    // The JSON turn is answered 200 with outcome "aborted" (the OpenAPI outcome enum), not an error status.
+    // The JSON turn is the shutdown's 503, as on the OpenAI-compatible route (one mapping of outcomes).
     const jsonResponse = await json;
-    assert.equal(jsonResponse.status, 200);
-    const body = await jsonResponse.json();
-    assert.equal(body.outcome, "aborted");
-    assert.equal(body.answer, "The turn was cancelled.");
-    assert.equal(body.turn, 1);
+    assert.equal(jsonResponse.status, 503);
+    assert.equal(jsonResponse.headers.get("retry-after"), null);
+    assert.equal((await jsonResponse.json()).error.code, "shutting_down");
 
+    // The stream has the run's events, then the error frame of the status JSON would have had.
     const sseResponse = await sse;
     assert.equal(sseResponse.status, 200);
     const frames = parseSse(await sseResponse.text());
-    assert.deepEqual(frames.map((f) => f.event), ["run_start", "error", "run_end"]);
+    assert.deepEqual(frames.map((f) => f.event), ["run_start", "error", "run_end", "error"]);
     const error = frames[1].data.data as { kind: string; message: string };
     assert.equal(error.kind, "aborted");
     assert.match(error.message, /shutting down/);
     assert.equal((frames[2].data.data as { outcome: string }).outcome, "aborted");
+    assert.deepEqual(frames[3].data.error, {
+      code: "shutting_down",
+      message: "The server is shutting down; retry elsewhere or later",
+      status: 503,
+    });
 
     for (const session of ["held-json", "held-sse"]) {
       assert.deepEqual(
@@ -561,8 +565,8 @@ Deno.test("turns still waiting when the grace period ends get 503, not a logged 
     stop.abort();
     await server.finished;
 
-    const aborted = await (await running).json();
-    assert.equal(aborted.outcome, "aborted");
+    const aborted = await running;
+    assert.deepEqual([aborted.status, (await aborted.json()).error.code], [503, "shutting_down"]);
     // Consistent whatever the status: the waiting turns never started and stored nothing, and the running one
     // was taken back when it was aborted.
     assert.deepEqual(await h.store.messages(keyOf("drain", "local")), []);

@@ -5,7 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { PassThrough } from "node:stream";
-import { BackgroundCompactions } from "../src/agent/background.ts";
+import { BackgroundCompactions } from "../src/memory/background.ts";
 import { runChat } from "../src/cli/chat.ts";
 import { type LeaseStore, SessionLeases } from "../src/store/session_leases.ts";
 import type { Summarizer } from "../src/memory/summarizer.ts";

@@ -10,8 +10,9 @@ import type { LLM } from "../llm/llm.ts";
 import type { Summarizer } from "../memory/summarizer.ts";
 import type { SessionStore } from "../store/store.ts";
 import type { ApprovalPolicy } from "../approval/policy.ts";
+import type { Decision } from "../approval/decisions.ts";
 import type { ToolRegistry } from "../tools/registry.ts";
-import type { BackgroundCompactions } from "./background.ts";
+import type { BackgroundCompactions } from "../memory/background.ts";
 
 /** What an agent is made of. Only `src/runtime.ts` builds the real ones; tests pass fakes. */
 export interface Agent {
@@ -54,14 +55,22 @@ export interface RunOptions {
   allowed?: ReadonlySet<string>;
 }
 
-/** One user turn: a new message, or (`retry`) the session's last unanswered one again. */
+/**
+ * One user turn: a new message, (`retry`) the session's last unanswered one again, or (`decisions`) the
+ * resumption of its turn that waits for approval, as the same run.
+ */
 export interface TurnInput {
   sessionId: string;
   userId: string;
-  /** The user's new message; not read with `retry`. */
+  /** The user's new message; not read with `retry` or `decisions`. */
   message?: string;
   /** Rerun the last unanswered user message instead of adding one: stored once, the turn keeps its number. */
   retry?: boolean;
+  /**
+   * Resume the turn waiting for approval: a decision ("approve" or "deny") on every waiting call, by call id.
+   * Approved calls run, a denied one gets the result "denied by the user", and the loop goes on.
+   */
+  decisions?: Record<string, Decision>;
   /** An API client's system messages for this turn only, never stored. @default {null} */
   instructions?: string | null;
 }

@@ -1,24 +1,24 @@
 /**
  * runTurn(): the bounded tool-calling loop, the runtime's only control flow. Each step asks the model and acts
- * on its native `tool_calls`; limits are checked before every model call; stopping is an outcome.
+ * on its native `tool_calls`; limits are checked before every model call; stopping is an outcome. Every write
+ * to the store is a call in this file; memory and approval plug in (`turn.memory`, `../approval/`).
  * @module
  */
-import { LlmError, StoreUnavailableError } from "../errors.ts";
+import { LeaseLostError, LlmError, StoreUnavailableError } from "../errors.ts";
 import { AGENT_NAME, agentSpan, inSpan } from "../telemetry.ts";
-import type { ChatReply, ToolCall, TurnResult } from "../types.ts";
-import type { PendingStep } from "../store/store.ts";
-import { buildContext } from "./context.ts";
+import type { ChatReply, FailureKind, Message, ToolCall, TurnFailure, TurnResult } from "../types.ts";
 import {
+  approvalCalls,
   askedCalls,
-  checkDecisions,
   type Decision,
   noPendingApproval,
-  pause,
   refusalFor,
-} from "./approval.ts";
+  waitingAnswer,
+} from "../approval/decisions.ts";
+import { buildContext } from "./context.ts";
 import { DEFAULT_MAX_TOOL_CALLS_PER_STEP, runToolCalls } from "./tool_calls.ts";
-import type { Agent, RunOptions, TurnInput } from "./agent.ts";
-import { Turn } from "./turn.ts";
+import { ABORTED_ANSWER, type Agent, type RunOptions, type TurnInput, usageData } from "./agent.ts";
+import { openTurn, type PausedStep, type Turn } from "./turn.ts";
 
 export type { Agent, Decision, RunOptions, TurnInput };
 
@@ -32,123 +32,62 @@ export const MAX_STEPS_ANSWER =
   "I stopped before finishing: this turn reached its limit of tool steps. Ask me to continue if needed.";
 
 /**
- * Runs one user turn to its end and returns the outcome with the answer text. Fails only for a malformed id,
- * nothing to retry (`SessionError`), an empty message (`TypeError`) or a store failure; model and tool
- * problems become outcomes and tool results. A turn aborted before its answer is stored leaves nothing behind.
+ * Runs one user turn to its end — a new message, a retry, or the resumption of a turn that waits for
+ * approval (see {@linkcode TurnInput}) — and returns its outcome with the answer text. Fails only for a
+ * malformed id, nothing to retry or resume (`SessionError`), an empty message or decisions that do not match
+ * (`TypeError`), or a store that fails before the turn starts; model, store and tool problems after that
+ * become outcomes and tool results. An aborted turn takes back what it stored.
  */
 export function runTurn(input: TurnInput, agent: Agent, run: RunOptions): Promise<TurnResult> {
-  return inSpan(
-    `invoke_agent ${AGENT_NAME}`,
-    () => openAndRun(input, agent, run),
-    agentSpan(input.sessionId),
-  );
-}
-
-/** What resumes a turn that waits for approval: the session, and a decision on every waiting call. */
-export interface ResumeInput {
-  sessionId: string;
-  userId: string;
-  /** Call id to "approve" or "deny"; checked against the pending step. */
-  decisions: Record<string, Decision>;
-}
-
-/**
- * Resumes the session's turn that waits for approval, as the same run: runs the approved calls (a denied one
- * gets the result "denied by the user"), stores the step with all its results, and goes on with the loop.
- * `SessionError` when nothing waits, `TypeError` when the decisions do not match the waiting calls.
- */
-export function resumeTurn(input: ResumeInput, agent: Agent, run: RunOptions): Promise<TurnResult> {
-  return inSpan(
-    `invoke_agent ${AGENT_NAME}`,
-    () => resumeAndRun(input, agent, run),
-    agentSpan(input.sessionId),
-  );
-}
-
-/** Opens the turn, runs its steps, and leaves a compaction the answer made due to the background. */
-async function openAndRun(input: TurnInput, agent: Agent, run: RunOptions): Promise<TurnResult> {
-  checkLimits(agent);
-  const turn = await Turn.open(input, agent, run);
-  return ended(turn, await unlessStoreFails(turn, () => runSteps(turn, 0)));
-}
-
-async function resumeAndRun(input: ResumeInput, agent: Agent, run: RunOptions): Promise<TurnResult> {
-  checkLimits(agent);
-  const key = { userId: input.userId, sessionId: input.sessionId };
-  const pending = await agent.store.pendingStep(key);
-  if (pending === null) throw noPendingApproval(key.sessionId);
-  const decisions = checkDecisions(pending, input.decisions);
-  const turn = await Turn.resume(key, pending, agent, run);
-  return ended(turn, await unlessStoreFails(turn, () => resumeSteps(turn, pending, decisions)));
-}
-
-async function resumeSteps(
-  turn: Turn,
-  pending: PendingStep,
-  decisions: ReadonlyMap<string, Decision>,
-): Promise<TurnResult> {
-  const byId = new Map(pending.toolCalls.map((call) => [call.id, call.name]));
-  turn.event("approval_decided", pending.step, {
-    decisions: [...decisions].map(([id, decision]) => ({ id, name: byId.get(id)!, decision })),
-  });
-  const { step, content, toolCalls } = pending;
-  const ran = await runTools(turn, content, toolCalls, step, { decisions, resolve: pending.runId });
-  if (!ran) return await turn.abort(step, step + 1);
-  return await runSteps(turn, step + 1);
+  return inSpan(`invoke_agent ${AGENT_NAME}`, async () => {
+    checkLimits(agent);
+    const { turn, paused, question } = await openTurn(input, agent, run);
+    if (question !== null) await append(turn, [question]);
+    const result = await unlessStoreFails(turn, () => runSteps(turn, paused));
+    // Once answered, a compaction due by the turn trigger runs in the background, after the answer is out.
+    if (result.failure === undefined && result.outcome !== "awaiting_approval") {
+      turn.memory.afterAnswer((compaction, emit) => {
+        const usage = compaction.usage === null ? null : usageData(compaction.usage);
+        turn.event("compact", null, { ...compaction.event, background: true, usage }, emit);
+      });
+    }
+    return result;
+  }, agentSpan(input.sessionId));
 }
 
 /**
- * The turn's steps; a session database that becomes unreachable meanwhile ends the turn `error`, saying so.
- * Each save is one transaction, so what the turn stored before stays whole and the question can be retried.
+ * The steps of a turn: the paused step first when it resumes, then ask the model and run its tool calls,
+ * until an answer, a limit, or calls that wait for approval.
  */
-async function unlessStoreFails(turn: Turn, steps: () => Promise<TurnResult>): Promise<TurnResult> {
-  try {
-    return await steps();
-  } catch (error) {
-    if (!(error instanceof StoreUnavailableError)) throw error;
-    turn.event("error", null, { kind: "store", status: null, retries: 0, message: error.message });
-    const answer = `Sorry, I could not finish: ${error.message}. Retry once it is back ` +
-      `(/retry in chat or POST /v1/sessions/${turn.key.sessionId}/retry).`;
-    return turn.finish("error", answer, 0);
-  }
-}
-
-/** Once answered, a compaction due by the turn trigger runs in the background, after the answer is out. */
-function ended(turn: Turn, result: TurnResult): TurnResult {
-  // A turn that waits for approval is not over: nothing is compacted under it.
-  if (!["aborted", "error", "awaiting_approval"].includes(result.outcome)) turn.compactAfterAnswer();
-  return result;
-}
-
-/**
- * The steps of a turn from `first` (a resumed turn counts its earlier steps): ask the model, run its tool
- * calls, until an answer, a limit, or calls that wait for approval.
- */
-async function runSteps(turn: Turn, first: number): Promise<TurnResult> {
+async function runSteps(turn: Turn, paused: PausedStep | null): Promise<TurnResult> {
   const { agent, run } = turn;
+  if (paused !== null && !await resumeStep(turn, paused)) return await aborted(turn, paused.pending.step);
   let nudged = false;
-  for (let step = first; step < agent.maxSteps; step++) {
-    if (run.signal?.aborted) return await turn.abort(step, step);
-    await turn.compactIfDue(step);
+  for (let step = turn.steps; step < agent.maxSteps; step++) {
+    if (run.signal?.aborted) return await aborted(turn, step);
+    await compactIfOverBudget(turn, step);
     const reply = await askModel(turn, step);
-    if ("outcome" in reply) return reply;
-    if (reply.toolCalls.length > 0) {
-      const calls = uniqueCallIds(reply.toolCalls, `${turn.runId}:${step}`);
+    if (reply.failure?.kind === "aborted" || reply.failure?.kind === "lease") {
+      return await aborted(turn, step);
+    }
+    if (reply.failure !== undefined) return failed(turn, step, reply.failure);
+    const { content, toolCalls } = reply.reply;
+    if (toolCalls.length > 0) {
+      const calls = uniqueCallIds(toolCalls, `${turn.runId}:${step}`);
       // One reply's calls run together: if one waits for the user, all of them wait.
-      const asked = askedCalls(calls, agent, run);
-      if (asked.length > 0) return await pause(turn, reply.content, calls, asked, step);
-      if (!await runTools(turn, reply.content, calls, step)) return await turn.abort(step, step + 1);
+      const asked = askedCalls(calls, agent.approval, run.allowed);
+      if (asked.length > 0) return await pause(turn, content, calls, asked, step);
+      const ran = await runTools(turn, calls, step);
+      if (ran === null) return await aborted(turn, step);
+      await append(turn, [{ role: "assistant", content, toolCalls: ran.calls }, ...ran.results]);
       continue;
     }
-    if (reply.content !== null && reply.content.trim() !== "") return await turn.answer(step, reply.content);
-    if (!nudged) {
-      nudged = true;
-      await turn.save({ role: "runtime", content: EMPTY_REPLY_NUDGE });
-      continue;
-    }
-    return await turn.answer(step, EMPTY_ANSWER, "empty");
+    if (content !== null && content.trim() !== "") return await answer(turn, step, content);
+    if (nudged) return await answer(turn, step, EMPTY_ANSWER, "empty");
+    nudged = true;
+    await append(turn, [{ role: "runtime", content: EMPTY_REPLY_NUDGE }]);
   }
-  return await turn.answer(agent.maxSteps - 1, MAX_STEPS_ANSWER, "max_steps");
+  return await answer(turn, agent.maxSteps - 1, MAX_STEPS_ANSWER, "max_steps");
 }
 
 function checkLimits(agent: Agent): void {
@@ -161,8 +100,19 @@ function checkLimits(agent: Agent): void {
   }
 }
 
-/** Asks the model for the next reply; a failed or aborted call ends the turn, and its result is returned. */
-async function askModel(turn: Turn, step: number): Promise<ChatReply | TurnResult> {
+/** The before-request hook of memory: a compaction the token budget makes due, reported as this step's. */
+async function compactIfOverBudget(turn: Turn, step: number): Promise<void> {
+  const compaction = await turn.memory.beforeRequest(turn.run.signal);
+  if (compaction === null) return;
+  turn.event("compact", step, { ...compaction.event, background: false });
+  turn.addUsage(compaction.usage);
+}
+
+/** Asks the model for the next reply: the reply, or why there is none (the call failed or was aborted). */
+async function askModel(
+  turn: Turn,
+  step: number,
+): Promise<{ reply: ChatReply; failure?: never } | { failure: TurnFailure }> {
   const { signal, onDelta } = turn.run;
   const { history, summary } = turn.memory;
   const messages = buildContext(history, { summary, instructions: turn.instructions });
@@ -173,18 +123,15 @@ async function askModel(turn: Turn, step: number): Promise<ChatReply | TurnResul
     reply = await turn.agent.llm.chat(messages, { tools: turn.tools, signal, onDelta: delta });
   } catch (error) {
     if (signal?.aborted || (error instanceof LlmError && error.kind === "aborted")) {
-      return await turn.abort(step, step);
+      return { failure: abortFailure(signal) };
     }
+    turn.steps = step + 1;
     const e = error instanceof LlmError ? error : null;
-    const message = e?.message ?? String(error);
-    turn.event("error", step, {
-      kind: e?.kind ?? "internal",
-      status: e?.status ?? null,
-      retries: e?.retries ?? 0,
-      message,
-    });
-    return turn.finish("error", errorAnswer(error, turn.key.sessionId), step + 1);
+    const kind: FailureKind = e?.kind ?? "internal";
+    const failure = { kind, status: e?.status ?? null, retries: e?.retries ?? 0 };
+    return { failure: { ...failure, message: e?.message ?? String(error) } };
   }
+  turn.steps = step + 1;
   turn.addUsage(reply.usage);
   turn.event("llm_call", step, {
     model: reply.model,
@@ -195,42 +142,148 @@ async function askModel(turn: Turn, step: number): Promise<ChatReply | TurnResul
     tool_call_count: reply.toolCalls.length,
     retries: reply.retries ?? 0,
   });
-  return reply;
+  return { reply };
 }
 
 /**
- * Runs a reply's tool calls and stores the call with all its results in one transaction; false when the
- * turn was aborted meanwhile (then nothing of the step is stored). With `resolve`, the step is that run's
- * paused one: it is stored and its pending row dropped in the same transaction.
+ * Runs a reply's tool calls (the approval policy, and on a resumption the user's decisions, refuse some):
+ * what to store, or null when the turn was aborted meanwhile (then nothing of the step is stored).
  */
 async function runTools(
   turn: Turn,
-  content: string | null,
   calls: readonly ToolCall[],
   step: number,
-  resumed?: { decisions: ReadonlyMap<string, Decision>; resolve: string },
-): Promise<boolean> {
+  decisions?: PausedStep["decisions"],
+) {
   const { signal } = turn.run;
   const ran = await runToolCalls(calls, {
     tools: turn.agent.tools,
     context: { sessionId: turn.key.sessionId, userId: turn.key.userId, signal },
     maxCalls: turn.agent.maxToolCallsPerStep,
     emit: (name, data) => turn.event(name, step, data),
-    refuse: refusalFor(turn.agent, resumed?.decisions),
+    refuse: refusalFor(turn.agent.approval, decisions),
   });
   turn.calls.push(...ran.reported);
-  if (signal?.aborted) return false;
-  const messages = [{ role: "assistant" as const, content, toolCalls: ran.calls }, ...ran.results];
-  if (resumed === undefined) await turn.save(...messages);
-  else if (!await turn.resolve(resumed.resolve, ...messages)) throw noPendingApproval(turn.key.sessionId);
+  return signal?.aborted ? null : ran;
+}
+
+/**
+ * Takes up the paused step with the user's decisions: runs it, then stores its assistant message with every
+ * result and drops the pending row in one transaction; false when the turn was aborted meanwhile.
+ */
+async function resumeStep(turn: Turn, { pending, decisions }: PausedStep): Promise<boolean> {
+  const byId = new Map(pending.toolCalls.map((call) => [call.id, call.name]));
+  turn.event("approval_decided", pending.step, {
+    decisions: [...decisions].map(([id, decision]) => ({ id, name: byId.get(id)!, decision })),
+  });
+  const ran = await runTools(turn, pending.toolCalls, pending.step, decisions);
+  if (ran === null) return false;
+  const stamped = turn.stamp([
+    { role: "assistant", content: pending.content, toolCalls: ran.calls },
+    ...ran.results,
+  ]);
+  if (!await turn.agent.store.resolvePending(turn.key, pending.runId, stamped)) {
+    throw noPendingApproval(turn.key.sessionId); // resolved meanwhile: nothing stored
+  }
+  turn.stored(stamped);
   return true;
 }
 
-/** The user-facing text for a failed model call; names the cause, never the key (LlmError omits it). */
-function errorAnswer(error: unknown, sessionId: string): string {
-  const cause = error instanceof LlmError ? error.message : "an internal error occurred";
-  return `Sorry, I could not get an answer from the model: ${cause}. Your message is saved; ` +
-    `retry it with /retry in chat or POST /v1/sessions/${sessionId}/retry, without sending it again.`;
+/** Stores `messages` in one transaction, stamped with this run's ids; the next request carries them. */
+async function append(turn: Turn, messages: readonly Message[]): Promise<void> {
+  const stamped = turn.stamp(messages);
+  await turn.agent.store.append(turn.key, stamped);
+  turn.stored(stamped);
+}
+
+/** Stores `text` as the answer and ends the turn (`closing` marks a fixed answer the runtime wrote). */
+async function answer(
+  turn: Turn,
+  step: number,
+  text: string,
+  closing?: "empty" | "max_steps",
+): Promise<TurnResult> {
+  await append(turn, [{ role: "assistant", content: text }]);
+  turn.event("answer", step, closing === undefined ? { text } : { text, closing });
+  return turn.end(closing ?? "answered", text);
+}
+
+/**
+ * Pauses the turn at `step`: stores the reply's content and calls (none run) as the session's pending step,
+ * never as an assistant message without results, emits `approval_requested` and ends `awaiting_approval`.
+ */
+async function pause(
+  turn: Turn,
+  content: string | null,
+  toolCalls: ToolCall[],
+  asked: string[],
+  step: number,
+): Promise<TurnResult> {
+  const { runId, number, seq, key } = turn;
+  const pending = {
+    runId,
+    turn: number,
+    step,
+    seq,
+    content,
+    toolCalls,
+    asked,
+    createdAt: turn.now().toISOString(),
+  };
+  await turn.agent.store.savePending(key, pending);
+  const calls = approvalCalls(pending);
+  turn.event("approval_requested", step, { calls });
+  return { ...turn.end("awaiting_approval", waitingAnswer(calls, key.sessionId)), approval: { calls } };
+}
+
+/**
+ * Ends an aborted turn. It comes before the answer is stored, so what the turn stored is taken back (its
+ * question too, unless a retry's), and the trace's error event says so.
+ */
+async function aborted(turn: Turn, step: number): Promise<TurnResult> {
+  const discarded = await turn.agent.store.discardMessages(turn.key, turn.saved);
+  const failure = abortFailure(turn.run.signal);
+  const { kind, status, retries, message } = failure;
+  turn.event("error", step, { kind, status, retries, message, discarded_messages: discarded });
+  return turn.end("aborted", ABORTED_ANSWER, failure);
+}
+
+/** Ends a turn whose model call failed; its question stays stored for a retry. */
+function failed(turn: Turn, step: number | null, failure: TurnFailure): TurnResult {
+  const { kind, status, retries, message } = failure;
+  turn.event("error", step, { kind, status, retries, message });
+  const sessionId = turn.key.sessionId;
+  const answer = kind === "store"
+    ? `Sorry, I could not finish: ${message}. Retry once it is back ` +
+      `(/retry in chat or POST /v1/sessions/${sessionId}/retry).`
+    : `Sorry, I could not get an answer from the model: ${
+      kind === "internal" ? "an internal error occurred" : message
+    }. ` +
+      `Your message is saved; retry it with /retry in chat or POST /v1/sessions/${sessionId}/retry, ` +
+      "without sending it again.";
+  return turn.end("error", answer, failure);
+}
+
+/**
+ * The turn's steps; a session database that becomes unreachable meanwhile ends the turn `error`, saying so.
+ * Each save is one transaction, so what the turn stored before stays whole and the question can be retried.
+ */
+async function unlessStoreFails(turn: Turn, steps: () => Promise<TurnResult>): Promise<TurnResult> {
+  try {
+    return await steps();
+  } catch (error) {
+    if (!(error instanceof StoreUnavailableError)) throw error;
+    return failed(turn, null, { kind: "store", status: null, retries: 0, message: error.message });
+  }
+}
+
+/** Why an aborted turn stopped: the lease lost, or its signal's reason (a client gone, Ctrl-C, shutdown). */
+function abortFailure(signal: AbortSignal | undefined): TurnFailure {
+  const reason = signal?.reason;
+  const text = reason instanceof Error ? reason.message : typeof reason === "string" ? reason : "";
+  const message = text === "" ? "the turn was aborted" : `the turn was aborted: ${text}`;
+  const kind = reason instanceof LeaseLostError ? "lease" : "aborted";
+  return { kind, status: null, retries: 0, message, cause: reason };
 }
 
 /**

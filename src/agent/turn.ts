@@ -1,24 +1,25 @@
 /**
- * One turn's state and what it writes: the session it works on, the messages it stores, the events it emits
- * and how it ends. The loop decides; a `Turn` records.
+ * One turn's record: the session it works on, the ids it stamps on what it stores, the events it emits, its
+ * usage and steps, and its result. It reads the store to open and never writes to it: the loop does, where
+ * it can be seen.
  * @module
  */
 import type { EventSink, RunEventData, RunEventName } from "../events.ts";
-import { compactIfDue, type CompactionDeps, type MemoryState, requestTokens } from "../memory/compact.ts";
-import { defaultCompactBatch, estimateRequestTokens, overTurnLimit } from "../memory/plan.ts";
+import { checkDecisions, type Decision, noPendingApproval } from "../approval/decisions.ts";
+import { TurnMemory } from "../memory/turn_memory.ts";
+import type { PendingStep, SessionKey } from "../store/store.ts";
 import type {
   Message,
   StoredMessage,
   ToolSchema,
+  TurnFailure,
   TurnOutcome,
   TurnResult,
   TurnToolCall,
   Usage,
 } from "../types.ts";
 import { buildContext } from "./context.ts";
-import type { PendingStep, SessionKey } from "../store/store.ts";
 import {
-  ABORTED_ANSWER,
   type Agent,
   approvalPending,
   nothingToRetry,
@@ -28,13 +29,13 @@ import {
   usageData,
 } from "./agent.ts";
 
-function abortText(signal: AbortSignal | undefined): string {
-  const reason = signal?.reason;
-  const text = reason instanceof Error ? reason.message : typeof reason === "string" ? reason : "";
-  return text === "" ? "the turn was aborted" : `the turn was aborted: ${text}`;
+/** The step a resumed turn takes up first: the paused one, with the user's decisions. */
+export interface PausedStep {
+  pending: PendingStep;
+  decisions: ReadonlyMap<string, Decision>;
 }
 
-/** A running turn. Open it with {@linkcode Turn.open}; end it with one of its closing methods. */
+/** A running turn: open it with {@linkcode openTurn}, end it with {@linkcode Turn.end}. */
 export class Turn {
   readonly agent: Agent;
   readonly run: RunOptions;
@@ -44,78 +45,34 @@ export class Turn {
   readonly tools: readonly ToolSchema[];
   /** The client's instructions of this turn (see {@linkcode TurnInput}). */
   readonly instructions: string | null;
-  memory: MemoryState;
+  readonly memory: TurnMemory;
   readonly calls: TurnToolCall[] = [];
   readonly usage: Usage = { promptTokens: null, completionTokens: null, totalTokens: null };
-  #seq = 0;
-  /** What this run stored: an abort before the answer takes exactly these back. */
-  #saved: string[] = [];
-  /** A failed (or impossible) compaction is not retried within the turn: one summary call per problem. */
-  #compacting = true;
-  /** Estimated tokens of the next request, kept up to date as messages are saved: no re-count per step. */
-  #tokens: number;
+  /** Model calls that ended, with a reply or a failure (an aborted one does not count): `run_end`'s steps. */
+  steps: number;
+  #seq: number;
+  /** Ids of what this run stored: an abort before the answer takes exactly these back. */
+  readonly saved: string[] = [];
 
-  private constructor(
+  constructor(
     agent: Agent,
     run: RunOptions,
-    key: SessionKey,
-    memory: MemoryState,
+    session: { key: SessionKey; summary: string | null; history: StoredMessage[] },
     number: number,
-    instructions: string | null,
-    resumed?: { runId: string; seq: number },
+    options: { instructions?: string | null; resumed?: PendingStep } = {},
   ) {
+    const { instructions = null, resumed } = options;
     this.agent = agent;
     this.run = run;
-    this.key = key;
+    this.key = session.key;
     this.instructions = instructions;
-    this.memory = memory;
     this.number = number;
     this.runId = resumed?.runId ?? (agent.newId ?? (() => crypto.randomUUID()))();
     this.#seq = resumed?.seq ?? 0;
+    this.steps = resumed === undefined ? 0 : resumed.step + 1;
     this.tools = agent.tools.schemas();
-    this.#tokens = requestTokens(memory, this.#fixed());
-  }
-
-  /**
-   * Starts the turn: finds (or creates) the session, emits `run_start` and stores the question — or, with
-   * `retry`, takes the session's unanswered one. `SessionError` when there is nothing to retry, `TypeError`
-   * for an empty message.
-   */
-  static async open(input: TurnInput, agent: Agent, run: RunOptions): Promise<Turn> {
-    const { message, retry = false } = input;
-    if (!retry && (typeof message !== "string" || message.trim() === "")) {
-      throw new TypeError("Cannot run a turn: the message must be a non-empty string");
-    }
-    const key = { userId: input.userId, sessionId: input.sessionId };
-    const { store } = agent;
-    // A retry creates nothing: a session that does not exist has nothing to retry.
-    const session = retry ? await store.get(key) : await store.getOrCreate(key);
-    const history = session === null ? [] : await store.messages(key);
-    const question = retry ? unansweredMessage(history)?.content ?? null : message!;
-    if (session === null || question === null) throw nothingToRetry(key.sessionId);
-    if (await store.pendingStep(key) !== null) throw approvalPending(key.sessionId);
-    const memory = { key, summary: session.summary, history };
-    const number = retry ? session.turnCount : session.turnCount + 1;
-    const turn = new Turn(agent, run, key, memory, number, input.instructions ?? null);
-    turn.event("run_start", null, {
-      user_id: key.userId,
-      message: question,
-      ...(retry ? { retry: true } : {}),
-    });
-    if (!retry) await turn.save({ role: "user", content: question });
-    return turn;
-  }
-
-  /**
-   * Takes up the run that paused at `pending`, as the same run: its id, turn number and message ids go on.
-   * Emits no `run_start`; the caller stores the paused step with {@linkcode Turn.resolve}.
-   */
-  static async resume(key: SessionKey, pending: PendingStep, agent: Agent, run: RunOptions): Promise<Turn> {
-    const session = await agent.store.get(key);
-    const history = await agent.store.messages(key);
-    const memory = { key, summary: session?.summary ?? null, history };
-    const { runId, seq, turn: number } = pending;
-    return new Turn(agent, run, key, memory, number, null, { runId, seq });
+    const fixed = { system: buildContext([], { instructions }), tools: this.tools };
+    this.memory = new TurnMemory(session, fixed, agent, () => this.now());
   }
 
   /** The number of the next message id: a paused step stores it, so the resumed run goes on from it. */
@@ -159,28 +116,13 @@ export class Turn {
     }
   }
 
-  /** Stores messages in one transaction, stamped with this run's ids, and adds them to the history. */
-  async save(...messages: Message[]): Promise<void> {
-    await this.#store(messages, (stamped) => this.agent.store.append(this.key, stamped));
-  }
-
   /**
-   * Stores the paused step of run `runId` — its assistant message and every result — and drops the pending
-   * row, in one transaction; false (nothing stored) when the step was resolved meanwhile.
+   * `messages` as this run stores them: ids in run order, the clock's time, frozen (the same objects go into
+   * every request of the turn, so the request body reuses their JSON; tool calls are copied first, so the
+   * model client's own objects are never frozen under it).
    */
-  async resolve(runId: string, ...messages: Message[]): Promise<boolean> {
-    let resolved = false;
-    await this.#store(messages, async (stamped) => {
-      resolved = await this.agent.store.resolvePending(this.key, runId, stamped);
-      return resolved;
-    });
-    return resolved;
-  }
-
-  async #store(messages: Message[], write: (stamped: StoredMessage[]) => Promise<unknown>): Promise<void> {
-    // Frozen: the same objects go into every request of the turn, so the request body can reuse their JSON.
-    // The tool calls are copied first, so the model client's own objects are never frozen under it.
-    const stamped = messages.map((m) => {
+  stamp(messages: readonly Message[]): StoredMessage[] {
+    return messages.map((m) => {
       const calls = m.toolCalls?.map((call) => Object.freeze({ ...call }));
       const message: StoredMessage = {
         ...m,
@@ -190,93 +132,72 @@ export class Turn {
       };
       return Object.freeze(message);
     });
-    if (await write(stamped) === false) return;
-    this.memory.history.push(...stamped);
-    this.#tokens += estimateRequestTokens(stamped);
-    this.#saved.push(...stamped.map((m) => m.id));
   }
 
-  /**
-   * Before the model is asked: compacts if the request would not fit the token budget (a compaction due by
-   * the turn trigger alone waits for {@linkcode compactAfterAnswer}). Never fails the turn.
-   */
-  async compactIfDue(step: number): Promise<void> {
-    if (!this.#compacting || this.#tokens <= this.agent.maxCtxTokens) return;
-    const deps = this.#compactionDeps(this.run.signal, { tokensOnly: true });
-    const compaction = await compactIfDue(this.memory, this.#fixed(), deps);
-    if (compaction === null) return;
-    this.event("compact", step, { ...compaction.event, background: false });
-    this.addUsage(compaction.usage);
-    this.memory = compaction.state;
-    this.#compacting = compaction.event.ok;
-    if (compaction.event.ok) this.#tokens = compaction.event.tokens_after;
-  }
-
-  /**
-   * After the answer is stored: starts a compaction due by the turn trigger in the background. It plans on
-   * the session as stored when it starts (an earlier compaction or a newer turn may have changed it). Its
-   * `compact` event, with its own usage, is this run's and goes to the trace.
-   */
-  compactAfterAnswer(): void {
-    const { store, maxRawTurns, compactBatch = defaultCompactBatch(maxRawTurns), compactions } = this.agent;
-    if (!overTurnLimit(this.memory.history, maxRawTurns, compactBatch)) return;
-    const key = this.key;
-    compactions.start(key, async (emit, signal) => {
-      const session = await store.get(key);
-      if (session === null) return; // deleted meanwhile
-      const state = { key, summary: session.summary, history: await store.messages(key) };
-      const compaction = await compactIfDue(state, this.#fixed(), this.#compactionDeps(signal, {}));
-      if (compaction === null) return;
-      const usage = compaction.usage === null ? null : usageData(compaction.usage);
-      this.event("compact", null, { ...compaction.event, background: true, usage }, emit);
-    });
-  }
-
-  /** What every request of the turn carries besides the history and the summary. */
-  #fixed() {
-    return { system: buildContext([], { instructions: this.instructions }), tools: this.tools };
-  }
-
-  #compactionDeps(signal: AbortSignal | undefined, options: { tokensOnly?: boolean }): CompactionDeps {
-    const { store, summarizer, maxRawTurns, maxCtxTokens } = this.agent;
-    const { compactBatch = defaultCompactBatch(maxRawTurns) } = this.agent;
-    const now = () => this.now();
-    return { store, summarizer, maxRawTurns, compactBatch, maxCtxTokens, now, signal, ...options };
+  /** The store took `messages`: the next request carries them, and an abort takes them back. */
+  stored(messages: readonly StoredMessage[]): void {
+    this.memory.added(messages);
+    this.saved.push(...messages.map((m) => m.id));
   }
 
   /** Ends the turn with `outcome`: emits `run_end` and returns the result. */
-  finish(outcome: TurnOutcome, answer: string, steps: number): TurnResult {
-    this.event("run_end", null, {
+  end(outcome: TurnOutcome, answer: string, failure?: TurnFailure): TurnResult {
+    const { runId, number: turn, calls: toolCalls, usage, steps } = this;
+    this.event("run_end", null, { outcome, steps, tool_calls: toolCalls.length, usage: usageData(usage) });
+    const result: TurnResult = {
+      sessionId: this.key.sessionId,
+      runId,
+      turn,
       outcome,
-      steps,
-      tool_calls: this.calls.length,
-      usage: usageData(this.usage),
-    });
-    const { runId, number: turn, calls: toolCalls, usage } = this;
-    return { sessionId: this.key.sessionId, runId, turn, outcome, answer, toolCalls, usage };
+      answer,
+      toolCalls,
+      usage,
+    };
+    return failure === undefined ? result : { ...result, failure };
   }
+}
 
-  /** Stores `text` as the answer and ends the turn (`closing` marks a fixed answer the runtime wrote). */
-  async answer(step: number, text: string, closing?: "empty" | "max_steps"): Promise<TurnResult> {
-    await this.save({ role: "assistant", content: text });
-    this.event("answer", step, closing === undefined ? { text } : { text, closing });
-    return this.finish(closing ?? "answered", text, step + 1);
+/**
+ * Opens the turn `input` asks for, reading the session: a new message (the session created if new, the
+ * question returned for the caller to store), a retry of its unanswered one, or the resumption of its turn
+ * that waits for approval (with the paused step). Emits `run_start`, except on a resumption (the same run).
+ * `SessionError` when there is nothing to retry or resume or a turn waits for approval, `TypeError` for an
+ * empty message or decisions that do not match the waiting calls.
+ */
+export async function openTurn(
+  input: TurnInput,
+  agent: Agent,
+  run: RunOptions,
+): Promise<{ turn: Turn; paused: PausedStep | null; question: Message | null }> {
+  const { message, retry = false, decisions } = input;
+  const key = { userId: input.userId, sessionId: input.sessionId };
+  const { store } = agent;
+  if (decisions !== undefined) {
+    const pending = await store.pendingStep(key);
+    if (pending === null) throw noPendingApproval(key.sessionId);
+    const checked = checkDecisions(pending, decisions);
+    const session = await store.get(key);
+    const state = { key, summary: session?.summary ?? null, history: await store.messages(key) };
+    const turn = new Turn(agent, run, state, pending.turn, { resumed: pending });
+    return { turn, paused: { pending, decisions: checked }, question: null };
   }
-
-  /**
-   * Ends an aborted turn: it comes before the answer is stored, so what the turn stored is taken back (its
-   * question too, unless a retry's), and the trace's error event says so.
-   */
-  async abort(step: number, steps: number): Promise<TurnResult> {
-    const discarded = await this.agent.store.discardMessages(this.key, this.#saved);
-    const message = abortText(this.run.signal);
-    this.event("error", step, {
-      kind: "aborted",
-      status: null,
-      retries: 0,
-      message,
-      discarded_messages: discarded,
-    });
-    return this.finish("aborted", ABORTED_ANSWER, steps);
+  if (!retry && (typeof message !== "string" || message.trim() === "")) {
+    throw new TypeError("Cannot run a turn: the message must be a non-empty string");
   }
+  // A retry creates nothing: a session that does not exist has nothing to retry.
+  const session = retry ? await store.get(key) : await store.getOrCreate(key);
+  const history = session === null ? [] : await store.messages(key);
+  const question = retry ? unansweredMessage(history)?.content ?? null : message!;
+  if (session === null || question === null) throw nothingToRetry(key.sessionId);
+  if (await store.pendingStep(key) !== null) throw approvalPending(key.sessionId);
+  const number = retry ? session.turnCount : session.turnCount + 1;
+  const state = { key, summary: session.summary, history };
+  const turn = new Turn(agent, run, state, number, { instructions: input.instructions });
+  turn.event("run_start", null, {
+    user_id: key.userId,
+    message: question,
+    ...(retry ? { retry: true } : {}),
+  });
+  // A retry's question is stored already; a new one is for the caller to store.
+  return { turn, paused: null, question: retry ? null : { role: "user", content: question } };
 }

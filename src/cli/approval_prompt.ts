@@ -3,7 +3,7 @@
  * (`[y]es / [n]o / [a]lways for this session`), and the run resumes with the answers.
  * @module
  */
-import { approvalCalls, type Decision } from "../agent/approval.ts";
+import { approvalCalls, type Decision } from "../approval/decisions.ts";
 import type { PendingStep } from "../store/store.ts";
 import { shorten } from "../shorten.ts";
 

@@ -130,7 +130,7 @@ async function settleApprovals(
     if (pending === null) return true;
     const decisions = await askApprovals(pending, ask, allowed);
     if (decisions === null) return false;
-    await view.resume({ ...key, decisions }, deps, signal(), allowed);
+    await view.run({ ...key, decisions }, deps, signal(), allowed);
   }
 }
 

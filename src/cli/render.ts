@@ -120,7 +120,7 @@ export function renderEvent(event: RunEvent, style: Style): string | null {
     }
     case "error":
       // A cancelled turn is said once, by the REPL's own "cancelled" line.
-      if (event.data.kind === "aborted") return null;
+      if (event.data.kind === "aborted" || event.data.kind === "lease") return null;
       return style.red(`  ! ${event.data.message}`);
     default:
       return null;

@@ -4,15 +4,8 @@
  * @module
  */
 import type { Writable } from "node:stream";
-import { LeaseLostError, SessionError } from "../errors.ts";
-import {
-  type Agent,
-  type ResumeInput,
-  resumeTurn,
-  type RunOptions,
-  runTurn,
-  type TurnInput,
-} from "../agent/loop.ts";
+import { errorMessage, SessionError } from "../errors.ts";
+import { type Agent, type RunOptions, runTurn, type TurnInput } from "../agent/loop.ts";
 import type { RunEvent } from "../events.ts";
 import type { SessionLeases } from "../store/session_leases.ts";
 import type { SessionKey } from "../store/store.ts";
@@ -92,26 +85,18 @@ export class TurnView {
   }
 
   /**
-   * Runs one turn and shows it; null when `/retry` had nothing to retry or a turn waits for approval (said
-   * on the output). Any other error of `runTurn` is rethrown. `allowed`: tools the user allowed for the session.
+   * Runs one turn (a new message, a retry, or decisions on the turn waiting for approval) and shows it; null
+   * when there was nothing to retry or resume, or a turn waits for approval (said on the output). Any other
+   * error of `runTurn` is rethrown. `allowed`: tools the user allowed for the session.
    */
-  run(
+  async run(
     input: TurnInput,
     agent: Agent,
     signal: AbortSignal,
     allowed?: ReadonlySet<string>,
   ): Promise<TurnResult | null> {
-    return this.#run(input, (run) => runTurn(input, agent, { ...run, allowed }), signal);
-  }
-
-  /** Resumes the session's turn that waits for approval, with the user's decisions, and shows it. */
-  resume(
-    input: ResumeInput,
-    agent: Agent,
-    signal: AbortSignal,
-    allowed?: ReadonlySet<string>,
-  ): Promise<TurnResult | null> {
-    return this.#run(input, (run) => resumeTurn(input, agent, { ...run, allowed }), signal);
+    const key: SessionKey = { userId: input.userId, sessionId: input.sessionId };
+    return await this.#run(key, (run) => runTurn(input, agent, { ...run, allowed }), signal);
   }
 
   async #run(
@@ -124,16 +109,8 @@ export class TurnView {
     this.#modelCalls = 0;
     const started = performance.now();
     let result: TurnResult;
-    let lost: LeaseLostError | null = null;
-    const work = async (held: AbortSignal) => {
-      const result = await start({
-        emit: (event) => this.#show(event),
-        signal: held,
-        onDelta: (text) => this.#delta(text),
-      });
-      if (held.reason instanceof LeaseLostError) lost = held.reason;
-      return result;
-    };
+    const work = (held: AbortSignal) =>
+      start({ emit: (event) => this.#show(event), signal: held, onDelta: (text) => this.#delta(text) });
     const onWait = () => {
       this.#thinking.stop();
       status.write(`${style.dim(`waiting for session ${key.sessionId}, busy in another process…`)}\n`);
@@ -154,7 +131,9 @@ export class TurnView {
     this.#endStreamLine();
     // A streamed answer is already on screen, as it arrived; anything else is printed whole.
     if (interactive && result.outcome === "aborted") {
-      output.write(`${style.dim(lost === null ? "cancelled" : `cancelled: ${(lost as Error).message}`)}\n`);
+      const { failure } = result;
+      const lost = failure?.kind === "lease" ? `: ${errorMessage(failure.cause)}` : "";
+      output.write(`${style.dim(`cancelled${lost}`)}\n`);
     } else if (!shown && !interactive) output.write(`${result.answer}\n`);
     else if (!shown) {
       output.write(`${style.bold("agent>")} ${renderMarkdown(result.answer, style, { columns })}\n`);

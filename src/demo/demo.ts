@@ -16,7 +16,7 @@ import { SqliteStore } from "../store/sqlite.ts";
 import { createLlmSummarizer, deterministicSummarizer, type Summarizer } from "../memory/summarizer.ts";
 import { createBuiltinTools } from "../tools/builtin.ts";
 import { JsonlTracer } from "../trace/trace.ts";
-import { BackgroundCompactions } from "../agent/background.ts";
+import { BackgroundCompactions } from "../memory/background.ts";
 import type { Message } from "../types.ts";
 import type { RunEvent, TracedEvent } from "../events.ts";
 import { DemoModel } from "../llm/demo.ts";

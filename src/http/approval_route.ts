@@ -3,14 +3,12 @@
  * resumes, answered like a turn (JSON, or SSE with `Accept: text/event-stream`).
  * @module
  */
-import { noPendingApproval } from "../agent/approval.ts";
-import { checkDecisions } from "../agent/approval.ts";
-import { resumeTurn } from "../agent/loop.ts";
+import { checkDecisions, noPendingApproval } from "../approval/decisions.ts";
 import type { SessionKey } from "../store/store.ts";
 import { readJsonBody } from "./body.ts";
 import type { HandlerDeps } from "./deps.ts";
 import { HttpError } from "./errors.ts";
-import { queueRun, respondTurn } from "./turn_route.ts";
+import { queueTurn, respondTurn } from "./turn_route.ts";
 
 /**
  * Resumes the turn of `key` that waits for approval. Checked before anything runs: the body (400), that a
@@ -36,9 +34,5 @@ export async function handleApproval(
     throw error;
   }
   const input = { ...key, decisions: decisions as Record<string, "approve" | "deny"> };
-  return await respondTurn(
-    request,
-    queueRun(request, key, deps, (run) => resumeTurn(input, deps.agent, run)),
-    deps,
-  );
+  return await respondTurn(request, queueTurn(request, input, deps), deps);
 }

@@ -4,6 +4,7 @@
  * @module
  */
 import { SessionError, StoreUnavailableError } from "../errors.ts";
+import type { TurnResult } from "../types.ts";
 
 /** Options of {@linkcode HttpError}. */
 export interface HttpErrorOptions {
@@ -89,9 +90,42 @@ export function toHttpError(
     return new HttpError(retry ? 409 : 400, retry ? "nothing_to_retry" : "invalid_session_id", error.message);
   }
   if (error instanceof StoreUnavailableError) return storeUnavailable(error.message);
-  if (error instanceof DOMException && error.name === "AbortError") {
-    return new HttpError(499, "client_closed_request", "The client closed the request");
-  }
+  if (error instanceof DOMException && error.name === "AbortError") return clientClosed();
   log(`error: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);
   return new HttpError(500, "internal", internal);
+}
+
+/** The 499 of a request whose client went away: logged, never read. */
+export function clientClosed(): HttpError {
+  return new HttpError(499, "client_closed_request", "The client closed the request");
+}
+
+/**
+ * The one mapping from a turn that ended without an answer (`result.failure` set) to the error every API
+ * answers it with, JSON or stream alike:
+ * - `timeout`: 504 `llm_timeout`; any other model failure: 502 `llm_error` (both plain `application/json`)
+ * - `store`: 503 `store_unavailable` with `Retry-After`
+ * - `lease`: 503 `session_lease_lost` with `Retry-After: 1` (nothing of the turn was kept)
+ * - `aborted`: its abort reason when that is an `HttpError` (the shutdown's 503), else 499 (the client left)
+ *
+ * `message` words a model or store failure (each API gives its own advice); the body carries the run id.
+ */
+export function failedTurn(result: TurnResult, message: string = result.answer): HttpError {
+  const { failure, runId, sessionId } = result;
+  if (failure === undefined) {
+    throw new TypeError(
+      `Cannot map turn ${runId} to an error: it ended ${result.outcome}, without a failure`,
+    );
+  }
+  const details = { run_id: runId };
+  const { kind, cause } = failure;
+  if (kind === "aborted") return cause instanceof HttpError ? cause : clientClosed();
+  if (kind === "lease") {
+    const why = `Cannot finish the turn: this server lost the lease of session "${sessionId}" ` +
+      "(it stalled past AGENT_SESSION_LEASE_SECONDS); nothing of the turn was kept, send it again";
+    return new HttpError(503, "session_lease_lost", why, { details, headers: { "Retry-After": "1" } });
+  }
+  if (kind === "store") return storeUnavailable(message, { details });
+  const [status, code] = kind === "timeout" ? [504, "llm_timeout"] : [502, "llm_error"];
+  return new HttpError(status, code, message, { details, headers: { "content-type": "application/json" } });
 }

@@ -6,15 +6,15 @@
  * @module
  */
 import type { TurnInput } from "../agent/loop.ts";
-import { BackgroundCompactions } from "../agent/background.ts";
+import { BackgroundCompactions } from "../memory/background.ts";
 import { askAsDeny, AUTO_POLICY } from "../approval/policy.ts";
 import { unansweredMessage } from "../agent/agent.ts";
-import type { RunEvent, RunEventData } from "../events.ts";
+import type { RunEvent } from "../events.ts";
 import type { SessionKey } from "../store/store.ts";
 import type { TurnResult } from "../types.ts";
 import { readJsonBody } from "./body.ts";
 import type { HandlerDeps } from "./deps.ts";
-import { HttpError, shuttingDown, storeUnavailable, toHttpError } from "./errors.ts";
+import { failedTurn, type HttpError, toHttpError } from "./errors.ts";
 import { type ChatRequest, parseChatRequest } from "./openai_request.ts";
 import {
   chunkBody,
@@ -25,7 +25,7 @@ import {
   usageChunk,
 } from "./openai_shape.ts";
 import { sseResponse, type SseSend } from "./sse.ts";
-import { modelFailure, type QueuedTurn, queueTurn } from "./turn_route.ts";
+import { type QueuedTurn, queueTurn } from "./turn_route.ts";
 
 /** A turn ready to run, and whether it keeps a session (the advice of a failure depends on it). */
 interface Prepared {
@@ -106,48 +106,22 @@ function idsOf(runId: string, created: number): CompletionIds {
   return { id: `chatcmpl-${runId}`, created };
 }
 
-/** The run's events to the trace, remembering the failure that ends a turn in `error`. */
-function tracing(deps: HandlerDeps, then: (event: RunEvent) => void = () => {}) {
-  const seen = { failure: null as RunEventData["error"] | null };
-  const emit = (event: RunEvent) => {
-    deps.emit(event);
-    if (event.event === "error") seen.failure = event.data;
-    then(event);
-  };
-  return { emit, seen };
-}
-
 /**
- * Why the turn has no answer to send: a model failure (502/504), the session database gone (503), the shutdown
- * (503) or the client gone (499, which nobody reads).
+ * The error of a turn without an answer (see {@linkcode failedTurn}), a model or store failure worded for an
+ * API client: the cause, how to retry (on a kept session, sending the same message again retries the turn).
  */
-function noAnswer(
-  result: TurnResult,
-  failure: RunEventData["error"] | null,
-  kept: boolean,
-  deps: HandlerDeps,
-): HttpError {
-  if (result.outcome === "aborted") {
-    return deps.shutdownSignal.aborted
-      ? shuttingDown()
-      : new HttpError(499, "client_closed_request", "The client closed the request");
-  }
+function noAnswer(result: TurnResult, kept: boolean): HttpError {
   const advice = kept ? "; send the same message again to retry the turn" : "";
-  if (failure?.kind === "store") {
-    const message = `The session database is unavailable: ${failure.message}${advice} (run ${result.runId})`;
-    return storeUnavailable(message, { details: { run_id: result.runId } });
-  }
-  const message = `The agent could not get an answer from its model: ${failure?.message ?? "unknown error"}` +
-    `${advice} (run ${result.runId})`;
-  return modelFailure(failure?.kind === "timeout", message, result.runId);
+  const cause = result.failure?.message ?? "unknown error";
+  const message = result.failure?.kind === "store"
+    ? `The session database is unavailable: ${cause}${advice} (run ${result.runId})`
+    : `The agent could not get an answer from its model: ${cause}${advice} (run ${result.runId})`;
+  return failedTurn(result, message);
 }
 
 async function jsonAnswer(prepared: Prepared, created: number, deps: HandlerDeps): Promise<Response> {
-  const { emit, seen } = tracing(deps);
-  const result = await prepared.run(emit);
-  if (result.outcome === "error" || result.outcome === "aborted") {
-    throw noAnswer(result, seen.failure, prepared.kept, deps);
-  }
+  const result = await prepared.run(deps.emit);
+  if (result.failure !== undefined) throw noAnswer(result, prepared.kept);
   const ids = idsOf(result.runId, created);
   return Response.json(completionBody(ids, result.answer, finishReason(result.outcome), result.usage));
 }
@@ -167,16 +141,15 @@ function streamAnswer(
     const json = (value: unknown) => send(JSON.stringify(value));
     let ids = idsOf("", created);
     const text = streamedText((content) => json(chunkBody(ids, { content }, null, includeUsage)));
-    const { emit, seen } = tracing(deps, (event) => {
+    const emit = (event: RunEvent) => {
+      deps.emit(event);
       if (event.event === "run_start") {
         ids = idsOf(event.run_id, created);
         json(chunkBody(ids, { role: "assistant", content: "" }, null, includeUsage));
       } else if (event.event === "answer") text.answer(event.data.text, event.step!);
-    });
+    };
     const result = await prepared.run(emit, (piece, step) => text.delta(piece, step));
-    if (result.outcome === "error" || result.outcome === "aborted") {
-      return sendError(noAnswer(result, seen.failure, prepared.kept, deps), send);
-    }
+    if (result.failure !== undefined) return sendError(noAnswer(result, prepared.kept), send);
     json(chunkBody(ids, {}, finishReason(result.outcome), includeUsage));
     if (includeUsage) json(usageChunk(ids, result.usage));
     send("[DONE]");

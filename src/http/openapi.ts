@@ -34,7 +34,10 @@ const DESCRIPTIONS: Record<number, string> = {
   415: "body is not application/json",
   429: "the session already has 8 turns waiting; see Retry-After",
   502: "the model failed (the body carries the run_id)",
-  503: "the server is shutting down, or runs or queues turns of 1,024 other sessions; see Retry-After",
+  503:
+    "the server is shutting down (a running turn too, once the grace period ends), runs or queues turns of " +
+    "1,024 other sessions, lost the session's lease mid-turn (session_lease_lost), or the session database " +
+    "went away (store_unavailable); see Retry-After",
   504: "the model timed out (the body carries the run_id)",
 };
 
@@ -146,7 +149,8 @@ export const OPENAPI = {
         session_id: str,
         run_id: str,
         turn: int,
-        outcome: { enum: ["answered", "max_steps", "empty", "aborted", "error", "awaiting_approval"] },
+        // A turn that ends "error" or "aborted" is answered with its error status instead (failedTurn()).
+        outcome: { enum: ["answered", "max_steps", "empty", "awaiting_approval"] },
         answer: str,
         tool_calls: array(object({ name: str, arguments: str, ok: bool })),
         usage: object({ prompt_tokens: intOrNull, completion_tokens: intOrNull, total_tokens: intOrNull }),

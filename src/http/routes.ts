@@ -14,7 +14,7 @@ import { AGENT_MODEL, modelList, modelNotFound, modelObject, openaiErrorResponse
 import { handleTrace } from "./trace_route.ts";
 import { handleTurn, queueKey, underLease } from "./turn_route.ts";
 import { handleApproval } from "./approval_route.ts";
-import { approvalCalls } from "../agent/approval.ts";
+import { approvalCalls } from "../approval/decisions.ts";
 import { handleIndex, handleWebFile } from "./web_route.ts";
 
 /** One route: a method, a path template such as `/v1/sessions/{id}/messages`, and its handler. */

@@ -1,0 +1,112 @@
+/**
+ * A turn's memory: the session's summary and raw history as the turn's requests are built from them, and
+ * the two hooks the loop calls — before each model request (compact if the request would not fit the token
+ * budget) and after the answer (a compaction due by the turn trigger, in the background). The loop owns no
+ * compaction state; this does.
+ * @module
+ */
+import type { BackgroundCompactions } from "./background.ts";
+import type { EventSink } from "../events.ts";
+import type { SessionKey, SessionStore } from "../store/store.ts";
+import type { Message, StoredMessage, ToolSchema } from "../types.ts";
+import { compactIfDue, type CompactionDeps, type CompactionResult, requestTokens } from "./compact.ts";
+import { defaultCompactBatch, estimateRequestTokens, overTurnLimit } from "./plan.ts";
+import type { Summarizer } from "./summarizer.ts";
+
+/** What the hooks need of the agent: its store, summarizer, thresholds and background runner. */
+export interface MemorySettings {
+  store: SessionStore;
+  summarizer: Summarizer;
+  /** AGENT_MAX_RAW_TURNS */
+  maxRawTurns: number;
+  /** AGENT_COMPACT_BATCH. @default {defaultCompactBatch(maxRawTurns)} */
+  compactBatch?: number;
+  /** AGENT_MAX_CTX_TOKENS */
+  maxCtxTokens: number;
+  /** Where a compaction due by the turn trigger runs, after the answer. */
+  compactions: BackgroundCompactions;
+}
+
+/** What every request of the turn carries besides the history and the summary. */
+export interface FixedRequest {
+  system: readonly Message[];
+  tools: readonly ToolSchema[];
+}
+
+/** One turn's view of its session's memory. */
+export class TurnMemory {
+  readonly key: SessionKey;
+  /** `sessions.summary` as the next request carries it: JSON text or null. */
+  summary: string | null;
+  /** The raw messages, oldest first: the stored ones and those this turn added. */
+  history: StoredMessage[];
+  readonly #settings: MemorySettings;
+  readonly #fixed: FixedRequest;
+  readonly #now: () => Date;
+  /** A failed (or impossible) compaction is not retried within the turn: one summary call per problem. */
+  #compacting = true;
+  /** Estimated tokens of the next request, kept up to date as messages are added: no re-count per step. */
+  #tokens: number;
+
+  constructor(
+    state: { key: SessionKey; summary: string | null; history: StoredMessage[] },
+    fixed: FixedRequest,
+    settings: MemorySettings,
+    now: () => Date,
+  ) {
+    this.key = state.key;
+    this.summary = state.summary;
+    this.history = state.history;
+    this.#fixed = fixed;
+    this.#settings = settings;
+    this.#now = now;
+    this.#tokens = requestTokens(state, fixed);
+  }
+
+  /** The turn stored `messages`: the next request carries them. */
+  added(messages: readonly StoredMessage[]): void {
+    this.history.push(...messages);
+    this.#tokens += estimateRequestTokens(messages);
+  }
+
+  /**
+   * The before-request hook: compacts when the next request would not fit the token budget (a compaction
+   * due by the turn trigger alone waits for {@linkcode TurnMemory.afterAnswer}); null when nothing was due.
+   * Never rejects for a summary problem: the result says it failed, and it is not tried again this turn.
+   */
+  async beforeRequest(signal?: AbortSignal): Promise<CompactionResult | null> {
+    if (!this.#compacting || this.#tokens <= this.#settings.maxCtxTokens) return null;
+    const compaction = await compactIfDue(this, this.#fixed, this.#deps(signal, true));
+    if (compaction === null) return null;
+    this.summary = compaction.state.summary;
+    this.history = compaction.state.history;
+    this.#compacting = compaction.event.ok;
+    if (compaction.event.ok) this.#tokens = compaction.event.tokens_after;
+    return compaction;
+  }
+
+  /**
+   * The after-answer hook: starts a compaction due by the turn trigger in the background. It plans on the
+   * session as stored when it starts (an earlier compaction or a newer turn may have changed it), and hands
+   * what it did to `report` with the sink its events go to (the trace).
+   */
+  afterAnswer(report: (compaction: CompactionResult, emit: EventSink) => void): void {
+    const { store, maxRawTurns, compactBatch = defaultCompactBatch(maxRawTurns), compactions } =
+      this.#settings;
+    if (!overTurnLimit(this.history, maxRawTurns, compactBatch)) return;
+    const key = this.key;
+    compactions.start(key, async (emit, signal) => {
+      const session = await store.get(key);
+      if (session === null) return; // deleted meanwhile
+      const state = { key, summary: session.summary, history: await store.messages(key) };
+      const compaction = await compactIfDue(state, this.#fixed, this.#deps(signal, false));
+      if (compaction !== null) report(compaction, emit);
+    });
+  }
+
+  #deps(signal: AbortSignal | undefined, tokensOnly: boolean): CompactionDeps {
+    const { store, summarizer, maxRawTurns, maxCtxTokens } = this.#settings;
+    const { compactBatch = defaultCompactBatch(maxRawTurns) } = this.#settings;
+    return { store, summarizer, maxRawTurns, compactBatch, maxCtxTokens, now: this.#now, signal, tokensOnly };
+  }
+}

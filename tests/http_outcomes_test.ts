@@ -1,0 +1,182 @@
+/**
+ * Every way a turn ends, driven through both APIs on a kept session: the sessions API
+ * (`POST /v1/sessions/{id}/messages`) and the OpenAI-compatible route (`X-Session-Id`) answer it with the
+ * same status and error code, JSON and streamed alike (the stream's last frame carries that error).
+ */
+import assert from "node:assert/strict";
+import { parseApprovalPolicy } from "../src/approval/policy.ts";
+import { LlmError, StoreUnavailableError } from "../src/errors.ts";
+import { type LeaseStore, SessionLeases } from "../src/store/session_leases.ts";
+import { type HttpHarness, httpHarness, parseSse, postMessage, until } from "./_http_harness.ts";
+
+type Api = "sessions" | "openai";
+
+/** The request of `api` for `message` on session `session`, JSON or streamed. */
+function request(api: Api, session: string, message: string, stream: boolean): Request {
+  if (api === "sessions") {
+    return postMessage(session, { message }, stream ? { accept: "text/event-stream" } : {});
+  }
+  return new Request("http://agent.test/v1/chat/completions", {
+    method: "POST",
+    headers: { "content-type": "application/json", "x-session-id": session },
+    body: JSON.stringify({ model: "mini-agent", messages: [{ role: "user", content: message }], stream }),
+  });
+}
+
+/** The status the OpenAI route's error codes stand for (its stream's error frame carries no status). */
+const OPENAI_STATUS: Record<string, number> = {
+  llm_error: 502,
+  llm_timeout: 504,
+  store_unavailable: 503,
+  shutting_down: 503,
+  session_lease_lost: 503,
+};
+
+const GONE = { status: 499, code: "client_closed_request" };
+
+/**
+ * What a client sees of a response: its status and error code. A stream answers 200; it ends with `[DONE]`
+ * (sessions API: `run_end`) after an answer, else with an error frame that says the status JSON would have
+ * had — or with neither when the client went away (nobody reads a frame then), seen here as the 499.
+ */
+async function seen(
+  api: Api,
+  response: Response,
+  stream: boolean,
+): Promise<{ status: number; code: string | null }> {
+  const text = await response.text();
+  if (response.status === 499) return GONE;
+  if (!stream || response.status !== 200) {
+    return { status: response.status, code: JSON.parse(text).error?.code ?? null };
+  }
+  if (api === "sessions") {
+    const last = parseSse(text).at(-1)!;
+    if (last.event === "error") {
+      const error = last.data.error as { code: string; status: number };
+      return { status: error.status, code: error.code };
+    }
+    const outcome = (last.data.data as { outcome: string }).outcome;
+    return outcome === "aborted" ? GONE : { status: 200, code: null };
+  }
+  const last = text.split("\n\n").filter((f) => f !== "").at(-1)!.slice("data: ".length);
+  if (last === "[DONE]") return { status: 200, code: null };
+  const { error } = JSON.parse(last);
+  return error === undefined ? GONE : { status: OPENAI_STATUS[error.code], code: error.code };
+}
+
+/** One way for a turn to end: how to set it up, what to ask, how to end it once it runs, what both APIs say. */
+interface Outcome {
+  name: string;
+  message: string;
+  setup?: (h: HttpHarness) => void;
+  /** Runs once the model was called, while it is held. */
+  during?: (h: HttpHarness, client: AbortController) => void;
+  status: number;
+  code: string | null;
+}
+
+const OUTCOMES: Outcome[] = [
+  { name: "answered", message: "hello", status: 200, code: null },
+  {
+    name: "max_steps",
+    message: "what is 1+1?",
+    setup: (h) => (h.deps.agent.maxSteps = 1),
+    status: 200,
+    code: null,
+  },
+  {
+    name: "awaiting_approval",
+    message: "what is 2+2?",
+    setup: (h) => (h.deps.agent.approval = parseApprovalPolicy({ tools: { calculator: "ask" } })),
+    status: 200,
+    code: null,
+  },
+  {
+    name: "error: the model failed",
+    message: "hello",
+    setup: (h) => (h.llm.fail = new LlmError("LLM request failed: HTTP 500", { kind: "http", status: 500 })),
+    status: 502,
+    code: "llm_error",
+  },
+  {
+    name: "error: the model timed out",
+    message: "hello",
+    setup: (h) => (h.llm.fail = new LlmError("LLM request timed out after 60s", { kind: "timeout" })),
+    status: 504,
+    code: "llm_timeout",
+  },
+  {
+    name: "error: the session database went away",
+    message: "what is 3+3?",
+    setup: (h) => {
+      const append = h.store.append.bind(h.store);
+      let appends = 0;
+      h.store.append = (key, messages) =>
+        ++appends === 2
+          ? Promise.reject(new StoreUnavailableError("the session database sqlite:test is unavailable"))
+          : append(key, messages);
+    },
+    status: 503,
+    code: "store_unavailable",
+  },
+  {
+    name: "aborted: the shutdown's grace period ended",
+    message: "hello",
+    setup: (h) => (h.llm.hold = true),
+    during: (h) => h.shutdown.abort(),
+    status: 503,
+    code: "shutting_down",
+  },
+  {
+    name: "aborted: the client went away",
+    message: "hello",
+    setup: (h) => (h.llm.hold = true),
+    during: (_h, client) => client.abort(),
+    status: 499,
+    code: "client_closed_request",
+  },
+  {
+    name: "aborted: the lease was lost",
+    message: "hello",
+    setup: (h) => {
+      const leaky: LeaseStore = {
+        acquireLease: (key, owner, ttl) => h.store.acquireLease(key, owner, ttl),
+        renewLease: () => Promise.resolve(false),
+        releaseLease: (key, owner) => h.store.releaseLease(key, owner),
+      };
+      h.deps.leases = new SessionLeases(leaky, { owner: "here", ttlMs: 30, minPollMs: 5, maxPollMs: 10 });
+      h.llm.hold = true;
+    },
+    status: 503,
+    code: "session_lease_lost",
+  },
+];
+
+for (const outcome of OUTCOMES) {
+  Deno.test(`both APIs answer a turn that ends "${outcome.name}" with ${outcome.status}, JSON and streamed`, async () => {
+    const answers: Record<string, { status: number; code: string | null }> = {};
+    for (const api of ["sessions", "openai"] as const) {
+      for (const stream of [false, true]) {
+        using h = httpHarness();
+        outcome.setup?.(h);
+        const client = new AbortController();
+        const sent = request(api, `${api}-${stream}`, outcome.message, stream);
+        const response = h.handler(new Request(sent, { signal: client.signal }));
+        if (outcome.during !== undefined) {
+          await until(() => h.llm.calls === 1, "the model call");
+          outcome.during(h, client);
+        }
+        // Every held model call ends by an abort: read to the end first, let go of nothing before.
+        answers[`${api} ${stream ? "stream" : "json"}`] = await seen(api, await response, stream);
+        h.llm.release();
+      }
+    }
+    const expected = { status: outcome.status, code: outcome.code };
+    assert.deepEqual(answers, {
+      "sessions json": expected,
+      "sessions stream": expected,
+      "openai json": expected,
+      "openai stream": expected,
+    });
+  });
+}
