@@ -4,6 +4,7 @@
  * @module
  */
 import { ConfigError } from "./errors.ts";
+import { parseAllowedHosts } from "./http/host_guard.ts";
 import { parseDatabaseUrl } from "./store/database_url.ts";
 
 /** Shortest API token accepted: shorter ones can be guessed. */
@@ -21,6 +22,7 @@ export type Kind =
   | "host"
   | "port"
   | "tokens"
+  | "hosts"
   | "database";
 
 /** What {@linkcode parseValue} needs of a setting: the field it sets, its kind, its least value. */
@@ -49,6 +51,7 @@ const EXPECTED: Record<Kind, string> = {
   host: "a host name or IP address",
   port: "a port number from 0 to 65535",
   tokens: "comma-separated token:user_id pairs (user ids of letters, digits and . _ : -)",
+  hosts: "comma-separated host names, each with an optional :port",
   database: "postgres://user@host:port/database or unset",
 };
 
@@ -96,6 +99,12 @@ export function parseValue(name: string, setting: ValueRule, raw: string): unkno
     }
     case "tokens":
       return parseTokens(raw, fail);
+    case "hosts":
+      try {
+        return Object.freeze(parseAllowedHosts(raw));
+      } catch (error) {
+        throw fail((error as TypeError).message);
+      }
     case "database":
       try {
         if (raw.trim() !== "") parseDatabaseUrl(raw.trim());

@@ -36,6 +36,8 @@ export interface Config {
   port: number;
   /** Bearer tokens and the user each stands for; empty means no auth (loopback only). */
   apiTokens: readonly ApiToken[];
+  /** Host names served without tokens besides loopback ones, each `name` or `name:port` (a proxy's). */
+  allowedHosts: readonly string[];
   maxBodyBytes: number;
   shutdownGraceSeconds: number;
   /** Stream answers token by token (REPL and SSE requests). */
@@ -162,6 +164,12 @@ export const SETTINGS: Readonly<Record<string, Setting>> = {
     "tokens",
     "",
     `serve: comma-separated token:user_id pairs, tokens of ${MIN_TOKEN_CHARS}+ characters; unset = no auth, loopback only`,
+  ),
+  AGENT_ALLOWED_HOSTS: setting(
+    "allowedHosts",
+    "hosts",
+    "",
+    "serve: comma-separated host names (name or name:port) served without tokens besides 127.0.0.1, localhost and [::1], and whose pages may send requests: a proxy's",
   ),
   AGENT_MAX_BODY_BYTES: setting(
     "maxBodyBytes",

@@ -124,6 +124,7 @@ async function serve(config: Readonly<Config>): Promise<number> {
         },
         emit: (event) => runtime.tracer.write(event),
         authenticator: new Authenticator(config.apiTokens),
+        hosts: { allowed: config.allowedHosts },
         queue: new SessionQueue({ maxWaiting: MAX_QUEUED_TURNS }),
         leases: runtime.leases,
         maxBodyBytes: config.maxBodyBytes,

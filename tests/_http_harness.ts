@@ -158,6 +158,8 @@ export function httpHarness(
     },
     emit: (event) => tracer.write(event),
     authenticator: new Authenticator(options.tokens ?? []),
+    // The tests' requests name this host; a served harness listens on loopback.
+    hosts: { allowed: ["agent.test"] },
     queue: new SessionQueue({ maxWaiting: options.maxWaiting ?? 8 }),
     maxBodyBytes: options.maxBodyBytes ?? 65536,
     tracePath,

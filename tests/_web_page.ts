@@ -45,6 +45,8 @@ export interface WithPageOptions {
    * @default {undefined}
    */
   policy?: unknown;
+  /** More Chromium flags, such as `--host-resolver-rules`. @default {[]} */
+  browserArgs?: string[];
 }
 
 /** A served page: `serve` (its real permissions) on a free port, and a browser page on it. */
@@ -53,7 +55,7 @@ export async function withPage(
   fn: (page: Page, url: string, context: PageContext) => Promise<void>,
   options: WithPageOptions = {},
 ): Promise<void> {
-  const { policy } = options;
+  const { policy, browserArgs = [] } = options;
   using dir = tempDir();
   const provider = startFakeProvider();
   const probe = Deno.listen({ hostname: "127.0.0.1", port: 0 });
@@ -81,7 +83,7 @@ export async function withPage(
     browser = await puppeteer.launch({
       executablePath: browserPath!,
       headless: true,
-      args: ["--no-sandbox", "--disable-gpu", "--no-first-run"],
+      args: ["--no-sandbox", "--disable-gpu", "--no-first-run", ...browserArgs],
     });
     const page = await browser.newPage();
     await page.setViewport({ width: 1280, height: 860 });

@@ -25,6 +25,7 @@ Deno.test("loadConfig() gives every documented default for an empty environment"
     host: "127.0.0.1",
     port: 8787,
     apiTokens: [],
+    allowedHosts: [],
     maxBodyBytes: 65536,
     shutdownGraceSeconds: 10,
     stream: true,

@@ -713,6 +713,7 @@ function handlerFor(rig: Rig, logs: string[]): (request: Request) => Promise<Res
     openEphemeral,
     emit,
     authenticator: new Authenticator([]),
+    hosts: { allowed: ["agent.test"] },
     queue: new SessionQueue({ maxWaiting: 8 }),
     maxBodyBytes: 65536,
     tracePath: rig.tracePath,

@@ -6,6 +6,7 @@ import type { SessionLeases } from "../store/session_leases.ts";
 import type { SessionStore } from "../store/store.ts";
 import type { ToolRegistry } from "../tools/registry.ts";
 import type { Authenticator } from "./auth.ts";
+import type { HostRules } from "./host_guard.ts";
 import type { SessionQueue } from "./session_queue.ts";
 
 /** The handler's dependencies; the store is `agent.store`. */
@@ -20,6 +21,11 @@ export interface HandlerDeps {
   /** Receives every run event (the trace). */
   emit: EventSink;
   authenticator: Authenticator;
+  /**
+   * The names served without tokens besides loopback ones, and the listening port (set by `serveHttp`):
+   * see `host_guard.ts`. @default {{}} (loopback names on any port)
+   */
+  hosts?: HostRules;
   queue: SessionQueue;
   /**
    * The session leases every write of a session's turn (and a delete) runs under, so two servers on one

@@ -5,12 +5,16 @@
  */
 import type { HandlerDeps } from "./deps.ts";
 import { HttpError, shuttingDown, toHttpError } from "./errors.ts";
+import { checkHostAndOrigin } from "./host_guard.ts";
 import { createRoutes, type Route } from "./routes.ts";
 
 /** The one line the handler logs per request, `POST /v1/sessions/a/messages 200 104ms`; other lines differ. */
 export const REQUEST_LINE = /^[A-Z]+ \S+ \d{3} \d+ms$/;
 
-/** Builds the handler. The returned function never rejects: every failure becomes a JSON error response. */
+/**
+ * Builds the handler. The returned function never rejects: every failure becomes a JSON error response.
+ * Before any route, a request of a host or an origin `host_guard.ts` refuses gets its 403.
+ */
 export function createHandler(deps: HandlerDeps): (request: Request) => Promise<Response> {
   const match = compile(createRoutes(deps));
   return async (request) => {
@@ -20,6 +24,7 @@ export function createHandler(deps: HandlerDeps): (request: Request) => Promise<
     let response: Response;
     try {
       if (deps.isShuttingDown()) throw shuttingDown({ headers: { "Retry-After": "5" } });
+      checkHostAndOrigin(request, deps.hosts ?? {}, deps.authenticator.enabled);
       if ("error" in found) throw found.error;
       response = await found.route.handle(request, found.params);
     } catch (error) {

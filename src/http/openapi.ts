@@ -25,6 +25,8 @@ const DESCRIPTIONS: Record<number, string> = {
   400: "malformed JSON, missing or non-string message, invalid session id, a bad trace limit or cursor, or " +
     "decisions that do not name exactly the waiting calls with approve or deny",
   401: "missing or unknown bearer token",
+  403: "without tokens, a Host that is not loopback on the listening port nor in AGENT_ALLOWED_HOSTS " +
+    "(host_not_allowed); a POST or DELETE whose Origin is another site's page (origin_not_allowed)",
   404: "unknown route, or the caller has no session of that id (session ids are per user)",
   405: "method not allowed on this path",
   409:
@@ -41,8 +43,10 @@ const DESCRIPTIONS: Record<number, string> = {
   504: "the model timed out (the body carries the run_id)",
 };
 
+/** The error responses of `statuses`, and the 403 of the host and origin rules, which every route has. */
 function errors(statuses: number[]) {
-  return Object.fromEntries(statuses.map((status) => [status, json(ref("Error"), DESCRIPTIONS[status])]));
+  const all = [...new Set([...statuses, 403])].sort();
+  return Object.fromEntries(all.map((status) => [status, json(ref("Error"), DESCRIPTIONS[status])]));
 }
 
 /** An operation: `summary`, then `extra` (security, request body), then a 200 of `ok` and the errors. */
@@ -71,7 +75,8 @@ function openaiErrors(statuses: number[]) {
       "client tools, or an invalid session id",
     404: "a model other than mini-agent (`model_not_found`)",
   };
-  return Object.fromEntries(statuses.map((status) => [status, json(ref("OpenAIError"), described[status])]));
+  const all = [...new Set([...statuses, 403])].sort();
+  return Object.fromEntries(all.map((status) => [status, json(ref("OpenAIError"), described[status])]));
 }
 
 const sessionHeader = {

@@ -60,7 +60,14 @@ export function serveHttp(
   }
   const turns = new AbortController();
   let stopping = false;
-  const handler = createHandler({ ...deps, shutdownSignal: turns.signal, isShuttingDown: () => stopping });
+  // Loopback names are served on the listening port alone: known once the first listener is bound.
+  const hosts = { ...deps.hosts, port: undefined as number | undefined };
+  const handler = createHandler({
+    ...deps,
+    hosts,
+    shutdownSignal: turns.signal,
+    isShuttingDown: () => stopping,
+  });
   // Every listener that may still hold connections: the current one and those draining after a failure.
   const servers = new Set<Deno.HttpServer<Deno.NetAddr>>();
   let retry: ReturnType<typeof setTimeout> | undefined;
@@ -72,6 +79,7 @@ export function serveHttp(
     return server;
   };
   const first = start(port, true);
+  hosts.port = first.addr.port;
   const address = `${hostname}:${first.addr.port}`;
   const acceptFailed = (server: Deno.HttpServer<Deno.NetAddr>, error: unknown) => {
     if (stopping) return;
