@@ -4,7 +4,8 @@
  * Built on the three lease methods of {@linkcode SessionStore} alone, so every store works the same.
  * @module
  */
-import { abortable, abortError, delay } from "../abort.ts";
+import { abortable, abortError } from "../abort.ts";
+import { type Clock, SYSTEM_CLOCK } from "../clock.ts";
 import { LeaseLostError } from "../errors.ts";
 import type { SessionKey, SessionStore } from "./store.ts";
 
@@ -32,6 +33,10 @@ export interface SessionLeasesOptions {
    * @default {() => false}
    */
   processGone?: (owner: string) => boolean;
+  /** The time, the pauses between tries and the renewal waits. @default {SYSTEM_CLOCK} */
+  clock?: Clock;
+  /** A number in [0, 1) for the jitter of the pauses between tries. @default {Math.random} */
+  random?: () => number;
 }
 
 /** Options of {@linkcode SessionLeases.hold}. */
@@ -66,7 +71,8 @@ interface Held {
   /** Resolves once released (or given up): a take that waits for its turn behind this one. */
   done: Promise<void>;
   finished: () => void;
-  timer?: ReturnType<typeof setTimeout>;
+  /** The renewal loop, running while the lease is held; it ends when `stop` aborts. */
+  renewing?: Promise<void>;
 }
 
 /** The host part of an owner when this process may not read its host name: it judges no other process. */
@@ -114,11 +120,14 @@ export class SessionLeases {
   readonly #processGone: (owner: string) => boolean;
   /** This process's host as its owner names it; undefined when unknown. */
   readonly #host: string | undefined;
+  readonly #clock: Clock;
+  readonly #random: () => number;
 
   /** @throws {RangeError} when a duration is not a finite number > 0, or the polls are out of order. */
   constructor(store: LeaseStore, options: SessionLeasesOptions = {}) {
     const { ttlMs = 30_000, owner = processOwner(), minPollMs = 25, maxPollMs = 100 } = options;
-    const { fairShareMs = 2000, processGone = () => false } = options;
+    const { fairShareMs = 2000, processGone = () => false, clock = SYSTEM_CLOCK, random = Math.random } =
+      options;
     for (const [name, value] of Object.entries({ ttlMs, minPollMs, maxPollMs, fairShareMs })) {
       if (!(value > 0) || !Number.isFinite(value)) {
         throw new RangeError(
@@ -138,6 +147,8 @@ export class SessionLeases {
     this.#maxPollMs = maxPollMs;
     this.#fairShareMs = fairShareMs;
     this.#processGone = processGone;
+    this.#clock = clock;
+    this.#random = random;
     const host = /^([^:]+):\d+:\d+:[0-9a-f]{8}$/.exec(owner)?.[1];
     this.#host = host === UNKNOWN_HOST ? undefined : host;
   }
@@ -169,7 +180,7 @@ export class SessionLeases {
     const name = `${key.userId}\u0000${key.sessionId}`; // NUL cannot occur in an id
     let held = this.#held.get(name);
     // Kept too long through overlapping works: this one waits for a new take, after the running ones.
-    if (held !== undefined && held.count > 0 && Date.now() - held.since >= this.#fairShareMs) {
+    if (held !== undefined && held.count > 0 && this.#clock.now() - held.since >= this.#fairShareMs) {
       const previous = held;
       held = this.#take(key, name, onWait, previous.done);
       this.#held.set(name, held);
@@ -212,7 +223,7 @@ export class SessionLeases {
       stop: new AbortController(),
       waiting: false,
       expiresAt: 0,
-      streakStart: Date.now(),
+      streakStart: this.#clock.now(),
       since: Number.POSITIVE_INFINITY,
       done,
       finished,
@@ -220,22 +231,24 @@ export class SessionLeases {
     held.taken = (async () => {
       await after;
       await this.#releasing.get(name);
-      await this.#stepAside(name, held);
+      const streakGoesOn = await this.#stepAside(name, held);
       let pause = this.#minPollMs;
       for (;;) {
-        const started = Date.now();
+        const started = this.#clock.now();
         const take = await this.#store.acquireLease(key, held.owner, this.#ttlMs);
         if (take.taken || await this.#takeFromGone(key, held.owner, take.holder)) {
           held.expiresAt = started + this.#ttlMs;
-          held.since = Date.now();
-          this.#renewLater(name, held);
+          held.since = this.#clock.now();
+          // A streak starts when the lease is taken, not when the wait for it began.
+          if (!streakGoesOn) held.streakStart = held.since;
+          held.renewing = this.#renew(name, held);
           return;
         }
         if (!held.waiting) {
           held.waiting = true;
           onWait?.();
         }
-        await delay(pause * (0.75 + Math.random() / 2), held.stop.signal);
+        await this.#clock.sleep(pause * (0.75 + this.#random() / 2), held.stop.signal);
         pause = Math.min(pause * 2, this.#maxPollMs);
       }
     })();
@@ -264,43 +277,51 @@ export class SessionLeases {
   /**
    * Taken again right after a release, the session stays this process's: after `fairShareMs` of that, if
    * another process asked for it meanwhile, wait long enough for every waiting process to try once (a
-   * jittered poll is at most 1.25 × `maxPollMs`).
+   * jittered poll is at most 1.25 × `maxPollMs`). True when the take goes on with the last one's streak.
    */
-  async #stepAside(name: string, held: Held): Promise<void> {
+  async #stepAside(name: string, held: Held): Promise<boolean> {
     const released = this.#released.get(name);
     this.#released.delete(name);
-    const now = Date.now();
-    held.streakStart = now;
-    if (released === undefined || now - released.at > this.#maxPollMs) return;
+    const now = this.#clock.now();
+    if (released === undefined || now - released.at > this.#maxPollMs) return false;
     if (now - released.streakStart < this.#fairShareMs || !released.wanted) {
       held.streakStart = released.streakStart;
-      return;
+      return true;
     }
     this.#stepsAside++;
-    await delay(this.#maxPollMs * 1.25 + this.#minPollMs, held.stop.signal);
-    held.streakStart = Date.now();
+    await this.#clock.sleep(this.#maxPollMs * 1.25 + this.#minPollMs, held.stop.signal);
+    return false;
   }
 
-  #renewLater(name: string, held: Held): void {
-    if (held.stop.signal.aborted) return;
+  /**
+   * Renews the lease every third of its time until `held.stop` aborts (released, or lost: then the works'
+   * signal aborts with a {@linkcode LeaseLostError}). A renewal the store does not answer keeps the lease
+   * while it cannot have expired before the next try.
+   */
+  async #renew(name: string, held: Held): Promise<void> {
     const every = this.#ttlMs / 3;
-    held.timer = setTimeout(async () => {
-      const started = Date.now();
+    for (;;) {
+      try {
+        await this.#clock.sleep(every, held.stop.signal);
+      } catch {
+        return; // released or given up
+      }
+      const started = this.#clock.now();
       let kept: boolean;
       let cause: unknown;
       try {
         kept = await this.#store.renewLease(held.key, held.owner, this.#ttlMs);
         if (kept) held.expiresAt = started + this.#ttlMs;
       } catch (error) {
-        // The store did not answer: the lease is still ours if it cannot have expired before the next try.
         cause = error;
-        kept = Date.now() + every < held.expiresAt;
+        kept = this.#clock.now() + every < held.expiresAt;
       }
       if (held.stop.signal.aborted) return; // given up meanwhile
-      if (kept) return this.#renewLater(name, held);
+      if (kept) continue;
       if (this.#held.get(name) === held) this.#held.delete(name);
       held.stop.abort(new LeaseLostError(held.key.sessionId, { cause }));
-    }, every);
+      return;
+    }
   }
 
   /** After the last work: stops renewing and releases the lease (unless lost); a new take waits for it. */
@@ -310,7 +331,7 @@ export class SessionLeases {
     held.stop.abort(new Error("released"));
     const release = (async () => {
       const taken = await held.taken.then(() => true, () => false);
-      clearTimeout(held.timer);
+      await held.renewing; // ends at once: `stop` aborted above
       // A failed release is not an error of the work: the lease expires by itself.
       if (!taken || lost) return;
       const wanted = await this.#store.releaseLease(held.key, held.owner).catch(() => false);
@@ -323,7 +344,7 @@ export class SessionLeases {
   }
 
   #remember(name: string, streakStart: number, wanted: boolean): void {
-    const at = Date.now();
+    const at = this.#clock.now();
     this.#released.set(name, { at, streakStart, wanted });
     // Only the last moments matter: older entries go once there are many.
     if (this.#released.size <= 256) return;
