@@ -56,13 +56,23 @@ async function startServe(dir: string, baseUrl: string, extra: Record<string, st
  * `clients` concurrent clients of sequential turns, client `k` on `origins[k % n]` (replicas); on one `shared`
  * session 429s wait for `Retry-After`.
  */
-async function runLoad(origins: readonly string[], clients: number, turnsPerClient: number, shared?: string) {
+async function runLoad(
+  origins: readonly string[],
+  clients: number,
+  turnsPerClient: number,
+  shared?: string,
+  plan: LoadPlan = {},
+) {
+  const { deadline = Infinity, sharedAmong = clients } = plan;
   const [latencies, turnLatencies]: number[][] = [[], []];
-  let [errors, status429, wrongAnswers] = [0, 0, 0];
+  let [errors, status429, gaveUp, wrongAnswers] = [0, 0, 0, 0];
+  /** Each failed answer's status (`fetch` for a request that got none), and how many. */
+  const failures: Record<string, number> = {};
   const client = async (k: number) => {
     const origin = origins[k % origins.length];
-    const url = `${origin}/v1/sessions/${shared ?? `load-${clients}-${k}`}/messages`;
-    for (let t = 0; t < turnsPerClient; t++) {
+    const session = shared !== undefined && k < sharedAmong ? shared : `load-${clients}-${k}`;
+    const url = `${origin}/v1/sessions/${session}/messages`;
+    for (let t = 0; t < turnsPerClient && performance.now() < deadline; t++) {
       const body = JSON.stringify({ message: `what is ${k + 1}*(${t + 2}+4)?` });
       const headers = { "content-type": "application/json" };
       const firstAttempt = performance.now();
@@ -71,12 +81,17 @@ async function runLoad(origins: readonly string[], clients: number, turnsPerClie
         const response = await fetch(url, { method: "POST", headers, body }).catch(() => null);
         const text = await response?.text();
         if (response?.status === 429) status429++;
-        if (response?.status === 429 && shared !== undefined && attempt < 100) {
-          await delay(Number(response.headers.get("retry-after") || 1) * 1000);
-          continue;
-        }
-        if (response?.status !== 200) errors++;
-        else {
+        if (response?.status === 429 && session === shared) {
+          if (attempt < 100 && performance.now() < deadline) {
+            await delay(Number(response.headers.get("retry-after") || 1) * 1000);
+            continue;
+          }
+          gaveUp++;
+        } else if (response?.status !== 200) {
+          errors++;
+          const status = response === null ? "fetch" : String(response!.status);
+          failures[status] = (failures[status] ?? 0) + 1;
+        } else {
           latencies.push(performance.now() - started);
           turnLatencies.push(performance.now() - firstAttempt);
           if (!text!.includes(String((k + 1) * (t + 6)))) wrongAnswers++;
@@ -97,9 +112,20 @@ async function runLoad(origins: readonly string[], clients: number, turnsPerClie
     /** From a turn's first attempt to its 200, waits after 429s included. */
     turnLatency: distribution(turnLatencies),
     errors,
+    failures,
     status429,
+    /** Turns on the shared session still refused with 429 after 100 waits, or at the deadline: not errors. */
+    gaveUp,
     wrongAnswers,
   };
+}
+
+/** How {@linkcode runLoad} ends and shares: by a `performance.now()` deadline; the first `sharedAmong` clients on the shared session. */
+interface LoadPlan {
+  /** @default {Infinity} (after `turnsPerClient` turns) */
+  deadline?: number;
+  /** @default {clients} (all of them) */
+  sharedAmong?: number;
 }
 
 /** The floor of a load: the same clients sending a turn's two requests straight to the provider. */
@@ -251,3 +277,78 @@ export async function measureStartup(options: { repeats?: number } = {}) {
 export type HttpResult = Awaited<ReturnType<typeof measureHttp>>;
 export type MemoryResult = Awaited<ReturnType<typeof measureMemory>>;
 export type StartupResult = Awaited<ReturnType<typeof measureStartup>>;
+
+/** Options of {@linkcode measureSustained}. */
+export interface SustainedOptions {
+  /** How long the load runs. @default {300_000} (5 minutes) */
+  durationMs?: number;
+  /** Concurrent clients of sequential turns. @default {64} */
+  clients?: number;
+  /** Of them, on one shared session (the rest on one session each). @default {20} */
+  sharedClients?: number;
+  /** The provider's fixed latency per response. @default {50} */
+  latencyMs?: number;
+  /** How long serve idles after the load before the last reading. @default {30_000} */
+  idleMs?: number;
+  /** Readings of VmRSS during the load, evenly spread. @default {10} */
+  samples?: number;
+}
+
+/**
+ * `serve` under a sustained load: `clients` (`sharedClients` of them on one session, whose 429s wait for
+ * `Retry-After`) doing turns for `durationMs`; VmRSS read `samples` times on the way, its peak (VmHWM) over
+ * the whole load, and VmRSS `idleMs` after it ended, so a figure that rises with run length shows.
+ */
+export async function measureSustained(options: SustainedOptions = {}) {
+  const { durationMs = 300_000, clients = 64, sharedClients = 20, latencyMs = 50 } = options;
+  const { idleMs = 30_000, samples = 10 } = options;
+  await using cleanup = new AsyncDisposableStack();
+  const provider = await startProvider(latencyMs);
+  cleanup.defer(() => provider.close());
+  const temp = await makeTempDir("mra-bench-sustained-");
+  cleanup.defer(() => temp.remove());
+  const server = await startServe(temp.path, provider.url);
+  cleanup.defer(async () => void await server.stop());
+  const { pid } = server.process;
+  await runLoad([server.origin], 4, 2); // Unmeasured: compiles the handler and the loop.
+  await resetPeakMemory(pid);
+  const started = performance.now();
+  const deadline = started + durationMs;
+  const load = runLoad([server.origin], clients, Number.MAX_SAFE_INTEGER, "sustained-shared", {
+    deadline,
+    sharedAmong: sharedClients,
+  });
+  /** VmRSS in MiB by when it was read, `"30s"`: the report prints one line each. */
+  const rssMiB: Record<string, number> = {};
+  for (let i = 1; i <= samples; i++) {
+    await delay(Math.max(0, started + (durationMs * i) / samples - performance.now()));
+    const atS = Number(((performance.now() - started) / 1000).toFixed(1));
+    rssMiB[`${atS}s`] = (await processMemory(pid)).rssMiB;
+  }
+  const result = await load;
+  const { peakMiB, rssMiB: endMiB } = await processMemory(pid);
+  await delay(idleMs);
+  const idleRssMiB = (await processMemory(pid)).rssMiB;
+  const exitCode = await server.stop();
+  const { turns, turnsPerSecond, errors, failures, status429, gaveUp, wrongAnswers, turnLatency } = result;
+  return {
+    durationS: durationMs / 1000,
+    clients,
+    sharedClients,
+    latencyMs,
+    turns,
+    turnsPerSecond,
+    turnLatency,
+    errors,
+    failures,
+    status429,
+    gaveUp,
+    wrongAnswers,
+    rssMiB,
+    peakRssMiB: peakMiB,
+    endRssMiB: endMiB,
+    idleS: idleMs / 1000,
+    idleRssMiB,
+    exitCode,
+  };
+}

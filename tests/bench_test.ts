@@ -18,6 +18,7 @@ import {
   measureOverhead,
   measureRuntimeWork,
   measureStartup,
+  measureSustained,
   openBenchRuntime,
 } from "../scripts/bench.ts";
 
@@ -217,4 +218,40 @@ Deno.test("judgeTargets() meets HTTP at 90% / 80% of ideal and its RSS at 150 MB
   assert.equal(judge([row(16, 0.9, 90), row(64, 0.8, 144)]).httpRss, false);
   assert.equal(judge([row(16, 0.9, 90), row(64, 0.8, 120, 144)]).httpRss, false);
   assert.equal(judge([row(16, 0.9, 90)]).httpRss, null);
+});
+
+Deno.test("judgeTargets() meets the sustained load's RSS at 200 MiB peak and 120 MiB 30 s after, with no errors", () => {
+  const judge = (peakRssMiB: number, idleRssMiB: number, errors = 0) => {
+    const sustained = { peakRssMiB, idleRssMiB, errors } as unknown as BenchReport["sustained"];
+    return judgeTargets({ mode: "quick", machine: "x", seconds: 1, sustained }).sustainedRss;
+  };
+  assert.equal(judge(200, 120), true);
+  assert.equal(judge(200.5, 100), false);
+  assert.equal(judge(150, 120.5), false);
+  assert.equal(judge(150, 100, 1), false);
+  assert.equal(judgeTargets({ mode: "quick", machine: "x", seconds: 1 }).sustainedRss, null);
+});
+
+Deno.test("measureSustained() runs its clients until the deadline, on one shared session and their own, and reads memory on the way", async () => {
+  const result = await measureSustained({
+    durationMs: 1500,
+    clients: 4,
+    sharedClients: 2,
+    latencyMs: 5,
+    idleMs: 1,
+    samples: 3,
+  });
+  assert.equal(result.exitCode, 0);
+  assert.equal(result.errors, 0);
+  assert.equal(result.wrongAnswers, 0);
+  // Every client starts a turn before the deadline, so each of the 4 finished at least one.
+  assert.ok(result.turns >= 4, `${result.turns} turns`);
+  assert.equal(Object.keys(result.rssMiB).length, 3);
+  for (const [at, rssMiB] of Object.entries(result.rssMiB)) {
+    assert.match(at, /^\d+(\.\d)?s$/);
+    assertPositiveFinite(rssMiB, `RSS at ${at}`);
+  }
+  assertPositiveFinite(result.peakRssMiB, "RSS peak");
+  assertPositiveFinite(result.idleRssMiB, "RSS after");
+  assert.ok(result.peakRssMiB >= Math.max(...Object.values(result.rssMiB)) - 1);
 });
