@@ -3,10 +3,10 @@
  * runs {@linkcode migrate} at start-up; an advisory lock makes the others wait while one migrates. Private to
  * `postgres.ts`.
  *
- * Tables mean what SQLite's do (schema version 3 there). Free text that may hold NUL (message ids, content,
- * call ids, message times, todo texts), which PostgreSQL's `text` refuses, is stored as its UTF-8 bytes
- * (`bytea`), as SQLite's store reads it back; ids and timestamps the store writes itself are `text` in the C
- * collation, so they sort as SQLite sorts them.
+ * Tables mean what SQLite's do (its schema is version 4; this one counts its own steps). Free text that may
+ * hold NUL (message ids, content, call ids, message times, todo texts), which PostgreSQL's `text` refuses, is
+ * stored as its UTF-8 bytes (`bytea`), as SQLite's store reads it back; ids and timestamps the store writes
+ * itself are `text` in the C collation, so they sort as SQLite sorts them.
  * @module
  */
 import type { Sql } from "./_postgres_client.ts";
