@@ -87,6 +87,23 @@ export class LeaseLostError extends Error {
 }
 
 /**
+ * Work on a session cannot even wait its turn: the session already has as many works waiting as allowed
+ * (`scope` `session`; HTTP answers 429) or the process as many sessions with works in line (`process`; 503).
+ * Nothing was started; the same call may work after `retryAfterSeconds`.
+ */
+export class QueueFullError extends Error {
+  override name = "QueueFullError";
+  readonly scope: "session" | "process";
+  readonly retryAfterSeconds: number;
+
+  constructor(message: string, scope: "session" | "process", retryAfterSeconds: number) {
+    super(message);
+    this.scope = scope;
+    this.retryAfterSeconds = retryAfterSeconds;
+  }
+}
+
+/**
  * The session database cannot be reached (refused, closed, timed out, shutting down). The message names the
  * database without its password; the operation changed nothing, and the same call may work once it is back.
  */

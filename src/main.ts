@@ -18,7 +18,6 @@ import { BatchedLog, writeStderr } from "./http/batched_log.ts";
 import { REQUEST_LINE } from "./http/handler.ts";
 import { serveHttp } from "./http/server.ts";
 import { listenFailure } from "./http/listen_failure.ts";
-import { SessionQueue } from "./http/session_queue.ts";
 import { createLlmFromConfig } from "./llm/openai.ts";
 import { listenNetHost, missingPermissions, readEnvironment, TERMINAL_VARIABLES } from "./permissions.ts";
 import { openRuntime, type Runtime } from "./runtime.ts";
@@ -27,9 +26,6 @@ import { enableTelemetry, TELEMETRY_VARIABLES } from "./telemetry.ts";
 import { type SessionKey, validateId } from "./store/store.ts";
 import { createLlmSummarizer } from "./memory/summarizer.ts";
 import { TraceReader } from "./trace/reader.ts";
-
-/** Turns a session may have waiting behind the running one before the server answers 429. */
-const MAX_QUEUED_TURNS = 8;
 
 function fail(message: string): never {
   console.error(message);
@@ -81,7 +77,7 @@ async function chat(config: Readonly<Config>, key: SessionKey, options: ChatChoi
       output: process.stdout,
       status: process.stderr,
       interactive,
-      leases: runtime.leases,
+      sessions: runtime.sessions,
       history: interactive ? new FileHistory(resolve(config.historyPath), { onError }) : undefined,
       model: config.model,
       setModel: (model) => {
@@ -125,8 +121,7 @@ async function serve(config: Readonly<Config>): Promise<number> {
         emit: (event) => runtime.tracer.write(event),
         authenticator: new Authenticator(config.apiTokens),
         hosts: { allowed: config.allowedHosts },
-        queue: new SessionQueue({ maxWaiting: MAX_QUEUED_TURNS }),
-        leases: runtime.leases,
+        sessions: runtime.sessions,
         maxBodyBytes: config.maxBodyBytes,
         tracePath: config.tracePath,
         traceReader: runtime.traceReader,

@@ -1,6 +1,7 @@
 /**
  * The real dependencies of a command, built from the configuration: the session store, the trace file and
- * its reader, the provider, the tools (MCP included), the leases and the background compactions; and the
+ * its reader, the provider, the tools (MCP included), the session runner (queue and leases) and the background
+ * compactions; and the
  * order in which they are closed.
  * @module
  */
@@ -12,6 +13,7 @@ import { createLlmFromConfig } from "./llm/openai.ts";
 import type { Agent } from "./agent/loop.ts";
 import { BackgroundCompactions } from "./memory/background.ts";
 import { processOwner, SessionLeases } from "./store/session_leases.ts";
+import { SessionRunner } from "./store/session_runner.ts";
 import { ProcessMarks } from "./store/process_marks.ts";
 import { openSessionStore, sharedTraceOf } from "./store/open.ts";
 import type { SessionStore } from "./store/store.ts";
@@ -22,6 +24,9 @@ import { JsonlTracer } from "./trace/trace.ts";
 import type { McpTools } from "./mcp/mcp_tools.ts";
 import { openToolConfig } from "./mcp/start.ts";
 import { type TracePages, TraceReader } from "./trace/reader.ts";
+
+/** Turns a session may have waiting behind the running one before the server answers 429. */
+const MAX_QUEUED_TURNS = 8;
 
 /** The real dependencies of a turn, on the configured database, trace file and provider. */
 export interface Runtime {
@@ -34,8 +39,8 @@ export interface Runtime {
   toolsFor(store: SessionStore): ToolRegistry;
   /** The MCP servers started from AGENT_MCP_CONFIG, if any. */
   mcp: McpTools | null;
-  /** The session leases every turn, delete and compaction on the database runs under. */
-  leases: SessionLeases;
+  /** Runs every turn, delete and compaction on the database: in the session's queue, under its lease. */
+  sessions: SessionRunner;
   /** Waits for background compactions (abandoning them after the shutdown grace), then closes the files. */
   close(): Promise<void>;
 }
@@ -91,14 +96,15 @@ export async function openRuntime(config: Readonly<Config>): Promise<Runtime> {
     owner,
     processGone: (other) => marks.isGone(other),
   });
-  const compactions = new BackgroundCompactions((event) => tracer.write(event), { leases });
+  const sessions = new SessionRunner({ leases, queue: { maxWaiting: MAX_QUEUED_TURNS } });
+  const compactions = new BackgroundCompactions((event) => tracer.write(event), { sessions });
   return {
     store,
     tracer,
     traceReader: shared ?? traceReader,
     toolsFor,
     mcp,
-    leases,
+    sessions,
     agent: {
       store,
       llm,

@@ -6,7 +6,7 @@ import { shuttingDown } from "../src/http/errors.ts";
 import type { HandlerDeps } from "../src/http/deps.ts";
 import { createHandler } from "../src/http/handler.ts";
 import { type RunningServer, serveHttp } from "../src/http/server.ts";
-import { SessionQueue } from "../src/http/session_queue.ts";
+import { SessionRunner } from "../src/store/session_runner.ts";
 import type { ChatOptions, LLM } from "../src/llm/llm.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { deterministicSummarizer, type Summarizer } from "../src/memory/summarizer.ts";
@@ -160,7 +160,7 @@ export function httpHarness(
     authenticator: new Authenticator(options.tokens ?? []),
     // The tests' requests name this host; a served harness listens on loopback.
     hosts: { allowed: ["agent.test"] },
-    queue: new SessionQueue({ maxWaiting: options.maxWaiting ?? 8 }),
+    sessions: new SessionRunner({ queue: { maxWaiting: options.maxWaiting ?? 8 } }),
     maxBodyBytes: options.maxBodyBytes ?? 65536,
     tracePath,
     traceReader,

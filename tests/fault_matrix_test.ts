@@ -11,7 +11,7 @@ import { type Config, loadConfig } from "../src/config.ts";
 import { LlmError } from "../src/errors.ts";
 import { Authenticator } from "../src/http/auth.ts";
 import { createHandler } from "../src/http/handler.ts";
-import { SessionQueue } from "../src/http/session_queue.ts";
+import { SessionRunner } from "../src/store/session_runner.ts";
 import { createLlmFromConfig, OpenAICompatibleLLM } from "../src/llm/openai.ts";
 import { type Agent, EMPTY_ANSWER, EMPTY_REPLY_NUDGE, runTurn } from "../src/agent/loop.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
@@ -714,7 +714,7 @@ function handlerFor(rig: Rig, logs: string[]): (request: Request) => Promise<Res
     emit,
     authenticator: new Authenticator([]),
     hosts: { allowed: ["agent.test"] },
-    queue: new SessionQueue({ maxWaiting: 8 }),
+    sessions: new SessionRunner({ queue: { maxWaiting: 8 } }),
     maxBodyBytes: 65536,
     tracePath: rig.tracePath,
     model: rig.config.model,

@@ -12,7 +12,7 @@ import { runChat } from "../src/cli/chat.ts";
 import { LlmError } from "../src/errors.ts";
 import { Authenticator } from "../src/http/auth.ts";
 import { createHandler } from "../src/http/handler.ts";
-import { SessionQueue } from "../src/http/session_queue.ts";
+import { SessionRunner } from "../src/store/session_runner.ts";
 import type { Agent } from "../src/agent/loop.ts";
 import { ScriptedLLM, type ScriptStep } from "../src/llm/scripted.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
@@ -248,7 +248,7 @@ Deno.test("golden: the HTTP API's responses to a scripted session are unchanged"
       { token: "golden-token-alice-0001", userId: "alice" },
       { token: "golden-token-bob-000002", userId: "bob" },
     ]),
-    queue: new SessionQueue({ maxWaiting: 8 }),
+    sessions: new SessionRunner({ queue: { maxWaiting: 8 } }),
     maxBodyBytes: 4096,
     tracePath: `${dir.path}/http.jsonl`,
     model: "scripted",

@@ -270,7 +270,7 @@ Deno.test("a streaming client that goes away aborts its turn, and nothing of it 
       break; // The client stops reading and closes the connection.
     }
     await until(() => h.llm.aborted === 1, "the model call to be aborted");
-    await until(() => h.deps.queue.size === 0, "the turn to end");
+    await until(() => h.deps.sessions.size === 0, "the turn to end");
   });
   assert.deepEqual(await h.store.messages(keyOf("oa-gone", "local")), []);
   const errors = readTrace(h.tracePath).filter((e) => e.event === "error");

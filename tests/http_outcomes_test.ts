@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import { parseApprovalPolicy } from "../src/approval/policy.ts";
 import { LlmError, StoreUnavailableError } from "../src/errors.ts";
 import { type LeaseStore, SessionLeases } from "../src/store/session_leases.ts";
+import { SessionRunner } from "../src/store/session_runner.ts";
 import { type HttpHarness, httpHarness, parseSse, postMessage, until } from "./_http_harness.ts";
 
 type Api = "sessions" | "openai";
@@ -144,7 +145,9 @@ const OUTCOMES: Outcome[] = [
         renewLease: () => Promise.resolve(false),
         releaseLease: (key, owner) => h.store.releaseLease(key, owner),
       };
-      h.deps.leases = new SessionLeases(leaky, { owner: "here", ttlMs: 30, minPollMs: 5, maxPollMs: 10 });
+      h.deps.sessions = new SessionRunner({
+        leases: new SessionLeases(leaky, { owner: "here", ttlMs: 30, minPollMs: 5, maxPollMs: 10 }),
+      });
       h.llm.hold = true;
     },
     status: 503,

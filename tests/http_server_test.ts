@@ -7,8 +7,7 @@ import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import { LlmError } from "../src/errors.ts";
 import { Authenticator } from "../src/http/auth.ts";
-import type { SessionQueue } from "../src/http/session_queue.ts";
-import { queueKey } from "../src/http/turn_route.ts";
+import type { SessionRunner } from "../src/store/session_runner.ts";
 import type { ChatOptions, LLM } from "../src/llm/llm.ts";
 import { readTrace } from "../src/trace/trace.ts";
 import type { ChatReply, Message, StoredMessage } from "../src/types.ts";
@@ -20,7 +19,7 @@ const ROOT = fileURLToPath(new URL("..", import.meta.url));
 
 /** Turns waiting behind the running one in the queue of the (unauthenticated) local user's session. */
 function waiting(h: HttpHarness, sessionId: string): number {
-  return h.deps.queue.waiting(queueKey(keyOf(sessionId, "local")));
+  return h.deps.sessions.waiting(keyOf(sessionId, "local"));
 }
 const encoder = new TextEncoder();
 
@@ -206,7 +205,7 @@ Deno.test("9 simultaneous POSTs to one session all succeed with turns 1..9, neve
       "nine",
       bodies.map((b, index) => ({ index, turn: b.turn, answer: b.answer })),
     );
-    assert.equal(h.deps.queue.size, 0);
+    assert.equal(h.deps.sessions.size, 0);
   });
 });
 
@@ -239,9 +238,9 @@ class OverlapLLM implements LLM {
   maxInFlight = 0;
   maxActive = 0;
   #inner: LLM;
-  #queue: SessionQueue;
+  #queue: SessionRunner;
 
-  constructor(inner: LLM, queue: SessionQueue) {
+  constructor(inner: LLM, queue: SessionRunner) {
     this.#inner = inner;
     this.#queue = queue;
   }
@@ -260,7 +259,7 @@ class OverlapLLM implements LLM {
 
 Deno.test("20 distinct sessions at once all answer turn 1, their turns running concurrently", async () => {
   using h = httpHarness({ delayMs: 50 });
-  const llm = new OverlapLLM(h.llm, h.deps.queue);
+  const llm = new OverlapLLM(h.llm, h.deps.sessions);
   await withServer(h, async ({ url }) => {
     const responses = await Promise.all(
       Array.from({ length: 20 }, (_, i) => post(url, `many-${i}`, `what is ${i}*3?`)),
@@ -276,7 +275,7 @@ Deno.test("20 distinct sessions at once all answer turn 1, their turns running c
     assert.ok(llm.maxInFlight >= 10, `at most ${llm.maxInFlight} model calls overlapped`);
     assert.ok(llm.maxActive >= 10, `at most ${llm.maxActive} turns ran at once`);
     assert.equal(llm.inFlight, 0);
-    assert.equal(h.deps.queue.active, 0);
+    assert.equal(h.deps.sessions.active, 0);
   }, { overrides: { agent: { ...h.deps.agent, llm } } });
 });
 
@@ -290,7 +289,7 @@ Deno.test("a client that disconnects mid-turn aborts the model call and the turn
     client.abort();
     await assert.rejects(request, (error) => error instanceof DOMException && error.name === "AbortError");
     await until(() => h.llm.aborted === 1, "the model call to see the abort");
-    await until(() => h.deps.queue.size === 0, "the aborted turn to end");
+    await until(() => h.deps.sessions.size === 0, "the aborted turn to end");
 
     const trace = readTrace(h.tracePath, (e) => e.session_id === "gone");
     assert.deepEqual(trace.map((e) => e.event), ["run_start", "error", "run_end"]);
@@ -365,7 +364,7 @@ Deno.test("an SSE client that goes away mid-stream aborts the turn the same way"
     await until(() => h.llm.calls === 1, "the model call to start");
     await reader.cancel();
     await until(() => h.llm.aborted === 1, "the model call to see the abort");
-    await until(() => h.deps.queue.size === 0, "the aborted turn to end");
+    await until(() => h.deps.sessions.size === 0, "the aborted turn to end");
     const trace = readTrace(h.tracePath, (e) => e.session_id === "sse-gone");
     assert.deepEqual(trace.map((e) => e.event), ["run_start", "error", "run_end"]);
     assert.equal(trace[1].data.kind, "aborted");
@@ -807,7 +806,7 @@ Deno.test("an SSE client with a large body that goes away mid-turn aborts the tu
     await until(() => h.llm.calls === 1, "the model call to start");
     await reader.cancel();
     await until(() => h.llm.aborted === 1, "the model call to see the abort");
-    await until(() => h.deps.queue.size === 0, "the aborted turn to end");
+    await until(() => h.deps.sessions.size === 0, "the aborted turn to end");
     assert.deepEqual(await h.store.messages(keyOf("sse-big", "local")), []);
     assert.equal((await h.store.get(keyOf("sse-big", "local")))!.turnCount, 0);
   });
@@ -826,7 +825,7 @@ Deno.test("a JSON client with a large body that goes away: the turn runs to its 
     client.abort();
     await assert.rejects(request);
     h.llm.release();
-    await until(() => h.deps.queue.size === 0, "the turn to end");
+    await until(() => h.deps.sessions.size === 0, "the turn to end");
     assert.equal(h.llm.aborted, 0);
     assert.deepEqual(turnsOf(await h.store.messages(keyOf("json-big", "local"))), [{
       question,

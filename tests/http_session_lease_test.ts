@@ -8,6 +8,7 @@ import { PassThrough } from "node:stream";
 import { BackgroundCompactions } from "../src/memory/background.ts";
 import { runChat } from "../src/cli/chat.ts";
 import { type LeaseStore, SessionLeases } from "../src/store/session_leases.ts";
+import { SessionRunner } from "../src/store/session_runner.ts";
 import type { Summarizer } from "../src/memory/summarizer.ts";
 import { deterministicSummarizer } from "../src/memory/summarizer.ts";
 import { harness, keyOf, textSink } from "./_harness.ts";
@@ -25,7 +26,7 @@ async function pendingAfter(promise: Promise<unknown>, ms: number): Promise<bool
 
 Deno.test("POST /messages waits while another process holds the session's lease, then runs the turn", async () => {
   using h = httpHarness();
-  h.deps.leases = new SessionLeases(h.store, { owner: "here", ...fast });
+  h.deps.sessions = new SessionRunner({ leases: new SessionLeases(h.store, { owner: "here", ...fast }) });
   (await h.store.acquireLease(KEY, "elsewhere", 60_000)).taken;
   const answered = h.handler(postMessage("s", { message: "hello" }));
   assert.ok(await pendingAfter(answered, 100), "the turn waits");
@@ -40,7 +41,8 @@ Deno.test("POST /messages waits while another process holds the session's lease,
 
 Deno.test("turns waiting for a busy lease wait in the session's queue: one more than it holds gets a 429", async () => {
   using h = httpHarness({ maxWaiting: 1 });
-  h.deps.leases = new SessionLeases(h.store, { owner: "here", ...fast });
+  const leases = new SessionLeases(h.store, { owner: "here", ...fast });
+  h.deps.sessions = new SessionRunner({ queue: { maxWaiting: 1 }, leases });
   (await h.store.acquireLease(KEY, "elsewhere", 60_000)).taken;
   const first = h.handler(postMessage("s", { message: "one" }));
   const second = h.handler(postMessage("s", { message: "two" }));
@@ -62,7 +64,9 @@ Deno.test("a turn whose lease is lost answers 503 session_lease_lost and keeps n
     renewLease: (key, owner, ttl) => lose ? Promise.resolve(false) : h.store.renewLease(key, owner, ttl),
     releaseLease: (key, owner) => h.store.releaseLease(key, owner),
   };
-  h.deps.leases = new SessionLeases(leaky, { owner: "here", ttlMs: 60, ...fast });
+  h.deps.sessions = new SessionRunner({
+    leases: new SessionLeases(leaky, { owner: "here", ttlMs: 60, ...fast }),
+  });
   h.llm.hold = true;
   const answered = h.handler(postMessage("s", { message: "hello" }));
   while (h.llm.calls === 0) await sleep(5);
@@ -79,7 +83,7 @@ Deno.test("a turn whose lease is lost answers 503 session_lease_lost and keeps n
 
 Deno.test("DELETE /v1/sessions/{id} waits while another process holds the session's lease", async () => {
   using h = httpHarness();
-  h.deps.leases = new SessionLeases(h.store, { owner: "here", ...fast });
+  h.deps.sessions = new SessionRunner({ leases: new SessionLeases(h.store, { owner: "here", ...fast }) });
   assert.equal((await h.handler(postMessage("s", { message: "hello" }))).status, 200);
   (await h.store.acquireLease(KEY, "elsewhere", 60_000)).taken;
   const deleted = h.handler(new Request("http://agent.test/v1/sessions/s", { method: "DELETE" }));
@@ -101,8 +105,10 @@ Deno.test("a background compaction keeps the turn's lease until it ends: no othe
   };
   using h = httpHarness({ compaction: { maxRawTurns: 1, compactBatch: 0, summarizer } });
   const leases = new SessionLeases(h.store, { owner: "here", ...fast });
-  h.deps.leases = leases;
-  h.deps.agent.compactions = new BackgroundCompactions((event) => h.tracer.write(event), { leases });
+  h.deps.sessions = new SessionRunner({ leases });
+  h.deps.agent.compactions = new BackgroundCompactions((event) => h.tracer.write(event), {
+    sessions: h.deps.sessions,
+  });
   for (const message of ["one", "two"]) {
     assert.equal((await h.handler(postMessage("s", { message }))).status, 200);
   }
@@ -132,7 +138,7 @@ Deno.test("chat waits for a session busy in another process, saying so, then run
     output: output.stream,
     status: status.stream,
     interactive: false,
-    leases,
+    sessions: new SessionRunner({ leases }),
   });
   input.end("hello\n");
   await sleep(80);

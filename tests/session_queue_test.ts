@@ -1,6 +1,10 @@
 import assert from "node:assert/strict";
-import { HttpError } from "../src/http/errors.ts";
-import { SessionQueue } from "../src/http/session_queue.ts";
+import { QueueFullError } from "../src/errors.ts";
+import { toHttpError } from "../src/http/errors.ts";
+import { SessionQueue } from "../src/store/session_queue.ts";
+
+/** `error` as the HTTP API answers it. */
+const asHttp = (error: unknown) => toHttpError(error, (line) => assert.fail(`logged: ${line}`));
 
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
@@ -90,11 +94,15 @@ Deno.test("SessionQueue.run() rejects a 9th waiting task with 429 and Retry-Afte
     return Promise.resolve("too many");
   });
   await assert.rejects(rejected, (error: unknown) => {
-    assert.ok(error instanceof HttpError);
-    assert.equal(error.status, 429);
-    assert.equal(error.code, "too_many_requests");
+    assert.ok(error instanceof QueueFullError);
+    assert.equal(error.scope, "session");
     assert.equal(error.message, "Cannot queue turn: the session already has 8 turns waiting");
-    assert.match(error.headers["Retry-After"], /^[1-9]\d*$/);
+    const http = asHttp(error);
+    assert.equal(http.status, 429);
+    assert.equal(http.code, "too_many_requests");
+    assert.equal(http.message, error.message);
+    assert.equal(http.headers["Retry-After"], String(error.retryAfterSeconds));
+    assert.match(http.headers["Retry-After"], /^[1-9]\d*$/);
     return true;
   });
   assert.equal(queue.waiting("s"), 8, "the rejected task took no slot");
@@ -110,7 +118,7 @@ Deno.test("SessionQueue.run() honours a custom maxWaiting, including 0", async (
   const queue = new SessionQueue({ maxWaiting: 0 });
   const running = gate([], "r");
   const turn = queue.run("s", running.task);
-  await assert.rejects(queue.run("s", () => Promise.resolve(1)), HttpError);
+  await assert.rejects(queue.run("s", () => Promise.resolve(1)), QueueFullError);
   running.release();
   await turn;
   assert.throws(() => new SessionQueue({ maxWaiting: -1 }), RangeError);
@@ -125,14 +133,16 @@ Deno.test("SessionQueue.run() holds turns of 1024 sessions at most; one more ses
   const waiting = queue.run("s0", () => Promise.resolve("waited"));
   assert.equal(queue.size, 1024);
   await assert.rejects(queue.run("one-more", () => Promise.resolve("no")), (error: unknown) => {
-    assert.ok(error instanceof HttpError);
-    assert.equal(error.status, 503);
-    assert.equal(error.code, "server_busy");
+    assert.ok(error instanceof QueueFullError);
+    assert.equal(error.scope, "process");
     assert.equal(error.message, "Cannot queue turn: turns of 1024 sessions are running or waiting");
-    assert.match(error.headers["Retry-After"], /^[1-9]\d*$/);
+    const http = asHttp(error);
+    assert.equal(http.status, 503);
+    assert.equal(http.code, "server_busy");
+    assert.match(http.headers["Retry-After"], /^[1-9]\d*$/);
     return true;
   });
-  assert.equal(queue.rejection("one-more")?.status, 503);
+  assert.equal(queue.rejection("one-more")?.scope, "process");
   running[5].release();
   await turns[5];
   assert.equal(queue.rejection("one-more"), null);

@@ -6,7 +6,7 @@
 import { createInterface } from "node:readline";
 import type { Readable, Writable } from "node:stream";
 import type { Agent } from "../agent/loop.ts";
-import type { SessionLeases } from "../store/session_leases.ts";
+import type { SessionRunner } from "../store/session_runner.ts";
 import type { SessionKey } from "../store/store.ts";
 import { askApprovals } from "./approval_prompt.ts";
 import type { RunEvent } from "../events.ts";
@@ -80,7 +80,7 @@ export interface ChatOptions {
    * The session leases each turn takes, so the chat and a server (or another chat) on the same database
    * never interleave a session's turns. @default {undefined} (no lease)
    */
-  leases?: SessionLeases;
+  sessions?: SessionRunner;
 }
 
 /**
@@ -100,8 +100,8 @@ export function oneShotMessage(words: readonly string[], piped: string): string 
 export async function runChat(options: ChatOptions): Promise<number> {
   const { interactive, color = interactive, output, status, emit, deps, sessionId, userId } = options;
   const style = createStyle(color);
-  const { columns, leases } = options;
-  const view = new TurnView({ output, status, style, interactive, emit, columns, leases });
+  const { columns, sessions } = options;
+  const view = new TurnView({ output, status, style, interactive, emit, columns, sessions });
   if (options.message !== undefined) {
     const result = await view.run(
       { sessionId, userId, message: options.message },

@@ -7,7 +7,7 @@ import type { Writable } from "node:stream";
 import { errorMessage, SessionError } from "../errors.ts";
 import { type Agent, type RunOptions, runTurn, type TurnInput } from "../agent/loop.ts";
 import type { RunEvent } from "../events.ts";
-import type { SessionLeases } from "../store/session_leases.ts";
+import { SessionRunner } from "../store/session_runner.ts";
 import type { SessionKey } from "../store/store.ts";
 import type { TurnResult } from "../types.ts";
 import { type MarkdownStream, markdownStream, renderMarkdown } from "./markdown.ts";
@@ -62,10 +62,11 @@ export interface TurnViewOptions {
    */
   columns?: number;
   /**
-   * The session leases each turn runs under, so a turn never interleaves with another process's on the same
-   * session; while the lease is busy the status says so. @default {undefined} (no lease)
+   * Runs each turn under the session's lease when it has leases, so a turn never interleaves with another
+   * process's on the same session; while the lease is busy the status says so. @default {new SessionRunner()}
+   * (no lease)
    */
-  leases?: SessionLeases;
+  sessions?: SessionRunner;
 }
 
 /** Runs turns and shows them. */
@@ -104,7 +105,7 @@ export class TurnView {
     start: (run: RunOptions) => Promise<TurnResult>,
     signal: AbortSignal,
   ): Promise<TurnResult | null> {
-    const { output, status, interactive, style, columns, leases } = this.#options;
+    const { output, status, interactive, style, columns, sessions = new SessionRunner() } = this.#options;
     if (interactive) this.#thinking.start();
     this.#modelCalls = 0;
     const started = performance.now();
@@ -117,7 +118,7 @@ export class TurnView {
       if (interactive) this.#thinking.start();
     };
     try {
-      result = await (leases === undefined ? work(signal) : leases.hold(key, work, { signal, onWait }));
+      result = await sessions.run(key, work, { signal, onWait });
     } catch (error) {
       // Nothing to retry is an answer to the command, not a failure of the REPL.
       const said = ["nothing_to_retry", "approval_pending", "no_pending_approval"];

@@ -2,12 +2,11 @@
 import type { Agent } from "../agent/loop.ts";
 import type { TracePages } from "../trace/reader.ts";
 import type { EventSink } from "../events.ts";
-import type { SessionLeases } from "../store/session_leases.ts";
+import type { SessionRunner } from "../store/session_runner.ts";
 import type { SessionStore } from "../store/store.ts";
 import type { ToolRegistry } from "../tools/registry.ts";
 import type { Authenticator } from "./auth.ts";
 import type { HostRules } from "./host_guard.ts";
-import type { SessionQueue } from "./session_queue.ts";
 
 /** The handler's dependencies; the store is `agent.store`. */
 export interface HandlerDeps {
@@ -26,12 +25,11 @@ export interface HandlerDeps {
    * see `host_guard.ts`. @default {{}} (loopback names on any port)
    */
   hosts?: HostRules;
-  queue: SessionQueue;
   /**
-   * The session leases every write of a session's turn (and a delete) runs under, so two servers on one
-   * database never interleave a session. @default {undefined} (none: this process alone uses the database)
+   * Runs every turn and delete of a session: in the session's queue (429 or 503 past its bounds), then under
+   * its lease when it has leases, so two servers on one database never interleave a session.
    */
-  leases?: SessionLeases;
+  sessions: SessionRunner;
   maxBodyBytes: number;
   /** The JSONL trace file the trace route reads (with its rotated files). */
   tracePath: string;

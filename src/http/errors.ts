@@ -3,7 +3,7 @@
  * `{"error": {"code": "payload_too_large", "message": "Cannot read request body: …"}}`.
  * @module
  */
-import { SessionError, StoreUnavailableError } from "../errors.ts";
+import { QueueFullError, SessionError, StoreUnavailableError } from "../errors.ts";
 import type { TurnResult } from "../types.ts";
 
 /** Options of {@linkcode HttpError}. */
@@ -74,7 +74,9 @@ export function storeUnavailable(message: string, options?: HttpErrorOptions): H
 
 /**
  * Any thrown value as the `HttpError` to answer with: itself; a `SessionError` as 400 (409 with nothing to
- * retry or an approval pending); an unreachable session database as 503 (`store_unavailable`); an `AbortError` as 499 (the client is gone); anything else, logged, as a 500 saying `internal`.
+ * retry or an approval pending); a full session queue as 429 (`too_many_requests`), a full process queue as
+ * 503 (`server_busy`), both with `Retry-After`; an unreachable session database as 503 (`store_unavailable`);
+ * an `AbortError` as 499 (the client is gone); anything else, logged, as a 500 saying `internal`.
  */
 export function toHttpError(
   error: unknown,
@@ -88,6 +90,11 @@ export function toHttpError(
     }
     const retry = error.reason === "nothing_to_retry";
     return new HttpError(retry ? 409 : 400, retry ? "nothing_to_retry" : "invalid_session_id", error.message);
+  }
+  if (error instanceof QueueFullError) {
+    const [status, code] = error.scope === "session" ? [429, "too_many_requests"] : [503, "server_busy"];
+    const headers = { "Retry-After": String(error.retryAfterSeconds) };
+    return new HttpError(status, code, error.message, { headers });
   }
   if (error instanceof StoreUnavailableError) return storeUnavailable(error.message);
   if (error instanceof DOMException && error.name === "AbortError") return clientClosed();

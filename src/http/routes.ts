@@ -12,7 +12,7 @@ import { OPENAPI } from "./openapi.ts";
 import { handleChatCompletion } from "./openai_route.ts";
 import { AGENT_MODEL, modelList, modelNotFound, modelObject, openaiErrorResponse } from "./openai_shape.ts";
 import { handleTrace } from "./trace_route.ts";
-import { handleTurn, queueKey, underLease } from "./turn_route.ts";
+import { handleTurn } from "./turn_route.ts";
 import { handleApproval } from "./approval_route.ts";
 import { approvalCalls } from "../approval/decisions.ts";
 import { handleIndex, handleWebFile } from "./web_route.ts";
@@ -98,9 +98,7 @@ export function createRoutes(deps: HandlerDeps): Route[] {
       const key = keyOf(await own(request, params.id));
       // Through the session's queue and lease, so a delete never lands in the middle of a running turn,
       // this server's or another's.
-      await deps.queue.run(queueKey(key), () => {
-        return underLease(key, deps, request.signal, () => store.deleteSession(key));
-      }, { signal: request.signal });
+      await deps.sessions.run(key, () => store.deleteSession(key), { signal: request.signal });
       return new Response(null, { status: 204 });
     }),
     route("POST", "/v1/sessions/{id}/messages", (request, params) => {

@@ -107,9 +107,9 @@ export function serveHttp(
     const begin = async () => {
       stopping = true;
       clearTimeout(retry);
-      deps.log(`shutting down: ${deps.queue.active} turn(s) running, up to ${graceSeconds}s to finish`);
+      deps.log(`shutting down: ${deps.sessions.active} turn(s) running, up to ${graceSeconds}s to finish`);
       const timer = setTimeout(() => {
-        if (deps.queue.active > 0) deps.log(`grace period over: aborting ${deps.queue.active} turn(s)`);
+        if (deps.sessions.active > 0) deps.log(`grace period over: aborting ${deps.sessions.active} turn(s)`);
         // The reason is also the answer of turns still waiting in a queue: a 503, as for any request now.
         turns.abort(shuttingDown());
       }, graceSeconds * 1000);

@@ -14,11 +14,6 @@ import type { HandlerDeps } from "./deps.ts";
 import { failedTurn, type HttpError, toHttpError } from "./errors.ts";
 import { sseResponse, type SseSend } from "./sse.ts";
 
-/** The session's key in the `SessionQueue`: per user, like the session. NUL cannot occur in an id. */
-export function queueKey(key: SessionKey): string {
-  return `${key.userId}\u0000${key.sessionId}`;
-}
-
 /** Runs a prepared turn, reporting to `emit` and, as the answer streams, to `onDelta`. */
 export type QueuedTurn = (
   emit: EventSink,
@@ -26,10 +21,10 @@ export type QueuedTurn = (
 ) => Promise<TurnResult>;
 
 /**
- * `input` (a new message, a retry or decisions on a waiting turn) ready to run on `agent`: first in its
- * session's queue, then under its lease (unless `agent` has a private store, whose session is this request's
- * alone); aborted when the client disconnects or the shutdown grace period ends. Throws the queue's 429 now,
- * while the response can still carry that status.
+ * `input` (a new message, a retry or decisions on a waiting turn) ready to run on `agent` through the
+ * session runner: first in its session's queue, then under its lease (unless `agent` has a private store,
+ * whose session is this request's alone); aborted when the client disconnects or the shutdown grace period
+ * ends. Throws the queue's refusal now, while the response can still carry its status.
  */
 export function queueTurn(
   request: Request,
@@ -39,28 +34,13 @@ export function queueTurn(
 ): QueuedTurn {
   const key = { userId: input.userId, sessionId: input.sessionId };
   const leased = agent.store === deps.agent.store;
-  const queued = queueKey(key);
-  const full = deps.queue.rejection(queued);
+  const full = deps.sessions.rejection(key);
   if (full !== null) throw full;
   const signal = AbortSignal.any([request.signal, deps.shutdownSignal]);
   return (emit, onDelta) => {
     const work = (held: AbortSignal) => runTurn(input, agent, { emit, signal: held, onDelta });
-    const task = () => leased ? underLease(key, deps, signal, work) : work(signal);
-    return deps.queue.run(queued, task, { signal });
+    return deps.sessions.run(key, work, { signal, leased });
   };
-}
-
-/**
- * Runs `work` under the session's lease when the server has leases (waiting while another process holds it),
- * else at once; its signal is `signal`, aborted too if the lease is lost.
- */
-export function underLease<T>(
-  key: SessionKey,
-  deps: HandlerDeps,
-  signal: AbortSignal,
-  work: (signal: AbortSignal) => Promise<T>,
-): Promise<T> {
-  return deps.leases === undefined ? work(signal) : deps.leases.hold(key, work, { signal });
 }
 
 /** Options of {@linkcode handleTurn}. */

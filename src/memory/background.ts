@@ -6,7 +6,7 @@
  */
 import { delay } from "../abort.ts";
 import type { EventSink } from "../events.ts";
-import type { SessionLeases } from "../store/session_leases.ts";
+import { SessionRunner } from "../store/session_runner.ts";
 import type { SessionKey } from "../store/store.ts";
 
 /** One background compaction: given where to report and what stops it; it must not reject. */
@@ -15,16 +15,17 @@ export type BackgroundJob = (emit: EventSink, signal: AbortSignal) => Promise<vo
 /** Options of {@linkcode BackgroundCompactions}. */
 export interface BackgroundCompactionsOptions {
   /**
-   * The session leases a compaction runs under: started by a turn, it keeps the turn's lease until it ends,
-   * so no other process's turn or compaction runs on the session meanwhile. @default {undefined} (none)
+   * Runs each compaction under the session's lease (not in its queue): started by a turn, it keeps the turn's
+   * lease until it ends, so no other process's turn or compaction runs on the session meanwhile.
+   * @default {new SessionRunner()} (no lease)
    */
-  leases?: Pick<SessionLeases, "hold">;
+  sessions?: Pick<SessionRunner, "run">;
 }
 
 /** Runs each session's background compaction; `src/runtime.ts` closes it before the store. */
 export class BackgroundCompactions {
   readonly #emit: EventSink;
-  readonly #leases: Pick<SessionLeases, "hold"> | undefined;
+  readonly #sessions: Pick<SessionRunner, "run">;
   readonly #running = new Map<string, Promise<void>>();
   readonly #stop = new AbortController();
   #closed = false;
@@ -32,7 +33,7 @@ export class BackgroundCompactions {
   /** `emit` receives the jobs' events: the trace, never a live view (the prompt may be back by then). */
   constructor(emit: EventSink, options: BackgroundCompactionsOptions = {}) {
     this.#emit = emit;
-    this.#leases = options.leases;
+    this.#sessions = options.sessions ?? new SessionRunner();
   }
 
   /**
@@ -46,7 +47,7 @@ export class BackgroundCompactions {
     const signal = this.#stop.signal;
     const work = (stop: AbortSignal) => delay(0).then(() => job(this.#emit, stop));
     // Taken now, while the turn that starts it still holds the lease: the compaction keeps it.
-    const run = (this.#leases === undefined ? work(signal) : this.#leases.hold(key, work, { signal }))
+    const run = this.#sessions.run(key, work, { signal, queued: false })
       // A job reports its own failures as events; a rejection here is a bug or a store that cannot take the
       // lease, and must not end the process. Stopped while waiting for the lease, it has nothing to say.
       .catch((error) => {
