@@ -1,8 +1,7 @@
 /**
  * The real dependencies of a command, built from the configuration: the session store, the trace file and
  * its reader, the provider, the tools (MCP included), the session runner (queue and leases) and the background
- * compactions; and the
- * order in which they are closed.
+ * compactions; and the order in which they are closed.
  * @module
  */
 import { mkdirSync } from "node:fs";

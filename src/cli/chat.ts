@@ -77,8 +77,8 @@ export interface ChatOptions {
    */
   columns?: number;
   /**
-   * The session leases each turn takes, so the chat and a server (or another chat) on the same database
-   * never interleave a session's turns. @default {undefined} (no lease)
+   * Runs each turn under the session's lease, so the chat and a server (or another chat) on the same database
+   * never interleave a session's turns. @default {new SessionRunner()} (no lease)
    */
   sessions?: SessionRunner;
 }

@@ -72,6 +72,7 @@ export interface TurnViewOptions {
 /** Runs turns and shows them. */
 export class TurnView {
   #options: TurnViewOptions;
+  #sessions: SessionRunner;
   #thinking: Thinking;
   /** True while streamed answer text is on the current output line. */
   #streaming = false;
@@ -82,6 +83,7 @@ export class TurnView {
 
   constructor(options: TurnViewOptions) {
     this.#options = options;
+    this.#sessions = options.sessions ?? new SessionRunner();
     this.#thinking = new Thinking(options.status, options.style);
   }
 
@@ -105,7 +107,7 @@ export class TurnView {
     start: (run: RunOptions) => Promise<TurnResult>,
     signal: AbortSignal,
   ): Promise<TurnResult | null> {
-    const { output, status, interactive, style, columns, sessions = new SessionRunner() } = this.#options;
+    const { output, status, interactive, style, columns } = this.#options;
     if (interactive) this.#thinking.start();
     this.#modelCalls = 0;
     const started = performance.now();
@@ -118,7 +120,7 @@ export class TurnView {
       if (interactive) this.#thinking.start();
     };
     try {
-      result = await sessions.run(key, work, { signal, onWait });
+      result = await this.#sessions.run(key, work, { signal, onWait });
     } catch (error) {
       // Nothing to retry is an answer to the command, not a failure of the REPL.
       const said = ["nothing_to_retry", "approval_pending", "no_pending_approval"];

@@ -7,7 +7,7 @@
 import { delay } from "../abort.ts";
 import type { EventSink } from "../events.ts";
 import { SessionRunner } from "../store/session_runner.ts";
-import type { SessionKey } from "../store/store.ts";
+import { type SessionKey, sessionName } from "../store/store.ts";
 
 /** One background compaction: given where to report and what stops it; it must not reject. */
 export type BackgroundJob = (emit: EventSink, signal: AbortSignal) => Promise<void>;
@@ -42,7 +42,7 @@ export class BackgroundCompactions {
    * or shutdown has begun.
    */
   start(key: SessionKey, job: BackgroundJob): boolean {
-    const id = `${key.userId}\u0000${key.sessionId}`;
+    const id = sessionName(key);
     if (this.#closed || this.#running.has(id)) return false;
     const signal = this.#stop.signal;
     const work = (stop: AbortSignal) => delay(0).then(() => job(this.#emit, stop));

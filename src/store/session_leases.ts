@@ -7,7 +7,7 @@
 import { abortable, abortError } from "../abort.ts";
 import { type Clock, SYSTEM_CLOCK } from "../clock.ts";
 import { LeaseLostError } from "../errors.ts";
-import type { SessionKey, SessionStore } from "./store.ts";
+import { type SessionKey, sessionName, type SessionStore } from "./store.ts";
 
 /** Options of {@linkcode SessionLeases}. */
 export interface SessionLeasesOptions {
@@ -177,7 +177,7 @@ export class SessionLeases {
   hold<T>(key: SessionKey, work: (signal: AbortSignal) => Promise<T>, options: HoldOptions = {}): Promise<T> {
     const { signal, onWait } = options;
     if (signal?.aborted) return Promise.reject(abortError(signal, "Waiting for the session's lease"));
-    const name = `${key.userId}\u0000${key.sessionId}`; // NUL cannot occur in an id
+    const name = sessionName(key);
     let held = this.#held.get(name);
     // Kept too long through overlapping works: this one waits for a new take, after the running ones.
     if (held !== undefined && held.count > 0 && this.#clock.now() - held.since >= this.#fairShareMs) {

@@ -8,7 +8,7 @@
 import type { QueueFullError } from "../errors.ts";
 import { SessionQueue, type SessionQueueOptions } from "./session_queue.ts";
 import type { SessionLeases } from "./session_leases.ts";
-import type { SessionKey } from "./store.ts";
+import { type SessionKey, sessionName } from "./store.ts";
 
 /** Options of {@linkcode SessionRunner}. */
 export interface SessionRunnerOptions {
@@ -31,11 +31,6 @@ export interface SessionRunOptions {
   queued?: boolean;
   /** Whether the work takes the lease; not for a session in a private store. @default {true} */
   leased?: boolean;
-}
-
-/** The session's name in the queue: per user, like the session. NUL cannot occur in an id. */
-function nameOf(key: SessionKey): string {
-  return `${key.userId}\u0000${key.sessionId}`;
 }
 
 /** Runs works on sessions: queued, then leased. */
@@ -61,12 +56,12 @@ export class SessionRunner {
 
   /** Works of the session waiting behind the running one. */
   waiting(key: SessionKey): number {
-    return this.#queue.waiting(nameOf(key));
+    return this.#queue.waiting(sessionName(key));
   }
 
   /** What a queued {@linkcode SessionRunner.run} of the session would be refused with now, or null. */
   rejection(key: SessionKey): QueueFullError | null {
-    return this.#queue.rejection(nameOf(key));
+    return this.#queue.rejection(sessionName(key));
   }
 
   /**
@@ -85,6 +80,6 @@ export class SessionRunner {
       leased && this.#leases !== undefined
         ? this.#leases.hold(key, work, { signal, onWait })
         : work(signal ?? new AbortController().signal);
-    return queued ? this.#queue.run(nameOf(key), held, { signal }) : held();
+    return queued ? this.#queue.run(sessionName(key), held, { signal }) : held();
   }
 }

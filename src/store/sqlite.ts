@@ -17,6 +17,7 @@ import {
   type PendingStep,
   type Session,
   type SessionKey,
+  sessionName,
   type SessionStore,
   type Todo,
   validateId,
@@ -83,7 +84,7 @@ export class SqliteStore implements SessionStore {
       const deleted: Row[] = [];
       const result = transaction(this.#sql, () => work(userId, sessionId, deleted));
       const rows = deleted.map((row) => ({ rowid: row.rowid as number, id: text(row.id) }));
-      this.#history.drop(`${userId}\u0000${sessionId}`, rows);
+      this.#history.drop(sessionName({ userId, sessionId }), rows);
       return result;
     });
   }
@@ -120,7 +121,7 @@ export class SqliteStore implements SessionStore {
       const version = this.#sql.dataVersion.get()!.data_version as number;
       if (version !== this.#dataVersion) this.#history.clear();
       this.#dataVersion = version;
-      const name = `${userId}\u0000${sessionId}`; // NUL cannot occur in an id
+      const name = sessionName({ userId, sessionId });
       const readAfter = (rowid: number) =>
         this.#sql.messagesAfter.all(userId, sessionId, rowid).map((row) => ({
           message: toMessage(row),
@@ -230,7 +231,7 @@ export class SqliteStore implements SessionStore {
 
   deleteSession(key: SessionKey): Promise<boolean> {
     return this.#write(key, (userId, sessionId) => {
-      this.#history.delete(`${userId}\u0000${sessionId}`);
+      this.#history.delete(sessionName({ userId, sessionId }));
       return this.#sql.deleteSession.run(userId, sessionId).changes === 1;
     });
   }

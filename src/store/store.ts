@@ -12,6 +12,14 @@ export interface SessionKey {
   sessionId: string;
 }
 
+/**
+ * The session as one string, for maps and queues of this process: per user, like the session. Unique, since
+ * NUL cannot occur in an id ({@linkcode validateId}).
+ */
+export function sessionName(key: SessionKey): string {
+  return `${key.userId}\u0000${key.sessionId}`;
+}
+
 /** A session. `summary` is the JSON text compaction wrote, or null. */
 export interface Session {
   id: string;

@@ -5,6 +5,7 @@
  */
 import { type AppendedLine, fileIdentity, parseLine, traceFiles } from "./trace.ts";
 import { eachLine, FileIndex, FileMoved, readAt, type TraceFile } from "./_file_index.ts";
+import { sessionName } from "../store/store.ts";
 
 export type { TraceFile };
 
@@ -227,7 +228,7 @@ export class TraceReader implements TracePages {
     }
     const time = Date.parse(ts);
     if (userId === undefined || Number.isNaN(time)) return;
-    file.add(`${userId}\u0000${session_id}`, offset, length, time, run_id);
+    file.add(sessionName({ userId, sessionId: session_id }), offset, length, time, run_id);
   }
 
   /**
@@ -237,7 +238,7 @@ export class TraceReader implements TracePages {
   #select(query: TracePageQuery): Span[] | FileIndex {
     const { runId, limit, cursor } = query;
     const since = Date.parse(query.since);
-    const key = `${query.userId}\u0000${query.sessionId}`;
+    const key = sessionName(query);
     // A cursor into a file rotation has since deleted starts at the oldest file left.
     let first = cursor === null ? 0 : this.#chain.findIndex((file) => file.id === cursor.file);
     let from = cursor?.offset ?? 0;
