@@ -4,6 +4,7 @@ import { fileURLToPath } from "node:url";
 import type { Agent, RunOptions } from "../src/agent/loop.ts";
 import { BackgroundCompactions } from "../src/memory/background.ts";
 import { ScriptedLLM, type ScriptStep } from "../src/llm/scripted.ts";
+import type { LeaseStore } from "../src/store/session_leases.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { type SessionKey } from "../src/store/store.ts";
 import { createBuiltinTools } from "../src/tools/builtin.ts";
@@ -261,4 +262,14 @@ export function textSink(): { stream: PassThrough; text(): string } {
     text += typeof chunk === "string" ? chunk : new TextDecoder().decode(chunk);
   });
   return { stream, text: () => text };
+}
+
+/** `store`'s lease methods with some replaced: a store that loses leases, fails renewals or counts calls. */
+export function leaseStoreWith(store: LeaseStore, overrides: Partial<LeaseStore>): LeaseStore {
+  return {
+    acquireLease: (...args) => store.acquireLease(...args),
+    renewLease: (...args) => store.renewLease(...args),
+    releaseLease: (...args) => store.releaseLease(...args),
+    ...overrides,
+  };
 }

@@ -6,8 +6,9 @@
 import assert from "node:assert/strict";
 import { parseApprovalPolicy } from "../src/approval/policy.ts";
 import { LlmError, StoreUnavailableError } from "../src/errors.ts";
-import { type LeaseStore, SessionLeases } from "../src/store/session_leases.ts";
+import { SessionLeases } from "../src/store/session_leases.ts";
 import { SessionRunner } from "../src/store/session_runner.ts";
+import { leaseStoreWith } from "./_harness.ts";
 import { type HttpHarness, httpHarness, parseSse, postMessage, until } from "./_http_harness.ts";
 
 type Api = "sessions" | "openai";
@@ -140,11 +141,7 @@ const OUTCOMES: Outcome[] = [
     name: "aborted: the lease was lost",
     message: "hello",
     setup: (h) => {
-      const leaky: LeaseStore = {
-        acquireLease: (key, owner, ttl) => h.store.acquireLease(key, owner, ttl),
-        renewLease: () => Promise.resolve(false),
-        releaseLease: (key, owner) => h.store.releaseLease(key, owner),
-      };
+      const leaky = leaseStoreWith(h.store, { renewLease: () => Promise.resolve(false) });
       h.deps.sessions = new SessionRunner({
         leases: new SessionLeases(leaky, { owner: "here", ttlMs: 30, minPollMs: 5, maxPollMs: 10 }),
       });

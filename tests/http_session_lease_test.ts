@@ -7,11 +7,11 @@ import assert from "node:assert/strict";
 import { PassThrough } from "node:stream";
 import { BackgroundCompactions } from "../src/memory/background.ts";
 import { runChat } from "../src/cli/chat.ts";
-import { type LeaseStore, SessionLeases } from "../src/store/session_leases.ts";
+import { SessionLeases } from "../src/store/session_leases.ts";
 import { SessionRunner } from "../src/store/session_runner.ts";
 import type { Summarizer } from "../src/memory/summarizer.ts";
 import { deterministicSummarizer } from "../src/memory/summarizer.ts";
-import { harness, keyOf, textSink } from "./_harness.ts";
+import { harness, keyOf, leaseStoreWith, textSink } from "./_harness.ts";
 import { httpHarness, postMessage } from "./_http_harness.ts";
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -59,11 +59,9 @@ Deno.test("turns waiting for a busy lease wait in the session's queue: one more 
 Deno.test("a turn whose lease is lost answers 503 session_lease_lost and keeps nothing of the turn", async () => {
   using h = httpHarness();
   let lose = false;
-  const leaky: LeaseStore = {
-    acquireLease: (key, owner, ttl) => h.store.acquireLease(key, owner, ttl),
+  const leaky = leaseStoreWith(h.store, {
     renewLease: (key, owner, ttl) => lose ? Promise.resolve(false) : h.store.renewLease(key, owner, ttl),
-    releaseLease: (key, owner) => h.store.releaseLease(key, owner),
-  };
+  });
   h.deps.sessions = new SessionRunner({
     leases: new SessionLeases(leaky, { owner: "here", ttlMs: 60, ...fast }),
   });

@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { type LeaseStore, SessionLeases } from "../src/store/session_leases.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
-import { keyOf } from "./_harness.ts";
+import { keyOf, leaseStoreWith } from "./_harness.ts";
 import { until } from "./_http_harness.ts";
 
 const fast = { minPollMs: 5, maxPollMs: 20 };
@@ -17,11 +17,9 @@ function clockedStore() {
   const clock = { ms: Date.parse("2026-01-01T00:00:00Z") };
   const store = new SqliteStore(":memory:", { now: () => new Date(clock.ms) });
   const tries = { count: 0 };
-  const counted: LeaseStore = {
+  const counted = leaseStoreWith(store, {
     acquireLease: (key, owner, ttl, options) => (tries.count++, store.acquireLease(key, owner, ttl, options)),
-    renewLease: (key, owner, ttl) => store.renewLease(key, owner, ttl),
-    releaseLease: (key, owner) => store.releaseLease(key, owner),
-  };
+  });
   return { store, clock, tries, counted };
 }
 

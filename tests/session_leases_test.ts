@@ -5,10 +5,10 @@
  */
 import assert from "node:assert/strict";
 import { LeaseLostError } from "../src/errors.ts";
-import { type LeaseStore, SessionLeases, type SessionLeasesOptions } from "../src/store/session_leases.ts";
+import { SessionLeases, type SessionLeasesOptions } from "../src/store/session_leases.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { FakeClock, settle } from "./_fake_clock.ts";
-import { keyOf } from "./_harness.ts";
+import { keyOf, leaseStoreWith } from "./_harness.ts";
 
 /** A promise and its resolver. */
 function gate(): { promise: Promise<void>; open(): void } {
@@ -79,11 +79,9 @@ Deno.test("SessionLeases.hold() shares the lease within a process and releases i
 Deno.test("SessionLeases.hold() renews the lease every third of its time while work runs past its time", async () => {
   await using f = fixture();
   const renewals: number[] = [];
-  const counting: LeaseStore = {
-    acquireLease: (...args) => f.store.acquireLease(...args),
+  const counting = leaseStoreWith(f.store, {
     renewLease: (...args) => (renewals.push(f.elapsed()), f.store.renewLease(...args)),
-    releaseLease: (...args) => f.store.releaseLease(...args),
-  };
+  });
   const a = new SessionLeases(counting, { owner: "a", ttlMs: 90, clock: f.clock });
   const done = gate();
   const held = a.hold(keyOf("s"), () => done.promise);
@@ -118,11 +116,10 @@ Deno.test("SessionLeases.hold() aborts the work with LeaseLostError when a renew
   await using f = fixture();
   let lose = false;
   const calls: string[] = [];
-  const leaky: LeaseStore = {
-    acquireLease: (...args) => f.store.acquireLease(...args),
+  const leaky = leaseStoreWith(f.store, {
     renewLease: (...args) => lose ? Promise.resolve(false) : f.store.renewLease(...args),
     releaseLease: (...args) => (calls.push("release"), f.store.releaseLease(...args)),
-  };
+  });
   const a = new SessionLeases(leaky, { owner: "a", ttlMs: 60, clock: f.clock });
   let abortedAt: number | undefined;
   const held = a.hold(keyOf("s"), async (signal) => {
@@ -145,11 +142,9 @@ Deno.test("SessionLeases.hold() aborts the work with LeaseLostError when a renew
 Deno.test("SessionLeases.hold() keeps a lease whose renewal fails to reach the store while it cannot have expired", async () => {
   await using f = fixture();
   let down = false;
-  const flaky: LeaseStore = {
-    acquireLease: (...args) => f.store.acquireLease(...args),
+  const flaky = leaseStoreWith(f.store, {
     renewLease: (...args) => down ? Promise.reject(new Error("store down")) : f.store.renewLease(...args),
-    releaseLease: (...args) => f.store.releaseLease(...args),
-  };
+  });
   const a = new SessionLeases(flaky, { owner: "a", ttlMs: 90, clock: f.clock });
   let abortedAt: number | undefined;
   const held = a.hold(keyOf("s"), async (signal) => {

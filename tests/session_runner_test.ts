@@ -9,7 +9,7 @@ import { type LeaseStore, SessionLeases } from "../src/store/session_leases.ts";
 import { SessionRunner } from "../src/store/session_runner.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { FakeClock, settle } from "./_fake_clock.ts";
-import { keyOf } from "./_harness.ts";
+import { keyOf, leaseStoreWith } from "./_harness.ts";
 
 const KEY = keyOf("s");
 
@@ -135,11 +135,7 @@ Deno.test("SessionRunner refuses a work past the session's queue, before and at 
 
 Deno.test("SessionRunner.run() aborts the work's signal with LeaseLostError when the lease is lost, and drops a waiting work whose signal aborts", async () => {
   await using f = fixture();
-  const leaky: LeaseStore = {
-    acquireLease: (...args) => f.store.acquireLease(...args),
-    renewLease: () => Promise.resolve(false),
-    releaseLease: (...args) => f.store.releaseLease(...args),
-  };
+  const leaky = leaseStoreWith(f.store, { renewLease: () => Promise.resolve(false) });
   const runner = new SessionRunner({
     leases: new SessionLeases(leaky, { owner: "here", ttlMs: 30, clock: f.clock }),
   });
