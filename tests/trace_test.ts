@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
 import { clip, JsonlTracer, readTrace, traceFiles } from "../src/trace/trace.ts";
 import type { RunEvent } from "../src/events.ts";
-import { tempDir } from "./_harness.ts";
+import { childEnv, tempDir } from "./_harness.ts";
 
 const event = (n: number, data: Record<string, unknown> = {}): RunEvent => ({
   ts: "2026-01-01T00:00:00.000Z",
@@ -142,4 +142,43 @@ Deno.test("two tracers appending to one path across rotations lose no event and 
   assert.equal(existsSync(`${path}.6`), false);
   // In order, too: after one writer rotated, the other's next line goes to the new file, not the renamed one.
   assert.deepEqual(allLines(path).map((e) => e.step!), Array.from({ length: 240 }, (_, n) => n));
+});
+
+/** Runs tests/_trace_writer.ts with `args`; resolves to the number it printed. */
+async function traceWriter(dir: string, args: string[]): Promise<number> {
+  const { code, stdout, stderr } = await new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      "--no-prompt",
+      `--allow-read=${dir}`,
+      `--allow-write=${dir}`,
+      "tests/_trace_writer.ts",
+      ...args,
+    ],
+    env: childEnv(dir),
+    clearEnv: true,
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const decoder = new TextDecoder();
+  assert.equal(code, 0, decoder.decode(stderr));
+  return Number(decoder.decode(stdout).trim());
+}
+
+Deno.test("a process opening the trace while another appends to it never cuts the other's line as torn", async () => {
+  using dir = tempDir();
+  const path = `${dir.path}/traces.jsonl`;
+  const stop = `${dir.path}/stop`;
+  // One process writes until told to stop; the other opens the file afresh (checking it for a torn line)
+  // for each of its events, meanwhile. A check that read the first one's line half written would cut it.
+  const steady = traceWriter(dir.path, [path, "steady", "until", stop]);
+  while (!existsSync(path) || Deno.statSync(path).size === 0) await new Promise((r) => setTimeout(r, 5));
+  const reopened = await traceWriter(dir.path, [path, "reopening", "reopen", "3000"]);
+  Deno.writeTextFileSync(stop, "");
+  const written = await steady;
+  const lines = allLines(path);
+  const steps = (name: string) => lines.filter((e) => e.session_id === name).map((e) => e.step!);
+  assert.equal(reopened, 3000);
+  assert.deepEqual(steps("reopening"), Array.from({ length: reopened }, (_, n) => n));
+  assert.deepEqual(steps("steady"), Array.from({ length: written }, (_, n) => n));
 });

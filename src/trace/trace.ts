@@ -22,7 +22,8 @@ export function clip(value: unknown, max: number, secrets: readonly string[] = [
 
 /**
  * Cuts a torn last line off an open trace file so every line is a whole event. Only bytes after the last
- * newline go: each event is appended in one write, so only a crashed writer leaves those.
+ * newline go: each event is appended in one write, so only a crashed writer leaves those. Call it under the
+ * file's exclusive lock: a live writer's line is only half there while its write runs (under a shared lock).
  */
 function dropTornTail(file: Deno.FsFile): void {
   const size = file.statSync().size;
@@ -99,9 +100,10 @@ function inodeOf(info: Deno.FileInfo): number {
 
 /**
  * Writes events to a JSONL file through one handle kept open, rotating it at `maxBytes`. `write` never
- * throws. Several processes may append to one path: each line is one append-mode write, a writer reopens
- * the path when another one rotated it, and rotation happens under an exclusive lock on the old file so two
- * writers never rotate the same file twice.
+ * throws. Several processes may append to one path: each line is one append-mode write under a shared lock
+ * of the file, a writer that opens it cuts a torn last line off under an exclusive lock (so never a line
+ * still being written), a writer reopens the path when another one rotated it, and rotation happens under
+ * an exclusive lock on the old file so two writers never rotate the same file twice.
  * @throws {RangeError} from the constructor when `maxPayloadChars` or `maxBytes` is not positive.
  */
 export class JsonlTracer {
@@ -114,6 +116,12 @@ export class JsonlTracer {
   #file: Deno.FsFile | null = null;
   #ino = 0;
   #identity = "";
+  /**
+   * Where this writer's last line ended (or the size when it opened the file): the file is at least this
+   * long. Rotation goes by it, so a write costs no stat of the file; with several writers a file may grow
+   * past `maxBytes` by about a line of each before one of them rotates it.
+   */
+  #end = 0;
   #failed = false;
   #encoder = new TextEncoder();
   /** Lines are encoded into this one buffer: a fresh array per event was memory outside the JS heap. */
@@ -146,10 +154,18 @@ export class JsonlTracer {
       };
       const bytes = this.#encode(JSON.stringify(clipped) + "\n");
       const file = this.#fileFor(bytes.length);
-      let written = 0;
-      while (written < bytes.length) written += file.writeSync(bytes.subarray(written));
-      // In append mode the handle's position is the end of this write, whoever else appended before it.
-      const end = file.seekSync(0, Deno.SeekMode.Current);
+      // Under a shared lock: a process opening the file meanwhile must not take this line for a torn one.
+      file.lockSync(false);
+      let end: number;
+      try {
+        let written = 0;
+        while (written < bytes.length) written += file.writeSync(bytes.subarray(written));
+        // In append mode the handle's position is the end of this write, whoever else appended before it.
+        end = file.seekSync(0, Deno.SeekMode.Current);
+      } finally {
+        file.unlockSync();
+      }
+      this.#end = end;
       const line = { file: this.#identity, offset: end - bytes.length, length: bytes.length, event: clipped };
       this.#onAppend?.(line);
     } catch (error) {
@@ -178,8 +194,7 @@ export class JsonlTracer {
   #fileFor(length: number): Deno.FsFile {
     if (this.#file !== null && this.#pathInode() !== this.#ino) this.close();
     if (this.#file === null) this.#open();
-    const size = this.#file!.statSync().size;
-    if (size > 0 && size + length > this.#maxBytes) {
+    if (this.#end > 0 && this.#end + length > this.#maxBytes) {
       this.#rotate(length);
       this.close();
       this.#open();
@@ -191,8 +206,14 @@ export class JsonlTracer {
     Deno.mkdirSync(dirname(this.#path), { recursive: true });
     const file = Deno.openSync(this.#path, { read: true, append: true, create: true });
     try {
-      dropTornTail(file);
+      file.lockSync(true);
+      try {
+        dropTornTail(file);
+      } finally {
+        file.unlockSync();
+      }
       const info = file.statSync();
+      this.#end = info.size;
       this.#ino = inodeOf(info);
       this.#identity = fileIdentity(info);
     } catch (error) {
