@@ -24,14 +24,18 @@ function bySession(events: readonly TracedEvent[]): Map<string, TracedEvent[]> {
 
 /**
  * Per session, in trace order: no event of one run between another run's `run_start` and `run_end` (a
- * background `compact` event belongs to no turn and is left out), and no turn number started twice.
+ * background `compact` event belongs to no turn and is left out), no turn number started twice, and every
+ * run that started ended.
  */
 export function traceProblems(events: readonly TracedEvent[]): string[] {
   const out: string[] = [];
   for (const [name, list] of bySession(events)) {
     let current: TracedEvent | null = null;
     const numbers = new Map<number, string>();
+    const open = new Map<string, number>();
     for (const event of list) {
+      if (event.event === "run_start") open.set(event.run_id, event.turn);
+      if (event.event === "run_end") open.delete(event.run_id);
       if (event.event === "compact" && event.data.background === true) continue;
       if (event.event === "run_start") {
         if (current !== null) {
@@ -49,6 +53,7 @@ export function traceProblems(events: readonly TracedEvent[]): string[] {
         current = null;
       }
     }
+    for (const [run, turn] of open) out.push(`${name}: run ${run} (turn ${turn}) has no run_end`);
   }
   return out;
 }

@@ -128,6 +128,7 @@ Deno.test("the replica checks catch interleaved runs, a turn number twice, mixed
     i,
   ) => [traced(run, i + 1, "run_start"), traced(run, i + 1, "run_end")]);
   assert.deepEqual(traceProblems(whole), []);
+  assert.deepEqual(traceProblems(whole.slice(0, 3)), ["u/s: run r2 (turn 2) has no run_end"]);
   const mixed = [traced("r1", 1, "run_start"), traced("r2", 1, "run_start"), traced("r1", 1, "run_end")];
   const problems = traceProblems(mixed);
   assert.ok(problems.some((p) => /run r2 \(turn 1\) started inside run r1/.test(p)), problems.join("\n"));
