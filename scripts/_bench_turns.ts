@@ -16,6 +16,7 @@ import { createBuiltinTools } from "../src/tools/builtin.ts";
 import { evaluate } from "../src/tools/calculator.ts";
 import { SYSTEM_PROMPT } from "../src/agent/context.ts";
 import { JsonlTracer } from "../src/trace/trace.ts";
+import { sharedTraceOf } from "../src/store/open.ts";
 import type { Message, ToolSchema } from "../src/types.ts";
 import { answer, completion } from "./_fake_provider.ts";
 import { distribution, makeTempDir, median, startProvider } from "./_bench_process.ts";
@@ -43,8 +44,14 @@ export function openBenchRuntime(dir: string, baseUrl: string, options: BenchRun
     return send(input, init);
   };
   const store = new SqliteStore(persist ? dbPath : ":memory:");
+  // As the runtime does: each event goes on to the database's trace table.
+  const shared = persist ? sharedTraceOf(store) : null;
   const tracer = persist
-    ? new JsonlTracer(tracePath, { maxPayloadChars: config.traceMaxPayloadChars, secrets: [config.apiKey] })
+    ? new JsonlTracer(tracePath, {
+      maxPayloadChars: config.traceMaxPayloadChars,
+      secrets: [config.apiKey],
+      onAppend: (event, line) => shared?.add(event, line),
+    })
     : null;
   const llm = createLlmFromConfig(config, { stream: false, fetch: recording });
   const compactions = { ok: 0, failed: 0 };
@@ -77,6 +84,7 @@ export function openBenchRuntime(dir: string, baseUrl: string, options: BenchRun
     close: async () => {
       await background.close();
       tracer?.close();
+      await shared?.close();
       await store.close();
     },
   };

@@ -25,7 +25,6 @@ import { SqliteStore } from "./store/sqlite.ts";
 import { enableTelemetry, TELEMETRY_VARIABLES } from "./telemetry.ts";
 import { type SessionKey, validateId } from "./store/store.ts";
 import { createLlmSummarizer } from "./memory/summarizer.ts";
-import { TraceReader } from "./trace/reader.ts";
 
 function fail(message: string): never {
   console.error(message);
@@ -123,8 +122,7 @@ async function serve(config: Readonly<Config>): Promise<number> {
         hosts: { allowed: config.allowedHosts },
         sessions: runtime.sessions,
         maxBodyBytes: config.maxBodyBytes,
-        tracePath: config.tracePath,
-        traceReader: runtime.traceReader,
+        trace: runtime.trace,
         model: config.model,
         mcpHealth: runtime.mcp ? () => runtime.mcp!.health() : undefined,
         log: (line) => log.line(line, !REQUEST_LINE.test(line)),
@@ -138,9 +136,6 @@ async function serve(config: Readonly<Config>): Promise<number> {
           console.error(`listening on http://${hostname}:${port} (${auth}, model ${config.model})`);
         },
       }), config);
-    // Index the trace files already on disk now, in async chunks, so the first trace request does not wait
-    // for it; a failure here is the route's to report.
-    if (runtime.traceReader instanceof TraceReader) runtime.traceReader.refresh().catch(() => {});
     await server.finished;
     log.close();
     console.error("stopped");

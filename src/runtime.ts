@@ -22,7 +22,7 @@ import type { ToolRegistry } from "./tools/registry.ts";
 import { JsonlTracer } from "./trace/trace.ts";
 import type { McpTools } from "./mcp/mcp_tools.ts";
 import { openToolConfig } from "./mcp/start.ts";
-import { type TracePages, TraceReader } from "./trace/reader.ts";
+import type { TracePages } from "./trace/shared_trace.ts";
 
 /** Turns a session may have waiting behind the running one before the server answers 429. */
 const MAX_QUEUED_TURNS = 8;
@@ -31,8 +31,8 @@ const MAX_QUEUED_TURNS = 8;
 export interface Runtime {
   store: SessionStore;
   tracer: JsonlTracer;
-  /** Where the trace route reads: the file index, or the database's table every replica writes. */
-  traceReader: TracePages;
+  /** Where the trace route reads: the database's trace table, which every process on it writes. */
+  trace: TracePages | undefined;
   agent: Agent;
   /** The agent's tools bound to another store (a request's private one). */
   toolsFor(store: SessionStore): ToolRegistry;
@@ -72,14 +72,13 @@ export async function openRuntime(config: Readonly<Config>): Promise<Runtime> {
   requireWritableTrace(config.tracePath);
   const store = await openSessionStore(config);
   const { mcp, approval } = await openToolConfig(config, (line) => console.error(line));
-  // The server's trace route pages through this index; the lines this process writes go straight into it.
-  const traceReader = new TraceReader(config.tracePath);
+  // The events this process writes go on to the database's trace table, where the trace route reads them.
   const shared = sharedTraceOf(store);
   const tracer = new JsonlTracer(config.tracePath, {
     maxPayloadChars: config.traceMaxPayloadChars,
     maxBytes: config.traceMaxBytes,
     secrets: [config.apiKey, ...config.apiTokens.map((t) => t.token)],
-    onAppend: (line) => (traceReader.noteAppend(line), shared?.add(line.event)),
+    onAppend: shared === null ? undefined : (event, line) => shared.add(event, line),
   });
   const llm = createLlmFromConfig(config, { stream: config.stream });
   const toolsFor = builtinToolsFor({ sources: mcp ? [mcp] : [] });
@@ -100,7 +99,7 @@ export async function openRuntime(config: Readonly<Config>): Promise<Runtime> {
   return {
     store,
     tracer,
-    traceReader: shared ?? traceReader,
+    trace: shared ?? undefined,
     toolsFor,
     mcp,
     sessions,

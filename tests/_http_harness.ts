@@ -11,7 +11,7 @@ import type { ChatOptions, LLM } from "../src/llm/llm.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { deterministicSummarizer, type Summarizer } from "../src/memory/summarizer.ts";
 import { JsonlTracer } from "../src/trace/trace.ts";
-import { type TraceFile, TraceReader } from "../src/trace/reader.ts";
+import { SharedTrace } from "../src/trace/shared_trace.ts";
 import type { ChatReply, Message } from "../src/types.ts";
 import { openEphemeral, realTools } from "./_harness.ts";
 
@@ -101,7 +101,8 @@ export interface HttpHarness {
   ephemeral: SqliteStore[];
   tracePath: string;
   tracer: JsonlTracer;
-  traceReader: TraceReader;
+  /** The store's trace table the tracer ships to and the trace route reads. */
+  trace: SharedTrace;
   logs: string[];
   /** Aborts running turns as the server's shutdown does once its grace period is over (its 503 the reason). */
   shutdown: { abort(): void; readonly signal: AbortSignal };
@@ -119,8 +120,6 @@ export function httpHarness(
     maxWaiting?: number;
     /** Size at which the trace rotates. */
     traceMaxBytes?: number;
-    /** How the trace reader opens files (to count what it reads). */
-    openTrace?: (path: string) => Promise<TraceFile>;
     /** Compaction: raw turns kept, the batch beyond them, the summarizer. @default {20, 10, deterministic} */
     compaction?: { maxRawTurns: number; compactBatch: number; summarizer: Summarizer };
   } = {},
@@ -128,10 +127,10 @@ export function httpHarness(
   const dir = Deno.makeTempDirSync({ prefix: "mra-http-" });
   const tracePath = `${dir}/trace.jsonl`;
   const store = new SqliteStore(":memory:");
-  const traceReader = new TraceReader(tracePath, { open: options.openTrace });
+  const trace = new SharedTrace(store.trace);
   const tracer = new JsonlTracer(tracePath, {
     maxBytes: options.traceMaxBytes,
-    onAppend: (line) => traceReader.noteAppend(line),
+    onAppend: (event, line) => trace.add(event, line),
   });
   const llm = new RuleLLM(options.delayMs ?? 0);
   const logs: string[] = [];
@@ -162,8 +161,7 @@ export function httpHarness(
     hosts: { allowed: ["agent.test"] },
     sessions: new SessionRunner({ queue: { maxWaiting: options.maxWaiting ?? 8 } }),
     maxBodyBytes: options.maxBodyBytes ?? 65536,
-    tracePath,
-    traceReader,
+    trace,
     model: "rule",
     shutdownSignal: shutdown.signal,
     isShuttingDown: () => stopping,
@@ -177,7 +175,7 @@ export function httpHarness(
     ephemeral,
     tracePath,
     tracer,
-    traceReader,
+    trace,
     logs,
     shutdown,
     setShuttingDown: (value) => (stopping = value),

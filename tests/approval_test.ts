@@ -165,7 +165,9 @@ Deno.test("SqliteStore migrates a version-2 database to the current version keep
   await h.store.addTodo(keyOf("s"), "keep me");
   await h.store.close();
   const db = new DatabaseSync(path);
-  db.exec("DROP TABLE pending_steps; DROP TABLE session_leases; PRAGMA user_version = 2;");
+  db.exec(
+    "DROP TABLE pending_steps; DROP TABLE session_leases; DROP TABLE trace_events; PRAGMA user_version = 2;",
+  );
   db.close();
 
   const store = new SqliteStore(path);

@@ -16,6 +16,7 @@ import { createLlmFromConfig, OpenAICompatibleLLM } from "../src/llm/openai.ts";
 import { type Agent, EMPTY_ANSWER, EMPTY_REPLY_NUDGE, runTurn } from "../src/agent/loop.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { createLlmSummarizer, deterministicSummarizer } from "../src/memory/summarizer.ts";
+import { SharedTrace } from "../src/trace/shared_trace.ts";
 import { JsonlTracer, readTrace } from "../src/trace/trace.ts";
 import type { EventSink, TracedEvent } from "../src/events.ts";
 import type { StoredMessage, TurnResult } from "../src/types.ts";
@@ -83,6 +84,8 @@ interface Rig {
   agent: Agent;
   emit: EventSink;
   tracePath: string;
+  /** The store's trace table the tracer ships to, which the trace route reads. */
+  trace: SharedTrace;
   /** The waits the client asked for between attempts, in ms (nothing really waits). */
   delays: number[];
   turn(
@@ -121,7 +124,11 @@ function openRig(script: Behaviour[], then: ScriptEnd = "ok", options: RigOption
   });
   const store = new SqliteStore(config.dbPath);
   // No `secrets`: the tracer's defensive redaction is off, so a key leaked by the client itself would show.
-  const tracer = new JsonlTracer(config.tracePath, { maxPayloadChars: config.traceMaxPayloadChars });
+  const shared = new SharedTrace(store.trace);
+  const tracer = new JsonlTracer(config.tracePath, {
+    maxPayloadChars: config.traceMaxPayloadChars,
+    onAppend: (event, line) => shared.add(event, line),
+  });
   const emit: EventSink = (event) => tracer.write(event);
   const agent: Agent = {
     store,
@@ -142,6 +149,7 @@ function openRig(script: Behaviour[], then: ScriptEnd = "ok", options: RigOption
     config,
     agent,
     emit,
+    trace: shared,
     tracePath: config.tracePath,
     delays,
     // Each turn's background compaction, if any, is done before the next turn or assertion.
@@ -154,6 +162,7 @@ function openRig(script: Behaviour[], then: ScriptEnd = "ok", options: RigOption
     [Symbol.asyncDispose]: async () => {
       await agent.compactions.close();
       tracer.close();
+      await shared.close();
       await store.close();
       await provider.close();
       Deno.removeSync(dir, { recursive: true });
@@ -716,7 +725,7 @@ function handlerFor(rig: Rig, logs: string[]): (request: Request) => Promise<Res
     hosts: { allowed: ["agent.test"] },
     sessions: new SessionRunner({ queue: { maxWaiting: 8 } }),
     maxBodyBytes: 65536,
-    tracePath: rig.tracePath,
+    trace: rig.trace,
     model: rig.config.model,
     shutdownSignal: new AbortController().signal,
     isShuttingDown: () => false,

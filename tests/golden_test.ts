@@ -18,6 +18,7 @@ import { ScriptedLLM, type ScriptStep } from "../src/llm/scripted.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { deterministicSummarizer } from "../src/memory/summarizer.ts";
 import { JsonlTracer } from "../src/trace/trace.ts";
+import { SharedTrace } from "../src/trace/shared_trace.ts";
 import { counterIds, openEphemeral, realTools, steppingClock, tempDir, textSink } from "./_harness.ts";
 
 const GOLDEN = new URL("./fixtures/golden/", import.meta.url);
@@ -39,7 +40,7 @@ function assertGolden(name: string, actual: string): void {
   assert.fail(`${name} differs at line ${line + 1}:\n  golden: ${e[line]}\n  now:    ${a[line]}`);
 }
 
-/** What a run cannot repeat: measured durations, and trace cursors (they name a file by its inode). */
+/** What a run cannot repeat: measured durations, and trace cursors. */
 function normalize(text: string): string {
   return text
     .replace(/"latency_ms":\d+/g, '"latency_ms":0')
@@ -57,7 +58,12 @@ const usage = (prompt: number, completion: number) => ({
 function world(dir: string, script: ScriptStep[], name: string) {
   const store = new SqliteStore(`${dir}/${name}.db`, { now: steppingClock() });
   const tracePath = `${dir}/${name}.jsonl`;
-  const tracer = new JsonlTracer(tracePath, { maxPayloadChars: 400 });
+  // The tracer's events go on to the store's trace table, where the trace route reads them.
+  const shared = new SharedTrace(store.trace);
+  const tracer = new JsonlTracer(tracePath, {
+    maxPayloadChars: 400,
+    onAppend: (event, line) => shared.add(event, line),
+  });
   const agent: Agent = {
     store,
     llm: new ScriptedLLM(script),
@@ -74,11 +80,13 @@ function world(dir: string, script: ScriptStep[], name: string) {
   return {
     store,
     tracer,
+    shared,
     agent,
     trace: () => normalize(Deno.readTextFileSync(tracePath)),
     close: async () => {
       await agent.compactions.close();
       tracer.close();
+      await shared.close();
       await store.close();
     },
   };
@@ -250,7 +258,7 @@ Deno.test("golden: the HTTP API's responses to a scripted session are unchanged"
     ]),
     sessions: new SessionRunner({ queue: { maxWaiting: 8 } }),
     maxBodyBytes: 4096,
-    tracePath: `${dir.path}/http.jsonl`,
+    trace: w.shared,
     model: "scripted",
     shutdownSignal: shutdown.signal,
     isShuttingDown: () => false,

@@ -8,7 +8,9 @@ import { StoreUnavailableError } from "../src/errors.ts";
 import { migrate } from "../src/store/_postgres_schema.ts";
 import { connect } from "../src/store/_postgres_client.ts";
 import { parseDatabaseUrl } from "../src/store/database_url.ts";
-import { PG_SCHEMA_VERSION, PostgresStore } from "../src/store/postgres.ts";
+import { PostgresStore } from "../src/store/postgres.ts";
+import { SCHEMA_VERSION } from "../src/store/store.ts";
+import { traceRow } from "../src/trace/shared_trace.ts";
 import { keyOf, storedMessage as msg } from "./_harness.ts";
 import { postgresCluster } from "./_postgres.ts";
 
@@ -29,34 +31,78 @@ async function withPool<T>(url: string, work: (sql: Awaited<ReturnType<typeof co
   }
 }
 
+// Earlier releases counted PostgreSQL's own steps: their 1 and 2 (recorded so by migrate(sql, 3) and
+// migrate(sql, 4)) are the shared versions 3 and 4, and their 3 is the shared 5.
+for (const [version, recorded] of [[3, 1], [4, 2]]) {
+  Deno.test({
+    name:
+      `PostgresStore migrates a version-${version} database (recorded as ${recorded}) to the current version, keeping its rows`,
+    ignore,
+    async fn() {
+      const url = await pg().freshUrl();
+      await withPool(url, async (sql) => {
+        assert.equal(await migrate(sql, version), 0);
+        assert.deepEqual([...await sql`SELECT version FROM agent_schema`], [{ version: recorded }]);
+        await sql`INSERT INTO sessions (user_id, id, summary, turn_count, created_at, updated_at)
+          VALUES ('alice', 'old', '{"facts":["kept"]}', 1, 't0', 't1')`;
+        if (version >= 4) {
+          await sql`INSERT INTO session_leases (user_id, session_id, owner, expires_at)
+            VALUES ('alice', 'old', 'gone', now() - interval '1 second')`;
+        }
+      });
+      const store = await PostgresStore.open(url);
+      try {
+        const session = await store.get(keyOf("old", "alice"));
+        assert.equal(session?.summary, '{"facts":["kept"]}');
+        assert.equal(session?.turnCount, 1);
+        assert.equal(
+          (await store.acquireLease(keyOf("old", "alice"), "a", 1000)).taken,
+          true,
+          "version 4's table",
+        );
+        const event = { ts: "2026-01-01T00:00:00.000Z", user_id: "alice", session_id: "old", run_id: "r" };
+        await store.trace.write([traceRow(event)!]);
+        const page = await store.trace.page({
+          userId: "alice",
+          sessionId: "old",
+          since: "2026-01-01T00:00:00.000Z",
+          runId: null,
+          limit: 10,
+          cursor: null,
+        });
+        assert.equal(page.events.length, 1, "version 5's table");
+      } finally {
+        await store.close();
+      }
+      await withPool(url, async (sql) => {
+        assert.deepEqual([...await sql`SELECT version FROM agent_schema`], [{ version: SCHEMA_VERSION }]);
+        // Opened again at the current version: nothing to do.
+        assert.equal(await migrate(sql), SCHEMA_VERSION);
+      });
+    },
+  });
+}
+
 Deno.test({
-  name: "PostgresStore migrates a version-1 database to the current version, keeping its rows",
+  name: "PostgresStore opens a database an earlier release recorded as its version 3 (the shared 5) as it is",
   ignore,
   async fn() {
     const url = await pg().freshUrl();
     await withPool(url, async (sql) => {
-      assert.equal(await migrate(sql, 1), 0);
-      await sql`INSERT INTO sessions (user_id, id, summary, turn_count, created_at, updated_at)
-        VALUES ('alice', 'old', '{"facts":["kept"]}', 1, 't0', 't1')`;
+      await migrate(sql);
+      await sql`UPDATE agent_schema SET version = 3`;
+      await sql`INSERT INTO sessions (user_id, id, created_at, updated_at) VALUES ('alice', 'old', 't0', 't1')`;
     });
     const store = await PostgresStore.open(url);
     try {
-      const session = await store.get(keyOf("old", "alice"));
-      assert.equal(session?.summary, '{"facts":["kept"]}');
-      assert.equal(session?.turnCount, 1);
-      assert.equal(
-        (await store.acquireLease(keyOf("old", "alice"), "a", 1000)).taken,
-        true,
-        "version 2's table",
-      );
-      await store.trace.write([]);
+      assert.equal((await store.get(keyOf("old", "alice")))?.id, "old");
     } finally {
       await store.close();
     }
     await withPool(url, async (sql) => {
-      assert.deepEqual([...await sql`SELECT version FROM agent_schema`], [{ version: PG_SCHEMA_VERSION }]);
-      // Opened again at the current version: nothing to do.
-      assert.equal(await migrate(sql), PG_SCHEMA_VERSION);
+      // Left as it was, so that release can still open it.
+      assert.deepEqual([...await sql`SELECT version FROM agent_schema`], [{ version: 3 }]);
+      assert.equal(await migrate(sql), SCHEMA_VERSION);
     });
   },
 });
@@ -68,11 +114,11 @@ Deno.test({
     const url = await pg().freshUrl();
     await withPool(url, async (sql) => {
       await migrate(sql);
-      await sql`UPDATE agent_schema SET version = ${PG_SCHEMA_VERSION + 1}`;
+      await sql`UPDATE agent_schema SET version = ${SCHEMA_VERSION + 1}`;
     });
     await assert.rejects(
       PostgresStore.open(url),
-      new RegExp(`schema version is ${PG_SCHEMA_VERSION + 1}, this program knows ${PG_SCHEMA_VERSION}$`),
+      new RegExp(`schema version is ${SCHEMA_VERSION + 1}, this program knows ${SCHEMA_VERSION}$`),
     );
   },
 });
@@ -159,14 +205,13 @@ Deno.test({
         event: "tool_call",
         data: { i, text: "nul\u0000 and 😀" },
       });
-      await store.trace.write([
-        event(0),
-        event(1, "other"),
-        event(2),
-        { no: "envelope" },
-        event(3, "s", "r2"),
-      ]);
-      await store.trace.write([event(4)]);
+      // An event that names no session (no envelope) has no row.
+      const rows = (events: Record<string, unknown>[]) =>
+        events.map((e) => traceRow(e)).filter((r) => r !== null);
+      await store.trace.write(
+        rows([event(0), event(1, "other"), event(2), { no: "envelope" }, event(3, "s", "r2")]),
+      );
+      await store.trace.write(rows([event(4)]));
       const query = { userId: "u", sessionId: "s", since: event(1).ts, runId: null, limit: 2, cursor: null };
       const first = await store.trace.page(query);
       assert.deepEqual(first.events, [event(2), event(3, "s", "r2")]);

@@ -1,13 +1,20 @@
 import assert from "node:assert/strict";
-import { SharedTrace, type TraceTableLike } from "../src/trace/shared_trace.ts";
+import { SharedTrace, type TraceRow, type TraceTable } from "../src/trace/shared_trace.ts";
+
+/** An event of session s numbered `i`. */
+const ev = (i: number) => ({ ts: "2026-01-01T00:00:00.000Z", user_id: "u", session_id: "s", run_id: "r", i });
+import { FakeClock } from "./_fake_clock.ts";
 
 /** A table that stores what it is given, failing while `down` is set. */
-function fakeTable(): TraceTableLike & { down: boolean; rows: Record<string, unknown>[] } {
+function fakeTable(): TraceTable & { down: boolean; rows: Record<string, unknown>[]; writes: number } {
   const rows: Record<string, unknown>[] = [];
   const table = {
     down: false as boolean,
     rows,
-    write(events: readonly Record<string, unknown>[]) {
+    writes: 0,
+    write(written: readonly TraceRow[]) {
+      const events = written.map((row) => JSON.parse(row.line));
+      table.writes++;
       if (table.down) return Promise.reject(new Error("connection refused"));
       return new Promise<void>((resolve) => setTimeout(() => (rows.push(...events), resolve()), 1));
     },
@@ -21,7 +28,7 @@ function fakeTable(): TraceTableLike & { down: boolean; rows: Record<string, unk
 Deno.test("SharedTrace ships events in order and a page sees every event written before it", async () => {
   const table = fakeTable();
   const shared = new SharedTrace(table);
-  for (let i = 0; i < 1200; i++) shared.add({ i });
+  for (let i = 0; i < 1200; i++) shared.add(ev(i));
   const page = await shared.page({
     userId: "u",
     sessionId: "s",
@@ -40,7 +47,7 @@ Deno.test("SharedTrace keeps events while the table fails, warns once, and ships
   const shared = new SharedTrace(table, { warn: (line) => lines.push(line), maxQueued: 3 });
   table.down = true;
   for (let i = 0; i < 5; i++) {
-    shared.add({ i });
+    shared.add(ev(i));
     await shared.flushed();
   }
   assert.equal(table.rows.length, 0);
@@ -54,4 +61,32 @@ Deno.test("SharedTrace keeps events while the table fails, warns once, and ships
     "the oldest kept, the newest dropped past the bound",
   );
   assert.match(lines[1], /trace events reach the database again \(2 events were dropped meanwhile\)/);
+});
+
+Deno.test("SharedTrace with delayMs ships the events of the window in one write, or at once for a page", async () => {
+  const clock = new FakeClock();
+  const table = fakeTable();
+  const shared = new SharedTrace(table, { delayMs: 50, clock });
+  for (let i = 0; i < 3; i++) shared.add(ev(i));
+  await clock.advance(49);
+  assert.equal(table.writes, 0, "nothing shipped before the window ends");
+  await clock.advance(1);
+  assert.equal(clock.pending, 0);
+  await shared.flushed();
+  assert.deepEqual([table.writes, table.rows.map((e) => e.i)], [1, [0, 1, 2]]);
+  shared.add(ev(3));
+  const query = { userId: "u", sessionId: "s", since: "", runId: null, limit: 10, cursor: null };
+  assert.equal((await shared.page(query)).events.length, 4, "a page ships the queued event first");
+  assert.equal(table.writes, 2);
+  await shared.close();
+});
+
+Deno.test("SharedTrace leaves out an event that names no session, and ships the line it is given", async () => {
+  const table = fakeTable();
+  const shared = new SharedTrace(table);
+  shared.add({ ts: "2026-01-01T00:00:00.000Z", event: "run_start" });
+  shared.add({ ...ev(0), ts: "yesterday" });
+  shared.add(ev(1), JSON.stringify({ ...ev(1), as: "written" }));
+  await shared.close();
+  assert.deepEqual(table.rows, [{ ...ev(1), as: "written" }]);
 });

@@ -97,7 +97,7 @@ Deno.test("SqliteStore migrates a version-3 database to the current version keep
   await store.addTodo(keyOf("s"), "keep me");
   await store.close();
   const db = new DatabaseSync(path);
-  db.exec("DROP TABLE session_leases; PRAGMA user_version = 3;");
+  db.exec("DROP TABLE session_leases; DROP TABLE trace_events; PRAGMA user_version = 3;");
   db.close();
 
   const migrated = new SqliteStore(path);

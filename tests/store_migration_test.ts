@@ -5,6 +5,7 @@
 import assert from "node:assert/strict";
 import { DatabaseSync } from "node:sqlite";
 import { SCHEMA_VERSION, SqliteStore } from "../src/store/sqlite.ts";
+import { traceRow } from "../src/trace/shared_trace.ts";
 import { keyOf, tempDir } from "./_harness.ts";
 import { SCHEMA_V1, SCHEMA_V1_OLD_INDEX } from "./fixtures/store_v1_schema.ts";
 
@@ -199,4 +200,28 @@ Deno.test("SqliteStore refuses to migrate a version-1 database with a message of
   );
   assert.equal(userVersion(path), 1);
   assert.deepEqual(schemaOf(path), before, "the transaction rolled back");
+});
+
+Deno.test("SqliteStore migrates a version-4 database (no trace table) to the current version keeping every row", async () => {
+  using dir = tempDir();
+  const path = `${dir.path}/s.db`;
+  const store = new SqliteStore(path);
+  await store.getOrCreate(keyOf("s"));
+  await store.addTodo(keyOf("s"), "keep me");
+  await store.close();
+  const db = new DatabaseSync(path);
+  db.exec("DROP TABLE trace_events; PRAGMA user_version = 4;");
+  db.close();
+
+  const migrated = new SqliteStore(path);
+  try {
+    assert.deepEqual((await migrated.listTodos(keyOf("s"))).map((t) => t.text), ["keep me"]);
+    const event = { ts: "2026-01-01T00:00:00.000Z", user_id: "u", session_id: "s", run_id: "r" };
+    await migrated.trace.write([traceRow(event)!]);
+    const query = { userId: "u", sessionId: "s", since: T0, runId: null, limit: 10, cursor: null };
+    assert.deepEqual((await migrated.trace.page(query)).events, [event]);
+  } finally {
+    await migrated.close();
+  }
+  assert.equal(userVersion(path), SCHEMA_VERSION);
 });

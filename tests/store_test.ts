@@ -27,6 +27,7 @@ Deno.test("SqliteStore creates the schema with WAL and records its version", () 
     "sessions",
     "sqlite_sequence",
     "todos",
+    "trace_events",
   ]);
   db.close();
 });

@@ -2,6 +2,8 @@ import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
 import { clip, JsonlTracer, readTrace, traceFiles } from "../src/trace/trace.ts";
 import type { RunEvent } from "../src/events.ts";
+import { SqliteStore } from "../src/store/sqlite.ts";
+import { SharedTrace } from "../src/trace/shared_trace.ts";
 import { childEnv, tempDir } from "./_harness.ts";
 
 const event = (n: number, data: Record<string, unknown> = {}): RunEvent => ({
@@ -33,20 +35,16 @@ Deno.test("JsonlTracer appends one JSON line per event with every field", () => 
   assert.deepEqual(readTrace(path).map((e) => e.step), [0, 1, 2], "append-only across handles");
 });
 
-Deno.test("JsonlTracer writes short and long lines of any characters whole, and reports where each landed", () => {
+Deno.test("JsonlTracer writes short and long lines of any characters whole, and hands on each event as written", () => {
   using dir = tempDir();
   const path = `${dir.path}/t.jsonl`;
-  const landed: { offset: number; length: number }[] = [];
-  const tracer = new JsonlTracer(path, { maxPayloadChars: 50_000, onAppend: (line) => landed.push(line) });
+  const handed: Record<string, unknown>[] = [];
+  const tracer = new JsonlTracer(path, { maxPayloadChars: 50_000, onAppend: (event) => handed.push(event) });
   const texts = ["é€😀".repeat(4000), "short", "x".repeat(30_000), "ü"];
   texts.forEach((text, i) => tracer.write(event(i, { text })));
   tracer.close();
   assert.deepEqual(readTrace(path).map((e) => e.data.text), texts);
-  const bytes = Deno.readFileSync(path);
-  for (const [i, { offset, length }] of landed.entries()) {
-    const line = new TextDecoder().decode(bytes.subarray(offset, offset + length));
-    assert.equal(JSON.parse(line).data.text, texts[i]);
-  }
+  assert.deepEqual(handed, readTrace(path), "the events as the file holds them");
 });
 
 Deno.test("JsonlTracer cuts long strings and redacts secrets", () => {
@@ -181,4 +179,38 @@ Deno.test("a process opening the trace while another appends to it never cuts th
   assert.equal(reopened, 3000);
   assert.deepEqual(steps("reopening"), Array.from({ length: reopened }, (_, n) => n));
   assert.deepEqual(steps("steady"), Array.from({ length: written }, (_, n) => n));
+});
+
+Deno.test("a small AGENT_TRACE_MAX_PAYLOAD_CHARS cuts the data only: the event's time and ids stay whole", async () => {
+  using dir = tempDir();
+  const path = `${dir.path}/trace.jsonl`;
+  const session = "s".repeat(128);
+  const store = new SqliteStore(":memory:");
+  const shared = new SharedTrace(store.trace);
+  const tracer = new JsonlTracer(path, {
+    maxPayloadChars: 20,
+    secrets: ["sk-secret-key"],
+    onAppend: (event, line) => shared.add(event, line),
+  });
+  const text = `long text ${"y".repeat(100)} sk-secret-key`;
+  tracer.write({
+    ...event(1, { text }),
+    user_id: "alice",
+    session_id: session,
+    ts: "2026-01-01T00:00:00.001Z",
+  });
+  tracer.close();
+  try {
+    const [line] = readTrace(path);
+    assert.equal(line.session_id, session);
+    assert.equal(line.ts, "2026-01-01T00:00:00.001Z");
+    assert.match(String(line.data.text), /^long text y+…\[\d+ more chars\]$/);
+    assert.ok(!Deno.readTextFileSync(path).includes("sk-secret-key"));
+    const query = { userId: "alice", sessionId: session, since: "2026-01-01T00:00:00.000Z", runId: null };
+    const found = await shared.page({ ...query, limit: 10, cursor: null });
+    assert.deepEqual(found.events, [line], "the table holds the event as the file does");
+  } finally {
+    await shared.close();
+    await store.close();
+  }
 });

@@ -1,6 +1,6 @@
 /** What the HTTP handler and its routes are built from; only `src/main.ts` builds the real ones. @module */
 import type { Agent } from "../agent/loop.ts";
-import type { TracePages } from "../trace/reader.ts";
+import type { TracePages } from "../trace/shared_trace.ts";
 import type { EventSink } from "../events.ts";
 import type { SessionRunner } from "../store/session_runner.ts";
 import type { SessionStore } from "../store/store.ts";
@@ -31,13 +31,12 @@ export interface HandlerDeps {
    */
   sessions: SessionRunner;
   maxBodyBytes: number;
-  /** The JSONL trace file the trace route reads (with its rotated files). */
-  tracePath: string;
   /**
-   * Where the trace route reads: the trace index the tracer feeds (`onAppend`), or the database's trace table
-   * when replicas share PostgreSQL. @default {new TraceReader(tracePath)}
+   * Where the trace route reads: the session database's `trace_events` table, which the tracer's events are
+   * shipped to (a `SharedTrace`, so a page first ships this process's queued ones). @default {the store's
+   * table} (a store without one answers the route 501)
    */
-  traceReader?: TracePages;
+  trace?: TracePages;
   /** The model name `/healthz` reports. */
   model: string;
   /** Each MCP server's state, by name, for `/healthz`. @default {undefined} (no MCP) */

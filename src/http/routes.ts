@@ -5,7 +5,7 @@
  */
 import { parseSummary } from "../memory/summary.ts";
 import { type Session, validateId } from "../store/store.ts";
-import { TraceReader } from "../trace/reader.ts";
+import { traceTableOf } from "../store/open.ts";
 import type { HandlerDeps } from "./deps.ts";
 import { HttpError } from "./errors.ts";
 import { OPENAPI } from "./openapi.ts";
@@ -47,7 +47,7 @@ export function createRoutes(deps: HandlerDeps): Route[] {
     return session;
   };
   const keyOf = (session: Session) => ({ userId: session.userId, sessionId: session.id });
-  const trace = deps.traceReader ?? new TraceReader(deps.tracePath);
+  const trace = deps.trace ?? traceTableOf(store);
   return [
     route("GET", "/healthz", async () => {
       const db = await store.ping();

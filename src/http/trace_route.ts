@@ -1,10 +1,10 @@
 /**
- * `GET /v1/sessions/{id}/trace`: one page of the session's trace events through the trace index, so a request
- * never reads the whole trace; the page's cursor travels as opaque text.
+ * `GET /v1/sessions/{id}/trace`: one page of the session's trace events from the database's trace table, so a
+ * request never reads the whole trace; the page's cursor travels as opaque text.
  * @module
  */
 import type { Session } from "../store/store.ts";
-import type { TraceCursor, TracePages } from "../trace/reader.ts";
+import type { TracePages } from "../trace/shared_trace.ts";
 import { HttpError } from "./errors.ts";
 
 /** Events per page when the request names no `limit`. */
@@ -12,26 +12,23 @@ export const DEFAULT_TRACE_LIMIT = 200;
 /** The largest `limit` a request may ask for. */
 export const MAX_TRACE_LIMIT = 1000;
 
-/**
- * Encodes a cursor as opaque URL-safe text, valid across restarts for as long as its file exists (the file
- * `db`: a row of the database's trace table).
- */
-export function encodeTraceCursor(cursor: TraceCursor): string {
+/** Encodes a cursor (the next event's row id) as opaque URL-safe text, valid across restarts and processes. */
+export function encodeTraceCursor(cursor: number): string {
   // Digits and colons never encode to "+" or "/", so the text needs no escaping in a query string.
-  return btoa(`t2:${cursor.file}:${cursor.offset}`).replaceAll("=", "");
+  return btoa(`t2:db:${cursor}`).replaceAll("=", "");
 }
 
 /** Decodes {@linkcode encodeTraceCursor}'s text. @throws {SyntaxError} when the text is not a cursor. */
-export function decodeTraceCursor(text: string): TraceCursor {
+export function decodeTraceCursor(text: string): number {
   let plain = "";
   try {
     plain = atob(text);
   } catch {
     // Not base64: reported below.
   }
-  const match = /^t2:(\d{1,20}:\d{1,20}|db):(\d{1,15})$/.exec(plain);
+  const match = /^t2:db:(\d{1,15})$/.exec(plain);
   if (match === null) throw new SyntaxError(`Cannot read cursor "${text.slice(0, 40)}": not a trace cursor`);
-  return { file: match[1], offset: Number(match[2]) };
+  return Number(match[1]);
 }
 
 /**
@@ -41,15 +38,22 @@ export function decodeTraceCursor(text: string): TraceCursor {
 export async function handleTrace(
   request: Request,
   session: Session,
-  reader: TracePages,
+  reader: TracePages | null,
 ): Promise<Response> {
+  if (reader === null) {
+    throw new HttpError(
+      501,
+      "trace_unavailable",
+      "Cannot read the trace: this session store keeps no trace table",
+    );
+  }
   const params = new URL(request.url).searchParams;
   const limit = parseLimit(params.get("limit"));
   const cursor = parseCursor(params.get("cursor"));
   // Trace lines outlive a deleted session: older events belong to an earlier session of the same id.
   const { userId, id: sessionId, createdAt: since } = session;
   const page = await reader.page({ userId, sessionId, since, runId: params.get("run_id"), limit, cursor });
-  const next_cursor = page.nextCursor && encodeTraceCursor(page.nextCursor);
+  const next_cursor = page.nextCursor === null ? null : encodeTraceCursor(page.nextCursor);
   return Response.json({ session_id: session.id, events: page.events, next_cursor });
 }
 
@@ -61,7 +65,7 @@ function parseLimit(text: string | null): number {
   throw new HttpError(400, "invalid_limit", `Cannot read the trace: ${message}`);
 }
 
-function parseCursor(text: string | null): TraceCursor | null {
+function parseCursor(text: string | null): number | null {
   if (text === null) return null;
   try {
     return decodeTraceCursor(text);

@@ -1,20 +1,18 @@
 /**
- * The PostgreSQL schema and its migrations, one numbered step each, recorded in `agent_schema`. Every replica
- * runs {@linkcode migrate} at start-up; an advisory lock makes the others wait while one migrates. Private to
- * `postgres.ts`.
+ * The PostgreSQL schema and its migrations, at the version SQLite's has ({@linkcode SCHEMA_VERSION}), recorded
+ * in `agent_schema`. Every replica runs {@linkcode migrate} at start-up; an advisory lock makes the others wait
+ * while one migrates. Private to `postgres.ts`.
  *
- * Tables mean what SQLite's do (its schema is version 4; this one counts its own steps). Free text that may
- * hold NUL (message ids, content, call ids, message times, todo texts), which PostgreSQL's `text` refuses, is
+ * Tables mean what SQLite's do. Free text that may hold NUL (message ids, content, call ids, message times, todo texts), which PostgreSQL's `text` refuses, is
  * stored as its UTF-8 bytes (`bytea`), as SQLite's store reads it back; ids and timestamps the store writes
  * itself are `text` in the C collation, so they sort as SQLite sorts them.
  * @module
  */
 import type { Sql } from "./_postgres_client.ts";
+import { migrationPath, type MigrationStep, SCHEMA_VERSION } from "./store.ts";
 
-/** The migrations, in order: step `i` brings the schema from version `i` to `i + 1`. */
-const STEPS: readonly string[] = [
-  // 1: sessions, their messages, todos and the step that waits for approval.
-  `
+/** Version 3, the first PostgreSQL had: sessions, their messages, todos and the step that waits for approval. */
+const SESSION_TABLES = `
 CREATE TABLE sessions (
   user_id text COLLATE "C" NOT NULL,
   id text COLLATE "C" NOT NULL,
@@ -65,9 +63,10 @@ CREATE TABLE pending_steps (
   PRIMARY KEY (user_id, session_id),
   FOREIGN KEY (user_id, session_id) REFERENCES sessions (user_id, id) ON DELETE CASCADE
 );
-`,
-  // 2: which process runs a session's turns. No foreign key: a lease is taken before the session exists.
-  `
+`;
+
+/** Version 4: which process runs a session's turns. No foreign key: a lease is taken before the session exists. */
+const LEASE_TABLE = `
 CREATE TABLE session_leases (
   user_id text COLLATE "C" NOT NULL,
   session_id text COLLATE "C" NOT NULL,
@@ -76,9 +75,10 @@ CREATE TABLE session_leases (
   wanted boolean NOT NULL DEFAULT false,
   PRIMARY KEY (user_id, session_id)
 );
-`,
-  // 3: trace events, so the trace route of any replica finds every replica's events.
-  `
+`;
+
+/** Version 5: trace events, so the trace route of any replica finds every replica's events. */
+const TRACE_TABLE = `
 CREATE TABLE trace_events (
   id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
   user_id text COLLATE "C" NOT NULL,
@@ -88,31 +88,37 @@ CREATE TABLE trace_events (
   line text NOT NULL
 );
 CREATE INDEX trace_events_by_session ON trace_events (user_id, session_id, id);
-`,
+`;
+
+const STEPS: readonly MigrationStep<string>[] = [
+  { from: 0, to: 3, run: SESSION_TABLES },
+  { from: 3, to: 4, run: LEASE_TABLE },
+  { from: 4, to: 5, run: TRACE_TABLE },
 ];
 
-/** The schema version this code writes. */
-export const PG_SCHEMA_VERSION = STEPS.length;
+/**
+ * The version as `agent_schema` holds it: PostgreSQL counted its own steps before the versions were shared,
+ * so a 1, 2 or 3 there is the shared 3, 4 or 5 (a 4 was never written), and from 5 on they are the same.
+ */
+const fromRecord = (recorded: number) => recorded > 0 && recorded <= 3 ? recorded + 2 : recorded;
+const toRecord = (version: number) => version >= 3 && version <= 4 ? version - 2 : version;
 
 /**
- * Brings the database (its current schema, per `search_path`) to `target` in one transaction, or fails
- * changing nothing; a version newer than this code knows is refused. Resolves to the version found.
+ * Brings the database (its current schema, per `search_path`) to `target` (a test's earlier version, or
+ * {@linkcode SCHEMA_VERSION}) in one transaction, or fails changing nothing; a version newer than this code
+ * knows is refused. Resolves to the version found.
  */
-export async function migrate(sql: Sql, target = PG_SCHEMA_VERSION): Promise<number> {
+export async function migrate(sql: Sql, target = SCHEMA_VERSION): Promise<number> {
   return await sql.begin(async (tx) => {
     // One migrator per schema at a time; the others wait here, then find the work done.
     await tx`SELECT pg_advisory_xact_lock(hashtext('mini-agent schema ' || current_schema()))`;
     await tx`CREATE TABLE IF NOT EXISTS agent_schema (version integer NOT NULL)`;
     const rows = await tx`SELECT version FROM agent_schema`;
-    const found = rows.length === 0 ? 0 : rows[0].version as number;
-    if (found > PG_SCHEMA_VERSION) {
-      throw new Error(
-        `Cannot open the session database: its schema version is ${found}, this program knows ${PG_SCHEMA_VERSION}`,
-      );
-    }
-    for (let version = found; version < target; version++) await tx.unsafe(STEPS[version]);
-    if (rows.length === 0) await tx`INSERT INTO agent_schema (version) VALUES (${Math.max(found, target)})`;
-    else if (target > found) await tx`UPDATE agent_schema SET version = ${target}`;
+    const found = rows.length === 0 ? 0 : fromRecord(rows[0].version as number);
+    for (const step of migrationPath(found, STEPS, target)) await tx.unsafe(step);
+    const version = toRecord(Math.max(found, target));
+    if (rows.length === 0) await tx`INSERT INTO agent_schema (version) VALUES (${version})`;
+    else if (target > found) await tx`UPDATE agent_schema SET version = ${version}`;
     return found;
   }) as number;
 }

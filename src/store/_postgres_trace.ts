@@ -3,7 +3,7 @@
  * session's events whichever replica ran them. Private to `postgres.ts`.
  * @module
  */
-import type { TracePage, TracePageQuery } from "../trace/reader.ts";
+import type { TracePage, TracePageQuery, TraceRow, TraceTable } from "../trace/shared_trace.ts";
 import type { Sql } from "./_postgres_client.ts";
 
 /** Rows inserted per statement. */
@@ -13,7 +13,7 @@ const BATCH = 500;
 type Run = <T>(action: string, work: () => Promise<T>) => Promise<T>;
 
 /** Reads and writes the database's trace events. */
-export class TraceTable {
+export class PostgresTraceTable implements TraceTable {
   #sql: Sql;
   #run: Run;
 
@@ -22,17 +22,8 @@ export class TraceTable {
     this.#run = run;
   }
 
-  /**
-   * Inserts the events that name their user, session, run and time (as the tracer wrote them: clipped and
-   * redacted), in order; the others are not a session's and are skipped. Rejects when the database does.
-   */
-  write(events: readonly Record<string, unknown>[]): Promise<void> {
-    const rows = events.flatMap((event) => {
-      const { user_id, session_id, run_id, ts } = event;
-      if ([user_id, session_id, run_id, ts].some((field) => typeof field !== "string")) return [];
-      if (Number.isNaN(Date.parse(ts as string))) return [];
-      return [{ user_id, session_id, run_id, ts, line: JSON.stringify(event) }];
-    });
+  /** Inserts sessions' events (as the tracer wrote them: clipped and redacted), in order. */
+  write(rows: readonly TraceRow[]): Promise<void> {
     return this.#run("write trace events", async () => {
       for (let i = 0; i < rows.length; i += BATCH) {
         // One text parameter (the client would encode a json one again) for the batch: one round trip.
@@ -50,7 +41,7 @@ export class TraceTable {
   page(query: TracePageQuery): Promise<TracePage> {
     const { userId, sessionId, since, runId, limit, cursor } = query;
     if (!(limit >= 1)) throw new RangeError(`limit must be at least 1, got ${limit}`);
-    const from = cursor?.file === "db" ? cursor.offset : 0;
+    const from = cursor ?? 0;
     return this.#run(`read the trace of session "${sessionId}"`, async () => {
       const rows = await this.#sql`SELECT id, line FROM trace_events
         WHERE user_id = ${userId} AND session_id = ${sessionId} AND ts >= ${since}::timestamptz
@@ -59,7 +50,7 @@ export class TraceTable {
       const next = rows.length > limit ? rows[limit] : null;
       return {
         events: rows.slice(0, limit).map((row) => JSON.parse(row.line as string)),
-        nextCursor: next && { file: "db", offset: Number(next.id) },
+        nextCursor: next && Number(next.id),
       };
     });
   }

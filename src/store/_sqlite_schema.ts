@@ -1,13 +1,13 @@
 /**
- * The SQLite schema and its migrations: created on a new file, migrated from version 1 (sessions keyed by id
- * alone), 2 (no pending steps) or 3 (no session leases), refused when newer than this code. Private to
- * `sqlite.ts`.
+ * The SQLite schema and its migrations: created whole on a new file, migrated step by step from version 1
+ * (sessions keyed by id alone), 2, 3 or 4 (see {@linkcode SCHEMA_VERSION}), refused when newer than this code.
+ * Private to `sqlite.ts`.
  * @module
  */
 import type { DatabaseSync } from "node:sqlite";
+import { migrationPath, type MigrationStep, SCHEMA_VERSION } from "./store.ts";
 
-/** The schema version this code writes, kept in `PRAGMA user_version`. */
-export const SCHEMA_VERSION = 4;
+export { SCHEMA_VERSION };
 
 // Version 3: at most one step per session waits for approval; it goes with its session.
 const PENDING_TABLE = `
@@ -41,9 +41,23 @@ CREATE TABLE session_leases (
 );
 `;
 
-// The sessions key starts with user_id, so it serves "the user's sessions" too: no other index (none on
-// updated_at, which every save rewrites).
-const SCHEMA = `
+// Version 5: every process's trace events, which the trace route pages through (`line` is the event's JSON, as
+// the tracer wrote it).
+const TRACE_TABLE = `
+CREATE TABLE trace_events (
+  id INTEGER PRIMARY KEY,
+  user_id TEXT NOT NULL,
+  session_id TEXT NOT NULL,
+  run_id TEXT NOT NULL,
+  ts TEXT NOT NULL,
+  line TEXT NOT NULL
+);
+CREATE INDEX trace_events_by_session ON trace_events(user_id, session_id, id);
+`;
+
+// Version 2: the sessions key starts with user_id, so it serves "the user's sessions" too: no other index
+// (none on updated_at, which every save rewrites).
+const SESSION_TABLES = `
 CREATE TABLE sessions (
   user_id TEXT NOT NULL,
   id TEXT NOT NULL,
@@ -78,7 +92,7 @@ CREATE TABLE todos (
   FOREIGN KEY (user_id, session_id) REFERENCES sessions(user_id, id) ON DELETE CASCADE
 );
 CREATE INDEX todos_by_session ON todos(user_id, session_id);
-${PENDING_TABLE}${LEASE_TABLE}`;
+`;
 
 // Version 1 to 2, keeping every row: the old tables go aside (indexes dropped first, or the new ones would
 // collide); a message keeps its rowid (its read order), a todo its id, the todo counter its value.
@@ -89,7 +103,7 @@ DROP INDEX IF EXISTS todos_by_session;
 ALTER TABLE sessions RENAME TO sessions_v1;
 ALTER TABLE messages RENAME TO messages_v1;
 ALTER TABLE todos RENAME TO todos_v1;
-${SCHEMA}
+${SESSION_TABLES}
 INSERT INTO sessions (user_id, id, summary, turn_count, compacted_turns, created_at, updated_at)
   SELECT user_id, id, summary, turn_count, compacted_turns, created_at, updated_at FROM sessions_v1;
 INSERT INTO messages (rowid, user_id, session_id, id, role, content, tool_calls, tool_call_id, created_at)
@@ -113,45 +127,44 @@ function count(db: DatabaseSync, table: string): number {
   return (db.prepare(`SELECT COUNT(*) AS n FROM ${table}`).get() as { n: number }).n;
 }
 
+/** Version 1 to 2: the rows copied into the tables keyed by user, refused if one would be lost. */
+function fromVersion1(db: DatabaseSync): void {
+  db.exec(FROM_VERSION_1);
+  for (const table of ["messages", "todos"]) {
+    const before = count(db, `${table}_v1`);
+    const after = count(db, table);
+    if (before !== after) {
+      throw new Error(
+        `Cannot migrate the session database to version ${SCHEMA_VERSION}: ` +
+          `${before - after} of ${before} ${table} belong to no session`,
+      );
+    }
+  }
+  db.exec(DROP_VERSION_1);
+}
+
+const exec = (sql: string) => (db: DatabaseSync) => db.exec(sql);
+
+/** SQLite's migrations: a new file gets the whole schema; later versions only add tables. */
+const STEPS: readonly MigrationStep<(db: DatabaseSync) => void>[] = [
+  { from: 0, to: SCHEMA_VERSION, run: exec(SESSION_TABLES + PENDING_TABLE + LEASE_TABLE + TRACE_TABLE) },
+  { from: 1, to: 2, run: fromVersion1 },
+  { from: 2, to: 3, run: exec(PENDING_TABLE) },
+  { from: 3, to: 4, run: exec(LEASE_TABLE) },
+  { from: 4, to: 5, run: exec(TRACE_TABLE) },
+];
+
 /**
  * Brings the database to {@linkcode SCHEMA_VERSION} inside `transaction`, or fails changing nothing: a newer
- * version is refused, and so is a version-1 database with a message or todo of no session (the copy would lose it).
+ * version is refused, and so is a version-1 database with a message or todo of no session (the copy would
+ * lose it).
  */
 export function migrate(db: DatabaseSync, transaction: (work: () => void) => void): void {
   const version = () => (db.prepare("PRAGMA user_version").get() as { user_version: number }).user_version;
-  const seen = version();
-  if (seen > SCHEMA_VERSION) {
-    throw new Error(
-      `Cannot open the session database: its schema version is ${seen}, this program knows ${SCHEMA_VERSION}`,
-    );
-  }
-  if (seen === SCHEMA_VERSION) return;
+  if (migrationPath(version(), STEPS).length === 0) return;
   transaction(() => {
     // Read again under the write lock: another process may have migrated since.
-    const current = version();
-    if (current === SCHEMA_VERSION) return;
-    if (current === 0) {
-      db.exec(SCHEMA);
-    } else if (current === 1) {
-      db.exec(FROM_VERSION_1);
-      for (const table of ["messages", "todos"]) {
-        const before = count(db, `${table}_v1`);
-        const after = count(db, table);
-        if (before !== after) {
-          throw new Error(
-            `Cannot migrate the session database to version ${SCHEMA_VERSION}: ` +
-              `${before - after} of ${before} ${table} belong to no session`,
-          );
-        }
-      }
-      db.exec(DROP_VERSION_1);
-    } else if (current === 2 || current === 3) {
-      // New tables only: every row stays where it is.
-      if (current === 2) db.exec(PENDING_TABLE);
-      db.exec(LEASE_TABLE);
-    } else {
-      throw new Error(`Cannot open the session database: unknown schema version ${current}`);
-    }
+    for (const step of migrationPath(version(), STEPS)) step(db);
     db.exec(`PRAGMA user_version = ${SCHEMA_VERSION}`);
   });
 }

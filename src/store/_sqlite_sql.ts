@@ -51,6 +51,10 @@ export const SQL = {
     "DELETE FROM session_leases WHERE user_id = ? AND session_id = ? AND owner = ? RETURNING wanted",
   wantLease:
     "UPDATE session_leases SET wanted = 1 WHERE user_id = ? AND session_id = ? AND owner <> ? RETURNING owner",
+  insertTrace: "INSERT INTO trace_events (user_id, session_id, run_id, ts, line) VALUES (?, ?, ?, ?, ?)",
+  // ISO times in one format (the tracer's and the store's toISOString()) compare as text.
+  traceAfter: "SELECT id, line FROM trace_events WHERE user_id = ?1 AND session_id = ?2 AND ts >= ?3 " +
+    "AND (?4 IS NULL OR run_id = ?4) AND id >= ?5 ORDER BY id LIMIT ?6",
   ping: "SELECT 1 AS ok",
   // Changes when another connection commits.
   dataVersion: "PRAGMA data_version",

@@ -12,14 +12,27 @@ import { PostgresStore } from "./postgres.ts";
 import { SqliteStore } from "./sqlite.ts";
 import type { SessionStore } from "./store.ts";
 import { parseDatabaseUrl, withoutPassword } from "./database_url.ts";
-import { SharedTrace } from "../trace/shared_trace.ts";
+import { SharedTrace, type TraceTable } from "../trace/shared_trace.ts";
+
+/** The store's `trace_events` table: SQLite's and PostgreSQL's have one; another store, null. */
+export function traceTableOf(store: SessionStore): TraceTable | null {
+  return store instanceof SqliteStore || store instanceof PostgresStore ? store.trace : null;
+}
 
 /**
- * Where the store keeps every replica's trace events, as the trace route reads them and the tracer feeds
- * them (`add`); null for SQLite, whose trace file is the one a single host has.
+ * How long a trace event waits for others to ship with into SQLite's table: one transaction takes a turn's
+ * events (PostgreSQL's round trip batches what comes meanwhile by itself).
+ */
+const SQLITE_TRACE_DELAY_MS = 50;
+
+/**
+ * Where the tracer's events go on to (`add`) and the trace route reads them: the store's trace table, which
+ * every process on the database shares; null for a store without one.
  */
 export function sharedTraceOf(store: SessionStore): SharedTrace | null {
-  return store instanceof PostgresStore ? new SharedTrace(store.trace) : null;
+  const table = traceTableOf(store);
+  const delayMs = store instanceof SqliteStore ? SQLITE_TRACE_DELAY_MS : 0;
+  return table === null ? null : new SharedTrace(table, { delayMs });
 }
 
 /** Opens the store `config` names; rejects with a `ConfigError` saying what failed and what to do. */

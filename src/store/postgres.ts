@@ -15,8 +15,8 @@ import {
   storeFailure,
   type Tx,
 } from "./_postgres_client.ts";
-import { migrate, PG_SCHEMA_VERSION } from "./_postgres_schema.ts";
-import { TraceTable } from "./_postgres_trace.ts";
+import { migrate } from "./_postgres_schema.ts";
+import { PostgresTraceTable } from "./_postgres_trace.ts";
 import { acquire, release, renew } from "./_postgres_leases.ts";
 import { deleteMessage, insertMessages, readMessages, touchSession } from "./_postgres_messages.ts";
 import { completeTodo, insertTodo, selectTodos } from "./_postgres_todos.ts";
@@ -33,7 +33,7 @@ import {
   validateKey,
 } from "./store.ts";
 
-export { PG_SCHEMA_VERSION, POSTGRES_ENV };
+export { POSTGRES_ENV };
 
 /** Options of {@linkcode PostgresStore.open}. */
 export interface PostgresStoreOptions extends ConnectOptions {
@@ -50,17 +50,17 @@ export class PostgresStore implements SessionStore {
   #url: DatabaseUrl;
   #now: () => Date;
   /** Every replica's trace events, in this database. */
-  readonly trace: TraceTable;
+  readonly trace: PostgresTraceTable;
 
   private constructor(sql: Sql, url: DatabaseUrl, now: () => Date) {
     this.#sql = sql;
     this.#url = url;
     this.#now = now;
-    this.trace = new TraceTable(sql, (action, work) => this.#run(action, work));
+    this.trace = new PostgresTraceTable(sql, (action, work) => this.#run(action, work));
   }
 
   /**
-   * Connects to `url` and brings its schema to {@linkcode PG_SCHEMA_VERSION}. Rejects with a
+   * Connects to `url` and brings its schema to `SCHEMA_VERSION` (`store.ts`). Rejects with a
    * `StoreUnavailableError` when the database cannot be reached, and with a `TypeError` for a malformed URL;
    * no message contains the password.
    */

@@ -11,6 +11,7 @@ import { SCHEMA_VERSION } from "./_sqlite_schema.ts";
 import { openDatabase } from "./_sqlite_open.ts";
 import { type Statements, transaction } from "./_sqlite_sql.ts";
 import { acquire, release, renew } from "./_sqlite_leases.ts";
+import { SqliteTraceTable } from "./_sqlite_trace.ts";
 import {
   type AcquireLeaseOptions,
   type LeaseTake,
@@ -49,6 +50,8 @@ export class SqliteStore implements SessionStore {
   #history: HistoryCache;
   #dataVersion = -1;
   #sql: Statements;
+  /** Every process's trace events, in this file. */
+  readonly trace: SqliteTraceTable;
 
   /**
    * Opens (creating or migrating if needed) the database at `path`; `":memory:"` gives a private one.
@@ -63,6 +66,7 @@ export class SqliteStore implements SessionStore {
     const { db, sql } = openDatabase(path, busyTimeoutMs);
     this.#db = db;
     this.#sql = sql;
+    this.trace = new SqliteTraceTable(sql);
   }
 
   /** `work`'s result as a promise: node:sqlite is synchronous, the interface is not. */

@@ -180,3 +180,44 @@ export function leaseFrom(options: AcquireLeaseOptions | undefined): string | un
   if (from === undefined || (typeof from === "string" && from !== "")) return from;
   throw new TypeError("Cannot acquire a session lease: options.from must be a non-empty string when given");
 }
+
+/**
+ * The schema version both stores write (SQLite in `PRAGMA user_version`, PostgreSQL in `agent_schema`): 1
+ * sessions keyed by id alone (SQLite only), 2 sessions keyed by user and id, with messages and todos, 3 the
+ * step waiting for approval (`pending_steps`), 4 session leases, 5 trace events.
+ */
+export const SCHEMA_VERSION = 5;
+
+/** One migration of a dialect's list: it brings the schema from version `from` to `to` by `run`. */
+export interface MigrationStep<Run> {
+  from: number;
+  to: number;
+  run: Run;
+}
+
+/**
+ * The migrations that bring a schema at version `found` to `target`, in order: from each version the step
+ * that goes furthest without passing `target`. Throws, so that nothing is changed, for a version newer than
+ * this code's or one the list has no step from.
+ */
+export function migrationPath<Run>(
+  found: number,
+  steps: readonly MigrationStep<Run>[],
+  target = SCHEMA_VERSION,
+): Run[] {
+  if (found > SCHEMA_VERSION) {
+    throw new Error(
+      `Cannot open the session database: its schema version is ${found}, this program knows ${SCHEMA_VERSION}`,
+    );
+  }
+  const path: Run[] = [];
+  for (let at = found; at < target;) {
+    const next = steps.filter((s) => s.from === at && s.to <= target).sort((a, b) => b.to - a.to)[0];
+    if (next === undefined) {
+      throw new Error(`Cannot open the session database: unknown schema version ${at}`);
+    }
+    path.push(next.run);
+    at = next.to;
+  }
+  return path;
+}

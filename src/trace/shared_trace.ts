@@ -1,54 +1,125 @@
 /**
- * SharedTrace: the trace events this process writes, shipped in the background to a table every replica
- * shares (PostgreSQL's `trace_events`), and the trace route's pages read back from it, so a session's trace
- * is whole whichever replica ran its turns. The JSONL file stays each process's local audit log.
+ * SharedTrace: the trace events this process writes, shipped in the background to the session database's
+ * `trace_events` table (SQLite's or PostgreSQL's), which every process on that database shares; the trace
+ * route's pages read back from it, so a session's trace is whole whichever process ran its turns. The JSONL
+ * file stays each process's append-only audit log.
  * @module
  */
-import type { TracePage, TracePageQuery, TracePages } from "./reader.ts";
+import { type Clock, SYSTEM_CLOCK } from "../clock.ts";
 
-/** The shared table, as {@linkcode SharedTrace} uses it. */
-export interface TraceTableLike {
-  /** Stores events in order; rejects when the database does. */
-  write(events: readonly Record<string, unknown>[]): Promise<void>;
+/** What {@linkcode TraceTable.page} selects. */
+export interface TracePageQuery {
+  userId: string;
+  sessionId: string;
+  /** Only events whose `ts` is at or after this ISO time (the session's creation). */
+  since: string;
+  /** Only events of this run, or of every run when null. */
+  runId: string | null;
+  /** Events per page, at least 1. */
+  limit: number;
+  /** Where to start (a `nextCursor`), or null for the oldest event. */
+  cursor: number | null;
+}
+
+/** One page of events, oldest first, and where the next page starts (null on the last page). */
+export interface TracePage {
+  events: Record<string, unknown>[];
+  /** The next event's row id. */
+  nextCursor: number | null;
+}
+
+/** Where the trace route reads pages. */
+export interface TracePages {
+  /** One page of a session's events, oldest first. */
   page(query: TracePageQuery): Promise<TracePage>;
+}
+
+/** A database's `trace_events` table. */
+export interface TraceTable extends TracePages {
+  /** Stores the events' rows in order; rejects when the database does. */
+  write(rows: readonly TraceRow[]): Promise<void>;
+}
+
+/** A `trace_events` row: the event's ids and time, and the event as its JSON line. */
+export interface TraceRow {
+  user_id: string;
+  session_id: string;
+  run_id: string;
+  ts: string;
+  line: string;
+}
+
+/**
+ * The row of an event that names its user, session, run and time, or null (it is no session's); `line` is its
+ * JSON when the caller has it already.
+ */
+export function traceRow(event: Record<string, unknown>, line?: string): TraceRow | null {
+  const { user_id, session_id, run_id, ts } = event;
+  if ([user_id, session_id, run_id, ts].some((field) => typeof field !== "string")) return null;
+  if (Number.isNaN(Date.parse(ts as string))) return null;
+  return { user_id, session_id, run_id, ts, line: line ?? JSON.stringify(event) } as TraceRow;
 }
 
 /** Options of {@linkcode SharedTrace}. */
 export interface SharedTraceOptions {
+  /**
+   * How long an event may wait for others to ship with, in milliseconds; 0 ships at once (a round trip to a
+   * server batches what comes meanwhile by itself). A page or `close` ships at once. @default {0}
+   */
+  delayMs?: number;
   /** Events kept while the table cannot be written; past that the newest are dropped. @default {10000} */
   maxQueued?: number;
+  /** The waits of `delayMs`. @default {SYSTEM_CLOCK} */
+  clock?: Clock;
   /** Gets one line when shipping fails, and one when it works again. @default {(line) => console.error(line)} */
   warn?: (line: string) => void;
 }
 
 /** Ships events to the shared table one batch at a time, in the order they were written. */
 export class SharedTrace implements TracePages {
-  #table: TraceTableLike;
+  #table: TraceTable;
+  #delayMs: number;
+  #clock: Clock;
+  /** Ends the wait of `delayMs` under way. */
+  #window: AbortController | undefined;
   #maxQueued: number;
   #warn: (line: string) => void;
-  #queue: Record<string, unknown>[] = [];
+  #queue: TraceRow[] = [];
   #shipping: Promise<void> | null = null;
   #failing = false;
   #dropped = 0;
 
-  constructor(table: TraceTableLike, options: SharedTraceOptions = {}) {
-    const { maxQueued = 10_000, warn = (line: string) => console.error(line) } = options;
+  constructor(table: TraceTable, options: SharedTraceOptions = {}) {
+    const { delayMs = 0, maxQueued = 10_000, warn = (line: string) => console.error(line) } = options;
     this.#table = table;
+    this.#delayMs = delayMs;
+    this.#clock = options.clock ?? SYSTEM_CLOCK;
     this.#maxQueued = maxQueued;
     this.#warn = warn;
   }
 
-  /** Queues an event as the tracer wrote it (its `onAppend`) and starts shipping. Never throws. */
-  add(event: Record<string, unknown>): void {
+  /**
+   * Queues an event as the tracer wrote it (its `onAppend`: the event and its JSON line) and starts shipping;
+   * an event of no session is left out. Never throws.
+   */
+  add(event: Record<string, unknown>, line?: string): void {
+    const row = traceRow(event, line);
+    if (row === null) return;
     if (this.#queue.length >= this.#maxQueued) {
       this.#dropped += 1;
       return;
     }
-    this.#queue.push(event);
-    this.#start();
+    this.#queue.push(row);
+    if (this.#delayMs === 0) this.#start();
+    else if (this.#window === undefined) {
+      const window = this.#window = new AbortController();
+      this.#clock.sleep(this.#delayMs, window.signal).then(() => this.#start(), () => {});
+    }
   }
 
   #start(): void {
+    this.#window?.abort();
+    this.#window = undefined;
     this.#shipping ??= this.#ship().finally(() => {
       this.#shipping = null;
       // An event queued while the last batch was finishing: go on (after a failure, the next event retries).
@@ -58,6 +129,7 @@ export class SharedTrace implements TracePages {
 
   /** Resolves once what was queued so far is shipped, or failed to be (it is retried with the next event). */
   async flushed(): Promise<void> {
+    if (this.#window !== undefined) this.#start();
     while (this.#shipping !== null) await this.#shipping;
   }
 

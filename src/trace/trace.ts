@@ -44,27 +44,6 @@ function dropTornTail(file: Deno.FsFile): void {
   if (size > 0) file.truncateSync(0);
 }
 
-/**
- * Which file a trace file is, whatever its name now: its inode with its birth time. An inode alone survives
- * rotation's renames, but a file system hands a deleted file's inode to the next file it creates; the birth
- * time tells them apart (where the file system has none, the inode alone is all there is).
- */
-export function fileIdentity(info: { ino: number | null; birthtime?: Date | null }): string {
-  return `${info.ino ?? 0}:${info.birthtime?.getTime() ?? 0}`;
-}
-
-/** Where one event's line landed, as the tracer reports it to {@linkcode JsonlTracerOptions.onAppend}. */
-export interface AppendedLine {
-  /** The file's {@linkcode fileIdentity}: it survives the renames of rotation. */
-  file: string;
-  /** Byte offset of the line in that file. */
-  offset: number;
-  /** Byte length of the line, newline included. */
-  length: number;
-  /** The event as written (clipped and redacted). */
-  event: Record<string, unknown>;
-}
-
 /** Options of {@linkcode JsonlTracer}. */
 export interface JsonlTracerOptions {
   /** Longest string kept in an event. @default {2000} */
@@ -76,8 +55,11 @@ export interface JsonlTracerOptions {
    * deleted), so at most 6 files of about this size exist. @default {64 * 1024 * 1024}
    */
   maxBytes?: number;
-  /** Told where each written line is (a trace reader indexes it); must not throw. @default {undefined} */
-  onAppend?: (line: AppendedLine) => void;
+  /**
+   * Told each event as written (clipped and redacted) with its line's JSON, to ship it on; must not throw.
+   * @default {undefined}
+   */
+  onAppend?: (event: Record<string, unknown>, line: string) => void;
   /** Gets the one warning when the trace cannot be written. @default {(message) => console.error(message)} */
   warn?: (message: string) => void;
 }
@@ -111,11 +93,10 @@ export class JsonlTracer {
   #maxPayloadChars: number;
   #maxBytes: number;
   #secrets: string[];
-  #onAppend: ((line: AppendedLine) => void) | undefined;
+  #onAppend: ((event: Record<string, unknown>, line: string) => void) | undefined;
   #warn: (message: string) => void;
   #file: Deno.FsFile | null = null;
   #ino = 0;
-  #identity = "";
   /**
    * Where this writer's last line ended (or the size when it opened the file): the file is at least this
    * long. Rotation goes by it, so a write costs no stat of the file; with several writers a file may grow
@@ -152,7 +133,8 @@ export class JsonlTracer {
         ...clip(envelope, Number.POSITIVE_INFINITY, this.#secrets) as Record<string, unknown>,
         data: clip(data, this.#maxPayloadChars, this.#secrets),
       };
-      const bytes = this.#encode(JSON.stringify(clipped) + "\n");
+      const json = JSON.stringify(clipped);
+      const bytes = this.#encode(json + "\n");
       const file = this.#fileFor(bytes.length);
       // Under a shared lock: a process opening the file meanwhile must not take this line for a torn one.
       file.lockSync(false);
@@ -166,8 +148,7 @@ export class JsonlTracer {
         file.unlockSync();
       }
       this.#end = end;
-      const line = { file: this.#identity, offset: end - bytes.length, length: bytes.length, event: clipped };
-      this.#onAppend?.(line);
+      this.#onAppend?.(clipped, json);
     } catch (error) {
       this.#failed = true;
       this.#warn(
@@ -215,7 +196,6 @@ export class JsonlTracer {
       const info = file.statSync();
       this.#end = info.size;
       this.#ino = inodeOf(info);
-      this.#identity = fileIdentity(info);
     } catch (error) {
       file.close();
       throw error;
