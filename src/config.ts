@@ -48,6 +48,8 @@ export interface Config {
   maxToolCallsPerStep: number;
   /** Size at which the trace file is rotated, in bytes. */
   traceMaxBytes: number;
+  /** Trace events the database's trace table keeps, the newest (the older stay in the trace files). */
+  traceTableMaxEvents: number;
   /** The MCP servers' configuration file; absent means no MCP. */
   mcpConfig: string;
   /** Deadline of an MCP server's start and tool listing, and of each MCP tool call. */
@@ -149,6 +151,13 @@ export const SETTINGS: Readonly<Record<string, Setting>> = {
     "67108864",
     "trace file size that rotates it (the last 5 rotated files are kept)",
     4096,
+  ),
+  AGENT_TRACE_TABLE_MAX_EVENTS: setting(
+    "traceTableMaxEvents",
+    "positiveInt",
+    "1000000",
+    "trace events the database's trace table keeps, the newest, for the trace route (the files keep theirs)",
+    100,
   ),
   RUN_LIVE_TESTS: setting("runLiveTests", "flag", "", "`1` plus a key runs the live tests"),
   AGENT_STREAM: setting(

@@ -73,7 +73,7 @@ export async function openRuntime(config: Readonly<Config>): Promise<Runtime> {
   const store = await openSessionStore(config);
   const { mcp, approval } = await openToolConfig(config, (line) => console.error(line));
   // The events this process writes go on to the database's trace table, where the trace route reads them.
-  const shared = sharedTraceOf(store);
+  const shared = sharedTraceOf(store, config.traceTableMaxEvents);
   const tracer = new JsonlTracer(config.tracePath, {
     maxPayloadChars: config.traceMaxPayloadChars,
     maxBytes: config.traceMaxBytes,

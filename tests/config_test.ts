@@ -35,6 +35,7 @@ Deno.test("loadConfig() gives every documented default for an empty environment"
     mcpTimeoutSeconds: 10,
     sessionLeaseSeconds: 30,
     traceMaxBytes: 67108864,
+    traceTableMaxEvents: 1000000,
   });
   assert.ok(Object.isFrozen(config));
 });

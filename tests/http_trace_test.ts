@@ -156,3 +156,28 @@ Deno.test("pages hold the events every process on the database shipped, in order
     await theirs.close();
   }
 });
+
+Deno.test("the database's trace table keeps the newest AGENT_TRACE_TABLE_MAX_EVENTS, the oldest pages go", async () => {
+  using dir = tempDir();
+  const store = new SqliteStore(`${dir.path}/s.db`);
+  const shared = new SharedTrace(store.trace, { maxEvents: 100 });
+  try {
+    const { createdAt: since } = await store.getOrCreate(keyOf("s", "local"));
+    for (let n = 0; n < 450; n++) {
+      shared.add({ ...event("local", "s", n) });
+      await shared.flushed();
+    }
+    const all = await shared.page({
+      userId: "local",
+      sessionId: "s",
+      since,
+      runId: null,
+      limit: 1000,
+      cursor: null,
+    });
+    assert.deepEqual(all.events.map((e) => e.step), Array.from({ length: 150 }, (_, n) => 300 + n));
+  } finally {
+    await shared.close();
+    await store.close();
+  }
+});

@@ -220,6 +220,9 @@ Deno.test({
       const r2 = await store.trace.page({ ...query, since: event(0).ts, runId: "r2" });
       assert.deepEqual(r2.events.map((e) => e.data), [event(3).data]);
       assert.deepEqual((await store.trace.page({ ...query, userId: "v" })).events, []);
+      await store.trace.prune(2);
+      const left = await store.trace.page({ ...query, since: event(0).ts, limit: 10 });
+      assert.deepEqual(left.events, [event(3, "s", "r2"), event(4)], "the newest 2 of the table's 5 kept");
     } finally {
       await store.close();
     }

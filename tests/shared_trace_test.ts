@@ -18,6 +18,10 @@ function fakeTable(): TraceTable & { down: boolean; rows: Record<string, unknown
       if (table.down) return Promise.reject(new Error("connection refused"));
       return new Promise<void>((resolve) => setTimeout(() => (rows.push(...events), resolve()), 1));
     },
+    prune(keep: number) {
+      rows.splice(0, Math.max(0, rows.length - keep));
+      return Promise.resolve();
+    },
     page() {
       return Promise.resolve({ events: [...rows], nextCursor: null });
     },
@@ -89,4 +93,16 @@ Deno.test("SharedTrace leaves out an event that names no session, and ships the 
   shared.add(ev(1), JSON.stringify({ ...ev(1), as: "written" }));
   await shared.close();
   assert.deepEqual(table.rows, [{ ...ev(1), as: "written" }]);
+});
+
+Deno.test("SharedTrace keeps the table at its newest maxEvents, pruning after every maxEvents shipped", async () => {
+  const table = fakeTable();
+  const shared = new SharedTrace(table, { maxEvents: 100 });
+  for (let i = 0; i < 450; i++) {
+    shared.add(ev(i));
+    if (i % 50 === 49) await shared.flushed();
+  }
+  await shared.close();
+  // Pruned at 100, 200, 300 and 400 shipped: the 50 since then wait for the next prune.
+  assert.deepEqual(table.rows.map((e) => e.i), Array.from({ length: 150 }, (_, n) => 300 + n));
 });

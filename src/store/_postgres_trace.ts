@@ -37,6 +37,13 @@ export class PostgresTraceTable implements TraceTable {
     });
   }
 
+  /** Deletes all but about the newest `keep` events (identity ids grow by one, bar a few skipped on rollback). */
+  prune(keep: number): Promise<void> {
+    return this.#run("prune trace events", async () => {
+      await this.#sql`DELETE FROM trace_events WHERE id <= (SELECT max(id) FROM trace_events) - ${keep}`;
+    });
+  }
+
   /** One page of a session's events, oldest first; the cursor's offset is the next event's row id. */
   page(query: TracePageQuery): Promise<TracePage> {
     const { userId, sessionId, since, runId, limit, cursor } = query;

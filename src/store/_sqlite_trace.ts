@@ -27,6 +27,15 @@ export class SqliteTraceTable implements TraceTable {
     }
   }
 
+  prune(keep: number): Promise<void> {
+    try {
+      transaction(this.#sql, () => this.#sql.pruneTrace.run(keep));
+      return Promise.resolve();
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
   page(query: TracePageQuery): Promise<TracePage> {
     const { userId, sessionId, since, runId, limit, cursor } = query;
     if (!(limit >= 1)) return Promise.reject(new RangeError(`limit must be at least 1, got ${limit}`));

@@ -27,12 +27,12 @@ const SQLITE_TRACE_DELAY_MS = 50;
 
 /**
  * Where the tracer's events go on to (`add`) and the trace route reads them: the store's trace table, which
- * every process on the database shares; null for a store without one.
+ * every process on the database shares, keeping the newest `maxEvents`; null for a store without one.
  */
-export function sharedTraceOf(store: SessionStore): SharedTrace | null {
+export function sharedTraceOf(store: SessionStore, maxEvents?: number): SharedTrace | null {
   const table = traceTableOf(store);
   const delayMs = store instanceof SqliteStore ? SQLITE_TRACE_DELAY_MS : 0;
-  return table === null ? null : new SharedTrace(table, { delayMs });
+  return table === null ? null : new SharedTrace(table, { delayMs, maxEvents });
 }
 
 /** Opens the store `config` names; rejects with a `ConfigError` saying what failed and what to do. */

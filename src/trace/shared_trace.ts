@@ -38,6 +38,8 @@ export interface TracePages {
 export interface TraceTable extends TracePages {
   /** Stores the events' rows in order; rejects when the database does. */
   write(rows: readonly TraceRow[]): Promise<void>;
+  /** Deletes all but about the newest `keep` events (by row id); rejects when the database does. */
+  prune(keep: number): Promise<void>;
 }
 
 /** A `trace_events` row: the event's ids and time, and the event as its JSON line. */
@@ -71,6 +73,11 @@ export interface SharedTraceOptions {
   maxQueued?: number;
   /** The waits of `delayMs`. @default {SYSTEM_CLOCK} */
   clock?: Clock;
+  /**
+   * Events the table keeps (AGENT_TRACE_TABLE_MAX_EVENTS): after every `min(maxEvents, 1000)` shipped, the
+   * older ones are deleted, so it holds at most about that many more. @default {1000000}
+   */
+  maxEvents?: number;
   /** Gets one line when shipping fails, and one when it works again. @default {(line) => console.error(line)} */
   warn?: (line: string) => void;
 }
@@ -80,6 +87,9 @@ export class SharedTrace implements TracePages {
   #table: TraceTable;
   #delayMs: number;
   #clock: Clock;
+  #maxEvents: number;
+  /** Events shipped since the last prune. */
+  #sincePrune = 0;
   /** Ends the wait of `delayMs` under way. */
   #window: AbortController | undefined;
   #maxQueued: number;
@@ -94,6 +104,7 @@ export class SharedTrace implements TracePages {
     this.#table = table;
     this.#delayMs = delayMs;
     this.#clock = options.clock ?? SYSTEM_CLOCK;
+    this.#maxEvents = options.maxEvents ?? 1_000_000;
     this.#maxQueued = maxQueued;
     this.#warn = warn;
   }
@@ -154,6 +165,11 @@ export class SharedTrace implements TracePages {
       const batch = this.#queue.slice(0, 500);
       try {
         await this.#table.write(batch);
+        this.#sincePrune += batch.length;
+        if (this.#sincePrune >= Math.min(this.#maxEvents, 1000)) {
+          this.#sincePrune = 0;
+          await this.#table.prune(this.#maxEvents);
+        }
       } catch (error) {
         if (!this.#failing) {
           this.#warn(
