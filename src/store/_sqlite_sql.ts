@@ -65,6 +65,15 @@ export const SQL = {
 /** The store's prepared statements: the table's, and the transaction's own. */
 export type Statements = Record<keyof typeof SQL | "begin" | "commit" | "rollback", StatementSync>;
 
+/** `work`'s result as a promise, its throw as a rejection: node:sqlite is synchronous, the store interface is not. */
+export function promised<T>(work: () => T): Promise<T> {
+  try {
+    return Promise.resolve(work());
+  } catch (error) {
+    return Promise.reject(error);
+  }
+}
+
 /** Runs `work` inside `BEGIN IMMEDIATE … COMMIT`; rolls back and rethrows if it throws. */
 export function transaction<T>(sql: Pick<Statements, "begin" | "commit" | "rollback">, work: () => T): T {
   sql.begin.run();

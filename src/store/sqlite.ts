@@ -9,7 +9,7 @@ import { type Row, text, toMessage, toPending, toRow, toSession, toTodo } from "
 import { HISTORY_CACHE_BYTES, HISTORY_CACHE_SESSIONS, HistoryCache } from "./_history_cache.ts";
 import { SCHEMA_VERSION } from "./_sqlite_schema.ts";
 import { openDatabase } from "./_sqlite_open.ts";
-import { type Statements, transaction } from "./_sqlite_sql.ts";
+import { promised, type Statements, transaction } from "./_sqlite_sql.ts";
 import { acquire, release, renew } from "./_sqlite_leases.ts";
 import { SqliteTraceTable } from "./_sqlite_trace.ts";
 import {
@@ -71,11 +71,7 @@ export class SqliteStore implements SessionStore {
 
   /** `work`'s result as a promise: node:sqlite is synchronous, the interface is not. */
   #read<T>(work: () => T): Promise<T> {
-    try {
-      return Promise.resolve(work());
-    } catch (error) {
-      return Promise.reject(error);
-    }
+    return promised(work);
   }
 
   /**
