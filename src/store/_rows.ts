@@ -86,8 +86,11 @@ function requireText(index: number, field: string, value: unknown, allow?: "null
   throw new TypeError(`Cannot append message ${index}: "${field}" must be ${expected}, got ${got}`);
 }
 
-/** The insert's parameters after `id`; a `TypeError` for a field a database would otherwise store converted. */
-export function toRow(m: StoredMessage, index: number): (string | null)[] {
+/** A message as its insert's parameters: id, role, content, tool calls (JSON), tool call id, creation time. */
+export type MessageRow = readonly [string, string, string | null, string | null, string | null, string];
+
+/** The message as a row; a `TypeError` for a field a database would otherwise store converted. */
+export function toRow(m: StoredMessage, index: number): MessageRow {
   requireText(index, "id", m.id);
   requireText(index, "role", m.role);
   requireText(index, "content", m.content, "nullable");

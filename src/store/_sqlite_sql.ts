@@ -1,15 +1,27 @@
 /**
- * The SQL of every statement the SQLite store prepares, by name: the columns read as bytes, the conflicts
- * skipped, the lease taken in one statement; and the transaction they run in. Private to `sqlite.ts`.
+ * The session store's statements on SQLite: the SQL of each, prepared once, and what it answers
+ * ({@linkcode SqliteSql}, the dialect's {@linkcode SessionSql}); the transaction they run in. Private to
+ * `sqlite.ts`.
  * @module
  */
+// node:sqlite is synchronous: the statements are async only to meet the interface (a throw rejects).
+// deno-lint-ignore-file require-await
 import type { StatementSync } from "node:sqlite";
+import type { StoredMessage } from "../types.ts";
+import type { MessageRow } from "./_rows.ts";
+import { text, toMessage, toPending, toSession, toTodo } from "./_rows.ts";
+import type { HistoryCache } from "./_history_cache.ts";
+import type { SessionSql } from "./sql_store.ts";
+import { type PendingStep, type Session, type SessionKey, sessionName, type Todo } from "./store.ts";
 
 // node:sqlite cuts a TEXT value at its first NUL; read as bytes, free text comes back whole.
 const MESSAGE_COLUMNS =
   "rowid, CAST(id AS BLOB) AS id, role, CAST(content AS BLOB) AS content, tool_calls, " +
   "CAST(tool_call_id AS BLOB) AS tool_call_id, CAST(created_at AS BLOB) AS created_at";
 const TODO_COLUMNS = "id, CAST(text AS BLOB) AS text, completed, created_at, completed_at";
+// The lease is free to take: expired (?5 is now), already the owner's, or held by `from` (?6).
+const FREE_LEASE = "(session_leases.expires_at <= ?5 OR session_leases.owner = excluded.owner " +
+  "OR session_leases.owner = ?6)";
 
 /** Each statement the store prepares once it has migrated the database. */
 export const SQL = {
@@ -29,7 +41,7 @@ export const SQL = {
     "RETURNING rowid, CAST(id AS BLOB) AS id, role",
   setSummary: "UPDATE sessions SET summary = ?, compacted_turns = compacted_turns + ?, updated_at = ? " +
     "WHERE user_id = ? AND id = ?",
-  // Messages and todos go by ON DELETE CASCADE, in the same transaction.
+  // Messages, todos and the pending step go by ON DELETE CASCADE, in the same transaction.
   deleteSession: "DELETE FROM sessions WHERE user_id = ? AND id = ?",
   insertTodo: "INSERT INTO todos (user_id, session_id, text, completed, created_at) VALUES (?, ?, ?, 0, ?) " +
     `RETURNING ${TODO_COLUMNS}`,
@@ -41,16 +53,17 @@ export const SQL = {
   getPending: "SELECT run_id, turn, step, seq, CAST(content AS BLOB) AS content, tool_calls, asked, " +
     "created_at FROM pending_steps WHERE user_id = ? AND session_id = ?",
   deletePending: "DELETE FROM pending_steps WHERE user_id = ? AND session_id = ? AND run_id = ?",
-  // Taken when free, expired or already the owner's: one statement, inside BEGIN IMMEDIATE.
-  takeLease: "INSERT INTO session_leases (user_id, session_id, owner, expires_at) VALUES (?, ?, ?, ?) " +
-    "ON CONFLICT(user_id, session_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at, " +
-    "wanted = CASE WHEN session_leases.owner = excluded.owner THEN session_leases.wanted ELSE 0 END " +
-    "WHERE session_leases.owner = excluded.owner OR session_leases.expires_at <= ? OR session_leases.owner = ?",
+  // One statement, so atomic: every conflict updates the row (to itself when it is not ours to take, but
+  // marked wanted), so RETURNING names its holder. The right-hand sides all read the row as it was.
+  takeLease: "INSERT INTO session_leases (user_id, session_id, owner, expires_at) VALUES (?1, ?2, ?3, ?4) " +
+    `ON CONFLICT(user_id, session_id) DO UPDATE SET ` +
+    `owner = CASE WHEN ${FREE_LEASE} THEN excluded.owner ELSE session_leases.owner END, ` +
+    `expires_at = CASE WHEN ${FREE_LEASE} THEN excluded.expires_at ELSE session_leases.expires_at END, ` +
+    `wanted = CASE WHEN ${FREE_LEASE} THEN session_leases.wanted AND session_leases.owner = excluded.owner ` +
+    "ELSE 1 END RETURNING owner",
   renewLease: "UPDATE session_leases SET expires_at = ? WHERE user_id = ? AND session_id = ? AND owner = ?",
   releaseLease:
     "DELETE FROM session_leases WHERE user_id = ? AND session_id = ? AND owner = ? RETURNING wanted",
-  wantLease:
-    "UPDATE session_leases SET wanted = 1 WHERE user_id = ? AND session_id = ? AND owner <> ? RETURNING owner",
   insertTrace: "INSERT INTO trace_events (user_id, session_id, run_id, ts, line) VALUES (?, ?, ?, ?, ?)",
   // ISO times in one format (the tracer's and the store's toISOString()) compare as text.
   traceAfter: "SELECT id, line FROM trace_events WHERE user_id = ?1 AND session_id = ?2 AND ts >= ?3 " +
@@ -65,15 +78,6 @@ export const SQL = {
 /** The store's prepared statements: the table's, and the transaction's own. */
 export type Statements = Record<keyof typeof SQL | "begin" | "commit" | "rollback", StatementSync>;
 
-/** `work`'s result as a promise, its throw as a rejection: node:sqlite is synchronous, the store interface is not. */
-export function promised<T>(work: () => T): Promise<T> {
-  try {
-    return Promise.resolve(work());
-  } catch (error) {
-    return Promise.reject(error);
-  }
-}
-
 /** Runs `work` inside `BEGIN IMMEDIATE … COMMIT`; rolls back and rethrows if it throws. */
 export function transaction<T>(sql: Pick<Statements, "begin" | "commit" | "rollback">, work: () => T): T {
   sql.begin.run();
@@ -84,5 +88,138 @@ export function transaction<T>(sql: Pick<Statements, "begin" | "commit" | "rollb
   } catch (error) {
     sql.rollback.run();
     throw error;
+  }
+}
+
+/**
+ * The statements on one connection. Messages are read through the history cache: a turn reads only what is
+ * new, and hands on the same message objects, whose request JSON is then built once.
+ */
+export class SqliteSql implements SessionSql {
+  readonly #sql: Statements;
+  readonly #history: HistoryCache;
+  #dataVersion = -1;
+  /** Messages the open transaction deleted: they leave the cached lists once it commits. */
+  #deleted = new Map<string, { rowid: number; id: string }[]>();
+
+  constructor(sql: Statements, history: HistoryCache) {
+    this.#sql = sql;
+    this.#history = history;
+  }
+
+  /** The open transaction ended: what it deleted leaves the cache if it committed. */
+  ended(committed: boolean): void {
+    if (committed) { for (const [name, rows] of this.#deleted) this.#history.drop(name, rows); }
+    this.#deleted.clear();
+  }
+
+  async session({ userId, sessionId }: SessionKey): Promise<Session | null> {
+    const row = this.#sql.getSession.get(userId, sessionId);
+    return row === undefined ? null : toSession(row);
+  }
+
+  async createSession({ userId, sessionId }: SessionKey, stamp: string): Promise<void> {
+    this.#sql.insertSession.run(userId, sessionId, stamp, stamp);
+  }
+
+  async sessions(userId: string): Promise<Session[]> {
+    return this.#sql.listSessions.all(userId).map(toSession);
+  }
+
+  async messages(key: SessionKey): Promise<StoredMessage[]> {
+    // Another connection committed since the last look: it may have deleted anything.
+    const version = this.#sql.dataVersion.get()!.data_version as number;
+    if (version !== this.#dataVersion) this.#history.clear();
+    this.#dataVersion = version;
+    const readAfter = (rowid: number) =>
+      this.#sql.messagesAfter.all(key.userId, key.sessionId, rowid).map((row) => ({
+        message: toMessage(row),
+        rowid: row.rowid as number,
+      }));
+    return this.#history.messages(sessionName(key), readAfter);
+  }
+
+  async insertMessages({ userId, sessionId }: SessionKey, rows: readonly MessageRow[]): Promise<string[]> {
+    const roles: string[] = [];
+    for (const row of rows) {
+      if (this.#sql.insertMessage.run(userId, sessionId, ...row).changes === 1) roles.push(row[1]);
+    }
+    return roles;
+  }
+
+  async touchSession({ userId, sessionId }: SessionKey, turns: number, stamp: string): Promise<void> {
+    this.#sql.touchSession.run(turns, stamp, userId, sessionId);
+  }
+
+  async deleteMessage(key: SessionKey, id: string): Promise<string | null> {
+    const row = this.#sql.deleteMessage.get(key.userId, key.sessionId, id);
+    if (row === undefined) return null;
+    const name = sessionName(key);
+    const deleted = this.#deleted.get(name) ?? this.#deleted.set(name, []).get(name)!;
+    deleted.push({ rowid: row.rowid as number, id: text(row.id) });
+    return row.role as string;
+  }
+
+  async setSummary(key: SessionKey, summary: string, turns: number, stamp: string): Promise<boolean> {
+    return this.#sql.setSummary.run(summary, turns, stamp, key.userId, key.sessionId).changes === 1;
+  }
+
+  async deleteSession(key: SessionKey): Promise<boolean> {
+    this.#history.delete(sessionName(key));
+    return this.#sql.deleteSession.run(key.userId, key.sessionId).changes === 1;
+  }
+
+  async insertPending({ userId, sessionId }: SessionKey, step: PendingStep): Promise<void> {
+    const { runId, turn, step: index, seq, content, toolCalls, asked, createdAt } = step;
+    const [calls, waiting] = [JSON.stringify(toolCalls), JSON.stringify(asked)];
+    this.#sql.insertPending.run(
+      userId,
+      sessionId,
+      runId,
+      turn,
+      index,
+      seq,
+      content,
+      calls,
+      waiting,
+      createdAt,
+    );
+  }
+
+  async pending({ userId, sessionId }: SessionKey): Promise<PendingStep | null> {
+    const row = this.#sql.getPending.get(userId, sessionId);
+    return row === undefined ? null : toPending(row);
+  }
+
+  async deletePending({ userId, sessionId }: SessionKey, runId: string): Promise<boolean> {
+    return this.#sql.deletePending.run(userId, sessionId, runId).changes === 1;
+  }
+
+  async insertTodo({ userId, sessionId }: SessionKey, text: string, stamp: string): Promise<Todo> {
+    return toTodo(this.#sql.insertTodo.get(userId, sessionId, text, stamp)!);
+  }
+
+  async todos({ userId, sessionId }: SessionKey): Promise<Todo[]> {
+    return this.#sql.listTodos.all(userId, sessionId).map(toTodo);
+  }
+
+  async completeTodo({ userId, sessionId }: SessionKey, id: number, stamp: string): Promise<Todo | null> {
+    const row = this.#sql.completeTodo.get(stamp, id, userId, sessionId);
+    return row === undefined ? null : toTodo(row);
+  }
+
+  async takeLease(key: SessionKey, owner: string, ttlMs: number, from: string | null, now: Date) {
+    const at = now.getTime();
+    const row = this.#sql.takeLease.get(key.userId, key.sessionId, owner, at + ttlMs, at, from);
+    return String(row?.owner);
+  }
+
+  async renewLease(key: SessionKey, owner: string, ttlMs: number, now: Date): Promise<boolean> {
+    const until = now.getTime() + ttlMs;
+    return this.#sql.renewLease.run(until, key.userId, key.sessionId, owner).changes === 1;
+  }
+
+  async releaseLease({ userId, sessionId }: SessionKey, owner: string): Promise<boolean> {
+    return this.#sql.releaseLease.get(userId, sessionId, owner)?.wanted === 1;
   }
 }

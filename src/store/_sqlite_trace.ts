@@ -4,18 +4,23 @@
  * @module
  */
 import type { TracePage, TracePageQuery, TraceRow, TraceTable } from "../trace/shared_trace.ts";
-import { promised, type Statements, transaction } from "./_sqlite_sql.ts";
+import { type Statements, transaction } from "./_sqlite_sql.ts";
+
+/** Runs work on the connection when the store's work before it has ended. */
+type Exclusive = <T>(work: () => T) => Promise<T>;
 
 /** Reads and writes the file's trace events. */
 export class SqliteTraceTable implements TraceTable {
   #sql: Statements;
+  #exclusive: Exclusive;
 
-  constructor(sql: Statements) {
+  constructor(sql: Statements, exclusive: Exclusive) {
     this.#sql = sql;
+    this.#exclusive = exclusive;
   }
 
   write(rows: readonly TraceRow[]): Promise<void> {
-    return promised(() => {
+    return this.#exclusive(() => {
       if (rows.length === 0) return;
       transaction(this.#sql, () => {
         for (const r of rows) this.#sql.insertTrace.run(r.user_id, r.session_id, r.run_id, r.ts, r.line);
@@ -24,13 +29,13 @@ export class SqliteTraceTable implements TraceTable {
   }
 
   prune(keep: number): Promise<void> {
-    return promised(() => void transaction(this.#sql, () => this.#sql.pruneTrace.run(keep)));
+    return this.#exclusive(() => void transaction(this.#sql, () => this.#sql.pruneTrace.run(keep)));
   }
 
   page(query: TracePageQuery): Promise<TracePage> {
     const { userId, sessionId, since, runId, limit, cursor } = query;
     if (!(limit >= 1)) return Promise.reject(new RangeError(`limit must be at least 1, got ${limit}`));
-    return promised(() => {
+    return this.#exclusive(() => {
       const rows = this.#sql.traceAfter.all(userId, sessionId, since, runId, cursor ?? 0, limit + 1);
       const next = rows.length > limit ? rows[limit] : null;
       return {

@@ -1,0 +1,153 @@
+/**
+ * The session store's statements on PostgreSQL ({@linkcode PostgresSql}, the dialect's {@linkcode SessionSql})
+ * on the pool or on a transaction's connection. Free text goes and comes back as UTF-8 bytes (`bytea`); lease
+ * expiry is on the database's clock (`now()`), so replicas with skewed clocks agree. Private to `postgres.ts`.
+ * @module
+ */
+import type { StoredMessage } from "../types.ts";
+import { bytes, type MessageRow, toMessage, toPending, toSession, toTodo } from "./_rows.ts";
+import type { Sql, Tx } from "./_postgres_client.ts";
+import type { SessionSql } from "./sql_store.ts";
+import type { PendingStep, Session, SessionKey, Todo } from "./store.ts";
+
+/** The statements on `db`: the pool, or a transaction's connection. */
+export class PostgresSql implements SessionSql {
+  readonly #db: Sql | Tx;
+
+  constructor(db: Sql | Tx) {
+    this.#db = db;
+  }
+
+  async session({ userId, sessionId }: SessionKey): Promise<Session | null> {
+    const rows = await this.#db`SELECT * FROM sessions WHERE user_id = ${userId} AND id = ${sessionId}`;
+    return rows.length === 0 ? null : toSession(rows[0]);
+  }
+
+  async createSession({ userId, sessionId }: SessionKey, stamp: string): Promise<void> {
+    await this.#db`INSERT INTO sessions (user_id, id, created_at, updated_at)
+      VALUES (${userId}, ${sessionId}, ${stamp}, ${stamp}) ON CONFLICT (user_id, id) DO NOTHING`;
+  }
+
+  async sessions(userId: string): Promise<Session[]> {
+    const rows = await this.#db`SELECT * FROM sessions WHERE user_id = ${userId}
+      ORDER BY updated_at DESC, id`;
+    return rows.map(toSession);
+  }
+
+  async messages({ userId, sessionId }: SessionKey): Promise<StoredMessage[]> {
+    const rows = await this.#db`SELECT id, role, content, tool_calls, tool_call_id, created_at FROM messages
+      WHERE user_id = ${userId} AND session_id = ${sessionId} ORDER BY seq`;
+    return rows.map(toMessage);
+  }
+
+  async insertMessages({ userId, sessionId }: SessionKey, rows: readonly MessageRow[]): Promise<string[]> {
+    // Sent together (pipelined) and run in order, so the read order is the list's.
+    const inserted = await Promise.all(
+      rows.map(([id, role, content, calls, callId, createdAt]) =>
+        this.#db`INSERT INTO messages (user_id, session_id, id, role, content, tool_calls, tool_call_id,
+          created_at)
+        VALUES (${userId}, ${sessionId}, ${bytes(id)}, ${role}, ${bytes(content)}, ${calls}, ${bytes(callId)},
+          ${bytes(createdAt)})
+        ON CONFLICT (user_id, session_id, id) DO NOTHING RETURNING role`
+      ),
+    );
+    return inserted.flatMap((result) => result.map((row) => row.role as string));
+  }
+
+  async touchSession({ userId, sessionId }: SessionKey, turns: number, stamp: string): Promise<void> {
+    await this.#db`UPDATE sessions SET turn_count = turn_count + ${turns}, updated_at = ${stamp}
+      WHERE user_id = ${userId} AND id = ${sessionId}`;
+  }
+
+  async deleteMessage({ userId, sessionId }: SessionKey, id: string): Promise<string | null> {
+    const rows = await this.#db`DELETE FROM messages
+      WHERE user_id = ${userId} AND session_id = ${sessionId} AND id = ${bytes(id)} RETURNING role`;
+    return rows.length === 0 ? null : rows[0].role as string;
+  }
+
+  async setSummary(key: SessionKey, summary: string, turns: number, stamp: string): Promise<boolean> {
+    const rows = await this.#db`UPDATE sessions SET summary = ${summary},
+        compacted_turns = compacted_turns + ${turns}, updated_at = ${stamp}
+      WHERE user_id = ${key.userId} AND id = ${key.sessionId} RETURNING id`;
+    return rows.length === 1;
+  }
+
+  async deleteSession({ userId, sessionId }: SessionKey): Promise<boolean> {
+    // Messages, todos and the pending step go by ON DELETE CASCADE, in the same transaction.
+    const rows = await this.#db`DELETE FROM sessions WHERE user_id = ${userId} AND id = ${sessionId}
+      RETURNING id`;
+    return rows.length === 1;
+  }
+
+  async insertPending({ userId, sessionId }: SessionKey, step: PendingStep): Promise<void> {
+    const { runId, turn, step: index, seq, content, toolCalls, asked, createdAt } = step;
+    await this.#db`INSERT INTO pending_steps (user_id, session_id, run_id, turn, step, seq, content,
+        tool_calls, asked, created_at)
+      VALUES (${userId}, ${sessionId}, ${runId}, ${turn}, ${index}, ${seq}, ${bytes(content)},
+        ${JSON.stringify(toolCalls)}, ${JSON.stringify(asked)}, ${createdAt})`;
+  }
+
+  async pending({ userId, sessionId }: SessionKey): Promise<PendingStep | null> {
+    const rows = await this.#db`SELECT run_id, turn, step, seq, content, tool_calls, asked, created_at
+      FROM pending_steps WHERE user_id = ${userId} AND session_id = ${sessionId}`;
+    return rows.length === 0 ? null : toPending(rows[0]);
+  }
+
+  async deletePending({ userId, sessionId }: SessionKey, runId: string): Promise<boolean> {
+    const rows = await this.#db`DELETE FROM pending_steps
+      WHERE user_id = ${userId} AND session_id = ${sessionId} AND run_id = ${runId} RETURNING run_id`;
+    return rows.length === 1;
+  }
+
+  async insertTodo({ userId, sessionId }: SessionKey, text: string, stamp: string): Promise<Todo> {
+    const rows = await this.#db`INSERT INTO todos (user_id, session_id, text, created_at)
+      VALUES (${userId}, ${sessionId}, ${
+      bytes(text)
+    }, ${stamp}) RETURNING id, text, completed, created_at, completed_at`;
+    return toTodo(rows[0]);
+  }
+
+  async todos({ userId, sessionId }: SessionKey): Promise<Todo[]> {
+    const rows = await this.#db`SELECT id, text, completed, created_at, completed_at FROM todos
+      WHERE user_id = ${userId} AND session_id = ${sessionId} ORDER BY id`;
+    return rows.map(toTodo);
+  }
+
+  async completeTodo({ userId, sessionId }: SessionKey, id: number, stamp: string): Promise<Todo | null> {
+    const rows = await this
+      .#db`UPDATE todos SET completed = 1, completed_at = COALESCE(completed_at, ${stamp})
+      WHERE id = ${id} AND user_id = ${userId} AND session_id = ${sessionId}
+      RETURNING id, text, completed, created_at, completed_at`;
+    return rows.length === 0 ? null : toTodo(rows[0]);
+  }
+
+  /** One statement: the row is locked and read as committed last, so the take is a compare-and-set. */
+  async takeLease(key: SessionKey, owner: string, ttlMs: number, from: string | null): Promise<string> {
+    // Every conflict updates the row (to itself when it is not ours to take), so RETURNING names its holder.
+    const rows = await this.#db`INSERT INTO session_leases (user_id, session_id, owner, expires_at)
+      VALUES (${key.userId}, ${key.sessionId}, ${owner}, now() + ${ttlMs} * interval '1 millisecond')
+      ON CONFLICT (user_id, session_id) DO UPDATE SET
+        owner = CASE WHEN session_leases.expires_at <= now() OR session_leases.owner = excluded.owner
+          OR session_leases.owner = ${from} THEN excluded.owner ELSE session_leases.owner END,
+        expires_at = CASE WHEN session_leases.expires_at <= now() OR session_leases.owner = excluded.owner
+          OR session_leases.owner = ${from} THEN excluded.expires_at ELSE session_leases.expires_at END,
+        wanted = CASE WHEN session_leases.expires_at <= now() OR session_leases.owner = excluded.owner
+          OR session_leases.owner = ${from} THEN session_leases.wanted AND session_leases.owner = excluded.owner
+          ELSE true END
+      RETURNING owner`;
+    return String(rows[0]?.owner);
+  }
+
+  async renewLease({ userId, sessionId }: SessionKey, owner: string, ttlMs: number): Promise<boolean> {
+    const rows = await this.#db`UPDATE session_leases
+      SET expires_at = now() + ${ttlMs} * interval '1 millisecond'
+      WHERE user_id = ${userId} AND session_id = ${sessionId} AND owner = ${owner} RETURNING owner`;
+    return rows.length === 1;
+  }
+
+  async releaseLease({ userId, sessionId }: SessionKey, owner: string): Promise<boolean> {
+    const rows = await this.#db`DELETE FROM session_leases
+      WHERE user_id = ${userId} AND session_id = ${sessionId} AND owner = ${owner} RETURNING wanted`;
+    return rows[0]?.wanted === true;
+  }
+}

@@ -1,0 +1,252 @@
+/**
+ * SqlStore: the session store's rules, written once over a SQL dialect. The rules say what a write reads,
+ * checks and changes, in which order: an append counts the user turns it adds, a compaction is refused
+ * whole for a changed summary or a missing message, a discard takes its user turns off the count, a pending
+ * step resolves once. A dialect ({@linkcode SqlDialect}) gives the statements ({@linkcode SessionSql}) and
+ * the transaction they run in; SQLite (`sqlite.ts`) and PostgreSQL (`postgres.ts`) are the two.
+ * @module
+ */
+import type { StoredMessage } from "../types.ts";
+import { type MessageRow, toRow } from "./_rows.ts";
+import {
+  type AcquireLeaseOptions,
+  leaseFrom,
+  type LeaseTake,
+  leaseTtl,
+  type PendingStep,
+  type Session,
+  type SessionKey,
+  type SessionStore,
+  type Todo,
+  validateId,
+  validateKey,
+} from "./store.ts";
+
+/**
+ * The statements the rules run, each one statement of the dialect's SQL (or, where said, a few that are
+ * atomic together). Keys are checked before they reach a statement.
+ */
+export interface SessionSql {
+  session(key: SessionKey): Promise<Session | null>;
+  /** Inserts the session unless it exists. */
+  createSession(key: SessionKey, stamp: string): Promise<void>;
+  /** The user's sessions, most recently updated first. */
+  sessions(userId: string): Promise<Session[]>;
+  /** The session's messages, oldest first: a new array of frozen messages. */
+  messages(key: SessionKey): Promise<StoredMessage[]>;
+  /** Inserts those of `rows` whose id is not stored yet, in order; resolves to the roles of those inserted. */
+  insertMessages(key: SessionKey, rows: readonly MessageRow[]): Promise<string[]>;
+  /** Adds `turns` (negative: removes) to the session's turn count and stamps it updated. */
+  touchSession(key: SessionKey, turns: number, stamp: string): Promise<void>;
+  /** Deletes message `id`; resolves to its role, or null when it is not stored. */
+  deleteMessage(key: SessionKey, id: string): Promise<string | null>;
+  /** Sets the summary and adds `turns` to the compacted turns; false when there is no such session. */
+  setSummary(key: SessionKey, summary: string, turns: number, stamp: string): Promise<boolean>;
+  /** Deletes the session with everything that goes with it (by cascade); false when there was none. */
+  deleteSession(key: SessionKey): Promise<boolean>;
+  insertPending(key: SessionKey, step: PendingStep): Promise<void>;
+  pending(key: SessionKey): Promise<PendingStep | null>;
+  /** Deletes the pending step of `runId`; false when the session has none of that run. */
+  deletePending(key: SessionKey, runId: string): Promise<boolean>;
+  insertTodo(key: SessionKey, text: string, stamp: string): Promise<Todo>;
+  todos(key: SessionKey): Promise<Todo[]>;
+  /** Marks todo `id` completed, keeping its first completion time; null when the session has no such todo. */
+  completeTodo(key: SessionKey, id: number, stamp: string): Promise<Todo | null>;
+  /**
+   * Atomic on its own: takes the lease for `owner` until `ttlMs` from now when it is free, expired, already
+   * `owner`'s or `from`'s, else marks it wanted; resolves to its holder after. "Now" is the dialect's clock:
+   * SQLite takes `now`, PostgreSQL its own.
+   */
+  takeLease(key: SessionKey, owner: string, ttlMs: number, from: string | null, now: Date): Promise<string>;
+  /** Extends `owner`'s lease to `ttlMs` from now; false when another holds it or none is there. */
+  renewLease(key: SessionKey, owner: string, ttlMs: number, now: Date): Promise<boolean>;
+  /** Deletes `owner`'s lease; true when it was marked wanted. */
+  releaseLease(key: SessionKey, owner: string): Promise<boolean>;
+}
+
+/** Where the statements run. `action` says what is being done, for the dialect's error messages. */
+export interface SqlDialect {
+  /** `work` outside a transaction: each statement on its own. */
+  read<T>(action: string, work: (sql: SessionSql) => Promise<T>): Promise<T>;
+  /** `work` in one transaction, which holds the session `key` against every other writer until it ends. */
+  write<T>(action: string, key: SessionKey, work: (sql: SessionSql) => Promise<T>): Promise<T>;
+  /** True when the database answers; never rejects. */
+  ping(): Promise<boolean>;
+  /** Releases the database. */
+  close(): Promise<void>;
+}
+
+/** The largest todo id the stores hold (PostgreSQL's `integer`): a larger one names no todo. */
+const MAX_TODO_ID = 2 ** 31 - 1;
+
+/** A {@linkcode SessionStore} on a {@linkcode SqlDialect}; every timestamp it writes is from `now`. */
+export class SqlStore implements SessionStore {
+  readonly #db: SqlDialect;
+  readonly #now: () => Date;
+
+  constructor(db: SqlDialect, now: () => Date = () => new Date()) {
+    this.#db = db;
+    this.#now = now;
+  }
+
+  #stamp(): string {
+    return this.#now().toISOString();
+  }
+
+  /** `work` on the checked key, outside a transaction. */
+  #read<T>(action: string, key: SessionKey, work: (sql: SessionSql, key: SessionKey) => Promise<T>) {
+    return this.#db.read(`${action} of session "${key.sessionId}"`, (sql) => work(sql, validateKey(key)));
+  }
+
+  /** `work` on the key, checked first, in one transaction that holds the session. */
+  async #write<T>(action: string, key: SessionKey, work: (sql: SessionSql, key: SessionKey) => Promise<T>) {
+    const checked = validateKey(key);
+    return await this.#db.write(
+      `${action} of session "${key.sessionId}"`,
+      checked,
+      (sql) => work(sql, checked),
+    );
+  }
+
+  get(key: SessionKey): Promise<Session | null> {
+    return this.#read("read", key, (sql, key) => sql.session(key));
+  }
+
+  getOrCreate(key: SessionKey): Promise<Session> {
+    return this.#read("create", key, async (sql, key) => {
+      // Read first: an existing session (every turn but the first) costs no write.
+      const session = await sql.session(key);
+      if (session !== null) return session;
+      await sql.createSession(key, this.#stamp());
+      return (await sql.session(key))!;
+    });
+  }
+
+  listSessions(userId: string): Promise<Session[]> {
+    return this.#db.read(`list the sessions of user "${userId}"`, async (sql) => {
+      return await sql.sessions(validateId(userId, "user id"));
+    });
+  }
+
+  messages(key: SessionKey): Promise<StoredMessage[]> {
+    return this.#read("read the messages", key, (sql, key) => sql.messages(key));
+  }
+
+  append(key: SessionKey, messages: readonly StoredMessage[]): Promise<number> {
+    return this.#write("append", key, (sql, key) => this.#insert(sql, key, messages));
+  }
+
+  /** Inserts the new ones of `messages` inside the caller's transaction, counting the user turns they add. */
+  async #insert(sql: SessionSql, key: SessionKey, messages: readonly StoredMessage[]): Promise<number> {
+    // All checked before the first insert: a malformed message changes nothing.
+    const roles = await sql.insertMessages(key, messages.map(toRow));
+    const turns = roles.filter((role) => role === "user").length;
+    if (roles.length > 0) await sql.touchSession(key, turns, this.#stamp());
+    return roles.length;
+  }
+
+  savePending(key: SessionKey, step: PendingStep): Promise<void> {
+    return this.#write("save the pending step", key, (sql, key) => sql.insertPending(key, step));
+  }
+
+  pendingStep(key: SessionKey): Promise<PendingStep | null> {
+    return this.#read("read the pending step", key, (sql, key) => sql.pending(key));
+  }
+
+  resolvePending(key: SessionKey, runId: string, messages: readonly StoredMessage[]): Promise<boolean> {
+    return this.#write("resolve the pending step", key, async (sql, key) => {
+      if (!await sql.deletePending(key, runId)) return false;
+      await this.#insert(sql, key, messages);
+      return true;
+    });
+  }
+
+  applyCompaction(
+    key: SessionKey,
+    summary: string,
+    cutIds: readonly string[],
+    turns: number,
+    options: { previous?: string | null } = {},
+  ): Promise<void> {
+    return this.#write("compact", key, async (sql, key) => {
+      const refuse = (why: string) => new Error(`Cannot compact session "${key.sessionId}": ${why}`);
+      const stored = await sql.session(key);
+      if (stored === null) throw refuse("no such session");
+      if (options.previous !== undefined && stored.summary !== options.previous) {
+        throw refuse("its summary changed meanwhile");
+      }
+      for (const id of cutIds) {
+        if (await sql.deleteMessage(key, id) === null) throw refuse(`message "${id}" is not stored`);
+      }
+      if (!await sql.setSummary(key, summary, turns, this.#stamp())) throw refuse("no such session");
+    });
+  }
+
+  discardMessages(key: SessionKey, ids: readonly string[]): Promise<number> {
+    return this.#write("discard messages", key, async (sql, key) => {
+      let deleted = 0;
+      let turns = 0;
+      for (const id of ids) {
+        const role = await sql.deleteMessage(key, id);
+        if (role === null) continue;
+        deleted += 1;
+        if (role === "user") turns += 1;
+      }
+      if (turns > 0) await sql.touchSession(key, -turns, this.#stamp());
+      return deleted;
+    });
+  }
+
+  deleteSession(key: SessionKey): Promise<boolean> {
+    return this.#write("delete", key, (sql, key) => sql.deleteSession(key));
+  }
+
+  addTodo(key: SessionKey, text: string): Promise<Todo> {
+    return this.#write("add a todo", key, (sql, key) => sql.insertTodo(key, text, this.#stamp()));
+  }
+
+  listTodos(key: SessionKey): Promise<Todo[]> {
+    return this.#read("list the todos", key, (sql, key) => sql.todos(key));
+  }
+
+  completeTodo(key: SessionKey, id: number): Promise<Todo | null> {
+    return this.#write("complete a todo", key, async (sql, key) => {
+      if (!Number.isInteger(id) || id < 1 || id > MAX_TODO_ID) return null;
+      return await sql.completeTodo(key, id, this.#stamp());
+    });
+  }
+
+  acquireLease(
+    key: SessionKey,
+    owner: string,
+    ttlMs: number,
+    options?: AcquireLeaseOptions,
+  ): Promise<LeaseTake> {
+    return this.#read("take the lease", key, async (sql, key) => {
+      const ttl = leaseTtl(owner, ttlMs, "acquire");
+      const holder = await sql.takeLease(key, owner, ttl, leaseFrom(options) ?? null, this.#now());
+      return holder === owner ? { taken: true } : { taken: false, holder };
+    });
+  }
+
+  renewLease(key: SessionKey, owner: string, ttlMs: number): Promise<boolean> {
+    return this.#read("renew the lease", key, async (sql, key) => {
+      return await sql.renewLease(key, owner, leaseTtl(owner, ttlMs, "renew"), this.#now());
+    });
+  }
+
+  releaseLease(key: SessionKey, owner: string): Promise<boolean> {
+    return this.#read("release the lease", key, async (sql, key) => {
+      leaseTtl(owner, 1, "release"); // checks the owner
+      return await sql.releaseLease(key, owner);
+    });
+  }
+
+  ping(): Promise<boolean> {
+    return this.#db.ping();
+  }
+
+  close(): Promise<void> {
+    return this.#db.close();
+  }
+}
