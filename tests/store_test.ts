@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { DatabaseSync } from "node:sqlite";
 import { SCHEMA_VERSION, SqliteStore } from "../src/store/sqlite.ts";
 import { validateId } from "../src/store/store.ts";
+import { traceTableOf } from "../src/store/open.ts";
 import type { StoredMessage } from "../src/types.ts";
 import { keyOf, steppingClock, storedMessage, tempDir } from "./_harness.ts";
 import { storeTest } from "./_store_backends.ts";
@@ -190,3 +191,66 @@ storeTest("$Store keeps message ids per session: the same id in two sessions is 
   assert.equal((await store.get(keyOf("b")))!.turnCount, 1);
   await store.close();
 });
+
+storeTest(
+  "$Store runs writes started together on one connection each whole: 20 writers' appends, todos, discards, compactions and trace events",
+  async (db) => {
+    const store = await db.open();
+    try {
+      const key = keyOf("together");
+      await store.getOrCreate(key);
+      await store.append(key, [msg("old-q", "user", "old"), msg("old-a", "assistant", "old answer")]);
+      const trace = traceTableOf(store)!;
+      const row = (i: number) => ({
+        user_id: "u",
+        session_id: "together",
+        run_id: `r${i}`,
+        ts: "2026-01-01T00:00:00.000Z",
+        line: `{"i":${i}}`,
+      });
+      const results = await Promise.all(Array.from({ length: 20 }, async (_, i) => {
+        const write = trace.write([row(i)]);
+        const added = await store.append(key, [
+          msg(`q${i}`, "user", `q${i}`),
+          msg(`a${i}`, "assistant", `a${i}`),
+        ]);
+        const todo = await store.addTodo(key, `t${i}`);
+        const discarded = i % 2 === 0 ? await store.discardMessages(key, [`q${i}`, `a${i}`]) : 0;
+        // Exactly one writer compacts the old turn; the others find its messages gone and change nothing.
+        const compacted = await store.applyCompaction(key, `{"n":${i}}`, ["old-q", "old-a"], 1).then(
+          () => true,
+          () => false,
+        );
+        await write;
+        return { added, todo: todo.id, discarded, compacted };
+      }));
+      assert.deepEqual(results.map((r) => r.added), Array(20).fill(2));
+      assert.deepEqual(
+        results.map((r) => r.discarded),
+        Array.from({ length: 20 }, (_, i) => i % 2 === 0 ? 2 : 0),
+      );
+      assert.equal(new Set(results.map((r) => r.todo)).size, 20);
+      assert.equal(results.filter((r) => r.compacted).length, 1);
+      const session = (await store.get(key))!;
+      const stored = await store.messages(key);
+      assert.deepEqual(
+        stored.map((m) => m.id).sort(),
+        Array.from({ length: 10 }, (_, i) => [`a${2 * i + 1}`, `q${2 * i + 1}`]).flat().sort(),
+      );
+      // The invariant every write keeps: turns = compacted turns + stored user messages.
+      assert.equal(session.turnCount, 11);
+      assert.equal(session.compactedTurns, 1);
+      const page = await trace.page({
+        userId: "u",
+        sessionId: "together",
+        since: "2026-01-01T00:00:00.000Z",
+        runId: null,
+        limit: 50,
+        cursor: null,
+      });
+      assert.equal(page.events.length, 20);
+    } finally {
+      await store.close();
+    }
+  },
+);
