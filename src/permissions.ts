@@ -60,7 +60,7 @@ function folders(config: Readonly<Config>, history = false): string[] {
 export function mcpGrants(file: McpFile | null): { run: string[]; env: string[]; net: string[] } {
   const servers = file?.servers ?? [];
   const run = [...new Set(servers.flatMap((s) => s.transport === "stdio" ? [s.command] : []))];
-  const net = [...new Set(servers.flatMap((s) => s.transport === "http" ? [llmNetHost(s.url)] : []))];
+  const net = [...new Set(servers.flatMap((s) => s.transport !== "stdio" ? [llmNetHost(s.url)] : []))];
   return { run, env: run.length > 0 ? [...INHERITED_ENV] : [], net };
 }
 

@@ -3,19 +3,26 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { runTurn } from "../src/agent/loop.ts";
 import { startMcpTools } from "../src/mcp/mcp_tools.ts";
+import { openToolConfig } from "../src/mcp/start.ts";
+import { decide } from "../src/approval/policy.ts";
 import { loadMcpSdk } from "../src/mcp/sdk.ts";
 import { harness, lastToolResult, tempDir } from "./_harness.ts";
 import { denoServer, EVERYTHING, FILESYSTEM } from "./_mcp_servers.ts";
 
 const sdk = await loadMcpSdk();
 
-/** Starts the reference server's Streamable HTTP transport on a free port; resolves once it listens. */
-async function httpEverything(): Promise<{ url: string; stop(): Promise<void> }> {
+/**
+ * Starts the reference server over HTTP on a free port, Streamable HTTP (`/mcp`) or the older HTTP+SSE
+ * transport (`/sse`); resolves once it listens.
+ */
+async function httpEverything(
+  transport: "streamableHttp" | "sse" = "streamableHttp",
+): Promise<{ url: string; stop(): Promise<void> }> {
   const probe = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const port = probe.addr.port;
   probe.close();
   const child = new Deno.Command("deno", {
-    args: ["run", "-A", "--quiet", EVERYTHING, "streamableHttp"],
+    args: ["run", "-A", "--quiet", EVERYTHING, transport],
     env: { PORT: String(port) },
     stdin: "null",
     stdout: "null",
@@ -23,7 +30,7 @@ async function httpEverything(): Promise<{ url: string; stop(): Promise<void> }>
   }).spawn();
   const reader = child.stderr.pipeThrough(new TextDecoderStream()).getReader();
   let seen = "";
-  while (!seen.includes("listening on port")) {
+  while (!/(listening|running) on port/.test(seen)) {
     const { done, value } = await reader.read();
     if (done) throw new Error(`the HTTP server did not start: ${seen}`);
     seen += value;
@@ -32,7 +39,7 @@ async function httpEverything(): Promise<{ url: string; stop(): Promise<void> }>
     while (!(await reader.read()).done) { /* drain */ }
   })();
   return {
-    url: `http://127.0.0.1:${port}/mcp`,
+    url: `http://127.0.0.1:${port}/${transport === "sse" ? "sse" : "mcp"}`,
     stop: async () => {
       child.kill("SIGTERM");
       await child.status;
@@ -81,5 +88,56 @@ Deno.test("runTurn() calls the everything server over Streamable HTTP and the fi
   } finally {
     await mcp.close();
     await web.stop();
+  }
+});
+
+Deno.test("openToolConfig() takes VS Code's \"servers\" and Cline's entries: an SSE server is used, a disabled one is not started, autoApprove runs without asking, unknown keys are warnings", async () => {
+  using dir = tempDir();
+  const sse = await httpEverything("sse");
+  const path = join(dir.path, "mcp.json");
+  Deno.writeTextFileSync(
+    path,
+    JSON.stringify({
+      inputs: [],
+      servers: {
+        old: {
+          type: "sse",
+          url: sse.url,
+          headers: { Authorization: "Bearer sse-token-5678" },
+          autoApprove: ["echo"],
+        },
+      },
+      mcpServers: {
+        off: { command: "no-such-command-anywhere", disabled: true },
+      },
+      approval: { default: "ask" },
+    }),
+  );
+  const warnings: string[] = [];
+  const { mcp, approval } = await openToolConfig(
+    { mcpConfig: path, mcpTimeoutSeconds: 20 },
+    (line) => warnings.push(line),
+  );
+  try {
+    assert.deepEqual(warnings, [
+      `MCP config ${path}: ignored the unknown top-level key "inputs" (known: mcpServers, servers, approval)`,
+    ]);
+    assert.deepEqual(Object.keys(mcp!.health()), ["old"]);
+    assert.equal(mcp!.health().old.state, "ready");
+    assert.equal(mcp!.health().old.transport, "sse");
+    assert.equal(decide(approval, "old__echo"), "auto");
+    assert.equal(decide(approval, "old__get-sum"), "ask");
+    using h = harness([
+      { toolCalls: [{ name: "old__echo", arguments: { message: "over sse" } }] },
+      { content: "done" },
+    ], { toolSources: [mcp!] });
+    h.agent.approval = approval;
+    const result = await runTurn({ sessionId: "s", userId: "u", message: "go" }, h.agent, h.run);
+    assert.equal(result.outcome, "answered");
+    assert.equal(lastToolResult(h.llm.requests[1].messages).data, "Echo: over sse");
+    assert.doesNotMatch(JSON.stringify(h.events), /sse-token-5678/);
+  } finally {
+    await mcp?.close();
+    await sse.stop();
   }
 });

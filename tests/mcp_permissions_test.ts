@@ -19,11 +19,16 @@ Deno.test("taskPermissionFlags() adds --allow-run for each stdio command, --allo
     fs: { command: "npx", args: ["-y", "@modelcontextprotocol/server-filesystem", "/tmp/x"] },
     local: { command: "deno", args: ["run", "server.ts"], env: { API_KEY: "secret-value" } },
     remote: { url: "https://mcp.example.com/mcp", headers: { Authorization: "Bearer secret-token" } },
+    legacy: { type: "sse", url: "http://127.0.0.1:3002/sse" },
+    off: { command: "never-run", disabled: true },
   });
   const env = { OPENAI_BASE_URL: "https://api.openai.com/v1", AGENT_MCP_CONFIG: path };
   const flags = taskPermissionFlags(env);
   assert.ok(flags.includes("--allow-run=npx,deno"), flags.join(" "));
-  assert.ok(flags.includes("--allow-net=api.openai.com:443,mcp.example.com:443"), flags.join(" "));
+  assert.ok(
+    flags.includes("--allow-net=api.openai.com:443,mcp.example.com:443,127.0.0.1:3002"),
+    flags.join(" "),
+  );
   const variables = flags[0].slice("--allow-env=".length).split(",");
   for (const name of ["PATH", "HOME", "USER"]) assert.ok(variables.includes(name), name);
   assert.ok(!variables.includes("API_KEY"), "values given in the file need no grant");

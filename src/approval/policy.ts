@@ -29,6 +29,18 @@ export function askAsDeny(policy: ApprovalPolicy): ApprovalPolicy {
   return Object.freeze({ default: strict(policy.default), tools: Object.freeze(tools) });
 }
 
+/**
+ * `policy` with each of `tools` (exact names) run at once: a server entry's `"autoApprove"` list. An entry of
+ * the policy's own for the same name wins: the `approval` section is where the user decides.
+ */
+export function autoApproving(policy: ApprovalPolicy, tools: readonly string[]): ApprovalPolicy {
+  const added = tools.filter((name) => !Object.hasOwn(policy.tools, name));
+  if (added.length === 0) return policy;
+  const merged: Record<string, ApprovalMode> = Object.assign(Object.create(null), policy.tools);
+  for (const name of added) merged[name] = "auto";
+  return Object.freeze({ default: policy.default, tools: Object.freeze(merged) });
+}
+
 function mode(value: unknown, where: string, source: string): ApprovalMode {
   if (typeof value === "string" && MODES.includes(value)) return value as ApprovalMode;
   const got = typeof value === "string" ? JSON.stringify(value) : value === null ? "null" : typeof value;

@@ -1,12 +1,16 @@
 /**
- * readMcpConfig(): the MCP servers file (AGENT_MCP_CONFIG) in the format other agents already use,
- * `{"mcpServers": {"name": {"command", "args", "env"} | {"url", "headers"}}}`, validated whole before any
- * server starts. The file's top-level `"approval"` value is passed through untouched for its own parser.
+ * readMcpConfig(): the MCP servers file (AGENT_MCP_CONFIG) in the forms other agents already use, validated
+ * whole before any server starts: `{"mcpServers": {"name": {"command", "args", "env"} | {"url", "headers"}}}`
+ * (Claude Desktop, Cursor), `"servers"` with `"type": "stdio" | "http" | "sse"` (VS Code), and Cline's entries
+ * with `"disabled"` (the server is skipped) and `"autoApprove"` (its tools named there run without asking).
+ * A key it does not know is a warning, not an error. The file's top-level `"approval"` value is passed
+ * through untouched for its own parser.
  * @module
  */
 import { resolve } from "node:path";
 import { ConfigError } from "../errors.ts";
 import { isRecord } from "../_json.ts";
+import { exposedToolName } from "./tool_names.ts";
 
 /** A server started as a child process and spoken to over its stdin and stdout. */
 export interface StdioServerConfig {
@@ -18,10 +22,13 @@ export interface StdioServerConfig {
   env: Readonly<Record<string, string>>;
 }
 
-/** A server reached over Streamable HTTP. `headers` may hold tokens: never print or trace them. */
+/**
+ * A server reached over HTTP: Streamable HTTP, or the older HTTP+SSE transport (`"type": "sse"`). `headers`
+ * may hold tokens: never print or trace them.
+ */
 export interface HttpServerConfig {
   name: string;
-  transport: "http";
+  transport: "http" | "sse";
   url: string;
   headers: Readonly<Record<string, string>>;
 }
@@ -33,16 +40,29 @@ export type McpServerConfig = StdioServerConfig | HttpServerConfig;
 export interface McpFile {
   /** The absolute path the file was read from. */
   path: string;
+  /** The servers to start: those not `"disabled"`. */
   servers: readonly McpServerConfig[];
   approval: unknown;
+  /** Tools the entries' `"autoApprove"` lists name (as `<server>__<tool>`): they run without asking. */
+  autoApproved?: readonly string[];
+  /** One line for each key that was ignored because this program does not know it. */
+  warnings?: readonly string[];
 }
 
-const TOP_LEVEL_KEYS = ["mcpServers", "approval"];
-const STDIO_KEYS = ["command", "args", "env", "type"];
-const HTTP_KEYS = ["url", "headers", "type"];
+const TOP_LEVEL_KEYS = ["mcpServers", "servers", "approval"];
+/** Keys of an entry of either kind: Cline's (`alwaysAllow` is Roo Code's name for `autoApprove`). */
+const COMMON_KEYS = ["type", "transportType", "disabled", "autoApprove", "alwaysAllow"];
+const STDIO_KEYS = ["command", "args", "env", ...COMMON_KEYS];
+const HTTP_KEYS = ["url", "headers", ...COMMON_KEYS];
 /** `type` values other agents write for each transport; accepted when they agree with the entry. */
 const STDIO_TYPES = ["stdio"];
-const HTTP_TYPES = ["http", "streamable-http", "streamableHttp"];
+const HTTP_TYPES = ["http", "streamable-http", "streamableHttp", "sse"];
+
+/** An entry as read: the server to start (null when disabled) and the tools it approves. */
+interface ParsedEntry {
+  server: McpServerConfig | null;
+  autoApprove: readonly string[];
+}
 
 function stringRecord(value: unknown, what: string, fail: (detail: string) => never): Record<string, string> {
   if (value === undefined) return {};
@@ -58,30 +78,61 @@ function describe(value: unknown): string {
   return value === null ? "null" : Array.isArray(value) ? "an array" : typeof value;
 }
 
-function parseServer(name: string, entry: unknown, fail: (detail: string) => never): McpServerConfig {
+function parseServer(
+  name: string,
+  entry: unknown,
+  fail: (detail: string) => never,
+  warn: (line: string) => void,
+): ParsedEntry {
   const at = (detail: string): never => fail(`server "${name}": ${detail}`);
   if (name.trim() === "") fail(`a server has an empty name`);
   if (!isRecord(entry)) return at(`expected an object, got ${describe(entry)}`);
+  const { disabled = false } = entry;
+  if (typeof disabled !== "boolean") return at(`"disabled" must be true or false, got ${describe(disabled)}`);
+  const autoApprove = entry.autoApprove ?? entry.alwaysAllow ?? [];
+  if (!Array.isArray(autoApprove) || autoApprove.some((tool) => typeof tool !== "string" || tool === "")) {
+    return at(`"autoApprove" must be an array of tool names`);
+  }
+  if (disabled) return { server: null, autoApprove };
   const hasCommand = "command" in entry;
   if (hasCommand === ("url" in entry)) return at(`give either "command" (stdio) or "url" (HTTP), not both`);
   const known = hasCommand ? STDIO_KEYS : HTTP_KEYS;
-  const unknown = Object.keys(entry).find((key) => !known.includes(key));
-  if (unknown !== undefined) return at(`unknown key "${unknown}" (expected ${known.join(", ")})`);
+  for (const key of Object.keys(entry).filter((key) => !known.includes(key))) {
+    warn(`server "${name}": ignored the unknown key "${key}" (known: ${known.join(", ")})`);
+  }
   const types = hasCommand ? STDIO_TYPES : HTTP_TYPES;
-  if (entry.type !== undefined && !types.includes(entry.type as string)) {
+  const type = entry.type ?? entry.transportType;
+  if (type !== undefined && !types.includes(type as string)) {
     return at(`"type" must be ${types.map((t) => `"${t}"`).join(" or ")} for this entry`);
   }
-  if (hasCommand) {
-    const { command, args = [] } = entry;
-    if (typeof command !== "string" || command.trim() === "") {
-      return at(`"command" must be a non-empty string`);
-    }
-    if (!Array.isArray(args) || args.some((arg) => typeof arg !== "string")) {
-      return at(`"args" must be an array of strings`);
-    }
-    const env = stringRecord(entry.env, "env", at);
-    return Object.freeze({ name, transport: "stdio", command, args: Object.freeze([...args]), env });
+  return {
+    server: hasCommand ? stdioServer(name, entry, at) : httpServer(name, entry, type, at),
+    autoApprove,
+  };
+}
+
+function stdioServer(
+  name: string,
+  entry: Record<string, unknown>,
+  at: (detail: string) => never,
+): StdioServerConfig {
+  const { command, args = [] } = entry;
+  if (typeof command !== "string" || command.trim() === "") {
+    return at(`"command" must be a non-empty string`);
   }
+  if (!Array.isArray(args) || args.some((arg) => typeof arg !== "string")) {
+    return at(`"args" must be an array of strings`);
+  }
+  const env = stringRecord(entry.env, "env", at);
+  return Object.freeze({ name, transport: "stdio", command, args: Object.freeze([...args]), env });
+}
+
+function httpServer(
+  name: string,
+  entry: Record<string, unknown>,
+  type: unknown,
+  at: (detail: string) => never,
+): HttpServerConfig {
   const { url } = entry;
   let parsed: URL | null = null;
   try {
@@ -94,7 +145,7 @@ function parseServer(name: string, entry: unknown, fail: (detail: string) => nev
     return at(`"url" must not hold a user or password; put credentials in "headers"`);
   }
   const headers = stringRecord(entry.headers, "headers", at);
-  return Object.freeze({ name, transport: "http", url: parsed.href, headers });
+  return Object.freeze({ name, transport: type === "sse" ? "sse" : "http", url: parsed.href, headers });
 }
 
 /**
@@ -107,16 +158,35 @@ export function parseMcpConfig(raw: unknown, path: string): McpFile {
   };
   if (!isRecord(raw)) fail(`expected an object with "mcpServers", got ${describe(raw)}`);
   const top = raw as Record<string, unknown>;
-  const unknown = Object.keys(top).find((key) => !TOP_LEVEL_KEYS.includes(key));
-  if (unknown !== undefined) {
-    fail(`unknown top-level key "${unknown}" (expected ${TOP_LEVEL_KEYS.join(", ")})`);
+  const warnings: string[] = [];
+  for (const key of Object.keys(top).filter((key) => !TOP_LEVEL_KEYS.includes(key))) {
+    warnings.push(`ignored the unknown top-level key "${key}" (known: ${TOP_LEVEL_KEYS.join(", ")})`);
   }
-  const servers = top.mcpServers ?? {};
-  if (!isRecord(servers)) fail(`"mcpServers" must be an object of servers by name`);
-  const parsed = Object.entries(servers as Record<string, unknown>).map(([name, entry]) =>
-    parseServer(name, entry, fail)
-  );
-  return Object.freeze({ path, servers: Object.freeze(parsed), approval: top.approval });
+  const entries: [string, unknown][] = [];
+  for (const key of ["mcpServers", "servers"]) {
+    const servers = top[key] ?? {};
+    if (!isRecord(servers)) fail(`"${key}" must be an object of servers by name`);
+    for (const [name, entry] of Object.entries(servers as Record<string, unknown>)) {
+      if (entries.some(([seen]) => seen === name)) {
+        fail(`server "${name}" is named in both "mcpServers" and "servers"`);
+      }
+      entries.push([name, entry]);
+    }
+  }
+  const servers: McpServerConfig[] = [];
+  const autoApproved: string[] = [];
+  for (const [name, entry] of entries) {
+    const parsed = parseServer(name, entry, fail, (line) => warnings.push(line));
+    if (parsed.server !== null) servers.push(parsed.server);
+    autoApproved.push(...parsed.autoApprove.map((tool) => exposedToolName(name, tool)));
+  }
+  return Object.freeze({
+    path,
+    servers: Object.freeze(servers),
+    approval: top.approval,
+    autoApproved: Object.freeze(autoApproved),
+    warnings: Object.freeze(warnings.map((line) => `MCP config ${path}: ${line}`)),
+  });
 }
 
 /**

@@ -34,7 +34,7 @@ export interface ListedTool {
 /** What `/healthz` says of a server. */
 export interface ServerHealth {
   state: ServerState;
-  transport: "stdio" | "http";
+  transport: "stdio" | "http" | "sse";
   tools: number;
   restarts: number;
   /** Why it is not ready, when it is not. */
@@ -142,9 +142,10 @@ export class McpConnection {
       }
       return new DenoStdioTransport({ command, args, env: { ...child, ...env } });
     }
-    return new sdk.StreamableHTTPClientTransport(new URL(config.url), {
-      requestInit: { headers: { ...config.headers } },
-    });
+    const requestInit = { headers: { ...config.headers } };
+    return config.transport === "sse"
+      ? new sdk.SSEClientTransport(new URL(config.url), { requestInit })
+      : new sdk.StreamableHTTPClientTransport(new URL(config.url), { requestInit });
   }
 
   #died(client: Client): void {

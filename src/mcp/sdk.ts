@@ -5,6 +5,7 @@
  */
 import type { Client } from "npm:@modelcontextprotocol/sdk@1.32.2/client/index.js";
 import type { StreamableHTTPClientTransport } from "npm:@modelcontextprotocol/sdk@1.32.2/client/streamableHttp.js";
+import type { SSEClientTransport } from "npm:@modelcontextprotocol/sdk@1.32.2/client/sse.js";
 
 /**
  * The SDK package, pinned. Imported through a variable: Deno tries to download a string-literal dynamic
@@ -16,16 +17,20 @@ const SDK_PACKAGE = "npm:@modelcontextprotocol/sdk@1.32.2";
 export interface McpSdk {
   Client: typeof Client;
   StreamableHTTPClientTransport: typeof StreamableHTTPClientTransport;
+  /** The older HTTP+SSE transport, for servers configured with `"type": "sse"`. */
+  SSEClientTransport: typeof SSEClientTransport;
 }
 
 /** Loads the SDK (from Deno's npm cache, or the registry the first time). Rejects when it cannot be loaded. */
 export async function loadMcpSdk(): Promise<McpSdk> {
-  const [client, http] = await Promise.all([
+  const [client, http, sse] = await Promise.all([
     import(`${SDK_PACKAGE}/client/index.js`),
     import(`${SDK_PACKAGE}/client/streamableHttp.js`),
+    import(`${SDK_PACKAGE}/client/sse.js`),
   ]);
   return {
     Client: client.Client,
     StreamableHTTPClientTransport: http.StreamableHTTPClientTransport,
+    SSEClientTransport: sse.SSEClientTransport,
   };
 }

@@ -3,7 +3,7 @@
  * when it names servers, load the SDK, start them all and list their tools. No file: nothing is loaded.
  * @module
  */
-import { type ApprovalPolicy, parseApprovalPolicy } from "../approval/policy.ts";
+import { type ApprovalPolicy, autoApproving, parseApprovalPolicy } from "../approval/policy.ts";
 import type { Config } from "../config.ts";
 import { ConfigError, errorMessage } from "../errors.ts";
 import { type McpFile, readMcpConfig } from "./config.ts";
@@ -21,10 +21,11 @@ export async function openToolConfig(
   const file = readMcpConfig(config.mcpConfig);
   let approval: ApprovalPolicy;
   try {
-    approval = parseApprovalPolicy(file?.approval, file?.path);
+    approval = autoApproving(parseApprovalPolicy(file?.approval, file?.path), file?.autoApproved ?? []);
   } catch (error) {
     throw new ConfigError("AGENT_MCP_CONFIG", errorMessage(error));
   }
+  for (const line of file?.warnings ?? []) warn(line);
   return { mcp: await openMcp(file, config, warn), approval };
 }
 
