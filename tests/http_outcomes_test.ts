@@ -1,7 +1,8 @@
 /**
  * Every way a turn ends, driven through both APIs on a kept session: the sessions API
  * (`POST /v1/sessions/{id}/messages`) and the OpenAI-compatible route (`X-Session-Id`) answer it with the
- * same status and error code, JSON and streamed alike (the stream's last frame carries that error).
+ * same status and error code, JSON and streamed alike (the stream's last frame carries that error); and the
+ * OpenAI-compatible route says the same text both ways: the answer's content, or the error's message.
  */
 import assert from "node:assert/strict";
 import { parseApprovalPolicy } from "../src/approval/policy.ts";
@@ -49,7 +50,9 @@ async function seen(
   const text = await response.text();
   if (response.status === 499) return GONE;
   if (!stream || response.status !== 200) {
-    return { status: response.status, code: JSON.parse(text).error?.code ?? null };
+    const body = JSON.parse(text);
+    if (api === "openai") said.push(body.error?.message ?? body.choices[0].message.content);
+    return { status: response.status, code: body.error?.code ?? null };
   }
   if (api === "sessions") {
     const last = parseSse(text).at(-1)!;
@@ -60,11 +63,17 @@ async function seen(
     const outcome = (last.data.data as { outcome: string }).outcome;
     return outcome === "aborted" ? GONE : { status: 200, code: null };
   }
-  const last = text.split("\n\n").filter((f) => f !== "").at(-1)!.slice("data: ".length);
+  const frames = text.split("\n\n").filter((f) => f !== "").map((f) => f.slice("data: ".length));
+  const last = frames.at(-1)!;
+  const chunks = frames.filter((f) => f !== "[DONE]").map((f) => JSON.parse(f));
+  const error = chunks.at(-1)?.error;
+  said.push(error?.message ?? chunks.map((c) => c.choices?.[0]?.delta?.content ?? "").join(""));
   if (last === "[DONE]") return { status: 200, code: null };
-  const { error } = JSON.parse(last);
   return error === undefined ? GONE : { status: OPENAI_STATUS[error.code], code: error.code };
 }
+
+/** What the OpenAI-compatible route said, in the order of the calls of {@linkcode seen}. */
+const said: string[] = [];
 
 /** One way for a turn to end: how to set it up, what to ask, how to end it once it runs, what both APIs say. */
 interface Outcome {
@@ -155,12 +164,13 @@ const OUTCOMES: Outcome[] = [
 for (const outcome of OUTCOMES) {
   Deno.test(`both APIs answer a turn that ends "${outcome.name}" with ${outcome.status}, JSON and streamed`, async () => {
     const answers: Record<string, { status: number; code: string | null }> = {};
+    said.length = 0;
     for (const api of ["sessions", "openai"] as const) {
       for (const stream of [false, true]) {
         using h = httpHarness();
         outcome.setup?.(h);
         const client = new AbortController();
-        const sent = request(api, `${api}-${stream}`, outcome.message, stream);
+        const sent = request(api, `${api}-session`, outcome.message, stream);
         const response = h.handler(new Request(sent, { signal: client.signal }));
         if (outcome.during !== undefined) {
           await until(() => h.llm.calls === 1, "the model call");
@@ -178,5 +188,10 @@ for (const outcome of OUTCOMES) {
       "openai json": expected,
       "openai stream": expected,
     });
+    if (outcome.status === 499) return; // nobody reads what a gone client would have been told
+    // Each request ran its own run: its id in a message is the one difference.
+    const [json, streamed] = said.map((text) => text.replace(/run [\w:-]+\)/g, "run …)"));
+    assert.notEqual(json, "");
+    assert.equal(streamed, json);
   });
 }

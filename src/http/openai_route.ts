@@ -150,6 +150,8 @@ function streamAnswer(
     };
     const result = await prepared.run(emit, (piece, step) => text.delta(piece, step));
     if (result.failure !== undefined) return sendError(noAnswer(result, prepared.kept), send);
+    // A turn that waits for approval has no answer event: what it says is the result's, as in JSON.
+    if (result.outcome === "awaiting_approval") text.answer(result.answer, -1);
     json(chunkBody(ids, {}, finishReason(result.outcome), includeUsage));
     if (includeUsage) json(usageChunk(ids, result.usage));
     send("[DONE]");
