@@ -52,8 +52,10 @@ export interface Config {
   traceTableMaxEvents: number;
   /** The MCP servers' configuration file; absent means no MCP. */
   mcpConfig: string;
-  /** Deadline of an MCP server's start and tool listing, and of each MCP tool call. */
+  /** Deadline of each MCP tool call (its progress notifications start it again, up to 10 times in all). */
   mcpTimeoutSeconds: number;
+  /** Deadline of an MCP server's start and tool listing: a cold `npx` fetches its package first. */
+  mcpStartTimeoutSeconds: number;
   /** How long a session's lease lasts unless renewed: how soon another process continues after a crash. */
   sessionLeaseSeconds: number;
 }
@@ -197,7 +199,13 @@ export const SETTINGS: Readonly<Record<string, Setting>> = {
     "mcpTimeoutSeconds",
     "positive",
     "10",
-    "deadline of each MCP server's start and tool list, and of each MCP tool call",
+    "deadline of each MCP tool call; progress the server reports starts it again, up to 10 times in all",
+  ),
+  AGENT_MCP_START_TIMEOUT_SECONDS: setting(
+    "mcpStartTimeoutSeconds",
+    "positive",
+    "60",
+    "deadline of each MCP server's start and tool list (a cold `npx -y` start fetches its package first)",
   ),
   AGENT_SHUTDOWN_GRACE_SECONDS: setting(
     "shutdownGraceSeconds",

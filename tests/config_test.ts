@@ -33,6 +33,7 @@ Deno.test("loadConfig() gives every documented default for an empty environment"
     maxToolCallsPerStep: 16,
     mcpConfig: "mcp.json",
     mcpTimeoutSeconds: 10,
+    mcpStartTimeoutSeconds: 60,
     sessionLeaseSeconds: 30,
     traceMaxBytes: 67108864,
     traceTableMaxEvents: 1000000,

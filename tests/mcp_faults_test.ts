@@ -21,7 +21,7 @@ Deno.test("an MCP server that never answers is one warning after the timeout and
   const started = performance.now();
   const mcp = await startMcpTools(
     { path: "mcp.json", servers: [fault("mute", "silent"), fault("ok", "huge")], approval: undefined },
-    { sdk, timeoutMs: 1500, warn: (line) => warnings.push(line) },
+    { sdk, timeoutMs: 1500, startTimeoutMs: 1500, warn: (line) => warnings.push(line) },
   );
   try {
     assert.ok(performance.now() - started < 10_000);

@@ -129,3 +129,35 @@ Deno.test(
     });
   },
 );
+
+Deno.test("an MCP call that reports progress outlives its deadline, each notification starting it again, up to maxCallMs in all", async () => {
+  const warnings: string[] = [];
+  const mcp = await startMcpTools(file(denoServer("everything", EVERYTHING, ["stdio"])), {
+    sdk,
+    timeoutMs: 1500,
+    startTimeoutMs: 60_000,
+    maxCallMs: 4000,
+    warn: (line) => warnings.push(line),
+  });
+  try {
+    assert.deepEqual(warnings, []);
+    const long = (duration: number) => ({
+      toolCalls: [{
+        name: "everything__trigger-long-running-operation",
+        // Progress every half second, against a deadline of 1.5 s.
+        arguments: { duration, steps: duration * 2 },
+      }],
+    });
+    using h = harness([long(3), long(8), { content: "done" }], { toolSources: [mcp] });
+    const result = await runTurn({ sessionId: "s", userId: "u", message: "go" }, h.agent, h.run);
+    assert.equal(result.outcome, "answered");
+    const within = lastToolResult(h.llm.requests[1].messages);
+    assert.equal(within.ok, true, JSON.stringify(within));
+    assert.match(JSON.stringify(within.data), /Long running operation completed/i);
+    const beyond = lastToolResult(h.llm.requests[2].messages);
+    assert.equal(beyond.ok, false);
+    assert.match(String(beyond.error), /time/i);
+  } finally {
+    await mcp.close();
+  }
+});

@@ -1,6 +1,7 @@
 /**
- * McpConnection: one configured MCP server, over stdio or Streamable HTTP. It starts the server and lists its
- * tools within the deadline, calls a tool within the same deadline, notices the server's death and restarts
+ * McpConnection: one configured MCP server, over stdio or HTTP. It starts the server and lists its tools
+ * within the start deadline, calls a tool within the call deadline (each progress notification of the call starts
+ * it again, up to {@linkcode PROGRESS_LIMIT} times it in all), notices the server's death and restarts
  * it on the next call (at most 3 times in 5 minutes, then its tools report "unavailable"), and follows the
  * server's `notifications/tools/list_changed`. Nothing here prints a header or an env value.
  * @module
@@ -17,6 +18,8 @@ import { DenoStdioTransport, INHERITED_ENV } from "./stdio_transport.ts";
 export const MAX_RESTARTS = 3;
 /** The window restarts are counted in (5 minutes). */
 export const RESTART_WINDOW_MS = 5 * 60_000;
+/** How many deadlines a call that keeps reporting progress may take in all. */
+export const PROGRESS_LIMIT = 10;
 
 /**
  * `starting`; `ready`; `failed`: did not start or list (its tools are absent); `down`: died, restarted on
@@ -45,8 +48,16 @@ export interface ServerHealth {
 export interface McpConnectionOptions {
   /** The SDK, loaded. Required. */
   sdk: McpSdk;
-  /** Deadline of start plus listing, and of each call, in milliseconds. @default {10000} */
+  /** Deadline of each call, in milliseconds. @default {10000} */
   timeoutMs?: number;
+  /** Deadline of start plus listing, in milliseconds: a cold `npx -y` fetches its package first. @default {60000} */
+  startTimeoutMs?: number;
+  /**
+   * The longest a call may take when the server's progress notifications keep starting its deadline again,
+   * in milliseconds.
+   * @default {PROGRESS_LIMIT * timeoutMs}
+   */
+  maxCallMs?: number;
   /** Told when the tool list changed after start (a restart or the server's notification). @default {() => {}} */
   onToolsChanged?: () => void;
   /** One line for people, when the server failed or came back. @default {() => {}} */
@@ -70,9 +81,14 @@ export class McpConnection {
 
   constructor(config: McpServerConfig, options: McpConnectionOptions) {
     const { sdk, timeoutMs = 10_000, onToolsChanged = () => {}, warn = () => {}, now = Date.now } = options;
+    const { maxCallMs = PROGRESS_LIMIT * timeoutMs, startTimeoutMs = 60_000 } = options;
     if (!(timeoutMs > 0)) throw new RangeError(`timeoutMs must be over 0, got ${timeoutMs}`);
+    if (!(startTimeoutMs > 0)) throw new RangeError(`startTimeoutMs must be over 0, got ${startTimeoutMs}`);
+    if (!(maxCallMs >= timeoutMs)) {
+      throw new RangeError(`maxCallMs must be at least timeoutMs (${timeoutMs}), got ${maxCallMs}`);
+    }
     this.config = config;
-    this.#options = { sdk, timeoutMs, onToolsChanged, warn, now };
+    this.#options = { sdk, timeoutMs, startTimeoutMs, maxCallMs, onToolsChanged, warn, now };
   }
 
   /** The tools listed at the last start or change; empty unless the server started. */
@@ -96,7 +112,7 @@ export class McpConnection {
   }
 
   async #connect(): Promise<boolean> {
-    const { sdk, timeoutMs } = this.#options;
+    const { sdk, startTimeoutMs: timeoutMs } = this.#options;
     this.#state = "starting";
     const client = new sdk.Client({ name: "mini-runtime-agent", version: "1" }, {
       // No debounce: its timer would outlive a client closed meanwhile.
@@ -188,7 +204,8 @@ export class McpConnection {
   }
 
   /**
-   * Calls `tool` with `args` within the deadline (and `signal`). Rejects with one line when the server is
+   * Calls `tool` with `args` within the deadline (and `signal`), which each progress notification starts
+   * again up to `maxCallMs` in all. Rejects with one line when the server is
    * down, unavailable, timed out or failed the request; resolves to the server's result, `isError` included.
    */
   async call(tool: string, args: Record<string, unknown>, signal?: AbortSignal): Promise<CallResult> {
@@ -196,6 +213,10 @@ export class McpConnection {
     try {
       return await client.callTool({ name: tool, arguments: args }, undefined, {
         timeout: this.#options.timeoutMs,
+        // Asking for progress: a long tool that reports it is not cut off at the first deadline.
+        onprogress: () => {},
+        resetTimeoutOnProgress: true,
+        maxTotalTimeout: this.#options.maxCallMs,
         signal,
       }) as CallResult;
     } catch (error) {

@@ -15,7 +15,7 @@ import { loadMcpSdk } from "./sdk.ts";
  * `auto` without a file). Throws `ConfigError` with one line for a malformed file or policy.
  */
 export async function openToolConfig(
-  config: Pick<Config, "mcpConfig" | "mcpTimeoutSeconds">,
+  config: Pick<Config, "mcpConfig" | "mcpTimeoutSeconds" | "mcpStartTimeoutSeconds">,
   warn: (line: string) => void,
 ): Promise<{ mcp: McpTools | null; approval: ApprovalPolicy }> {
   const file = readMcpConfig(config.mcpConfig);
@@ -36,7 +36,7 @@ export async function openToolConfig(
  */
 export async function openMcp(
   file: McpFile | null,
-  config: Pick<Config, "mcpTimeoutSeconds">,
+  config: Pick<Config, "mcpTimeoutSeconds" | "mcpStartTimeoutSeconds">,
   warn: (line: string) => void,
 ): Promise<McpTools | null> {
   if (file === null || file.servers.length === 0) return null;
@@ -47,7 +47,12 @@ export async function openMcp(
     warn(`Cannot load the MCP SDK, so no MCP server starts: ${errorMessage(error).split("\n")[0]}`);
     return null;
   }
-  const tools = new McpTools(file, { sdk, timeoutMs: config.mcpTimeoutSeconds * 1000, warn });
+  const tools = new McpTools(file, {
+    sdk,
+    timeoutMs: config.mcpTimeoutSeconds * 1000,
+    startTimeoutMs: config.mcpStartTimeoutSeconds * 1000,
+    warn,
+  });
   await tools.start();
   return tools;
 }
