@@ -11,16 +11,21 @@ import { denoServer, EVERYTHING, FILESYSTEM } from "./_mcp_servers.ts";
 
 const sdk = await loadMcpSdk();
 
+function freePort(): number {
+  const probe = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = probe.addr.port;
+  probe.close();
+  return port;
+}
+
 /**
  * Starts the reference server over HTTP on a free port, Streamable HTTP (`/mcp`) or the older HTTP+SSE
  * transport (`/sse`); resolves once it listens.
  */
 async function httpEverything(
   transport: "streamableHttp" | "sse" = "streamableHttp",
-): Promise<{ url: string; stop(): Promise<void> }> {
-  const probe = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = probe.addr.port;
-  probe.close();
+  port = freePort(),
+): Promise<{ url: string; port: number; stop(): Promise<void> }> {
   const child = new Deno.Command("deno", {
     args: ["run", "-A", "--quiet", EVERYTHING, transport],
     env: { PORT: String(port) },
@@ -39,6 +44,7 @@ async function httpEverything(
     while (!(await reader.read()).done) { /* drain */ }
   })();
   return {
+    port,
     url: `http://127.0.0.1:${port}/${transport === "sse" ? "sse" : "mcp"}`,
     stop: async () => {
       child.kill("SIGTERM");
@@ -139,5 +145,39 @@ Deno.test("openToolConfig() takes VS Code's \"servers\" and Cline's entries: an 
   } finally {
     await mcp?.close();
     await sse.stop();
+  }
+});
+
+Deno.test("an HTTP MCP server restarted under a running client is used again on the next call: a lost session is started anew", async () => {
+  let web = await httpEverything();
+  const warnings: string[] = [];
+  const mcp = await startMcpTools({
+    path: "mcp.json",
+    servers: [{ name: "web", transport: "http", url: web.url, headers: {} }],
+    approval: undefined,
+  }, { sdk, timeoutMs: 20_000, warn: (line) => warnings.push(line) });
+  try {
+    const echo = (message: string) => ({ toolCalls: [{ name: "web__echo", arguments: { message } }] });
+    using h = harness([echo("before"), echo("after"), { content: "done" }], { toolSources: [mcp] });
+    const execute = h.agent.tools.execute.bind(h.agent.tools);
+    let calls = 0;
+    h.agent.tools.execute = async (call, context) => {
+      // Between the two calls the server restarts on the same port, forgetting every session.
+      if (calls++ === 1) {
+        await web.stop();
+        web = await httpEverything("streamableHttp", web.port);
+      }
+      return await execute(call, context);
+    };
+    const result = await runTurn({ sessionId: "s", userId: "u", message: "go" }, h.agent, h.run);
+    assert.equal(result.outcome, "answered");
+    assert.equal(lastToolResult(h.llm.requests[1].messages).data, "Echo: before");
+    const after = lastToolResult(h.llm.requests[2].messages);
+    assert.equal(after.data, "Echo: after", JSON.stringify(after));
+    assert.equal(mcp.health().web.state, "ready");
+    assert.deepEqual(warnings, ['MCP server "web" lost its session; starting a new one']);
+  } finally {
+    await mcp.close();
+    await web.stop();
   }
 });

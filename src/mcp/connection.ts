@@ -2,7 +2,8 @@
  * McpConnection: one configured MCP server, over stdio or HTTP. It starts the server and lists its tools
  * within the start deadline, calls a tool within the call deadline (each progress notification of the call starts
  * it again, up to {@linkcode PROGRESS_LIMIT} times it in all), notices the server's death and restarts
- * it on the next call (at most 3 times in 5 minutes, then its tools report "unavailable"), and follows the
+ * it on the next call (at most 3 times in 5 minutes, then its tools report "unavailable"), starts a new
+ * session with an HTTP server that lost its own (and tries the call once more), and follows the
  * server's `notifications/tools/list_changed`. Nothing here prints a header or an env value.
  * @module
  */
@@ -209,16 +210,30 @@ export class McpConnection {
    * down, unavailable, timed out or failed the request; resolves to the server's result, `isError` included.
    */
   async call(tool: string, args: Record<string, unknown>, signal?: AbortSignal): Promise<CallResult> {
-    const client = await this.#ready();
+    const request = { name: tool, arguments: args };
+    const options = {
+      timeout: this.#options.timeoutMs,
+      // Asking for progress: a long tool that reports it is not cut off at the first deadline.
+      onprogress: () => {},
+      resetTimeoutOnProgress: true,
+      maxTotalTimeout: this.#options.maxCallMs,
+      signal,
+    };
+    let client = await this.#ready();
     try {
-      return await client.callTool({ name: tool, arguments: args }, undefined, {
-        timeout: this.#options.timeoutMs,
-        // Asking for progress: a long tool that reports it is not cut off at the first deadline.
-        onprogress: () => {},
-        resetTimeoutOnProgress: true,
-        maxTotalTimeout: this.#options.maxCallMs,
-        signal,
-      }) as CallResult;
+      try {
+        return await client.callTool(request, undefined, options) as CallResult;
+      } catch (error) {
+        if (!sessionLost(error) || this.#client !== client) throw error;
+        // The server forgot this session (it restarted): the spec says start a new one. The call is tried
+        // once more on it: a server answers 404 before it runs anything of the request.
+        this.#options.warn(`MCP server "${this.config.name}" lost its session; starting a new one`);
+        this.#client = null;
+        await client.close().catch(() => {});
+        if (!await this.start()) throw error;
+        client = this.#client!;
+        return await client.callTool(request, undefined, options) as CallResult;
+      }
     } catch (error) {
       throw new Error(`MCP server "${this.config.name}": ${oneLine(error)}`);
     }
@@ -231,6 +246,15 @@ export class McpConnection {
     this.#client = null;
     await client?.close().catch(() => {});
   }
+}
+
+/**
+ * Whether `error` is Streamable HTTP's answer for a session the server does not know: 404 as the spec says,
+ * or the 400 "No valid session ID provided" of servers built on the SDK's own transport.
+ */
+function sessionLost(error: unknown): boolean {
+  const code = (error as { code?: unknown })?.code;
+  return code === 404 || (code === 400 && /session/i.test(errorMessage(error)));
 }
 
 /** An error as one line of at most 300 characters. */
