@@ -7,6 +7,7 @@ import { openToolConfig } from "../src/mcp/start.ts";
 import { decide } from "../src/approval/policy.ts";
 import { loadMcpSdk } from "../src/mcp/sdk.ts";
 import { harness, lastToolResult, tempDir } from "./_harness.ts";
+import { until } from "./_http_harness.ts";
 import { denoServer, EVERYTHING, FILESYSTEM } from "./_mcp_servers.ts";
 
 const sdk = await loadMcpSdk();
@@ -179,5 +180,44 @@ Deno.test("an HTTP MCP server restarted under a running client is used again on 
   } finally {
     await mcp.close();
     await web.stop();
+  }
+});
+
+Deno.test("an MCP server that failed at start is tried again in the background and its tools come back without a restart", async () => {
+  const port = freePort();
+  const url = `http://127.0.0.1:${port}/mcp`;
+  const warnings: string[] = [];
+  const mcp = await startMcpTools({
+    path: "mcp.json",
+    servers: [{ name: "late", transport: "http", url, headers: {} }],
+    approval: undefined,
+  }, {
+    sdk,
+    timeoutMs: 20_000,
+    retry: { minTimeout: 100, multiplier: 2, maxTimeout: 400 },
+    warn: (line) => warnings.push(line),
+  });
+  let web: Awaited<ReturnType<typeof httpEverything>> | null = null;
+  try {
+    // Nothing listens yet: it failed, says it will try again, and offers no tool.
+    assert.equal(mcp.health().late.state, "failed");
+    assert.match(mcp.health().late.error!, /cannot start or list its tools: .*; trying again in 1 s$/);
+    assert.deepEqual(mcp.tools(), []);
+    assert.equal(warnings.length, 1);
+    web = await httpEverything("streamableHttp", port);
+    await until(() => mcp.health().late.state === "ready", "the server started by a background try", 30_000);
+    assert.ok(mcp.tools().some((tool) => tool.name === "late__echo"));
+    assert.deepEqual(warnings.slice(1), ['MCP server "late" is available again']);
+    using h = harness([{ toolCalls: [{ name: "late__echo", arguments: { message: "back" } }] }, {
+      content: "ok",
+    }], {
+      toolSources: [mcp],
+    });
+    const result = await runTurn({ sessionId: "s", userId: "u", message: "go" }, h.agent, h.run);
+    assert.equal(result.outcome, "answered");
+    assert.equal(lastToolResult(h.llm.requests[1].messages).data, "Echo: back");
+  } finally {
+    await mcp.close();
+    await web?.stop();
   }
 });

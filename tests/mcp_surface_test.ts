@@ -89,7 +89,7 @@ Deno.test("/healthz of serve reports each MCP server's state; a server that cann
     AGENT_PORT: String(port),
     OPENAI_BASE_URL: provider.url,
     AGENT_MCP_CONFIG: path,
-    AGENT_MCP_TIMEOUT_SECONDS: "2",
+    AGENT_MCP_START_TIMEOUT_SECONDS: "2",
   });
   const serve = spawnServe(["task", "--quiet", "serve"], env);
   try {
@@ -99,6 +99,7 @@ Deno.test("/healthz of serve reports each MCP server's state; a server that cann
     assert.equal(health.mcp.fault.state, "ready", JSON.stringify(health.mcp) + serve.stderr());
     assert.equal(health.mcp.fault.tools, 1);
     assert.equal(health.mcp.mute.state, "failed");
+    assert.match(health.mcp.mute.error, /timed out; trying again in \d+ s$/i);
     assert.match(serve.stderr(), /MCP server "mute" is not available/);
   } finally {
     assert.equal(await serve.stop(), 0, serve.stderr());

@@ -1,13 +1,14 @@
 /**
  * McpConnection: one configured MCP server, over stdio or HTTP. It starts the server and lists its tools
- * within the start deadline, calls a tool within the call deadline (each progress notification of the call starts
- * it again, up to {@linkcode PROGRESS_LIMIT} times it in all), notices the server's death and restarts
- * it on the next call (at most 3 times in 5 minutes, then its tools report "unavailable"), starts a new
- * session with an HTTP server that lost its own (and tries the call once more), and follows the
- * server's `notifications/tools/list_changed`. Nothing here prints a header or an env value.
+ * within the start deadline (trying again in the background while that fails), calls a tool within the call
+ * deadline (each progress notification of the call starts it again, up to {@linkcode PROGRESS_LIMIT} times it
+ * in all), notices the server's death and restarts it on the next call (at most 3 times in 5 minutes, then
+ * its tools report "unavailable"), starts a new session with an HTTP server that lost its own (and tries the
+ * call once more), and follows the server's `notifications/tools/list_changed`. Nothing here prints a header or an env value.
  * @module
  */
 import { errorMessage } from "../errors.ts";
+import { backoffDelay, type BackoffOptions } from "../retry.ts";
 import { shorten } from "../shorten.ts";
 import type { McpServerConfig } from "./config.ts";
 import type { CallResult } from "./call_result.ts";
@@ -23,7 +24,8 @@ export const RESTART_WINDOW_MS = 5 * 60_000;
 export const PROGRESS_LIMIT = 10;
 
 /**
- * `starting`; `ready`; `failed`: did not start or list (its tools are absent); `down`: died, restarted on
+ * `starting`; `ready`; `failed`: did not start or list (its tools are absent; tried again in the background
+ * until it starts); `down`: died, restarted on
  * next use; `unavailable`: died more often than allowed; `closed`: the process is shutting down.
  */
 export type ServerState = "starting" | "ready" | "failed" | "down" | "unavailable" | "closed";
@@ -65,7 +67,20 @@ export interface McpConnectionOptions {
   warn?: (line: string) => void;
   /** The clock restarts are counted with, in milliseconds. @default {Date.now} */
   now?: () => number;
+  /**
+   * The waits before trying again, in the background, a server that failed to start.
+   * @default {RETRY_BACKOFF}
+   */
+  retry?: BackoffOptions;
 }
+
+/** A server that failed to start is tried again after 1 s, doubling to at most a minute, ±20%. */
+export const RETRY_BACKOFF: BackoffOptions = {
+  minTimeout: 1000,
+  multiplier: 2,
+  maxTimeout: 60_000,
+  jitter: 0.2,
+};
 
 type Client = InstanceType<McpSdk["Client"]>;
 
@@ -79,17 +94,24 @@ export class McpConnection {
   #tools: readonly ListedTool[] = [];
   #restarts: number[] = [];
   #starting: Promise<boolean> | null = null;
+  /** The next background try of a server that failed to start, and how many came before it. */
+  #retry: { timer: ReturnType<typeof setTimeout> | undefined; tries: number } = {
+    timer: undefined,
+    tries: 0,
+  };
 
   constructor(config: McpServerConfig, options: McpConnectionOptions) {
     const { sdk, timeoutMs = 10_000, onToolsChanged = () => {}, warn = () => {}, now = Date.now } = options;
-    const { maxCallMs = PROGRESS_LIMIT * timeoutMs, startTimeoutMs = 60_000 } = options;
+    const { maxCallMs = PROGRESS_LIMIT * timeoutMs, startTimeoutMs = 60_000, retry = RETRY_BACKOFF } =
+      options;
+    backoffDelay(0, retry); // checks the options
     if (!(timeoutMs > 0)) throw new RangeError(`timeoutMs must be over 0, got ${timeoutMs}`);
     if (!(startTimeoutMs > 0)) throw new RangeError(`startTimeoutMs must be over 0, got ${startTimeoutMs}`);
     if (!(maxCallMs >= timeoutMs)) {
       throw new RangeError(`maxCallMs must be at least timeoutMs (${timeoutMs}), got ${maxCallMs}`);
     }
     this.config = config;
-    this.#options = { sdk, timeoutMs, startTimeoutMs, maxCallMs, onToolsChanged, warn, now };
+    this.#options = { sdk, timeoutMs, startTimeoutMs, maxCallMs, onToolsChanged, warn, now, retry };
   }
 
   /** The tools listed at the last start or change; empty unless the server started. */
@@ -104,17 +126,47 @@ export class McpConnection {
     return { state: this.#state, transport, tools: this.#tools.length, restarts, error: this.#error };
   }
 
-  /** Starts the server and lists its tools; false (state `failed`, one warning) when it cannot. Never throws. */
+  /**
+   * Starts the server and lists its tools; false (state `failed`, one warning) when it cannot, and then it is
+   * tried again in the background until it starts. Never throws.
+   */
   async start(): Promise<boolean> {
-    this.#starting ??= this.#connect().finally(() => this.#starting = null);
-    const ok = await this.#starting;
-    if (!ok) this.#options.warn(`MCP server "${this.config.name}" is not available: ${this.#error}`);
+    const ok = await this.#connectOnce();
+    if (!ok) {
+      this.#options.warn(`MCP server "${this.config.name}" is not available: ${this.#error}`);
+      this.#retryLater();
+    }
     return ok;
+  }
+
+  #connectOnce(): Promise<boolean> {
+    return this.#starting ??= this.#connect().finally(() => this.#starting = null);
+  }
+
+  /**
+   * Tries a server that failed to start again after a backoff, and again while it fails (quietly: its first
+   * failure was said); once it starts, says so and hands on its tools.
+   */
+  #retryLater(): void {
+    if (this.#closed() || this.#retry.timer !== undefined) return;
+    const wait = backoffDelay(this.#retry.tries++, this.#options.retry);
+    this.#error = `${this.#error}; trying again in ${Math.ceil(wait / 1000)} s`;
+    const timer = setTimeout(async () => {
+      this.#retry.timer = undefined;
+      if (this.#state !== "failed") return; // started by a call meanwhile, or closed
+      if (!await this.#connectOnce()) return this.#retryLater();
+      this.#retry.tries = 0;
+      this.#options.warn(`MCP server "${this.config.name}" is available again`);
+      this.#options.onToolsChanged();
+    }, wait);
+    Deno.unrefTimer(timer); // a retry never keeps the process alive
+    this.#retry.timer = timer;
   }
 
   async #connect(): Promise<boolean> {
     const { sdk, startTimeoutMs: timeoutMs } = this.#options;
-    this.#state = "starting";
+    // A server that failed stays so, and says why, until a try starts it.
+    if (this.#state !== "failed") this.#state = "starting";
     const client = new sdk.Client({ name: "mini-runtime-agent", version: "1" }, {
       // No debounce: its timer would outlive a client closed meanwhile.
       listChanged: {
@@ -242,6 +294,8 @@ export class McpConnection {
   /** Stops the server (its child process, or its HTTP session). Never throws. */
   async close(): Promise<void> {
     this.#state = "closed";
+    clearTimeout(this.#retry.timer);
+    this.#retry.timer = undefined;
     const client = this.#client;
     this.#client = null;
     await client?.close().catch(() => {});
