@@ -58,3 +58,18 @@ Deno.test("an MCP server printing garbage on stdout still serves its tools; a 1 
     await mcp.close();
   }
 });
+
+Deno.test("an MCP server slow to start (a cold npx fetch) starts within the start deadline, longer than a call's", async () => {
+  const warnings: string[] = [];
+  const mcp = await startMcpTools(
+    { path: "mcp.json", servers: [fault("cold", "cold")], approval: undefined },
+    { sdk, timeoutMs: 1000, startTimeoutMs: 30_000, warn: (line) => warnings.push(line) },
+  );
+  try {
+    assert.deepEqual(warnings, []);
+    assert.equal(mcp.health().cold.state, "ready");
+    assert.deepEqual(mcp.tools().map((tool) => tool.name), ["cold__big"]);
+  } finally {
+    await mcp.close();
+  }
+});
