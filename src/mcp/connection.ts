@@ -35,6 +35,8 @@ export interface ListedTool {
   name: string;
   description?: string;
   inputSchema: Record<string, unknown>;
+  /** Whether the tool runs as an MCP task: `"required"` ones are not offered. */
+  execution?: { taskSupport?: string };
 }
 
 /** What `/healthz` says of a server. */

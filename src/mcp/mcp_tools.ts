@@ -25,6 +25,8 @@ export class McpTools implements ToolSource {
   #specs: readonly ToolSpec[] = [];
   #version = 0;
   #warn: (line: string) => void;
+  /** Tools already said to be left out: each is said once, not at every change of the list. */
+  #leftOut = new Set<string>();
 
   constructor(file: McpFile, options: McpToolsOptions) {
     this.#warn = options.warn ?? (() => {});
@@ -64,9 +66,18 @@ export class McpTools implements ToolSource {
     for (const connection of this.#connections) {
       for (const tool of connection.tools) {
         const server = connection.config.name;
+        // Such a tool answers a plain call with an error (-32600): the client does not run MCP tasks.
+        if (tool.execution?.taskSupport === "required") {
+          this.#leaveOut(
+            server,
+            tool.name,
+            "it requires task-based execution, which this client does not run",
+          );
+          continue;
+        }
         const name = this.#names.add(server, tool.name);
         if (name === null) {
-          this.#warn(`MCP tool "${tool.name}" of server "${server}" is left out: its name collides`);
+          this.#leaveOut(server, tool.name, "its name collides");
           continue;
         }
         specs.push(toolSpec(name, tool.name, tool.description ?? "", tool.inputSchema, connection));
@@ -74,6 +85,13 @@ export class McpTools implements ToolSource {
     }
     this.#specs = Object.freeze(specs);
     this.#version++;
+  }
+
+  #leaveOut(server: string, tool: string, why: string): void {
+    const key = JSON.stringify([server, tool]);
+    if (this.#leftOut.has(key)) return;
+    this.#leftOut.add(key);
+    this.#warn(`MCP tool "${tool}" of server "${server}" is left out: ${why}`);
   }
 }
 
