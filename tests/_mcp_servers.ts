@@ -7,6 +7,8 @@ import type { StdioServerConfig } from "../src/mcp/config.ts";
 
 /** The reference server with every kind of tool and content. */
 export const EVERYTHING = "npm:@modelcontextprotocol/server-everything@2026.8.31";
+/** The knowledge-graph server, which keeps its graph in the file MEMORY_FILE_PATH names. */
+export const MEMORY = "npm:@modelcontextprotocol/server-memory@2026.8.31";
 /** The filesystem server, confined to the folders it is given. */
 export const FILESYSTEM = "npm:@modelcontextprotocol/server-filesystem@2026.8.31";
 

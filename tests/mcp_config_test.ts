@@ -55,6 +55,10 @@ Deno.test("parseMcpConfig() names the entry and the problem in one line, never a
     /server "g": "autoApprove" must/,
   );
   assert.match(problem({ mcpServers: { h: { command: "x" } }, servers: { h: { command: "y" } } }), /both/);
+  assert.match(
+    problem({ mcpServers: { i: { command: "x", scope: "everyone" } } }),
+    /server "i": "scope" must be "user"/,
+  );
   const secret = problem({
     mcpServers: { e: { url: "http://h", headers: { Authorization: 7, X: "s3cret" } } },
   });

@@ -128,7 +128,7 @@ Deno.test("openToolConfig() takes VS Code's \"servers\" and Cline's entries: an 
   );
   const warnings: string[] = [];
   const { mcp, approval } = await openToolConfig(
-    { mcpConfig: path, mcpTimeoutSeconds: 20, mcpStartTimeoutSeconds: 60 },
+    { mcpConfig: path, mcpTimeoutSeconds: 20, mcpStartTimeoutSeconds: 60, apiTokens: [] },
     (line) => warnings.push(line),
   );
   try {

@@ -20,6 +20,8 @@ export interface StdioServerConfig {
   args: readonly string[];
   /** Variables given to the child besides the few it inherits (PATH, HOME, …). */
   env: Readonly<Record<string, string>>;
+  /** One instance per user (`${user}` in args and env values is the user's id), or one for all. */
+  scope?: "user" | "shared";
 }
 
 /**
@@ -31,6 +33,8 @@ export interface HttpServerConfig {
   transport: "http" | "sse";
   url: string;
   headers: Readonly<Record<string, string>>;
+  /** One client session per user, or one for all. */
+  scope?: "user" | "shared";
 }
 
 /** One entry of `mcpServers`. */
@@ -51,7 +55,7 @@ export interface McpFile {
 
 const TOP_LEVEL_KEYS = ["mcpServers", "servers", "approval"];
 /** Keys of an entry of either kind: Cline's (`alwaysAllow` is Roo Code's name for `autoApprove`). */
-const COMMON_KEYS = ["type", "transportType", "disabled", "autoApprove", "alwaysAllow"];
+const COMMON_KEYS = ["type", "transportType", "disabled", "autoApprove", "alwaysAllow", "scope"];
 const STDIO_KEYS = ["command", "args", "env", ...COMMON_KEYS];
 const HTTP_KEYS = ["url", "headers", ...COMMON_KEYS];
 /** `type` values other agents write for each transport; accepted when they agree with the entry. */
@@ -105,10 +109,12 @@ function parseServer(
   if (type !== undefined && !types.includes(type as string)) {
     return at(`"type" must be ${types.map((t) => `"${t}"`).join(" or ")} for this entry`);
   }
-  return {
-    server: hasCommand ? stdioServer(name, entry, at) : httpServer(name, entry, type, at),
-    autoApprove,
-  };
+  const { scope } = entry;
+  if (scope !== undefined && scope !== "user" && scope !== "shared") {
+    return at(`"scope" must be "user" or "shared"`);
+  }
+  const server = hasCommand ? stdioServer(name, entry, at) : httpServer(name, entry, type, at);
+  return { server: scope === undefined ? server : Object.freeze({ ...server, scope }), autoApprove };
 }
 
 function stdioServer(

@@ -47,6 +47,10 @@ export interface ServerHealth {
   restarts: number;
   /** Why it is not ready, when it is not. */
   error: string | null;
+  /** `user` for a server with an instance per user ({@linkcode UserServers} in `user_servers.ts`). */
+  scope?: "user";
+  /** How many users' instances run now, for a `user` scope. */
+  users?: number;
 }
 
 /** Options of {@linkcode McpConnection}. */

@@ -9,18 +9,28 @@ import type { JsonSchema } from "../tools/json_schema.ts";
 import type { ToolSource, ToolSpec } from "../tools/registry.ts";
 import { contentText, toolData } from "./call_result.ts";
 import type { McpFile } from "./config.ts";
-import { McpConnection, type McpConnectionOptions, type ServerHealth } from "./connection.ts";
+import { McpConnection, type ServerHealth } from "./connection.ts";
+import { UserServers, type UserServersOptions } from "./user_servers.ts";
 import { ToolNames } from "./tool_names.ts";
 
 /** Longest error text of a failed MCP call kept in its tool result. */
 const MAX_ERROR_CHARS = 1000;
 
-/** Options of {@linkcode startMcpTools}: those of each connection. */
-export type McpToolsOptions = Omit<McpConnectionOptions, "onToolsChanged">;
+/** Options of {@linkcode startMcpTools}: those of each connection, and the scope of servers that name none. */
+export interface McpToolsOptions extends Omit<UserServersOptions, "onToolsChanged"> {
+  /**
+   * The scope of a server whose entry has no `"scope"`: `user` where more than one user is configured.
+   * @default {"shared"}
+   */
+  defaultScope?: "user" | "shared";
+}
+
+/** A server as the tools call it: one instance for all, or one per user. */
+type Server = McpConnection | UserServers;
 
 /** The servers of an MCP file and their tools. */
 export class McpTools implements ToolSource {
-  #connections: McpConnection[];
+  #connections: Server[];
   #names = new ToolNames();
   #specs: readonly ToolSpec[] = [];
   #version = 0;
@@ -30,9 +40,13 @@ export class McpTools implements ToolSource {
 
   constructor(file: McpFile, options: McpToolsOptions) {
     this.#warn = options.warn ?? (() => {});
-    this.#connections = file.servers.map((config) =>
-      new McpConnection(config, { ...options, onToolsChanged: () => this.#rebuild() })
-    );
+    const { defaultScope = "shared", ...serverOptions } = options;
+    this.#connections = file.servers.map((config) => {
+      const each = { ...serverOptions, onToolsChanged: () => this.#rebuild() };
+      return (config.scope ?? defaultScope) === "user"
+        ? new UserServers(config, each)
+        : new McpConnection(config, each);
+    });
   }
 
   /** Bumped whenever the tool list changes, so registries offer the new list from their next turn on. */
@@ -100,7 +114,7 @@ function toolSpec(
   tool: string,
   description: string,
   inputSchema: Record<string, unknown>,
-  connection: McpConnection,
+  connection: Server,
 ): ToolSpec {
   return {
     name,
@@ -108,7 +122,9 @@ function toolSpec(
     parameters: inputSchema as JsonSchema,
     server: connection.config.name,
     handler: async (args, context) => {
-      const result = await connection.call(tool, args, context.signal);
+      const result = connection instanceof UserServers
+        ? await connection.call(context.userId, tool, args, context.signal)
+        : await connection.call(tool, args, context.signal);
       if (result.isError === true) {
         throw new Error(shorten(contentText(result) || "the server reported an error", MAX_ERROR_CHARS));
       }

@@ -15,7 +15,7 @@ import { loadMcpSdk } from "./sdk.ts";
  * `auto` without a file). Throws `ConfigError` with one line for a malformed file or policy.
  */
 export async function openToolConfig(
-  config: Pick<Config, "mcpConfig" | "mcpTimeoutSeconds" | "mcpStartTimeoutSeconds">,
+  config: Pick<Config, "mcpConfig" | "mcpTimeoutSeconds" | "mcpStartTimeoutSeconds" | "apiTokens">,
   warn: (line: string) => void,
 ): Promise<{ mcp: McpTools | null; approval: ApprovalPolicy }> {
   const file = readMcpConfig(config.mcpConfig);
@@ -36,7 +36,7 @@ export async function openToolConfig(
  */
 export async function openMcp(
   file: McpFile | null,
-  config: Pick<Config, "mcpTimeoutSeconds" | "mcpStartTimeoutSeconds">,
+  config: Pick<Config, "mcpTimeoutSeconds" | "mcpStartTimeoutSeconds" | "apiTokens">,
   warn: (line: string) => void,
 ): Promise<McpTools | null> {
   if (file === null || file.servers.length === 0) return null;
@@ -51,6 +51,8 @@ export async function openMcp(
     sdk,
     timeoutMs: config.mcpTimeoutSeconds * 1000,
     startTimeoutMs: config.mcpStartTimeoutSeconds * 1000,
+    // Several users: a server's state is one user's unless its entry says it is shared.
+    defaultScope: new Set(config.apiTokens.map((token) => token.userId)).size > 1 ? "user" : "shared",
     warn,
   });
   await tools.start();
