@@ -153,8 +153,8 @@ Deno.test("parseMcpConfig() reads VS Code's \"servers\" and Cline's entries; an 
   assert.deepEqual(file.autoApproved, ["cline__read", "cline__list", "roo__ping", "off__never_started"]);
   assert.deepEqual(file.warnings, [
     'MCP config /x/mcp.json: ignored the unknown top-level key "inputs" (known: mcpServers, servers, approval)',
-    'MCP config /x/mcp.json: server "cline": ignored the unknown key "timeout" (known: command, args, env, type, transportType, disabled, autoApprove, alwaysAllow)',
-    'MCP config /x/mcp.json: server "local": ignored the unknown key "cwd" (known: command, args, env, type, transportType, disabled, autoApprove, alwaysAllow)',
+    'MCP config /x/mcp.json: server "cline": ignored the unknown key "timeout" (known: command, args, env, type, transportType, disabled, autoApprove, alwaysAllow, scope)',
+    'MCP config /x/mcp.json: server "local": ignored the unknown key "cwd" (known: command, args, env, type, transportType, disabled, autoApprove, alwaysAllow, scope)',
   ]);
 });
 
