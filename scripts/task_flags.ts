@@ -5,11 +5,13 @@
  * @module
  */
 import { tmpdir } from "node:os";
-import { readEnvironment, taskPermissionFlags } from "../src/permissions.ts";
+import { ENV_VARIABLES, readEnvironment, taskPermissionFlags } from "../src/permissions.ts";
+import { TELEMETRY_VARIABLES } from "../src/telemetry.ts";
 
 const task = Deno.args[0] ?? "chat";
 if (task !== "chat" && task !== "serve" && task !== "demo" && task !== "compile") {
   console.error(`Unknown task "${task}": expected chat, serve, demo or compile`);
   Deno.exit(2);
 }
-console.log(taskPermissionFlags(readEnvironment(), { task, tempDir: tmpdir() }).join(" "));
+const env = readEnvironment([...ENV_VARIABLES, ...TELEMETRY_VARIABLES]);
+console.log(taskPermissionFlags(env, { task, tempDir: tmpdir() }).join(" "));

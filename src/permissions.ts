@@ -15,6 +15,12 @@ import { parseDatabaseUrl } from "./store/database_url.ts";
 /** The docs corpus that search_mock reads, next to the sources. */
 export const DOCS_DIR = fileURLToPath(new URL("../data/docs", import.meta.url));
 
+/**
+ * The lock of the runtime's optional packages (the MCP SDK, `@opentelemetry/api`, `postgres`): a task that
+ * loads one runs with it, frozen, so each machine loads exactly what was locked.
+ */
+export const RUNTIME_LOCK = fileURLToPath(new URL("../deno.lock", import.meta.url));
+
 /** Every environment variable the runtime reads: the only ones a task may see. */
 export const ENV_VARIABLES: readonly string[] = Object.keys(SETTINGS);
 
@@ -87,7 +93,8 @@ export interface TaskFlagsOptions {
  * variables its client reads). Deno's OTLP exporter needs no grant. Chat and serve
  * also read AGENT_MCP_CONFIG's file and get what its servers need ({@linkcode mcpGrants}); every task but the
  * demo reads the host name (`--allow-sys=hostname`), which names a lease's holder (without it, a crashed
- * process's leases expire instead of being taken at once).
+ * process's leases expire instead of being taken at once). A task that loads an optional package (MCP
+ * servers, a PostgreSQL URL, `OTEL_DENO=true`) runs with {@linkcode RUNTIME_LOCK}, frozen.
  * A configuration that does not load yields only the env grant, so the program itself reports the error.
  */
 export function taskPermissionFlags(
@@ -128,6 +135,10 @@ export function taskPermissionFlags(
   if (mcp.run.length > 0) flags.push(`--allow-run=${mcp.run.join(",")}`);
   // The host name in a lease's owner: a process takes at once the leases of a crashed one of its own host.
   if (task !== "demo") flags.push("--allow-sys=hostname");
+  // Only then: Deno fetches a lock's whole npm snapshot at start, and without these nothing needs a registry.
+  const optional = mcp.run.length + mcp.net.length > 0 || config.databaseUrl !== "" ||
+    env.OTEL_DENO === "true";
+  if (optional && task !== "compile") flags.push(`--lock=${RUNTIME_LOCK}`, "--frozen");
   return flags;
 }
 

@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import { join } from "node:path";
-import { taskPermissionFlags } from "../src/permissions.ts";
+import { RUNTIME_LOCK, taskPermissionFlags } from "../src/permissions.ts";
 import { tempDir } from "./_harness.ts";
 
 const PROBE = fileURLToPath(new URL("./fixtures/permission_probe.ts", import.meta.url));
@@ -93,4 +93,39 @@ Deno.test("under the chat task's flags from an MCP file, only its command can be
     await target.shutdown();
     await other.shutdown();
   }
+});
+
+Deno.test("taskPermissionFlags() runs a task with the runtime's lock, frozen, exactly when an optional package loads", () => {
+  using dir = tempDir();
+  const lock = [`--lock=${RUNTIME_LOCK}`, "--frozen"];
+  const withLock = (flags: string[]) => lock.every((flag) => flags.includes(flag));
+  const servers = writeConfig(dir.path, { local: { command: "deno", args: ["run", "server.ts"] } });
+  const absent = join(dir.path, "absent.json");
+  assert.ok(withLock(taskPermissionFlags({ AGENT_MCP_CONFIG: servers }, { task: "serve" })), "MCP servers");
+  assert.ok(withLock(taskPermissionFlags({ AGENT_MCP_CONFIG: absent, OTEL_DENO: "true" })), "telemetry");
+  const postgres = { AGENT_MCP_CONFIG: absent, AGENT_DATABASE_URL: "postgres://agent@127.0.0.1:5432/agent" };
+  assert.ok(withLock(taskPermissionFlags(postgres)), "PostgreSQL");
+  for (const env of [{ AGENT_MCP_CONFIG: absent }, { AGENT_MCP_CONFIG: absent, OTEL_DENO: "1" }]) {
+    const flags = taskPermissionFlags(env);
+    assert.ok(!flags.some((flag) => flag.startsWith("--lock") || flag === "--frozen"), flags.join(" "));
+  }
+  assert.ok(
+    !withLock(taskPermissionFlags({ AGENT_MCP_CONFIG: servers }, { task: "demo" })),
+    "the demo loads none",
+  );
+});
+
+Deno.test("deno.lock locks exactly the runtime's optional packages, the ones src/ names, and no test-only one", () => {
+  const lock = JSON.parse(Deno.readTextFileSync(RUNTIME_LOCK)) as { specifiers: Record<string, string> };
+  const named = new Set<string>();
+  const read = (folder: URL) => {
+    for (const entry of Deno.readDirSync(folder)) {
+      if (entry.isDirectory) read(new URL(`${entry.name}/`, folder));
+      if (!entry.name.endsWith(".ts")) continue;
+      const text = Deno.readTextFileSync(new URL(entry.name, folder));
+      for (const [, name] of text.matchAll(/"npm:((?:@[\w.-]+\/)?[\w.-]+@[\d.]+)/g)) named.add(`npm:${name}`);
+    }
+  };
+  read(new URL("../src/", import.meta.url));
+  assert.deepEqual(Object.keys(lock.specifiers).sort(), [...named].sort());
 });
