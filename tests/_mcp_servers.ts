@@ -23,15 +23,45 @@ export function denoEnvironment(): Record<string, string> {
   return Object.fromEntries(Object.entries(Deno.env.toObject()).filter(([name]) => wanted.test(name)));
 }
 
+/** The test lock, which locks these servers too: they run as locked, from the cache the tests fill. */
+const TEST_LOCK = new URL("./deno.lock", import.meta.url).pathname;
+
 /** A stdio server entry that runs `pkg` with `args` under Deno (the server itself gets every permission). */
 export function denoServer(name: string, pkg: string, args: string[] = []): StdioServerConfig {
   return {
     name,
     transport: "stdio",
     command: "deno",
-    args: ["run", "-A", "--quiet", pkg, ...args],
+    args: denoServerArgs(pkg, args),
     env: denoEnvironment(),
   };
+}
+
+/** The `deno run` arguments of `pkg` as a locked test server (`args` after it). */
+export function denoServerArgs(pkg: string, args: string[] = []): string[] {
+  return ["run", "-A", "--quiet", `--lock=${TEST_LOCK}`, "--frozen", pkg, ...args];
+}
+
+/**
+ * Why these servers cannot run here (not in Deno's cache, and no registry to fetch them from), or null. Found
+ * once, by caching them as locked; a test that needs them is ignored with this reason, never failed.
+ */
+const missing: string | null = await (async () => {
+  const output = await new Deno.Command("deno", {
+    args: ["cache", "--quiet", `--lock=${TEST_LOCK}`, "--frozen", EVERYTHING, FILESYSTEM, MEMORY],
+    env: { NO_COLOR: "1" },
+    stdout: "null",
+    stderr: "piped",
+  }).output();
+  if (output.success) return null;
+  const why = new TextDecoder().decode(output.stderr).trim().split("\n")[0];
+  return `the MCP test servers cannot be had here (${why})`;
+})();
+if (missing !== null) console.error(`Ignoring the tests of real MCP servers: ${missing}`);
+
+/** A test that runs the real MCP servers above: ignored, saying why once, where they cannot be had. */
+export function mcpTest(name: string, fn: () => Promise<void>): void {
+  Deno.test({ name, ignore: missing !== null, fn });
 }
 
 /** A stdio server entry that runs the script `source` (a fault fixture) with `deno run` and `args`. */

@@ -6,7 +6,7 @@ import type { McpFile } from "../src/mcp/config.ts";
 import { McpTools, startMcpTools } from "../src/mcp/mcp_tools.ts";
 import { loadMcpSdk } from "../src/mcp/sdk.ts";
 import { harness, lastToolResult, tempDir } from "./_harness.ts";
-import { denoServer, EVERYTHING } from "./_mcp_servers.ts";
+import { denoServer, EVERYTHING, mcpTest } from "./_mcp_servers.ts";
 
 const sdk = await loadMcpSdk();
 
@@ -28,7 +28,7 @@ async function withServers<T>(servers: McpFile["servers"], fn: (mcp: McpTools) =
   }
 }
 
-Deno.test(
+mcpTest(
   "runTurn() offers the everything server's tools as everything__<tool> and feeds their results back",
   async () => {
     await withServers([denoServer("everything", EVERYTHING, ["stdio"])], async (mcp) => {
@@ -71,7 +71,7 @@ Deno.test(
   },
 );
 
-Deno.test(
+mcpTest(
   "an MCP server killed mid-call fails that call, restarts on next use, and is unavailable after 3 restarts in 5 minutes",
   async () => {
     using dir = tempDir();
@@ -133,37 +133,40 @@ Deno.test(
   },
 );
 
-Deno.test("an MCP call that reports progress outlives its deadline, each notification starting it again, up to maxCallMs in all", async () => {
-  const warnings: string[] = [];
-  const mcp = await startMcpTools(file(denoServer("everything", EVERYTHING, ["stdio"])), {
-    sdk,
-    timeoutMs: 1500,
-    startTimeoutMs: 60_000,
-    maxCallMs: 4000,
-    warn: (line) => warnings.push(line),
-  });
-  try {
-    assert.deepEqual(warnings, [
-      'MCP tool "simulate-research-query" of server "everything" is left out: it requires task-based ' +
-      "execution, which this client does not run",
-    ]);
-    const long = (duration: number) => ({
-      toolCalls: [{
-        name: "everything__trigger-long-running-operation",
-        // Progress every half second, against a deadline of 1.5 s.
-        arguments: { duration, steps: duration * 2 },
-      }],
+mcpTest(
+  "an MCP call that reports progress outlives its deadline, each notification starting it again, up to maxCallMs in all",
+  async () => {
+    const warnings: string[] = [];
+    const mcp = await startMcpTools(file(denoServer("everything", EVERYTHING, ["stdio"])), {
+      sdk,
+      timeoutMs: 1500,
+      startTimeoutMs: 60_000,
+      maxCallMs: 4000,
+      warn: (line) => warnings.push(line),
     });
-    using h = harness([long(3), long(8), { content: "done" }], { toolSources: [mcp] });
-    const result = await runTurn({ sessionId: "s", userId: "u", message: "go" }, h.agent, h.run);
-    assert.equal(result.outcome, "answered");
-    const within = lastToolResult(h.llm.requests[1].messages);
-    assert.equal(within.ok, true, JSON.stringify(within));
-    assert.match(JSON.stringify(within.data), /Long running operation completed/i);
-    const beyond = lastToolResult(h.llm.requests[2].messages);
-    assert.equal(beyond.ok, false);
-    assert.match(String(beyond.error), /time/i);
-  } finally {
-    await mcp.close();
-  }
-});
+    try {
+      assert.deepEqual(warnings, [
+        'MCP tool "simulate-research-query" of server "everything" is left out: it requires task-based ' +
+        "execution, which this client does not run",
+      ]);
+      const long = (duration: number) => ({
+        toolCalls: [{
+          name: "everything__trigger-long-running-operation",
+          // Progress every half second, against a deadline of 1.5 s.
+          arguments: { duration, steps: duration * 2 },
+        }],
+      });
+      using h = harness([long(3), long(8), { content: "done" }], { toolSources: [mcp] });
+      const result = await runTurn({ sessionId: "s", userId: "u", message: "go" }, h.agent, h.run);
+      assert.equal(result.outcome, "answered");
+      const within = lastToolResult(h.llm.requests[1].messages);
+      assert.equal(within.ok, true, JSON.stringify(within));
+      assert.match(JSON.stringify(within.data), /Long running operation completed/i);
+      const beyond = lastToolResult(h.llm.requests[2].messages);
+      assert.equal(beyond.ok, false);
+      assert.match(String(beyond.error), /time/i);
+    } finally {
+      await mcp.close();
+    }
+  },
+);

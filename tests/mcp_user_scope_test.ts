@@ -13,7 +13,7 @@ import { forUser } from "../src/mcp/user_servers.ts";
 import type { ScriptStep } from "../src/llm/scripted.ts";
 import { harness, lastToolResult, tempDir } from "./_harness.ts";
 import { until } from "./_http_harness.ts";
-import { denoServer, MEMORY, scriptServer } from "./_mcp_servers.ts";
+import { denoServer, mcpTest, MEMORY, scriptServer } from "./_mcp_servers.ts";
 
 const sdk = await loadMcpSdk();
 
@@ -47,41 +47,49 @@ async function entitiesSeen(
 }
 
 for (const scope of ["user", "shared"] as const) {
-  Deno.test(`two users of a ${scope}-scoped memory server: ${scope === "user" ? "each sees only their own" : "bob sees alice's"} state`, async () => {
+  mcpTest(
+    `two users of a ${scope}-scoped memory server: ${
+      scope === "user" ? "each sees only their own" : "bob sees alice's"
+    } state`,
+    async () => {
+      using dir = tempDir();
+      const mcp = await startMcpTools(
+        { path: "mcp.json", servers: [memoryServer(dir.path, scope)], approval: undefined },
+        { sdk, timeoutMs: 20_000 },
+      );
+      try {
+        assert.deepEqual(await entitiesSeen(mcp, "alice", [remember("alice-cat")]), ["alice-cat"]);
+        assert.deepEqual(await entitiesSeen(mcp, "bob", []), scope === "user" ? [] : ["alice-cat"]);
+        assert.deepEqual(await entitiesSeen(mcp, "alice", []), ["alice-cat"]);
+        assert.equal(mcp.health().memory.users, scope === "user" ? 2 : undefined);
+      } finally {
+        await mcp.close();
+      }
+    },
+  );
+}
+
+mcpTest(
+  "a user-scoped server runs at most maxUsers instances, the least recently used idle one stopped first, and stops idle ones",
+  async () => {
     using dir = tempDir();
     const mcp = await startMcpTools(
-      { path: "mcp.json", servers: [memoryServer(dir.path, scope)], approval: undefined },
-      { sdk, timeoutMs: 20_000 },
+      { path: "mcp.json", servers: [memoryServer(dir.path, "user")], approval: undefined },
+      { sdk, timeoutMs: 20_000, maxUsers: 1, idleMs: 300 },
     );
     try {
       assert.deepEqual(await entitiesSeen(mcp, "alice", [remember("alice-cat")]), ["alice-cat"]);
-      assert.deepEqual(await entitiesSeen(mcp, "bob", []), scope === "user" ? [] : ["alice-cat"]);
+      assert.equal(mcp.health().memory.users, 1);
+      assert.deepEqual(await entitiesSeen(mcp, "bob", [remember("bob-dog")]), ["bob-dog"]);
+      assert.equal(mcp.health().memory.users, 1, "alice's instance made room for bob's");
+      // Alice's state is in her file: a new instance of hers reads it again.
       assert.deepEqual(await entitiesSeen(mcp, "alice", []), ["alice-cat"]);
-      assert.equal(mcp.health().memory.users, scope === "user" ? 2 : undefined);
+      await until(() => mcp.health().memory.users === 0, "the idle instance stopped", 30_000);
     } finally {
       await mcp.close();
     }
-  });
-}
-
-Deno.test("a user-scoped server runs at most maxUsers instances, the least recently used idle one stopped first, and stops idle ones", async () => {
-  using dir = tempDir();
-  const mcp = await startMcpTools(
-    { path: "mcp.json", servers: [memoryServer(dir.path, "user")], approval: undefined },
-    { sdk, timeoutMs: 20_000, maxUsers: 1, idleMs: 300 },
-  );
-  try {
-    assert.deepEqual(await entitiesSeen(mcp, "alice", [remember("alice-cat")]), ["alice-cat"]);
-    assert.equal(mcp.health().memory.users, 1);
-    assert.deepEqual(await entitiesSeen(mcp, "bob", [remember("bob-dog")]), ["bob-dog"]);
-    assert.equal(mcp.health().memory.users, 1, "alice's instance made room for bob's");
-    // Alice's state is in her file: a new instance of hers reads it again.
-    assert.deepEqual(await entitiesSeen(mcp, "alice", []), ["alice-cat"]);
-    await until(() => mcp.health().memory.users === 0, "the idle instance stopped", 30_000);
-  } finally {
-    await mcp.close();
-  }
-});
+  },
+);
 
 Deno.test("forUser() puts the user's id for ${user} in a stdio entry's args and env values only", () => {
   const config: McpServerConfig = {
