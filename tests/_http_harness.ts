@@ -27,6 +27,8 @@ export class RuleLLM implements LLM {
   /** Resolvers of calls waiting on `hold`. */
   #held: (() => void)[] = [];
   hold = false;
+  /** Text written (and streamed) before a calculator call, as models often do; none by default. */
+  preamble: string | null = null;
 
   constructor(delayMs = 0) {
     this.delayMs = delayMs;
@@ -68,8 +70,9 @@ export class RuleLLM implements LLM {
     }
     const expression = /\d+\s*[-+*/]\s*\d+/.exec(last.content ?? "");
     if (expression) {
+      if (this.preamble !== null) options.onDelta?.(this.preamble);
       return {
-        content: null,
+        content: this.preamble,
         toolCalls: [{
           id: `call_${this.calls}`,
           name: "calculator",

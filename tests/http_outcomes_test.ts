@@ -84,10 +84,20 @@ interface Outcome {
   during?: (h: HttpHarness, client: AbortController) => void;
   status: number;
   code: string | null;
+  /** What the OpenAI-compatible route says, both ways, when the test names it. */
+  says?: string;
 }
 
 const OUTCOMES: Outcome[] = [
   { name: "answered", message: "hello", status: 200, code: null },
+  {
+    name: "answered, with text written before a tool call",
+    message: "what is 6*7?",
+    setup: (h) => (h.llm.preamble = "Let me work that out."),
+    status: 200,
+    code: null,
+    says: "Let me work that out.\n\nThe answer is 42.",
+  },
   {
     name: "max_steps",
     message: "what is 1+1?",
@@ -193,5 +203,6 @@ for (const outcome of OUTCOMES) {
     const [json, streamed] = said.map((text) => text.replace(/run [\w:-]+\)/g, "run …)"));
     assert.notEqual(json, "");
     assert.equal(streamed, json);
+    if (outcome.says !== undefined) assert.equal(json, outcome.says);
   });
 }

@@ -119,17 +119,41 @@ function noAnswer(result: TurnResult, kept: boolean): HttpError {
   return failedTurn(result, message);
 }
 
+/**
+ * Runs the turn, writing what it says to `write` as it comes (see {@linkcode streamedText}); `onStart` gets
+ * the run's id when it starts. Both forms of the answer say this same text.
+ */
+async function runSaying(
+  prepared: Prepared,
+  deps: HandlerDeps,
+  write: (content: string) => void,
+  onStart: (runId: string) => void = () => {},
+): Promise<TurnResult> {
+  const text = streamedText(write);
+  const emit = (event: RunEvent) => {
+    deps.emit(event);
+    if (event.event === "run_start") onStart(event.run_id);
+    else if (event.event === "answer") text.answer(event.data.text, event.step!);
+  };
+  const result = await prepared.run(emit, (piece, step) => text.delta(piece, step));
+  // A turn that waits for approval has no answer event: what it says is the result's.
+  if (result.outcome === "awaiting_approval") text.answer(result.answer, -1);
+  return result;
+}
+
 async function jsonAnswer(prepared: Prepared, created: number, deps: HandlerDeps): Promise<Response> {
-  const result = await prepared.run(deps.emit);
+  let content = "";
+  const result = await runSaying(prepared, deps, (piece) => content += piece);
   if (result.failure !== undefined) throw noAnswer(result, prepared.kept);
   const ids = idsOf(result.runId, created);
-  return Response.json(completionBody(ids, result.answer, finishReason(result.outcome), result.usage));
+  return Response.json(completionBody(ids, content, finishReason(result.outcome), result.usage));
 }
 
 /**
  * The turn as chunks: the role when the run starts, the answer's text as it streams (text the model wrote
- * before calling tools too, each step's set apart by a blank line), then the finish reason, the usage chunk if
- * asked for, and `[DONE]`. A failure after the start is a `data: {"error": …}` frame, and no `[DONE]`.
+ * before calling tools too, each step's set apart by a blank line, as the JSON answer has it), then the finish
+ * reason, the usage chunk if asked for, and `[DONE]`. A failure after the start is a `data: {"error": …}`
+ * frame, and no `[DONE]`.
  */
 function streamAnswer(
   prepared: Prepared,
@@ -140,18 +164,16 @@ function streamAnswer(
   return sseResponse(async (send) => {
     const json = (value: unknown) => send(JSON.stringify(value));
     let ids = idsOf("", created);
-    const text = streamedText((content) => json(chunkBody(ids, { content }, null, includeUsage)));
-    const emit = (event: RunEvent) => {
-      deps.emit(event);
-      if (event.event === "run_start") {
-        ids = idsOf(event.run_id, created);
+    const result = await runSaying(
+      prepared,
+      deps,
+      (content) => json(chunkBody(ids, { content }, null, includeUsage)),
+      (runId) => {
+        ids = idsOf(runId, created);
         json(chunkBody(ids, { role: "assistant", content: "" }, null, includeUsage));
-      } else if (event.event === "answer") text.answer(event.data.text, event.step!);
-    };
-    const result = await prepared.run(emit, (piece, step) => text.delta(piece, step));
+      },
+    );
     if (result.failure !== undefined) return sendError(noAnswer(result, prepared.kept), send);
-    // A turn that waits for approval has no answer event: what it says is the result's, as in JSON.
-    if (result.outcome === "awaiting_approval") text.answer(result.answer, -1);
     json(chunkBody(ids, {}, finishReason(result.outcome), includeUsage));
     if (includeUsage) json(usageChunk(ids, result.usage));
     send("[DONE]");
