@@ -86,19 +86,24 @@ Deno.test("exposedToolName() keeps <server>__<tool> when valid and shortens othe
   assert.deepEqual(names.resolve("a__b"), { server: "a", tool: "b" });
 });
 
+/** `deno task chat hello` with the MCP file at `path`, its files in `dir`, and a model nobody answers at. */
+function chatWith(path: string, dir: string) {
+  return runProcess("deno", ["task", "--quiet", "chat", "hello"], {
+    env: {
+      OPENAI_BASE_URL: "http://127.0.0.1:9/v1",
+      AGENT_MCP_CONFIG: path,
+      AGENT_DB_PATH: join(dir, "s.db"),
+      AGENT_TRACE_PATH: join(dir, "t.jsonl"),
+      AGENT_HISTORY_PATH: join(dir, "h"),
+    },
+  });
+}
+
 Deno.test("deno task chat exits 2 with one line naming the entry when the MCP file is malformed", async () => {
   using dir = tempDir();
   const path = join(dir.path, "mcp.json");
   Deno.writeTextFileSync(path, JSON.stringify({ mcpServers: { fs: { command: "" } } }));
-  const result = await runProcess("deno", ["task", "--quiet", "chat", "hello"], {
-    env: {
-      OPENAI_BASE_URL: "http://127.0.0.1:9/v1",
-      AGENT_MCP_CONFIG: path,
-      AGENT_DB_PATH: join(dir.path, "s.db"),
-      AGENT_TRACE_PATH: join(dir.path, "t.jsonl"),
-      AGENT_HISTORY_PATH: join(dir.path, "h"),
-    },
-  });
+  const result = await chatWith(path, dir.path);
   assert.equal(result.code, 2, result.stderr);
   assert.equal(
     result.stderr.trim(),
@@ -114,15 +119,7 @@ Deno.test("deno task chat starts with a Cline file: the disabled server is skipp
     other: 1,
   };
   Deno.writeTextFileSync(path, JSON.stringify(config));
-  const result = await runProcess("deno", ["task", "--quiet", "chat", "hello"], {
-    env: {
-      OPENAI_BASE_URL: "http://127.0.0.1:9/v1",
-      AGENT_MCP_CONFIG: path,
-      AGENT_DB_PATH: join(dir.path, "s.db"),
-      AGENT_TRACE_PATH: join(dir.path, "t.jsonl"),
-      AGENT_HISTORY_PATH: join(dir.path, "h"),
-    },
-  });
+  const result = await chatWith(path, dir.path);
   // It ran the turn (the model is unreachable: exit 1), not stopped at the file (exit 2).
   assert.equal(result.code, 1, result.stderr);
   assert.match(result.stderr, /MCP config .*mcp\.json: ignored the unknown top-level key "other"/);
