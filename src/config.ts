@@ -193,7 +193,7 @@ export const SETTINGS: Readonly<Record<string, Setting>> = {
     "mcpConfig",
     "string",
     "mcp.json",
-    "MCP servers file (`mcpServers`, as other agents write it); absent file = no MCP",
+    "MCP servers file (`mcpServers` or `servers`, as other agents write it); absent file = no MCP",
   ),
   AGENT_MCP_TIMEOUT_SECONDS: setting(
     "mcpTimeoutSeconds",
