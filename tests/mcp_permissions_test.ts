@@ -115,8 +115,9 @@ Deno.test("taskPermissionFlags() runs a task with the runtime's lock, frozen, ex
   );
 });
 
-Deno.test("deno.lock locks exactly the runtime's optional packages, the ones src/ names, and no test-only one", () => {
-  const lock = JSON.parse(Deno.readTextFileSync(RUNTIME_LOCK)) as { specifiers: Record<string, string> };
+Deno.test("deno.lock locks exactly the runtime's optional packages, the ones src/ names, resolved as tests/deno.lock resolves them", () => {
+  type Lock = { specifiers: Record<string, string>; npm: Record<string, unknown> };
+  const lock = JSON.parse(Deno.readTextFileSync(RUNTIME_LOCK)) as Lock;
   const named = new Set<string>();
   const read = (folder: URL) => {
     for (const entry of Deno.readDirSync(folder)) {
@@ -128,4 +129,10 @@ Deno.test("deno.lock locks exactly the runtime's optional packages, the ones src
   };
   read(new URL("../src/", import.meta.url));
   assert.deepEqual(Object.keys(lock.specifiers).sort(), [...named].sort());
+  // Resolved as the tests resolve them, so the packages the tests cache are the ones a task loads.
+  const tests = JSON.parse(Deno.readTextFileSync(new URL("./deno.lock", import.meta.url))) as Lock;
+  for (const [name, resolved] of Object.entries(lock.specifiers)) {
+    assert.equal(tests.specifiers[name], resolved);
+  }
+  for (const [key, entry] of Object.entries(lock.npm)) assert.deepEqual(tests.npm[key], entry, key);
 });
