@@ -6,7 +6,13 @@
 import type { LlmError } from "../errors.ts";
 import type { ChatReply } from "../types.ts";
 import { isRecord } from "../_json.ts";
-import { invalidResponseError, providerErrorMessage, quoteBody, replyFromMessage } from "./wire.ts";
+import {
+  contentText,
+  invalidResponseError,
+  providerErrorMessage,
+  quoteBody,
+  replyFromMessage,
+} from "./wire.ts";
 import type { ParseCompletionOptions } from "./wire.ts";
 
 /** One dispatched event. */
@@ -119,9 +125,10 @@ interface PendingCall {
 }
 
 /**
- * Builds a reply from stream events: `add` each, then `reply()` once `complete`. Of choice 0 it keeps
- * `delta.content`, `delta.tool_calls` (merged by `index`) and `finish_reason`; of the chunks, the last
- * `usage` and the first `model`. Drops the rest (reasoning, events not named `message` or `error`).
+ * Builds a reply from stream events: `add` each, then `reply()` once `complete`. Of choice 0 it keeps the text
+ * of `delta.content` (a string or text parts, see {@linkcode contentText}), `delta.tool_calls` (merged by
+ * `index`) and `finish_reason`; of the chunks, the last `usage` and the first `model`. Drops the rest
+ * (reasoning, events not named `message` or `error`).
  */
 export class ReplyAssembler {
   #options: ReplyAssemblerOptions;
@@ -210,11 +217,9 @@ export class ReplyAssembler {
     if (!Array.isArray(rawCalls)) throw this.#invalid("choices[0].delta.tool_calls is not an array");
     for (const fragment of rawCalls) this.#fragment(fragment);
 
-    const piece = delta.content ?? null;
+    const where = "choices[0].delta.content";
+    const piece = contentText(delta.content, { where, source: this.#options.source });
     if (piece === null) return "";
-    if (typeof piece !== "string") {
-      throw this.#invalid("choices[0].delta.content is neither a string nor null");
-    }
     this.#content = (this.#content ?? "") + piece;
     return piece;
   }

@@ -201,10 +201,11 @@ export interface ParseCompletionOptions {
 }
 
 /**
- * Reads a parsed non-streaming completion body: `choices[0].message`'s `content` (DeepSeek's `""` beside
- * tool calls becomes `null`) and `tool_calls` (a malformed call comes back with its `problem`), `usage` as
- * reported (`null` when absent), `model` (else `options.model`); drops the rest, `reasoning_content`
- * included. Throws `LlmError` of kind `invalid_response` when there is no choice or no message.
+ * Reads a parsed non-streaming completion body: `choices[0].message`'s `content` (see {@linkcode contentText};
+ * DeepSeek's `""` beside tool calls becomes `null`) and `tool_calls` (a malformed call comes back with its
+ * `problem`), `usage` as reported (`null` when absent), `model` (else `options.model`); drops the rest,
+ * reasoning (`reasoning_content`, `reasoning`, thinking parts) included. Throws `LlmError` of kind
+ * `invalid_response` when there is no choice or no message.
  */
 export function parseCompletion(body: unknown, options: ParseCompletionOptions = {}): ChatReply {
   const { model = "", source } = options;
@@ -239,12 +240,41 @@ export function replyFromMessage(
   const rawCalls = message.tool_calls ?? [];
   if (!Array.isArray(rawCalls)) throw invalidResponseError(`${where}.tool_calls is not an array`, source);
   const toolCalls = rawCalls.map(parseToolCall);
-  const rawContent = message.content ?? null;
-  if (rawContent !== null && typeof rawContent !== "string") {
-    throw invalidResponseError(`${where}.content is neither a string nor null`, source);
-  }
-  const content = rawContent === "" && toolCalls.length > 0 ? null : rawContent;
+  const text = contentText(message.content, { where: `${where}.content`, source });
+  const content = text === "" && toolCalls.length > 0 ? null : text;
   return { content, toolCalls, usage: parseUsage(usage), model };
+}
+
+/** Options of {@linkcode contentText}. */
+export interface ContentTextOptions {
+  /** How error messages name the content, e.g. `choices[0].delta.content`. @default {"content"} */
+  where?: string;
+  /** Where the body came from (the provider's host), named in error messages. @default {undefined} */
+  source?: string;
+}
+
+/**
+ * The answer text of a message's (or delta's) `content`: a string as is, `null` or absent as `null`, an array
+ * of parts (Mistral's reasoning models) as its `text` parts joined, `null` when it has none. Other parts are
+ * dropped: `thinking` is reasoning, never kept; unknown types are ignored. Throws `LlmError` of kind
+ * `invalid_response` for any other value, a part that is not an object, or a text part without a string.
+ */
+export function contentText(content: unknown, options: ContentTextOptions = {}): string | null {
+  const { where = "content", source } = options;
+  if (content === undefined || content === null || typeof content === "string") return content ?? null;
+  if (!Array.isArray(content)) throw invalidResponseError(`${where} is neither a string nor null`, source);
+  let text: string | null = null;
+  for (const [i, part] of content.entries()) {
+    if (!isRecord(part)) {
+      throw invalidResponseError(`${where}[${i}] is ${describeType(part)}, not a content part`, source);
+    }
+    if (part.type !== "text") continue;
+    if (typeof part.text !== "string") {
+      throw invalidResponseError(`${where}[${i}] is a text part without a string "text"`, source);
+    }
+    text = (text ?? "") + part.text;
+  }
+  return text;
 }
 
 /** The provider's own explanation in `{"error": {"message"}}` (or `{"error": "..."}`), if any. */
