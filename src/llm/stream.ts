@@ -12,6 +12,7 @@ import {
   providerErrorMessage,
   quoteBody,
   replyFromMessage,
+  reportedUsage,
 } from "./wire.ts";
 import type { ParseCompletionOptions } from "./wire.ts";
 
@@ -127,8 +128,8 @@ interface PendingCall {
 /**
  * Builds a reply from stream events: `add` each, then `reply()` once `complete`. Of choice 0 it keeps the text
  * of `delta.content` (a string or text parts, see {@linkcode contentText}), `delta.tool_calls` (merged by
- * `index`) and `finish_reason`; of the chunks, the last `usage` and the first `model`. Drops the rest
- * (reasoning, events not named `message` or `error`).
+ * `index`) and `finish_reason`; of the chunks, the last usage wherever it is (see {@linkcode reportedUsage})
+ * and the first `model`. Drops the rest (reasoning, events not named `message` or `error`).
  */
 export class ReplyAssembler {
   #options: ReplyAssemblerOptions;
@@ -202,10 +203,10 @@ export class ReplyAssembler {
     if (this.#model === undefined && typeof chunk.model === "string" && chunk.model !== "") {
       this.#model = chunk.model;
     }
-    if (isRecord(chunk.usage)) this.#usage = chunk.usage;
     const choices = chunk.choices ?? [];
     if (!Array.isArray(choices)) throw this.#invalid('stream chunk "choices" is not an array');
     const choice = choices.find((item) => isRecord(item) && (item.index ?? 0) === 0);
+    this.#usage = reportedUsage(chunk, choice) ?? this.#usage;
     if (!isRecord(choice)) return "";
     this.#sawChoice = true;
     if (typeof choice.finish_reason === "string" && choice.finish_reason !== "") {

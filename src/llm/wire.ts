@@ -182,6 +182,16 @@ function parseToolCall(raw: unknown): ToolCall {
   return parsed;
 }
 
+/**
+ * The usage object wherever the provider put it: the body's `usage` (OpenAI), its choice's `usage` (Moonshot's
+ * streamed last chunk), or `x_groq.usage` (Groq's streamed last chunk); `undefined` when none is an object.
+ */
+export function reportedUsage(body: Record<string, unknown>, choice: unknown): unknown {
+  const groq = isRecord(body.x_groq) ? body.x_groq.usage : undefined;
+  const choiceUsage = isRecord(choice) ? choice.usage : undefined;
+  return [body.usage, choiceUsage, groq].find(isRecord);
+}
+
 function parseUsage(raw: unknown): Usage | null {
   if (!isRecord(raw)) return null;
   const count = (value: unknown) => typeof value === "number" && Number.isFinite(value) ? value : null;
@@ -203,9 +213,9 @@ export interface ParseCompletionOptions {
 /**
  * Reads a parsed non-streaming completion body: `choices[0].message`'s `content` (see {@linkcode contentText};
  * DeepSeek's `""` beside tool calls becomes `null`) and `tool_calls` (a malformed call comes back with its
- * `problem`), `usage` as reported (`null` when absent), `model` (else `options.model`); drops the rest,
- * reasoning (`reasoning_content`, `reasoning`, thinking parts) included. Throws `LlmError` of kind
- * `invalid_response` when there is no choice or no message.
+ * `problem`), usage as reported wherever it is (see {@linkcode reportedUsage}; `null` when absent), `model`
+ * (else `options.model`); drops the rest, reasoning (`reasoning_content`, `reasoning`, thinking parts)
+ * included. Throws `LlmError` of kind `invalid_response` when there is no choice or no message.
  */
 export function parseCompletion(body: unknown, options: ParseCompletionOptions = {}): ChatReply {
   const { model = "", source } = options;
@@ -220,7 +230,8 @@ export function parseCompletion(body: unknown, options: ParseCompletionOptions =
   const message = isRecord(choices[0]) ? choices[0].message : undefined;
   if (!isRecord(message)) throw invalidResponseError("choices[0].message is missing", source);
   const named = typeof body.model === "string" && body.model !== "" ? body.model : model;
-  return replyFromMessage(message, { usage: body.usage, model: named, source, where: "choices[0].message" });
+  const usage = reportedUsage(body, choices[0]);
+  return replyFromMessage(message, { usage, model: named, source, where: "choices[0].message" });
 }
 
 /** Options of {@linkcode replyFromMessage}. */
