@@ -1,6 +1,6 @@
 /**
  * One turn as the chat shows it: a "thinking…" line while the model works, tool calls as they run, the
- * answer streamed as it arrives (or printed whole). Piped, only the answer is shown.
+ * answer streamed as it arrives (or printed whole). Piped, only the answer is shown, on one line per turn.
  * @module
  */
 import type { Writable } from "node:stream";
@@ -80,6 +80,12 @@ export class TurnView {
   #markdown: MarkdownStream | null = null;
   /** Model calls of the running turn, for its stats line. */
   #modelCalls = 0;
+  /** Piped: the step whose streamed text is on the answer line (null: none yet this turn). */
+  #pipedStep: number | null = null;
+  /** Piped: the line breaks that ended the streamed text, written only if more text of its step follows. */
+  #heldBreaks = "";
+  /** Piped: the last character written on the answer line ("" when none). */
+  #lastChar = "";
 
   constructor(options: TurnViewOptions) {
     this.#options = options;
@@ -113,7 +119,11 @@ export class TurnView {
     const started = performance.now();
     let result: TurnResult;
     const work = (held: AbortSignal) =>
-      start({ emit: (event) => this.#show(event), signal: held, onDelta: (text) => this.#delta(text) });
+      start({
+        emit: (event) => this.#show(event),
+        signal: held,
+        onDelta: (text, step) => interactive ? this.#delta(text) : this.#pipe(text, step),
+      });
     const onWait = () => {
       this.#thinking.stop();
       status.write(`${style.dim(`waiting for session ${key.sessionId}, busy in another process…`)}\n`);
@@ -130,23 +140,63 @@ export class TurnView {
     } finally {
       this.#thinking.stop();
     }
+    if (!interactive) {
+      this.#endPipedLine(result);
+      return result;
+    }
     const shown = this.#streaming && result.outcome === "answered";
     this.#endStreamLine();
     // A streamed answer is already on screen, as it arrived; anything else is printed whole.
-    if (interactive && result.outcome === "aborted") {
+    if (result.outcome === "aborted") {
       const { failure } = result;
       const lost = failure?.kind === "lease" ? `: ${errorMessage(failure.cause)}` : "";
       output.write(`${style.dim(`cancelled${lost}`)}\n`);
-    } else if (!shown && !interactive) output.write(`${result.answer}\n`);
-    else if (!shown) {
+    } else if (!shown) {
       output.write(`${style.bold("agent>")} ${renderMarkdown(result.answer, style, { columns })}\n`);
     }
-    if (interactive && result.outcome !== "aborted") {
+    if (result.outcome !== "aborted") {
       const { promptTokens: tokensIn, completionTokens: tokensOut } = result.usage;
       const stats = { ms: performance.now() - started, modelCalls: this.#modelCalls, tokensIn, tokensOut };
       output.write(`${statsLine({ ...stats, toolCalls: result.toolCalls.length }, style)}\n`);
     }
     return result;
+  }
+
+  /**
+   * Piped: ends the turn's answer line. Text streamed before tool calls is already on it, so an answer that was
+   * not streamed (a closing answer, an error) continues the line rather than starting another.
+   */
+  #endPipedLine(result: TurnResult): void {
+    const { output } = this.#options;
+    if (this.#pipedStep === null || result.outcome !== "answered") {
+      output.write(`${this.#separator()}${result.answer}`);
+    }
+    output.write("\n");
+    this.#pipedStep = null;
+    this.#heldBreaks = "";
+    this.#lastChar = "";
+  }
+
+  /** Piped: a space between text already on the answer line and what continues it, unless it ends in one. */
+  #separator(): string {
+    return this.#lastChar === "" || /\s/.test(this.#lastChar) ? "" : " ";
+  }
+
+  /**
+   * Piped: writes streamed text as it arrives, on one line per turn. Text of a later step (the answer after
+   * tool calls) continues the line after a space; the line breaks that ended the earlier step's text are
+   * dropped, so the line stays one.
+   */
+  #pipe(text: string, step: number): void {
+    let out = text;
+    if (this.#pipedStep === step) out = this.#heldBreaks + out;
+    else if (this.#pipedStep !== null) out = this.#separator() + out;
+    this.#pipedStep = step;
+    const kept = out.replace(/[\r\n]+$/, "");
+    this.#heldBreaks = out.slice(kept.length);
+    if (kept === "") return;
+    this.#options.output.write(kept);
+    this.#lastChar = kept.at(-1)!;
   }
 
   #endStreamLine(): void {
@@ -156,19 +206,16 @@ export class TurnView {
     this.#streaming = false;
   }
 
+  /** On a terminal: the answer as markdown, redrawn line by line as it grows. */
   #delta(text: string): void {
-    const { output, interactive, style, columns } = this.#options;
-    if (!this.#streaming) {
+    const { output, style, columns } = this.#options;
+    if (this.#markdown === null) {
       this.#thinking.stop();
       this.#streaming = true;
-      // On a terminal the answer is markdown, redrawn line by line as it grows; piped, it is raw text.
       const prefix = `${style.bold("agent>")} `;
-      if (interactive) {
-        this.#markdown = markdownStream((chunk) => output.write(chunk), style, { columns, prefix });
-      }
+      this.#markdown = markdownStream((chunk) => output.write(chunk), style, { columns, prefix });
     }
-    if (this.#markdown !== null) this.#markdown.push(text);
-    else output.write(text);
+    this.#markdown.push(text);
   }
 
   #show(event: RunEvent): void {

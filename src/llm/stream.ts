@@ -6,7 +6,14 @@
 import type { LlmError } from "../errors.ts";
 import type { ChatReply } from "../types.ts";
 import { isRecord } from "../_json.ts";
-import { invalidResponseError, providerErrorMessage, quoteBody, replyFromMessage } from "./wire.ts";
+import {
+  contentText,
+  invalidResponseError,
+  providerErrorMessage,
+  quoteBody,
+  replyFromMessage,
+  reportedUsage,
+} from "./wire.ts";
 import type { ParseCompletionOptions } from "./wire.ts";
 
 /** One dispatched event. */
@@ -110,6 +117,8 @@ export type ReplyAssemblerOptions = ParseCompletionOptions;
 
 /** One tool call as its fragments arrive: the first carries id, type and name, the rest more arguments. */
 interface PendingCall {
+  /** Where the call sorts: its `index`, or (a server that omits it) one past the last call's. */
+  order: number;
   id: string | undefined;
   type: string | undefined;
   name: string | undefined;
@@ -119,14 +128,23 @@ interface PendingCall {
 }
 
 /**
- * Builds a reply from stream events: `add` each, then `reply()` once `complete`. Of choice 0 it keeps
- * `delta.content`, `delta.tool_calls` (merged by `index`) and `finish_reason`; of the chunks, the last
- * `usage` and the first `model`. Drops the rest (reasoning, events not named `message` or `error`).
+ * Builds a reply from stream events: `add` each, then `reply()` once `complete`. Of choice 0 it keeps the text
+ * of `delta.content` (a string or text parts, see {@linkcode contentText}), `delta.tool_calls` and
+ * `finish_reason`; of the chunks, the last usage wherever it is (see {@linkcode reportedUsage}) and the first
+ * `model`. Drops the rest (reasoning, events not named `message` or `error`).
+ *
+ * Tool-call fragments are merged by `index`; a server that omits it starts a call with an id and continues it
+ * without one. Either way a fragment with an id other than its call's starts a new call, as does a second
+ * entry for the same call in one delta: arguments are never joined across calls.
  */
 export class ReplyAssembler {
   #options: ReplyAssemblerOptions;
   #content: string | null = null;
-  #calls = new Map<number, PendingCall>();
+  #calls: PendingCall[] = [];
+  /** The call each `index` now stands for. */
+  #byIndex = new Map<number, PendingCall>();
+  /** The calls the current chunk's delta has already added to. */
+  #touched = new Set<PendingCall>();
   #usage: unknown = undefined;
   #model: string | undefined;
   #sawChoice = false;
@@ -178,7 +196,7 @@ export class ReplyAssembler {
   /** The reply so far, as the whole body would give it; throws `LlmError` if no chunk had a choice. */
   reply(): ChatReply {
     if (!this.#sawChoice) throw this.#invalid('the stream carried no "choices"');
-    const calls = [...this.#calls.entries()].sort(([a], [b]) => a - b).map(([, call]) => ({
+    const calls = this.#calls.toSorted((a, b) => a.order - b.order).map((call) => ({
       id: call.id,
       type: call.type ?? "function",
       function: { name: call.name, arguments: "badArguments" in call ? call.badArguments : call.arguments },
@@ -195,10 +213,10 @@ export class ReplyAssembler {
     if (this.#model === undefined && typeof chunk.model === "string" && chunk.model !== "") {
       this.#model = chunk.model;
     }
-    if (isRecord(chunk.usage)) this.#usage = chunk.usage;
     const choices = chunk.choices ?? [];
     if (!Array.isArray(choices)) throw this.#invalid('stream chunk "choices" is not an array');
     const choice = choices.find((item) => isRecord(item) && (item.index ?? 0) === 0);
+    this.#usage = reportedUsage(chunk, choice) ?? this.#usage;
     if (!isRecord(choice)) return "";
     this.#sawChoice = true;
     if (typeof choice.finish_reason === "string" && choice.finish_reason !== "") {
@@ -208,13 +226,12 @@ export class ReplyAssembler {
     if (!isRecord(delta)) throw this.#invalid("choices[0].delta is not an object");
     const rawCalls = delta.tool_calls ?? [];
     if (!Array.isArray(rawCalls)) throw this.#invalid("choices[0].delta.tool_calls is not an array");
+    this.#touched.clear();
     for (const fragment of rawCalls) this.#fragment(fragment);
 
-    const piece = delta.content ?? null;
+    const where = "choices[0].delta.content";
+    const piece = contentText(delta.content, { where, source: this.#options.source });
     if (piece === null) return "";
-    if (typeof piece !== "string") {
-      throw this.#invalid("choices[0].delta.content is neither a string nor null");
-    }
     this.#content = (this.#content ?? "") + piece;
     return piece;
   }
@@ -223,24 +240,22 @@ export class ReplyAssembler {
     if (!isRecord(fragment)) throw this.#invalid("choices[0].delta.tool_calls[] item is not an object");
     const fn = isRecord(fragment.function) ? fragment.function : {};
     const id = typeof fragment.id === "string" && fragment.id !== "" ? fragment.id : undefined;
-    let index: number;
-    if (typeof fragment.index === "number" && Number.isInteger(fragment.index) && fragment.index >= 0) {
-      index = fragment.index;
-    } else if (fragment.index === undefined) {
-      // Servers that omit `index` start a call with its id and continue it without one.
-      const known = [...this.#calls.entries()].find(([, call]) => call.id === id);
-      const last = Math.max(-1, ...this.#calls.keys());
-      index = id === undefined ? Math.max(0, last) : known?.[0] ?? last + 1;
-    } else {
-      throw this.#invalid(
-        `choices[0].delta.tool_calls[] index is not a whole number: ${String(fragment.index)}`,
-      );
+    const index = fragment.index;
+    if (index !== undefined && !(typeof index === "number" && Number.isInteger(index) && index >= 0)) {
+      throw this.#invalid(`choices[0].delta.tool_calls[] index is not a whole number: ${String(index)}`);
     }
-    let call = this.#calls.get(index);
-    if (call === undefined) {
-      call = { id: undefined, type: undefined, name: undefined, arguments: "" };
-      this.#calls.set(index, call);
+    // The call this fragment continues, if any: by index, else by id, else (no id either) the last call.
+    let call = index === undefined
+      ? id === undefined ? this.#calls.at(-1) : this.#calls.find((known) => known.id === id)
+      : this.#byIndex.get(index);
+    const otherId = id !== undefined && call?.id !== undefined && call.id !== id;
+    if (call === undefined || otherId || this.#touched.has(call)) {
+      const order = index ?? Math.max(-1, ...this.#calls.map((known) => known.order)) + 1;
+      call = { order, id: undefined, type: undefined, name: undefined, arguments: "" };
+      this.#calls.push(call);
+      if (index !== undefined) this.#byIndex.set(index, call);
     }
+    this.#touched.add(call);
     call.id ??= id;
     if (typeof fragment.type === "string") call.type ??= fragment.type;
     if (typeof fn.name === "string" && fn.name !== "") call.name ??= fn.name;

@@ -182,6 +182,16 @@ function parseToolCall(raw: unknown): ToolCall {
   return parsed;
 }
 
+/**
+ * The usage object wherever the provider put it: the body's `usage` (OpenAI), its choice's `usage` (Moonshot's
+ * streamed last chunk), or `x_groq.usage` (Groq's streamed last chunk); `undefined` when none is an object.
+ */
+export function reportedUsage(body: Record<string, unknown>, choice: unknown): unknown {
+  const groq = isRecord(body.x_groq) ? body.x_groq.usage : undefined;
+  const choiceUsage = isRecord(choice) ? choice.usage : undefined;
+  return [body.usage, choiceUsage, groq].find(isRecord);
+}
+
 function parseUsage(raw: unknown): Usage | null {
   if (!isRecord(raw)) return null;
   const count = (value: unknown) => typeof value === "number" && Number.isFinite(value) ? value : null;
@@ -201,9 +211,10 @@ export interface ParseCompletionOptions {
 }
 
 /**
- * Reads a parsed non-streaming completion body: `choices[0].message`'s `content` (DeepSeek's `""` beside
- * tool calls becomes `null`) and `tool_calls` (a malformed call comes back with its `problem`), `usage` as
- * reported (`null` when absent), `model` (else `options.model`); drops the rest, `reasoning_content`
+ * Reads a parsed non-streaming completion body: `choices[0].message`'s `content` (see {@linkcode contentText};
+ * DeepSeek's `""` beside tool calls becomes `null`) and `tool_calls` (a malformed call comes back with its
+ * `problem`), usage as reported wherever it is (see {@linkcode reportedUsage}; `null` when absent), `model`
+ * (else `options.model`); drops the rest, reasoning (`reasoning_content`, `reasoning`, thinking parts)
  * included. Throws `LlmError` of kind `invalid_response` when there is no choice or no message.
  */
 export function parseCompletion(body: unknown, options: ParseCompletionOptions = {}): ChatReply {
@@ -219,7 +230,8 @@ export function parseCompletion(body: unknown, options: ParseCompletionOptions =
   const message = isRecord(choices[0]) ? choices[0].message : undefined;
   if (!isRecord(message)) throw invalidResponseError("choices[0].message is missing", source);
   const named = typeof body.model === "string" && body.model !== "" ? body.model : model;
-  return replyFromMessage(message, { usage: body.usage, model: named, source, where: "choices[0].message" });
+  const usage = reportedUsage(body, choices[0]);
+  return replyFromMessage(message, { usage, model: named, source, where: "choices[0].message" });
 }
 
 /** Options of {@linkcode replyFromMessage}. */
@@ -239,12 +251,41 @@ export function replyFromMessage(
   const rawCalls = message.tool_calls ?? [];
   if (!Array.isArray(rawCalls)) throw invalidResponseError(`${where}.tool_calls is not an array`, source);
   const toolCalls = rawCalls.map(parseToolCall);
-  const rawContent = message.content ?? null;
-  if (rawContent !== null && typeof rawContent !== "string") {
-    throw invalidResponseError(`${where}.content is neither a string nor null`, source);
-  }
-  const content = rawContent === "" && toolCalls.length > 0 ? null : rawContent;
+  const text = contentText(message.content, { where: `${where}.content`, source });
+  const content = text === "" && toolCalls.length > 0 ? null : text;
   return { content, toolCalls, usage: parseUsage(usage), model };
+}
+
+/** Options of {@linkcode contentText}. */
+export interface ContentTextOptions {
+  /** How error messages name the content, e.g. `choices[0].delta.content`. @default {"content"} */
+  where?: string;
+  /** Where the body came from (the provider's host), named in error messages. @default {undefined} */
+  source?: string;
+}
+
+/**
+ * The answer text of a message's (or delta's) `content`: a string as is, `null` or absent as `null`, an array
+ * of parts (Mistral's reasoning models) as its `text` parts joined, `null` when it has none. Other parts are
+ * dropped: `thinking` is reasoning, never kept; unknown types are ignored. Throws `LlmError` of kind
+ * `invalid_response` for any other value, a part that is not an object, or a text part without a string.
+ */
+export function contentText(content: unknown, options: ContentTextOptions = {}): string | null {
+  const { where = "content", source } = options;
+  if (content === undefined || content === null || typeof content === "string") return content ?? null;
+  if (!Array.isArray(content)) throw invalidResponseError(`${where} is neither a string nor null`, source);
+  let text: string | null = null;
+  for (const [i, part] of content.entries()) {
+    if (!isRecord(part)) {
+      throw invalidResponseError(`${where}[${i}] is ${describeType(part)}, not a content part`, source);
+    }
+    if (part.type !== "text") continue;
+    if (typeof part.text !== "string") {
+      throw invalidResponseError(`${where}[${i}] is a text part without a string "text"`, source);
+    }
+    text = (text ?? "") + part.text;
+  }
+  return text;
 }
 
 /** The provider's own explanation in `{"error": {"message"}}` (or `{"error": "..."}`), if any. */

@@ -1,0 +1,259 @@
+/**
+ * Every provider's dialect of the Chat Completions wire (tests/fixtures/dialects/), replayed from a loopback
+ * server, streamed and whole: through the real client, and through a turn on a SQLite store.
+ */
+import assert from "node:assert/strict";
+import { runTurn } from "../src/agent/loop.ts";
+import { LlmError } from "../src/errors.ts";
+import { OpenAICompatibleLLM } from "../src/llm/openai.ts";
+import { ReplyAssembler } from "../src/llm/stream.ts";
+import { parseCompletion } from "../src/llm/wire.ts";
+import { SqliteStore } from "../src/store/sqlite.ts";
+import type { ChatReply, ToolSchema } from "../src/types.ts";
+import { DIALECTS, MARKER, readDialects, replayProvider } from "./_dialects.ts";
+import { harness, keyOf, steppingClock, tempDir } from "./_harness.ts";
+import { HELLO, KEY, MODEL } from "./_openai_stubs.ts";
+
+const dialects = readDialects();
+
+/** The dialects whose providers send reasoning text: their fixtures must carry the marker. */
+const REASONING = ["deepseek", "groq", "llamacpp", "mistral", "moonshot", "ollama", "qwen", "vllm", "xai"];
+
+const TOOLS: ToolSchema[] = [{
+  name: "calculator",
+  description: "Evaluates an arithmetic expression.",
+  parameters: { type: "object", properties: { expression: { type: "string" } }, required: ["expression"] },
+}];
+
+function tokens(reply: ChatReply): unknown {
+  const { usage } = reply;
+  return usage === null ? null : [usage.promptTokens, usage.completionTokens, usage.totalTokens];
+}
+
+function client(url: string, stream: boolean): OpenAICompatibleLLM {
+  return new OpenAICompatibleLLM({ baseUrl: url, apiKey: KEY, model: MODEL, stream, retries: 0 });
+}
+
+Deno.test("the dialect fixtures cover thirteen providers, each reasoning one with the marker in its replies", () => {
+  assert.deepEqual(dialects.map((dialect) => dialect.name), [
+    "anthropic",
+    "azure",
+    "deepseek",
+    "gemini",
+    "groq",
+    "llamacpp",
+    "mistral",
+    "moonshot",
+    "ollama",
+    "openai",
+    "qwen",
+    "vllm",
+    "xai",
+  ]);
+  for (const dialect of dialects) {
+    assert.equal(dialect.replies.length, 2, dialect.name);
+    for (const [i, reply] of dialect.replies.entries()) {
+      const [stream, body] = [JSON.stringify(reply.stream), JSON.stringify(reply.body)];
+      const reasoning = REASONING.includes(dialect.name);
+      assert.equal(stream.includes(MARKER), reasoning, `${dialect.name} reply ${i} streamed`);
+      assert.equal(body.includes(MARKER), reasoning, `${dialect.name} reply ${i} whole`);
+    }
+  }
+  assert.ok(Deno.statSync(new URL("README.md", DIALECTS)).isFile);
+});
+
+for (const dialect of dialects) {
+  const { expect } = dialect;
+  for (const stream of [true, false]) {
+    const mode = stream ? "streamed" : "whole";
+
+    Deno.test(`OpenAICompatibleLLM reads ${dialect.name}'s ${mode} tool call and answer, keeping no reasoning`, async () => {
+      const provider = replayProvider(dialect.replies);
+      try {
+        const llm = client(provider.url, stream);
+        const deltas: string[] = [];
+        const onDelta = (text: string) => deltas.push(text);
+        const call = await llm.chat(HELLO, { tools: TOOLS, onDelta });
+        assert.equal(call.content, expect.call_text);
+        assert.deepEqual(call.toolCalls, expect.calls);
+        assert.deepEqual(tokens(call), expect.usage[0]);
+        const answer = await llm.chat(HELLO, { tools: TOOLS, onDelta });
+        assert.equal(answer.content, expect.answer);
+        assert.deepEqual(answer.toolCalls, []);
+        assert.deepEqual(tokens(answer), expect.usage[1]);
+        assert.equal(deltas.join(""), stream ? `${expect.call_text ?? ""}${expect.answer}` : "");
+        assert.ok(
+          !JSON.stringify([call, answer, deltas]).includes(MARKER),
+          "no reasoning in a reply or delta",
+        );
+      } finally {
+        await provider.close();
+      }
+    });
+
+    Deno.test(`runTurn() answers through ${dialect.name}'s ${mode} replies: each call runs once, usage is traced, no reasoning is kept or sent`, async () => {
+      using dir = tempDir();
+      const store = new SqliteStore(`${dir.path}/sessions.db`, { now: steppingClock() });
+      const provider = replayProvider(dialect.replies);
+      try {
+        using h = harness([], { store });
+        const deltas: string[] = [];
+        const result = await runTurn(
+          { sessionId: dialect.name, userId: "u", message: "what is 6*7?" },
+          { ...h.agent, llm: client(provider.url, stream) },
+          { ...h.run, onDelta: (text) => deltas.push(text) },
+        );
+        assert.equal(result.outcome, "answered", JSON.stringify(result.failure));
+        assert.equal(result.answer, expect.answer);
+
+        const ids = expect.calls.map((call) => call.id);
+        const stored = await store.messages(keyOf(dialect.name));
+        assert.deepEqual(stored.map((message) => message.role), [
+          "user",
+          "assistant",
+          ...ids.map(() => "tool"),
+          "assistant",
+        ]);
+        const [, asked] = stored;
+        assert.equal(asked.content, expect.call_text);
+        assert.deepEqual(asked.toolCalls, expect.calls, "each call with its own id and arguments");
+        const results = stored.filter((message) => message.role === "tool");
+        assert.deepEqual(results.map((message) => message.toolCallId), ids, "each call answered once");
+        assert.ok(results.every((message) => JSON.parse(message.content ?? "").ok), "every call ran");
+        assert.deepEqual(
+          h.events.filter((event) => event.event === "tool_call").map((event) => event.data.arguments),
+          expect.calls.map((call) => call.arguments),
+        );
+
+        const usage = h.events.filter((event) => event.event === "llm_call").map((event) => {
+          const { prompt_tokens, completion_tokens, total_tokens } = event.data;
+          return [prompt_tokens, completion_tokens, total_tokens];
+        });
+        assert.deepEqual(usage, expect.usage, "llm_call records the usage wherever the provider put it");
+
+        // The follow-up request carries the calls back, each with its one result, and nothing else new.
+        assert.equal(provider.requests.length, 2);
+        const sent = JSON.parse(provider.requests[1]).messages as {
+          role: string;
+          tool_calls?: { id: string }[];
+          tool_call_id?: string;
+        }[];
+        assert.deepEqual(sent.find((message) => message.tool_calls)?.tool_calls?.map((call) => call.id), ids);
+        assert.deepEqual(sent.filter((message) => message.role === "tool").map((m) => m.tool_call_id), ids);
+
+        const seen: [string, string][] = [
+          ["the stored messages", JSON.stringify(stored)],
+          ["the events", JSON.stringify(h.events)],
+          ["the deltas", deltas.join("")],
+          ["the requests sent", provider.requests.join("\n")],
+        ];
+        for (const [where, text] of seen) assert.ok(!text.includes(MARKER), `no reasoning in ${where}`);
+      } finally {
+        await provider.close();
+        await store.close();
+      }
+    });
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The rules behind the dialects, each on its smallest case
+
+function assemble(deltas: Record<string, unknown>[]): ChatReply {
+  const assembler = new ReplyAssembler({ model: MODEL });
+  for (const delta of deltas) {
+    assembler.add({
+      event: null,
+      data: JSON.stringify({ choices: [{ index: 0, delta, finish_reason: null }] }),
+    });
+  }
+  assembler.add({
+    event: null,
+    data: JSON.stringify({ choices: [{ index: 0, delta: {}, finish_reason: "stop" }] }),
+  });
+  return assembler.reply();
+}
+
+const calc = (expression: string) => ({ name: "calculator", arguments: JSON.stringify({ expression }) });
+
+Deno.test("ReplyAssembler starts a new call for a new id under an index already used, never joining arguments", () => {
+  const reply = assemble([{
+    tool_calls: [
+      { index: 0, id: "a", type: "function", function: calc("6*7") },
+      { index: 0, id: "b", type: "function", function: calc("2+3") },
+    ],
+  }, {
+    tool_calls: [{ index: 0, id: "c", type: "function", function: calc("1+1") }],
+  }]);
+  assert.deepEqual(reply.toolCalls, [
+    { id: "a", ...calc("6*7") },
+    { id: "b", ...calc("2+3") },
+    { id: "c", ...calc("1+1") },
+  ]);
+});
+
+Deno.test("ReplyAssembler reads two entries without index or id in one delta as two calls", () => {
+  const reply = assemble([{
+    tool_calls: [{ id: "", function: calc("6*7") }, { id: "", function: calc("2+3") }],
+  }]);
+  assert.deepEqual(reply.toolCalls, [{ id: "", ...calc("6*7") }, { id: "", ...calc("2+3") }]);
+});
+
+Deno.test("ReplyAssembler continues the last call with an entry without index or id in a later delta", () => {
+  const reply = assemble([
+    { tool_calls: [{ id: "a", function: { name: "calculator", arguments: '{"expression":' } }] },
+    { tool_calls: [{ function: { arguments: '"6*7"}' } }] },
+    { tool_calls: [{ id: "b", function: calc("2+3") }] },
+  ]);
+  assert.deepEqual(reply.toolCalls, [{ id: "a", ...calc("6*7") }, { id: "b", ...calc("2+3") }]);
+});
+
+Deno.test("the wire reads content parts: text joined, thinking and unknown parts dropped, anything else invalid", () => {
+  const parts = [
+    { type: "thinking", thinking: [{ type: "text", text: MARKER }] },
+    { type: "text", text: "6*7 " },
+    { type: "reference", reference_ids: [1] },
+    { type: "text", text: "is 42." },
+  ];
+  const body = (content: unknown) => ({ choices: [{ message: { role: "assistant", content } }] });
+  assert.equal(parseCompletion(body(parts)).content, "6*7 is 42.");
+  assert.equal(parseCompletion(body(parts.slice(0, 1))).content, null, "only thinking: no answer text");
+  assert.equal(assemble([{ content: parts.slice(0, 2) }, { content: "is 42." }]).content, "6*7 is 42.");
+  const invalid: [unknown, RegExp][] = [
+    [42, /content is neither a string nor null/],
+    [{ type: "text", text: "x" }, /content is neither a string nor null/],
+    [["x"], /content\[0\] is string, not a content part/],
+    [[{ type: "text", text: 7 }], /content\[0\] is a text part without a string "text"/],
+  ];
+  for (const [content, message] of invalid) {
+    assert.throws(() => parseCompletion(body(content)), (error) => {
+      assert.ok(error instanceof LlmError);
+      assert.equal(error.kind, "invalid_response");
+      assert.match(error.message, message);
+      return true;
+    });
+    assert.throws(() => assemble([{ content }]), { name: "LlmError", message });
+  }
+});
+
+Deno.test("the wire reads usage at the top level, in choices[0] and in x_groq, streamed and whole", () => {
+  const counts = { prompt_tokens: 3, completion_tokens: 2, total_tokens: 5 };
+  const expected = { promptTokens: 3, completionTokens: 2, totalTokens: 5 };
+  const choice = { index: 0, message: { content: "ok" }, finish_reason: "stop" };
+  assert.deepEqual(parseCompletion({ choices: [{ ...choice, usage: counts }] }).usage, expected);
+  assert.deepEqual(parseCompletion({ choices: [choice], x_groq: { usage: counts } }).usage, expected);
+  for (
+    const chunk of [{ choices: [{ index: 0, delta: {}, finish_reason: "stop", usage: counts }] }, {
+      choices: [{ index: 0, delta: {}, finish_reason: "stop" }],
+      x_groq: { id: "req_1", usage: counts },
+    }]
+  ) {
+    const assembler = new ReplyAssembler();
+    assembler.add({
+      event: null,
+      data: JSON.stringify({ choices: [{ index: 0, delta: { content: "ok" } }] }),
+    });
+    assembler.add({ event: null, data: JSON.stringify(chunk) });
+    assert.deepEqual(assembler.reply().usage, expected);
+  }
+});
