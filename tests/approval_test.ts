@@ -166,7 +166,8 @@ Deno.test("SqliteStore migrates a version-2 database to the current version keep
   await h.store.close();
   const db = new DatabaseSync(path);
   db.exec(
-    "DROP TABLE pending_steps; DROP TABLE session_leases; DROP TABLE trace_events; PRAGMA user_version = 2;",
+    "DROP TABLE pending_steps; DROP TABLE session_leases; DROP TABLE trace_events; DROP INDEX todos_by_call; " +
+      "ALTER TABLE todos DROP COLUMN call_id; PRAGMA user_version = 2;",
   );
   db.close();
 

@@ -84,24 +84,28 @@ for (const [version, recorded] of [[3, 1], [4, 2]]) {
 }
 
 Deno.test({
-  name: "PostgresStore opens a database an earlier release recorded as its version 3 (the shared 5) as it is",
+  name: "PostgresStore migrates a database an earlier release recorded as its version 3 (the shared 5) to 6",
   ignore,
   async fn() {
     const url = await pg().freshUrl();
     await withPool(url, async (sql) => {
-      await migrate(sql);
+      await migrate(sql, 5);
       await sql`UPDATE agent_schema SET version = 3`;
       await sql`INSERT INTO sessions (user_id, id, created_at, updated_at) VALUES ('alice', 'old', 't0', 't1')`;
     });
     const store = await PostgresStore.open(url);
     try {
       assert.equal((await store.get(keyOf("old", "alice")))?.id, "old");
+      // Version 6's column: a call's todo is added once.
+      const key = keyOf("old", "alice");
+      const first = await store.addTodo(key, "once", { callId: "m1/c1" });
+      assert.deepEqual(await store.addTodo(key, "once", { callId: "m1/c1" }), first);
+      assert.equal((await store.listTodos(key)).length, 1);
     } finally {
       await store.close();
     }
     await withPool(url, async (sql) => {
-      // Left as it was, so that release can still open it.
-      assert.deepEqual([...await sql`SELECT version FROM agent_schema`], [{ version: 3 }]);
+      assert.deepEqual([...await sql`SELECT version FROM agent_schema`], [{ version: SCHEMA_VERSION }]);
       assert.equal(await migrate(sql), SCHEMA_VERSION);
     });
   },

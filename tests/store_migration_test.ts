@@ -210,7 +210,10 @@ Deno.test("SqliteStore migrates a version-4 database (no trace table) to the cur
   await store.addTodo(keyOf("s"), "keep me");
   await store.close();
   const db = new DatabaseSync(path);
-  db.exec("DROP TABLE trace_events; PRAGMA user_version = 4;");
+  db.exec(
+    "DROP TABLE trace_events; DROP INDEX todos_by_call; ALTER TABLE todos DROP COLUMN call_id; " +
+      "PRAGMA user_version = 4;",
+  );
   db.close();
 
   const migrated = new SqliteStore(path);

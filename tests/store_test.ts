@@ -92,6 +92,24 @@ storeTest("$Store scopes todos to their session", async (db) => {
   await store.close();
 });
 
+storeTest(
+  "$Store.addTodo() with a call key adds once per session: the call run again adds nothing",
+  async (db) => {
+    const store = await db.open();
+    try {
+      for (const id of ["a", "b"]) await store.getOrCreate(keyOf(id));
+      const first = await store.addTodo(keyOf("a"), "once", { callId: "m1/c1" });
+      assert.deepEqual(await store.addTodo(keyOf("a"), "once again", { callId: "m1/c1" }), first);
+      assert.notEqual((await store.addTodo(keyOf("b"), "once", { callId: "m1/c1" })).id, first.id);
+      await store.addTodo(keyOf("a"), "no key");
+      await store.addTodo(keyOf("a"), "no key");
+      assert.deepEqual((await store.listTodos(keyOf("a"))).map((t) => t.text), ["once", "no key", "no key"]);
+    } finally {
+      await store.close();
+    }
+  },
+);
+
 Deno.test("validateId() accepts 1-128 characters of [A-Za-z0-9._:-] and names what is wrong otherwise", () => {
   for (const ok of ["a", "A-window-1", "x.y_z:1", "a".repeat(128)]) assert.equal(validateId(ok), ok);
   for (const bad of ["", "a".repeat(129), "with space", "semi;colon", "quote'", "é", "a/b"]) {

@@ -90,10 +90,17 @@ CREATE TABLE trace_events (
 CREATE INDEX trace_events_by_session ON trace_events (user_id, session_id, id);
 `;
 
+/** Version 6: the tool call that added a todo, so a call run again after a crash adds nothing. */
+const TODO_CALLS = `
+ALTER TABLE todos ADD COLUMN call_id bytea;
+CREATE UNIQUE INDEX todos_by_call ON todos (user_id, session_id, call_id) WHERE call_id IS NOT NULL;
+`;
+
 const STEPS: readonly MigrationStep<string>[] = [
   { from: 0, to: 3, run: SESSION_TABLES },
   { from: 3, to: 4, run: LEASE_TABLE },
   { from: 4, to: 5, run: TRACE_TABLE },
+  { from: 5, to: 6, run: TODO_CALLS },
 ];
 
 /**

@@ -99,12 +99,23 @@ export class PostgresSql implements SessionSql {
     return rows.length === 1;
   }
 
-  async insertTodo({ userId, sessionId }: SessionKey, text: string, stamp: string): Promise<Todo> {
-    const rows = await this.#db`INSERT INTO todos (user_id, session_id, text, created_at)
-      VALUES (${userId}, ${sessionId}, ${
-      bytes(text)
-    }, ${stamp}) RETURNING id, text, completed, created_at, completed_at`;
+  async insertTodo(
+    { userId, sessionId }: SessionKey,
+    text: string,
+    stamp: string,
+    callId: string | null,
+  ): Promise<Todo> {
+    const call = callId === null ? null : bytes(callId);
+    const rows = await this.#db`INSERT INTO todos (user_id, session_id, text, created_at, call_id)
+      VALUES (${userId}, ${sessionId}, ${bytes(text)}, ${stamp}, ${call})
+      RETURNING id, text, completed, created_at, completed_at`;
     return toTodo(rows[0]);
+  }
+
+  async todoOfCall({ userId, sessionId }: SessionKey, callId: string): Promise<Todo | null> {
+    const rows = await this.#db`SELECT id, text, completed, created_at, completed_at FROM todos
+      WHERE user_id = ${userId} AND session_id = ${sessionId} AND call_id = ${bytes(callId)}`;
+    return rows.length === 0 ? null : toTodo(rows[0]);
   }
 
   async todos({ userId, sessionId }: SessionKey): Promise<Todo[]> {

@@ -117,6 +117,12 @@ INSERT INTO sqlite_sequence (name, seq) SELECT 'todos', seq FROM sqlite_sequence
 `;
 
 // Children first: dropping a parent with foreign keys on deletes its rows, cascading.
+/** Version 6: the tool call that added a todo, so a call run again after a crash adds nothing. */
+const TODO_CALLS = `
+ALTER TABLE todos ADD COLUMN call_id TEXT;
+CREATE UNIQUE INDEX todos_by_call ON todos(user_id, session_id, call_id) WHERE call_id IS NOT NULL;
+`;
+
 const DROP_VERSION_1 = `
 DROP TABLE messages_v1;
 DROP TABLE todos_v1;
@@ -147,11 +153,16 @@ const exec = (sql: string) => (db: DatabaseSync) => db.exec(sql);
 
 /** SQLite's migrations: a new file gets the whole schema; later versions only add tables. */
 const STEPS: readonly MigrationStep<(db: DatabaseSync) => void>[] = [
-  { from: 0, to: SCHEMA_VERSION, run: exec(SESSION_TABLES + PENDING_TABLE + LEASE_TABLE + TRACE_TABLE) },
+  {
+    from: 0,
+    to: SCHEMA_VERSION,
+    run: exec(SESSION_TABLES + PENDING_TABLE + LEASE_TABLE + TRACE_TABLE + TODO_CALLS),
+  },
   { from: 1, to: 2, run: fromVersion1 },
   { from: 2, to: 3, run: exec(PENDING_TABLE) },
   { from: 3, to: 4, run: exec(LEASE_TABLE) },
   { from: 4, to: 5, run: exec(TRACE_TABLE) },
+  { from: 5, to: 6, run: exec(TODO_CALLS) },
 ];
 
 /**

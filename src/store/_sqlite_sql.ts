@@ -43,8 +43,9 @@ export const SQL = {
     "WHERE user_id = ? AND id = ?",
   // Messages, todos and the pending step go by ON DELETE CASCADE, in the same transaction.
   deleteSession: "DELETE FROM sessions WHERE user_id = ? AND id = ?",
-  insertTodo: "INSERT INTO todos (user_id, session_id, text, completed, created_at) VALUES (?, ?, ?, 0, ?) " +
-    `RETURNING ${TODO_COLUMNS}`,
+  insertTodo: "INSERT INTO todos (user_id, session_id, text, completed, created_at, call_id) " +
+    `VALUES (?, ?, ?, 0, ?, ?) RETURNING ${TODO_COLUMNS}`,
+  todoOfCall: `SELECT ${TODO_COLUMNS} FROM todos WHERE user_id = ? AND session_id = ? AND call_id = ?`,
   listTodos: `SELECT ${TODO_COLUMNS} FROM todos WHERE user_id = ? AND session_id = ? ORDER BY id`,
   completeTodo: "UPDATE todos SET completed = 1, completed_at = COALESCE(completed_at, ?) " +
     `WHERE id = ? AND user_id = ? AND session_id = ? RETURNING ${TODO_COLUMNS}`,
@@ -195,8 +196,18 @@ export class SqliteSql implements SessionSql {
     return this.#sql.deletePending.run(userId, sessionId, runId).changes === 1;
   }
 
-  async insertTodo({ userId, sessionId }: SessionKey, text: string, stamp: string): Promise<Todo> {
-    return toTodo(this.#sql.insertTodo.get(userId, sessionId, text, stamp)!);
+  async insertTodo(
+    { userId, sessionId }: SessionKey,
+    text: string,
+    stamp: string,
+    callId: string | null,
+  ): Promise<Todo> {
+    return toTodo(this.#sql.insertTodo.get(userId, sessionId, text, stamp, callId)!);
+  }
+
+  async todoOfCall({ userId, sessionId }: SessionKey, callId: string): Promise<Todo | null> {
+    const row = this.#sql.todoOfCall.get(userId, sessionId, callId);
+    return row === undefined ? null : toTodo(row);
   }
 
   async todos({ userId, sessionId }: SessionKey): Promise<Todo[]> {

@@ -48,7 +48,10 @@ export interface SessionSql {
   pending(key: SessionKey): Promise<PendingStep | null>;
   /** Deletes the pending step of `runId`; false when the session has none of that run. */
   deletePending(key: SessionKey, runId: string): Promise<boolean>;
-  insertTodo(key: SessionKey, text: string, stamp: string): Promise<Todo>;
+  /** Inserts an open todo, added by the tool call `callId` (null: by none). */
+  insertTodo(key: SessionKey, text: string, stamp: string, callId: string | null): Promise<Todo>;
+  /** The todo the tool call `callId` added, or null. */
+  todoOfCall(key: SessionKey, callId: string): Promise<Todo | null>;
   todos(key: SessionKey): Promise<Todo[]>;
   /** Marks todo `id` completed, keeping its first completion time; null when the session has no such todo. */
   completeTodo(key: SessionKey, id: number, stamp: string): Promise<Todo | null>;
@@ -201,8 +204,13 @@ export class SqlStore implements SessionStore {
     return this.#write("delete", key, (sql, key) => sql.deleteSession(key));
   }
 
-  addTodo(key: SessionKey, text: string): Promise<Todo> {
-    return this.#write("add a todo", key, (sql, key) => sql.insertTodo(key, text, this.#stamp()));
+  addTodo(key: SessionKey, text: string, options: { callId?: string } = {}): Promise<Todo> {
+    const { callId = null } = options;
+    return this.#write("add a todo", key, async (sql, key) => {
+      // Read in the same transaction: of two runs of one call, the second finds the first's todo.
+      const added = callId === null ? null : await sql.todoOfCall(key, callId);
+      return added ?? await sql.insertTodo(key, text, this.#stamp(), callId);
+    });
   }
 
   listTodos(key: SessionKey): Promise<Todo[]> {

@@ -111,8 +111,11 @@ export interface SessionStore {
   resolvePending(key: SessionKey, runId: string, messages: readonly StoredMessage[]): Promise<boolean>;
   /** Deletes the session with its messages, todos, summary and pending step; true if it existed. */
   deleteSession(key: SessionKey): Promise<boolean>;
-  /** Adds an open todo to the session. */
-  addTodo(key: SessionKey, text: string): Promise<Todo>;
+  /**
+   * Adds an open todo to the session. With `callId` (the tool call that adds it), a todo that call already
+   * added is returned instead and nothing is added: a call run again adds nothing.
+   */
+  addTodo(key: SessionKey, text: string, options?: { callId?: string }): Promise<Todo>;
   /** The session's todos, in the order they were added. */
   listTodos(key: SessionKey): Promise<Todo[]>;
   /** Marks the todo done (keeping its first completion time); null when the session has no such todo. */
@@ -184,9 +187,10 @@ export function leaseFrom(options: AcquireLeaseOptions | undefined): string | un
 /**
  * The schema version both stores write (SQLite in `PRAGMA user_version`, PostgreSQL in `agent_schema`): 1
  * sessions keyed by id alone (SQLite only), 2 sessions keyed by user and id, with messages and todos, 3 the
- * step waiting for approval (`pending_steps`), 4 session leases, 5 trace events.
+ * step waiting for approval (`pending_steps`), 4 session leases, 5 trace events, 6 the tool call that added
+ * each todo (`todos.call_id`).
  */
-export const SCHEMA_VERSION = 5;
+export const SCHEMA_VERSION = 6;
 
 /** One migration of a dialect's list: it brings the schema from version `from` to `to` by `run`. */
 export interface MigrationStep<Run> {

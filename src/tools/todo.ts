@@ -24,7 +24,9 @@ export function createTodoTool(store: SessionStore): ToolSpec {
       required: ["action"],
       additionalProperties: false,
     },
-    async handler(args, { sessionId, userId }) {
+    // A repeated call id adds nothing (see SessionStore.addTodo); list reads; complete keeps its first time.
+    safeToRepeat: true,
+    async handler(args, { sessionId, userId, callId }) {
       const key = { userId, sessionId };
       switch (args.action) {
         case "add": {
@@ -35,7 +37,7 @@ export function createTodoTool(store: SessionStore): ToolSpec {
               `Cannot add a todo: text is ${text.length} characters, at most ${MAX_TODO_TEXT_CHARS}`,
             );
           }
-          return { todo: await store.addTodo(key, text) };
+          return { todo: await store.addTodo(key, text, { callId }) };
         }
         case "complete": {
           if (typeof args.id !== "number") throw new Error('Cannot complete a todo: "id" is required');
