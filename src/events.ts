@@ -8,6 +8,7 @@ import type { ApprovalCall, FailureKind, TurnOutcome } from "./types.ts";
 /** The names of the events a run emits, in the order they can occur. */
 export const RUN_EVENT_NAMES = [
   "run_start",
+  "tool_recovered",
   "llm_call",
   "tool_call",
   "tool_result",
@@ -40,6 +41,17 @@ export interface RunEventData {
     total_tokens: number | null;
     tool_call_count: number;
     retries: number;
+  };
+  /**
+   * Before the turn's first model call: a call a stopped process left running (stored, no result) is
+   * resolved, run again when its tool is safe to repeat, else answered as interrupted.
+   */
+  tool_recovered: {
+    id: string;
+    name: string;
+    decision: "ran_again" | "interrupted";
+    ok: boolean;
+    error: string | null;
   };
   tool_call: { id: string; name: string; arguments: string };
   tool_result: {

@@ -6,6 +6,7 @@ import { BackgroundCompactions } from "../src/memory/background.ts";
 import { ScriptedLLM, type ScriptStep } from "../src/llm/scripted.ts";
 import type { LeaseStore } from "../src/store/session_leases.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
+import { StoreUnavailableError } from "../src/errors.ts";
 import { type SessionKey } from "../src/store/store.ts";
 import { createBuiltinTools } from "../src/tools/builtin.ts";
 import type { ToolRegistry, ToolSource, ToolSpec } from "../src/tools/registry.ts";
@@ -272,4 +273,26 @@ export function leaseStoreWith(store: LeaseStore, overrides: Partial<LeaseStore>
     releaseLease: (...args) => store.releaseLease(...args),
     ...overrides,
   };
+}
+
+/**
+ * Makes `h`'s agent write through a store whose write of a tool result fails while `on`: the turn stops after a
+ * tool's effect with its call stored and no result, exactly what a process killed there leaves.
+ */
+export function stopAfterEffects(h: Harness): { on: boolean } {
+  const failing = { on: true };
+  const store = h.store;
+  h.agent.store = new Proxy(store, {
+    get(target, property) {
+      if (property === "append") {
+        return (key: SessionKey, messages: readonly StoredMessage[]) =>
+          failing.on && messages.some((m) => m.role === "tool")
+            ? Promise.reject(new StoreUnavailableError("the process stopped"))
+            : store.append(key, messages);
+      }
+      const value = Reflect.get(target, property);
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
+  return failing;
 }

@@ -452,7 +452,7 @@ Deno.test("fault: an unknown tool becomes a tool error listing the tools, then a
   await assertNextTurnAnswered(rig, 2);
 });
 
-Deno.test("fault: 50 tool calls store 50 results in one transaction, the first 16 run, then an answer", async () => {
+Deno.test("fault: 50 tool calls are stored before they run, each result as it ends, the first 16 run, then an answer", async () => {
   const calls = Array.from({ length: 50 }, (_, i) => ({
     id: `call_${i}`,
     name: "calculator",
@@ -470,9 +470,8 @@ Deno.test("fault: 50 tool calls store 50 results in one transaction, the first 1
   // AGENT_MAX_TOOL_CALLS_PER_STEP (16 by default): the other 34 are answered with a limit error.
   assert.equal(result.answer, "I ran 50 tools; 34 failed.");
   assert.equal(rig.provider.requests.length, 2);
-  // The user message, then the call with all 50 results in one append (one transaction), then the answer.
-  assert.deepEqual(appends.map((roles) => roles.length), [1, 51, 1]);
-  assert.deepEqual(appends[1], ["assistant", ...Array(50).fill("tool")]);
+  // The user message, then the calls (before any runs), each result in its own transaction, then the answer.
+  assert.deepEqual(appends, [["user"], ["assistant"], ...Array(50).fill(["tool"]), ["assistant"]]);
   const tools = (await rig.store.messages(keyOf(SESSION, USER))).filter((m) => m.role === "tool");
   assert.deepEqual(tools.map((m) => m.toolCallId), calls.map((c) => c.id));
   const results = tools.map((m) => JSON.parse(m.content!));

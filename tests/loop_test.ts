@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { LlmError } from "../src/errors.ts";
 import { EMPTY_ANSWER, EMPTY_REPLY_NUDGE, MAX_STEPS_ANSWER, runTurn } from "../src/agent/loop.ts";
+import { NOT_STARTED_ERROR } from "../src/agent/tool_calls.ts";
 import { ScriptedLLM } from "../src/llm/scripted.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { harness, keyOf, lastToolResult, steppingClock, tempDir } from "./_harness.ts";
@@ -215,7 +216,14 @@ Deno.test("runTurn() aborted during tool execution stores nothing: no call, no r
   assert.equal((await h.store.get(key))!.turnCount, 0);
   const error = h.events.find((e) => e.event === "error")!;
   assert.equal(error.data.message, "the turn was aborted: client disconnected");
-  assert.equal(error.data.discarded_messages, 1);
+  // The question, the calls (stored before they ran) and the two results.
+  assert.equal(error.data.discarded_messages, 4);
+  // The call after the one that stopped the turn was not started.
+  const results = h.events.filter((e) => e.event === "tool_result");
+  assert.deepEqual(results.map((e) => [e.data.name, e.data.error]), [["slow", null], [
+    "calculator",
+    NOT_STARTED_ERROR,
+  ]]);
   // The next turn on the same session works, takes the cancelled turn's number and sees a consistent history.
   const next = await runTurn(
     input("again"),

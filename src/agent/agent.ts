@@ -5,7 +5,7 @@
  */
 import { SessionError } from "../errors.ts";
 import type { EventSink, RunEventData } from "../events.ts";
-import type { StoredMessage, Usage } from "../types.ts";
+import type { StoredMessage, ToolCall, Usage } from "../types.ts";
 import type { LLM } from "../llm/llm.ts";
 import type { Summarizer } from "../memory/summarizer.ts";
 import type { SessionStore } from "../store/store.ts";
@@ -89,6 +89,23 @@ export function unansweredMessage(history: readonly StoredMessage[]): StoredMess
     if (m.role === "assistant" && (m.toolCalls ?? []).length === 0) return null;
   }
   return null;
+}
+
+/**
+ * The calls of the history's last tool step that have no result, with the message that made them: a process
+ * stopped while they ran (calls are stored before they run, each result as it ends). Null when there are none.
+ * Only the last step can have such calls: they are resolved before anything else is stored.
+ */
+export function runningCalls(
+  history: readonly StoredMessage[],
+): { message: StoredMessage; calls: ToolCall[] } | null {
+  let end = history.length;
+  while (end > 0 && history[end - 1].role === "tool") end--;
+  const message = history[end - 1];
+  if (message?.role !== "assistant" || (message.toolCalls ?? []).length === 0) return null;
+  const answered = new Set(history.slice(end).map((m) => m.toolCallId));
+  const calls = message.toolCalls!.filter((call) => !answered.has(call.id));
+  return calls.length === 0 ? null : { message, calls };
 }
 
 /** The error of a retry on a session whose last turn was answered (or that does not exist). */

@@ -6,7 +6,15 @@
  */
 import { LeaseLostError, LlmError, StoreUnavailableError } from "../errors.ts";
 import { AGENT_NAME, agentSpan, inSpan } from "../telemetry.ts";
-import type { ChatReply, FailureKind, Message, ToolCall, TurnFailure, TurnResult } from "../types.ts";
+import type {
+  ChatReply,
+  FailureKind,
+  Message,
+  StoredMessage,
+  ToolCall,
+  TurnFailure,
+  TurnResult,
+} from "../types.ts";
 import {
   approvalCalls,
   askedCalls,
@@ -16,8 +24,16 @@ import {
   waitingAnswer,
 } from "../approval/decisions.ts";
 import { buildContext } from "./context.ts";
-import { DEFAULT_MAX_TOOL_CALLS_PER_STEP, runToolCalls } from "./tool_calls.ts";
-import { ABORTED_ANSWER, type Agent, type RunOptions, type TurnInput, usageData } from "./agent.ts";
+import { callKey, DEFAULT_MAX_TOOL_CALLS_PER_STEP, runToolCalls } from "./tool_calls.ts";
+import { serializeToolResult } from "../tools/registry.ts";
+import {
+  ABORTED_ANSWER,
+  type Agent,
+  runningCalls,
+  type RunOptions,
+  type TurnInput,
+  usageData,
+} from "./agent.ts";
 import { openTurn, type PausedStep, type Turn } from "./turn.ts";
 
 export type { Agent, Decision, RunOptions, TurnInput };
@@ -27,6 +43,9 @@ export const EMPTY_REPLY_NUDGE =
   "[runtime] Your last reply was empty. Answer the user's last message, or call one of the tools.";
 /** The closing answer after a second empty reply. */
 export const EMPTY_ANSWER = "I could not produce an answer to that. Please rephrase or try again.";
+/** The result of a call a stopped process left running, when its tool is not safe to repeat. */
+export const INTERRUPTED_ERROR =
+  "interrupted: the process stopped while this tool ran; it may have taken effect and was not run again";
 /** The closing answer when the step limit is reached; the model is not asked again. */
 export const MAX_STEPS_ANSWER =
   "I stopped before finishing: this turn reached its limit of tool steps. Ask me to continue if needed.";
@@ -42,8 +61,11 @@ export function runTurn(input: TurnInput, agent: Agent, run: RunOptions): Promis
   return inSpan(`invoke_agent ${AGENT_NAME}`, async () => {
     checkLimits(agent);
     const { turn, paused, question } = await openTurn(input, agent, run);
-    if (question !== null) await append(turn, [question]);
-    const result = await unlessStoreFails(turn, () => runSteps(turn, paused));
+    const result = await unlessStoreFails(turn, async () => {
+      await recoverCalls(turn);
+      if (question !== null) await append(turn, [question]);
+      return await runSteps(turn, paused);
+    });
     // Once answered, a compaction due by the turn trigger runs in the background, after the answer is out.
     if (result.failure === undefined && result.outcome !== "awaiting_approval") {
       turn.memory.afterAnswer((compaction, emit) => {
@@ -77,9 +99,9 @@ async function runSteps(turn: Turn, paused: PausedStep | null): Promise<TurnResu
       // One reply's calls run together: if one waits for the user, all of them wait.
       const asked = askedCalls(calls, agent.approval, run.allowed);
       if (asked.length > 0) return await pause(turn, content, calls, asked, step);
-      const ran = await runTools(turn, calls, step);
-      if (ran === null) return await aborted(turn, step);
-      await append(turn, [{ role: "assistant", content, toolCalls: ran.calls }, ...ran.results]);
+      const intent = (stored: ToolCall[]) =>
+        append(turn, [{ role: "assistant", content, toolCalls: stored }]);
+      if (!await runTools(turn, calls, step, intent)) return await aborted(turn, step);
       continue;
     }
     if (content !== null && content.trim() !== "") return await answer(turn, step, content);
@@ -147,53 +169,97 @@ async function askModel(
 
 /**
  * Runs a reply's tool calls (the approval policy, and on a resumption the user's decisions, refuse some):
- * what to store, or null when the turn was aborted meanwhile (then nothing of the step is stored).
+ * `intent` stores the calls before the first runs, and each result is stored as its call ends. False when the
+ * turn was aborted meanwhile.
  */
 async function runTools(
   turn: Turn,
   calls: readonly ToolCall[],
   step: number,
-  decisions?: PausedStep["decisions"],
-) {
+  intent: (stored: ToolCall[]) => Promise<StoredMessage>,
+  resumed?: PausedStep,
+): Promise<boolean> {
   const { signal } = turn.run;
   const ran = await runToolCalls(calls, {
     tools: turn.agent.tools,
     context: { sessionId: turn.key.sessionId, userId: turn.key.userId, signal },
     maxCalls: turn.agent.maxToolCallsPerStep,
     emit: (name, data) => turn.event(name, step, data),
-    refuse: refusalFor(turn.agent.approval, decisions),
+    refuse: refusalFor(turn.agent.approval, resumed?.decisions),
+    intent: async (stored) => (await intent(stored)).id,
+    // A resumed step's results stay with its calls, even if the turn is aborted (see resumeStep).
+    result: async (message) => void await append(turn, [message], { kept: resumed !== undefined }),
   });
   turn.calls.push(...ran.reported);
-  return signal?.aborted ? null : ran;
+  return !signal?.aborted;
 }
 
 /**
- * Takes up the paused step with the user's decisions: runs it, then stores its assistant message with every
- * result and drops the pending row in one transaction; false when the turn was aborted meanwhile.
+ * Takes up the paused step with the user's decisions: drops the pending row and stores its assistant message
+ * in one transaction, then runs the calls, storing each result as it ends. Once the calls are stored, the
+ * step stays, even if the turn is aborted: a second approval finds nothing to approve, so an approved call
+ * never starts twice, and one cut short is resolved like any call a stopped process left running. False
+ * when the turn was aborted meanwhile.
  */
-async function resumeStep(turn: Turn, { pending, decisions }: PausedStep): Promise<boolean> {
+async function resumeStep(turn: Turn, paused: PausedStep): Promise<boolean> {
+  const { pending, decisions } = paused;
   const byId = new Map(pending.toolCalls.map((call) => [call.id, call.name]));
   turn.event("approval_decided", pending.step, {
     decisions: [...decisions].map(([id, decision]) => ({ id, name: byId.get(id)!, decision })),
   });
-  const ran = await runTools(turn, pending.toolCalls, pending.step, decisions);
-  if (ran === null) return false;
-  const stamped = turn.stamp([
-    { role: "assistant", content: pending.content, toolCalls: ran.calls },
-    ...ran.results,
-  ]);
-  if (!await turn.agent.store.resolvePending(turn.key, pending.runId, stamped)) {
-    throw noPendingApproval(turn.key.sessionId); // resolved meanwhile: nothing stored
+  const intent = async (stored: ToolCall[]) => {
+    const [message] = turn.stamp([{ role: "assistant", content: pending.content, toolCalls: stored }]);
+    if (!await turn.agent.store.resolvePending(turn.key, pending.runId, [message])) {
+      throw noPendingApproval(turn.key.sessionId); // resolved meanwhile: nothing stored, nothing run
+    }
+    turn.stored([message], { kept: true });
+    return message;
+  };
+  return await runTools(turn, pending.toolCalls, pending.step, intent, paused);
+}
+
+/**
+ * Resolves the calls a stopped process left running (stored without a result) before the turn's first model
+ * call: a call whose tool is safe to repeat (and that the policy does not deny) runs again, any other is
+ * answered {@linkcode INTERRUPTED_ERROR} and the model decides. Each is traced as `tool_recovered` and its
+ * result stored at once, so each is resolved once.
+ */
+async function recoverCalls(turn: Turn): Promise<void> {
+  const running = runningCalls(turn.memory.history);
+  if (running === null) return;
+  const { tools, approval } = turn.agent;
+  const { sessionId, userId } = turn.key;
+  const refuse = refusalFor(approval);
+  for (const call of running.calls) {
+    if (turn.run.signal?.aborted) return;
+    const repeat = tools.safeToRepeat(call.name) && refuse(call) === null;
+    const callId = callKey(running.message.id, call.id);
+    const result = repeat
+      ? await tools.execute(call, { sessionId, userId, signal: turn.run.signal, callId })
+      : tools.fit({ ok: false, data: null, error: INTERRUPTED_ERROR, truncated: false });
+    const { ok, error } = result;
+    turn.event("tool_recovered", null, {
+      id: call.id,
+      name: call.name,
+      decision: repeat ? "ran_again" : "interrupted",
+      ok,
+      error,
+    });
+    turn.calls.push({ name: call.name, arguments: call.arguments, ok });
+    await append(turn, [{ role: "tool", content: serializeToolResult(result), toolCallId: call.id }]);
   }
-  turn.stored(stamped);
-  return true;
 }
 
 /** Stores `messages` in one transaction, stamped with this run's ids; the next request carries them. */
-async function append(turn: Turn, messages: readonly Message[]): Promise<void> {
+async function append(
+  turn: Turn,
+  messages: readonly Message[],
+  options?: { kept?: boolean },
+): Promise<StoredMessage> {
   const stamped = turn.stamp(messages);
   await turn.agent.store.append(turn.key, stamped);
-  turn.stored(stamped);
+  turn.stored(stamped, options);
+  return stamped[0];
 }
 
 /** Stores `text` as the answer and ends the turn (`closing` marks a fixed answer the runtime wrote). */
@@ -238,7 +304,8 @@ async function pause(
 
 /**
  * Ends an aborted turn. It comes before the answer is stored, so what the turn stored is taken back (its
- * question too, unless a retry's), and the trace's error event says so.
+ * question too, unless a retry's) but an approved step once its calls are stored, and the trace's error event
+ * says so.
  */
 async function aborted(turn: Turn, step: number): Promise<TurnResult> {
   const discarded = await turn.agent.store.discardMessages(turn.key, turn.saved);

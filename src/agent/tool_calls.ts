@@ -1,8 +1,9 @@
 /**
- * runToolCalls(): how a turn answers the tool calls of one model reply. Every call gets exactly one result,
- * in order. A call that must not run — malformed by the provider, beyond the per-reply limit, or with
- * arguments over the size limit — is answered with a tool error instead, so the model can correct itself.
- * Never throws over a tool.
+ * runToolCalls(): how a turn answers the tool calls of one model reply. The calls are stored before the first
+ * runs and each result as its call ends, so a crash never forgets that a call started. Every call gets exactly
+ * one result, in order. A call that must not run — malformed by the provider, beyond the per-reply limit,
+ * with arguments over the size limit, or not yet started when the turn is stopped — is answered with a tool
+ * error instead, so the model can correct itself. Never throws over a tool.
  * @module
  */
 import {
@@ -51,6 +52,14 @@ export interface RunToolCallsOptions {
    * @default {() => null}
    */
   refuse?: (call: ToolCall) => string | null;
+  /**
+   * Stores the calls (as {@linkcode ToolCallsOutcome.calls} has them) before any runs; resolves to the stored
+   * message's id, which with a call's id names the call to its handler (`ToolContext.callId`).
+   * @default {async () => ""}
+   */
+  intent?: (calls: ToolCall[]) => Promise<string>;
+  /** Stores one call's result message as soon as the call ends. @default {async () => {}} */
+  result?: (message: Message) => Promise<void>;
 }
 
 /** What {@linkcode runToolCalls} did: what to store, and what to report. */
@@ -86,6 +95,26 @@ export function cutArguments(args: string, bytes: number): string {
   return JSON.stringify({ cut: true, bytes, prefix: args.slice(0, CUT_PREFIX_CHARS) });
 }
 
+/** The result of a call the turn was stopped before. */
+export const NOT_STARTED_ERROR = "not run: the turn was stopped before this call started";
+
+/** The key a handler knows a call by: its stored message's id and its own, unique across the session. */
+export function callKey(messageId: string, callId: string): string {
+  return `${messageId}/${callId}`;
+}
+
+/**
+ * The call as the assistant message stores it: a placeholder name for a nameless call, over-long arguments
+ * cut (see {@linkcode cutArguments}), no `problem`.
+ */
+function storedCall(call: ToolCall, bytes: number): ToolCall {
+  return {
+    id: call.id,
+    name: call.name === "" ? INVALID_TOOL_CALL_NAME : call.name,
+    arguments: bytes > MAX_TOOL_ARGUMENT_BYTES ? cutArguments(call.arguments, bytes) : call.arguments,
+  };
+}
+
 /** Why `call` (number `index` of `count`) must not run, or null when it may. */
 function refusal(
   call: ToolCall,
@@ -114,32 +143,37 @@ function refusal(
 }
 
 /**
- * Answers every call of one reply, in order: runs the first `maxCalls` that are well-formed and within the
- * argument limit, and gives every other one a tool error saying why. Never throws over a tool (the
- * registry catches handlers); rejects only if `emit` throws.
+ * Answers every call of one reply, in order: stores them (`intent`), then runs the first `maxCalls` that are
+ * well-formed and within the argument limit, gives every other one a tool error saying why, and stores each
+ * result as it comes (`result`). Never throws over a tool (the registry catches handlers); rejects only if
+ * `emit` or a store callback does.
  */
 export async function runToolCalls(
   calls: readonly ToolCall[],
   options: RunToolCallsOptions,
 ): Promise<ToolCallsOutcome> {
   const { tools, context, maxCalls = DEFAULT_MAX_TOOL_CALLS_PER_STEP, emit = () => {} } = options;
-  const { refuse = () => null } = options;
-  const outcome: ToolCallsOutcome = { calls: [], results: [], reported: [] };
+  const { refuse = () => null, intent = () => Promise.resolve(""), result: store = async () => {} } = options;
+  const sizes = calls.map((call) => utf8Length(call.arguments));
+  const outcome: ToolCallsOutcome = {
+    calls: calls.map((call, i) => storedCall(call, sizes[i])),
+    results: [],
+    reported: [],
+  };
+  const messageId = await intent(outcome.calls);
   for (const [index, call] of calls.entries()) {
-    const bytes = utf8Length(call.arguments);
-    const stored: ToolCall = {
-      id: call.id,
-      name: call.name === "" ? INVALID_TOOL_CALL_NAME : call.name,
-      arguments: bytes > MAX_TOOL_ARGUMENT_BYTES ? cutArguments(call.arguments, bytes) : call.arguments,
-    };
+    const stored = outcome.calls[index];
     emit("tool_call", { id: stored.id, name: stored.name, arguments: stored.arguments });
-    const refused = refusal(call, index, calls.length, maxCalls, bytes) ?? refuse(call);
+    const refused = refusal(call, index, calls.length, maxCalls, sizes[index]) ?? refuse(call) ??
+      (context.signal?.aborted ? NOT_STARTED_ERROR : null);
+    const callContext = { ...context, callId: callKey(messageId, stored.id) };
     const execute = async () =>
-      refused === null ? await tools.execute(call, context) : tools.fit(failure(refused));
+      refused === null ? await tools.execute(call, callContext) : tools.fit(failure(refused));
     const result = await inSpan(`execute_tool ${stored.name}`, execute, toolSpan(stored));
     emit("tool_result", { id: stored.id, name: stored.name, ...result });
-    outcome.calls.push(stored);
-    outcome.results.push({ role: "tool", content: serializeToolResult(result), toolCallId: stored.id });
+    const message: Message = { role: "tool", content: serializeToolResult(result), toolCallId: stored.id };
+    await store(message);
+    outcome.results.push(message);
     outcome.reported.push({ name: stored.name, arguments: stored.arguments, ok: result.ok });
   }
   return outcome;

@@ -134,10 +134,13 @@ export class Turn {
     });
   }
 
-  /** The store took `messages`: the next request carries them, and an abort takes them back. */
-  stored(messages: readonly StoredMessage[]): void {
+  /**
+   * The store took `messages`: the next request carries them, and an abort takes them back, unless `kept`
+   * (an approved step's calls: once stored they may have started, and stay).
+   */
+  stored(messages: readonly StoredMessage[], options: { kept?: boolean } = {}): void {
     this.memory.added(messages);
-    this.saved.push(...messages.map((m) => m.id));
+    if (options.kept !== true) this.saved.push(...messages.map((m) => m.id));
   }
 
   /** Ends the turn with `outcome`: emits `run_end` and returns the result. */

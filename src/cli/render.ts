@@ -109,6 +109,13 @@ export function renderEvent(event: RunEvent, style: Style): string | null {
       const detail = ok ? short(JSON.stringify(data), 120) : `error: ${short(String(error), 160)}`;
       return style.dim(`    ${ok ? "✓" : "✗"} ${detail}`);
     }
+    case "tool_recovered": {
+      const { name, decision, ok, error } = event.data;
+      const what = decision === "ran_again"
+        ? `ran again (safe to repeat)${ok ? "" : `: error: ${short(String(error), 160)}`}`
+        : "interrupted by a stop, not run again";
+      return style.dim(`  ↻ ${name}, left running by a stopped process: ${what}`);
+    }
     case "compact": {
       const data = event.data;
       if (!data.ok) return style.dim(`    ⟳ compaction skipped: ${data.reason}`);

@@ -261,6 +261,7 @@ export function evaluate(expression: string): number {
 /** The `calculator` tool: its handler returns `{expression, result}`, throwing as {@linkcode evaluate} does. */
 export const calculatorTool: ToolSpec = {
   name: "calculator",
+  safeToRepeat: true,
   description: "Evaluate an arithmetic expression with Python semantics. Supports numbers (12, 3.5, .5, " +
     "1e3, 2.5E-2), + - * / % **, unary + and -, and parentheses. ** is right-associative and binds tighter " +
     "than unary minus (-2**2 = -4). % is floored modulo: the result has the sign of the divisor " +

@@ -14,6 +14,11 @@ export interface ToolContext {
   /** The user the session belongs to: with `sessionId`, the session's key in the store. */
   userId: string;
   signal?: AbortSignal;
+  /**
+   * The id of the call being served: a tool that adds something can make a repeated call of the same id add
+   * nothing (`todo` does), and so declare itself safe to repeat.
+   */
+  callId?: string;
 }
 
 /** A tool: its schema for the model and the handler that runs it. Handlers may throw; the registry catches. */
@@ -23,6 +28,12 @@ export interface ToolSpec {
   parameters: JsonSchema;
   /** The MCP server the tool comes from; absent for the runtime's own tools. */
   server?: string;
+  /**
+   * True when running a call twice does no more than running it once (it only reads, or a repeated call id
+   * changes nothing): a call a crash left running is then run again rather than reported as interrupted.
+   * @default {false}
+   */
+  safeToRepeat?: boolean;
   handler(args: Record<string, unknown>, context: ToolContext): unknown | Promise<unknown>;
 }
 
@@ -155,6 +166,11 @@ export class ToolRegistry {
       server: server ?? null,
       description,
     }));
+  }
+
+  /** Whether the tool `name` declares itself safe to repeat; false for a tool not registered. */
+  safeToRepeat(name: string): boolean {
+    return this.#current().get(name)?.safeToRepeat === true;
   }
 
   /**

@@ -242,6 +242,7 @@ export function createSearchTool(corpus: readonly SearchDoc[]): ToolSpec {
   const index = createSearchIndex(corpus);
   return {
     name: "search_mock",
+    safeToRepeat: true,
     description: "Search the runtime's own documentation (the agent loop, tools, sessions, compaction, " +
       "tracing, configuration, the LLM client, permissions, the REPL, errors). Keyword search, English or " +
       "Chinese; returns up to 3 documents with a title, a snippet and a score.",
