@@ -59,6 +59,12 @@ Deno.test("parseMcpConfig() names the entry and the problem in one line, never a
     problem({ mcpServers: { i: { command: "x", scope: "everyone" } } }),
     /server "i": "scope" must be "user"/,
   );
+  for (const safeToRepeat of [["read_file"], { read_file: "yes" }, "all"]) {
+    assert.match(
+      problem({ mcpServers: { j: { command: "x", safeToRepeat } } }),
+      /server "j": "safeToRepeat" must be an object of tool names to true or false/,
+    );
+  }
   const secret = problem({
     mcpServers: { e: { url: "http://h", headers: { Authorization: 7, X: "s3cret" } } },
   });
@@ -150,8 +156,8 @@ Deno.test("parseMcpConfig() reads VS Code's \"servers\" and Cline's entries; an 
   assert.deepEqual(file.autoApproved, ["cline__read", "cline__list", "roo__ping", "off__never_started"]);
   assert.deepEqual(file.warnings, [
     'MCP config /x/mcp.json: ignored the unknown top-level key "inputs" (known: mcpServers, servers, approval)',
-    'MCP config /x/mcp.json: server "cline": ignored the unknown key "timeout" (known: command, args, env, type, transportType, disabled, autoApprove, alwaysAllow, scope)',
-    'MCP config /x/mcp.json: server "local": ignored the unknown key "cwd" (known: command, args, env, type, transportType, disabled, autoApprove, alwaysAllow, scope)',
+    'MCP config /x/mcp.json: server "cline": ignored the unknown key "timeout" (known: command, args, env, type, transportType, disabled, autoApprove, alwaysAllow, scope, safeToRepeat)',
+    'MCP config /x/mcp.json: server "local": ignored the unknown key "cwd" (known: command, args, env, type, transportType, disabled, autoApprove, alwaysAllow, scope, safeToRepeat)',
   ]);
 });
 

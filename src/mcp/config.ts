@@ -2,7 +2,8 @@
  * readMcpConfig(): the MCP servers file (AGENT_MCP_CONFIG) in the forms other agents already use, validated
  * whole before any server starts: `{"mcpServers": {"name": {"command", "args", "env"} | {"url", "headers"}}}`
  * (Claude Desktop, Cursor), `"servers"` with `"type": "stdio" | "http" | "sse"` (VS Code), and Cline's entries
- * with `"disabled"` (the server is skipped) and `"autoApprove"` (its tools named there run without asking).
+ * with `"disabled"` (the server is skipped) and `"autoApprove"` (its tools named there run without asking);
+ * this runtime's own `"scope"` and `"safeToRepeat"` (`{"tool": true | false}`, over the tools' annotations).
  * A key it does not know is a warning, not an error. The file's top-level `"approval"` value is passed
  * through untouched for its own parser.
  * @module
@@ -22,6 +23,8 @@ export interface StdioServerConfig {
   env: Readonly<Record<string, string>>;
   /** One instance per user (`${user}` in args and env values is the user's id), or one for all. */
   scope?: "user" | "shared";
+  /** Per tool (the server's own name): safe to repeat or not, over what the tool's annotations say. */
+  safeToRepeat?: Readonly<Record<string, boolean>>;
 }
 
 /**
@@ -35,6 +38,8 @@ export interface HttpServerConfig {
   headers: Readonly<Record<string, string>>;
   /** One client session per user, or one for all. */
   scope?: "user" | "shared";
+  /** Per tool (the server's own name): safe to repeat or not, over what the tool's annotations say. */
+  safeToRepeat?: Readonly<Record<string, boolean>>;
 }
 
 /** One entry of `mcpServers`. */
@@ -55,7 +60,15 @@ export interface McpFile {
 
 const TOP_LEVEL_KEYS = ["mcpServers", "servers", "approval"];
 /** Keys of an entry of either kind: Cline's (`alwaysAllow` is Roo Code's name for `autoApprove`). */
-const COMMON_KEYS = ["type", "transportType", "disabled", "autoApprove", "alwaysAllow", "scope"];
+const COMMON_KEYS = [
+  "type",
+  "transportType",
+  "disabled",
+  "autoApprove",
+  "alwaysAllow",
+  "scope",
+  "safeToRepeat",
+];
 const STDIO_KEYS = ["command", "args", "env", ...COMMON_KEYS];
 const HTTP_KEYS = ["url", "headers", ...COMMON_KEYS];
 /** `type` values other agents write for each transport; accepted when they agree with the entry. */
@@ -113,8 +126,24 @@ function parseServer(
   if (scope !== undefined && scope !== "user" && scope !== "shared") {
     return at(`"scope" must be "user" or "shared"`);
   }
+  const { safeToRepeat } = entry;
+  if (
+    safeToRepeat !== undefined &&
+    (!isRecord(safeToRepeat) || Object.values(safeToRepeat).some((value) => typeof value !== "boolean"))
+  ) {
+    return at(`"safeToRepeat" must be an object of tool names to true or false`);
+  }
   const server = hasCommand ? stdioServer(name, entry, at) : httpServer(name, entry, type, at);
-  return { server: scope === undefined ? server : Object.freeze({ ...server, scope }), autoApprove };
+  const extra: Pick<McpServerConfig, "scope" | "safeToRepeat"> = {
+    ...(scope === undefined ? {} : { scope }),
+    ...(safeToRepeat === undefined
+      ? {}
+      : { safeToRepeat: Object.freeze({ ...safeToRepeat }) as Record<string, boolean> }),
+  };
+  return {
+    server: Object.keys(extra).length === 0 ? server : Object.freeze({ ...server, ...extra }),
+    autoApprove,
+  };
 }
 
 function stdioServer(

@@ -37,6 +37,8 @@ export interface ListedTool {
   inputSchema: Record<string, unknown>;
   /** Whether the tool runs as an MCP task: `"required"` ones are not offered. */
   execution?: { taskSupport?: string };
+  /** Hints the server gives: a tool that only reads, or whose repeated call changes nothing, is safe to repeat. */
+  annotations?: { readOnlyHint?: unknown; idempotentHint?: unknown };
 }
 
 /** What `/healthz` says of a server. */

@@ -9,7 +9,7 @@ import type { JsonSchema } from "../tools/json_schema.ts";
 import type { ToolSource, ToolSpec } from "../tools/registry.ts";
 import { contentText, toolData } from "./call_result.ts";
 import type { McpFile } from "./config.ts";
-import { McpConnection, type ServerHealth } from "./connection.ts";
+import { type ListedTool, McpConnection, type ServerHealth } from "./connection.ts";
 import { UserServers, type UserServersOptions } from "./user_servers.ts";
 import { ToolNames } from "./tool_names.ts";
 
@@ -94,7 +94,7 @@ export class McpTools implements ToolSource {
           this.#leaveOut(server, tool.name, "its name collides");
           continue;
         }
-        specs.push(toolSpec(name, tool.name, tool.description ?? "", tool.inputSchema, connection));
+        specs.push(toolSpec(name, tool, connection));
       }
     }
     this.#specs = Object.freeze(specs);
@@ -109,18 +109,24 @@ export class McpTools implements ToolSource {
   }
 }
 
-function toolSpec(
-  name: string,
-  tool: string,
-  description: string,
-  inputSchema: Record<string, unknown>,
-  connection: Server,
-): ToolSpec {
+/**
+ * Whether a call of `tool` left running by a stopped process may run again: the server entry's
+ * `"safeToRepeat"` says so for the tool, else its annotations (`readOnlyHint` or `idempotentHint` true).
+ */
+export function safeToRepeat(tool: ListedTool, overrides: Readonly<Record<string, boolean>> = {}): boolean {
+  if (Object.hasOwn(overrides, tool.name)) return overrides[tool.name];
+  const hints = tool.annotations ?? {};
+  return hints.readOnlyHint === true || hints.idempotentHint === true;
+}
+
+function toolSpec(name: string, listed: ListedTool, connection: Server): ToolSpec {
+  const tool = listed.name;
   return {
     name,
-    description,
-    parameters: inputSchema as JsonSchema,
+    description: listed.description ?? "",
+    parameters: listed.inputSchema as JsonSchema,
     server: connection.config.name,
+    safeToRepeat: safeToRepeat(listed, connection.config.safeToRepeat),
     handler: async (args, context) => {
       const result = connection instanceof UserServers
         ? await connection.call(context.userId, tool, args, context.signal)
