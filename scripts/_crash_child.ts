@@ -116,22 +116,24 @@ export function wholeEvents(text: string): Record<string, unknown>[] {
 }
 
 /**
- * The session's turn count, compacted turns and stored tool messages; null before it exists, or when the
- * database cannot be read (the invariant check reports why).
+ * The session's turn count, compacted turns, the ids of its stored calls and of its stored tool results; null
+ * before it exists, or when the database cannot be read (the invariant check reports why).
  */
 export async function readSession(
   dbPath: string,
-): Promise<{ turns: number; compacted: number; toolIds: Set<string> } | null> {
+): Promise<{ turns: number; compacted: number; callIds: Set<string>; toolIds: Set<string> } | null> {
   if (!existsSync(dbPath)) return null;
   let store: SqliteStore | null = null;
   try {
     store = new SqliteStore(dbPath);
     const session = await store.get(CRASH_KEY);
     if (session === null) return null;
-    const tools = (await store.messages(CRASH_KEY)).filter((m) => m.role === "tool");
+    const messages = await store.messages(CRASH_KEY);
+    const tools = messages.filter((m) => m.role === "tool");
     return {
       turns: session.turnCount,
       compacted: session.compactedTurns,
+      callIds: new Set(messages.flatMap((m) => m.toolCalls ?? []).map((call) => call.id)),
       toolIds: new Set(tools.map((m) => m.toolCallId ?? "")),
     };
   } catch {
@@ -139,6 +141,24 @@ export async function readSession(
   } finally {
     await store?.close();
   }
+}
+
+/**
+ * Holds the trace file's exclusive lock until released: the child's next event line waits for it, and with it
+ * the whole child (a line is written synchronously).
+ */
+export async function holdTraceLock(tracePath: string): Promise<{ release(): void }> {
+  const file = await Deno.open(tracePath, { read: true, write: true });
+  await file.lock(true);
+  return {
+    release() {
+      try {
+        file.unlockSync();
+      } finally {
+        file.close();
+      }
+    },
+  };
 }
 
 /** Holds the database's write lock (`BEGIN IMMEDIATE`) until released: a writer in the child waits. */

@@ -51,10 +51,13 @@ function checkToolPairs(sessionId: string, messages: readonly StoredMessage[], o
     let j = i + 1;
     while (j < messages.length && messages[j].role === "tool") j++;
     const results = messages.slice(i + 1, j);
+    // The last step's calls may lack results: left running by the killed process, resolved before the next
+    // model call. Anywhere else a call without its result would reach the model.
+    const last = j === messages.length;
     for (const id of new Set(ids)) {
       const count = results.filter((r) => r.toolCallId === id).length;
       const calls = ids.filter((x) => x === id).length;
-      if (count !== 1 || calls !== 1) {
+      if ((count !== 1 && !(last && count === 0)) || calls !== 1) {
         out.push(`${at} call ${id} of message ${m.id} has ${count} tool messages (expected 1)`);
       }
     }
@@ -83,6 +86,22 @@ function checkSummary(sessionId: string, text: string | null, out: string[]): vo
   }
 }
 
+/**
+ * Todos one tool call added more than once: its call key (`<message id>/<call id>`) is unique, so a call run
+ * again under another key — the model asked again instead of the call being resolved — shows as the same
+ * call id (providers' ids are unique per reply) with two rows.
+ */
+function repeatedTodos(raw: DatabaseSync): string[] {
+  const columns = raw.prepare("PRAGMA table_info(todos)").all().map((row) => String(row.name));
+  if (!columns.includes("call_id")) return [];
+  const byCall = new Map<string, number>();
+  for (const row of raw.prepare("SELECT session_id, call_id FROM todos WHERE call_id IS NOT NULL").all()) {
+    const call = `${row.session_id} ${String(row.call_id).split("/").at(-1)}`;
+    byCall.set(call, (byCall.get(call) ?? 0) + 1);
+  }
+  return [...byCall].filter(([, n]) => n > 1).map(([call, n]) => `todo call ${call} added ${n} todos`);
+}
+
 async function checkDatabase(path: string, out: string[]): Promise<void> {
   if (!existsSync(path)) return;
   let sessionKeys: SessionKey[];
@@ -96,6 +115,7 @@ async function checkDatabase(path: string, out: string[]): Promise<void> {
       if (orphans.length > 0) out.push(`foreign_key_check: ${orphans.length} rows without their parent`);
       sessionKeys = raw.prepare("SELECT user_id, id FROM sessions ORDER BY user_id, id").all()
         .map((row) => ({ userId: String(row.user_id), sessionId: String(row.id) }));
+      out.push(...repeatedTodos(raw));
     } finally {
       raw.close();
     }
@@ -187,7 +207,8 @@ function checkTraceFile(path: string, out: string[]): void {
 /**
  * Checks what a crash must never break, and returns one message per violation (empty: all hold): SQLite's
  * `integrity_check` (and foreign keys); per session, every assistant tool call answered by exactly one tool
- * message right after it and no tool message without its call, a summary that is null or valid (the four
+ * message right after it (the last step's may have none: left running, resolved by the next turn) and no tool
+ * message without its call, no todo call that added two todos, a summary that is null or valid (the four
  * string arrays, at most MAX_SUMMARY_ITEMS each), `turn_count = compacted_turns + stored user messages`;
  * every complete trace line an event with the required fields, only the last line possibly torn, and
  * `readTrace` returning exactly the whole events. Missing files count as empty. Call it only while no

@@ -7,6 +7,7 @@ import { isRecord } from "../src/_json.ts";
 import { clip } from "./_crash_invariants.ts";
 import {
   fileSize,
+  holdTraceLock,
   holdWriteLock,
   readFrom,
   readSession,
@@ -22,7 +23,7 @@ export const MODES = [
   "summary_request", // when the provider receives a summary request, before it answers
   "tool_reply", // 0–2 ms after a tool-call reply was sent (the tool runs then)
   "requests", // 0–20 ms after the N-th provider request (N 1–6)
-  "tool_blocked", // while the todo tool waits for the write lock the test holds
+  "tool_blocked", // once the todo call is stored, before it runs (the test holds the trace's lock)
   "summary_reply", // 0–2 ms after a summary reply was sent (it is being stored)
   "trace_lines", // once the trace grew by N lines (N 1–15)
   "compaction_blocked", // while the compaction's transaction waits for the write lock
@@ -62,13 +63,15 @@ function nextLine(run: Run): { text: string; expect: string } {
 interface Evidence {
   calls: readonly WireCall[];
   events: readonly Record<string, unknown>[];
+  /** Ids of the stored calls (stored before they run). */
+  intents: ReadonlySet<string>;
   stored: ReadonlySet<string>;
   untracedCompacted: number;
 }
 
 /** The moment a kill hit, from where the exchange with the provider was and what the child left. */
 function describe(phase: Phase, evidence: Evidence): string {
-  const { calls, events, stored, untracedCompacted } = evidence;
+  const { calls, events, intents, stored, untracedCompacted } = evidence;
   if (phase === "start") return "before its first model call";
   if (phase === "model") return "during a model call";
   if (phase === "answered") return "between turns";
@@ -79,13 +82,9 @@ function describe(phase: Phase, evidence: Evidence): string {
       ? "during compaction (stored, not yet traced)"
       : "during compaction (summary sent, not stored)";
   }
-  const ids = new Set(calls.map((c) => c.id));
-  const traced = events.some((e) =>
-    e.event === "tool_call" && isRecord(e.data) && ids.has(String(e.data.id))
-  );
   if (calls.every((c) => stored.has(c.id))) return "between steps (tool results stored)";
-  if (traced) return "during tool execution (results not stored)";
-  return "during tool execution (reply not yet read)";
+  if (calls.some((c) => intents.has(c.id))) return "during tool execution (results not stored)";
+  return "during tool execution (calls not yet stored)";
 }
 
 /** One chat process, fed lines as its turns end, killed at the moment the round's mode picks. */
@@ -128,6 +127,29 @@ export async function killRound(run: Run, round: number): Promise<KillOutcome> {
     fed++;
     chat.write(mode === "tool_blocked" ? TODO_LINE.text : nextLine(run).text);
   };
+  /**
+   * tool_blocked: the test holds the trace's lock from before the todo call's reply goes out, so the child stops
+   * at its first line after reading it (`llm_call`). Every 20 ms the lock is let go and asked for again at once:
+   * a child that waits writes that one line, stores the call, and stops at its `tool_call` line, before the tool
+   * runs; it is killed once the call is seen stored. (No database lock: a lease renewal waiting for it would
+   * hold up the whole child.)
+   */
+  const blockOnceStored = async (id: string, first: { release(): void }) => {
+    let lock = first;
+    const deadline = Date.now() + 5000;
+    try {
+      while (killedIn === null && Date.now() < deadline) {
+        if ((await readSession(run.dbPath))?.callIds.has(id)) break;
+        await delay(20);
+        const next = holdTraceLock(run.tracePath);
+        lock.release();
+        lock = await next;
+      }
+      kill();
+    } finally {
+      lock.release();
+    }
+  };
   const watchTrace = async (found: (events: Record<string, unknown>[]) => boolean, timeoutMs: number) => {
     const deadline = Date.now() + timeoutMs;
     while (killedIn === null && Date.now() < deadline) {
@@ -148,8 +170,13 @@ export async function killRound(run: Run, round: number): Promise<KillOutcome> {
       return;
     }
     if (moment.kind === "reply") {
-      const todo = moment.calls.some((c) => c.name === "todo");
-      if (held.lock === null && mode === "tool_blocked" && todo) held.lock = holdWriteLock(run.dbPath);
+      const todo = moment.calls.find((c) => c.name === "todo");
+      if (held.lock === null && mode === "tool_blocked" && todo !== undefined) {
+        // Taken before the reply goes out: the child stops at its first line after reading it.
+        const lock = await holdTraceLock(run.tracePath);
+        held.lock = { release: () => {} };
+        void blockOnceStored(todo.id, lock);
+      }
       if (held.lock === null && mode === "compaction_blocked" && moment.reply === "summary") {
         held.lock = holdWriteLock(run.dbPath);
       }
@@ -163,14 +190,6 @@ export async function killRound(run: Run, round: number): Promise<KillOutcome> {
     if (mode === "summary_reply" && moment.reply === "summary") now();
     else if (mode === "tool_reply" && moment.reply === "tool_calls") now();
     else if (held.lock !== null && mode === "compaction_blocked") later(40, kill);
-    else if (held.lock !== null && mode === "tool_blocked") {
-      const id = moment.calls.find((c) => c.name === "todo")?.id;
-      const traced = (events: Record<string, unknown>[]) =>
-        events.some((e) => e.event === "tool_call" && isRecord(e.data) && e.data.id === id);
-      void watchTrace(traced, 3000).then(() => {
-        if (killedIn === null) later(20, kill);
-      });
-    }
   };
 
   later(int(0, 20), feed);
@@ -201,6 +220,7 @@ export async function killRound(run: Run, round: number): Promise<KillOutcome> {
   let moment = describe(killedIn ?? phase, {
     calls,
     events,
+    intents: after?.callIds ?? new Set(),
     stored: after?.toolIds ?? new Set(),
     untracedCompacted: (after?.compacted ?? 0) - before.compacted - traced,
   });

@@ -137,7 +137,7 @@ if (import.meta.main) {
     `compactions seen: ${r.compactions} stored ` +
     `(${r.summaryCalls} summary replies sent, some to a process being killed)`,
     `moments hit: ${r.compactionKills} during compaction, ${r.toolKills} during tool execution ` +
-    `(${r.toolKillsUnstored} with the calls traced and their results not stored)`,
+    `(${r.toolKillsUnstored} with the calls stored and their results not)`,
     `elapsed: ${(r.elapsedMs / 1000).toFixed(1)} s (seed ${seed})`,
   ].join("\n"));
   Deno.exit(r.violations.length > 0 ? 1 : 0);
