@@ -145,9 +145,10 @@ export class Retention {
    * Deletes events older than `before`, walking the table from its lowest row id. Row ids follow the order
    * events were shipped in, which is about the order they were written, so the old ones come first and the
    * first batch without one ends the pass: no batch scans the table. An event shipped late (kept in memory
-   * through a database outage) goes in the first pass after the events shipped before it are old too.
+   * through a database outage) goes in the first pass after the events shipped before it are old too. Of two
+   * processes walking at once, the one that finds a batch already deleted by the other stops; the other goes on.
    */
-  async #pruneTrace(trace: RetentionTarget["trace"] & object, before: string, signal?: AbortSignal) {
+  async #pruneTrace(trace: NonNullable<RetentionTarget["trace"]>, before: string, signal?: AbortSignal) {
     let deleted = 0;
     for (let after = 0;;) {
       signal?.throwIfAborted();
@@ -158,7 +159,7 @@ export class Retention {
     }
   }
 
-  /** Deletes sessions idle since before `before`, one transaction each, a page of them listed at a time. */
+  /** Deletes the sessions last written before `before`, one transaction each, listed a page at a time. */
   async #pruneSessions(sessions: IdleSessions, before: string, signal?: AbortSignal) {
     let deleted = 0;
     let after: IdleCursor | undefined;
