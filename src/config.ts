@@ -50,6 +50,10 @@ export interface Config {
   traceMaxBytes: number;
   /** Trace events the database's trace table keeps, the newest (the older stay in the trace files). */
   traceTableMaxEvents: number;
+  /** Days the database's trace table keeps an event (the trace files rotate by size instead). */
+  traceRetentionDays: number;
+  /** Days a session may go without a write before it is deleted whole; null keeps sessions forever. */
+  sessionRetentionDays: number | null;
   /** The MCP servers' configuration file; absent means no MCP. */
   mcpConfig: string;
   /** Deadline of each MCP tool call (its progress notifications start it again, up to 10 times in all). */
@@ -160,6 +164,18 @@ export const SETTINGS: Readonly<Record<string, Setting>> = {
     "1000000",
     "trace events the database's trace table keeps, the newest, for the trace route (the files keep theirs)",
     100,
+  ),
+  AGENT_TRACE_RETENTION_DAYS: setting(
+    "traceRetentionDays",
+    "positive",
+    "30",
+    "days the database keeps a trace event for the trace route, deleted in the background (the files keep theirs)",
+  ),
+  AGENT_SESSION_RETENTION_DAYS: setting(
+    "sessionRetentionDays",
+    "positiveOrUnset",
+    "",
+    "days a session may stay idle (no write) before it is deleted with its messages, todos and trace events; unset = kept forever",
   ),
   RUN_LIVE_TESTS: setting("runLiveTests", "flag", "", "`1` plus a key runs the live tests"),
   AGENT_STREAM: setting(

@@ -1,7 +1,7 @@
 /**
  * The real dependencies of a command, built from the configuration: the session store, the trace file and
- * its reader, the provider, the tools (MCP included), the session runner (queue and leases) and the background
- * compactions; and the order in which they are closed.
+ * its reader, the provider, the tools (MCP included), the session runner (queue and leases), the background
+ * compactions and the retention passes; and the order in which they are closed.
  * @module
  */
 import { mkdirSync } from "node:fs";
@@ -14,7 +14,7 @@ import { BackgroundCompactions } from "./memory/background.ts";
 import { processOwner, SessionLeases } from "./store/session_leases.ts";
 import { SessionRunner } from "./store/session_runner.ts";
 import { ProcessMarks } from "./store/process_marks.ts";
-import { openSessionStore, sharedTraceOf } from "./store/open.ts";
+import { openSessionStore, retentionOf, sharedTraceOf } from "./store/open.ts";
 import type { SessionStore } from "./store/store.ts";
 import { createLlmSummarizer } from "./memory/summarizer.ts";
 import { builtinToolsFor } from "./tools/builtin.ts";
@@ -40,7 +40,10 @@ export interface Runtime {
   mcp: McpTools | null;
   /** Runs every turn, delete and compaction on the database: in the session's queue, under its lease. */
   sessions: SessionRunner;
-  /** Waits for background compactions (abandoning them after the shutdown grace), then closes the files. */
+  /**
+   * Stops the retention passes (one under way ends after its batch), waits for background compactions
+   * (abandoning them after the shutdown grace), then closes the files.
+   */
   close(): Promise<void>;
 }
 
@@ -95,6 +98,14 @@ export async function openRuntime(config: Readonly<Config>): Promise<Runtime> {
     processGone: (other) => marks.isGone(other),
   });
   const sessions = new SessionRunner({ leases, queue: { maxWaiting: MAX_QUEUED_TURNS } });
+  // Old trace events and idle sessions go in the background; `:0` is an owner this process's leases never use.
+  const retention = retentionOf(store, {
+    traceDays: config.traceRetentionDays,
+    sessionDays: config.sessionRetentionDays,
+    owner: `${owner}:0`,
+    leaseTtlMs: config.sessionLeaseSeconds * 1000,
+  });
+  retention?.start();
   const compactions = new BackgroundCompactions((event) => tracer.write(event), { sessions });
   return {
     store,
@@ -117,6 +128,8 @@ export async function openRuntime(config: Readonly<Config>): Promise<Runtime> {
       approval,
     },
     close: async () => {
+      // Stopped first: a pass under way ends after its current batch, long before the grace below.
+      const retained = retention?.close();
       if (compactions.running > 0) {
         const grace = `${config.shutdownGraceSeconds}s (AGENT_SHUTDOWN_GRACE_SECONDS)`;
         console.error(`finishing ${compactions.running} background compaction(s), up to ${grace}`);
@@ -124,6 +137,7 @@ export async function openRuntime(config: Readonly<Config>): Promise<Runtime> {
       await compactions.close(config.shutdownGraceSeconds * 1000);
       await mcp?.close();
       tracer.close();
+      await retained;
       await shared?.close();
       await store.close();
       marks.close();

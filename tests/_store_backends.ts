@@ -13,6 +13,8 @@ import { postgresCluster } from "./_postgres.ts";
 export interface StoreDatabase extends AsyncDisposable {
   /** A new store on this database; the test closes it. */
   open(options?: { now?: () => Date }): Promise<SessionStore>;
+  /** Where another process opens it: the SQLite file's path, or the PostgreSQL URL. */
+  location: string;
 }
 
 /** A backend of the suite. */
@@ -33,6 +35,7 @@ const sqlite: StoreBackend = {
     const dir = Deno.makeTempDirSync({ prefix: "agent-store-" });
     return Promise.resolve({
       open: (options = {}) => Promise.resolve(new SqliteStore(`${dir}/s.db`, options)),
+      location: `${dir}/s.db`,
       [Symbol.asyncDispose]: () => Deno.remove(dir, { recursive: true }),
     });
   },
@@ -46,6 +49,7 @@ const postgres: StoreBackend = {
     const url = await cluster.freshUrl();
     return {
       open: (options = {}) => PostgresStore.open(url, options),
+      location: url,
       [Symbol.asyncDispose]: () => Promise.resolve(),
     };
   },

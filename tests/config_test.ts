@@ -37,6 +37,8 @@ Deno.test("loadConfig() gives every documented default for an empty environment"
     sessionLeaseSeconds: 30,
     traceMaxBytes: 67108864,
     traceTableMaxEvents: 1000000,
+    traceRetentionDays: 30,
+    sessionRetentionDays: null,
   });
   assert.ok(Object.isFrozen(config));
 });
@@ -50,6 +52,38 @@ Deno.test("loadConfig() derives AGENT_COMPACT_BATCH from AGENT_MAX_RAW_TURNS unl
     () => loadConfig({ AGENT_COMPACT_BATCH: "-1" }),
     /AGENT_COMPACT_BATCH="-1": expected a whole number/,
   );
+});
+
+Deno.test("loadConfig() reads the retention days: fractions allowed, AGENT_SESSION_RETENTION_DAYS unset or blank keeps sessions", () => {
+  const config = loadConfig({ AGENT_TRACE_RETENTION_DAYS: "7", AGENT_SESSION_RETENTION_DAYS: " 0.5 " });
+  assert.equal(config.traceRetentionDays, 7);
+  assert.equal(config.sessionRetentionDays, 0.5);
+  assert.equal(loadConfig({ AGENT_SESSION_RETENTION_DAYS: "" }).sessionRetentionDays, null);
+  assert.equal(loadConfig({ AGENT_SESSION_RETENTION_DAYS: "  " }).sessionRetentionDays, null);
+  assert.equal(loadConfig({ AGENT_TRACE_RETENTION_DAYS: "" }).traceRetentionDays, 30);
+  const cases: [string, string, RegExp][] = [
+    [
+      "AGENT_TRACE_RETENTION_DAYS",
+      "0",
+      /^Invalid AGENT_TRACE_RETENTION_DAYS="0": expected a number greater than 0$/,
+    ],
+    ["AGENT_TRACE_RETENTION_DAYS", "-3", /expected a number greater than 0$/],
+    ["AGENT_TRACE_RETENTION_DAYS", "a month", /expected a number greater than 0$/],
+    [
+      "AGENT_SESSION_RETENTION_DAYS",
+      "0",
+      /^Invalid AGENT_SESSION_RETENTION_DAYS="0": expected a number greater than 0, or unset$/,
+    ],
+    ["AGENT_SESSION_RETENTION_DAYS", "forever", /expected a number greater than 0, or unset$/],
+    ["AGENT_SESSION_RETENTION_DAYS", "1e400", /expected a number greater than 0, or unset$/],
+  ];
+  for (const [name, value, pattern] of cases) {
+    assert.throws(
+      () => loadConfig({ [name]: value }),
+      (e) => e instanceof ConfigError && e.variable === name && pattern.test(e.message),
+      `${name}=${value}`,
+    );
+  }
 });
 
 Deno.test("loadConfig() reads every variable", () => {

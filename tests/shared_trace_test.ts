@@ -25,6 +25,10 @@ function fakeTable(): TraceTable & { down: boolean; rows: Record<string, unknown
     page() {
       return Promise.resolve({ events: [...rows], nextCursor: null });
     },
+    // Not SharedTrace's: retention's (tests/retention_test.ts).
+    pruneOlder() {
+      return Promise.reject(new Error("not used"));
+    },
   };
   return table;
 }

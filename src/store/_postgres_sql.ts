@@ -7,7 +7,7 @@
 import type { StoredMessage } from "../types.ts";
 import { bytes, type MessageRow, toMessage, toPending, toSession, toTodo } from "./_rows.ts";
 import type { Sql, Tx } from "./_postgres_client.ts";
-import type { SessionSql } from "./sql_store.ts";
+import type { IdleCursor, SessionSql } from "./sql_store.ts";
 import type { PendingStep, Session, SessionKey, Todo } from "./store.ts";
 
 /** The statements on `db`: the pool, or a transaction's connection. */
@@ -160,5 +160,18 @@ export class PostgresSql implements SessionSql {
     const rows = await this.#db`DELETE FROM session_leases
       WHERE user_id = ${userId} AND session_id = ${sessionId} AND owner = ${owner} RETURNING wanted`;
     return rows[0]?.wanted === true;
+  }
+
+  async idleSessions(before: string, after: IdleCursor, limit: number): Promise<Session[]> {
+    const rows = await this.#db`SELECT * FROM sessions AS s WHERE updated_at < ${before}
+        AND (updated_at, user_id, id) > (${after.updatedAt}, ${after.userId}, ${after.id})
+        AND NOT EXISTS (SELECT 1 FROM session_leases AS l
+          WHERE l.user_id = s.user_id AND l.session_id = s.id AND l.expires_at > now())
+      ORDER BY updated_at, user_id, id LIMIT ${limit}`;
+    return rows.map(toSession);
+  }
+
+  async deleteSessionTrace({ userId, sessionId }: SessionKey): Promise<void> {
+    await this.#db`DELETE FROM trace_events WHERE user_id = ${userId} AND session_id = ${sessionId}`;
   }
 }

@@ -3,7 +3,7 @@
  * session's events whichever replica ran them. Private to `postgres.ts`.
  * @module
  */
-import type { TracePage, TracePageQuery, TraceRow, TraceTable } from "../trace/shared_trace.ts";
+import type { TraceBatch, TracePage, TracePageQuery, TraceRow, TraceTable } from "../trace/shared_trace.ts";
 import type { Sql } from "./_postgres_client.ts";
 
 /** Rows inserted per statement. */
@@ -41,6 +41,18 @@ export class PostgresTraceTable implements TraceTable {
   prune(keep: number): Promise<void> {
     return this.#run("prune trace events", async () => {
       await this.#sql`DELETE FROM trace_events WHERE id <= (SELECT max(id) FROM trace_events) - ${keep}`;
+    });
+  }
+
+  /** One batch of a retention pass, in one statement: a row another replica deleted meanwhile is skipped. */
+  pruneOlder(before: string, after: number, limit: number): Promise<TraceBatch> {
+    return this.#run("delete expired trace events", async () => {
+      const [row] = await this.#sql`WITH batch AS (
+          SELECT id, ts FROM trace_events WHERE id > ${after} ORDER BY id LIMIT ${limit}),
+        gone AS (DELETE FROM trace_events AS t USING batch
+          WHERE t.id = batch.id AND batch.ts < ${before}::timestamptz RETURNING t.id)
+        SELECT (SELECT max(id) FROM batch) AS last, (SELECT count(*) FROM gone) AS deleted`;
+      return { last: row.last === null ? null : Number(row.last), deleted: Number(row.deleted) };
     });
   }
 

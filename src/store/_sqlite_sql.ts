@@ -11,7 +11,7 @@ import type { StoredMessage } from "../types.ts";
 import type { MessageRow } from "./_rows.ts";
 import { text, toMessage, toPending, toSession, toTodo } from "./_rows.ts";
 import type { HistoryCache } from "./_history_cache.ts";
-import type { SessionSql } from "./sql_store.ts";
+import type { IdleCursor, SessionSql } from "./sql_store.ts";
 import { type PendingStep, type Session, type SessionKey, sessionName, type Todo } from "./store.ts";
 
 // node:sqlite cuts a TEXT value at its first NUL; read as bytes, free text comes back whole.
@@ -71,6 +71,14 @@ export const SQL = {
     "AND (?4 IS NULL OR run_id = ?4) AND id >= ?5 ORDER BY id LIMIT ?6",
   // Row ids grow by one per event, so the newest `keep` are those above the last one minus `keep`.
   pruneTrace: "DELETE FROM trace_events WHERE id <= (SELECT max(id) FROM trace_events) - ?",
+  // Sessions last written before ?1, after the cursor (?2, ?3, ?4), whose lease is free at ?5 (ms).
+  idleSessions: "SELECT * FROM sessions WHERE updated_at < ?1 AND (updated_at, user_id, id) > (?2, ?3, ?4) " +
+    "AND NOT EXISTS (SELECT 1 FROM session_leases AS l WHERE l.user_id = sessions.user_id " +
+    "AND l.session_id = sessions.id AND l.expires_at > ?5) ORDER BY updated_at, user_id, id LIMIT ?6",
+  deleteSessionTrace: "DELETE FROM trace_events WHERE user_id = ? AND session_id = ?",
+  // The last row id of the `limit` events after a row id: the end of a retention batch.
+  traceBatchEnd: "SELECT max(id) AS last FROM (SELECT id FROM trace_events WHERE id > ? ORDER BY id LIMIT ?)",
+  pruneTraceOlder: "DELETE FROM trace_events WHERE id > ? AND id <= ? AND ts < ?",
   ping: "SELECT 1 AS ok",
   // Changes when another connection commits.
   dataVersion: "PRAGMA data_version",
@@ -232,5 +240,14 @@ export class SqliteSql implements SessionSql {
 
   async releaseLease({ userId, sessionId }: SessionKey, owner: string): Promise<boolean> {
     return this.#sql.releaseLease.get(userId, sessionId, owner)?.wanted === 1;
+  }
+
+  async idleSessions(before: string, after: IdleCursor, limit: number, now: Date): Promise<Session[]> {
+    const { updatedAt, userId, id } = after;
+    return this.#sql.idleSessions.all(before, updatedAt, userId, id, now.getTime(), limit).map(toSession);
+  }
+
+  async deleteSessionTrace({ userId, sessionId }: SessionKey): Promise<void> {
+    this.#sql.deleteSessionTrace.run(userId, sessionId);
   }
 }

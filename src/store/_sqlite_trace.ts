@@ -3,7 +3,7 @@
  * through. Written in batches, each one transaction. Private to `sqlite.ts`.
  * @module
  */
-import type { TracePage, TracePageQuery, TraceRow, TraceTable } from "../trace/shared_trace.ts";
+import type { TraceBatch, TracePage, TracePageQuery, TraceRow, TraceTable } from "../trace/shared_trace.ts";
 import { type Statements, transaction } from "./_sqlite_sql.ts";
 
 /** Runs work on the connection when the store's work before it has ended. */
@@ -30,6 +30,16 @@ export class SqliteTraceTable implements TraceTable {
 
   prune(keep: number): Promise<void> {
     return this.#exclusive(() => void transaction(this.#sql, () => this.#sql.pruneTrace.run(keep)));
+  }
+
+  pruneOlder(before: string, after: number, limit: number): Promise<TraceBatch> {
+    return this.#exclusive(() => {
+      const last = this.#sql.traceBatchEnd.get(after, limit)?.last;
+      if (last === null || last === undefined) return { last: null, deleted: 0 };
+      // The write lock is held for one range of at most `limit` rows of the primary key.
+      const { changes } = transaction(this.#sql, () => this.#sql.pruneTraceOlder.run(after, last, before));
+      return { last: Number(last), deleted: Number(changes) };
+    });
   }
 
   page(query: TracePageQuery): Promise<TracePage> {

@@ -13,6 +13,7 @@ import { SqliteStore } from "./sqlite.ts";
 import type { SessionStore } from "./store.ts";
 import { parseDatabaseUrl, withoutPassword } from "./database_url.ts";
 import { SharedTrace, type TraceTable } from "../trace/shared_trace.ts";
+import { Retention, type RetentionOptions } from "./retention.ts";
 
 /** The store's `trace_events` table: SQLite's and PostgreSQL's have one; another store, null. */
 export function traceTableOf(store: SessionStore): TraceTable | null {
@@ -33,6 +34,15 @@ export function sharedTraceOf(store: SessionStore, maxEvents?: number): SharedTr
   const table = traceTableOf(store);
   const delayMs = store instanceof SqliteStore ? SQLITE_TRACE_DELAY_MS : 0;
   return table === null ? null : new SharedTrace(table, { delayMs, maxEvents });
+}
+
+/**
+ * What deletes the store's expired trace events and idle sessions in the background (not started); null for a
+ * store that keeps neither in a database.
+ */
+export function retentionOf(store: SessionStore, options: RetentionOptions = {}): Retention | null {
+  if (!(store instanceof SqliteStore || store instanceof PostgresStore)) return null;
+  return new Retention({ trace: store.trace, sessions: store }, options);
 }
 
 /** Opens the store `config` names; rejects with a `ConfigError` saying what failed and what to do. */

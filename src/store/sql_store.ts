@@ -65,7 +65,20 @@ export interface SessionSql {
   renewLease(key: SessionKey, owner: string, ttlMs: number, now: Date): Promise<boolean>;
   /** Deletes `owner`'s lease; true when it was marked wanted. */
   releaseLease(key: SessionKey, owner: string): Promise<boolean>;
+  /**
+   * At most `limit` sessions last written before `before` whose lease is not held at `now` (the dialect's
+   * clock, as for leases), ordered by (updated_at, user id, id) and after `after` in that order.
+   */
+  idleSessions(before: string, after: IdleCursor, limit: number, now: Date): Promise<Session[]>;
+  /** Deletes every trace event of the session (of this id and any earlier one of the same id). */
+  deleteSessionTrace(key: SessionKey): Promise<void>;
 }
+
+/** Where a page of {@linkcode SqlStore.idleSessions} starts: after the session of these fields. */
+export type IdleCursor = Pick<Session, "updatedAt" | "userId" | "id">;
+
+/** The start of the first page of idle sessions: before every session. */
+const FIRST_IDLE: IdleCursor = { updatedAt: "", userId: "", id: "" };
 
 /** Where the statements run. `action` says what is being done, for the dialect's error messages. */
 export interface SqlDialect {
@@ -248,6 +261,50 @@ export class SqlStore implements SessionStore {
       leaseTtl(owner, 1, "release"); // checks the owner
       return await sql.releaseLease(key, owner);
     });
+  }
+
+  /**
+   * A page of sessions last written before `before` (an ISO time) whose lease nobody holds: at most `limit`,
+   * oldest first, starting after `after` (the last session of the previous page). A retention pass lists them
+   * to delete them with {@linkcode SqlStore.deleteIdleSession}.
+   */
+  idleSessions(before: string, limit: number, after: IdleCursor = FIRST_IDLE): Promise<Session[]> {
+    if (!Number.isInteger(limit) || limit < 1) {
+      return Promise.reject(
+        new RangeError(`Cannot list idle sessions: limit must be an integer >= 1, got ${limit}`),
+      );
+    }
+    return this.#db.read(
+      "list the idle sessions",
+      (sql) => sql.idleSessions(before, after, limit, this.#now()),
+    );
+  }
+
+  /**
+   * Deletes the session, if it was still last written before `before`, with its messages, todos, pending step,
+   * trace events and lease, in one transaction; resolves to whether it did. It runs under the session's lease,
+   * taken for `owner` (for `ttlMs`) without waiting: a session whose lease another owner holds (a turn runs
+   * on it) is left as it is (false), and a turn that asks meanwhile waits, then finds no session.
+   */
+  async deleteIdleSession(key: SessionKey, before: string, owner: string, ttlMs: number): Promise<boolean> {
+    if (!(await this.acquireLease(key, owner, ttlMs)).taken) return false;
+    try {
+      return await this.#write("delete the idle session", key, async (sql, key) => {
+        // Listed a moment ago, but a turn may have written to it before the lease was taken.
+        const session = await sql.session(key);
+        const idle = session !== null && session.updatedAt < before;
+        if (idle) {
+          await sql.deleteSessionTrace(key);
+          await sql.deleteSession(key);
+        }
+        await sql.releaseLease(key, owner);
+        return idle;
+      });
+    } catch (error) {
+      // Not released with the transaction: free it now, or it expires by itself.
+      await this.releaseLease(key, owner).catch(() => {});
+      throw error;
+    }
   }
 
   ping(): Promise<boolean> {

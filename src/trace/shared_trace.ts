@@ -40,6 +40,20 @@ export interface TraceTable extends TracePages {
   write(rows: readonly TraceRow[]): Promise<void>;
   /** Deletes all but about the newest `keep` events (by row id); rejects when the database does. */
   prune(keep: number): Promise<void>;
+  /**
+   * One batch of a retention pass: of the (at most) `limit` events after row id `after`, lowest row id first,
+   * deletes those whose `ts` is before `before` (an ISO time). Harmless when two processes run it at once.
+   * Rejects when the database does.
+   */
+  pruneOlder(before: string, after: number, limit: number): Promise<TraceBatch>;
+}
+
+/** What {@linkcode TraceTable.pruneOlder} did. */
+export interface TraceBatch {
+  /** The batch's last row id, where the next one starts; null when there was no event after `after`. */
+  last: number | null;
+  /** How many of its events it deleted. */
+  deleted: number;
 }
 
 /** A `trace_events` row: the event's ids and time, and the event as its JSON line. */
