@@ -97,7 +97,10 @@ Deno.test("SqliteStore migrates a version-3 database to the current version keep
   await store.addTodo(keyOf("s"), "keep me");
   await store.close();
   const db = new DatabaseSync(path);
-  db.exec("DROP TABLE session_leases; DROP TABLE trace_events; PRAGMA user_version = 3;");
+  db.exec(
+    "DROP TABLE session_leases; DROP TABLE trace_events; DROP INDEX todos_by_call; " +
+      "ALTER TABLE todos DROP COLUMN call_id; PRAGMA user_version = 3;",
+  );
   db.close();
 
   const migrated = new SqliteStore(path);
