@@ -136,87 +136,83 @@ const backends: { name: string; ignore: boolean; database: () => Promise<string 
   },
 ];
 
-for (const backend of backends) {
-  Deno.test({
-    name:
-      `${backend.name}: serve killed during a tool not safe to repeat: the retry answers it interrupted, the effect once`,
-    ignore: backend.ignore,
-    async fn() {
-      using dir = tempDir();
-      const model = effectModel();
-      const r = rig(dir.path, await backend.database(), model.url, undefined);
-      let second: (ServeProcess & { port: number }) | null = null;
-      try {
-        await killDuringTool(r, await r.start(), "/messages", { message: "append" });
-        second = await r.start();
-        const response = await post(second.port, "/retry", {});
-        const body = await response.json();
-        assert.equal(response.status, 200, JSON.stringify(body));
-        assert.equal(body.outcome, "answered");
-        assert.deepEqual(effectLines(r), ["effect"], "not run again");
-        assert.deepEqual(model.toolResults.map((t) => JSON.parse(t).error), [INTERRUPTED_ERROR]);
-      } finally {
-        await second?.stop();
-        await model.close();
-      }
-    },
-  });
+/** One kill case: `kill` drives the first `serve` to its kill; the second answers the retry, checked by `check`. */
+interface KillCase {
+  name: string;
+  approval?: unknown;
+  kill(rig: Rig, first: ServeProcess & { port: number }): Promise<(port: number) => Promise<void>>;
+  check(rig: Rig, answer: string, toolResults: unknown[]): void;
+}
 
-  Deno.test({
-    name: `${backend.name}: serve killed during a tool safe to repeat: the retry runs it again and answers`,
-    ignore: backend.ignore,
-    async fn() {
-      using dir = tempDir();
-      const model = effectModel();
-      const r = rig(dir.path, await backend.database(), model.url, undefined);
-      let second: (ServeProcess & { port: number }) | null = null;
-      try {
-        await killDuringTool(r, await r.start(), "/messages", { message: "count" });
-        second = await r.start();
-        const response = await post(second.port, "/retry", {});
-        const body = await response.json();
-        assert.equal(response.status, 200, JSON.stringify(body));
-        assert.equal(body.outcome, "answered");
-        assert.match(body.answer, /counted 2/);
-        assert.deepEqual(effectLines(r), ["count", "count"], "run again, once");
-        assert.deepEqual(model.toolResults.map((t) => JSON.parse(t).ok), [true]);
-      } finally {
-        await second?.stop();
-        await model.close();
-      }
+const CASES: KillCase[] = [
+  {
+    name: "during a tool not safe to repeat: the retry answers it interrupted, the effect once",
+    async kill(rig, first) {
+      await killDuringTool(rig, first, "/messages", { message: "append" });
+      return async () => {};
     },
-  });
-
-  Deno.test({
-    name:
-      `${backend.name}: serve killed during an approved call: approving again is refused and the retry does not repeat it`,
-    ignore: backend.ignore,
-    async fn() {
-      using dir = tempDir();
-      const model = effectModel();
-      const approval = { tools: { fx__append: "ask" } };
-      const r = rig(dir.path, await backend.database(), model.url, approval);
-      let second: (ServeProcess & { port: number }) | null = null;
-      try {
-        const first = await r.start();
-        const asked = await (await post(first.port, "/messages", { message: "append" })).json();
-        assert.equal(asked.outcome, "awaiting_approval", JSON.stringify(asked));
-        const decisions = { decisions: { [asked.approval.calls[0].id]: "approve" } };
-        await killDuringTool(r, first, "/approvals", decisions);
-        second = await r.start();
-        const again = await post(second.port, "/approvals", decisions);
+    check(rig, _answer, toolResults) {
+      assert.deepEqual(effectLines(rig), ["effect"], "not run again");
+      assert.deepEqual(toolResults.map((t) => (t as { error: string }).error), [INTERRUPTED_ERROR]);
+    },
+  },
+  {
+    name: "during a tool safe to repeat: the retry runs it again and answers",
+    async kill(rig, first) {
+      await killDuringTool(rig, first, "/messages", { message: "count" });
+      return async () => {};
+    },
+    check(rig, answer, toolResults) {
+      assert.match(answer, /counted 2/);
+      assert.deepEqual(effectLines(rig), ["count", "count"], "run again, once");
+      assert.deepEqual(toolResults.map((t) => (t as { ok: boolean }).ok), [true]);
+    },
+  },
+  {
+    name: "during an approved call: approving again is refused and the retry does not repeat it",
+    approval: { tools: { fx__append: "ask" } },
+    async kill(rig, first) {
+      const asked = await (await post(first.port, "/messages", { message: "append" })).json();
+      assert.equal(asked.outcome, "awaiting_approval", JSON.stringify(asked));
+      const decisions = { decisions: { [asked.approval.calls[0].id]: "approve" } };
+      await killDuringTool(rig, first, "/approvals", decisions);
+      return async (port) => {
+        const again = await post(port, "/approvals", decisions);
         assert.equal(again.status, 409);
         assert.equal((await again.json()).error.code, "no_pending_approval");
-        const response = await post(second.port, "/retry", {});
-        const body = await response.json();
-        assert.equal(response.status, 200, JSON.stringify(body));
-        assert.equal(body.outcome, "answered");
-        assert.deepEqual(effectLines(r), ["effect"], "started once");
-        assert.deepEqual(model.toolResults.map((t) => JSON.parse(t).error), [INTERRUPTED_ERROR]);
-      } finally {
-        await second?.stop();
-        await model.close();
-      }
+      };
     },
-  });
+    check(rig, _answer, toolResults) {
+      assert.deepEqual(effectLines(rig), ["effect"], "started once");
+      assert.deepEqual(toolResults.map((t) => (t as { error: string }).error), [INTERRUPTED_ERROR]);
+    },
+  },
+];
+
+for (const backend of backends) {
+  for (const killCase of CASES) {
+    Deno.test({
+      name: `${backend.name}: serve killed ${killCase.name}`,
+      ignore: backend.ignore,
+      async fn() {
+        using dir = tempDir();
+        const model = effectModel();
+        const r = rig(dir.path, await backend.database(), model.url, killCase.approval);
+        let second: (ServeProcess & { port: number }) | null = null;
+        try {
+          const afterRestart = await killCase.kill(r, await r.start());
+          second = await r.start();
+          await afterRestart(second.port);
+          const response = await post(second.port, "/retry", {});
+          const body = await response.json();
+          assert.equal(response.status, 200, JSON.stringify(body));
+          assert.equal(body.outcome, "answered");
+          killCase.check(r, body.answer, model.toolResults.map((t) => JSON.parse(t)));
+        } finally {
+          await second?.stop();
+          await model.close();
+        }
+      },
+    });
+  }
 }
