@@ -129,7 +129,7 @@ export const SETTINGS: Readonly<Record<string, Setting>> = {
     "maxCtxTokens",
     "positiveInt",
     "6000",
-    "estimated token budget (chars / 4 heuristic)",
+    "token budget of a request: the provider's count of the last one plus an estimate of what was added",
   ),
   AGENT_DB_PATH: setting("dbPath", "string", "data/sessions.db", "SQLite file"),
   AGENT_DATABASE_URL: setting(

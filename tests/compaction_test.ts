@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { mergeSummary, parseSummaryPatch } from "../src/memory/summary.ts";
-import { planCompaction } from "../src/memory/plan.ts";
+import { estimateRequestTokens, planCompaction } from "../src/memory/plan.ts";
 import { parseSummary, RUNTIME_CONTEXT_HEADER } from "../src/memory/summary.ts";
 import { SYSTEM_PROMPT } from "../src/agent/context.ts";
 import { LlmError } from "../src/errors.ts";
@@ -90,8 +90,9 @@ Deno.test("runTurn() compacts on the token trigger and ends within the budget", 
   for (const e of compacts) assert.ok((e.data.tokens_after as number) <= 1500, JSON.stringify(e.data));
   const last = h.llm.requests.at(-1)!.messages;
   assert.equal(last.at(-1)!.content, long(5), "the current message is always kept");
-  const chars = JSON.stringify(h.llm.requests.at(-1)).length;
-  assert.ok(chars / 4 <= 1500 * 1.1, `request of ~${Math.round(chars / 4)} tokens`);
+  const sent = h.llm.requests.at(-1)!;
+  const tokens = estimateRequestTokens(sent.messages, sent.tools);
+  assert.ok(tokens <= 1500 * 1.1, `request of ~${tokens} tokens`);
 });
 
 Deno.test("runTurn() sends an over-budget current turn anyway and says so in the trace", async () => {

@@ -800,7 +800,9 @@ Deno.test("compactIfDue() before every model call keeps a growing session consis
   const growing = fc.record({
     turns: TURNS,
     maxRawTurns: fc.integer({ min: 1, max: 12 }),
-    maxCtxTokens: fc.integer({ min: 200, max: 4000 }),
+    // From 300: below about 240 not even an empty summary's block (59 estimated tokens) fits the reserve of
+    // a quarter of the budget.
+    maxCtxTokens: fc.integer({ min: 300, max: 4000 }),
     fixed: fc.record({ systemPrompt: text(100), tools: fc.constantFrom([], [CALCULATOR_SCHEMA]) }),
   });
   await fc.assert(
@@ -931,13 +933,14 @@ Deno.test("planCompaction() on the token trigger cuts past the turn limit to lea
     nudge: false,
     answer: null,
   });
-  const messages = sessionOf([turn(1), turn(2), turn(3), turn(4)]); // 101 tokens per message
-  // Budget 400 - reserve 100 - fixed 0 = 300: only the last two turns (202 tokens) fit, not three (303).
-  const plan = planCompaction(messages, { maxRawTurns: 3, maxCtxTokens: 400 })!;
+  const messages = sessionOf([turn(1), turn(2), turn(3), turn(4)]);
+  const t = estimateMessageTokens(messages[0]); // the same for each message
+  // Budget 4t-4 - reserve t-1 - fixed 0 = 3t-3: only the last two turns (2t) fit, not three (3t).
+  const plan = planCompaction(messages, { maxRawTurns: 3, maxCtxTokens: 4 * t - 4 })!;
   assert.equal(plan.trigger, "turns+tokens");
   assert.equal(plan.cutIndex, 2);
-  assert.equal(plan.tokensBefore, 404);
-  assert.equal(plan.tokensAfter, 100 + 202);
+  assert.equal(plan.tokensBefore, 4 * t);
+  assert.equal(plan.tokensAfter, t - 1 + 2 * t);
 });
 
 Deno.test("mergeSummary() of the same patch twice changes nothing but the date", () => {

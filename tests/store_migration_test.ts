@@ -104,6 +104,7 @@ for (
         summary: '{"facts":["likes teal"]}',
         turnCount: 3,
         compactedTurns: 1,
+        calibration: null,
         createdAt: T0,
         updatedAt: "2026-01-01T00:00:09.000Z",
       });
@@ -211,7 +212,7 @@ Deno.test("SqliteStore migrates a version-4 database (no trace table) to the cur
   await store.close();
   const db = new DatabaseSync(path);
   db.exec(
-    "DROP TABLE trace_events; DROP INDEX todos_by_call; ALTER TABLE todos DROP COLUMN call_id; " +
+    "DROP TABLE trace_events; DROP INDEX todos_by_call; ALTER TABLE todos DROP COLUMN call_id; ALTER TABLE sessions DROP COLUMN calibration; " +
       "PRAGMA user_version = 4;",
   );
   db.close();

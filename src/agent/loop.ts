@@ -155,6 +155,7 @@ async function askModel(
   }
   turn.steps = step + 1;
   turn.addUsage(reply.usage);
+  turn.memory.calibrate(reply.usage?.promptTokens ?? null);
   turn.event("llm_call", step, {
     model: reply.model,
     latency_ms: Math.round(performance.now() - started),
@@ -257,7 +258,8 @@ async function append(
   options?: { kept?: boolean },
 ): Promise<StoredMessage> {
   const stamped = turn.stamp(messages);
-  await turn.agent.store.append(turn.key, stamped);
+  // The provider's count of the request just answered goes with what answers it.
+  await turn.agent.store.append(turn.key, stamped, { calibration: turn.memory.takeCalibration() });
   turn.stored(stamped, options);
   return stamped[0];
 }

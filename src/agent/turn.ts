@@ -7,7 +7,7 @@
 import type { EventSink, RunEventData, RunEventName } from "../events.ts";
 import { checkDecisions, type Decision, noPendingApproval } from "../approval/decisions.ts";
 import { TurnMemory } from "../memory/turn_memory.ts";
-import type { PendingStep, SessionKey } from "../store/store.ts";
+import type { Calibration, PendingStep, SessionKey } from "../store/store.ts";
 import type {
   Message,
   StoredMessage,
@@ -57,7 +57,12 @@ export class Turn {
   constructor(
     agent: Agent,
     run: RunOptions,
-    session: { key: SessionKey; summary: string | null; history: StoredMessage[] },
+    session: {
+      key: SessionKey;
+      summary: string | null;
+      history: StoredMessage[];
+      calibration?: Calibration | null;
+    },
     number: number,
     options: { instructions?: string | null; resumed?: PendingStep } = {},
   ) {
@@ -180,7 +185,8 @@ export async function openTurn(
     if (pending === null) throw noPendingApproval(key.sessionId);
     const checked = checkDecisions(pending, decisions);
     const session = await store.get(key);
-    const state = { key, summary: session?.summary ?? null, history: await store.messages(key) };
+    const history = await store.messages(key);
+    const state = { key, summary: session?.summary ?? null, history, calibration: session?.calibration };
     const turn = new Turn(agent, run, state, pending.turn, { resumed: pending });
     return { turn, paused: { pending, decisions: checked }, question: null };
   }
@@ -194,7 +200,7 @@ export async function openTurn(
   if (session === null || question === null) throw nothingToRetry(key.sessionId);
   if (await store.pendingStep(key) !== null) throw approvalPending(key.sessionId);
   const number = retry ? session.turnCount : session.turnCount + 1;
-  const state = { key, summary: session.summary, history };
+  const state = { key, summary: session.summary, history, calibration: session.calibration };
   const turn = new Turn(agent, run, state, number, { instructions: input.instructions });
   turn.event("run_start", null, {
     user_id: key.userId,

@@ -36,6 +36,11 @@ export interface CompactionDeps {
   tokensOnly?: boolean;
   /** AGENT_MAX_CTX_TOKENS */
   maxCtxTokens: number;
+  /**
+   * The provider's count of the request against the estimate of it (see `TurnMemory`): estimates are scaled
+   * by it, so the plan cuts by what the provider counts. @default {1}
+   */
+  scale?: number;
   now: () => Date;
   signal?: AbortSignal;
 }
@@ -85,15 +90,16 @@ export async function compactIfDue(
   fixed: { system: readonly Message[]; tools: readonly ToolSchema[] },
   deps: CompactionDeps,
 ): Promise<CompactionResult | null> {
-  const { store, summarizer, maxRawTurns, maxCtxTokens, compactBatch, now, signal } = deps;
+  const { store, summarizer, maxRawTurns, maxCtxTokens, compactBatch, now, signal, scale = 1 } = deps;
   const previous = parseSummary(state.summary);
-  const fixedTokens = estimateRequestTokens(fixed.system, fixed.tools);
+  const fixedTokens = estimateRequestTokens(fixed.system, fixed.tools) * scale;
   const plan = planCompaction(state.history, {
     maxRawTurns,
     compactBatch,
     maxCtxTokens,
     fixedTokens,
-    currentSummaryTokens: summaryTokens(previous),
+    currentSummaryTokens: summaryTokens(previous) * scale,
+    scale,
   });
   if (plan === null || (deps.tokensOnly && plan.trigger === "turns")) return null;
   const base = { trigger: plan.trigger, tokens_before: plan.tokensBefore };
@@ -136,8 +142,9 @@ export async function compactIfDue(
     };
   }
   const history = state.history.slice(plan.cutIndex);
-  const tokensAfter = fixedTokens + summaryTokens(summary) +
-    estimateRequestTokens(history);
+  const tokensAfter = Math.round(
+    fixedTokens + (summaryTokens(summary) + estimateRequestTokens(history)) * scale,
+  );
   return {
     state: { key: state.key, summary: text, history },
     event: {

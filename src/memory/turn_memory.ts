@@ -7,7 +7,7 @@
  */
 import type { BackgroundCompactions } from "./background.ts";
 import type { EventSink } from "../events.ts";
-import type { SessionKey, SessionStore } from "../store/store.ts";
+import type { Calibration, SessionKey, SessionStore } from "../store/store.ts";
 import type { Message, StoredMessage, ToolSchema } from "../types.ts";
 import { compactIfDue, type CompactionDeps, type CompactionResult, requestTokens } from "./compact.ts";
 import { defaultCompactBatch, estimateRequestTokens, overTurnLimit } from "./plan.ts";
@@ -45,11 +45,23 @@ export class TurnMemory {
   readonly #now: () => Date;
   /** A failed (or impossible) compaction is not retried within the turn: one summary call per problem. */
   #compacting = true;
-  /** Estimated tokens of the next request, kept up to date as messages are added: no re-count per step. */
+  /**
+   * Tokens of the next request, kept up to date as messages are added (no re-count per step): the provider's
+   * count of the last request plus an estimate of what was added since, else an estimate of it all.
+   */
   #tokens: number;
+  /** The fingerprint of what every request carries besides the history: the fixed parts and the summary. */
+  #fixedPrint: string;
+  /** A count the provider reported this turn, not yet stored: it goes with the next append. */
+  #unsaved: Calibration | null = null;
 
   constructor(
-    state: { key: SessionKey; summary: string | null; history: StoredMessage[] },
+    state: {
+      key: SessionKey;
+      summary: string | null;
+      history: StoredMessage[];
+      calibration?: Calibration | null;
+    },
     fixed: FixedRequest,
     settings: MemorySettings,
     now: () => Date,
@@ -60,7 +72,23 @@ export class TurnMemory {
     this.#fixed = fixed;
     this.#settings = settings;
     this.#now = now;
-    this.#tokens = requestTokens(state, fixed);
+    this.#fixedPrint = fingerprint(fixed, state.summary);
+    this.#tokens = this.#calibrated(state.calibration ?? null) ?? requestTokens(state, fixed);
+  }
+
+  /** The estimate of the next request from `calibration`, or null when it does not describe this history. */
+  #calibrated(calibration: Calibration | null): number | null {
+    if (calibration === null || calibration.fixed !== this.#fixedPrint) return null;
+    const at = calibration.through === null
+      ? -1
+      : this.history.findLastIndex((m) => m.id === calibration.through);
+    if (at === -1 && calibration.through !== null) return null;
+    return calibration.tokens + estimateRequestTokens(this.history.slice(at + 1));
+  }
+
+  /** Tokens of the next request, as {@linkcode TurnMemory.beforeRequest} compares them with the budget. */
+  get tokens(): number {
+    return this.#tokens;
   }
 
   /** The turn stored `messages`: the next request carries them. */
@@ -70,18 +98,45 @@ export class TurnMemory {
   }
 
   /**
+   * The provider counted `promptTokens` for the request just sent (the history as it is now): the next
+   * estimate starts from that count, and it is kept for the session by {@linkcode TurnMemory.takeCalibration}.
+   */
+  calibrate(promptTokens: number | null): void {
+    if (promptTokens === null || !Number.isFinite(promptTokens) || promptTokens <= 0) return;
+    this.#tokens = promptTokens;
+    this.#unsaved = {
+      tokens: promptTokens,
+      through: this.history.at(-1)?.id ?? null,
+      fixed: this.#fixedPrint,
+    };
+  }
+
+  /** The count not yet stored, once: the loop stores it with its next append. */
+  takeCalibration(): Calibration | undefined {
+    const calibration = this.#unsaved ?? undefined;
+    this.#unsaved = null;
+    return calibration;
+  }
+
+  /**
    * The before-request hook: compacts when the next request would not fit the token budget (a compaction
    * due by the turn trigger alone waits for {@linkcode TurnMemory.afterAnswer}); null when nothing was due.
    * Never rejects for a summary problem: the result says it failed, and it is not tried again this turn.
    */
   async beforeRequest(signal?: AbortSignal): Promise<CompactionResult | null> {
     if (!this.#compacting || this.#tokens <= this.#settings.maxCtxTokens) return null;
-    const compaction = await compactIfDue(this, this.#fixed, this.#deps(signal, true));
+    // Cut by what the provider counts: the estimates scaled to its count of this very request.
+    const scale = Math.max(0.25, this.#tokens / Math.max(1, requestTokens(this, this.#fixed)));
+    const compaction = await compactIfDue(this, this.#fixed, { ...this.#deps(signal, true), scale });
     if (compaction === null) return null;
     this.summary = compaction.state.summary;
     this.history = compaction.state.history;
     this.#compacting = compaction.event.ok;
-    if (compaction.event.ok) this.#tokens = compaction.event.tokens_after;
+    if (compaction.event.ok) {
+      this.#tokens = compaction.event.tokens_after;
+      this.#fixedPrint = fingerprint(this.#fixed, this.summary);
+      this.#unsaved = null;
+    }
     return compaction;
   }
 
@@ -109,4 +164,15 @@ export class TurnMemory {
     const { compactBatch = defaultCompactBatch(maxRawTurns) } = this.#settings;
     return { store, summarizer, maxRawTurns, compactBatch, maxCtxTokens, now: this.#now, signal, tokensOnly };
   }
+}
+
+/**
+ * A short fingerprint (FNV-1a, 32 bits, hex) of the request's parts besides the history: the system messages,
+ * the tools offered and the summary. A calibration counted with other parts does not describe the next request.
+ */
+function fingerprint(fixed: FixedRequest, summary: string | null): string {
+  const text = JSON.stringify([fixed.system.map((m) => m.content), fixed.tools, summary]);
+  let hash = 0x811c9dc5;
+  for (let i = 0; i < text.length; i++) hash = Math.imul(hash ^ text.charCodeAt(i), 0x01000193);
+  return (hash >>> 0).toString(16).padStart(8, "0");
 }

@@ -96,11 +96,17 @@ ALTER TABLE todos ADD COLUMN call_id bytea;
 CREATE UNIQUE INDEX todos_by_call ON todos (user_id, session_id, call_id) WHERE call_id IS NOT NULL;
 `;
 
+/** Version 7: the provider's count of the session's last request (JSON of a `Calibration`). */
+const CALIBRATION = `
+ALTER TABLE sessions ADD COLUMN calibration text;
+`;
+
 const STEPS: readonly MigrationStep<string>[] = [
   { from: 0, to: 3, run: SESSION_TABLES },
   { from: 3, to: 4, run: LEASE_TABLE },
   { from: 4, to: 5, run: TRACE_TABLE },
   { from: 5, to: 6, run: TODO_CALLS },
+  { from: 6, to: 7, run: CALIBRATION },
 ];
 
 /**

@@ -8,7 +8,7 @@ import type { StoredMessage } from "../types.ts";
 import { bytes, type MessageRow, toMessage, toPending, toSession, toTodo } from "./_rows.ts";
 import type { Sql, Tx } from "./_postgres_client.ts";
 import type { IdleCursor, SessionSql } from "./sql_store.ts";
-import type { PendingStep, Session, SessionKey, Todo } from "./store.ts";
+import type { Calibration, PendingStep, Session, SessionKey, Todo } from "./store.ts";
 
 /** The statements on `db`: the pool, or a transaction's connection. */
 export class PostgresSql implements SessionSql {
@@ -52,6 +52,11 @@ export class PostgresSql implements SessionSql {
       ),
     );
     return inserted.flatMap((result) => result.map((row) => row.role as string));
+  }
+
+  async setCalibration({ userId, sessionId }: SessionKey, calibration: Calibration): Promise<void> {
+    await this.#db`UPDATE sessions SET calibration = ${JSON.stringify(calibration)}
+      WHERE user_id = ${userId} AND id = ${sessionId}`;
   }
 
   async touchSession({ userId, sessionId }: SessionKey, turns: number, stamp: string): Promise<void> {

@@ -29,6 +29,7 @@ export function toSession(row: Row): Session {
     summary: row.summary as string | null,
     turnCount: row.turn_count as number,
     compactedTurns: row.compacted_turns as number,
+    calibration: typeof row.calibration === "string" ? JSON.parse(row.calibration) : null,
     createdAt: row.created_at as string,
     updatedAt: row.updated_at as string,
   };

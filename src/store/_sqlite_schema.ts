@@ -123,6 +123,11 @@ ALTER TABLE todos ADD COLUMN call_id TEXT;
 CREATE UNIQUE INDEX todos_by_call ON todos(user_id, session_id, call_id) WHERE call_id IS NOT NULL;
 `;
 
+/** Version 7: the provider's count of the session's last request (JSON of a `Calibration`). */
+const CALIBRATION = `
+ALTER TABLE sessions ADD COLUMN calibration TEXT;
+`;
+
 const DROP_VERSION_1 = `
 DROP TABLE messages_v1;
 DROP TABLE todos_v1;
@@ -156,13 +161,14 @@ const STEPS: readonly MigrationStep<(db: DatabaseSync) => void>[] = [
   {
     from: 0,
     to: SCHEMA_VERSION,
-    run: exec(SESSION_TABLES + PENDING_TABLE + LEASE_TABLE + TRACE_TABLE + TODO_CALLS),
+    run: exec(SESSION_TABLES + PENDING_TABLE + LEASE_TABLE + TRACE_TABLE + TODO_CALLS + CALIBRATION),
   },
   { from: 1, to: 2, run: fromVersion1 },
   { from: 2, to: 3, run: exec(PENDING_TABLE) },
   { from: 3, to: 4, run: exec(LEASE_TABLE) },
   { from: 4, to: 5, run: exec(TRACE_TABLE) },
   { from: 5, to: 6, run: exec(TODO_CALLS) },
+  { from: 6, to: 7, run: exec(CALIBRATION) },
 ];
 
 /**

@@ -12,7 +12,14 @@ import type { MessageRow } from "./_rows.ts";
 import { text, toMessage, toPending, toSession, toTodo } from "./_rows.ts";
 import type { HistoryCache } from "./_history_cache.ts";
 import type { IdleCursor, SessionSql } from "./sql_store.ts";
-import { type PendingStep, type Session, type SessionKey, sessionName, type Todo } from "./store.ts";
+import {
+  type Calibration,
+  type PendingStep,
+  type Session,
+  type SessionKey,
+  sessionName,
+  type Todo,
+} from "./store.ts";
 
 // node:sqlite cuts a TEXT value at its first NUL; read as bytes, free text comes back whole.
 const MESSAGE_COLUMNS =
@@ -35,6 +42,7 @@ export const SQL = {
   // ON CONFLICT, not OR IGNORE: only a repeated id is skipped; CHECK and NOT NULL still fail loudly.
   insertMessage: "INSERT INTO messages (user_id, session_id, id, role, content, tool_calls, tool_call_id, " +
     "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(user_id, session_id, id) DO NOTHING",
+  setCalibration: "UPDATE sessions SET calibration = ? WHERE user_id = ? AND id = ?",
   touchSession:
     "UPDATE sessions SET turn_count = turn_count + ?, updated_at = ? WHERE user_id = ? AND id = ?",
   deleteMessage: "DELETE FROM messages WHERE user_id = ? AND session_id = ? AND id = ? " +
@@ -154,6 +162,10 @@ export class SqliteSql implements SessionSql {
       if (this.#sql.insertMessage.run(userId, sessionId, ...row).changes === 1) roles.push(row[1]);
     }
     return roles;
+  }
+
+  async setCalibration({ userId, sessionId }: SessionKey, calibration: Calibration): Promise<void> {
+    this.#sql.setCalibration.run(JSON.stringify(calibration), userId, sessionId);
   }
 
   async touchSession({ userId, sessionId }: SessionKey, turns: number, stamp: string): Promise<void> {

@@ -10,6 +10,7 @@ import type { StoredMessage } from "../types.ts";
 import { type MessageRow, toRow } from "./_rows.ts";
 import {
   type AcquireLeaseOptions,
+  type Calibration,
   leaseFrom,
   type LeaseTake,
   leaseTtl,
@@ -36,6 +37,8 @@ export interface SessionSql {
   messages(key: SessionKey): Promise<StoredMessage[]>;
   /** Inserts those of `rows` whose id is not stored yet, in order; resolves to the roles of those inserted. */
   insertMessages(key: SessionKey, rows: readonly MessageRow[]): Promise<string[]>;
+  /** Stores the session's calibration. */
+  setCalibration(key: SessionKey, calibration: Calibration): Promise<void>;
   /** Adds `turns` (negative: removes) to the session's turn count and stamps it updated. */
   touchSession(key: SessionKey, turns: number, stamp: string): Promise<void>;
   /** Deletes message `id`; resolves to its role, or null when it is not stored. */
@@ -148,8 +151,16 @@ export class SqlStore implements SessionStore {
     return this.#read("read the messages", key, (sql, key) => sql.messages(key));
   }
 
-  append(key: SessionKey, messages: readonly StoredMessage[]): Promise<number> {
-    return this.#write("append", key, (sql, key) => this.#insert(sql, key, messages));
+  append(
+    key: SessionKey,
+    messages: readonly StoredMessage[],
+    options: { calibration?: Calibration } = {},
+  ): Promise<number> {
+    return this.#write("append", key, async (sql, key) => {
+      const added = await this.#insert(sql, key, messages);
+      if (options.calibration !== undefined) await sql.setCalibration(key, options.calibration);
+      return added;
+    });
   }
 
   /** Inserts the new ones of `messages` inside the caller's transaction, counting the user turns they add. */

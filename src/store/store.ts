@@ -20,6 +20,17 @@ export function sessionName(key: SessionKey): string {
   return `${key.userId}\u0000${key.sessionId}`;
 }
 
+/**
+ * What the provider counted of the session's last request: `tokens` prompt tokens for the request whose last
+ * message was `through` (null: none) with the fixed parts and summary of fingerprint `fixed`. The next request's
+ * estimate is that count plus an estimate of the messages added since.
+ */
+export interface Calibration {
+  tokens: number;
+  through: string | null;
+  fixed: string;
+}
+
 /** A session. `summary` is the JSON text compaction wrote, or null. */
 export interface Session {
   id: string;
@@ -28,6 +39,8 @@ export interface Session {
   turnCount: number;
   /** User turns folded into the summary: `turnCount` = this + the stored user messages. */
   compactedTurns: number;
+  /** The provider's count of the last request, or null (none reported yet). */
+  calibration: Calibration | null;
   createdAt: string;
   updatedAt: string;
 }
@@ -84,9 +97,14 @@ export interface SessionStore {
   messages(key: SessionKey): Promise<StoredMessage[]>;
   /**
    * Appends messages and resolves to how many were new. Idempotent: an id already stored is skipped. Each
-   * new `user` message adds one to `turnCount`. `TypeError` for a field of the wrong type.
+   * new `user` message adds one to `turnCount`; `calibration` is stored with them, in the same transaction.
+   * `TypeError` for a field of the wrong type.
    */
-  append(key: SessionKey, messages: readonly StoredMessage[]): Promise<number>;
+  append(
+    key: SessionKey,
+    messages: readonly StoredMessage[],
+    options?: { calibration?: Calibration },
+  ): Promise<number>;
   /**
    * Stores `summary` and deletes exactly `cutIds` (`turns` user turns); rejects, changing nothing, if one is
    * missing or, with `previous`, if the stored summary is no longer that text (null: none).
@@ -188,9 +206,9 @@ export function leaseFrom(options: AcquireLeaseOptions | undefined): string | un
  * The schema version both stores write (SQLite in `PRAGMA user_version`, PostgreSQL in `agent_schema`): 1
  * sessions keyed by id alone (SQLite only), 2 sessions keyed by user and id, with messages and todos, 3 the
  * step waiting for approval (`pending_steps`), 4 session leases, 5 trace events, 6 the tool call that added
- * each todo (`todos.call_id`).
+ * each todo (`todos.call_id`), 7 the provider's count of the last request (`sessions.calibration`).
  */
-export const SCHEMA_VERSION = 6;
+export const SCHEMA_VERSION = 7;
 
 /** One migration of a dialect's list: it brings the schema from version `from` to `to` by `run`. */
 export interface MigrationStep<Run> {

@@ -1,0 +1,108 @@
+/**
+ * Token counts: the per-script estimate against counts taken with o200k_base (written here, so no tokenizer is
+ * needed to run the tests), and the calibration with the provider's reported prompt tokens: kept with the
+ * session, so a restart or another process estimates the next request from it.
+ */
+import assert from "node:assert/strict";
+import { runTurn } from "../src/agent/loop.ts";
+import { estimateTokens } from "../src/memory/plan.ts";
+import { SqliteStore } from "../src/store/sqlite.ts";
+import { harness, keyOf, tempDir } from "./_harness.ts";
+
+/** Texts of each script class with their o200k_base counts (js-tiktoken 1.0.21). */
+const COUNTED: { name: string; text: string; tokens: number }[] = [
+  {
+    name: "English",
+    text:
+      "The runtime stores every message of a session, compacts old turns into a structured summary, and " +
+      "writes an append-only trace of each run so that every decision can be audited later.",
+    tokens: 36,
+  },
+  {
+    name: "Chinese",
+    text: "代理循环每轮追加用户消息，最多执行固定的步数；模型请求工具时按顺序执行工具并追加工具消息。" +
+      "空回复只提醒一次，然后给出固定的结束回答。",
+    tokens: 42,
+  },
+  {
+    name: "JSON",
+    text: '{"ok":true,"data":{"todos":[{"id":1,"text":"buy milk","completed":false,' +
+      '"createdAt":"2026-01-01T00:00:00.010Z","completedAt":null},{"id":2,"text":"water the plants",' +
+      '"completed":true,"createdAt":"2026-01-02T10:20:30.000Z","completedAt":"2026-01-03T08:00:00.000Z"}]},' +
+      '"error":null,"truncated":false}',
+    tokens: 110,
+  },
+  {
+    name: "code",
+    text: "export function uniqueCallIds(calls: readonly ToolCall[], prefix: string): ToolCall[] {\n" +
+      "  const seen = new Set<string>();\n  return calls.map((call, i) => {\n" +
+      '    const id = call.id === "" || seen.has(call.id) ? `call_${prefix}_${i}` : call.id;\n' +
+      "    seen.add(id);\n    return id === call.id ? call : { ...call, id };\n  });\n}",
+    tokens: 88,
+  },
+];
+
+Deno.test("estimateTokens() is within 15% of o200k_base on English, Chinese, JSON and code", () => {
+  for (const { name, text, tokens } of COUNTED) {
+    const estimate = estimateTokens(text);
+    const error = Math.abs(estimate - tokens) / tokens;
+    assert.ok(error <= 0.15, `${name}: ${estimate} for ${tokens} (${(error * 100).toFixed(1)}%)`);
+    // Where characters / 4 was off by half (Chinese) or a third (JSON).
+    if (name === "Chinese" || name === "JSON") {
+      assert.ok(Math.abs(Math.ceil(text.length / 4) - tokens) / tokens > 0.25, name);
+    }
+  }
+  assert.equal(estimateTokens(""), 0);
+  assert.equal(estimateTokens("123456789"), 3, "digits in threes");
+});
+
+Deno.test("the provider's prompt count is kept with the session and budgets the next request, after a restart too", async () => {
+  using dir = tempDir();
+  const path = `${dir.path}/s.db`;
+  const key = keyOf("s");
+  // The provider counts far more than the estimate: 5,000 tokens for a short request.
+  const counted = { promptTokens: 5000, completionTokens: 5, totalTokens: 5005 };
+  {
+    const store = new SqliteStore(path);
+    using h = harness([{ content: "first", usage: counted }], { store, maxCtxTokens: 4000 });
+    await runTurn({ ...key, message: "hello" }, h.agent, h.run);
+    const stored = (await store.get(key))!.calibration!;
+    assert.equal(stored.tokens, 5000);
+    assert.equal(stored.through, (await store.messages(key))[0].id, "the request ended at the question");
+    await store.close();
+  }
+  // A new process: its first request is estimated from the stored count, over the budget, so it compacts
+  // first (the estimate alone, a few hundred tokens, would not).
+  const store = new SqliteStore(path);
+  try {
+    using h = harness([{ content: "second" }], { store, maxCtxTokens: 4000 });
+    const result = await runTurn({ ...key, message: "again" }, h.agent, h.run);
+    assert.equal(result.outcome, "answered");
+    const compact = h.events.find((e) => e.event === "compact");
+    assert.ok(compact !== undefined, "compacted by the provider's count");
+    assert.equal(compact.data.trigger, "tokens");
+    assert.ok((compact.data.tokens_before as number) > 5000, JSON.stringify(compact.data));
+  } finally {
+    await store.close();
+  }
+});
+
+Deno.test("a calibration counted with other fixed parts is not used: the estimate stands", async () => {
+  using dir = tempDir();
+  const store = new SqliteStore(`${dir.path}/s.db`);
+  try {
+    const key = keyOf("s");
+    const counted = { promptTokens: 5000, completionTokens: 5, totalTokens: 5005 };
+    using h = harness([{ content: "first", usage: counted }, { content: "second" }], {
+      store,
+      maxCtxTokens: 4000,
+    });
+    await runTurn({ ...key, message: "hello", instructions: "Answer in French." }, h.agent, h.run);
+    // Without the client's instructions the request differs: the count does not describe it.
+    const result = await runTurn({ ...key, message: "again" }, h.agent, h.run);
+    assert.equal(result.outcome, "answered");
+    assert.equal(h.events.filter((e) => e.event === "compact").length, 0);
+  } finally {
+    await store.close();
+  }
+});
