@@ -154,7 +154,17 @@ Deno.test({
       assert.equal(await a.renewLease(key, "replica-a", 60_000), true);
       await b.releaseLease(key, "replica-b");
       assert.equal((await b.acquireLease(key, "replica-b", 60_000)).taken, false, "only the owner releases");
+      assert.equal(await b.cancelLease(key), true, "b asks a to cancel");
+      assert.equal(await b.cancelLease(key), true, "marked once");
+      assert.equal(await a.renewLease(key, "replica-a", 60_000), false, "marked");
+      assert.equal(await a.renewLease(key, "replica-a!cancel", 60_000), true);
+      assert.equal(
+        (await a.acquireLease(key, "replica-a", 60_000, { from: "replica-a!cancel" })).taken,
+        true,
+      );
+      assert.equal(await b.cancelLease(key), true, "marked anew");
       await a.releaseLease(key, "replica-a");
+      assert.equal(await b.cancelLease(key), false, "released while marked: none to mark");
       assert.equal((await b.acquireLease(key, "replica-b", 50)).taken, true, "free once released");
       assert.equal(
         (await a.acquireLease(keyOf("s", "other-user"), "replica-a", 60_000)).taken,

@@ -62,8 +62,11 @@ export const SQL = {
     `wanted = CASE WHEN ${FREE_LEASE} THEN session_leases.wanted AND session_leases.owner = excluded.owner ` +
     "ELSE 1 END RETURNING owner",
   renewLease: "UPDATE session_leases SET expires_at = ? WHERE user_id = ? AND session_id = ? AND owner = ?",
-  releaseLease:
-    "DELETE FROM session_leases WHERE user_id = ? AND session_id = ? AND owner = ? RETURNING wanted",
+  releaseLease: "DELETE FROM session_leases WHERE user_id = ?1 AND session_id = ?2 " +
+    "AND owner IN (?3, ?3 || ?4) RETURNING wanted",
+  // ?3 is now, ?4 the mark.
+  markLease: "UPDATE session_leases SET owner = CASE WHEN substr(owner, -length(?4)) = ?4 THEN owner " +
+    "ELSE owner || ?4 END WHERE user_id = ?1 AND session_id = ?2 AND expires_at > ?3 RETURNING owner",
   insertTrace: "INSERT INTO trace_events (user_id, session_id, run_id, ts, line) VALUES (?, ?, ?, ?, ?)",
   // ISO times in one format (the tracer's and the store's toISOString()) compare as text.
   traceAfter: "SELECT id, line FROM trace_events WHERE user_id = ?1 AND session_id = ?2 AND ts >= ?3 " +
@@ -219,7 +222,11 @@ export class SqliteSql implements SessionSql {
     return this.#sql.renewLease.run(until, key.userId, key.sessionId, owner).changes === 1;
   }
 
-  async releaseLease({ userId, sessionId }: SessionKey, owner: string): Promise<boolean> {
-    return this.#sql.releaseLease.get(userId, sessionId, owner)?.wanted === 1;
+  async releaseLease({ userId, sessionId }: SessionKey, owner: string, mark: string): Promise<boolean> {
+    return this.#sql.releaseLease.get(userId, sessionId, owner, mark)?.wanted === 1;
+  }
+
+  async markLease({ userId, sessionId }: SessionKey, mark: string, now: Date): Promise<boolean> {
+    return this.#sql.markLease.get(userId, sessionId, now.getTime(), mark) !== undefined;
   }
 }
