@@ -71,6 +71,8 @@ export const SQL = {
   // ISO times in one format (the tracer's and the store's toISOString()) compare as text.
   traceAfter: "SELECT id, line FROM trace_events WHERE user_id = ?1 AND session_id = ?2 AND ts >= ?3 " +
     "AND (?4 IS NULL OR run_id = ?4) AND id >= ?5 ORDER BY id LIMIT ?6",
+  traceLatest: "SELECT line FROM trace_events WHERE user_id = ? AND session_id = ? AND ts >= ? " +
+    "ORDER BY id DESC LIMIT 1",
   // Row ids grow by one per event, so the newest `keep` are those above the last one minus `keep`.
   pruneTrace: "DELETE FROM trace_events WHERE id <= (SELECT max(id) FROM trace_events) - ?",
   ping: "SELECT 1 AS ok",
