@@ -7,62 +7,8 @@
 import assert from "node:assert/strict";
 import { RunEventIds } from "../src/http/run_events.ts";
 import { keyOf } from "./_harness.ts";
+import { FrameReader } from "./_sse_frames.ts";
 import { type HttpHarness, httpHarness, until, withServer } from "./_http_harness.ts";
-
-/** One SSE frame as sent: its id (if any), event name and data. */
-interface Frame {
-  id: string | undefined;
-  event: string;
-  data: Record<string, unknown>;
-}
-
-function parseFrames(text: string): Frame[] {
-  return text.split("\n\n").filter((block) => block.trim() !== "").map((block) => {
-    const lines = block.split("\n");
-    const field = (name: string) => lines.find((l) => l.startsWith(`${name}: `))?.slice(name.length + 2);
-    return { id: field("id"), event: field("event") ?? "message", data: JSON.parse(field("data")!) };
-  });
-}
-
-/** Reads an SSE body frame by frame. */
-class FrameReader {
-  #reader: ReadableStreamDefaultReader<string>;
-  #buffer = "";
-  readonly frames: Frame[] = [];
-
-  constructor(response: Response) {
-    this.#reader = response.body!.pipeThrough(new TextDecoderStream()).getReader();
-  }
-
-  /** Reads until a frame matches `done` (true once the stream ends without one). */
-  async until(done: (frame: Frame) => boolean): Promise<boolean> {
-    for (;;) {
-      const end = this.#buffer.lastIndexOf("\n\n");
-      if (end !== -1) {
-        const frames = parseFrames(this.#buffer.slice(0, end + 2));
-        this.#buffer = this.#buffer.slice(end + 2);
-        for (const frame of frames) {
-          this.frames.push(frame);
-          if (done(frame)) return true;
-        }
-        continue;
-      }
-      const { value, done: ended } = await this.#reader.read();
-      if (ended) return false;
-      this.#buffer += value;
-    }
-  }
-
-  /** Everything to the end of the stream. */
-  async rest(): Promise<Frame[]> {
-    await this.until(() => false);
-    return this.frames;
-  }
-
-  cancel(): Promise<void> {
-    return this.#reader.cancel();
-  }
-}
 
 const SSE = { accept: "text/event-stream" };
 const RESUMABLE = { ...SSE, prefer: "resumable" };
@@ -273,7 +219,7 @@ Deno.test("a user can neither follow nor cancel another user's run, and bad ids 
       (await new FrameReader(await events(url, "s", runId, alice)).rest()).at(-1)?.event,
       "run_end",
     );
-  });
+  }, { overrides: { follow: { firstEventMs: 200 } } });
 });
 
 Deno.test("a follower of a run that stalls ends after the idle bound with a 504 run_idle frame", async () => {
@@ -289,5 +235,5 @@ Deno.test("a follower of a run that stalls ends after the idle bound with a 504 
     assert.deepEqual((frames[1].data.error as { code: string }).code, "run_idle");
     h.llm.release();
     await live.rest();
-  }, { overrides: { follow: { pollMs: 5, maxIdleMs: 50 } } });
+  }, { overrides: { follow: { pollMs: 5, maxIdleMs: 50, firstEventMs: 50 } } });
 });

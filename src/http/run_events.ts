@@ -15,6 +15,8 @@ import { sseResponse, type SseSend } from "./sse.ts";
 
 /** How often a follower reads the table for new events, in milliseconds, unless the deps say. */
 export const FOLLOW_POLL_MS = 100;
+/** How long a reader waits for a run's first event to be stored before it answers 404, unless the deps say. */
+export const FOLLOW_FIRST_EVENT_MS = 5000;
 /** How long a follower waits for the run's next event before it ends the stream, unless the deps say. */
 export const FOLLOW_MAX_IDLE_MS = 300_000;
 
@@ -81,7 +83,7 @@ function lastEventId(request: Request): EventId | null {
  * `pollMs`, until one is a `run_end` (the run ended, or waits for approval). A client whose last event ended
  * the run gets an empty stream. The stream ends early when the client goes, when the shutdown begins, or after
  * `maxIdleMs` without an event (with an `error` frame, 504 `run_idle`: reconnect to keep waiting). 404 when
- * the table holds no event of the run and this process has no such turn waiting or running.
+ * no event of the run is stored within `firstEventMs` and this process has no such turn waiting or running.
  */
 export async function handleRunEvents(
   request: Request,
@@ -101,12 +103,21 @@ export async function handleRunEvents(
   const { userId, id: sessionId, createdAt: since } = session;
   const read = (cursor: number | null) =>
     trace.page({ userId, sessionId, since, runId, limit: 1000, cursor });
-  const first = await read(null);
-  if (first.events.length === 0 && !deps.sessions.has({ userId, sessionId }, runId)) {
-    throw new HttpError(404, "run_not_found", `Run "${runId}" of session "${sessionId}" has no events`);
-  }
-  const { pollMs = FOLLOW_POLL_MS, maxIdleMs = FOLLOW_MAX_IDLE_MS } = deps.follow ?? {};
+  const { pollMs = FOLLOW_POLL_MS, maxIdleMs = FOLLOW_MAX_IDLE_MS, firstEventMs = FOLLOW_FIRST_EVENT_MS } =
+    deps.follow ?? {};
   const signal = AbortSignal.any([request.signal, deps.shutdownSignal]);
+  // The run's first event may still be on its way to the table from the process that runs it.
+  let first = await read(null);
+  for (let waited = 0; first.events.length === 0 && !deps.sessions.has({ userId, sessionId }, runId);) {
+    if (waited >= firstEventMs) {
+      const message = `Run "${runId}" of session "${sessionId}" has no events (none stored within ` +
+        `${firstEventMs / 1000} s)`;
+      throw new HttpError(404, "run_not_found", message);
+    }
+    await delay(pollMs, signal);
+    waited += pollMs;
+    first = await read(null);
+  }
   const follow = async (send: SseSend) => {
     const ids = new RunEventIds();
     let last: Record<string, unknown> | null = null;
