@@ -226,7 +226,7 @@ Deno.test({
       const first = await store.trace.page(query);
       assert.deepEqual(first.events, [event(2), event(3, "s", "r2")]);
       const second = await store.trace.page({ ...query, cursor: first.nextCursor });
-      assert.deepEqual(second, { events: [event(4)], nextCursor: null });
+      assert.deepEqual(second, { events: [event(4)], nextCursor: null, endCursor: 6 });
       const r2 = await store.trace.page({ ...query, since: event(0).ts, runId: "r2" });
       assert.deepEqual(r2.events.map((e) => e.data), [event(3).data]);
       assert.deepEqual((await store.trace.page({ ...query, userId: "v" })).events, []);
