@@ -87,6 +87,20 @@ export class LeaseLostError extends Error {
 }
 
 /**
+ * A turn was cancelled on request (`POST /v1/sessions/{id}/cancel`, here or through the lease from another
+ * process): its work is aborted with this reason, so it takes back what it stored, as any abort does.
+ */
+export class TurnCancelledError extends Error {
+  override name = "TurnCancelledError";
+  readonly sessionId: string;
+
+  constructor(sessionId: string, options?: { cause?: unknown }) {
+    super(`the turn of session "${sessionId}" was cancelled`, options);
+    this.sessionId = sessionId;
+  }
+}
+
+/**
  * Work on a session cannot even wait its turn: the session already has as many works waiting as allowed
  * (`scope` `session`; HTTP answers 429) or the process as many sessions with works in line (`process`; 503).
  * Nothing was started; the same call may work after `retryAfterSeconds`.

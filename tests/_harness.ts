@@ -271,6 +271,7 @@ export function leaseStoreWith(store: LeaseStore, overrides: Partial<LeaseStore>
     acquireLease: (...args) => store.acquireLease(...args),
     renewLease: (...args) => store.renewLease(...args),
     releaseLease: (...args) => store.releaseLease(...args),
+    cancelLease: (...args) => store.cancelLease(...args),
     ...overrides,
   };
 }

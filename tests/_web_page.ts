@@ -47,6 +47,8 @@ export interface WithPageOptions {
   policy?: unknown;
   /** More Chromium flags, such as `--host-resolver-rules`. @default {[]} */
   browserArgs?: string[];
+  /** Console errors the test causes on purpose (a connection it cuts). @default {undefined} (none) */
+  expectedConsole?: RegExp;
 }
 
 /** A served page: `serve` (its real permissions) on a free port, and a browser page on it. */
@@ -55,7 +57,7 @@ export async function withPage(
   fn: (page: Page, url: string, context: PageContext) => Promise<void>,
   options: WithPageOptions = {},
 ): Promise<void> {
-  const { policy, browserArgs = [] } = options;
+  const { policy, browserArgs = [], expectedConsole } = options;
   using dir = tempDir();
   const provider = startFakeProvider();
   const probe = Deno.listen({ hostname: "127.0.0.1", port: 0 });
@@ -95,7 +97,8 @@ export async function withPage(
     const problems: string[] = [];
     page.on("console", (message) => {
       // 401 and 409 are answers the page shows (the token form, a turn refused while one waits).
-      if (message.type() === "error" && !/40[19]/.test(message.text())) problems.push(message.text());
+      const expected = /40[19]/.test(message.text()) || expectedConsole?.test(message.text()) === true;
+      if (message.type() === "error" && !expected) problems.push(message.text());
     });
     page.on("pageerror", (error) => problems.push(String(error)));
     await fn(page, `http://127.0.0.1:${port}`, { serve, provider, dialogs });

@@ -360,7 +360,7 @@ Deno.test("an SSE client that goes away mid-stream aborts the turn the same way"
     });
     const reader = response.body!.pipeThrough(new TextDecoderStream()).getReader();
     const first = await reader.read();
-    assert.match(first.value ?? "", /^event: run_start\n/);
+    assert.match(first.value ?? "", /^id: 0\.1\nevent: run_start\n/);
     await until(() => h.llm.calls === 1, "the model call to start");
     await reader.cancel();
     await until(() => h.llm.aborted === 1, "the model call to see the abort");
@@ -802,7 +802,7 @@ Deno.test("an SSE client with a large body that goes away mid-turn aborts the tu
       headers: { accept: "text/event-stream" },
     });
     const reader = response.body!.pipeThrough(new TextDecoderStream()).getReader();
-    assert.match((await reader.read()).value ?? "", /^event: run_start\n/);
+    assert.match((await reader.read()).value ?? "", /^id: 0\.1\nevent: run_start\n/);
     await until(() => h.llm.calls === 1, "the model call to start");
     await reader.cancel();
     await until(() => h.llm.aborted === 1, "the model call to see the abort");

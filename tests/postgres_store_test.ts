@@ -159,7 +159,17 @@ Deno.test({
       assert.equal(await a.renewLease(key, "replica-a", 60_000), true);
       await b.releaseLease(key, "replica-b");
       assert.equal((await b.acquireLease(key, "replica-b", 60_000)).taken, false, "only the owner releases");
+      assert.equal(await b.cancelLease(key), true, "b asks a to cancel");
+      assert.equal(await b.cancelLease(key), true, "marked once");
+      assert.equal(await a.renewLease(key, "replica-a", 60_000), false, "marked");
+      assert.equal(await a.renewLease(key, "replica-a!cancel", 60_000), true);
+      assert.equal(
+        (await a.acquireLease(key, "replica-a", 60_000, { from: "replica-a!cancel" })).taken,
+        true,
+      );
+      assert.equal(await b.cancelLease(key), true, "marked anew");
       await a.releaseLease(key, "replica-a");
+      assert.equal(await b.cancelLease(key), false, "released while marked: none to mark");
       assert.equal((await b.acquireLease(key, "replica-b", 50)).taken, true, "free once released");
       assert.equal(
         (await a.acquireLease(keyOf("s", "other-user"), "replica-a", 60_000)).taken,
@@ -221,7 +231,7 @@ Deno.test({
       const first = await store.trace.page(query);
       assert.deepEqual(first.events, [event(2), event(3, "s", "r2")]);
       const second = await store.trace.page({ ...query, cursor: first.nextCursor });
-      assert.deepEqual(second, { events: [event(4)], nextCursor: null });
+      assert.deepEqual(second, { events: [event(4)], nextCursor: null, endCursor: 6 });
       const r2 = await store.trace.page({ ...query, since: event(0).ts, runId: "r2" });
       assert.deepEqual(r2.events.map((e) => e.data), [event(3).data]);
       assert.deepEqual((await store.trace.page({ ...query, userId: "v" })).events, []);

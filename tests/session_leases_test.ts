@@ -139,6 +139,33 @@ Deno.test("SessionLeases.hold() aborts the work with LeaseLostError when a renew
   assert.equal(a.size, 0);
 });
 
+Deno.test("SessionLeases.cancel() reaches the holder at its next renewal: its works' onCancel run and it keeps the lease", async () => {
+  await using f = fixture();
+  const a = f.leases("a", { ttlMs: 60 });
+  const b = f.leases("b", { ttlMs: 60 });
+  const cancelledAt: number[] = [];
+  const done = gate();
+  const held = a.hold(keyOf("s"), (signal) => done.promise.then(() => signal.aborted), {
+    onCancel: () => cancelledAt.push(f.elapsed()),
+  });
+  const quiet = a.hold(keyOf("s"), () => done.promise);
+  await f.clock.advance(5);
+  assert.equal(await b.cancel(keyOf("s")), true);
+  await f.clock.advance(20);
+  assert.deepEqual(cancelledAt, [20], "the renewal at 20 ms found the mark");
+  await f.clock.advance(40);
+  assert.deepEqual(cancelledAt, [20], "taken back: later renewals find no mark");
+  assert.equal((await f.store.acquireLease(keyOf("s"), "c", 60)).taken, false, "still a's");
+  assert.equal(await b.cancel(keyOf("s")), true, "a second cancel");
+  await f.clock.advance(20);
+  assert.deepEqual(cancelledAt, [20, 80]);
+  done.open();
+  assert.equal(await held, false, "the lease's own signal never aborted");
+  await quiet;
+  assert.equal(await b.cancel(keyOf("s")), false, "released: nothing to cancel");
+  assert.equal(a.size, 0);
+});
+
 Deno.test("SessionLeases.hold() keeps a lease whose renewal fails to reach the store while it cannot have expired", async () => {
   await using f = fixture();
   let down = false;

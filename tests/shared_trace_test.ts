@@ -23,7 +23,10 @@ function fakeTable(): TraceTable & { down: boolean; rows: Record<string, unknown
       return Promise.resolve();
     },
     page() {
-      return Promise.resolve({ events: [...rows], nextCursor: null });
+      return Promise.resolve({ events: [...rows], nextCursor: null, endCursor: rows.length + 1 });
+    },
+    latest() {
+      return Promise.resolve(rows.at(-1) ?? null);
     },
     // Not SharedTrace's: retention's (tests/retention_test.ts).
     pruneOlder() {

@@ -72,6 +72,30 @@ Deno.test("SqliteStore.releaseLease() frees the lease for its owner only", async
   }
 });
 
+Deno.test("SqliteStore.cancelLease() marks a live lease once: its holder renews it only as marked, takes it back, releases it either way", async () => {
+  const { store, clock } = clockedStore();
+  try {
+    assert.equal(await store.cancelLease(keyOf("s")), false, "no lease");
+    (await store.acquireLease(keyOf("s"), "a", 1000)).taken;
+    assert.equal(await store.cancelLease(keyOf("s", "v")), false, "another user's session");
+    assert.equal(await store.cancelLease(keyOf("s")), true);
+    assert.equal(await store.cancelLease(keyOf("s")), true, "marked already");
+    assert.equal(await store.renewLease(keyOf("s"), "a", 1000), false, "not under its owner");
+    assert.equal(await store.renewLease(keyOf("s"), "a!cancel!cancel", 1000), false, "marked once");
+    assert.equal(await store.renewLease(keyOf("s"), "a!cancel", 1000), true);
+    assert.deepEqual(await store.acquireLease(keyOf("s"), "b", 1000), { taken: false, holder: "a!cancel" });
+    assert.equal((await store.acquireLease(keyOf("s"), "a", 1000, { from: "a!cancel" })).taken, true);
+    assert.equal(await store.renewLease(keyOf("s"), "a", 1000), true, "taken back");
+    assert.equal(await store.cancelLease(keyOf("s")), true, "marked anew");
+    await store.releaseLease(keyOf("s"), "a");
+    assert.equal((await store.acquireLease(keyOf("s"), "b", 1000)).taken, true, "released while marked");
+    clock.ms += 1000;
+    assert.equal(await store.cancelLease(keyOf("s")), false, "expired");
+  } finally {
+    await store.close();
+  }
+});
+
 Deno.test("SqliteStore lease methods check their key, owner and ttl", async () => {
   const { store } = clockedStore();
   try {

@@ -272,3 +272,40 @@ storeTest(
     }
   },
 );
+
+storeTest(
+  "$Store trace table: a page's endCursor is where a follower reads on, and latest() is the session's newest event",
+  async (db) => {
+    const store = await db.open();
+    try {
+      const trace = traceTableOf(store)!;
+      const row = (i: number, session = "f") => ({
+        user_id: "u",
+        session_id: session,
+        run_id: "r",
+        ts: `2026-01-01T00:00:0${i}.000Z`,
+        line: `{"i":${i}}`,
+      });
+      const since = "2026-01-01T00:00:00.000Z";
+      const query = { userId: "u", sessionId: "f", since, runId: "r", limit: 10, cursor: null };
+      assert.deepEqual(await trace.page(query), { events: [], nextCursor: null, endCursor: null });
+      assert.equal(await trace.latest(query), null);
+      await trace.write([row(0), row(1), row(2, "other")]);
+      const first = await trace.page(query);
+      assert.deepEqual(first.events, [{ i: 0 }, { i: 1 }]);
+      assert.equal(first.nextCursor, null);
+      assert.deepEqual(
+        (await trace.page({ ...query, cursor: first.endCursor })).events,
+        [],
+        "nothing new yet",
+      );
+      await trace.write([row(3), row(4, "other")]);
+      const later = await trace.page({ ...query, cursor: first.endCursor });
+      assert.deepEqual(later.events, [{ i: 3 }], "only what came after, of this session");
+      assert.deepEqual(await trace.latest(query), { i: 3 });
+      assert.deepEqual(await trace.latest({ ...query, since: "2026-01-01T00:00:05.000Z" }), null);
+    } finally {
+      await store.close();
+    }
+  },
+);

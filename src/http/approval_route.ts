@@ -8,7 +8,7 @@ import type { SessionKey } from "../store/store.ts";
 import { readJsonBody } from "./body.ts";
 import type { HandlerDeps } from "./deps.ts";
 import { HttpError } from "./errors.ts";
-import { queueTurn, respondTurn } from "./turn_route.ts";
+import { queueTurn, respondTurn, resumable } from "./turn_route.ts";
 
 /**
  * Resumes the turn of `key` that waits for approval. Checked before anything runs: the body (400), that a
@@ -34,5 +34,6 @@ export async function handleApproval(
     throw error;
   }
   const input = { ...key, decisions: decisions as Record<string, "approve" | "deny"> };
-  return await respondTurn(request, queueTurn(request, input, deps), deps);
+  const run = queueTurn(request, input, deps, { resumable: resumable(request), runId: pending.runId });
+  return await respondTurn(request, run, deps);
 }

@@ -37,6 +37,12 @@ export interface HandlerDeps {
    * table} (a store without one answers the route 501)
    */
   trace?: TracePages;
+  /**
+   * How a stream that follows a run from the trace table (`GET …/runs/{run_id}/events`) reads it: every
+   * `pollMs`, ending after `maxIdleMs` without an event; a run with no event stored within `firstEventMs` is a
+   * 404. @default {{pollMs: 100, maxIdleMs: 300000, firstEventMs: 5000}}
+   */
+  follow?: { pollMs?: number; maxIdleMs?: number; firstEventMs?: number };
   /** The model name `/healthz` reports. */
   model: string;
   /** Each MCP server's state, by name, for `/healthz`. @default {undefined} (no MCP) */

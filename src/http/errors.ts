@@ -3,7 +3,7 @@
  * `{"error": {"code": "payload_too_large", "message": "Cannot read request body: …"}}`.
  * @module
  */
-import { QueueFullError, SessionError, StoreUnavailableError } from "../errors.ts";
+import { QueueFullError, SessionError, StoreUnavailableError, TurnCancelledError } from "../errors.ts";
 import type { TurnResult } from "../types.ts";
 
 /** Options of {@linkcode HttpError}. */
@@ -113,7 +113,8 @@ export function clientClosed(): HttpError {
  * - `timeout`: 504 `llm_timeout`; any other model failure: 502 `llm_error` (both plain `application/json`)
  * - `store`: 503 `store_unavailable` with `Retry-After`
  * - `lease`: 503 `session_lease_lost` with `Retry-After: 1` (nothing of the turn was kept)
- * - `aborted`: its abort reason when that is an `HttpError` (the shutdown's 503), else 499 (the client left)
+ * - `aborted`: its abort reason when that is an `HttpError` (the shutdown's 503); 409 `turn_cancelled` when it was
+ *   cancelled on request; else 499 (the client left)
  *
  * `message` words a model or store failure (each API gives its own advice); the body carries the run id.
  */
@@ -126,6 +127,10 @@ export function failedTurn(result: TurnResult, message: string = result.answer):
   }
   const details = { run_id: runId };
   const { kind, cause } = failure;
+  if (kind === "aborted" && cause instanceof TurnCancelledError) {
+    const why = `The turn was cancelled (POST /v1/sessions/${sessionId}/cancel); nothing of it was kept`;
+    return new HttpError(409, "turn_cancelled", why, { details });
+  }
   if (kind === "aborted") return cause instanceof HttpError ? cause : clientClosed();
   if (kind === "lease") {
     const why = `Cannot finish the turn: this server lost the lease of session "${sessionId}" ` +

@@ -9,7 +9,7 @@ import type { TurnInput } from "../agent/loop.ts";
 import { BackgroundCompactions } from "../memory/background.ts";
 import { askAsDeny, AUTO_POLICY } from "../approval/policy.ts";
 import { unansweredMessage } from "../agent/agent.ts";
-import type { RunEvent } from "../events.ts";
+import type { EventSink, RunEvent } from "../events.ts";
 import type { SessionKey } from "../store/store.ts";
 import type { TurnResult } from "../types.ts";
 import { readJsonBody } from "./body.ts";
@@ -94,8 +94,11 @@ async function prepareEphemeral(
     await compactions.close();
     // Nobody can approve a call of a session dropped after the request: a tool that asks is refused.
     const approval = askAsDeny(deps.agent.approval ?? AUTO_POLICY);
-    const run = queueTurn(request, input, deps, { ...deps.agent, store, tools, compactions, approval });
-    return { run: (emit, onDelta) => run(emit, onDelta).finally(() => store.close()), kept: false };
+    const agent = { ...deps.agent, store, tools, compactions, approval };
+    const run = queueTurn(request, input, deps, { agent });
+    const closing = (emit: EventSink, onDelta?: (text: string, step: number) => void) =>
+      run(emit, onDelta).finally(() => store.close());
+    return { run: Object.assign(closing, { runId: run.runId }), kept: false };
   } catch (error) {
     await store.close();
     throw error;

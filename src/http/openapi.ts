@@ -22,16 +22,19 @@ function json(schema: unknown, description = "OK") {
 }
 
 const DESCRIPTIONS: Record<number, string> = {
-  400: "malformed JSON, missing or non-string message, invalid session id, a bad trace limit or cursor, or " +
-    "decisions that do not name exactly the waiting calls with approve or deny",
+  400:
+    "malformed JSON, missing or non-string message, invalid session or run id, a bad trace limit or cursor, " +
+    "a Last-Event-ID that is not an event id, or decisions that do not name exactly the waiting calls",
   401: "missing or unknown bearer token",
   403: "without tokens, a Host that is not loopback on the listening port nor in AGENT_ALLOWED_HOSTS " +
     "(host_not_allowed); a POST or DELETE whose Origin is another site's page (origin_not_allowed)",
-  404: "unknown route, or the caller has no session of that id (session ids are per user)",
+  404: "unknown route, or the caller has no session of that id (session ids are per user); a run with no " +
+    "events (run_not_found)",
   405: "method not allowed on this path",
   409:
     "retry with nothing to retry (the session's last turn was answered); a message or retry while a turn " +
-    "waits for approval (approval_pending); decisions when no turn waits (no_pending_approval)",
+    "waits for approval (approval_pending); decisions when no turn waits (no_pending_approval); a cancel " +
+    "when no turn runs (no_running_turn); a turn cancelled meanwhile (turn_cancelled)",
   413: "body over AGENT_MAX_BODY_BYTES",
   415: "body is not application/json",
   429: "the session already has 8 turns waiting; see Retry-After",
@@ -54,13 +57,31 @@ function op(summary: string, ok: unknown, statuses: number[], extra = {}): Opera
   return { summary, ...extra, responses: { "200": ok, ...errors(statuses) } } as Operation;
 }
 
-/** A turn's answer: JSON, or an SSE stream of its run events. */
+/** A turn's answer: JSON, or an SSE stream of its run events (each with its id, the run's in X-Run-Id). */
 function turn(description: string) {
   const content = { "application/json": { schema: ref("Turn") }, "text/event-stream": { schema: str } };
-  return { description, content };
+  const headers = {
+    "X-Run-Id": {
+      description: "SSE: the run's id, to follow it again at …/runs/{run_id}/events",
+      schema: str,
+    },
+    "Preference-Applied": { description: "resumable, when the request's Prefer asked for it", schema: str },
+  };
+  return { description, headers, content };
 }
 
-function param(name: string, where: "path" | "query", schema: unknown, description?: string) {
+/** `Prefer: resumable` on an SSE turn: a disconnect does not cancel it. */
+const preferHeader = {
+  name: "Prefer",
+  in: "header",
+  required: false,
+  description:
+    "resumable (with Accept: text/event-stream): the turn outlives the connection; follow it again " +
+    "at GET /v1/sessions/{id}/runs/{run_id}/events, stop it with POST /v1/sessions/{id}/cancel",
+  schema: str,
+};
+
+function param(name: string, where: "path" | "query" | "header", schema: unknown, description?: string) {
   return { name, in: where, required: where === "path", ...(description && { description }), schema };
 }
 
@@ -232,7 +253,7 @@ export const OPENAPI = {
       },
     },
     "/v1/sessions/{id}/messages": {
-      parameters: [id],
+      parameters: [id, preferHeader],
       post: op(
         "Run one user turn; with Accept: text/event-stream, stream its run events as SSE",
         turn("The turn's result, or an SSE stream of run events (one `event:` per RunEvent)"),
@@ -241,7 +262,7 @@ export const OPENAPI = {
       ),
     },
     "/v1/sessions/{id}/approvals": {
-      parameters: [id],
+      parameters: [id, preferHeader],
       post: op(
         "Decide on the calls a turn waits for (outcome awaiting_approval) and resume the same run; a denied " +
           'call gets the tool result "denied by the user". Answered like a turn, JSON or SSE',
@@ -251,12 +272,40 @@ export const OPENAPI = {
       ),
     },
     "/v1/sessions/{id}/retry": {
-      parameters: [id],
+      parameters: [id, preferHeader],
       post: op(
         "Rerun the session's last unanswered message (after a turn ended in error) without sending it again; " +
           "answered like a turn, JSON or SSE",
         turn("The retried turn's result (same turn number), or an SSE stream of its run events"),
         [400, 401, 404, 409, 429, 502, 503, 504],
+      ),
+    },
+    "/v1/sessions/{id}/cancel": {
+      parameters: [id, param("run_id", "query", idSchema, "cancel only this run")],
+      post: {
+        summary: "Cancel the session's running turn wherever it runs (taken back as an aborted turn; on " +
+          "another replica at its next lease renewal, within a third of AGENT_SESSION_LEASE_SECONDS)",
+        responses: {
+          "202": json(object({ session_id: str, run_id: str }, ["session_id", "run_id"]), "cancelling"),
+          ...errors([400, 401, 404, 409]),
+        },
+      },
+    },
+    "/v1/sessions/{id}/runs/{run_id}/events": {
+      parameters: [
+        id,
+        param("run_id", "path", idSchema, "a run of the session (X-Run-Id, or run_id of its events)"),
+        param("Last-Event-ID", "header", str, "the id of the last event received"),
+        param("last_event_id", "query", str, "as Last-Event-ID, for clients that cannot set it"),
+      ],
+      get: op(
+        "Follow a run as SSE from any replica: its events after Last-Event-ID (all without), then the rest as " +
+          "they are stored, up to its run_end; no deltas (the answer event holds the text)",
+        {
+          description: "an SSE stream of run events, each with its id",
+          content: { "text/event-stream": { schema: str } },
+        },
+        [400, 401, 404],
       ),
     },
     "/v1/sessions/{id}/todos": {

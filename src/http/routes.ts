@@ -14,6 +14,8 @@ import { AGENT_MODEL, modelList, modelNotFound, modelObject, openaiErrorResponse
 import { handleTrace } from "./trace_route.ts";
 import { handleTurn } from "./turn_route.ts";
 import { handleApproval } from "./approval_route.ts";
+import { handleCancel } from "./cancel_route.ts";
+import { handleRunEvents } from "./run_events.ts";
 import { approvalCalls } from "../approval/decisions.ts";
 import { handleIndex, handleWebFile } from "./web_route.ts";
 
@@ -109,6 +111,13 @@ export function createRoutes(deps: HandlerDeps): Route[] {
     }),
     route("POST", "/v1/sessions/{id}/approvals", async (request, params) => {
       return handleApproval(request, keyOf(await own(request, params.id)), deps);
+    }),
+    route("POST", "/v1/sessions/{id}/cancel", async (request, params) => {
+      return handleCancel(request, await own(request, params.id), deps);
+    }),
+    route("GET", "/v1/sessions/{id}/runs/{run_id}/events", async (request, params) => {
+      const session = await own(request, params.id);
+      return handleRunEvents(request, { session, runId: validateId(params.run_id, "run id") }, deps);
     }),
     route("GET", "/v1/sessions/{id}/todos", async (request, params) => {
       const session = await own(request, params.id);

@@ -4,8 +4,11 @@
  * @module
  */
 
-/** Writes one frame: `data` (one line: JSON or a marker such as `[DONE]`), with an `event:` line if named. */
-export type SseSend = (data: string, event?: string) => void;
+/**
+ * Writes one frame: `data` (one line: JSON or a marker such as `[DONE]`), with an `event:` line if named and an
+ * `id:` line if given (the id a client sends back as `Last-Event-ID` to resume after it).
+ */
+export type SseSend = (data: string, event?: string, id?: string) => void;
 
 /** The headers of every SSE response: no caching, and no buffering in a reverse proxy. */
 export const SSE_HEADERS: Readonly<Record<string, string>> = Object.freeze({
@@ -17,19 +20,21 @@ export const SSE_HEADERS: Readonly<Record<string, string>> = Object.freeze({
 /**
  * A 200 SSE response whose body is what `produce` sends. A rejection of `produce` goes to `onError` (which may
  * still send, say an error frame); the stream closes after either. Once the client cancels the body, sends
- * are dropped: the route learns of the disconnect from `request.signal`.
+ * are dropped: the route learns of the disconnect from `request.signal`. `headers` go with `SSE_HEADERS`.
  */
 export function sseResponse(
   produce: (send: SseSend) => Promise<void>,
   onError: (error: unknown, send: SseSend) => void,
+  headers: Record<string, string> = {},
 ): Response {
   const encoder = new TextEncoder();
   let open = true;
   const stream = new ReadableStream<Uint8Array>({
     start(controller) {
       // `data` is a single line, so no payload can break the framing.
-      const send: SseSend = (data, event) => {
-        const frame = event === undefined ? `data: ${data}\n\n` : `event: ${event}\ndata: ${data}\n\n`;
+      const send: SseSend = (data, event, id) => {
+        const named = event === undefined ? "" : `event: ${event}\n`;
+        const frame = `${id === undefined ? "" : `id: ${id}\n`}${named}data: ${data}\n\n`;
         if (open) controller.enqueue(encoder.encode(frame));
       };
       produce(send).catch((error) => onError(error, send)).finally(() => {
@@ -43,5 +48,5 @@ export function sseResponse(
       open = false;
     },
   });
-  return new Response(stream, { headers: SSE_HEADERS });
+  return new Response(stream, { headers: { ...SSE_HEADERS, ...headers } });
 }

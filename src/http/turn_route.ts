@@ -12,35 +12,75 @@ import type { TurnResult } from "../types.ts";
 import { readMessageField } from "./body.ts";
 import type { HandlerDeps } from "./deps.ts";
 import { failedTurn, type HttpError, toHttpError } from "./errors.ts";
+import { RunEventIds } from "./run_events.ts";
 import { sseResponse, type SseSend } from "./sse.ts";
 
-/** Runs a prepared turn, reporting to `emit` and, as the answer streams, to `onDelta`. */
-export type QueuedTurn = (
-  emit: EventSink,
-  onDelta?: (text: string, step: number) => void,
-) => Promise<TurnResult>;
+/**
+ * Runs a prepared turn, reporting to `emit` and, as the answer streams, to `onDelta`; `runId` is the id the
+ * run will have, known before it starts.
+ */
+export type QueuedTurn =
+  & ((
+    emit: EventSink,
+    onDelta?: (text: string, step: number) => void,
+  ) => Promise<TurnResult>)
+  & { readonly runId: string };
+
+/** Options of {@linkcode queueTurn}. */
+export interface QueueTurnOptions {
+  /** What runs the turn. @default {deps.agent} */
+  agent?: Agent;
+  /**
+   * Whether the client may go and come back ({@linkcode resumable}): then its disconnect does not abort the
+   * turn; a cancel, the shutdown or a lost lease still do. @default {false}
+   */
+  resumable?: boolean;
+  /** The run's id when `input` resumes one (decisions): the waiting step's. Required then. */
+  runId?: string;
+}
+
+/**
+ * Whether `request` asks for a turn that outlives its connection: an SSE request with `Prefer: resumable`
+ * (RFC 7240), so the client can follow the run again from `GET …/runs/{run_id}/events`.
+ */
+export function resumable(request: Request): boolean {
+  return acceptsSse(request) && /(^|,)\s*resumable\s*(;|,|$)/i.test(request.headers.get("prefer") ?? "");
+}
+
+function acceptsSse(request: Request): boolean {
+  return (request.headers.get("accept") ?? "").toLowerCase().includes("text/event-stream");
+}
 
 /**
  * `input` (a new message, a retry or decisions on a waiting turn) ready to run on `agent` through the
  * session runner: first in its session's queue, then under its lease (unless `agent` has a private store,
- * whose session is this request's alone); aborted when the client disconnects or the shutdown grace period
- * ends. Throws the queue's refusal now, while the response can still carry its status.
+ * whose session is this request's alone); aborted when the client disconnects (unless resumable), when it is
+ * cancelled (`POST …/cancel`, by its run id) or when the shutdown grace period ends. Its run id is taken now
+ * (a resumed run keeps its own). Throws the queue's refusal now, while the response can still carry its
+ * status.
  */
 export function queueTurn(
   request: Request,
   input: TurnInput,
   deps: HandlerDeps,
-  agent: Agent = deps.agent,
+  options: QueueTurnOptions = {},
 ): QueuedTurn {
+  const { agent: given = deps.agent, resumable = false } = options;
   const key = { userId: input.userId, sessionId: input.sessionId };
-  const leased = agent.store === deps.agent.store;
+  const leased = given.store === deps.agent.store;
   const full = deps.sessions.rejection(key);
   if (full !== null) throw full;
-  const signal = AbortSignal.any([request.signal, deps.shutdownSignal]);
-  return (emit, onDelta) => {
+  // Taken before the turn starts, so the response's headers can name the run a client may come back to.
+  const runId = input.decisions === undefined
+    ? (given.newId ?? (() => crypto.randomUUID()))()
+    : options.runId!;
+  const agent = { ...given, newId: () => runId };
+  const signal = resumable ? deps.shutdownSignal : AbortSignal.any([request.signal, deps.shutdownSignal]);
+  const run = (emit: EventSink, onDelta?: (text: string, step: number) => void) => {
     const work = (held: AbortSignal) => runTurn(input, agent, { emit, signal: held, onDelta });
-    return deps.sessions.run(key, work, { signal, leased });
+    return deps.sessions.run(key, work, { signal, leased, id: runId });
   };
+  return Object.assign(run, { runId });
 }
 
 /** Options of {@linkcode handleTurn}. */
@@ -69,16 +109,17 @@ export async function handleTurn(
   if (retry && unansweredMessage(await deps.agent.store.messages(key)) === null) {
     throw nothingToRetry(key.sessionId);
   }
-  const run = queueTurn(request, { ...key, message, retry }, deps);
+  const run = queueTurn(request, { ...key, message, retry }, deps, { resumable: resumable(request) });
   return await respondTurn(request, run, deps);
 }
 
 /**
  * The response of a queued turn: JSON once it ends (with `approval` when it waits for one), or with
- * `Accept: text/event-stream` one SSE frame per run event as it happens.
+ * `Accept: text/event-stream` one SSE frame per run event as it happens, each with its id
+ * ({@linkcode RunEventIds}), the run's id in `X-Run-Id`.
  */
 export async function respondTurn(request: Request, run: QueuedTurn, deps: HandlerDeps): Promise<Response> {
-  if (!(request.headers.get("accept") ?? "").toLowerCase().includes("text/event-stream")) {
+  if (!acceptsSse(request)) {
     const result = await run(deps.emit);
     if (result.failure !== undefined) throw failedTurn(result);
     const { sessionId: session_id, runId: run_id, turn, outcome, answer, toolCalls: tool_calls } = result;
@@ -95,11 +136,18 @@ export async function respondTurn(request: Request, run: QueuedTurn, deps: Handl
       send(JSON.stringify({ error: { ...error.body(), status: error.status } }), "error");
     }
   };
-  return sseResponse(async (send) => {
-    const result = await run((event) => {
-      deps.emit(event);
-      send(JSON.stringify(event), event.event);
-    }, (text) => send(JSON.stringify({ text }), "delta"));
-    if (result.failure !== undefined) frame(failedTurn(result), send);
-  }, (error, send) => frame(toHttpError(error, deps.log, "internal error"), send));
+  const headers: Record<string, string> = { "x-run-id": run.runId };
+  if (resumable(request)) headers["preference-applied"] = "resumable";
+  return sseResponse(
+    async (send) => {
+      const ids = new RunEventIds();
+      const result = await run((event) => {
+        deps.emit(event);
+        send(JSON.stringify(event), event.event, ids.next(event) ?? undefined);
+      }, (text) => send(JSON.stringify({ text }), "delta"));
+      if (result.failure !== undefined) frame(failedTurn(result), send);
+    },
+    (error, send) => frame(toHttpError(error, deps.log, "internal error"), send),
+    headers,
+  );
 }

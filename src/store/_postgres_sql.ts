@@ -161,9 +161,10 @@ export class PostgresSql implements SessionSql {
     return rows.length === 1;
   }
 
-  async releaseLease({ userId, sessionId }: SessionKey, owner: string): Promise<boolean> {
+  async releaseLease({ userId, sessionId }: SessionKey, owner: string, mark: string): Promise<boolean> {
     const rows = await this.#db`DELETE FROM session_leases
-      WHERE user_id = ${userId} AND session_id = ${sessionId} AND owner = ${owner} RETURNING wanted`;
+      WHERE user_id = ${userId} AND session_id = ${sessionId} AND owner IN (${owner}, ${owner + mark})
+      RETURNING wanted`;
     return rows[0]?.wanted === true;
   }
 
@@ -178,5 +179,12 @@ export class PostgresSql implements SessionSql {
 
   async deleteSessionTrace({ userId, sessionId }: SessionKey): Promise<void> {
     await this.#db`DELETE FROM trace_events WHERE user_id = ${userId} AND session_id = ${sessionId}`;
+  }
+
+  async markLease({ userId, sessionId }: SessionKey, mark: string): Promise<boolean> {
+    const rows = await this.#db`UPDATE session_leases
+      SET owner = CASE WHEN right(owner, ${mark.length}::int) = ${mark} THEN owner ELSE owner || ${mark} END
+      WHERE user_id = ${userId} AND session_id = ${sessionId} AND expires_at > now() RETURNING owner`;
+    return rows.length === 1;
   }
 }

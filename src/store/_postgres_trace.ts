@@ -3,7 +3,14 @@
  * session's events whichever replica ran them. Private to `postgres.ts`.
  * @module
  */
-import type { TraceBatch, TracePage, TracePageQuery, TraceRow, TraceTable } from "../trace/shared_trace.ts";
+import type {
+  TraceBatch,
+  TraceLatestQuery,
+  TracePage,
+  TracePageQuery,
+  TraceRow,
+  TraceTable,
+} from "../trace/shared_trace.ts";
 import type { Sql } from "./_postgres_client.ts";
 
 /** Rows inserted per statement. */
@@ -67,10 +74,23 @@ export class PostgresTraceTable implements TraceTable {
           AND (${runId}::text IS NULL OR run_id = ${runId}) AND id >= ${from}
         ORDER BY id LIMIT ${limit + 1}`;
       const next = rows.length > limit ? rows[limit] : null;
+      const last = rows.slice(0, limit).at(-1);
       return {
         events: rows.slice(0, limit).map((row) => JSON.parse(row.line as string)),
         nextCursor: next && Number(next.id),
+        endCursor: last === undefined ? null : Number(last.id) + 1,
       };
+    });
+  }
+
+  /** The session's newest event since `since`, or null. */
+  latest(query: TraceLatestQuery): Promise<Record<string, unknown> | null> {
+    const { userId, sessionId, since } = query;
+    return this.#run(`read the trace of session "${sessionId}"`, async () => {
+      const rows = await this.#sql`SELECT line FROM trace_events
+        WHERE user_id = ${userId} AND session_id = ${sessionId} AND ts >= ${since}::timestamptz
+        ORDER BY id DESC LIMIT 1`;
+      return rows.length === 0 ? null : JSON.parse(rows[0].line as string);
     });
   }
 }

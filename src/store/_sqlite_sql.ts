@@ -71,12 +71,17 @@ export const SQL = {
     `wanted = CASE WHEN ${FREE_LEASE} THEN session_leases.wanted AND session_leases.owner = excluded.owner ` +
     "ELSE 1 END RETURNING owner",
   renewLease: "UPDATE session_leases SET expires_at = ? WHERE user_id = ? AND session_id = ? AND owner = ?",
-  releaseLease:
-    "DELETE FROM session_leases WHERE user_id = ? AND session_id = ? AND owner = ? RETURNING wanted",
+  releaseLease: "DELETE FROM session_leases WHERE user_id = ?1 AND session_id = ?2 " +
+    "AND owner IN (?3, ?3 || ?4) RETURNING wanted",
+  // ?3 is now, ?4 the mark.
+  markLease: "UPDATE session_leases SET owner = CASE WHEN substr(owner, -length(?4)) = ?4 THEN owner " +
+    "ELSE owner || ?4 END WHERE user_id = ?1 AND session_id = ?2 AND expires_at > ?3 RETURNING owner",
   insertTrace: "INSERT INTO trace_events (user_id, session_id, run_id, ts, line) VALUES (?, ?, ?, ?, ?)",
   // ISO times in one format (the tracer's and the store's toISOString()) compare as text.
   traceAfter: "SELECT id, line FROM trace_events WHERE user_id = ?1 AND session_id = ?2 AND ts >= ?3 " +
     "AND (?4 IS NULL OR run_id = ?4) AND id >= ?5 ORDER BY id LIMIT ?6",
+  traceLatest: "SELECT line FROM trace_events WHERE user_id = ? AND session_id = ? AND ts >= ? " +
+    "ORDER BY id DESC LIMIT 1",
   // Row ids grow by one per event, so the newest `keep` are those above the last one minus `keep`.
   pruneTrace: "DELETE FROM trace_events WHERE id <= (SELECT max(id) FROM trace_events) - ?",
   // Sessions last written before ?1, after the cursor (?2, ?3, ?4), whose lease is free at ?5 (ms).
@@ -250,8 +255,12 @@ export class SqliteSql implements SessionSql {
     return this.#sql.renewLease.run(until, key.userId, key.sessionId, owner).changes === 1;
   }
 
-  async releaseLease({ userId, sessionId }: SessionKey, owner: string): Promise<boolean> {
-    return this.#sql.releaseLease.get(userId, sessionId, owner)?.wanted === 1;
+  async releaseLease({ userId, sessionId }: SessionKey, owner: string, mark: string): Promise<boolean> {
+    return this.#sql.releaseLease.get(userId, sessionId, owner, mark)?.wanted === 1;
+  }
+
+  async markLease({ userId, sessionId }: SessionKey, mark: string, now: Date): Promise<boolean> {
+    return this.#sql.markLease.get(userId, sessionId, now.getTime(), mark) !== undefined;
   }
 
   async idleSessions(before: string, after: IdleCursor, limit: number, now: Date): Promise<Session[]> {

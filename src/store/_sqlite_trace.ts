@@ -3,7 +3,14 @@
  * through. Written in batches, each one transaction. Private to `sqlite.ts`.
  * @module
  */
-import type { TraceBatch, TracePage, TracePageQuery, TraceRow, TraceTable } from "../trace/shared_trace.ts";
+import type {
+  TraceBatch,
+  TraceLatestQuery,
+  TracePage,
+  TracePageQuery,
+  TraceRow,
+  TraceTable,
+} from "../trace/shared_trace.ts";
 import { type Statements, transaction } from "./_sqlite_sql.ts";
 
 /** Runs work on the connection when the store's work before it has ended. */
@@ -48,10 +55,19 @@ export class SqliteTraceTable implements TraceTable {
     return this.#exclusive(() => {
       const rows = this.#sql.traceAfter.all(userId, sessionId, since, runId, cursor ?? 0, limit + 1);
       const next = rows.length > limit ? rows[limit] : null;
+      const last = rows.slice(0, limit).at(-1);
       return {
         events: rows.slice(0, limit).map((row) => JSON.parse(row.line as string)),
         nextCursor: next && Number(next.id),
+        endCursor: last === undefined ? null : Number(last.id) + 1,
       };
+    });
+  }
+
+  latest(query: TraceLatestQuery): Promise<Record<string, unknown> | null> {
+    return this.#exclusive(() => {
+      const row = this.#sql.traceLatest.get(query.userId, query.sessionId, query.since);
+      return row === undefined ? null : JSON.parse(row.line as string);
     });
   }
 }

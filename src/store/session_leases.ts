@@ -7,7 +7,7 @@
 import { abortable, abortError } from "../abort.ts";
 import { type Clock, SYSTEM_CLOCK } from "../clock.ts";
 import { LeaseLostError } from "../errors.ts";
-import { type SessionKey, sessionName, type SessionStore } from "./store.ts";
+import { CANCEL_MARK, type SessionKey, sessionName, type SessionStore } from "./store.ts";
 
 /** Options of {@linkcode SessionLeases}. */
 export interface SessionLeasesOptions {
@@ -45,10 +45,16 @@ export interface HoldOptions {
   signal?: AbortSignal;
   /** Called once if the lease is busy, before waiting for it. @default {undefined} */
   onWait?: () => void;
+  /**
+   * Called when another process (or this one) asks, through the lease, that the session's work be cancelled
+   * ({@linkcode SessionLeases.cancel}) while this work runs: at the renewal that finds the mark. Must not throw.
+   * @default {undefined} (the work is not cancelled that way)
+   */
+  onCancel?: () => void;
 }
 
 /** What leases need of a store. */
-export type LeaseStore = Pick<SessionStore, "acquireLease" | "renewLease" | "releaseLease">;
+export type LeaseStore = Pick<SessionStore, "acquireLease" | "renewLease" | "releaseLease" | "cancelLease">;
 
 /** One lease this process holds or is taking, shared by everything of this process on that session. */
 interface Held {
@@ -73,6 +79,8 @@ interface Held {
   finished: () => void;
   /** The renewal loop, running while the lease is held; it ends when `stop` aborts. */
   renewing?: Promise<void>;
+  /** The `onCancel` of the works running on it. */
+  cancels: Set<() => void>;
 }
 
 /** The host part of an owner when this process may not read its host name: it judges no other process. */
@@ -93,7 +101,7 @@ export function processOwner(): string {
 
 /** A lease holder's process (its owner without the acquisition number) and host; null when not one of ours. */
 function holderProcess(holder: string): { host: string; process: string } | null {
-  const match = /^(([^:]+):\d+:\d+:[0-9a-f]{8}):\d+$/.exec(holder);
+  const match = /^(([^:]+):\d+:\d+:[0-9a-f]{8}):\d+(?:!cancel)?$/.exec(holder);
   return match === null ? null : { process: match[1], host: match[2] };
 }
 
@@ -175,7 +183,7 @@ export class SessionLeases {
    * when `options.signal` aborts while waiting, or when the store fails to take the lease.
    */
   hold<T>(key: SessionKey, work: (signal: AbortSignal) => Promise<T>, options: HoldOptions = {}): Promise<T> {
-    const { signal, onWait } = options;
+    const { signal, onWait, onCancel } = options;
     if (signal?.aborted) return Promise.reject(abortError(signal, "Waiting for the session's lease"));
     const name = sessionName(key);
     let held = this.#held.get(name);
@@ -190,7 +198,17 @@ export class SessionLeases {
     } else if (held.waiting) onWait?.();
     // Counted at once, before any await: a compaction started by a running turn keeps its lease.
     held.count++;
-    return this.#run(name, held, work, signal);
+    return this.#run(name, held, work, signal, onCancel);
+  }
+
+  /**
+   * Asks whoever holds the session's lease, this process or another, to cancel the work it runs on it (the
+   * works that gave an `onCancel`): the lease is marked in the store, and its holder sees the mark at its next
+   * renewal, within a third of `ttlMs`. Resolves to true when a live lease was marked, false when none is
+   * held; rejects when the store does.
+   */
+  cancel(key: SessionKey): Promise<boolean> {
+    return this.#store.cancelLease(key);
   }
 
   async #run<T>(
@@ -198,12 +216,15 @@ export class SessionLeases {
     held: Held,
     work: (signal: AbortSignal) => Promise<T>,
     signal: AbortSignal | undefined,
+    onCancel: (() => void) | undefined,
   ): Promise<T> {
     try {
       await abortable(held.taken, [signal]);
       const stops = signal === undefined ? [held.stop.signal] : [signal, held.stop.signal];
+      if (onCancel !== undefined) held.cancels.add(onCancel);
       return await work(AbortSignal.any(stops));
     } finally {
+      if (onCancel !== undefined) held.cancels.delete(onCancel);
       if (--held.count === 0) await this.#letGo(name, held);
     }
   }
@@ -227,6 +248,7 @@ export class SessionLeases {
       since: Number.POSITIVE_INFINITY,
       done,
       finished,
+      cancels: new Set(),
     };
     held.taken = (async () => {
       await after;
@@ -310,7 +332,8 @@ export class SessionLeases {
       let kept: boolean;
       let cause: unknown;
       try {
-        kept = await this.#store.renewLease(held.key, held.owner, this.#ttlMs);
+        kept = await this.#store.renewLease(held.key, held.owner, this.#ttlMs) ||
+          await this.#takeBackCancelled(held);
         if (kept) held.expiresAt = started + this.#ttlMs;
       } catch (error) {
         cause = error;
@@ -322,6 +345,20 @@ export class SessionLeases {
       held.stop.abort(new LeaseLostError(held.key.sessionId, { cause }));
       return;
     }
+  }
+
+  /**
+   * Whether the lease, not renewed under its owner, is still this process's under the cancel mark
+   * ({@linkcode SessionLeases.cancel}): then it is renewed, taken back under its owner (a compare-and-set, so
+   * a later cancel marks it anew) and the running works' `onCancel` are called. False when it was lost.
+   */
+  async #takeBackCancelled(held: Held): Promise<boolean> {
+    const marked = held.owner + CANCEL_MARK;
+    if (!await this.#store.renewLease(held.key, marked, this.#ttlMs)) return false;
+    const take = await this.#store.acquireLease(held.key, held.owner, this.#ttlMs, { from: marked });
+    if (!take.taken) return false;
+    for (const cancel of held.cancels) cancel();
+    return true;
   }
 
   /** After the last work: stops renewing and releases the lease (unless lost); a new take waits for it. */

@@ -5,7 +5,7 @@
  * renewed while the work runs, and a lost lease aborts the work's signal with a `LeaseLostError`).
  * @module
  */
-import type { QueueFullError } from "../errors.ts";
+import { type QueueFullError, TurnCancelledError } from "../errors.ts";
 import { SessionQueue, type SessionQueueOptions } from "./session_queue.ts";
 import type { SessionLeases } from "./session_leases.ts";
 import { type SessionKey, sessionName } from "./store.ts";
@@ -31,12 +31,27 @@ export interface SessionRunOptions {
   queued?: boolean;
   /** Whether the work takes the lease; not for a session in a private store. @default {true} */
   leased?: boolean;
+  /**
+   * The work's id (a turn's run id): such a work can be cancelled ({@linkcode SessionRunner.cancel}), here or
+   * through its lease from another process; its signal then aborts with a `TurnCancelledError`.
+   * @default {undefined} (not cancellable)
+   */
+  id?: string;
+}
+
+/** A cancellable work of a session, waiting or running. */
+interface Cancellable {
+  id: string;
+  running: boolean;
+  stop: AbortController;
 }
 
 /** Runs works on sessions: queued, then leased. */
 export class SessionRunner {
   readonly #queue: SessionQueue;
   readonly #leases: SessionLeases | undefined;
+  /** Cancellable works by session, in arrival order. */
+  readonly #cancellable = new Map<string, Cancellable[]>();
 
   /** @throws {RangeError} for queue bounds that are not integers in range (see {@linkcode SessionQueue}). */
   constructor(options: SessionRunnerOptions = {}) {
@@ -75,11 +90,63 @@ export class SessionRunner {
     work: (signal: AbortSignal) => Promise<T>,
     options: SessionRunOptions = {},
   ): Promise<T> {
-    const { signal, onWait, queued = true, leased = true } = options;
+    const { onWait, queued = true, leased = true, id } = options;
+    const name = sessionName(key);
+    const entry = id === undefined ? undefined : this.#track(name, id);
+    const signal = entry === undefined ? options.signal : AbortSignal.any(
+      options.signal === undefined ? [entry.stop.signal] : [options.signal, entry.stop.signal],
+    );
+    const onCancel = entry && (() => entry.stop.abort(new TurnCancelledError(key.sessionId)));
+    const started = (signal: AbortSignal) => {
+      if (entry !== undefined) entry.running = true;
+      return work(signal);
+    };
     const held = () =>
       leased && this.#leases !== undefined
-        ? this.#leases.hold(key, work, { signal, onWait })
-        : work(signal ?? new AbortController().signal);
-    return queued ? this.#queue.run(sessionName(key), held, { signal }) : held();
+        ? this.#leases.hold(key, started, { signal, onWait, onCancel })
+        : started(signal ?? new AbortController().signal);
+    const ran = queued ? this.#queue.run(name, held, { signal }) : held();
+    return entry === undefined ? ran : ran.finally(() => this.#untrack(name, entry));
+  }
+
+  /**
+   * Cancels the session's running work of id `id` (any running cancellable work when undefined), or a waiting
+   * one of that id, in this process: its signal aborts with a `TurnCancelledError`. The id of the work
+   * cancelled, or null when this process has none such.
+   */
+  cancel(key: SessionKey, id?: string): string | null {
+    const works = this.#cancellable.get(sessionName(key)) ?? [];
+    const found = works.find((work) => (id === undefined ? work.running : work.id === id));
+    if (found === undefined || found.stop.signal.aborted) return null;
+    found.stop.abort(new TurnCancelledError(key.sessionId));
+    return found.id;
+  }
+
+  /** Whether a work of id `id` of the session waits or runs in this process. */
+  has(key: SessionKey, id: string): boolean {
+    return (this.#cancellable.get(sessionName(key)) ?? []).some((work) => work.id === id);
+  }
+
+  /**
+   * Asks the process holding the session's lease to cancel its running cancellable work: true when a live
+   * lease was marked (its holder sees it at its next renewal), false when none is held or there are no leases.
+   * Rejects when the store does.
+   */
+  async cancelElsewhere(key: SessionKey): Promise<boolean> {
+    return this.#leases === undefined ? false : await this.#leases.cancel(key);
+  }
+
+  #track(name: string, id: string): Cancellable {
+    const entry = { id, running: false, stop: new AbortController() };
+    const works = this.#cancellable.get(name);
+    if (works === undefined) this.#cancellable.set(name, [entry]);
+    else works.push(entry);
+    return entry;
+  }
+
+  #untrack(name: string, entry: Cancellable): void {
+    const works = (this.#cancellable.get(name) ?? []).filter((work) => work !== entry);
+    if (works.length === 0) this.#cancellable.delete(name);
+    else this.#cancellable.set(name, works);
   }
 }

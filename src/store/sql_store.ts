@@ -11,6 +11,7 @@ import { type MessageRow, toRow } from "./_rows.ts";
 import {
   type AcquireLeaseOptions,
   type Calibration,
+  CANCEL_MARK,
   leaseFrom,
   type LeaseTake,
   leaseTtl,
@@ -66,8 +67,10 @@ export interface SessionSql {
   takeLease(key: SessionKey, owner: string, ttlMs: number, from: string | null, now: Date): Promise<string>;
   /** Extends `owner`'s lease to `ttlMs` from now; false when another holds it or none is there. */
   renewLease(key: SessionKey, owner: string, ttlMs: number, now: Date): Promise<boolean>;
-  /** Deletes `owner`'s lease; true when it was marked wanted. */
-  releaseLease(key: SessionKey, owner: string): Promise<boolean>;
+  /** Deletes `owner`'s lease, or `owner + mark`'s; true when it was marked wanted. */
+  releaseLease(key: SessionKey, owner: string, mark: string): Promise<boolean>;
+  /** Appends `mark` to the owner of the live lease unless it ends with it; false when none is live. */
+  markLease(key: SessionKey, mark: string, now: Date): Promise<boolean>;
   /**
    * At most `limit` sessions last written before `before` whose lease is not held at `now` (the dialect's
    * clock, as for leases), ordered by (updated_at, user id, id) and after `after` in that order.
@@ -270,7 +273,13 @@ export class SqlStore implements SessionStore {
   releaseLease(key: SessionKey, owner: string): Promise<boolean> {
     return this.#read("release the lease", key, async (sql, key) => {
       leaseTtl(owner, 1, "release"); // checks the owner
-      return await sql.releaseLease(key, owner);
+      return await sql.releaseLease(key, owner, CANCEL_MARK);
+    });
+  }
+
+  cancelLease(key: SessionKey): Promise<boolean> {
+    return this.#read("cancel the lease's work", key, async (sql, key) => {
+      return await sql.markLease(key, CANCEL_MARK, this.#now());
     });
   }
 
@@ -308,7 +317,7 @@ export class SqlStore implements SessionStore {
           await sql.deleteSessionTrace(key);
           await sql.deleteSession(key);
         }
-        await sql.releaseLease(key, owner);
+        await sql.releaseLease(key, owner, CANCEL_MARK);
         return idle;
       });
     } catch (error) {

@@ -54,6 +54,12 @@ export interface AcquireLeaseOptions {
 /** What {@linkcode SessionStore.acquireLease} did: took the lease, or found it held by `holder`. */
 export type LeaseTake = { taken: true } | { taken: false; holder: string };
 
+/**
+ * What {@linkcode SessionStore.cancelLease} appends to a lease's owner: the holder, asked to cancel its work,
+ * finds its lease under `owner + CANCEL_MARK` at its next renewal, and takes it back under `owner`.
+ */
+export const CANCEL_MARK = "!cancel";
+
 /** A session's todo. */
 export interface Todo {
   id: number;
@@ -152,8 +158,17 @@ export interface SessionStore {
   ): Promise<LeaseTake>;
   /** Extends the lease when `owner` still holds it; false when it was lost (expired and taken). */
   renewLease(key: SessionKey, owner: string, ttlMs: number): Promise<boolean>;
-  /** Frees the lease if `owner` holds it; true when another owner asked for it meanwhile (it waits). */
+  /**
+   * Frees the lease if `owner` holds it (marked to cancel or not); true when another owner asked for it
+   * meanwhile (it waits).
+   */
   releaseLease(key: SessionKey, owner: string): Promise<boolean>;
+  /**
+   * Asks the holder of the session's live lease to cancel its work: its owner gets {@linkcode CANCEL_MARK}
+   * appended (once), its expiry and `wanted` unchanged, so it stays the holder's. Atomic across processes.
+   * True when a live lease now carries the mark; false when none is held.
+   */
+  cancelLease(key: SessionKey): Promise<boolean>;
   /** True when the database answers; never rejects. */
   ping(): Promise<boolean>;
   /** Releases the database; the store is unusable afterwards. */

@@ -26,12 +26,22 @@ export interface TracePage {
   events: Record<string, unknown>[];
   /** The next event's row id. */
   nextCursor: number | null;
+  /**
+   * Where a later read of what comes after this page's last event starts (its row id + 1), also on the last
+   * page: a follower polls from it. Null for an empty page.
+   */
+  endCursor: number | null;
 }
+
+/** Which session {@linkcode TracePages.latest} looks at. */
+export type TraceLatestQuery = Pick<TracePageQuery, "userId" | "sessionId" | "since">;
 
 /** Where the trace route reads pages. */
 export interface TracePages {
   /** One page of a session's events, oldest first. */
   page(query: TracePageQuery): Promise<TracePage>;
+  /** The session's newest event (since its creation), or null when it has none. */
+  latest(query: TraceLatestQuery): Promise<Record<string, unknown> | null>;
 }
 
 /** A database's `trace_events` table. */
@@ -162,6 +172,12 @@ export class SharedTrace implements TracePages {
   async page(query: TracePageQuery): Promise<TracePage> {
     await this.flushed();
     return await this.#table.page(query);
+  }
+
+  /** The session's newest event in the shared table, this process's queued ones shipped first. */
+  async latest(query: TraceLatestQuery): Promise<Record<string, unknown> | null> {
+    await this.flushed();
+    return await this.#table.latest(query);
   }
 
   /** Ships what is queued, once more if it failed before. Never rejects. */

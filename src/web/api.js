@@ -74,10 +74,12 @@ export async function request(method, path, body) {
   return response.status === 204 ? null : await response.json();
 }
 
+/** @typedef {{ event: string, data: any, id?: string }} Frame An SSE frame: `id` when it carries one. */
+
 /**
  * Splits SSE text into complete frames and the unfinished rest. Pure.
  * @param {string} text
- * @returns {{ frames: { event: string, data: any }[], rest: string }}
+ * @returns {{ frames: Frame[], rest: string }}
  */
 export function parseSseFrames(text) {
   const blocks = text.split("\n\n");
@@ -86,37 +88,97 @@ export function parseSseFrames(text) {
   for (const block of blocks) {
     let event = "message";
     let data = "";
+    /** @type {string | null} */
+    let id = null;
     for (const line of block.split("\n")) {
       if (line.startsWith("event: ")) event = line.slice(7);
       else if (line.startsWith("data: ")) data += line.slice(6);
+      else if (line.startsWith("id: ")) id = line.slice(4);
     }
-    if (data !== "") frames.push({ event, data: JSON.parse(data) });
+    /** @type {Frame} */
+    const frame = { event, data: data === "" ? null : JSON.parse(data) };
+    if (id !== null) frame.id = id;
+    if (data !== "") frames.push(frame);
   }
   return { frames, rest };
 }
 
+/** Reconnections tried in a row after a stream drops, before the page gives up on it. */
+const MAX_RECONNECTS = 6;
+
 /**
- * Posts `body` to `path` as SSE and hands each frame to `onFrame` as it arrives.
- * @param {string} path
- * @param {unknown} body
- * @param {(frame: { event: string, data: any }) => void} onFrame
- * @returns {Promise<void>}
+ * Reads the frames of an SSE `response` into `onFrame`, noting in `position` the last event id and whether
+ * the run is over (its `run_end`, or a server's error frame). Rejects when the connection drops.
+ * @param {Response} response
+ * @param {(frame: Frame) => void} onFrame
+ * @param {{ lastId: string | null, over: boolean, frames: number }} position
  */
-async function streamPost(path, body, onFrame) {
-  const response = await fetch(path, {
-    method: "POST",
-    headers: headers({ "content-type": "application/json", accept: "text/event-stream" }),
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  if (!response.ok || response.body === null) throw await failure(response);
+async function readFrames(response, onFrame, position) {
+  if (response.body === null) return;
   const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = "";
   while (true) {
     const { value, done } = await reader.read();
-    if (done) break;
+    if (done) return;
     const { frames, rest } = parseSseFrames(buffer + value);
     buffer = rest;
-    frames.forEach(onFrame);
+    for (const frame of frames) {
+      if (frame.id !== undefined) position.lastId = frame.id;
+      if (frame.event === "run_end" || (frame.event === "error" && frame.data?.error)) position.over = true;
+      position.frames++;
+      onFrame(frame);
+    }
+  }
+}
+
+/**
+ * Posts `body` to `path` as a resumable SSE turn and hands each frame to `onFrame` as it arrives; `onRun` gets
+ * the run's id first. When the connection drops before the run is over, follows the run again from the
+ * events route after the last event received (on whichever server answers), so nothing is shown twice; gives
+ * up after a few failed tries in a row.
+ * @param {string} sessionId
+ * @param {string} path
+ * @param {unknown} body
+ * @param {(frame: Frame) => void} onFrame
+ * @param {(runId: string) => void} onRun
+ * @returns {Promise<void>}
+ */
+async function streamPost(sessionId, path, body, onFrame, onRun) {
+  const response = await fetch(path, {
+    method: "POST",
+    headers: headers({
+      "content-type": "application/json",
+      accept: "text/event-stream",
+      prefer: "resumable",
+    }),
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  if (!response.ok || response.body === null) throw await failure(response);
+  const runId = response.headers.get("x-run-id");
+  if (runId !== null) onRun(runId);
+  const position = { lastId: /** @type {string | null} */ (null), over: false, frames: 0 };
+  /** @type {Response | null} */
+  let next = response;
+  for (let failed = 0;;) {
+    const before = position.frames;
+    try {
+      if (next !== null) await readFrames(next, onFrame, position);
+    } catch (error) {
+      if (runId === null) throw error;
+    }
+    if (position.over || runId === null) return;
+    failed = position.frames > before ? 0 : failed + 1;
+    if (failed > MAX_RECONNECTS) {
+      throw new Error("the connection dropped and the run could not be followed again");
+    }
+    await new Promise((resolve) => setTimeout(resolve, Math.min(200 * 2 ** failed, 3000)));
+    /** @type {Record<string, string>} */
+    const resume = position.lastId === null ? {} : { "last-event-id": position.lastId };
+    const events = `/v1/sessions/${encodeURIComponent(sessionId)}/runs/${encodeURIComponent(runId)}/events`;
+    next = await fetch(events, { headers: headers({ accept: "text/event-stream", ...resume }) }).catch(() =>
+      null
+    );
+    if (next !== null && !next.ok) throw await failure(next);
   }
 }
 
@@ -124,24 +186,41 @@ async function streamPost(path, body, onFrame) {
  * Posts a turn (`message`, or a retry when undefined) as SSE and hands each frame to `onFrame` as it arrives.
  * @param {string} sessionId
  * @param {string | undefined} message
- * @param {(frame: { event: string, data: any }) => void} onFrame
+ * @param {(frame: Frame) => void} onFrame
+ * @param {(runId: string) => void} onRun gets the run's id once the turn is accepted
  * @returns {Promise<void>}
  * @throws {ApiError} when the turn is refused before it streams (401, 409, 429, …)
  */
-export function streamTurn(sessionId, message, onFrame) {
+export function streamTurn(sessionId, message, onFrame, onRun) {
   const id = encodeURIComponent(sessionId);
-  if (message === undefined) return streamPost(`/v1/sessions/${id}/retry`, undefined, onFrame);
-  return streamPost(`/v1/sessions/${id}/messages`, { message }, onFrame);
+  if (message === undefined) {
+    return streamPost(sessionId, `/v1/sessions/${id}/retry`, undefined, onFrame, onRun);
+  }
+  return streamPost(sessionId, `/v1/sessions/${id}/messages`, { message }, onFrame, onRun);
 }
 
 /**
  * Posts the user's `decisions` on the calls a paused turn waits for, and streams the resumed run like a turn.
  * @param {string} sessionId
  * @param {Record<string, "approve" | "deny">} decisions one for every waiting call
- * @param {(frame: { event: string, data: any }) => void} onFrame
+ * @param {(frame: Frame) => void} onFrame
+ * @param {(runId: string) => void} onRun gets the run's id once the decisions are accepted
  * @returns {Promise<void>}
  * @throws {ApiError} when refused before it streams (400 decisions not matching, 409 nothing waits, …)
  */
-export function streamApproval(sessionId, decisions, onFrame) {
-  return streamPost(`/v1/sessions/${encodeURIComponent(sessionId)}/approvals`, { decisions }, onFrame);
+export function streamApproval(sessionId, decisions, onFrame, onRun) {
+  const path = `/v1/sessions/${encodeURIComponent(sessionId)}/approvals`;
+  return streamPost(sessionId, path, { decisions }, onFrame, onRun);
+}
+
+/**
+ * Asks the server to cancel the session's running turn (only run `runId` when given).
+ * @param {string} sessionId
+ * @param {string | null} runId
+ * @returns {Promise<void>}
+ * @throws {ApiError} 409 when no such turn runs
+ */
+export async function cancelTurn(sessionId, runId) {
+  const query = runId === null ? "" : `?run_id=${encodeURIComponent(runId)}`;
+  await request("POST", `/v1/sessions/${encodeURIComponent(sessionId)}/cancel${query}`);
 }

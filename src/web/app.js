@@ -6,7 +6,7 @@
  * on the open session.
  * @module
  */
-import { ApiError, getToken, request, setToken, streamApproval, streamTurn } from "./api.js";
+import { ApiError, cancelTurn, getToken, request, setToken, streamApproval, streamTurn } from "./api.js";
 import { renderApprovals } from "./approvals.js";
 import { LiveTurn, renderHistory } from "./chat.js";
 import { byId, clip, el } from "./dom.js";
@@ -19,6 +19,8 @@ const state = {
   /** @type {string} */
   session: decodeURIComponent(location.hash.slice(1)) || newSessionId(),
   busy: false,
+  /** The run being streamed, once the server named it: what Stop cancels. @type {string | null} */
+  runId: null,
   /** @type {TraceEvent[][]} */
   runs: [],
   /** The ids the session list holds: another id is a new session, not asked for (it would be a 404). */
@@ -188,7 +190,7 @@ async function guarded(action) {
 function send(message) {
   return streamRun(
     message,
-    (onFrame) => streamTurn(state.session, message, onFrame),
+    (onFrame, onRun) => streamTurn(state.session, message, onFrame, onRun),
     () => send(message),
   );
 }
@@ -197,7 +199,7 @@ function send(message) {
 function decide(decisions) {
   return streamRun(
     undefined,
-    (onFrame) => streamApproval(state.session, decisions, onFrame),
+    (onFrame, onRun) => streamApproval(state.session, decisions, onFrame, onRun),
     () => decide(decisions),
   );
 }
@@ -205,19 +207,21 @@ function decide(decisions) {
 /**
  * Runs one streamed request (a turn, a retry, or decisions) into a live turn, then refreshes the panels.
  * @param {string | undefined} message the user's message to show first, if any
- * @param {(onFrame: (frame: { event: string, data: any }) => void) => Promise<void>} start
+ * @param {(onFrame: (frame: import("./api.js").Frame) => void, onRun: (runId: string) => void) => Promise<void>} start
  * @param {() => void} again what the Retry button of a refused request does
  */
 async function streamRun(message, start, again) {
   if (state.busy) return;
   state.busy = true;
+  state.runId = null;
   byId("composer").classList.add("busy");
+  byId("stop").hidden = false;
   const turn = new LiveTurn(byId("messages"), message, {
     onRetry: () => send(undefined),
     onTimeline: showRun,
   });
   try {
-    await start((frame) => turn.onFrame(frame));
+    await start((frame) => turn.onFrame(frame), (runId) => (state.runId = runId));
   } catch (error) {
     if (!handleAuth(error)) {
       const cause = error instanceof ApiError
@@ -229,7 +233,9 @@ async function streamRun(message, start, again) {
     }
   } finally {
     state.busy = false;
+    state.runId = null;
     byId("composer").classList.remove("busy");
+    byId("stop").hidden = true;
   }
   // The list's turn counts, the memory panel, the timeline and the approvals follow the finished run.
   await guarded(loadSessions);
@@ -267,6 +273,10 @@ function wire() {
     }
   });
   byId("new-session").addEventListener("click", () => openSession(newSessionId()));
+  // Stop cancels the running turn on the server (closing the stream would not: the turn outlives it).
+  byId("stop").addEventListener("click", () => {
+    if (state.busy) guarded(() => cancelTurn(state.session, state.runId));
+  });
   byId("run-select").addEventListener("change", (event) => {
     showRun(/** @type {HTMLSelectElement} */ (event.target).value, false);
   });
