@@ -24,7 +24,8 @@ export type Kind =
   | "port"
   | "tokens"
   | "hosts"
-  | "database";
+  | "database"
+  | "formatMode";
 
 /** What {@linkcode parseValue} needs of a setting: the field it sets, its kind, its least value. */
 export interface ValueRule {
@@ -55,6 +56,7 @@ const EXPECTED: Record<Kind, string> = {
   tokens: "comma-separated token:user_id pairs (user ids of letters, digits and . _ : -)",
   hosts: "comma-separated host names, each with an optional :port",
   database: "postgres://user@host:port/database or unset",
+  formatMode: "native or prompt",
 };
 
 /** The pairs of AGENT_API_TOKENS. A message names a pair by its position and user, never by its token. */
@@ -126,6 +128,11 @@ export function parseValue(name: string, setting: ValueRule, raw: string): unkno
       }
       if (url.protocol !== "http:" && url.protocol !== "https:") throw fail();
       return raw.replace(/\/+$/, "");
+    }
+    case "formatMode": {
+      const mode = raw.trim().toLowerCase();
+      if (mode !== "native" && mode !== "prompt") throw fail();
+      return mode;
     }
     case "flag": {
       const flag = raw.trim().toLowerCase();

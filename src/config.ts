@@ -62,6 +62,8 @@ export interface Config {
   mcpStartTimeoutSeconds: number;
   /** How long a session's lease lasts unless renewed: how soon another process continues after a crash. */
   sessionLeaseSeconds: number;
+  /** How a turn's response format reaches the provider: `response_format`, or the system message only. */
+  responseFormatMode: "native" | "prompt";
 }
 
 /** One variable: the field it sets, its kind, its default and its meaning. */
@@ -178,6 +180,12 @@ export const SETTINGS: Readonly<Record<string, Setting>> = {
     "days a session may stay idle (no write) before it is deleted with its messages, todos and trace events; unset = kept forever",
   ),
   RUN_LIVE_TESTS: setting("runLiveTests", "flag", "", "`1` plus a key runs the live tests"),
+  AGENT_RESPONSE_FORMAT: setting(
+    "responseFormatMode",
+    "formatMode",
+    "native",
+    "how a client's response_format reaches the provider: native (sent as response_format) or prompt (the schema in the system message, for providers that reject it); the answer is checked either way",
+  ),
   AGENT_STREAM: setting(
     "stream",
     "flag",

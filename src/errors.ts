@@ -133,3 +133,18 @@ export class StoreUnavailableError extends Error {
 export function errorMessage(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
 }
+
+/**
+ * A client's `response_format` cannot be used: an unknown type, a schema that is not one, a bad name. The
+ * HTTP routes answer it with a 400 naming `param`; the chat exits with its message.
+ */
+export class ResponseFormatError extends TypeError {
+  override name = "ResponseFormatError";
+  /** The request parameter at fault, e.g. `response_format.json_schema.schema`. */
+  readonly param: string;
+
+  constructor(message: string, param: string) {
+    super(message);
+    this.param = param;
+  }
+}

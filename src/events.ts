@@ -15,6 +15,7 @@ export const RUN_EVENT_NAMES = [
   "approval_requested",
   "approval_decided",
   "compact",
+  "output_invalid",
   "answer",
   "error",
   "run_end",
@@ -67,6 +68,11 @@ export interface RunEventData {
   /** The user decided; the paused step runs, resuming the same run. */
   approval_decided: { decisions: { id: string; name: string; decision: "approve" | "deny" }[] };
   compact: CompactData;
+  /**
+   * An answer that does not match the turn's response format: with `repair`, a repair request naming the
+   * errors follows and the model is asked again; without, the turn ends `invalid_output`.
+   */
+  output_invalid: { text: string; errors: string[]; repair: boolean };
   answer: { text: string; closing?: "empty" | "max_steps" };
   error: {
     kind: FailureKind;

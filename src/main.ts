@@ -7,7 +7,7 @@ import { resolve } from "node:path";
 import process from "node:process";
 import { parseArgs } from "node:util";
 import { main as demoMain } from "./demo/demo.ts";
-import { type ChatOptions, oneShotMessage, runChat } from "./cli/chat.ts";
+import { type ChatOptions, oneShotMessage, runChat, schemaFormat } from "./cli/chat.ts";
 import { colorWanted } from "./cli/render.ts";
 import { FileHistory } from "./cli/history.ts";
 import { helpText } from "./cli/help.ts";
@@ -41,10 +41,37 @@ async function openOrFail(config: Readonly<Config>): Promise<Runtime> {
   }
 }
 
-/** What chat's command line and terminal decide: the one-shot message (`-`: stdin), the mode, colour, width. */
-type ChatChoices = Pick<ChatOptions, "message" | "color" | "columns" | "interactive">;
+/**
+ * What chat's command line and terminal decide: the one-shot message (`-`: stdin), the mode, colour, width,
+ * and the response format of `--schema`.
+ */
+type ChatChoices = Pick<ChatOptions, "message" | "color" | "columns" | "interactive" | "responseFormat">;
 
-async function chatOptions(words: string[], noColorFlag: boolean): Promise<ChatChoices> {
+/** The `--schema` file (`-`: stdin) as a response format, or exit code 2 saying why it cannot be used. */
+async function readSchema(source: string): Promise<ChatOptions["responseFormat"]> {
+  let text: string;
+  try {
+    text = source === "-" ? await new Response(Deno.stdin.readable).text() : await Deno.readTextFile(source);
+  } catch (error) {
+    const denied = error instanceof Deno.errors.NotCapable || error instanceof Deno.errors.PermissionDenied;
+    const hint = denied
+      ? "; deno task chat reads only its data folders (AGENT_DB_PATH's, AGENT_TRACE_PATH's): put the file " +
+        "there, or pass it on stdin with --schema - < FILE"
+      : "";
+    fail(`Cannot read --schema ${source}: ${errorMessage(error)}${hint}`);
+  }
+  try {
+    return schemaFormat(text, source);
+  } catch (error) {
+    fail((error as TypeError).message);
+  }
+}
+
+async function chatOptions(words: string[], noColorFlag: boolean, schema?: string): Promise<ChatChoices> {
+  if (schema === "-" && words.includes("-")) {
+    fail("Cannot read both --schema - and the message - from stdin: give one of them as a file or words.");
+  }
+  const responseFormat = schema === undefined ? null : await readSchema(schema);
   const piped = words.includes("-") ? await new Response(Deno.stdin.readable).text() : "";
   const message = words.length > 0 ? oneShotMessage(words, piped) : undefined;
   if (message === "") fail("Nothing to send: stdin was empty and no question was given.");
@@ -53,7 +80,8 @@ async function chatOptions(words: string[], noColorFlag: boolean): Promise<ChatC
   const columns = isTerminal ? Deno.consoleSize().columns : undefined;
   // A dumb terminal (Emacs' shell) cannot follow the line editor's cursor moves: it gets the line mode.
   const interactive = message === undefined && Deno.stdin.isTerminal() && env.TERM !== "dumb";
-  return { message, interactive, columns, color: colorWanted({ isTerminal, noColorFlag, env }) };
+  const color = colorWanted({ isTerminal, noColorFlag, env });
+  return { message, interactive, columns, color, responseFormat };
 }
 
 async function chat(config: Readonly<Config>, key: SessionKey, options: ChatChoices) {
@@ -181,6 +209,7 @@ export async function main(args: string[]): Promise<number> {
         session: { type: "string", default: "default" },
         user: { type: "string", default: "local" },
         "no-color": { type: "boolean", default: false },
+        schema: { type: "string" },
         help: { type: "boolean", short: "h", default: false },
       },
     });
@@ -200,10 +229,13 @@ export async function main(args: string[]): Promise<number> {
       validateId(user, "user id");
     });
     requirePermissions(config, "chat");
-    const options = await chatOptions(rest, parsed.values["no-color"]);
+    const options = await chatOptions(rest, parsed.values["no-color"], parsed.values.schema);
     return await chat(config, { sessionId: session, userId: user }, options);
   }
   if (rest.length > 0) fail(`Unexpected argument "${rest[0]}". Run with --help for usage.`);
+  if (parsed.values.schema !== undefined) {
+    fail(`--schema is a chat option; ${command} takes none (an HTTP client sends response_format instead).`);
+  }
   if (command === "serve") {
     const config = loadChecked((config) => {
       if (config.apiTokens.length === 0 && !isLoopbackHost(config.host)) {

@@ -126,6 +126,7 @@ export async function openRuntime(config: Readonly<Config>): Promise<Runtime> {
       compactions,
       maxCtxTokens: config.maxCtxTokens,
       approval,
+      responseFormatMode: config.responseFormatMode,
     },
     close: async () => {
       // Stopped first: a pass under way ends after its current batch, long before the grace below.

@@ -73,14 +73,41 @@ export interface ChatReply {
   retries?: number;
 }
 
-/** How a turn ended. */
-export type TurnOutcome = "answered" | "max_steps" | "empty" | "aborted" | "error" | "awaiting_approval";
+/**
+ * What the final answer of a turn must be (a client's `response_format`): a JSON object (`json_object`), or a
+ * JSON value valid against `schema` (`json_schema`, with the `name` the provider is sent).
+ */
+export type ResponseFormat =
+  | { type: "json_object" }
+  | {
+    type: "json_schema";
+    /** Sent to the provider; 1-64 characters of a-z A-Z 0-9 _ -. */
+    name: string;
+    schema: Record<string, unknown>;
+    /** The provider's strict mode, passed on only when the client set it. */
+    strict?: boolean;
+    description?: string;
+  };
+
+/**
+ * How a turn ended. `invalid_output`: the answer did not match the turn's response format, even after one
+ * repair request (it is stored all the same; the failure's `errors` say what is wrong).
+ */
+export type TurnOutcome =
+  | "answered"
+  | "max_steps"
+  | "empty"
+  | "invalid_output"
+  | "aborted"
+  | "error"
+  | "awaiting_approval";
 
 /**
  * Why a turn ended without an answer. The model's client names its failures (`timeout`, `network`, `http`,
  * `invalid_response`, `too_large`, `script`; `internal` for anything else thrown by a model); `store`: the
  * session database went away; `lease`: this process lost the session's lease; `aborted`: the turn was
- * stopped (a client gone, Ctrl-C, the shutdown's grace over).
+ * stopped (a client gone, Ctrl-C, the shutdown's grace over); `invalid_output`: the answer did not match the
+ * turn's response format (the answer is stored, but it is not one a client asked for).
  */
 export type FailureKind =
   | "timeout"
@@ -92,9 +119,13 @@ export type FailureKind =
   | "internal"
   | "store"
   | "lease"
-  | "aborted";
+  | "aborted"
+  | "invalid_output";
 
-/** The failure of a turn that ended `error` (a model or store problem) or `aborted` (stopped, a lease lost). */
+/**
+ * The failure of a turn that ended `error` (a model or store problem), `aborted` (stopped, a lease lost) or
+ * `invalid_output` (an answer that does not match the response format).
+ */
 export interface TurnFailure {
   kind: FailureKind;
   /** What went wrong, worded for a person; never a key. */
@@ -105,6 +136,8 @@ export interface TurnFailure {
   retries: number;
   /** With `aborted`: the abort signal's reason (what stopped the turn), for the caller that set it. */
   cause?: unknown;
+  /** With `invalid_output`: what is wrong with the answer, each as `path: what was expected`. */
+  errors?: string[];
 }
 
 /** A tool call as reported back to the caller of a turn. */
@@ -125,7 +158,10 @@ export interface TurnResult {
   usage: Usage;
   /** With `awaiting_approval`: the calls that wait for the user's decision. */
   approval?: { calls: ApprovalCall[] };
-  /** With `error` and `aborted`: why there is no answer (the `error` event's data says the same). */
+  /**
+   * With `error` and `aborted`: why there is no answer (the `error` event's data says the same); with
+   * `invalid_output`: why the answer is not usable (the `output_invalid` event says the same).
+   */
   failure?: TurnFailure;
 }
 

@@ -39,6 +39,7 @@ Deno.test("loadConfig() gives every documented default for an empty environment"
     traceTableMaxEvents: 1000000,
     traceRetentionDays: 30,
     sessionRetentionDays: null,
+    responseFormatMode: "native",
   });
   assert.ok(Object.isFrozen(config));
 });
@@ -101,8 +102,10 @@ Deno.test("loadConfig() reads every variable", () => {
     AGENT_TRACE_PATH: "/tmp/t.jsonl",
     AGENT_TRACE_MAX_PAYLOAD_CHARS: "10",
     RUN_LIVE_TESTS: "1",
+    AGENT_RESPONSE_FORMAT: "Prompt",
   });
   assert.equal(config.baseUrl, "http://127.0.0.1:8080/v1", "trailing slash dropped");
+  assert.equal(config.responseFormatMode, "prompt");
   assert.equal(config.llmTimeoutSeconds, 2.5);
   assert.equal(config.llmRetries, 0);
   assert.equal(config.maxToolIters, 3);
@@ -125,6 +128,7 @@ Deno.test("loadConfig() names the variable, the value and what is expected for a
     ],
     ["OPENAI_BASE_URL", "not a url", /expected an http:\/\/ or https:\/\/ URL/],
     ["RUN_LIVE_TESTS", "yes", /expected 1, 0, true, false or unset/],
+    ["AGENT_RESPONSE_FORMAT", "json", /^Invalid AGENT_RESPONSE_FORMAT="json": expected native or prompt$/],
   ];
   for (const [name, value, pattern] of cases) {
     assert.throws(

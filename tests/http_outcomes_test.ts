@@ -15,20 +15,31 @@ import { type HttpHarness, httpHarness, parseSse, postMessage, until } from "./_
 type Api = "sessions" | "openai";
 
 /** The request of `api` for `message` on session `session`, JSON or streamed. */
-function request(api: Api, session: string, message: string, stream: boolean): Request {
+function request(api: Api, session: string, message: string, stream: boolean, format?: unknown): Request {
+  const response_format = format === undefined ? {} : { response_format: format };
   if (api === "sessions") {
-    return postMessage(session, { message }, stream ? { accept: "text/event-stream" } : {});
+    return postMessage(
+      session,
+      { message, ...response_format },
+      stream ? { accept: "text/event-stream" } : {},
+    );
   }
   return new Request("http://agent.test/v1/chat/completions", {
     method: "POST",
     headers: { "content-type": "application/json", "x-session-id": session },
-    body: JSON.stringify({ model: "mini-agent", messages: [{ role: "user", content: message }], stream }),
+    body: JSON.stringify({
+      model: "mini-agent",
+      messages: [{ role: "user", content: message }],
+      stream,
+      ...response_format,
+    }),
   });
 }
 
 /** The status the OpenAI route's error codes stand for (its stream's error frame carries no status). */
 const OPENAI_STATUS: Record<string, number> = {
   llm_error: 502,
+  invalid_output: 502,
   llm_timeout: 504,
   store_unavailable: 503,
   shutting_down: 503,
@@ -79,6 +90,8 @@ const said: string[] = [];
 interface Outcome {
   name: string;
   message: string;
+  /** The request's `response_format`. */
+  format?: unknown;
   setup?: (h: HttpHarness) => void;
   /** Runs once the model was called, while it is held. */
   during?: (h: HttpHarness, client: AbortController) => void;
@@ -111,6 +124,13 @@ const OUTCOMES: Outcome[] = [
     setup: (h) => (h.deps.agent.approval = parseApprovalPolicy({ tools: { calculator: "ask" } })),
     status: 200,
     code: null,
+  },
+  {
+    name: "invalid_output: the answer is not JSON, even after a repair request",
+    message: "hello",
+    format: { type: "json_object" },
+    status: 502,
+    code: "invalid_output",
   },
   {
     name: "error: the model failed",
@@ -180,7 +200,7 @@ for (const outcome of OUTCOMES) {
         using h = httpHarness();
         outcome.setup?.(h);
         const client = new AbortController();
-        const sent = request(api, `${api}-session`, outcome.message, stream);
+        const sent = request(api, `${api}-session`, outcome.message, stream, outcome.format);
         const response = h.handler(new Request(sent, { signal: client.signal }));
         if (outcome.during !== undefined) {
           await until(() => h.llm.calls === 1, "the model call");

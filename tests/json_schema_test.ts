@@ -4,7 +4,7 @@
  */
 import assert from "node:assert/strict";
 import { Ajv2020, fc } from "./_dev_deps.ts";
-import { type JsonSchema, validateJsonSchema } from "../src/tools/json_schema.ts";
+import { type JsonSchema, schemaProblems, validateJsonSchema } from "../src/tools/json_schema.ts";
 
 /** Shapes as zod-to-json-schema and hand-written MCP servers produce them. */
 const SCHEMAS: Record<string, JsonSchema> = {
@@ -55,9 +55,15 @@ const SCHEMAS: Record<string, JsonSchema> = {
     properties: { count: { type: "number", exclusiveMinimum: 0, exclusiveMaximum: 5 } },
   },
   all: { allOf: [{ type: "object", required: ["a"] }, { type: "object", required: ["b"] }] },
+  booleans: {
+    type: "object",
+    properties: { never: false, anything: true },
+    additionalProperties: { type: "integer" },
+    anyOf: [true, { required: ["x"] }],
+  },
 };
 
-Deno.test("validateJsonSchema() reads type lists, nullable unions, $refs, const, pattern and mapped objects", () => {
+Deno.test("validateJsonSchema() reads type lists, nullable unions, $refs, const, pattern, mapped objects and boolean schemas", () => {
   const ok = (name: string, value: unknown) => assert.deepEqual(validateJsonSchema(SCHEMAS[name], value), []);
   const bad = (name: string, value: unknown, problem: RegExp) =>
     assert.match(validateJsonSchema(SCHEMAS[name], value).join("; "), problem);
@@ -80,6 +86,8 @@ Deno.test("validateJsonSchema() reads type lists, nullable unions, $refs, const,
   bad("mapped", { x: "ABC" }, /\$\.x: expected a string matching/);
   bad("mapped", { count: 5 }, /expected a number < 5/);
   bad("all", { a: 1 }, /\$\.b: required property is missing/);
+  ok("booleans", { anything: [{}], x: 1 });
+  bad("booleans", { never: null }, /\$\.never: no value is allowed here/);
   assert.match(validateJsonSchema({ $ref: "#/nowhere" }, 1).join(), /refers to #\/nowhere, not found/);
   // A property named like an Object.prototype member is an ordinary property.
   assert.deepEqual(validateJsonSchema({ type: "object", required: ["toString"] }, {}), [
@@ -113,6 +121,8 @@ Deno.test("validateJsonSchema() and ajv agree on random values for every schema 
           "x",
           "a",
           "b",
+          "never",
+          "anything",
         ),
         tie("value"),
         { maxKeys: 4 },
@@ -129,4 +139,13 @@ Deno.test("validateJsonSchema() and ajv agree on random values for every schema 
       { numRuns: 400 },
     );
   }
+});
+
+Deno.test("schemaProblems() finds nothing wrong with every schema above, and names a malformed keyword by its pointer", () => {
+  for (const [name, schema] of Object.entries(SCHEMAS)) assert.deepEqual(schemaProblems(schema), [], name);
+  assert.deepEqual(schemaProblems({ properties: { "a/b": { minimum: "1" } }, anyOf: [] }), [
+    "#/properties/a~1b/minimum: expected a number, got string",
+    "#/anyOf: expected a non-empty array of schemas, got array",
+  ]);
+  assert.deepEqual(schemaProblems(true), ["#: a schema must be an object, got boolean"]);
 });

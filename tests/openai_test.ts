@@ -8,7 +8,7 @@ import {
   parseCompletion,
   type RetryInfo,
 } from "../src/llm/openai.ts";
-import type { ChatReply, Message, ToolSchema } from "../src/types.ts";
+import type { ChatReply, Message, ResponseFormat, ToolSchema } from "../src/types.ts";
 import {
   BASE,
   HELLO,
@@ -397,6 +397,45 @@ Deno.test("OpenAICompatibleLLM.chat() sends exactly what buildRequestBody() buil
   assertValidRequest(body);
   assert.deepEqual(body, buildRequestBody(MODEL, CONVERSATION, []));
   assert.ok(!Object.hasOwn(body as object, "tools"), "no empty tools array");
+});
+
+Deno.test("OpenAICompatibleLLM.chat() sends a response_format OpenAI's schema accepts: json_schema and json_object", async () => {
+  const schema = { type: "object", properties: { n: { type: "integer" } }, required: ["n"] };
+  const formats: [ResponseFormat, unknown][] = [
+    [
+      { type: "json_schema", name: "answer", schema, strict: true, description: "a number" },
+      { type: "json_schema", json_schema: { name: "answer", description: "a number", schema, strict: true } },
+    ],
+    [{ type: "json_schema", name: "answer", schema }, {
+      type: "json_schema",
+      json_schema: { name: "answer", schema },
+    }],
+    [{ type: "json_object" }, { type: "json_object" }],
+  ];
+  for (const [responseFormat, wire] of formats) {
+    const { fetch, sent } = stubFetch(OK);
+    await makeClient(fetch).llm.chat(HELLO, { tools: TOOLS, responseFormat });
+    const body = sent[0].body as Record<string, unknown>;
+    assertValidRequest(body);
+    assert.deepEqual(body.response_format, wire);
+    assert.deepEqual(body, buildRequestBody(MODEL, HELLO, TOOLS, { responseFormat }));
+  }
+  const { fetch, sent } = stubFetch(OK);
+  await makeClient(fetch).llm.chat(HELLO, { responseFormat: null });
+  assert.ok(!Object.hasOwn(sent[0].body as object, "response_format"), "none without a format");
+});
+
+Deno.test("the schema validator rejects a response_format OpenAI would refuse", () => {
+  const good = buildRequestBody(MODEL, HELLO, [], { responseFormat: { type: "json_object" } });
+  assertValidRequest(good);
+  const bad: [string, unknown][] = [
+    ["json_schema without its name", { type: "json_schema", json_schema: { schema: { type: "object" } } }],
+    ["json_schema without json_schema", { type: "json_schema" }],
+    ["an unknown type", { type: "xml" }],
+  ];
+  for (const [what, format] of bad) {
+    assert.equal(validateRequest({ ...good, response_format: format }), false, what);
+  }
 });
 
 Deno.test("buildRequestBody() never sends an empty tool_calls array and nulls the text of a pure call", () => {

@@ -2,7 +2,7 @@ import { fc } from "./_dev_deps.ts";
 import assert from "node:assert/strict";
 import { buildContext } from "../src/agent/context.ts";
 import { buildRequestBody, serializeRequestBody } from "../src/llm/openai.ts";
-import type { Message, ToolSchema } from "../src/types.ts";
+import type { Message, ResponseFormat, ToolSchema } from "../src/types.ts";
 
 /** A message frozen with its tool calls, as the store and the loop hand them out. */
 function freezeMessage<T extends Message>(message: T): T {
@@ -19,6 +19,12 @@ const TOOLS: readonly ToolSchema[] = Object.freeze([
     parameters: { type: "object", properties: { expression: { type: "string" } }, required: ["expression"] },
   }),
 ]);
+
+const FORMATS: (ResponseFormat | null)[] = [
+  null,
+  { type: "json_object" },
+  { type: "json_schema", name: "answer", schema: { type: "object", required: ["n"] }, strict: false },
+];
 
 const TEXT = fc.string({ unit: "grapheme", maxLength: 40 });
 
@@ -43,15 +49,17 @@ Deno.test("serializeRequestBody() is byte-identical to JSON.stringify(buildReque
       fc.array(fc.tuple(MESSAGE, fc.boolean()), { maxLength: 12 }),
       fc.boolean(),
       fc.boolean(),
-      (drawn, withTools, stream) => {
+      fc.constantFrom(...FORMATS),
+      (drawn, withTools, stream, responseFormat) => {
         const messages = drawn.map(([m, frozen]) => frozen ? freezeMessage(structuredClone(m)) : m);
         const tools = withTools ? TOOLS : [];
-        const expected: Record<string, unknown> = { ...buildRequestBody("gpt-test", messages, tools) };
+        const built = buildRequestBody("gpt-test", messages, tools, { responseFormat });
+        const expected: Record<string, unknown> = { ...built };
         if (stream) Object.assign(expected, { stream: true, stream_options: { include_usage: true } });
-        const first = serializeRequestBody("gpt-test", messages, tools, { stream });
+        const first = serializeRequestBody("gpt-test", messages, tools, { stream, responseFormat });
         assert.equal(first, JSON.stringify(expected));
         // The second time the frozen parts come from the cache.
-        assert.equal(serializeRequestBody("gpt-test", messages, tools, { stream }), first);
+        assert.equal(serializeRequestBody("gpt-test", messages, tools, { stream, responseFormat }), first);
       },
     ),
     { numRuns: 500 },

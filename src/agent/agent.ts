@@ -5,7 +5,7 @@
  */
 import { SessionError } from "../errors.ts";
 import type { EventSink, RunEventData } from "../events.ts";
-import type { StoredMessage, ToolCall, Usage } from "../types.ts";
+import type { ResponseFormat, StoredMessage, ToolCall, Usage } from "../types.ts";
 import type { LLM } from "../llm/llm.ts";
 import type { Summarizer } from "../memory/summarizer.ts";
 import type { SessionStore } from "../store/store.ts";
@@ -13,6 +13,7 @@ import type { ApprovalPolicy } from "../approval/policy.ts";
 import type { Decision } from "../approval/decisions.ts";
 import type { ToolRegistry } from "../tools/registry.ts";
 import type { BackgroundCompactions } from "../memory/background.ts";
+import type { ResponseFormatMode } from "./response_format.ts";
 
 /** What an agent is made of. Only `src/runtime.ts` builds the real ones; tests pass fakes. */
 export interface Agent {
@@ -37,6 +38,11 @@ export interface Agent {
   maxToolCallsPerStep?: number;
   /** Which tool calls wait for the user's approval or are refused. @default {AUTO_POLICY} */
   approval?: ApprovalPolicy;
+  /**
+   * How a turn's response format reaches the provider (AGENT_RESPONSE_FORMAT): `native` as
+   * `response_format`, `prompt` in the system message only. @default {"native"}
+   */
+  responseFormatMode?: ResponseFormatMode;
   /** @default {() => new Date()} */
   now?: () => Date;
   /** A unique id per call (run ids). @default {() => crypto.randomUUID()} */
@@ -73,6 +79,12 @@ export interface TurnInput {
   decisions?: Record<string, Decision>;
   /** An API client's system messages for this turn only, never stored. @default {null} */
   instructions?: string | null;
+  /**
+   * What this turn's final answer must be (a client's `response_format`): it is passed to the provider, and
+   * an answer that does not match gets one repair request, then ends the turn `invalid_output`. Not read with
+   * `decisions` (a resumed turn answers in plain text). @default {null}
+   */
+  responseFormat?: ResponseFormat | null;
 }
 
 /** The closing answer when the turn was aborted (client gone, Ctrl-C). */

@@ -1,6 +1,7 @@
 /**
  * Builds the request messages: the static system prompt, the [CLIENT INSTRUCTIONS] block when an API client
- * sent system messages, the [RUNTIME CONTEXT] block when the session has a summary, then the recent messages.
+ * sent system messages, the [RESPONSE FORMAT] block when the turn asks for structured output, the
+ * [RUNTIME CONTEXT] block when the session has a summary, then the recent messages.
  * Pure: it only reads what it is given.
  * @module
  */
@@ -50,21 +51,28 @@ export interface BuildContextOptions {
    * @default {null}
    */
   instructions?: string | null;
+  /**
+   * The [RESPONSE FORMAT] system message of a turn that asks for structured output (`formatInstructions()`).
+   * @default {null}
+   */
+  responseFormat?: string | null;
 }
 
 /**
  * The messages of one request: the system prompt, the [CLIENT INSTRUCTIONS] block if there are instructions,
- * the [RUNTIME CONTEXT] block if there is a valid summary, then `messages` as they are (the client sends only
- * what the model reads of each). Pure; never throws.
+ * the response format's block if there is one, the [RUNTIME CONTEXT] block if there is a valid summary, then
+ * `messages` as they are (the client sends only what the model reads of each). Pure; never throws.
  */
 export function buildContext(messages: readonly Message[], options: BuildContextOptions = {}): Message[] {
-  const { summary = null, systemPrompt = SYSTEM_PROMPT, instructions = null } = options;
+  const { summary = null, systemPrompt = SYSTEM_PROMPT, instructions = null, responseFormat = null } =
+    options;
   const request: Message[] = [
     systemPrompt === SYSTEM_PROMPT ? SYSTEM_MESSAGE : { role: "system", content: systemPrompt },
   ];
   if (instructions !== null) {
     request.push({ role: "system", content: `${CLIENT_INSTRUCTIONS_HEADER}\n\n${instructions}` });
   }
+  if (responseFormat !== null) request.push({ role: "system", content: responseFormat });
   const parsed = summary === null ? null : parseSummary(summary);
   if (parsed !== null) request.push({ role: "system", content: runtimeContextText(parsed) });
   request.push(...messages);

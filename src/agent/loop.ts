@@ -35,6 +35,7 @@ import {
   usageData,
 } from "./agent.ts";
 import { openTurn, type PausedStep, type Turn } from "./turn.ts";
+import { checkAnswer, listed, repairRequest } from "./response_format.ts";
 
 export type { Agent, Decision, RunOptions, TurnInput };
 
@@ -67,7 +68,8 @@ export function runTurn(input: TurnInput, agent: Agent, run: RunOptions): Promis
       return await runSteps(turn, paused);
     });
     // Once answered, a compaction due by the turn trigger runs in the background, after the answer is out.
-    if (result.failure === undefined && result.outcome !== "awaiting_approval") {
+    const stored = result.failure === undefined || result.outcome === "invalid_output";
+    if (stored && result.outcome !== "awaiting_approval") {
       turn.memory.afterAnswer((compaction, emit) => {
         const usage = compaction.usage === null ? null : usageData(compaction.usage);
         turn.event("compact", null, { ...compaction.event, background: true, usage }, emit);
@@ -79,12 +81,13 @@ export function runTurn(input: TurnInput, agent: Agent, run: RunOptions): Promis
 
 /**
  * The steps of a turn: the paused step first when it resumes, then ask the model and run its tool calls,
- * until an answer, a limit, or calls that wait for approval.
+ * until an answer (checked against the response format, if any), a limit, or calls that wait for approval.
  */
 async function runSteps(turn: Turn, paused: PausedStep | null): Promise<TurnResult> {
   const { agent, run } = turn;
   if (paused !== null && !await resumeStep(turn, paused)) return await aborted(turn, paused.pending.step);
   let nudged = false;
+  let repaired = false;
   for (let step = turn.steps; step < agent.maxSteps; step++) {
     if (run.signal?.aborted) return await aborted(turn, step);
     await compactIfOverBudget(turn, step);
@@ -104,7 +107,12 @@ async function runSteps(turn: Turn, paused: PausedStep | null): Promise<TurnResu
       if (!await runTools(turn, calls, step, intent)) return await aborted(turn, step);
       continue;
     }
-    if (content !== null && content.trim() !== "") return await answer(turn, step, content);
+    if (content !== null && content.trim() !== "") {
+      const ended = await answerChecked(turn, step, content, !repaired);
+      if (ended !== null) return ended;
+      repaired = true;
+      continue;
+    }
     if (nudged) return await answer(turn, step, EMPTY_ANSWER, "empty");
     nudged = true;
     await append(turn, [{ role: "runtime", content: EMPTY_REPLY_NUDGE }]);
@@ -137,12 +145,19 @@ async function askModel(
 ): Promise<{ reply: ChatReply; failure?: never } | { failure: TurnFailure }> {
   const { signal, onDelta } = turn.run;
   const { history, summary } = turn.memory;
-  const messages = buildContext(history, { summary, instructions: turn.instructions });
+  const { responseFormat: format, formatText, agent } = turn;
+  const messages = buildContext(history, {
+    summary,
+    instructions: turn.instructions,
+    responseFormat: formatText,
+  });
+  // An answer with a response format is shown only once it is checked: it does not stream.
+  const delta = onDelta === undefined || format !== null ? undefined : (text: string) => onDelta(text, step);
+  const responseFormat = (agent.responseFormatMode ?? "native") === "native" ? format : null;
   const started = performance.now();
   let reply: ChatReply;
   try {
-    const delta = onDelta === undefined ? undefined : (text: string) => onDelta(text, step);
-    reply = await turn.agent.llm.chat(messages, { tools: turn.tools, signal, onDelta: delta });
+    reply = await agent.llm.chat(messages, { tools: turn.tools, signal, onDelta: delta, responseFormat });
   } catch (error) {
     if (signal?.aborted || (error instanceof LlmError && error.kind === "aborted")) {
       return { failure: abortFailure(signal) };
@@ -274,6 +289,38 @@ async function answer(
   await append(turn, [{ role: "assistant", content: text }]);
   turn.event("answer", step, closing === undefined ? { text } : { text, closing });
   return turn.end(closing ?? "answered", text);
+}
+
+/**
+ * Ends the turn with `content` when it matches the turn's response format (or there is none). Otherwise the
+ * first time (`repair`) it stores a runtime message naming the errors and returns null: the model is asked
+ * again; the second time it stores the answer all the same and ends the turn `invalid_output`.
+ */
+async function answerChecked(
+  turn: Turn,
+  step: number,
+  content: string,
+  repair: boolean,
+): Promise<TurnResult | null> {
+  if (turn.responseFormat === null) return await answer(turn, step, content);
+  const checked = checkAnswer(turn.responseFormat, content);
+  if (checked.ok) return await answer(turn, step, checked.json);
+  const { errors } = checked;
+  turn.event("output_invalid", step, { text: content, errors, repair });
+  if (repair) {
+    await append(turn, [{ role: "runtime", content: repairRequest(content, errors) }]);
+    return null;
+  }
+  await append(turn, [{ role: "assistant", content }]);
+  turn.event("answer", step, { text: content });
+  const message = `the answer does not match the response format after a repair request: ${listed(errors)}`;
+  return turn.end("invalid_output", content, {
+    kind: "invalid_output",
+    message,
+    status: null,
+    retries: 0,
+    errors,
+  });
 }
 
 /**

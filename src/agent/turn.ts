@@ -10,6 +10,7 @@ import { TurnMemory } from "../memory/turn_memory.ts";
 import type { Calibration, PendingStep, SessionKey } from "../store/store.ts";
 import type {
   Message,
+  ResponseFormat,
   StoredMessage,
   ToolSchema,
   TurnFailure,
@@ -19,6 +20,7 @@ import type {
   Usage,
 } from "../types.ts";
 import { buildContext } from "./context.ts";
+import { formatInstructions } from "./response_format.ts";
 import {
   type Agent,
   approvalPending,
@@ -45,6 +47,10 @@ export class Turn {
   readonly tools: readonly ToolSchema[];
   /** The client's instructions of this turn (see {@linkcode TurnInput}). */
   readonly instructions: string | null;
+  /** What the final answer must be (see {@linkcode TurnInput}), or null: plain text. */
+  readonly responseFormat: ResponseFormat | null;
+  /** The system message saying the response format, or null without one. */
+  readonly formatText: string | null;
   readonly memory: TurnMemory;
   readonly calls: TurnToolCall[] = [];
   readonly usage: Usage = { promptTokens: null, completionTokens: null, totalTokens: null };
@@ -64,19 +70,25 @@ export class Turn {
       calibration?: Calibration | null;
     },
     number: number,
-    options: { instructions?: string | null; resumed?: PendingStep } = {},
+    options: { instructions?: string | null; responseFormat?: ResponseFormat | null; resumed?: PendingStep } =
+      {},
   ) {
-    const { instructions = null, resumed } = options;
+    const { instructions = null, responseFormat = null, resumed } = options;
     this.agent = agent;
     this.run = run;
     this.key = session.key;
     this.instructions = instructions;
+    this.responseFormat = responseFormat;
+    this.formatText = responseFormat === null
+      ? null
+      : formatInstructions(responseFormat, agent.responseFormatMode ?? "native");
     this.number = number;
     this.runId = resumed?.runId ?? (agent.newId ?? (() => crypto.randomUUID()))();
     this.#seq = resumed?.seq ?? 0;
     this.steps = resumed === undefined ? 0 : resumed.step + 1;
     this.tools = agent.tools.schemas();
-    const fixed = { system: buildContext([], { instructions }), tools: this.tools };
+    const system = buildContext([], { instructions, responseFormat: this.formatText });
+    const fixed = { system, tools: this.tools };
     this.memory = new TurnMemory(session, fixed, agent, () => this.now());
   }
 
@@ -201,7 +213,8 @@ export async function openTurn(
   if (await store.pendingStep(key) !== null) throw approvalPending(key.sessionId);
   const number = retry ? session.turnCount : session.turnCount + 1;
   const state = { key, summary: session.summary, history, calibration: session.calibration };
-  const turn = new Turn(agent, run, state, number, { instructions: input.instructions });
+  const { instructions, responseFormat } = input;
+  const turn = new Turn(agent, run, state, number, { instructions, responseFormat });
   turn.event("run_start", null, {
     user_id: key.userId,
     message: question,

@@ -10,6 +10,9 @@ import type { SessionRunner } from "../store/session_runner.ts";
 import type { SessionKey } from "../store/store.ts";
 import { askApprovals } from "./approval_prompt.ts";
 import type { RunEvent } from "../events.ts";
+import { parseResponseFormat } from "../agent/response_format.ts";
+import { schemaProblems } from "../tools/json_schema.ts";
+import type { ResponseFormat, TurnResult } from "../types.ts";
 import {
   type ChatState,
   completeCommand,
@@ -81,6 +84,33 @@ export interface ChatOptions {
    * never interleave a session's turns. @default {new SessionRunner()} (no lease)
    */
   sessions?: SessionRunner;
+  /**
+   * What every answer must be (`--schema`): an answer is printed once checked; one still invalid after the
+   * repair request ends the turn `invalid_output`, its errors on the status stream. @default {null}
+   */
+  responseFormat?: ResponseFormat | null;
+}
+
+/**
+ * The response format of `--schema`: `text` is the JSON Schema read from `source` (a file, or `-` for stdin),
+ * named after the file. Throws `TypeError` saying what is wrong: not JSON, or not a schema the runtime can
+ * check answers against.
+ */
+export function schemaFormat(text: string, source: string): ResponseFormat {
+  let schema: unknown;
+  try {
+    schema = JSON.parse(text);
+  } catch (error) {
+    throw new TypeError(`Cannot use --schema ${source}: it is not JSON (${(error as Error).message})`);
+  }
+  const problems = schemaProblems(schema);
+  if (problems.length > 0) {
+    const why = `it is not a JSON Schema the runtime can check answers against: ${problems.join("; ")}`;
+    throw new TypeError(`Cannot use --schema ${source}: ${why}`);
+  }
+  const file = source === "-" ? "" : source.split(/[\\/]/).at(-1)!.replace(/\.json$/i, "");
+  const name = file.replace(/[^A-Za-z0-9_-]/g, "_").slice(0, 64) || "response";
+  return parseResponseFormat({ type: "json_schema", json_schema: { name, schema } })!;
 }
 
 /**
@@ -93,22 +123,27 @@ export function oneShotMessage(words: readonly string[], piped: string): string 
   return question === "" ? attached : attached === "" ? question : `${question}\n\n${attached}`;
 }
 
+/** Whether a piped or one-shot turn failed, for the exit code: an error, or an answer not in the format. */
+function failed(result: TurnResult | null): boolean {
+  return result?.outcome === "error" || result?.outcome === "invalid_output";
+}
+
 /**
  * Runs the chat until end of input or `/exit`. Resolves to the process exit code: 0, or 1 when stdin was
- * piped (or the one-shot message was sent) and a turn ended in error, so scripts notice.
+ * piped (or the one-shot message was sent) and a turn ended in error or `invalid_output`, so scripts notice.
  */
 export async function runChat(options: ChatOptions): Promise<number> {
   const { interactive, color = interactive, output, status, emit, deps, sessionId, userId } = options;
   const style = createStyle(color);
-  const { columns, sessions } = options;
+  const { columns, sessions, responseFormat = null } = options;
   const view = new TurnView({ output, status, style, interactive, emit, columns, sessions });
   if (options.message !== undefined) {
     const result = await view.run(
-      { sessionId, userId, message: options.message },
+      { sessionId, userId, message: options.message, responseFormat },
       deps,
       new AbortController().signal,
     );
-    return result?.outcome === "error" ? 1 : 0;
+    return failed(result) ? 1 : 0;
   }
   return interactive ? await repl(options, view, style) : await piped(options, view);
 }
@@ -135,7 +170,7 @@ async function settleApprovals(
 }
 
 async function piped(options: ChatOptions, view: TurnView): Promise<number> {
-  const { sessionId, userId, deps, output } = options;
+  const { sessionId, userId, deps, output, responseFormat = null } = options;
   const lines = createInterface({ input: options.input, terminal: false })[Symbol.asyncIterator]();
   const next = async () => {
     const line = await lines.next();
@@ -147,17 +182,17 @@ async function piped(options: ChatOptions, view: TurnView): Promise<number> {
   };
   const allowed = new Set<string>();
   const signal = () => new AbortController().signal;
-  let failed = false;
+  let anyFailed = false;
   // A turn left waiting (by an earlier run of the chat) is settled before anything new is sent.
   while (await settleApprovals(view, deps, { sessionId, userId }, ask, allowed, signal)) {
     const raw = await next();
     if (raw === null) break;
     const message = raw.trim();
     if (message === "") continue;
-    const result = await view.run({ sessionId, userId, message }, deps, signal(), allowed);
-    if (result?.outcome === "error") failed = true;
+    const result = await view.run({ sessionId, userId, message, responseFormat }, deps, signal(), allowed);
+    if (failed(result)) anyFailed = true;
   }
-  return failed ? 1 : 0;
+  return anyFailed ? 1 : 0;
 }
 
 async function repl(options: ChatOptions, view: TurnView, style: Style): Promise<number> {
@@ -209,9 +244,10 @@ async function repl(options: ChatOptions, view: TurnView, style: Style): Promise
       if (command === "exit") break;
       if (command === "done") continue;
       const { sessionId } = state;
+      const responseFormat = options.responseFormat ?? null;
       const input = command === "retry"
-        ? { sessionId, userId, retry: true }
-        : { sessionId, userId, message: text };
+        ? { sessionId, userId, retry: true, responseFormat }
+        : { sessionId, userId, message: text, responseFormat };
       current = new AbortController();
       try {
         const result = await view.run(input, deps, current.signal, allowedIn(sessionId));

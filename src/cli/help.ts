@@ -13,7 +13,7 @@ export function helpText(): string {
   return `mini-runtime-agent: a minimal, deterministic agent runtime.
 
 Usage:
-  deno task chat [--session ID] [--user ID] [--no-color] [MESSAGE... | - [QUESTION...]]
+  deno task chat [--session ID] [--user ID] [--no-color] [--schema FILE] [MESSAGE... | - [QUESTION...]]
   deno task serve
   deno task demo [--live] [--keep]
 
@@ -29,10 +29,15 @@ Options:
   --session ID   chat: session to use (default "default"); 1-128 characters of A-Z a-z 0-9 . _ : -
   --user ID      chat: user who owns the session (default "local")
   --no-color     chat: no colour or bold (NO_COLOR set to anything, or TERM=dumb, does the same)
+  --schema FILE  chat: every answer must be JSON valid against the JSON Schema in FILE (- : read it from
+                 stdin): it is printed once checked; one still invalid after a repair request prints its
+                 errors on stderr, and a one-shot or piped chat exits 1. deno task chat reads FILE only in
+                 its data folders (AGENT_DB_PATH's, AGENT_TRACE_PATH's); elsewhere use --schema - < FILE
   -h, --help     show this help
 
 Environment variables (.env is not read; use deno task --env-file=.env ... to load one):
 ${variables}
 
-Exit codes: 0 done; 1 a piped or one-shot turn ended in error; 2 bad usage, configuration or permissions.`;
+Exit codes: 0 done; 1 a piped or one-shot turn ended in error (or, with --schema, without valid JSON);
+2 bad usage, configuration or permissions.`;
 }

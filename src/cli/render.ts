@@ -125,6 +125,12 @@ export function renderEvent(event: RunEvent, style: Style): string | null {
           `request estimate ${data.tokens_before} → ${data.tokens_after} tokens`,
       );
     }
+    case "output_invalid": {
+      const { errors, repair } = event.data;
+      if (!repair) return invalidOutputText(errors, style);
+      const what = errors.length === 1 ? "1 error" : `${errors.length} errors`;
+      return style.dim(`  ✗ the answer does not match the response format (${what}); asking once more`);
+    }
     case "error":
       // A cancelled turn is said once, by the REPL's own "cancelled" line.
       if (event.data.kind === "aborted" || event.data.kind === "lease") return null;
@@ -132,4 +138,12 @@ export function renderEvent(event: RunEvent, style: Style): string | null {
     default:
       return null;
   }
+}
+
+/** The lines that say an answer is still not in the response format (`--schema`): each error on its own. */
+export function invalidOutputText(errors: readonly string[], style: Style): string {
+  const lines = errors.map((error) => `    - ${short(error, 200)}`);
+  return style.red(
+    ["  ! the answer does not match the response format, even after a repair request:", ...lines].join("\n"),
+  );
 }

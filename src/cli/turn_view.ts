@@ -11,7 +11,7 @@ import { SessionRunner } from "../store/session_runner.ts";
 import type { SessionKey } from "../store/store.ts";
 import type { TurnResult } from "../types.ts";
 import { type MarkdownStream, markdownStream, renderMarkdown } from "./markdown.ts";
-import { renderEvent, statsLine, type Style } from "./render.ts";
+import { invalidOutputText, renderEvent, statsLine, type Style } from "./render.ts";
 
 const SPINNER = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
 
@@ -142,6 +142,10 @@ export class TurnView {
     }
     if (!interactive) {
       this.#endPipedLine(result);
+      // An answer not in the format is not printed: only a checked one reaches the output a script reads.
+      if (result.outcome === "invalid_output") {
+        status.write(`${invalidOutputText(result.failure?.errors ?? [], style)}\n`);
+      }
       return result;
     }
     const shown = this.#streaming && result.outcome === "answered";
@@ -164,11 +168,14 @@ export class TurnView {
 
   /**
    * Piped: ends the turn's answer line. Text streamed before tool calls is already on it, so an answer that was
-   * not streamed (a closing answer, an error) continues the line rather than starting another.
+   * not streamed (a closing answer, an error) continues the line rather than starting another. An answer not
+   * in the response format is left off it.
    */
   #endPipedLine(result: TurnResult): void {
     const { output } = this.#options;
-    if (this.#pipedStep === null || result.outcome !== "answered") {
+    // An answer not in the response format leaves its line empty; its errors go to the status (see #run).
+    const printable = result.outcome !== "invalid_output";
+    if (printable && (this.#pipedStep === null || result.outcome !== "answered")) {
       output.write(`${this.#separator()}${result.answer}`);
     }
     output.write("\n");

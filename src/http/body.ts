@@ -70,7 +70,14 @@ export async function readJsonBody(request: Request, options: ReadJsonBodyOption
  * `invalid_body` unless the body is an object whose `message` is a string with more than whitespace.
  */
 export async function readMessageField(request: Request, options: ReadJsonBodyOptions): Promise<string> {
-  const body = await readJsonBody(request, options);
+  return messageField(await readJsonBody(request, options));
+}
+
+/**
+ * The `message` field of a parsed body, untrimmed; a 400 `invalid_body` unless the body is an object whose
+ * `message` is a string with more than whitespace.
+ */
+export function messageField(body: unknown): string {
   const invalid = (why: string) => new HttpError(400, "invalid_body", `Cannot read message: ${why}`);
   if (typeof body !== "object" || body === null || Array.isArray(body)) {
     throw invalid(`the request body must be a JSON object, got ${describe(body)}`);

@@ -4,6 +4,7 @@
  * @module
  */
 import { QueueFullError, SessionError, StoreUnavailableError, TurnCancelledError } from "../errors.ts";
+import { listed } from "../agent/response_format.ts";
 import type { TurnResult } from "../types.ts";
 
 /** Options of {@linkcode HttpError}. */
@@ -115,8 +116,11 @@ export function clientClosed(): HttpError {
  * - `lease`: 503 `session_lease_lost` with `Retry-After: 1` (nothing of the turn was kept)
  * - `aborted`: its abort reason when that is an `HttpError` (the shutdown's 503); 409 `turn_cancelled` when it was
  *   cancelled on request; else 499 (the client left)
+ * - `invalid_output`: 502 `invalid_output` with the answer's `errors` (the model answered, but not in the
+ *   response format asked for, even after a repair request; the turn is stored, there is nothing to retry)
  *
  * `message` words a model or store failure (each API gives its own advice); the body carries the run id.
+ * An `invalid_output` is worded here, the same on both APIs.
  */
 export function failedTurn(result: TurnResult, message: string = result.answer): HttpError {
   const { failure, runId, sessionId } = result;
@@ -138,6 +142,12 @@ export function failedTurn(result: TurnResult, message: string = result.answer):
     return new HttpError(503, "session_lease_lost", why, { details, headers: { "Retry-After": "1" } });
   }
   if (kind === "store") return storeUnavailable(message, { details });
+  if (kind === "invalid_output") {
+    const errors = failure.errors ?? [];
+    const why = "The model's answer does not match the response format, even after a repair request: " +
+      `${listed(errors)}. The answer is stored with the session all the same (run ${runId})`;
+    return new HttpError(502, "invalid_output", why, { details: { ...details, errors } });
+  }
   const [status, code] = kind === "timeout" ? [504, "llm_timeout"] : [502, "llm_error"];
   return new HttpError(status, code, message, { details, headers: { "content-type": "application/json" } });
 }

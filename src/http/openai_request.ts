@@ -3,9 +3,10 @@
  * a self-contained request brings, the client's system messages, and how to answer. Pure.
  * @module
  */
-import { SessionError } from "../errors.ts";
+import { ResponseFormatError, SessionError } from "../errors.ts";
 import { validateId } from "../store/store.ts";
-import type { Message } from "../types.ts";
+import type { Message, ResponseFormat } from "../types.ts";
+import { parseResponseFormat } from "../agent/response_format.ts";
 import { AGENT_MODEL, modelNotFound, requestError } from "./openai_shape.ts";
 import { isRecord } from "../_json.ts";
 
@@ -23,6 +24,8 @@ export interface ChatRequest {
   stream: boolean;
   /** End the stream with a usage chunk (`stream_options.include_usage`). */
   includeUsage: boolean;
+  /** What the answer must be (`response_format`: `json_object` or `json_schema`), or null: text. */
+  responseFormat: ResponseFormat | null;
 }
 
 /** A role a client may send; `tool` (and `function`) are not: the agent's tools are its own. */
@@ -32,7 +35,8 @@ const ROLES = new Set(["system", "developer", "user", "assistant"]);
  * Reads `body` (parsed JSON) and `headers` as a {@linkcode ChatRequest}. Throws an `HttpError` with the
  * parameter at fault: 404 `model_not_found` for a model other than `mini-agent`; 400 for a missing or empty
  * `messages`, a last message that is not a user message with text, content that is not text, a `tool` message
- * or assistant `tool_calls`, client `tools` or `functions`, `n` other than 1, or an invalid session id.
+ * or assistant `tool_calls`, client `tools` or `functions`, `n` other than 1, a `response_format` the runtime
+ * cannot use (see `parseResponseFormat`), or an invalid session id.
  * Sampling parameters (`temperature`, `max_tokens`, …) are accepted and ignored: the agent's settings apply.
  */
 export function parseChatRequest(body: unknown, headers: Headers): ChatRequest {
@@ -75,7 +79,17 @@ export function parseChatRequest(body: unknown, headers: Headers): ChatRequest {
     includeUsage: isRecord(body.stream_options)
       ? readFlag(body.stream_options.include_usage, "stream_options.include_usage")
       : false,
+    responseFormat: readResponseFormat(body.response_format),
   };
+}
+
+function readResponseFormat(value: unknown): ResponseFormat | null {
+  try {
+    return parseResponseFormat(value);
+  } catch (error) {
+    if (!(error instanceof ResponseFormatError)) throw error;
+    throw invalid(error.message, error.param);
+  }
 }
 
 /** Message `index` as its role and text: text parts are joined by newlines. */

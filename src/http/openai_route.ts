@@ -66,7 +66,8 @@ async function prepareKept(
 ): Promise<Prepared> {
   const pending = unansweredMessage(await deps.agent.store.messages(key));
   const retry = pending !== null && pending.content === chat.question;
-  const input: TurnInput = { ...key, message: chat.question, retry, instructions: chat.instructions };
+  const { question: message, instructions, responseFormat } = chat;
+  const input: TurnInput = { ...key, message, retry, instructions, responseFormat };
   return { run: queueTurn(request, input, deps), kept: true };
 }
 
@@ -87,7 +88,8 @@ async function prepareEphemeral(
     await store.getOrCreate(key);
     const createdAt = (deps.agent.now ?? (() => new Date()))().toISOString();
     await store.append(key, chat.history.map((m, i) => ({ ...m, id: `history:${i}`, createdAt })));
-    const input: TurnInput = { ...key, message: chat.question, instructions: chat.instructions };
+    const { question: message, instructions, responseFormat } = chat;
+    const input: TurnInput = { ...key, message, instructions, responseFormat };
     // The session is dropped after the turn: a compaction due by the turn trigger, which runs after the
     // answer, would only cost a model call. One due by the token budget still runs within the turn.
     const compactions = new BackgroundCompactions(deps.emit);

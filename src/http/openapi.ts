@@ -22,9 +22,9 @@ function json(schema: unknown, description = "OK") {
 }
 
 const DESCRIPTIONS: Record<number, string> = {
-  400:
-    "malformed JSON, missing or non-string message, invalid session or run id, a bad trace limit or cursor, " +
-    "a Last-Event-ID that is not an event id, or decisions that do not name exactly the waiting calls",
+  400: "malformed JSON, missing or non-string message, a response_format the runtime cannot use, invalid " +
+    "session or run id, a bad trace limit or cursor, a Last-Event-ID that is not an event id, or decisions " +
+    "that do not name exactly the waiting calls with approve or deny",
   401: "missing or unknown bearer token",
   403: "without tokens, a Host that is not loopback on the listening port nor in AGENT_ALLOWED_HOSTS " +
     "(host_not_allowed); a POST or DELETE whose Origin is another site's page (origin_not_allowed)",
@@ -38,7 +38,8 @@ const DESCRIPTIONS: Record<number, string> = {
   413: "body over AGENT_MAX_BODY_BYTES",
   415: "body is not application/json",
   429: "the session already has 8 turns waiting; see Retry-After",
-  502: "the model failed (the body carries the run_id)",
+  502: "the model failed (llm_error), or its answer did not match response_format even after a repair " +
+    "request (invalid_output, with the errors; the answer is stored); the body carries the run_id",
   503:
     "the server is shutting down (a running turn too, once the grace period ends), runs or queues turns of " +
     "1,024 other sessions, lost the session's lease mid-turn (session_lease_lost), or the session database " +
@@ -93,7 +94,7 @@ function openaiErrors(statuses: number[]) {
   const described: Record<number, string> = {
     ...DESCRIPTIONS,
     400: "invalid JSON or parameters (`param` names which), a last message that is not a user message, " +
-      "client tools, or an invalid session id",
+      "client tools, a response_format the runtime cannot use, or an invalid session id",
     404: "a model other than mini-agent (`model_not_found`)",
   };
   const all = [...new Set([...statuses, 403])].sort();
@@ -130,7 +131,7 @@ function withHead(paths: Record<string, PathItem>): Record<string, PathItem> {
 
 const noAuth = { security: [] };
 const html = { description: "OK", content: { "text/html": { schema: str } } };
-const messageBody = object({ message: str }, ["message"]);
+const messageBody = object({ message: str, response_format: ref("ResponseFormat") }, ["message"]);
 const approvalCall = object({ id: str, name: str, arguments: str }, ["id", "name", "arguments"]);
 const decisionsBody = object({
   decisions: {
@@ -169,13 +170,19 @@ export const OPENAPI = {
           code: str,
           message: str,
           run_id: { ...str, description: "present on 502/504: find the run in the trace" },
+          errors: {
+            ...array(str),
+            description:
+              "with invalid_output: what is wrong with the answer, each as `path: what was expected`",
+          },
         }, ["code", "message"]),
       }, ["error"]),
       Turn: object({
         session_id: str,
         run_id: str,
         turn: int,
-        // A turn that ends "error" or "aborted" is answered with its error status instead (failedTurn()).
+        // A turn that ends "error", "aborted" or "invalid_output" is answered with its error status instead
+        // (failedTurn()).
         outcome: { enum: ["answered", "max_steps", "empty", "awaiting_approval"] },
         answer: str,
         tool_calls: array(object({ name: str, arguments: str, ok: bool })),
@@ -204,11 +211,33 @@ export const OPENAPI = {
           }, ["role", "content"])),
           stream: bool,
           stream_options: object({ include_usage: bool }),
+          response_format: ref("ResponseFormat"),
           metadata: object({ session_id: { ...idSchema, description: "like the X-Session-Id header" } }),
         }, ["model", "messages"]),
         description:
           "The last message must be a user message: the turn's question. tools, functions and tool " +
           "messages are rejected (the agent runs its own tools); n must be 1; sampling parameters are ignored.",
+      },
+      ResponseFormat: {
+        anyOf: [
+          object({ type: { enum: ["text", "json_object"] } }, ["type"]),
+          object({
+            type: { const: "json_schema" },
+            json_schema: object({
+              name: { ...str, pattern: "^[A-Za-z0-9_-]{1,64}$", default: "response" },
+              description: str,
+              schema: anyObject,
+              strict: { type: ["boolean", "null"] },
+            }, ["schema"]),
+          }, ["type", "json_schema"]),
+        ],
+        description: "What the final answer must be: it is passed to the model (or, with " +
+          "AGENT_RESPONSE_FORMAT=prompt, written into its system message) and checked by the runtime's JSON " +
+          "Schema validator; an invalid answer gets one repair request, then the turn ends invalid_output " +
+          "(502). The validator checks type, properties, required, additionalProperties, enum, const, " +
+          "minLength, maxLength, pattern, minimum, maximum, exclusiveMinimum, exclusiveMaximum, items, " +
+          "minItems, maxItems, anyOf, oneOf, allOf and local $refs; other keywords are accepted and ignored. " +
+          "json_object wants one JSON object; text is the default. Such an answer is not streamed in pieces.",
       },
       Model: object({ id: str, object: { const: "model" }, created: int, owned_by: str }),
       RunEvent: object({

@@ -8,10 +8,13 @@ import { type Agent, runTurn, type TurnInput } from "../agent/loop.ts";
 import { approvalPending, nothingToRetry, unansweredMessage, usageData } from "../agent/agent.ts";
 import type { SessionKey } from "../store/store.ts";
 import type { EventSink } from "../events.ts";
-import type { TurnResult } from "../types.ts";
-import { readMessageField } from "./body.ts";
+import type { ResponseFormat, TurnResult } from "../types.ts";
+import { messageField, readJsonBody } from "./body.ts";
+import { parseResponseFormat } from "../agent/response_format.ts";
+import { ResponseFormatError } from "../errors.ts";
+import { isRecord } from "../_json.ts";
 import type { HandlerDeps } from "./deps.ts";
-import { failedTurn, type HttpError, toHttpError } from "./errors.ts";
+import { failedTurn, HttpError, toHttpError } from "./errors.ts";
 import { RunEventIds } from "./run_events.ts";
 import { sseResponse, type SseSend } from "./sse.ts";
 
@@ -90,8 +93,9 @@ export interface HandleTurnOptions {
 }
 
 /**
- * Handles one turn on `key` (created if new; with `retry` the route has checked it exists). Whatever can
- * reject the request (body, nothing to retry, a full queue) is checked before anything is written.
+ * Handles one turn on `key` (created if new; with `retry` the route has checked it exists): the body's
+ * `message`, and its `response_format` when it asks for structured output. Whatever can reject the request
+ * (body, nothing to retry, a full queue) is checked before anything is written.
  */
 export async function handleTurn(
   request: Request,
@@ -102,15 +106,29 @@ export async function handleTurn(
   const { retry = false } = options;
   // Before the body is read: a session whose turn waits for approval takes no new turn.
   if (await deps.agent.store.pendingStep(key) !== null) throw approvalPending(key.sessionId);
-  const message = retry
+  const body = retry
     ? undefined
-    : await readMessageField(request, { maxBytes: deps.maxBodyBytes, signal: request.signal });
+    : await readJsonBody(request, { maxBytes: deps.maxBodyBytes, signal: request.signal });
+  const message = retry ? undefined : messageField(body);
+  const responseFormat = responseFormatField(body);
   // Checked here too, before an SSE response starts: the 409 cannot come once it streams.
   if (retry && unansweredMessage(await deps.agent.store.messages(key)) === null) {
     throw nothingToRetry(key.sessionId);
   }
-  const run = queueTurn(request, { ...key, message, retry }, deps, { resumable: resumable(request) });
+  const run = queueTurn(request, { ...key, message, retry, responseFormat }, deps, {
+    resumable: resumable(request),
+  });
   return await respondTurn(request, run, deps);
+}
+
+/** The body's `response_format` (see `parseResponseFormat`), or null; a 400 `invalid_body` saying what is wrong. */
+function responseFormatField(body: unknown): ResponseFormat | null {
+  try {
+    return parseResponseFormat(isRecord(body) ? body.response_format : undefined);
+  } catch (error) {
+    if (!(error instanceof ResponseFormatError)) throw error;
+    throw new HttpError(400, "invalid_body", `Cannot read response_format: ${error.message}`);
+  }
 }
 
 /**

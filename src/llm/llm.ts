@@ -2,7 +2,7 @@
  * The one interface every model client implements.
  * @module
  */
-import type { ChatReply, Message, ToolSchema } from "../types.ts";
+import type { ChatReply, Message, ResponseFormat, ToolSchema } from "../types.ts";
 
 /** Options of {@linkcode LLM.chat}. */
 export interface ChatOptions {
@@ -16,6 +16,8 @@ export interface ChatOptions {
    * @default {undefined}
    */
   onDelta?: (text: string) => void;
+  /** Sent to the provider as `response_format`: what the answer must be. @default {null} (plain text) */
+  responseFormat?: ResponseFormat | null;
 }
 
 /** A chat model: messages and tools in, one reply out. Fails only with `LlmError`. */

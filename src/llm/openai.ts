@@ -96,7 +96,8 @@ function requireNumber(
 }
 
 /**
- * An {@linkcode LLM} over HTTP: POSTs `{model, messages, tools?}` to `{baseUrl}/chat/completions`.
+ * An {@linkcode LLM} over HTTP: POSTs `{model, messages, tools?, response_format?}` to
+ * `{baseUrl}/chat/completions`.
  *
  * Timeouts, network failures and HTTP 408/409/429/5xx are retried up to `retries` times with exponential
  * backoff (or the provider's `Retry-After`, capped at 60 s); a reply past `maxReplyBytes`, other statuses
@@ -176,10 +177,10 @@ export class OpenAICompatibleLLM implements LLM {
   }
 
   async #chat(messages: Message[], options: ChatOptions): Promise<ChatReply> {
-    const { tools = [], signal, onDelta } = options;
+    const { tools = [], signal, onDelta, responseFormat = null } = options;
     const { model, stream } = this.#context;
     // Built once: every attempt sends the same bytes.
-    const body = serializeRequestBody(model, messages, tools, { stream });
+    const body = serializeRequestBody(model, messages, tools, { stream, responseFormat });
     let retries = 0;
     try {
       const reply = await retry(async (number) => {

@@ -3,7 +3,7 @@
  * @module
  */
 import { LlmError } from "../errors.ts";
-import type { ChatReply, Message, ToolSchema, Usage } from "../types.ts";
+import type { ChatReply, Message, ResponseFormat, ToolSchema, Usage } from "../types.ts";
 import type { ChatOptions, LLM } from "./llm.ts";
 
 /** A reply as a script writes it; tool call ids and arguments may be left to the runtime to fill in. */
@@ -20,6 +20,8 @@ export interface ScriptedReply {
 export interface ScriptedRequest {
   messages: Message[];
   tools: readonly ToolSchema[];
+  /** The `response_format` the request asked for, or null. */
+  responseFormat: ResponseFormat | null;
 }
 
 /** A step of the script: a reply, an error to throw, or a function of the request that returns a reply. */
@@ -45,7 +47,7 @@ export class ScriptedLLM implements LLM {
   }
 
   async chat(messages: Message[], options: ChatOptions = {}): Promise<ChatReply> {
-    const { tools = [], signal } = options;
+    const { tools = [], signal, responseFormat = null } = options;
     // What a provider would read of each message: stored ids and timestamps are the runtime's own.
     const seen = messages.map(({ role, content, toolCalls, toolCallId }) => ({
       role,
@@ -53,7 +55,7 @@ export class ScriptedLLM implements LLM {
       ...(toolCalls !== undefined && toolCalls.length > 0 ? { toolCalls } : {}),
       ...(toolCallId !== undefined ? { toolCallId } : {}),
     }));
-    const request = structuredClone({ messages: seen, tools });
+    const request = structuredClone({ messages: seen, tools, responseFormat });
     this.requests.push(request);
     if (signal?.aborted) throw new LlmError("LLM request aborted", { kind: "aborted" });
     const index = this.#calls++;

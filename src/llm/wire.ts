@@ -6,7 +6,7 @@
 import { LlmError } from "../errors.ts";
 import { shorten } from "../shorten.ts";
 import { INVALID_TOOL_CALL_NAME } from "../agent/tool_calls.ts";
-import type { ChatReply, Message, ToolCall, ToolSchema, Usage } from "../types.ts";
+import type { ChatReply, Message, ResponseFormat, ToolCall, ToolSchema, Usage } from "../types.ts";
 import { isRecord } from "../_json.ts";
 
 /** A tool call as the request body carries it inside an assistant message. */
@@ -28,12 +28,22 @@ export interface WireTool {
   function: ToolSchema;
 }
 
+/** What the answer must be, in the provider's shape. */
+export type WireResponseFormat =
+  | { type: "json_object" }
+  | {
+    type: "json_schema";
+    json_schema: { name: string; schema: Record<string, unknown>; strict?: boolean; description?: string };
+  };
+
 /** The JSON body POSTed to `/chat/completions`. */
 export interface ChatCompletionRequestBody {
   model: string;
   messages: WireMessage[];
   /** Present only when at least one tool is offered: some providers reject `tools: []`. */
   tools?: WireTool[];
+  /** Present only when the turn asks for structured output (and sends it natively). */
+  response_format?: WireResponseFormat;
   /** With `stream_options` (asking for the final usage chunk), only on a streaming request. */
   stream?: true;
   stream_options?: { include_usage: boolean };
@@ -82,18 +92,42 @@ function toWireTools(tools: readonly ToolSchema[]): WireTool[] {
   }));
 }
 
+function toWireResponseFormat(format: ResponseFormat): WireResponseFormat {
+  if (format.type === "json_object") return { type: "json_object" };
+  const { name, schema, strict, description } = format;
+  return {
+    type: "json_schema",
+    json_schema: {
+      name,
+      ...(description === undefined ? {} : { description }),
+      schema,
+      ...(strict === undefined ? {} : { strict }),
+    },
+  };
+}
+
+/** Options of {@linkcode buildRequestBody}. */
+export interface BuildRequestOptions {
+  /** Sent as `response_format`: what the answer must be. @default {null} (plain text, not sent) */
+  responseFormat?: ResponseFormat | null;
+}
+
 /**
  * Maps runtime messages and tools to a request body: `runtime` messages go out as `user`, an assistant
- * message with calls gets `tool_calls` (`content: null` when it has no text), `tools` is omitted when empty.
- * Throws `TypeError` only for a malformed message (a tool message without `toolCallId`, an unknown role).
+ * message with calls gets `tool_calls` (`content: null` when it has no text), `tools` is omitted when empty,
+ * `response_format` unless there is one. Throws `TypeError` only for a malformed message (a tool message
+ * without `toolCallId`, an unknown role).
  */
 export function buildRequestBody(
   model: string,
   messages: readonly Message[],
   tools: readonly ToolSchema[] = [],
+  options: BuildRequestOptions = {},
 ): ChatCompletionRequestBody {
+  const { responseFormat = null } = options;
   const body: ChatCompletionRequestBody = { model, messages: messages.map(toWireMessage) };
   if (tools.length > 0) body.tools = toWireTools(tools);
+  if (responseFormat !== null) body.response_format = toWireResponseFormat(responseFormat);
   return body;
 }
 
@@ -122,7 +156,7 @@ function wireToolsJson(tools: readonly ToolSchema[]): string {
 }
 
 /** Options of {@linkcode serializeRequestBody}. */
-export interface SerializeRequestOptions {
+export interface SerializeRequestOptions extends BuildRequestOptions {
   /** Ask for a streamed reply, with the final usage chunk. @default {false} */
   stream?: boolean;
 }
@@ -137,9 +171,12 @@ export function serializeRequestBody(
   tools: readonly ToolSchema[] = [],
   options: SerializeRequestOptions = {},
 ): string {
-  const { stream = false } = options;
+  const { stream = false, responseFormat = null } = options;
   let json = `{"model":${JSON.stringify(model)},"messages":[${messages.map(wireMessageJson).join(",")}]`;
   if (tools.length > 0) json += `,"tools":${wireToolsJson(tools)}`;
+  if (responseFormat !== null) {
+    json += `,"response_format":${JSON.stringify(toWireResponseFormat(responseFormat))}`;
+  }
   if (stream) json += `,"stream":true,"stream_options":{"include_usage":true}`;
   return json + "}";
 }

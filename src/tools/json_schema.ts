@@ -1,10 +1,12 @@
 /**
- * A small JSON Schema validator for what tool parameters use, the built-ins' and MCP servers' alike: `type`
- * (one or a list), `properties`, `required`, `additionalProperties` (false or a schema), `enum`, `const`,
- * `minLength`, `maxLength`, `pattern`, `minimum`, `maximum`, `exclusiveMinimum`, `exclusiveMaximum`, `items`,
- * `minItems`, `maxItems`, `anyOf`, `oneOf`, `allOf` and local `$ref`s (`#/definitions/…`, `#/$defs/…`). Other
- * keywords (`format`, `default`, `description`, …) constrain nothing here. Written here because runtime
- * dependencies are Deno built-ins only; every problem is reported with its path.
+ * A small JSON Schema validator for what tool parameters and response formats use, the built-ins', MCP
+ * servers' and API clients' alike: `type` (one or a list), `properties`, `required`, `additionalProperties`
+ * (false or a schema), `enum`, `const`, `minLength`, `maxLength`, `pattern`, `minimum`, `maximum`,
+ * `exclusiveMinimum`, `exclusiveMaximum`, `items` (one schema), `minItems`, `maxItems`, `anyOf`, `oneOf`,
+ * `allOf`, local `$ref`s (`#/definitions/…`, `#/$defs/…`) and the schemas `true` and `false`. Other keywords
+ * (`format`, `not`, `prefixItems`, `uniqueItems`, `multipleOf`, `patternProperties`, `minProperties`, `if`,
+ * …) constrain nothing here: a schema that has them is accepted, and checked against the rest. Written here
+ * because runtime dependencies are Deno built-ins only; every problem is reported with its path.
  * @module
  */
 import { isRecord } from "../_json.ts";
@@ -15,7 +17,7 @@ type JsonType = "object" | "string" | "number" | "integer" | "boolean" | "array"
 export interface JsonSchema {
   type?: JsonType | readonly JsonType[];
   description?: string;
-  properties?: Record<string, JsonSchema>;
+  properties?: Record<string, JsonSchema | boolean>;
   required?: readonly string[];
   additionalProperties?: boolean | JsonSchema;
   enum?: readonly unknown[];
@@ -27,12 +29,12 @@ export interface JsonSchema {
   maximum?: number;
   exclusiveMinimum?: number;
   exclusiveMaximum?: number;
-  items?: JsonSchema;
+  items?: JsonSchema | boolean;
   minItems?: number;
   maxItems?: number;
-  anyOf?: readonly JsonSchema[];
-  oneOf?: readonly JsonSchema[];
-  allOf?: readonly JsonSchema[];
+  anyOf?: readonly (JsonSchema | boolean)[];
+  oneOf?: readonly (JsonSchema | boolean)[];
+  allOf?: readonly (JsonSchema | boolean)[];
   $ref?: string;
   definitions?: Record<string, JsonSchema>;
   $defs?: Record<string, JsonSchema>;
@@ -93,15 +95,19 @@ class Checker {
   constructor(private readonly root: JsonSchema) {}
 
   /** The problems of `value` against `schema`, without recording them (for `anyOf`, `oneOf`). */
-  trial(schema: JsonSchema, value: unknown, path: string, depth: number): string[] {
+  trial(schema: JsonSchema | boolean, value: unknown, path: string, depth: number): string[] {
     const inner = new Checker(this.root);
     inner.check(schema, value, path, depth);
     return inner.problems;
   }
 
-  check(schema: JsonSchema, value: unknown, path: string, depth = 0): void {
+  check(schema: JsonSchema | boolean, value: unknown, path: string, depth = 0): void {
     const { problems } = this;
     if (depth > MAX_DEPTH) return void problems.push(`${path}: the schema nests too deep`);
+    if (typeof schema === "boolean") {
+      if (!schema) problems.push(`${path}: no value is allowed here`);
+      return;
+    }
     if (schema.$ref !== undefined) {
       const target = resolve(this.root, schema.$ref);
       if (target === null) {
@@ -210,10 +216,96 @@ class Checker {
 
 /**
  * Checks `value` against `schema` and returns every problem as `path: what was expected`, with `$` as the
- * root (`$.expression: expected string, got number`). An empty list means valid. Never throws.
+ * root (`$.expression: expected string, got number`). An empty list means valid. Never throws for a schema
+ * {@linkcode schemaProblems} finds nothing wrong with.
  */
 export function validateJsonSchema(schema: JsonSchema, value: unknown): string[] {
   const checker = new Checker(schema);
   checker.check(schema, value, "$");
   return checker.problems;
+}
+
+const TYPES: readonly string[] = ["object", "string", "number", "integer", "boolean", "array", "null"];
+const NUMBER_KEYWORDS = [
+  "minLength",
+  "maxLength",
+  "minimum",
+  "maximum",
+  "exclusiveMinimum",
+  "exclusiveMaximum",
+  "minItems",
+  "maxItems",
+] as const;
+
+/**
+ * What is wrong with `schema` as this validator reads it, each as `#/json/pointer: what was expected`: a
+ * keyword it checks whose value has the wrong shape (`required` that is not a list of strings, an unknown
+ * `type`, a `$ref` that points nowhere), or nesting deeper than 64 levels. Keywords it does not check are
+ * not looked at. An empty list means it can check values against `schema`. Never throws.
+ */
+export function schemaProblems(schema: unknown): string[] {
+  const problems: string[] = [];
+  if (typeof schema !== "object" || schema === null || Array.isArray(schema)) {
+    return [`#: a schema must be an object, got ${describe(schema)}`];
+  }
+  const root = schema as JsonSchema;
+  const visit = (node: unknown, at: string, depth: number): void => {
+    if (typeof node === "boolean") return;
+    if (!isRecord(node)) {
+      return void problems.push(`${at}: a schema must be an object or a boolean, got ${describe(node)}`);
+    }
+    if (depth > MAX_DEPTH) {
+      return void problems.push(`${at}: the schema nests deeper than ${MAX_DEPTH} levels`);
+    }
+    const want = (keyword: string, expected: string) =>
+      problems.push(`${at}/${keyword}: expected ${expected}, got ${describe(node[keyword])}`);
+    const { type, required, enum: options, pattern, $ref } = node;
+    const types = type === undefined ? null : Array.isArray(type) ? type : [type];
+    if (types !== null && (types.length === 0 || types.some((t) => !TYPES.includes(t)))) {
+      const expected = `one of ${TYPES.join(", ")} (or a list of them), got ${JSON.stringify(type)}`;
+      problems.push(`${at}/type: expected ${expected}`);
+    }
+    const strings = Array.isArray(required) && required.every((r) => typeof r === "string");
+    if (required !== undefined && !strings) want("required", "an array of strings");
+    if (options !== undefined && !Array.isArray(options)) want("enum", "an array");
+    if (pattern !== undefined && typeof pattern !== "string") want("pattern", "a string");
+    for (const keyword of NUMBER_KEYWORDS) {
+      if (node[keyword] !== undefined && typeof node[keyword] !== "number") want(keyword, "a number");
+    }
+    if ($ref !== undefined) {
+      if (typeof $ref !== "string") want("$ref", "a string");
+      else if (resolve(root, $ref) === null) {
+        problems.push(`${at}/$ref: ${JSON.stringify($ref)} points to no schema in this document`);
+      }
+    }
+    for (const keyword of ["properties", "definitions", "$defs"]) {
+      const map = node[keyword];
+      if (map === undefined) continue;
+      if (!isRecord(map)) {
+        want(keyword, "an object of schemas");
+        continue;
+      }
+      for (const [name, sub] of Object.entries(map)) {
+        visit(sub, `${at}/${keyword}/${pointer(name)}`, depth + 1);
+      }
+    }
+    for (const keyword of ["anyOf", "oneOf", "allOf"]) {
+      const list = node[keyword];
+      if (list === undefined) continue;
+      if (!Array.isArray(list) || list.length === 0) want(keyword, "a non-empty array of schemas");
+      else list.forEach((sub, i) => visit(sub, `${at}/${keyword}/${i}`, depth + 1));
+    }
+    // An array of schemas under `items` (the old tuple form) is one this validator does not check.
+    if (node.items !== undefined && !Array.isArray(node.items)) visit(node.items, `${at}/items`, depth + 1);
+    if (node.additionalProperties !== undefined) {
+      visit(node.additionalProperties, `${at}/additionalProperties`, depth + 1);
+    }
+  };
+  visit(root, "#", 0);
+  return problems;
+}
+
+/** A property name as a JSON pointer segment. */
+function pointer(name: string): string {
+  return name.replaceAll("~", "~0").replaceAll("/", "~1");
 }
