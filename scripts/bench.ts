@@ -19,12 +19,13 @@ import {
   type WorkResult,
 } from "./_bench_turns.ts";
 import { measureHttpPostgres } from "./_bench_postgres.ts";
+import { measureTokens, type TokensResult } from "./_bench_tokens.ts";
 
 export { measureHttp, measureMemory, measureStartup, measureSustained } from "./_bench_serve.ts";
 export { measureGrowth, measureOverhead, measureRuntimeWork, openBenchRuntime } from "./_bench_turns.ts";
 
 const HELP = `Usage: deno task bench [--quick] [--json]
-                        [--only overhead,growth,http,http-postgres,sustained,memory,startup]
+                        [--only overhead,growth,http,http-postgres,sustained,memory,startup,tokens]
                         [--latency-ms N]
 
   --quick       reduced sizes (about 4 min on 2 cores; the full run takes about 11 min)
@@ -83,7 +84,16 @@ requests per turn <= 2.15, growth <= 1.1x, HTTP >= 90% of ideal at 16 clients an
 errors, serve RSS <= 150 MB during and after the 64 clients and with 1,000 sessions, and over the sustained
 load <= 200 MiB at its peak and <= 120 MiB 30 s after) are reported as met or missed.`;
 
-const SECTIONS = ["overhead", "growth", "http", "http-postgres", "sustained", "memory", "startup"] as const;
+const SECTIONS = [
+  "overhead",
+  "growth",
+  "http",
+  "http-postgres",
+  "sustained",
+  "memory",
+  "startup",
+  "tokens",
+] as const;
 type Section = (typeof SECTIONS)[number];
 const ONLY = { type: "string", default: SECTIONS.join(",") } as const;
 const SIGNALS = ["SIGINT", "SIGTERM"] as const;
@@ -135,6 +145,8 @@ export interface BenchReport {
   sustained?: Awaited<ReturnType<typeof measureSustained>>;
   memory?: MemoryResult;
   startup?: StartupResult;
+  /** How far each way of counting a request's tokens is from o200k_base, per class of text. */
+  tokens?: TokensResult;
   targets: Record<
     | "overhead"
     | "overheadAtLatency"
@@ -209,6 +221,7 @@ export async function runBench(
     sustained: await step("sustained", () => measureSustained({ durationMs: size.sustainedMs })),
     memory: await step("memory", () => measureMemory()),
     startup: await step("startup", () => measureStartup({ repeats: size.repeats })),
+    tokens: await step("tokens", () => measureTokens(quick ? 8 : 12)),
   };
   report.seconds = (performance.now() - started) / 1000;
   return { ...report, targets: judgeTargets(report) };
@@ -225,6 +238,7 @@ const LABELS: Record<string, string> = {
   sustained: "3c. Sustained load on serve: 64 clients, 20 on one session (VmRSS in MiB, on the way at s)",
   memory: "4a. Memory: VmRSS of serve, MiB",
   startup: "4b. Start-up, ms (medians)",
+  tokens: "5. Token counts against o200k_base, error in % (median and largest absolute; count)",
   targets: "Targets (true = met)",
 };
 
