@@ -16,6 +16,7 @@ export type Kind =
   | "url"
   | "positive"
   | "positiveOrUnset"
+  | "positiveIntOrUnset"
   | "nonnegative"
   | "positiveInt"
   | "nonnegativeInt"
@@ -46,6 +47,7 @@ const EXPECTED: Record<Kind, string> = {
   url: "an http:// or https:// URL",
   positive: "a number greater than 0",
   positiveOrUnset: "a number greater than 0, or unset",
+  positiveIntOrUnset: "a whole number of 1 or more, or unset",
   nonnegative: "a number of 0 or more",
   positiveInt: "a whole number of 1 or more",
   nonnegativeInt: "a whole number of 0 or more",
@@ -133,12 +135,13 @@ export function parseValue(name: string, setting: ValueRule, raw: string): unkno
       return flag === "1" || flag === "true";
     }
     default: {
-      if (setting.kind === "positiveOrUnset" && raw.trim() === "") return null;
+      const unset = setting.kind === "positiveOrUnset" || setting.kind === "positiveIntOrUnset";
+      if (unset && raw.trim() === "") return null;
       if (!/^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$/.test(raw)) throw fail();
       const value = Number(raw);
-      const integer = setting.kind === "positiveInt" || setting.kind === "nonnegativeInt";
-      const positive = setting.kind === "positive" || setting.kind === "positiveInt" ||
-        setting.kind === "positiveOrUnset";
+      const integer = setting.kind === "positiveInt" || setting.kind === "nonnegativeInt" ||
+        setting.kind === "positiveIntOrUnset";
+      const positive = setting.kind === "positive" || setting.kind === "positiveInt" || unset;
       if (!Number.isFinite(value) || (integer && !Number.isInteger(value))) throw fail();
       if (value < 0 || (positive && value === 0)) throw fail();
       if (setting.min !== undefined && value < setting.min) {

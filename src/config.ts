@@ -62,6 +62,10 @@ export interface Config {
   mcpStartTimeoutSeconds: number;
   /** How long a session's lease lasts unless renewed: how soon another process continues after a crash. */
   sessionLeaseSeconds: number;
+  /** Tokens a turn may spend over its model calls; null: no budget. */
+  maxTurnTokens: number | null;
+  /** Seconds a whole turn may take, model calls and tools; null: no deadline. */
+  turnTimeoutSeconds: number | null;
 }
 
 /** One variable: the field it sets, its kind, its default and its meaning. */
@@ -130,6 +134,18 @@ export const SETTINGS: Readonly<Record<string, Setting>> = {
     "positiveInt",
     "6000",
     "estimated token budget (chars / 4 heuristic)",
+  ),
+  AGENT_MAX_TURN_TOKENS: setting(
+    "maxTurnTokens",
+    "positiveIntOrUnset",
+    "",
+    "tokens a turn may spend over its model calls (reported, else estimated); a call that would pass it is not made and the turn ends with outcome budget; unset = no budget",
+  ),
+  AGENT_TURN_TIMEOUT_SECONDS: setting(
+    "turnTimeoutSeconds",
+    "positiveOrUnset",
+    "",
+    "seconds a whole turn may take, model calls and tools; past them it is taken back and ends with outcome timeout; unset = no deadline",
   ),
   AGENT_DB_PATH: setting("dbPath", "string", "data/sessions.db", "SQLite file"),
   AGENT_DATABASE_URL: setting(

@@ -5,6 +5,9 @@
  */
 import type { ApprovalCall, FailureKind, TurnOutcome } from "./types.ts";
 
+/** Why the runtime wrote the answer itself: a second empty reply, the step limit, the token budget. */
+export type Closing = "empty" | "max_steps" | "budget";
+
 /** The names of the events a run emits, in the order they can occur. */
 export const RUN_EVENT_NAMES = [
   "run_start",
@@ -67,7 +70,7 @@ export interface RunEventData {
   /** The user decided; the paused step runs, resuming the same run. */
   approval_decided: { decisions: { id: string; name: string; decision: "approve" | "deny" }[] };
   compact: CompactData;
-  answer: { text: string; closing?: "empty" | "max_steps" };
+  answer: { text: string; closing?: Closing };
   error: {
     kind: FailureKind;
     status: number | null;

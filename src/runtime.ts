@@ -126,6 +126,8 @@ export async function openRuntime(config: Readonly<Config>): Promise<Runtime> {
       compactions,
       maxCtxTokens: config.maxCtxTokens,
       approval,
+      maxTurnTokens: config.maxTurnTokens,
+      turnTimeoutSeconds: config.turnTimeoutSeconds,
     },
     close: async () => {
       // Stopped first: a pass under way ends after its current batch, long before the grace below.

@@ -73,14 +73,25 @@ export interface ChatReply {
   retries?: number;
 }
 
-/** How a turn ended. */
-export type TurnOutcome = "answered" | "max_steps" | "empty" | "aborted" | "error" | "awaiting_approval";
+/**
+ * How a turn ended. `budget`: its next model call would have passed AGENT_MAX_TURN_TOKENS (a closing answer,
+ * like `max_steps`); `timeout`: it passed AGENT_TURN_TIMEOUT_SECONDS and was taken back, like `aborted`.
+ */
+export type TurnOutcome =
+  | "answered"
+  | "max_steps"
+  | "budget"
+  | "empty"
+  | "aborted"
+  | "timeout"
+  | "error"
+  | "awaiting_approval";
 
 /**
  * Why a turn ended without an answer. The model's client names its failures (`timeout`, `network`, `http`,
  * `invalid_response`, `too_large`, `script`; `internal` for anything else thrown by a model); `store`: the
  * session database went away; `lease`: this process lost the session's lease; `aborted`: the turn was
- * stopped (a client gone, Ctrl-C, the shutdown's grace over).
+ * stopped (a client gone, Ctrl-C, the shutdown's grace over); `deadline`: the turn passed its time limit.
  */
 export type FailureKind =
   | "timeout"
@@ -92,9 +103,13 @@ export type FailureKind =
   | "internal"
   | "store"
   | "lease"
-  | "aborted";
+  | "aborted"
+  | "deadline";
 
-/** The failure of a turn that ended `error` (a model or store problem) or `aborted` (stopped, a lease lost). */
+/**
+ * The failure of a turn that ended `error` (a model or store problem), `aborted` (stopped, a lease lost) or
+ * `timeout` (its deadline passed).
+ */
 export interface TurnFailure {
   kind: FailureKind;
   /** What went wrong, worded for a person; never a key. */
@@ -125,7 +140,7 @@ export interface TurnResult {
   usage: Usage;
   /** With `awaiting_approval`: the calls that wait for the user's decision. */
   approval?: { calls: ApprovalCall[] };
-  /** With `error` and `aborted`: why there is no answer (the `error` event's data says the same). */
+  /** With `error`, `aborted` and `timeout`: why there is no answer (the `error` event's data says the same). */
   failure?: TurnFailure;
 }
 

@@ -39,8 +39,30 @@ Deno.test("loadConfig() gives every documented default for an empty environment"
     traceTableMaxEvents: 1000000,
     traceRetentionDays: 30,
     sessionRetentionDays: null,
+    maxTurnTokens: null,
+    turnTimeoutSeconds: null,
   });
   assert.ok(Object.isFrozen(config));
+});
+
+Deno.test("loadConfig() reads the turn's budget (whole tokens) and deadline (seconds, fractions allowed), both unset by default", () => {
+  const config = loadConfig({ AGENT_MAX_TURN_TOKENS: " 20000 ", AGENT_TURN_TIMEOUT_SECONDS: "1.5" });
+  assert.equal(config.maxTurnTokens, 20000);
+  assert.equal(config.turnTimeoutSeconds, 1.5);
+  for (
+    const [name, value, expected] of [
+      ["AGENT_MAX_TURN_TOKENS", "0", "a whole number of 1 or more, or unset"],
+      ["AGENT_MAX_TURN_TOKENS", "10.5", "a whole number of 1 or more, or unset"],
+      ["AGENT_MAX_TURN_TOKENS", "lots", "a whole number of 1 or more, or unset"],
+      ["AGENT_TURN_TIMEOUT_SECONDS", "0", "a number greater than 0, or unset"],
+      ["AGENT_TURN_TIMEOUT_SECONDS", "-5", "a number greater than 0, or unset"],
+    ]
+  ) {
+    assert.throws(() => loadConfig({ [name]: value }), {
+      name: "ConfigError",
+      message: `Invalid ${name}="${value}": expected ${expected}`,
+    });
+  }
 });
 
 Deno.test("loadConfig() derives AGENT_COMPACT_BATCH from AGENT_MAX_RAW_TURNS unless it is set, 0 included", () => {

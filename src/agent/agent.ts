@@ -13,6 +13,7 @@ import type { ApprovalPolicy } from "../approval/policy.ts";
 import type { Decision } from "../approval/decisions.ts";
 import type { ToolRegistry } from "../tools/registry.ts";
 import type { BackgroundCompactions } from "../memory/background.ts";
+import type { Clock } from "../clock.ts";
 
 /** What an agent is made of. Only `src/runtime.ts` builds the real ones; tests pass fakes. */
 export interface Agent {
@@ -37,6 +38,18 @@ export interface Agent {
   maxToolCallsPerStep?: number;
   /** Which tool calls wait for the user's approval or are refused. @default {AUTO_POLICY} */
   approval?: ApprovalPolicy;
+  /**
+   * Tokens a turn may spend over its model calls (AGENT_MAX_TURN_TOKENS): reported, else estimated. A call
+   * that would pass it is not made; the turn ends `budget`. @default {null} (no budget)
+   */
+  maxTurnTokens?: number | null;
+  /**
+   * Seconds a whole turn may take, model calls and tools (AGENT_TURN_TIMEOUT_SECONDS); past them it is taken
+   * back and ends `timeout`. @default {null} (no deadline)
+   */
+  turnTimeoutSeconds?: number | null;
+  /** Where a turn's deadline waits. @default {SYSTEM_CLOCK} */
+  clock?: Clock;
   /** @default {() => new Date()} */
   now?: () => Date;
   /** A unique id per call (run ids). @default {() => crypto.randomUUID()} */

@@ -8,7 +8,9 @@ import type { EventSink, RunEventData, RunEventName } from "../events.ts";
 import { checkDecisions, type Decision, noPendingApproval } from "../approval/decisions.ts";
 import { TurnMemory } from "../memory/turn_memory.ts";
 import type { PendingStep, SessionKey } from "../store/store.ts";
+import { estimateTokens } from "../memory/plan.ts";
 import type {
+  ChatReply,
   Message,
   StoredMessage,
   ToolSchema,
@@ -48,6 +50,8 @@ export class Turn {
   readonly memory: TurnMemory;
   readonly calls: TurnToolCall[] = [];
   readonly usage: Usage = { promptTokens: null, completionTokens: null, totalTokens: null };
+  /** Tokens the turn's model calls spent, as reported, else estimated: what its budget counts. */
+  spent = 0;
   /** Model calls that ended, with a reply or a failure (an aborted one does not count): `run_end`'s steps. */
   steps: number;
   #seq: number;
@@ -107,9 +111,22 @@ export class Turn {
     );
   }
 
-  /** Adds a model call's token counts to the turn's. */
+  /**
+   * Adds a model call's tokens to what the turn spent: its reported total (else prompt + completion), or
+   * when none was reported, `requestTokens` (the request's estimate) plus the reply's estimate.
+   */
+  spend(reply: ChatReply, requestTokens: number): void {
+    this.addUsage(reply.usage);
+    const reported = reportedTokens(reply.usage);
+    if (reported !== null) return;
+    const text = (reply.content ?? "") + reply.toolCalls.map((call) => call.name + call.arguments).join("");
+    this.spent += requestTokens + estimateTokens(text);
+  }
+
+  /** Adds a model call's token counts to the turn's (and what it reported to what the turn spent). */
   addUsage(usage: Usage | null): void {
     if (usage === null) return;
+    this.spent += reportedTokens(usage) ?? 0;
     for (const key of ["promptTokens", "completionTokens", "totalTokens"] as const) {
       const value = usage[key];
       if (value !== null) this.usage[key] = (this.usage[key] ?? 0) + value;
@@ -158,6 +175,14 @@ export class Turn {
     };
     return failure === undefined ? result : { ...result, failure };
   }
+}
+
+/** The tokens a call reported: its total, else prompt + completion, else null (none reported). */
+function reportedTokens(usage: Usage | null): number | null {
+  if (usage === null) return null;
+  if (usage.totalTokens !== null) return usage.totalTokens;
+  if (usage.promptTokens === null && usage.completionTokens === null) return null;
+  return (usage.promptTokens ?? 0) + (usage.completionTokens ?? 0);
 }
 
 /**

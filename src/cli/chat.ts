@@ -10,6 +10,7 @@ import type { SessionRunner } from "../store/session_runner.ts";
 import type { SessionKey } from "../store/store.ts";
 import { askApprovals } from "./approval_prompt.ts";
 import type { RunEvent } from "../events.ts";
+import type { TurnResult } from "../types.ts";
 import {
   type ChatState,
   completeCommand,
@@ -95,7 +96,7 @@ export function oneShotMessage(words: readonly string[], piped: string): string 
 
 /**
  * Runs the chat until end of input or `/exit`. Resolves to the process exit code: 0, or 1 when stdin was
- * piped (or the one-shot message was sent) and a turn ended in error, so scripts notice.
+ * piped (or the one-shot message was sent) and a turn ended in error or passed its deadline, so scripts notice.
  */
 export async function runChat(options: ChatOptions): Promise<number> {
   const { interactive, color = interactive, output, status, emit, deps, sessionId, userId } = options;
@@ -108,9 +109,14 @@ export async function runChat(options: ChatOptions): Promise<number> {
       deps,
       new AbortController().signal,
     );
-    return result?.outcome === "error" ? 1 : 0;
+    return failedOutcome(result) ? 1 : 0;
   }
   return interactive ? await repl(options, view, style) : await piped(options, view);
+}
+
+/** Whether a turn failed, for the exit code: it ended in error, or passed its deadline (nothing kept). */
+function failedOutcome(result: TurnResult | null): boolean {
+  return result?.outcome === "error" || result?.outcome === "timeout";
 }
 
 /**
@@ -155,7 +161,7 @@ async function piped(options: ChatOptions, view: TurnView): Promise<number> {
     const message = raw.trim();
     if (message === "") continue;
     const result = await view.run({ sessionId, userId, message }, deps, signal(), allowed);
-    if (result?.outcome === "error") failed = true;
+    if (failedOutcome(result)) failed = true;
   }
   return failed ? 1 : 0;
 }

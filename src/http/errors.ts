@@ -114,6 +114,7 @@ export function clientClosed(): HttpError {
  * - `store`: 503 `store_unavailable` with `Retry-After`
  * - `lease`: 503 `session_lease_lost` with `Retry-After: 1` (nothing of the turn was kept)
  * - `aborted`: its abort reason when that is an `HttpError` (the shutdown's 503), else 499 (the client left)
+ * - `deadline` (outcome `timeout`): 504 `turn_timeout` (nothing of the turn was kept)
  *
  * `message` words a model or store failure (each API gives its own advice); the body carries the run id.
  */
@@ -133,6 +134,14 @@ export function failedTurn(result: TurnResult, message: string = result.answer):
     return new HttpError(503, "session_lease_lost", why, { details, headers: { "Retry-After": "1" } });
   }
   if (kind === "store") return storeUnavailable(message, { details });
+  if (kind === "deadline") {
+    const why =
+      `Cannot finish the turn on session "${sessionId}": ${
+        failure.message.replace(/^the turn was stopped: /, "")
+      }; ` +
+      "nothing of the turn was kept, send it again or ask for less at once";
+    return new HttpError(504, "turn_timeout", why, { details });
+  }
   const [status, code] = kind === "timeout" ? [504, "llm_timeout"] : [502, "llm_error"];
   return new HttpError(status, code, message, { details, headers: { "content-type": "application/json" } });
 }

@@ -113,6 +113,7 @@ function idsOf(runId: string, created: number): CompletionIds {
 function noAnswer(result: TurnResult, kept: boolean): HttpError {
   const advice = kept ? "; send the same message again to retry the turn" : "";
   const cause = result.failure?.message ?? "unknown error";
+  if (result.failure?.kind === "deadline") return failedTurn(result);
   const message = result.failure?.kind === "store"
     ? `The session database is unavailable: ${cause}${advice} (run ${result.runId})`
     : `The agent could not get an answer from its model: ${cause}${advice} (run ${result.runId})`;

@@ -48,11 +48,11 @@ export function usageBody(
 }
 
 /**
- * The `finish_reason` of a turn that ended with an answer: `length` when it reached its step limit (the answer
- * is the runtime's note that it stopped short), `stop` otherwise.
+ * The `finish_reason` of a turn that ended with an answer: `length` when it reached its step limit or its token
+ * budget (the answer is the runtime's note that it stopped short), `stop` otherwise.
  */
 export function finishReason(outcome: TurnOutcome): "stop" | "length" {
-  return outcome === "max_steps" ? "length" : "stop";
+  return outcome === "max_steps" || outcome === "budget" ? "length" : "stop";
 }
 
 /** A whole `chat.completion` with `answer` as the assistant message. */

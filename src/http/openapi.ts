@@ -40,7 +40,8 @@ const DESCRIPTIONS: Record<number, string> = {
     "the server is shutting down (a running turn too, once the grace period ends), runs or queues turns of " +
     "1,024 other sessions, lost the session's lease mid-turn (session_lease_lost), or the session database " +
     "went away (store_unavailable); see Retry-After",
-  504: "the model timed out (the body carries the run_id)",
+  504: "the model timed out (llm_timeout; its question stays for retry), or the whole turn passed " +
+    "AGENT_TURN_TIMEOUT_SECONDS (turn_timeout; nothing of it was kept); the body carries the run_id",
 };
 
 /** The error responses of `statuses`, and the 403 of the host and origin rules, which every route has. */
@@ -154,8 +155,8 @@ export const OPENAPI = {
         session_id: str,
         run_id: str,
         turn: int,
-        // A turn that ends "error" or "aborted" is answered with its error status instead (failedTurn()).
-        outcome: { enum: ["answered", "max_steps", "empty", "awaiting_approval"] },
+        // A turn that ends "error", "aborted" or "timeout" is answered with its error status instead (failedTurn()).
+        outcome: { enum: ["answered", "max_steps", "budget", "empty", "awaiting_approval"] },
         answer: str,
         tool_calls: array(object({ name: str, arguments: str, ok: bool })),
         usage: object({ prompt_tokens: intOrNull, completion_tokens: intOrNull, total_tokens: intOrNull }),
@@ -306,7 +307,7 @@ export const OPENAPI = {
             description:
               "OpenAI's CreateChatCompletionResponse; streamed, CreateChatCompletionStreamResponse " +
               'events (a failure mid-stream is a data: {"error": …} frame). finish_reason is stop, or length ' +
-              "when the turn reached its step limit; usage sums the turn's model calls",
+              "when the turn reached its step limit or token budget; usage sums the turn's model calls",
             content: { "application/json": { schema: anyObject }, "text/event-stream": { schema: str } },
           },
           ...openaiErrors([400, 401, 404, 413, 415, 429, 502, 503, 504]),

@@ -63,6 +63,11 @@ export class TurnMemory {
     this.#tokens = requestTokens(state, fixed);
   }
 
+  /** Estimated tokens of the next request: system messages, tools, summary and history. */
+  get requestTokens(): number {
+    return this.#tokens;
+  }
+
   /** The turn stored `messages`: the next request carries them. */
   added(messages: readonly StoredMessage[]): void {
     this.history.push(...messages);
