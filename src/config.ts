@@ -66,6 +66,8 @@ export interface Config {
   maxTurnTokens: number | null;
   /** Seconds a whole turn may take, model calls and tools; null: no deadline. */
   turnTimeoutSeconds: number | null;
+  /** Tokens a user may spend per UTC day (serve), counted in the store; null: no quota. */
+  userDailyTokens: number | null;
 }
 
 /** One variable: the field it sets, its kind, its default and its meaning. */
@@ -220,6 +222,12 @@ export const SETTINGS: Readonly<Record<string, Setting>> = {
     "65536",
     "serve: largest request body accepted",
     1024,
+  ),
+  AGENT_USER_DAILY_TOKENS: setting(
+    "userDailyTokens",
+    "positiveIntOrUnset",
+    "",
+    "serve: tokens a user may spend per UTC day, counted in the database (so across replicas); past them a turn gets 429 quota_exceeded until 00:00 UTC; unset = no quota",
   ),
   AGENT_MCP_CONFIG: setting(
     "mcpConfig",

@@ -63,6 +63,21 @@ export interface Usage {
   totalTokens: number | null;
 }
 
+/**
+ * Tokens of model calls as the store counts them, for one model on one UTC day: as reported, else estimated
+ * (`estimatedCalls` says how many calls were), summed over `calls`.
+ */
+export interface UsageEntry {
+  /** The UTC day of the calls, `YYYY-MM-DD`. */
+  day: string;
+  /** The model that answered, as its reply named it. */
+  model: string;
+  promptTokens: number;
+  completionTokens: number;
+  calls: number;
+  estimatedCalls: number;
+}
+
 /** What one model call returned. */
 export interface ChatReply {
   content: string | null;

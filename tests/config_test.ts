@@ -41,6 +41,7 @@ Deno.test("loadConfig() gives every documented default for an empty environment"
     sessionRetentionDays: null,
     maxTurnTokens: null,
     turnTimeoutSeconds: null,
+    userDailyTokens: null,
   });
   assert.ok(Object.isFrozen(config));
 });

@@ -203,3 +203,24 @@ Deno.test("piped chat prints the budget's closing answer (exit 0) and a timeout'
     assert.equal(output.text(), `${said}\n`);
   }
 });
+
+Deno.test("runTurn() counts each call's tokens in the store, and a timed-out turn's stay counted though its messages go", async () => {
+  const clock = new FakeClock();
+  const slow: ToolSpec = {
+    name: "slow",
+    description: "waits",
+    parameters: { type: "object", properties: {} },
+    handler: async () => void await clock.advance(10_000),
+  };
+  using h = harness([
+    { content: "hi", usage: usage(40, 2), model: "m-1" },
+    { toolCalls: [{ name: "slow", arguments: {} }], usage: usage(100, 5), model: "m-1" },
+  ], { extraTools: [slow] });
+  assert.equal((await runTurn(input("hello"), h.agent, h.run)).outcome, "answered");
+  Object.assign(h.agent, { turnTimeoutSeconds: 5, clock });
+  assert.equal((await runTurn(input("go"), h.agent, h.run)).outcome, "timeout");
+  assert.deepEqual((await h.store.messages(keyOf("s1", "u1"))).map((m) => m.content), ["hello", "hi"]);
+  const counted = { day: "2026-01-01", model: "m-1", promptTokens: 140, completionTokens: 7, calls: 2 };
+  assert.deepEqual(await h.store.userUsage("u1"), [{ ...counted, estimatedCalls: 0 }]);
+  assert.deepEqual(await h.store.sessionUsage(keyOf("s1", "u1")), [{ ...counted, estimatedCalls: 0 }]);
+});

@@ -48,6 +48,11 @@ export interface Agent {
    * back and ends `timeout`. @default {null} (no deadline)
    */
   turnTimeoutSeconds?: number | null;
+  /**
+   * Where model calls' tokens are counted when `store` does not keep them for the user (a request's private
+   * session): each turn adds its own at its end. @default {undefined} (`store`, with what each call produced)
+   */
+  usageStore?: Pick<SessionStore, "recordUsage">;
   /** Where a turn's deadline waits. @default {SYSTEM_CLOCK} */
   clock?: Clock;
   /** @default {() => new Date()} */

@@ -76,6 +76,7 @@ export function runTurn(input: TurnInput, agent: Agent, run: RunOptions): Promis
       if (question !== null) await append(turn, [question]);
       return await runSteps(turn, paused);
     });
+    await storeUsageLeft(turn);
     // Once answered, a compaction due by the turn trigger runs in the background, after the answer is out.
     if (result.failure === undefined && result.outcome !== "awaiting_approval") {
       turn.memory.afterAnswer((compaction, emit) => {
@@ -282,7 +283,7 @@ async function append(
   options?: { kept?: boolean },
 ): Promise<StoredMessage> {
   const stamped = turn.stamp(messages);
-  await turn.agent.store.append(turn.key, stamped);
+  await turn.agent.store.append(turn.key, stamped, { usage: turn.usageToStore() });
   turn.stored(stamped, options);
   return stamped[0];
 }
@@ -321,7 +322,7 @@ async function pause(
     asked,
     createdAt: turn.now().toISOString(),
   };
-  await turn.agent.store.savePending(key, pending);
+  await turn.agent.store.savePending(key, pending, { usage: turn.usageToStore() });
   const calls = approvalCalls(pending);
   turn.event("approval_requested", step, { calls });
   return { ...turn.end("awaiting_approval", waitingAnswer(calls, key.sessionId)), approval: { calls } };
@@ -355,6 +356,18 @@ function failed(turn: Turn, step: number | null, failure: TurnFailure): TurnResu
       `Your message is saved; retry it with /retry in chat or POST /v1/sessions/${sessionId}/retry, ` +
       "without sending it again.";
   return turn.end("error", answer, failure);
+}
+
+/**
+ * Counts the tokens of the turn's calls that no write carried (a reply the turn was stopped after, or a
+ * request's private session, whose user's counts are in `agent.usageStore`). A store gone meanwhile loses
+ * them: the turn has ended already and says so by its outcome.
+ */
+async function storeUsageLeft(turn: Turn): Promise<void> {
+  const left = turn.unstoredUsage();
+  if (left.length === 0) return;
+  const { usageStore = turn.agent.store } = turn.agent;
+  await usageStore.recordUsage(turn.key, left).catch(() => {});
 }
 
 /**

@@ -19,6 +19,7 @@ import type {
   TurnResult,
   TurnToolCall,
   Usage,
+  UsageEntry,
 } from "../types.ts";
 import { buildContext } from "./context.ts";
 import {
@@ -52,6 +53,8 @@ export class Turn {
   readonly usage: Usage = { promptTokens: null, completionTokens: null, totalTokens: null };
   /** Tokens the turn's model calls spent, as reported, else estimated: what its budget counts. */
   spent = 0;
+  /** The model calls' tokens not stored yet: the next write of the session carries them. */
+  readonly #unstored: UsageEntry[] = [];
   /** Model calls that ended, with a reply or a failure (an aborted one does not count): `run_end`'s steps. */
   steps: number;
   #seq: number;
@@ -117,10 +120,34 @@ export class Turn {
    */
   spend(reply: ChatReply, requestTokens: number): void {
     this.addUsage(reply.usage);
-    const reported = reportedTokens(reply.usage);
-    if (reported !== null) return;
+    const { usage } = reply;
+    const reported = reportedTokens(usage);
     const text = (reply.content ?? "") + reply.toolCalls.map((call) => call.name + call.arguments).join("");
-    this.spent += requestTokens + estimateTokens(text);
+    const [prompt, completion] = reported === null || usage === null
+      ? [requestTokens, estimateTokens(text)]
+      : [usage.promptTokens ?? reported - (usage.completionTokens ?? 0), usage.completionTokens ?? 0];
+    if (reported === null) this.spent += prompt + completion;
+    this.#unstored.push({
+      day: this.now().toISOString().slice(0, 10),
+      model: reply.model === "" ? "unknown" : reply.model,
+      promptTokens: Math.max(0, prompt),
+      completionTokens: completion,
+      calls: 1,
+      estimatedCalls: reported === null ? 1 : 0,
+    });
+  }
+
+  /**
+   * The calls' tokens to store with the session's next write, taken off the list: none when the agent counts
+   * them in another store (see {@linkcode Agent.usageStore}); {@linkcode Turn.unstoredUsage} takes those.
+   */
+  usageToStore(): UsageEntry[] {
+    return this.agent.usageStore === undefined ? this.unstoredUsage() : [];
+  }
+
+  /** Every call's tokens not stored yet, taken off the list. */
+  unstoredUsage(): UsageEntry[] {
+    return this.#unstored.splice(0);
   }
 
   /** Adds a model call's token counts to the turn's (and what it reported to what the turn spent). */

@@ -168,7 +168,7 @@ async function piped(options: ChatOptions, view: TurnView): Promise<number> {
 
 async function repl(options: ChatOptions, view: TurnView, style: Style): Promise<number> {
   const { userId, deps, output } = options;
-  const state: ChatState = { sessionId: options.sessionId, userId, usage: new Map(), lastTurn: null };
+  const state: ChatState = { sessionId: options.sessionId, userId, lastTurn: null };
   if (options.model !== undefined) state.model = options.model;
   const banner = await describeSession(deps.store, state.sessionId, userId);
   const editor = new LineEditor(options.input, output, {
@@ -221,7 +221,7 @@ async function repl(options: ChatOptions, view: TurnView, style: Style): Promise
       current = new AbortController();
       try {
         const result = await view.run(input, deps, current.signal, allowedIn(sessionId));
-        if (result !== null) recordUsage(state, sessionId, result.usage);
+        if (result !== null) recordUsage(state, result.usage);
       } finally {
         current = null;
       }

@@ -34,5 +34,5 @@ export async function handleApproval(
     throw error;
   }
   const input = { ...key, decisions: decisions as Record<string, "approve" | "deny"> };
-  return await respondTurn(request, queueTurn(request, input, deps), deps);
+  return await respondTurn(request, await queueTurn(request, input, deps), deps);
 }

@@ -67,7 +67,7 @@ async function prepareKept(
   const pending = unansweredMessage(await deps.agent.store.messages(key));
   const retry = pending !== null && pending.content === chat.question;
   const input: TurnInput = { ...key, message: chat.question, retry, instructions: chat.instructions };
-  return { run: queueTurn(request, input, deps), kept: true };
+  return { run: await queueTurn(request, input, deps), kept: true };
 }
 
 /**
@@ -94,7 +94,10 @@ async function prepareEphemeral(
     await compactions.close();
     // Nobody can approve a call of a session dropped after the request: a tool that asks is refused.
     const approval = askAsDeny(deps.agent.approval ?? AUTO_POLICY);
-    const run = queueTurn(request, input, deps, { ...deps.agent, store, tools, compactions, approval });
+    // The user's tokens are counted in the server's store, where the daily quota reads them.
+    const usageStore = deps.agent.store;
+    const agent = { ...deps.agent, store, tools, compactions, approval, usageStore };
+    const run = await queueTurn(request, input, deps, agent);
     return { run: (emit, onDelta) => run(emit, onDelta).finally(() => store.close()), kept: false };
   } catch (error) {
     await store.close();

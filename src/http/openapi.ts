@@ -34,7 +34,8 @@ const DESCRIPTIONS: Record<number, string> = {
     "waits for approval (approval_pending); decisions when no turn waits (no_pending_approval)",
   413: "body over AGENT_MAX_BODY_BYTES",
   415: "body is not application/json",
-  429: "the session already has 8 turns waiting; see Retry-After",
+  429: "the session already has 8 turns waiting (too_many_requests), or the user spent its " +
+    "AGENT_USER_DAILY_TOKENS of the UTC day (quota_exceeded, Retry-After at 00:00 UTC)",
   502: "the model failed (the body carries the run_id)",
   503:
     "the server is shutting down (a running turn too, once the grace period ends), runs or queues turns of " +
@@ -121,6 +122,26 @@ const decisionsBody = object({
 }, ["decisions"]);
 const health = object({ ok: bool, model: str, db: str });
 const sessionList = object({ sessions: array(object({ id: str, turn_count: int, updated_at: str })) });
+const usageRow = object({
+  model: str,
+  prompt_tokens: int,
+  completion_tokens: int,
+  total_tokens: int,
+  calls: int,
+  estimated_calls: { ...int, description: "calls whose provider reported no counts: estimated" },
+});
+const usagePage = object({
+  user_id: str,
+  from: str,
+  to: str,
+  days: array(object({ day: str, total_tokens: int, models: array(usageRow) })),
+  today: object({
+    day: str,
+    total_tokens: int,
+    daily_tokens: { ...intOrNull, description: "AGENT_USER_DAILY_TOKENS, null without a quota" },
+    left: intOrNull,
+  }),
+});
 const tracePage = object({
   session_id: str,
   events: array(ref("RunEvent")),
@@ -275,6 +296,18 @@ export const OPENAPI = {
         "The session's trace events, oldest first, a page at a time (optionally of one run)",
         json(tracePage),
         [400, 401, 404],
+      ),
+    },
+    "/v1/usage": {
+      parameters: [
+        param("from", "query", str, "first UTC day, YYYY-MM-DD (default: 29 days before to)"),
+        param("to", "query", str, "last UTC day, YYYY-MM-DD (default: today)"),
+      ],
+      get: op(
+        "The caller's tokens by UTC day and model, as counted in the database by every replica, and " +
+          "today's against the daily quota",
+        json(usagePage),
+        [400, 401],
       ),
     },
     "/v1/models": {

@@ -13,6 +13,7 @@ import { readMessageField } from "./body.ts";
 import type { HandlerDeps } from "./deps.ts";
 import { failedTurn, type HttpError, toHttpError } from "./errors.ts";
 import { sseResponse, type SseSend } from "./sse.ts";
+import { checkDailyQuota } from "./quota.ts";
 
 /** Runs a prepared turn, reporting to `emit` and, as the answer streams, to `onDelta`. */
 export type QueuedTurn = (
@@ -24,16 +25,19 @@ export type QueuedTurn = (
  * `input` (a new message, a retry or decisions on a waiting turn) ready to run on `agent` through the
  * session runner: first in its session's queue, then under its lease (unless `agent` has a private store,
  * whose session is this request's alone); aborted when the client disconnects or the shutdown grace period
- * ends. Throws the queue's refusal now, while the response can still carry its status.
+ * ends. Throws the user's spent daily quota (429 `quota_exceeded`) or the queue's refusal now, while the
+ * response can still carry its status.
  */
-export function queueTurn(
+export async function queueTurn(
   request: Request,
   input: TurnInput,
   deps: HandlerDeps,
   agent: Agent = deps.agent,
-): QueuedTurn {
+): Promise<QueuedTurn> {
   const key = { userId: input.userId, sessionId: input.sessionId };
   const leased = agent.store === deps.agent.store;
+  const now = (deps.agent.now ?? (() => new Date()))();
+  await checkDailyQuota(deps.agent.store, input.userId, deps.dailyTokens ?? null, now);
   const full = deps.sessions.rejection(key);
   if (full !== null) throw full;
   const signal = AbortSignal.any([request.signal, deps.shutdownSignal]);
@@ -69,7 +73,7 @@ export async function handleTurn(
   if (retry && unansweredMessage(await deps.agent.store.messages(key)) === null) {
     throw nothingToRetry(key.sessionId);
   }
-  const run = queueTurn(request, { ...key, message, retry }, deps);
+  const run = await queueTurn(request, { ...key, message, retry }, deps);
   return await respondTurn(request, run, deps);
 }
 
