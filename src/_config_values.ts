@@ -6,6 +6,7 @@
 import { ConfigError } from "./errors.ts";
 import { parseAllowedHosts } from "./http/host_guard.ts";
 import { parseDatabaseUrl } from "./store/database_url.ts";
+import { parsePrices } from "./prices.ts";
 
 /** Shortest API token accepted: shorter ones can be guessed. */
 export const MIN_TOKEN_CHARS = 16;
@@ -25,7 +26,8 @@ export type Kind =
   | "port"
   | "tokens"
   | "hosts"
-  | "database";
+  | "database"
+  | "prices";
 
 /** What {@linkcode parseValue} needs of a setting: the field it sets, its kind, its least value. */
 export interface ValueRule {
@@ -57,6 +59,7 @@ const EXPECTED: Record<Kind, string> = {
   tokens: "comma-separated token:user_id pairs (user ids of letters, digits and . _ : -)",
   hosts: "comma-separated host names, each with an optional :port",
   database: "postgres://user@host:port/database or unset",
+  prices: "comma-separated model=in/out, dollars per million tokens",
 };
 
 /** The pairs of AGENT_API_TOKENS. A message names a pair by its position and user, never by its token. */
@@ -108,6 +111,12 @@ export function parseValue(name: string, setting: ValueRule, raw: string): unkno
         return Object.freeze(parseAllowedHosts(raw));
       } catch (error) {
         throw fail((error as TypeError).message);
+      }
+    case "prices":
+      try {
+        return parsePrices(raw);
+      } catch (error) {
+        throw fail(`expected ${EXPECTED.prices}: ${(error as SyntaxError).message}`);
       }
     case "database":
       try {

@@ -5,6 +5,7 @@
 import { ConfigError } from "./errors.ts";
 import { defaultCompactBatch } from "./memory/plan.ts";
 import { type ApiToken, type Kind, MIN_TOKEN_CHARS, parseValue, type ValueRule } from "./_config_values.ts";
+import type { PriceTable } from "./prices.ts";
 
 export { type ApiToken, MIN_TOKEN_CHARS };
 
@@ -68,6 +69,8 @@ export interface Config {
   turnTimeoutSeconds: number | null;
   /** Tokens a user may spend per UTC day (serve), counted in the store; null: no quota. */
   userDailyTokens: number | null;
+  /** Dollars per million prompt and completion tokens, by model; empty: no costs shown. */
+  prices: PriceTable;
 }
 
 /** One variable: the field it sets, its kind, its default and its meaning. */
@@ -148,6 +151,12 @@ export const SETTINGS: Readonly<Record<string, Setting>> = {
     "positiveOrUnset",
     "",
     "seconds a whole turn may take, model calls and tools; past them it is taken back and ends with outcome timeout; unset = no deadline",
+  ),
+  AGENT_PRICES: setting(
+    "prices",
+    "prices",
+    "",
+    "comma-separated model=in/out in dollars per million tokens (gpt-4o-mini=0.15/0.6): a cost in run_end, /usage and the web page; a dated model name takes its base name's price",
   ),
   AGENT_DB_PATH: setting("dbPath", "string", "data/sessions.db", "SQLite file"),
   AGENT_DATABASE_URL: setting(

@@ -79,7 +79,17 @@ export interface RunEventData {
     /** On an abort: how many stored messages of the turn were taken back. */
     discarded_messages?: number;
   };
-  run_end: { outcome: TurnOutcome; steps: number; tool_calls: number; usage: UsageData };
+  run_end: {
+    outcome: TurnOutcome;
+    steps: number;
+    tool_calls: number;
+    usage: UsageData;
+    /**
+     * With AGENT_PRICES: the turn's model calls in dollars (tokens as reported, else estimated); null when a
+     * model has no price.
+     */
+    cost_usd?: number | null;
+  };
 }
 
 /** What a compaction did: what it folded away, or why it did not. */

@@ -128,6 +128,7 @@ export async function openRuntime(config: Readonly<Config>): Promise<Runtime> {
       approval,
       maxTurnTokens: config.maxTurnTokens,
       turnTimeoutSeconds: config.turnTimeoutSeconds,
+      prices: config.prices,
     },
     close: async () => {
       // Stopped first: a pass under way ends after its current batch, long before the grace below.

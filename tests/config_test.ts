@@ -42,6 +42,7 @@ Deno.test("loadConfig() gives every documented default for an empty environment"
     maxTurnTokens: null,
     turnTimeoutSeconds: null,
     userDailyTokens: null,
+    prices: new Map(),
   });
   assert.ok(Object.isFrozen(config));
 });
@@ -64,6 +65,19 @@ Deno.test("loadConfig() reads the turn's budget (whole tokens) and deadline (sec
       message: `Invalid ${name}="${value}": expected ${expected}`,
     });
   }
+});
+
+Deno.test("loadConfig() reads AGENT_PRICES as a table of dollars per million tokens, naming a bad entry", () => {
+  const config = loadConfig({ AGENT_PRICES: "gpt-4o-mini=0.15/0.6, deepseek-chat = 0.27/1.10" });
+  assert.deepEqual([...config.prices], [
+    ["gpt-4o-mini", { input: 0.15, output: 0.6 }],
+    ["deepseek-chat", { input: 0.27, output: 1.1 }],
+  ]);
+  assert.throws(() => loadConfig({ AGENT_PRICES: "gpt-4o-mini=0.15" }), {
+    name: "ConfigError",
+    message: 'Invalid AGENT_PRICES="gpt-4o-mini=0.15": expected comma-separated model=in/out, dollars per ' +
+      'million tokens: entry 1 ("gpt-4o-mini=0.15") is not model=in/out, dollars per million tokens',
+  });
 });
 
 Deno.test("loadConfig() derives AGENT_COMPACT_BATCH from AGENT_MAX_RAW_TURNS unless it is set, 0 included", () => {

@@ -14,6 +14,7 @@ import type { Decision } from "../approval/decisions.ts";
 import type { ToolRegistry } from "../tools/registry.ts";
 import type { BackgroundCompactions } from "../memory/background.ts";
 import type { Clock } from "../clock.ts";
+import type { PriceTable } from "../prices.ts";
 
 /** What an agent is made of. Only `src/runtime.ts` builds the real ones; tests pass fakes. */
 export interface Agent {
@@ -53,6 +54,8 @@ export interface Agent {
    * session): each turn adds its own at its end. @default {undefined} (`store`, with what each call produced)
    */
   usageStore?: Pick<SessionStore, "recordUsage">;
+  /** Dollars per million tokens by model (AGENT_PRICES): `run_end` carries the turn's cost. @default {none} */
+  prices?: PriceTable;
   /** Where a turn's deadline waits. @default {SYSTEM_CLOCK} */
   clock?: Clock;
   /** @default {() => new Date()} */

@@ -9,6 +9,7 @@ import { checkDecisions, type Decision, noPendingApproval } from "../approval/de
 import { TurnMemory } from "../memory/turn_memory.ts";
 import type { PendingStep, SessionKey } from "../store/store.ts";
 import { estimateTokens } from "../memory/plan.ts";
+import { costOf } from "../prices.ts";
 import type {
   ChatReply,
   Message,
@@ -55,6 +56,8 @@ export class Turn {
   spent = 0;
   /** The model calls' tokens not stored yet: the next write of the session carries them. */
   readonly #unstored: UsageEntry[] = [];
+  /** Every model call's tokens in this run, for its cost. */
+  readonly #counted: UsageEntry[] = [];
   /** Model calls that ended, with a reply or a failure (an aborted one does not count): `run_end`'s steps. */
   steps: number;
   #seq: number;
@@ -127,14 +130,16 @@ export class Turn {
       ? [requestTokens, estimateTokens(text)]
       : [usage.promptTokens ?? reported - (usage.completionTokens ?? 0), usage.completionTokens ?? 0];
     if (reported === null) this.spent += prompt + completion;
-    this.#unstored.push({
+    const entry = {
       day: this.now().toISOString().slice(0, 10),
       model: reply.model === "" ? "unknown" : reply.model,
       promptTokens: Math.max(0, prompt),
       completionTokens: completion,
       calls: 1,
       estimatedCalls: reported === null ? 1 : 0,
-    });
+    };
+    this.#unstored.push(entry);
+    this.#counted.push(entry);
   }
 
   /**
@@ -190,7 +195,15 @@ export class Turn {
   /** Ends the turn with `outcome`: emits `run_end` and returns the result. */
   end(outcome: TurnOutcome, answer: string, failure?: TurnFailure): TurnResult {
     const { runId, number: turn, calls: toolCalls, usage, steps } = this;
-    this.event("run_end", null, { outcome, steps, tool_calls: toolCalls.length, usage: usageData(usage) });
+    const { prices } = this.agent;
+    const cost = prices === undefined || prices.size === 0 ? {} : { cost_usd: costOf(prices, this.#counted) };
+    this.event("run_end", null, {
+      outcome,
+      steps,
+      tool_calls: toolCalls.length,
+      usage: usageData(usage),
+      ...cost,
+    });
     const result: TurnResult = {
       sessionId: this.key.sessionId,
       runId,

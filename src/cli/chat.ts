@@ -184,6 +184,7 @@ async function repl(options: ChatOptions, view: TurnView, style: Style): Promise
     state,
     store: deps.store,
     tools: deps.tools,
+    prices: deps.prices,
     write: (text: string) => output.write(`${text}\n`),
     clearScreen: () => editor.clearScreen(),
     ...(options.setModel ? { setModel: options.setModel } : {}),

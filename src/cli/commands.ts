@@ -10,6 +10,9 @@ import { type SessionStore, validateId } from "../store/store.ts";
 import type { ToolRegistry } from "../tools/registry.ts";
 import type { StoredMessage, Usage, UsageEntry } from "../types.ts";
 import { plural } from "./render.ts";
+import { costOf, type PriceTable } from "../prices.ts";
+// The page's formatter, pure: chat and the page write a cost alike.
+import { formatCost } from "../web/timeline.js";
 
 /** Tokens counted over some turns. */
 export interface TokenCount {
@@ -34,6 +37,8 @@ export interface ChatState {
 export interface CommandContext {
   state: ChatState;
   store: SessionStore;
+  /** Dollars per million tokens by model: `/usage` adds the session's cost. @default {undefined} (no cost) */
+  prices?: PriceTable;
   /** The tools `/tools` lists. @default {undefined} (none to list) */
   tools?: ToolRegistry;
   /** Shows `text` as one or more lines. */
@@ -93,7 +98,7 @@ export function recordUsage(state: ChatState, usage: Usage): void {
  * The session's tokens as the store counted them, every process's turns: "1,150 tokens (1,100 prompt + 50
  * completion) over 2 model calls", with how many calls were estimated.
  */
-function storedTokens(rows: readonly UsageEntry[]): string {
+function storedTokens(rows: readonly UsageEntry[], prices?: PriceTable): string {
   const sum = (pick: (row: UsageEntry) => number) => rows.reduce((n, row) => n + pick(row), 0);
   const [prompt, completion, calls, estimated] = [
     sum((r) => r.promptTokens),
@@ -103,8 +108,13 @@ function storedTokens(rows: readonly UsageEntry[]): string {
   ];
   if (calls === 0) return "no model calls yet";
   const guessed = estimated > 0 ? `; ${plural(estimated, "call")} without counts, estimated` : "";
+  const cost = prices === undefined || prices.size === 0 ? "" : `, ${costText(costOf(prices, rows))}`;
   return `${plural(prompt + completion, "token")} (${prompt.toLocaleString("en-US")} prompt + ` +
-    `${completion.toLocaleString("en-US")} completion) over ${plural(calls, "model call")}${guessed}`;
+    `${completion.toLocaleString("en-US")} completion) over ${plural(calls, "model call")}${guessed}${cost}`;
+}
+
+function costText(dollars: number | null): string {
+  return dollars === null ? "cost unknown (a model has no price in AGENT_PRICES)" : formatCost(dollars);
 }
 
 /** "session s (user u), 3 turns". */
@@ -174,7 +184,7 @@ export async function runCommand(line: string, context: CommandContext): Promise
       write(summaryText((await store.get(key))?.summary ?? null));
       break;
     case "/usage": {
-      const stored = storedTokens(await store.sessionUsage(key));
+      const stored = storedTokens(await store.sessionUsage(key), context.prices);
       write(
         `this session (${state.sessionId}): ${stored}, as stored (every process's turns)\n` +
           `last turn: ${state.lastTurn ? tokens(state.lastTurn) : "none yet"}`,

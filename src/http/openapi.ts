@@ -122,6 +122,10 @@ const decisionsBody = object({
 }, ["decisions"]);
 const health = object({ ok: bool, model: str, db: str });
 const sessionList = object({ sessions: array(object({ id: str, turn_count: int, updated_at: str })) });
+const costUsd = {
+  type: ["number", "null"],
+  description: "with AGENT_PRICES only: dollars; null when a model has no price",
+};
 const usageRow = object({
   model: str,
   prompt_tokens: int,
@@ -129,15 +133,17 @@ const usageRow = object({
   total_tokens: int,
   calls: int,
   estimated_calls: { ...int, description: "calls whose provider reported no counts: estimated" },
+  cost_usd: costUsd,
 });
 const usagePage = object({
   user_id: str,
   from: str,
   to: str,
-  days: array(object({ day: str, total_tokens: int, models: array(usageRow) })),
+  days: array(object({ day: str, total_tokens: int, cost_usd: costUsd, models: array(usageRow) })),
   today: object({
     day: str,
     total_tokens: int,
+    cost_usd: costUsd,
     daily_tokens: { ...intOrNull, description: "AGENT_USER_DAILY_TOKENS, null without a quota" },
     left: intOrNull,
   }),

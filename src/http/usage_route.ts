@@ -7,6 +7,7 @@ import type { UsageEntry } from "../types.ts";
 import type { HandlerDeps } from "./deps.ts";
 import { HttpError } from "./errors.ts";
 import { utcDay } from "./quota.ts";
+import { costOf, type PriceTable } from "../prices.ts";
 
 /** Days a page covers unless `from` says otherwise: the 30 up to `to`. */
 const DEFAULT_DAYS = 30;
@@ -29,8 +30,13 @@ function dayParam(url: URL, name: string, fallback: string): string {
   return value;
 }
 
-/** A counted row in the API's spelling, with its total. */
-export function usageRow(entry: UsageEntry): Record<string, unknown> {
+/** `cost_usd` of `entries` when there are prices (null for a model without one), else nothing. */
+function cost(entries: readonly UsageEntry[], prices: PriceTable | undefined): { cost_usd?: number | null } {
+  return prices === undefined || prices.size === 0 ? {} : { cost_usd: costOf(prices, entries) };
+}
+
+/** A counted row in the API's spelling, with its total (and cost, with prices). */
+function usageRow(entry: UsageEntry, prices: PriceTable | undefined): Record<string, unknown> {
   return {
     model: entry.model,
     prompt_tokens: entry.promptTokens,
@@ -38,6 +44,7 @@ export function usageRow(entry: UsageEntry): Record<string, unknown> {
     total_tokens: entry.promptTokens + entry.completionTokens,
     calls: entry.calls,
     estimated_calls: entry.estimatedCalls,
+    ...cost([entry], prices),
   };
 }
 
@@ -55,11 +62,12 @@ export async function handleUsage(request: Request, userId: string, deps: Handle
   if (from > to) {
     throw new HttpError(400, "invalid_query", `Cannot read usage: from (${from}) is after to (${to})`);
   }
+  const { prices } = deps.agent;
   const rows = await deps.agent.store.userUsage(userId, { from, to });
   const days = new Map<string, UsageEntry[]>();
   for (const row of rows) days.set(row.day, [...(days.get(row.day) ?? []), row]);
-  const todays = (await deps.agent.store.userUsage(userId, { from: today, to: today }))
-    .reduce((sum, row) => sum + row.promptTokens + row.completionTokens, 0);
+  const todays = await deps.agent.store.userUsage(userId, { from: today, to: today });
+  const spent = tokens(todays);
   const limit = deps.dailyTokens ?? null;
   return Response.json({
     user_id: userId,
@@ -67,14 +75,20 @@ export async function handleUsage(request: Request, userId: string, deps: Handle
     to,
     days: [...days].map(([day, entries]) => ({
       day,
-      total_tokens: entries.reduce((sum, e) => sum + e.promptTokens + e.completionTokens, 0),
-      models: entries.map(usageRow),
+      total_tokens: tokens(entries),
+      ...cost(entries, prices),
+      models: entries.map((entry) => usageRow(entry, prices)),
     })),
     today: {
       day: today,
-      total_tokens: todays,
+      total_tokens: spent,
+      ...cost(todays, prices),
       daily_tokens: limit,
-      left: limit === null ? null : Math.max(0, limit - todays),
+      left: limit === null ? null : Math.max(0, limit - spent),
     },
   });
+}
+
+function tokens(entries: readonly UsageEntry[]): number {
+  return entries.reduce((sum, e) => sum + e.promptTokens + e.completionTokens, 0);
 }
