@@ -5,7 +5,7 @@
  * @module
  */
 import { LeaseLostError, LlmError, StoreUnavailableError } from "../errors.ts";
-import { AGENT_NAME, agentSpan, inSpan } from "../telemetry.ts";
+import { AGENT_NAME, agentSpan, inSpan, recordModelCall } from "../telemetry.ts";
 import type {
   ChatReply,
   FailureKind,
@@ -85,7 +85,7 @@ export function runTurn(input: TurnInput, agent: Agent, run: RunOptions): Promis
       });
     }
     return result;
-  }, agentSpan(input.sessionId));
+  }, agentSpan(input.sessionId, agent.llm.info));
 }
 
 /**
@@ -176,14 +176,17 @@ async function askModel(
     turn.steps = step + 1;
     const e = error instanceof LlmError ? error : null;
     const kind: FailureKind = e?.kind ?? "internal";
+    recordModelCall((performance.now() - started) / 1000, { model: turn.agent.llm.info, errorType: kind });
     const failure = { kind, status: e?.status ?? null, retries: e?.retries ?? 0 };
     return { failure: { ...failure, message: e?.message ?? String(error) } };
   }
   turn.steps = step + 1;
-  turn.spend(reply, requestTokens);
+  const latency = performance.now() - started;
+  const entry = turn.spend(reply, requestTokens);
+  recordModelCall(latency / 1000, { model: turn.agent.llm.info, entry });
   turn.event("llm_call", step, {
     model: reply.model,
-    latency_ms: Math.round(performance.now() - started),
+    latency_ms: Math.round(latency),
     prompt_tokens: reply.usage?.promptTokens ?? null,
     completion_tokens: reply.usage?.completionTokens ?? null,
     total_tokens: reply.usage?.totalTokens ?? null,

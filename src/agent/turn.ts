@@ -119,9 +119,10 @@ export class Turn {
 
   /**
    * Adds a model call's tokens to what the turn spent: its reported total (else prompt + completion), or
-   * when none was reported, `requestTokens` (the request's estimate) plus the reply's estimate.
+   * when none was reported, `requestTokens` (the request's estimate) plus the reply's estimate. Returns the
+   * call's counts as the store keeps them.
    */
-  spend(reply: ChatReply, requestTokens: number): void {
+  spend(reply: ChatReply, requestTokens: number): UsageEntry {
     this.addUsage(reply.usage);
     const { usage } = reply;
     const reported = reportedTokens(usage);
@@ -140,6 +141,7 @@ export class Turn {
     };
     this.#unstored.push(entry);
     this.#counted.push(entry);
+    return entry;
   }
 
   /**
