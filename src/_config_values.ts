@@ -6,6 +6,7 @@
 import { ConfigError } from "./errors.ts";
 import { parseAllowedHosts } from "./http/host_guard.ts";
 import { parseDatabaseUrl } from "./store/database_url.ts";
+import { parsePrices } from "./prices.ts";
 
 /** Shortest API token accepted: shorter ones can be guessed. */
 export const MIN_TOKEN_CHARS = 16;
@@ -16,6 +17,7 @@ export type Kind =
   | "url"
   | "positive"
   | "positiveOrUnset"
+  | "positiveIntOrUnset"
   | "nonnegative"
   | "positiveInt"
   | "nonnegativeInt"
@@ -25,7 +27,8 @@ export type Kind =
   | "tokens"
   | "hosts"
   | "database"
-  | "formatMode";
+  | "formatMode"
+  | "prices";
 
 /** What {@linkcode parseValue} needs of a setting: the field it sets, its kind, its least value. */
 export interface ValueRule {
@@ -47,6 +50,7 @@ const EXPECTED: Record<Kind, string> = {
   url: "an http:// or https:// URL",
   positive: "a number greater than 0",
   positiveOrUnset: "a number greater than 0, or unset",
+  positiveIntOrUnset: "a whole number of 1 or more, or unset",
   nonnegative: "a number of 0 or more",
   positiveInt: "a whole number of 1 or more",
   nonnegativeInt: "a whole number of 0 or more",
@@ -57,6 +61,7 @@ const EXPECTED: Record<Kind, string> = {
   hosts: "comma-separated host names, each with an optional :port",
   database: "postgres://user@host:port/database or unset",
   formatMode: "native or prompt",
+  prices: "comma-separated model=in/out, dollars per million tokens",
 };
 
 /** The pairs of AGENT_API_TOKENS. A message names a pair by its position and user, never by its token. */
@@ -109,6 +114,12 @@ export function parseValue(name: string, setting: ValueRule, raw: string): unkno
       } catch (error) {
         throw fail((error as TypeError).message);
       }
+    case "prices":
+      try {
+        return parsePrices(raw);
+      } catch (error) {
+        throw fail(`expected ${EXPECTED.prices}: ${(error as SyntaxError).message}`);
+      }
     case "database":
       try {
         if (raw.trim() !== "") parseDatabaseUrl(raw.trim());
@@ -140,12 +151,13 @@ export function parseValue(name: string, setting: ValueRule, raw: string): unkno
       return flag === "1" || flag === "true";
     }
     default: {
-      if (setting.kind === "positiveOrUnset" && raw.trim() === "") return null;
+      const unset = setting.kind === "positiveOrUnset" || setting.kind === "positiveIntOrUnset";
+      if (unset && raw.trim() === "") return null;
       if (!/^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$/.test(raw)) throw fail();
       const value = Number(raw);
-      const integer = setting.kind === "positiveInt" || setting.kind === "nonnegativeInt";
-      const positive = setting.kind === "positive" || setting.kind === "positiveInt" ||
-        setting.kind === "positiveOrUnset";
+      const integer = setting.kind === "positiveInt" || setting.kind === "nonnegativeInt" ||
+        setting.kind === "positiveIntOrUnset";
+      const positive = setting.kind === "positive" || setting.kind === "positiveInt" || unset;
       if (!Number.isFinite(value) || (integer && !Number.isInteger(value))) throw fail();
       if (value < 0 || (positive && value === 0)) throw fail();
       if (setting.min !== undefined && value < setting.min) {

@@ -5,6 +5,7 @@
 import { ConfigError } from "./errors.ts";
 import { defaultCompactBatch } from "./memory/plan.ts";
 import { type ApiToken, type Kind, MIN_TOKEN_CHARS, parseValue, type ValueRule } from "./_config_values.ts";
+import type { PriceTable } from "./prices.ts";
 
 export { type ApiToken, MIN_TOKEN_CHARS };
 
@@ -64,6 +65,14 @@ export interface Config {
   sessionLeaseSeconds: number;
   /** How a turn's response format reaches the provider: `response_format`, or the system message only. */
   responseFormatMode: "native" | "prompt";
+  /** Tokens a turn may spend over its model calls; null: no budget. */
+  maxTurnTokens: number | null;
+  /** Seconds a whole turn may take, model calls and tools; null: no deadline. */
+  turnTimeoutSeconds: number | null;
+  /** Tokens a user may spend per UTC day (serve), counted in the store; null: no quota. */
+  userDailyTokens: number | null;
+  /** Dollars per million prompt and completion tokens, by model; empty: no costs shown. */
+  prices: PriceTable;
 }
 
 /** One variable: the field it sets, its kind, its default and its meaning. */
@@ -132,6 +141,24 @@ export const SETTINGS: Readonly<Record<string, Setting>> = {
     "positiveInt",
     "6000",
     "token budget of a request: the provider's count of the last one plus an estimate of what was added",
+  ),
+  AGENT_MAX_TURN_TOKENS: setting(
+    "maxTurnTokens",
+    "positiveIntOrUnset",
+    "",
+    "tokens a turn may spend over its model calls (reported, else estimated); a call that would pass it is not made and the turn ends with outcome budget; unset = no budget",
+  ),
+  AGENT_TURN_TIMEOUT_SECONDS: setting(
+    "turnTimeoutSeconds",
+    "positiveOrUnset",
+    "",
+    "seconds a whole turn may take, model calls and tools; past them it is taken back and ends with outcome timeout; unset = no deadline",
+  ),
+  AGENT_PRICES: setting(
+    "prices",
+    "prices",
+    "",
+    "comma-separated model=in/out in dollars per million tokens (gpt-4o-mini=0.15/0.6): a cost in run_end, /usage and the web page; a dated model name takes its base name's price",
   ),
   AGENT_DB_PATH: setting("dbPath", "string", "data/sessions.db", "SQLite file"),
   AGENT_DATABASE_URL: setting(
@@ -212,6 +239,12 @@ export const SETTINGS: Readonly<Record<string, Setting>> = {
     "65536",
     "serve: largest request body accepted",
     1024,
+  ),
+  AGENT_USER_DAILY_TOKENS: setting(
+    "userDailyTokens",
+    "positiveIntOrUnset",
+    "",
+    "serve: tokens a user may spend per UTC day, counted in the database (so across replicas); past them a turn gets 429 quota_exceeded until 00:00 UTC; unset = no quota",
   ),
   AGENT_MCP_CONFIG: setting(
     "mcpConfig",

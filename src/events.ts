@@ -5,6 +5,9 @@
  */
 import type { ApprovalCall, FailureKind, TurnOutcome } from "./types.ts";
 
+/** Why the runtime wrote the answer itself: a second empty reply, the step limit, the token budget. */
+export type Closing = "empty" | "max_steps" | "budget";
+
 /** The names of the events a run emits, in the order they can occur. */
 export const RUN_EVENT_NAMES = [
   "run_start",
@@ -73,7 +76,7 @@ export interface RunEventData {
    * errors follows and the model is asked again; without, the turn ends `invalid_output`.
    */
   output_invalid: { text: string; errors: string[]; repair: boolean };
-  answer: { text: string; closing?: "empty" | "max_steps" };
+  answer: { text: string; closing?: Closing };
   error: {
     kind: FailureKind;
     status: number | null;
@@ -82,7 +85,17 @@ export interface RunEventData {
     /** On an abort: how many stored messages of the turn were taken back. */
     discarded_messages?: number;
   };
-  run_end: { outcome: TurnOutcome; steps: number; tool_calls: number; usage: UsageData };
+  run_end: {
+    outcome: TurnOutcome;
+    steps: number;
+    tool_calls: number;
+    usage: UsageData;
+    /**
+     * With AGENT_PRICES: the turn's model calls in dollars (tokens as reported, else estimated); null when a
+     * model has no price.
+     */
+    cost_usd?: number | null;
+  };
 }
 
 /** What a compaction did: what it folded away, or why it did not. */

@@ -150,6 +150,7 @@ async function serve(config: Readonly<Config>): Promise<number> {
         hosts: { allowed: config.allowedHosts },
         sessions: runtime.sessions,
         maxBodyBytes: config.maxBodyBytes,
+        dailyTokens: config.userDailyTokens,
         trace: runtime.trace,
         model: config.model,
         mcpHealth: runtime.mcp ? () => runtime.mcp!.health() : undefined,

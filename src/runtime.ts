@@ -127,6 +127,9 @@ export async function openRuntime(config: Readonly<Config>): Promise<Runtime> {
       maxCtxTokens: config.maxCtxTokens,
       approval,
       responseFormatMode: config.responseFormatMode,
+      maxTurnTokens: config.maxTurnTokens,
+      turnTimeoutSeconds: config.turnTimeoutSeconds,
+      prices: config.prices,
     },
     close: async () => {
       // Stopped first: a pass under way ends after its current batch, long before the grace below.

@@ -12,7 +12,8 @@
  */
 import type * as OtelApi from "npm:@opentelemetry/api@1.9.0";
 import { LlmError } from "./errors.ts";
-import type { ChatReply, ToolCall, ToolResult, TurnResult } from "./types.ts";
+import type { ChatReply, ToolCall, ToolResult, TurnResult, UsageEntry } from "./types.ts";
+import type { ModelInfo } from "./llm/llm.ts";
 
 /**
  * The API package, pinned. Imported through a variable: Deno tries to download a string-literal dynamic
@@ -54,6 +55,42 @@ export interface SpanOptions<T> {
 
 let api: typeof OtelApi | null = null;
 let tracer: OtelApi.Tracer | null = null;
+/** The GenAI client metrics, once telemetry is on. */
+let metrics: { tokens: OtelApi.Histogram; duration: OtelApi.Histogram } | null = null;
+
+// The bucket boundaries the GenAI semantic conventions advise for each metric.
+const TOKEN_BUCKETS = [
+  1,
+  4,
+  16,
+  64,
+  256,
+  1024,
+  4096,
+  16384,
+  65536,
+  262144,
+  1048576,
+  4194304,
+  16777216,
+  67108864,
+];
+const DURATION_BUCKETS = [
+  0.01,
+  0.02,
+  0.04,
+  0.08,
+  0.16,
+  0.32,
+  0.64,
+  1.28,
+  2.56,
+  5.12,
+  10.24,
+  20.48,
+  40.96,
+  81.92,
+];
 
 /**
  * Records spans from now on when `env` turns Deno's exporter on (`OTEL_DENO=true`, the only "on" value Deno
@@ -66,6 +103,20 @@ export async function enableTelemetry(env: Record<string, string | undefined>): 
   try {
     const loaded = await import(API_SPECIFIER) as typeof OtelApi;
     tracer = loaded.trace.getTracer("mini-runtime-agent");
+    const meter = loaded.metrics.getMeter("mini-runtime-agent");
+    metrics = {
+      tokens: meter.createHistogram("gen_ai.client.token.usage", {
+        description:
+          "Tokens of a model call, prompt (input) and completion (output): as reported, else estimated",
+        unit: "{token}",
+        advice: { explicitBucketBoundaries: TOKEN_BUCKETS },
+      }),
+      duration: meter.createHistogram("gen_ai.client.operation.duration", {
+        description: "Duration of a model call, its retries included",
+        unit: "s",
+        advice: { explicitBucketBoundaries: DURATION_BUCKETS },
+      }),
+    };
     api = loaded;
     return null;
   } catch (error) {
@@ -121,13 +172,18 @@ export function bindContext<A extends unknown[], R>(fn: (...args: A) => R): (...
   return api === null ? fn : api.context.bind(api.context.active(), fn);
 }
 
-/** The span of one turn: `gen_ai.conversation.id` is the session; the run id joins it to the trace file. */
-export function agentSpan(sessionId: string): SpanOptions<TurnResult> {
+/**
+ * The span of one turn: `gen_ai.conversation.id` is the session, the model the provider and the model asked
+ * for (when known); the run id joins it to the trace file.
+ */
+export function agentSpan(sessionId: string, model?: ModelInfo): SpanOptions<TurnResult> {
   return {
     attributes: {
       "gen_ai.operation.name": "invoke_agent",
       "gen_ai.agent.name": AGENT_NAME,
       "gen_ai.conversation.id": sessionId,
+      "gen_ai.provider.name": model?.provider,
+      "gen_ai.request.model": model?.model,
     },
     onResult: (result) => ({
       attributes: {
@@ -186,6 +242,39 @@ export function chatSpan(url: URL, model: string): SpanOptions<ChatReply> {
 export function noteFinishReason(reason: unknown): void {
   if (api === null || typeof reason !== "string" || reason === "") return;
   api.trace.getActiveSpan()?.setAttribute("gen_ai.response.finish_reasons", [reason]);
+}
+
+/**
+ * Sets `gen_ai.response.id` on the active span (the model call's) when `id` is the non-empty string a provider
+ * sends as the completion's `id`: what its own logs know the call by.
+ */
+export function noteResponseId(id: unknown): void {
+  if (api === null || typeof id !== "string" || id === "") return;
+  api.trace.getActiveSpan()?.setAttribute("gen_ai.response.id", id);
+}
+
+/**
+ * Records one model call in the GenAI client metrics: its duration, and (when it answered) its input and
+ * output tokens, the very counts the store keeps (`entry`), so the two never disagree. `errorType` marks a
+ * failed call. No-op without telemetry.
+ */
+export function recordModelCall(
+  seconds: number,
+  options: { model?: ModelInfo; entry?: UsageEntry; errorType?: string },
+): void {
+  if (metrics === null) return;
+  const { model, entry, errorType } = options;
+  const attributes = defined({
+    "gen_ai.operation.name": "chat",
+    "gen_ai.provider.name": model?.provider ?? "unknown",
+    "gen_ai.request.model": model?.model,
+    "gen_ai.response.model": entry?.model,
+    "error.type": errorType,
+  });
+  metrics.duration.record(seconds, attributes);
+  if (entry === undefined) return;
+  metrics.tokens.record(entry.promptTokens, { ...attributes, "gen_ai.token.type": "input" });
+  metrics.tokens.record(entry.completionTokens, { ...attributes, "gen_ai.token.type": "output" });
 }
 
 /** The span of one tool call: failed (`tool_error`) when its result is not ok, refused calls included. */

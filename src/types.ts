@@ -63,6 +63,21 @@ export interface Usage {
   totalTokens: number | null;
 }
 
+/**
+ * Tokens of model calls as the store counts them, for one model on one UTC day: as reported, else estimated
+ * (`estimatedCalls` says how many calls were), summed over `calls`.
+ */
+export interface UsageEntry {
+  /** The UTC day of the calls, `YYYY-MM-DD`. */
+  day: string;
+  /** The model that answered, as its reply named it. */
+  model: string;
+  promptTokens: number;
+  completionTokens: number;
+  calls: number;
+  estimatedCalls: number;
+}
+
 /** What one model call returned. */
 export interface ChatReply {
   content: string | null;
@@ -91,14 +106,18 @@ export type ResponseFormat =
 
 /**
  * How a turn ended. `invalid_output`: the answer did not match the turn's response format, even after one
- * repair request (it is stored all the same; the failure's `errors` say what is wrong).
+ * repair request (it is stored all the same; the failure's `errors` say what is wrong). `budget`: its next
+ * model call would have passed AGENT_MAX_TURN_TOKENS (a closing answer, like `max_steps`); `timeout`: it passed
+ * AGENT_TURN_TIMEOUT_SECONDS and was taken back, like `aborted`.
  */
 export type TurnOutcome =
   | "answered"
   | "max_steps"
+  | "budget"
   | "empty"
   | "invalid_output"
   | "aborted"
+  | "timeout"
   | "error"
   | "awaiting_approval";
 
@@ -107,7 +126,8 @@ export type TurnOutcome =
  * `invalid_response`, `too_large`, `script`; `internal` for anything else thrown by a model); `store`: the
  * session database went away; `lease`: this process lost the session's lease; `aborted`: the turn was
  * stopped (a client gone, Ctrl-C, the shutdown's grace over); `invalid_output`: the answer did not match the
- * turn's response format (the answer is stored, but it is not one a client asked for).
+ * turn's response format (the answer is stored, but it is not one a client asked for); `deadline`: the turn
+ * passed its time limit.
  */
 export type FailureKind =
   | "timeout"
@@ -120,11 +140,12 @@ export type FailureKind =
   | "store"
   | "lease"
   | "aborted"
-  | "invalid_output";
+  | "invalid_output"
+  | "deadline";
 
 /**
- * The failure of a turn that ended `error` (a model or store problem), `aborted` (stopped, a lease lost) or
- * `invalid_output` (an answer that does not match the response format).
+ * The failure of a turn that ended `error` (a model or store problem), `aborted` (stopped, a lease lost),
+ * `timeout` (its deadline passed) or `invalid_output` (an answer that does not match the response format).
  */
 export interface TurnFailure {
   kind: FailureKind;
@@ -159,8 +180,8 @@ export interface TurnResult {
   /** With `awaiting_approval`: the calls that wait for the user's decision. */
   approval?: { calls: ApprovalCall[] };
   /**
-   * With `error` and `aborted`: why there is no answer (the `error` event's data says the same); with
-   * `invalid_output`: why the answer is not usable (the `output_invalid` event says the same).
+   * With `error`, `aborted` and `timeout`: why there is no answer (the `error` event's data says the same);
+   * with `invalid_output`: why the answer is not usable (the `output_invalid` event says the same).
    */
   failure?: TurnFailure;
 }

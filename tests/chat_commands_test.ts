@@ -22,7 +22,6 @@ function commands(h: Harness, setModel?: (name: string) => void) {
   const state: ChatState = {
     sessionId: "main",
     userId: "local",
-    usage: new Map(),
     lastTurn: null,
     model: "m-1",
   };
@@ -113,17 +112,32 @@ Deno.test("/summary shows the [RUNTIME CONTEXT] data, or says there is none yet"
   );
 });
 
-Deno.test("/usage sums the tokens this process saw per session and shows the last turn", async () => {
-  using h = harness([]);
+Deno.test("/usage shows the session's tokens as stored, other processes' turns too, and the last turn's", async () => {
+  using h = harness([
+    { content: "a", usage: usage(100, 20) },
+    { content: "b", usage: usage(1000, 30) },
+    { content: "elsewhere", usage: usage(5, 5) },
+  ]);
   const c = commands(h);
-  assert.match(await c.run("/usage"), /this session \(main\): no turns yet/);
-  recordUsage(c.state, "main", usage(100, 20));
-  recordUsage(c.state, "other", usage(5, 5));
-  recordUsage(c.state, "main", usage(1000, 30));
+  assert.match(await c.run("/usage"), /this session \(main\): no model calls yet/);
+  // Turns another process ran on the same database: this chat's state never saw them.
+  await runTurn({ sessionId: "main", userId: "local", message: "one" }, h.agent, h.run);
+  await runTurn({ sessionId: "main", userId: "local", message: "two" }, h.agent, h.run);
+  await runTurn({ sessionId: "other", userId: "local", message: "three" }, h.agent, h.run);
+  recordUsage(c.state, usage(1000, 30));
   const text = await c.run("/usage");
-  assert.match(text, /this session \(main\): 1,150 tokens \(1,100 prompt \+ 50 completion\) over 2 turns/);
-  assert.match(text, /counted by this process only/);
+  assert.match(
+    text,
+    /this session \(main\): 1,150 tokens \(1,100 prompt \+ 50 completion\) over 2 model calls, as stored/,
+  );
   assert.match(text, /last turn: 1,030 tokens \(1,000 prompt \+ 30 completion\)/);
+});
+
+Deno.test("/usage says how many of the session's calls had no counts and were estimated", async () => {
+  using h = harness([{ content: "no counts", usage: null }]);
+  const c = commands(h);
+  await runTurn({ sessionId: "main", userId: "local", message: "hello" }, h.agent, h.run);
+  assert.match(await c.run("/usage"), /over 1 model call; 1 call without counts, estimated, as stored/);
 });
 
 Deno.test("/model swaps the model through the injected setter, and says so when there is none", async () => {

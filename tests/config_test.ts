@@ -40,8 +40,45 @@ Deno.test("loadConfig() gives every documented default for an empty environment"
     traceRetentionDays: 30,
     sessionRetentionDays: null,
     responseFormatMode: "native",
+    maxTurnTokens: null,
+    turnTimeoutSeconds: null,
+    userDailyTokens: null,
+    prices: new Map(),
   });
   assert.ok(Object.isFrozen(config));
+});
+
+Deno.test("loadConfig() reads the turn's budget (whole tokens) and deadline (seconds, fractions allowed), both unset by default", () => {
+  const config = loadConfig({ AGENT_MAX_TURN_TOKENS: " 20000 ", AGENT_TURN_TIMEOUT_SECONDS: "1.5" });
+  assert.equal(config.maxTurnTokens, 20000);
+  assert.equal(config.turnTimeoutSeconds, 1.5);
+  for (
+    const [name, value, expected] of [
+      ["AGENT_MAX_TURN_TOKENS", "0", "a whole number of 1 or more, or unset"],
+      ["AGENT_MAX_TURN_TOKENS", "10.5", "a whole number of 1 or more, or unset"],
+      ["AGENT_MAX_TURN_TOKENS", "lots", "a whole number of 1 or more, or unset"],
+      ["AGENT_TURN_TIMEOUT_SECONDS", "0", "a number greater than 0, or unset"],
+      ["AGENT_TURN_TIMEOUT_SECONDS", "-5", "a number greater than 0, or unset"],
+    ]
+  ) {
+    assert.throws(() => loadConfig({ [name]: value }), {
+      name: "ConfigError",
+      message: `Invalid ${name}="${value}": expected ${expected}`,
+    });
+  }
+});
+
+Deno.test("loadConfig() reads AGENT_PRICES as a table of dollars per million tokens, naming a bad entry", () => {
+  const config = loadConfig({ AGENT_PRICES: "gpt-4o-mini=0.15/0.6, deepseek-chat = 0.27/1.10" });
+  assert.deepEqual([...config.prices], [
+    ["gpt-4o-mini", { input: 0.15, output: 0.6 }],
+    ["deepseek-chat", { input: 0.27, output: 1.1 }],
+  ]);
+  assert.throws(() => loadConfig({ AGENT_PRICES: "gpt-4o-mini=0.15" }), {
+    name: "ConfigError",
+    message: 'Invalid AGENT_PRICES="gpt-4o-mini=0.15": expected comma-separated model=in/out, dollars per ' +
+      'million tokens: entry 1 ("gpt-4o-mini=0.15") is not model=in/out, dollars per million tokens',
+  });
 });
 
 Deno.test("loadConfig() derives AGENT_COMPACT_BATCH from AGENT_MAX_RAW_TURNS unless it is set, 0 included", () => {

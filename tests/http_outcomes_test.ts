@@ -10,6 +10,8 @@ import { LlmError, StoreUnavailableError } from "../src/errors.ts";
 import { SessionLeases } from "../src/store/session_leases.ts";
 import { SessionRunner } from "../src/store/session_runner.ts";
 import { leaseStoreWith } from "./_harness.ts";
+import { FakeClock } from "./_fake_clock.ts";
+import { BUDGET_ANSWER } from "../src/agent/loop.ts";
 import { type HttpHarness, httpHarness, parseSse, postMessage, until } from "./_http_harness.ts";
 
 type Api = "sessions" | "openai";
@@ -44,6 +46,7 @@ const OPENAI_STATUS: Record<string, number> = {
   store_unavailable: 503,
   shutting_down: 503,
   session_lease_lost: 503,
+  turn_timeout: 504,
 };
 
 const GONE = { status: 499, code: "client_closed_request" };
@@ -94,7 +97,7 @@ interface Outcome {
   format?: unknown;
   setup?: (h: HttpHarness) => void;
   /** Runs once the model was called, while it is held. */
-  during?: (h: HttpHarness, client: AbortController) => void;
+  during?: (h: HttpHarness, client: AbortController) => void | Promise<void>;
   status: number;
   code: string | null;
   /** What the OpenAI-compatible route says, both ways, when the test names it. */
@@ -117,6 +120,26 @@ const OUTCOMES: Outcome[] = [
     setup: (h) => (h.deps.agent.maxSteps = 1),
     status: 200,
     code: null,
+  },
+  {
+    name: "budget",
+    message: "hello",
+    setup: (h) => (h.deps.agent.maxTurnTokens = 1),
+    status: 200,
+    code: null,
+    says: BUDGET_ANSWER,
+  },
+  {
+    name: "timeout",
+    message: "hello",
+    setup: (h) => {
+      h.deps.agent.turnTimeoutSeconds = 30;
+      h.deps.agent.clock = new FakeClock();
+      h.llm.hold = true;
+    },
+    during: (h) => (h.deps.agent.clock as FakeClock).advance(30_000),
+    status: 504,
+    code: "turn_timeout",
   },
   {
     name: "awaiting_approval",
@@ -204,7 +227,7 @@ for (const outcome of OUTCOMES) {
         const response = h.handler(new Request(sent, { signal: client.signal }));
         if (outcome.during !== undefined) {
           await until(() => h.llm.calls === 1, "the model call");
-          outcome.during(h, client);
+          await outcome.during(h, client);
         }
         // Every held model call ends by an abort: read to the end first, let go of nothing before.
         answers[`${api} ${stream ? "stream" : "json"}`] = await seen(api, await response, stream);

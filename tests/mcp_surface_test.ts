@@ -59,7 +59,7 @@ Deno.test("/tools in chat lists the built-in tools and each MCP tool with its se
   try {
     using h = harness([], { toolSources: [mcp] });
     let said = "";
-    const state = { sessionId: "main", userId: "local", usage: new Map(), lastTurn: null };
+    const state = { sessionId: "main", userId: "local", lastTurn: null };
     const context = {
       state,
       store: h.store,

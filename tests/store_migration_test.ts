@@ -212,7 +212,8 @@ Deno.test("SqliteStore migrates a version-4 database (no trace table) to the cur
   await store.close();
   const db = new DatabaseSync(path);
   db.exec(
-    "DROP TABLE trace_events; DROP INDEX todos_by_call; ALTER TABLE todos DROP COLUMN call_id; ALTER TABLE sessions DROP COLUMN calibration; " +
+    "DROP TABLE trace_events; DROP INDEX todos_by_call; ALTER TABLE todos DROP COLUMN call_id; " +
+      "ALTER TABLE sessions DROP COLUMN calibration; DROP TABLE session_usage; DROP TABLE usage_daily; " +
       "PRAGMA user_version = 4;",
   );
   db.close();
@@ -224,6 +225,11 @@ Deno.test("SqliteStore migrates a version-4 database (no trace table) to the cur
     await migrated.trace.write([traceRow(event)!]);
     const query = { userId: "u", sessionId: "s", since: T0, runId: null, limit: 10, cursor: null };
     assert.deepEqual((await migrated.trace.page(query)).events, [event]);
+    // Version 7's tables.
+    const usage = { day: "2026-01-01", model: "m", promptTokens: 3, completionTokens: 1, calls: 1 };
+    await migrated.recordUsage(keyOf("s"), [{ ...usage, estimatedCalls: 0 }]);
+    assert.equal((await migrated.sessionUsage(keyOf("s")))[0].promptTokens, 3);
+    assert.equal((await migrated.userUsage("u"))[0].promptTokens, 3);
   } finally {
     await migrated.close();
   }

@@ -25,10 +25,12 @@ Deno.test("SqliteStore creates the schema with WAL and records its version", () 
     "messages",
     "pending_steps",
     "session_leases",
+    "session_usage",
     "sessions",
     "sqlite_sequence",
     "todos",
     "trace_events",
+    "usage_daily",
   ]);
   db.close();
 });

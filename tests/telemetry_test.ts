@@ -93,6 +93,7 @@ function chatAttributes(providerPort: number, finishReason: string): Record<stri
     "server.address": "127.0.0.1",
     "server.port": providerPort,
     "gen_ai.response.model": MODEL,
+    "gen_ai.response.id": "chatcmpl-fake",
     "gen_ai.usage.input_tokens": 10,
     "gen_ai.usage.output_tokens": 5,
     "gen_ai.response.finish_reasons": [finishReason],
@@ -137,6 +138,8 @@ Deno.test("serve with OTEL_DENO=true exports a calculator turn as invoke_agent >
       "gen_ai.operation.name": "invoke_agent",
       "gen_ai.agent.name": "mini-agent",
       "gen_ai.conversation.id": "otel-1",
+      "gen_ai.provider.name": "openai",
+      "gen_ai.request.model": MODEL,
       "mini_agent.run.id": body.run_id,
       "mini_agent.turn": 1,
       "mini_agent.turn.outcome": "answered",
@@ -167,6 +170,29 @@ Deno.test("serve with OTEL_DENO=true exports a calculator turn as invoke_agent >
       "gen_ai.tool.type": "function",
     });
     assert.equal(tree.length, 7, "the request, the turn, two model calls with a fetch each, one tool call");
+
+    // The GenAI client metrics, from the counts the store keeps: two calls of 10 prompt and 5 completion tokens.
+    await until(() => receiver.histograms().length > 0, "the metrics' flush at exit");
+    const points = receiver.histograms().filter((p) => p.scope === "mini-runtime-agent");
+    const common = {
+      "gen_ai.operation.name": "chat",
+      "gen_ai.provider.name": "openai",
+      "gen_ai.request.model": MODEL,
+      "gen_ai.response.model": MODEL,
+    };
+    const tokens = points.filter((p) => p.metric === "gen_ai.client.token.usage")
+      .map(({ unit, attributes, count, sum }) => ({ unit, attributes, count, sum }))
+      .sort((a, b) =>
+        String(a.attributes["gen_ai.token.type"]).localeCompare(String(b.attributes["gen_ai.token.type"]))
+      );
+    assert.deepEqual(tokens, [
+      { unit: "{token}", attributes: { ...common, "gen_ai.token.type": "input" }, count: 2, sum: 20 },
+      { unit: "{token}", attributes: { ...common, "gen_ai.token.type": "output" }, count: 2, sum: 10 },
+    ]);
+    const [duration, ...more] = points.filter((p) => p.metric === "gen_ai.client.operation.duration");
+    assert.equal(more.length, 0);
+    assert.deepEqual([duration.unit, duration.attributes, duration.count], ["s", common, 2]);
+    assert.ok(duration.sum > 0 && duration.sum < 10, `duration ${duration.sum} s`);
 
     // The trace file (the audit log) holds the content; no export does, nor the key.
     assert.ok(Deno.readTextFileSync(join(dir.path, "trace", "traces.jsonl")).includes(MARKER));

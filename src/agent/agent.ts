@@ -14,6 +14,8 @@ import type { Decision } from "../approval/decisions.ts";
 import type { ToolRegistry } from "../tools/registry.ts";
 import type { BackgroundCompactions } from "../memory/background.ts";
 import type { ResponseFormatMode } from "./response_format.ts";
+import type { Clock } from "../clock.ts";
+import type { PriceTable } from "../prices.ts";
 
 /** What an agent is made of. Only `src/runtime.ts` builds the real ones; tests pass fakes. */
 export interface Agent {
@@ -43,6 +45,25 @@ export interface Agent {
    * `response_format`, `prompt` in the system message only. @default {"native"}
    */
   responseFormatMode?: ResponseFormatMode;
+  /**
+   * Tokens a turn may spend over its model calls (AGENT_MAX_TURN_TOKENS): reported, else estimated. A call
+   * that would pass it is not made; the turn ends `budget`. @default {null} (no budget)
+   */
+  maxTurnTokens?: number | null;
+  /**
+   * Seconds a whole turn may take, model calls and tools (AGENT_TURN_TIMEOUT_SECONDS); past them it is taken
+   * back and ends `timeout`. @default {null} (no deadline)
+   */
+  turnTimeoutSeconds?: number | null;
+  /**
+   * Where model calls' tokens are counted when `store` does not keep them for the user (a request's private
+   * session): each turn adds its own at its end. @default {undefined} (`store`, with what each call produced)
+   */
+  usageStore?: Pick<SessionStore, "recordUsage">;
+  /** Dollars per million tokens by model (AGENT_PRICES): `run_end` carries the turn's cost. @default {none} */
+  prices?: PriceTable;
+  /** Where a turn's deadline waits. @default {SYSTEM_CLOCK} */
+  clock?: Clock;
   /** @default {() => new Date()} */
   now?: () => Date;
   /** A unique id per call (run ids). @default {() => crypto.randomUUID()} */

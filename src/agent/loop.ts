@@ -5,7 +5,7 @@
  * @module
  */
 import { LeaseLostError, LlmError, StoreUnavailableError } from "../errors.ts";
-import { AGENT_NAME, agentSpan, inSpan } from "../telemetry.ts";
+import { AGENT_NAME, agentSpan, inSpan, recordModelCall } from "../telemetry.ts";
 import type {
   ChatReply,
   FailureKind,
@@ -36,6 +36,8 @@ import {
 } from "./agent.ts";
 import { openTurn, type PausedStep, type Turn } from "./turn.ts";
 import { checkAnswer, listed, repairRequest } from "./response_format.ts";
+import { isDeadline, TurnDeadline } from "./deadline.ts";
+import type { Closing } from "../events.ts";
 
 export type { Agent, Decision, RunOptions, TurnInput };
 
@@ -50,6 +52,12 @@ export const INTERRUPTED_ERROR =
 /** The closing answer when the step limit is reached; the model is not asked again. */
 export const MAX_STEPS_ANSWER =
   "I stopped before finishing: this turn reached its limit of tool steps. Ask me to continue if needed.";
+/** The closing answer when the next model call would pass the turn's token budget; it is not made. */
+export const BUDGET_ANSWER =
+  "I stopped before finishing: this turn reached its token budget. Ask me to continue if needed.";
+/** The answer of a turn that passed its deadline; nothing of it was kept. */
+export const TIMEOUT_ANSWER =
+  "I stopped: this turn ran out of time and nothing of it was kept. Send it again, or ask for less at once.";
 
 /**
  * Runs one user turn to its end — a new message, a retry, or the resumption of a turn that waits for
@@ -61,12 +69,15 @@ export const MAX_STEPS_ANSWER =
 export function runTurn(input: TurnInput, agent: Agent, run: RunOptions): Promise<TurnResult> {
   return inSpan(`invoke_agent ${AGENT_NAME}`, async () => {
     checkLimits(agent);
-    const { turn, paused, question } = await openTurn(input, agent, run);
+    const { signal, clock } = { signal: run.signal, clock: agent.clock };
+    using deadline = new TurnDeadline(agent.turnTimeoutSeconds ?? null, { signal, clock });
+    const { turn, paused, question } = await openTurn(input, agent, { ...run, signal: deadline.signal });
     const result = await unlessStoreFails(turn, async () => {
       await recoverCalls(turn);
       if (question !== null) await append(turn, [question]);
       return await runSteps(turn, paused);
     });
+    await storeUsageLeft(turn);
     // Once answered, a compaction due by the turn trigger runs in the background, after the answer is out.
     const stored = result.failure === undefined || result.outcome === "invalid_output";
     if (stored && result.outcome !== "awaiting_approval") {
@@ -76,7 +87,7 @@ export function runTurn(input: TurnInput, agent: Agent, run: RunOptions): Promis
       });
     }
     return result;
-  }, agentSpan(input.sessionId));
+  }, agentSpan(input.sessionId, agent.llm.info));
 }
 
 /**
@@ -91,10 +102,10 @@ async function runSteps(turn: Turn, paused: PausedStep | null): Promise<TurnResu
   for (let step = turn.steps; step < agent.maxSteps; step++) {
     if (run.signal?.aborted) return await aborted(turn, step);
     await compactIfOverBudget(turn, step);
+    if (overBudget(turn)) return await answer(turn, step, BUDGET_ANSWER, "budget");
     const reply = await askModel(turn, step);
-    if (reply.failure?.kind === "aborted" || reply.failure?.kind === "lease") {
-      return await aborted(turn, step);
-    }
+    // A model client that did not see the abort still answered: the turn was stopped all the same.
+    if (isStop(reply.failure?.kind) || run.signal?.aborted) return await aborted(turn, step);
     if (reply.failure !== undefined) return failed(turn, step, reply.failure);
     const { content, toolCalls } = reply.reply;
     if (toolCalls.length > 0) {
@@ -121,13 +132,27 @@ async function runSteps(turn: Turn, paused: PausedStep | null): Promise<TurnResu
 }
 
 function checkLimits(agent: Agent): void {
-  const { maxSteps, maxToolCallsPerStep = DEFAULT_MAX_TOOL_CALLS_PER_STEP } = agent;
+  const { maxSteps, maxToolCallsPerStep = DEFAULT_MAX_TOOL_CALLS_PER_STEP, maxTurnTokens = null } = agent;
   if (!Number.isInteger(maxSteps) || maxSteps < 1) {
     throw new RangeError(`maxSteps must be >= 1, got ${maxSteps}`);
   }
   if (!Number.isInteger(maxToolCallsPerStep) || maxToolCallsPerStep < 1) {
     throw new RangeError(`maxToolCallsPerStep must be >= 1, got ${maxToolCallsPerStep}`);
   }
+  if (maxTurnTokens !== null && (!Number.isInteger(maxTurnTokens) || maxTurnTokens < 1)) {
+    throw new RangeError(`maxTurnTokens must be null or an integer >= 1, got ${maxTurnTokens}`);
+  }
+}
+
+/** Whether the next model call would pass the turn's token budget: what it spent plus the request's estimate. */
+function overBudget(turn: Turn): boolean {
+  const max = turn.agent.maxTurnTokens ?? null;
+  return max !== null && turn.spent + turn.memory.requestTokens > max;
+}
+
+/** Whether a failure stopped the turn (an abort, a lease lost, the deadline) rather than failed it. */
+function isStop(kind: FailureKind | undefined): boolean {
+  return kind === "aborted" || kind === "lease" || kind === "deadline";
 }
 
 /** The before-request hook of memory: a compaction the token budget makes due, reported as this step's. */
@@ -154,6 +179,7 @@ async function askModel(
   // An answer with a response format is shown only once it is checked: it does not stream.
   const delta = onDelta === undefined || format !== null ? undefined : (text: string) => onDelta(text, step);
   const responseFormat = (agent.responseFormatMode ?? "native") === "native" ? format : null;
+  const requestTokens = turn.memory.requestTokens;
   const started = performance.now();
   let reply: ChatReply;
   try {
@@ -165,15 +191,18 @@ async function askModel(
     turn.steps = step + 1;
     const e = error instanceof LlmError ? error : null;
     const kind: FailureKind = e?.kind ?? "internal";
+    recordModelCall((performance.now() - started) / 1000, { model: turn.agent.llm.info, errorType: kind });
     const failure = { kind, status: e?.status ?? null, retries: e?.retries ?? 0 };
     return { failure: { ...failure, message: e?.message ?? String(error) } };
   }
   turn.steps = step + 1;
-  turn.addUsage(reply.usage);
+  const latency = performance.now() - started;
+  const entry = turn.spend(reply, requestTokens);
+  recordModelCall(latency / 1000, { model: turn.agent.llm.info, entry });
   turn.memory.calibrate(reply.usage?.promptTokens ?? null);
   turn.event("llm_call", step, {
     model: reply.model,
-    latency_ms: Math.round(performance.now() - started),
+    latency_ms: Math.round(latency),
     prompt_tokens: reply.usage?.promptTokens ?? null,
     completion_tokens: reply.usage?.completionTokens ?? null,
     total_tokens: reply.usage?.totalTokens ?? null,
@@ -273,8 +302,9 @@ async function append(
   options?: { kept?: boolean },
 ): Promise<StoredMessage> {
   const stamped = turn.stamp(messages);
-  // The provider's count of the request just answered goes with what answers it.
-  await turn.agent.store.append(turn.key, stamped, { calibration: turn.memory.takeCalibration() });
+  // The provider's count of the request just answered, and the calls' tokens, go with what answers it.
+  const calibration = turn.memory.takeCalibration();
+  await turn.agent.store.append(turn.key, stamped, { calibration, usage: turn.usageToStore() });
   turn.stored(stamped, options);
   return stamped[0];
 }
@@ -284,7 +314,7 @@ async function answer(
   turn: Turn,
   step: number,
   text: string,
-  closing?: "empty" | "max_steps",
+  closing?: Closing,
 ): Promise<TurnResult> {
   await append(turn, [{ role: "assistant", content: text }]);
   turn.event("answer", step, closing === undefined ? { text } : { text, closing });
@@ -345,22 +375,23 @@ async function pause(
     asked,
     createdAt: turn.now().toISOString(),
   };
-  await turn.agent.store.savePending(key, pending);
+  await turn.agent.store.savePending(key, pending, { usage: turn.usageToStore() });
   const calls = approvalCalls(pending);
   turn.event("approval_requested", step, { calls });
   return { ...turn.end("awaiting_approval", waitingAnswer(calls, key.sessionId)), approval: { calls } };
 }
 
 /**
- * Ends an aborted turn. It comes before the answer is stored, so what the turn stored is taken back (its
- * question too, unless a retry's) but an approved step once its calls are stored, and the trace's error event
- * says so.
+ * Ends an aborted turn (`timeout` when its deadline stopped it). It comes before the answer is stored, so what
+ * the turn stored is taken back (its question too, unless a retry's) but an approved step once its calls are
+ * stored, and the trace's error event says so.
  */
 async function aborted(turn: Turn, step: number): Promise<TurnResult> {
   const discarded = await turn.agent.store.discardMessages(turn.key, turn.saved);
   const failure = abortFailure(turn.run.signal);
   const { kind, status, retries, message } = failure;
   turn.event("error", step, { kind, status, retries, message, discarded_messages: discarded });
+  if (kind === "deadline") return turn.end("timeout", TIMEOUT_ANSWER, failure);
   return turn.end("aborted", ABORTED_ANSWER, failure);
 }
 
@@ -381,6 +412,18 @@ function failed(turn: Turn, step: number | null, failure: TurnFailure): TurnResu
 }
 
 /**
+ * Counts the tokens of the turn's calls that no write carried (a reply the turn was stopped after, or a
+ * request's private session, whose user's counts are in `agent.usageStore`). A store gone meanwhile loses
+ * them: the turn has ended already and says so by its outcome.
+ */
+async function storeUsageLeft(turn: Turn): Promise<void> {
+  const left = turn.unstoredUsage();
+  if (left.length === 0) return;
+  const { usageStore = turn.agent.store } = turn.agent;
+  await usageStore.recordUsage(turn.key, left).catch(() => {});
+}
+
+/**
  * The turn's steps; a session database that becomes unreachable meanwhile ends the turn `error`, saying so.
  * Each save is one transaction, so what the turn stored before stays whole and the question can be retried.
  */
@@ -393,10 +436,22 @@ async function unlessStoreFails(turn: Turn, steps: () => Promise<TurnResult>): P
   }
 }
 
-/** Why an aborted turn stopped: the lease lost, or its signal's reason (a client gone, Ctrl-C, shutdown). */
+/**
+ * Why an aborted turn stopped: the lease lost, the deadline passed, or its signal's reason (a client gone,
+ * Ctrl-C, shutdown).
+ */
 function abortFailure(signal: AbortSignal | undefined): TurnFailure {
   const reason = signal?.reason;
   const text = reason instanceof Error ? reason.message : typeof reason === "string" ? reason : "";
+  if (isDeadline(reason)) {
+    return {
+      kind: "deadline",
+      status: null,
+      retries: 0,
+      message: `the turn was stopped: ${text}`,
+      cause: reason,
+    };
+  }
   const message = text === "" ? "the turn was aborted" : `the turn was aborted: ${text}`;
   const kind = reason instanceof LeaseLostError ? "lease" : "aborted";
   return { kind, status: null, retries: 0, message, cause: reason };

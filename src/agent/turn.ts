@@ -8,7 +8,10 @@ import type { EventSink, RunEventData, RunEventName } from "../events.ts";
 import { checkDecisions, type Decision, noPendingApproval } from "../approval/decisions.ts";
 import { TurnMemory } from "../memory/turn_memory.ts";
 import type { Calibration, PendingStep, SessionKey } from "../store/store.ts";
+import { estimateTokens } from "../memory/plan.ts";
+import { costOf } from "../prices.ts";
 import type {
+  ChatReply,
   Message,
   ResponseFormat,
   StoredMessage,
@@ -18,6 +21,7 @@ import type {
   TurnResult,
   TurnToolCall,
   Usage,
+  UsageEntry,
 } from "../types.ts";
 import { buildContext } from "./context.ts";
 import { formatInstructions } from "./response_format.ts";
@@ -54,6 +58,12 @@ export class Turn {
   readonly memory: TurnMemory;
   readonly calls: TurnToolCall[] = [];
   readonly usage: Usage = { promptTokens: null, completionTokens: null, totalTokens: null };
+  /** Tokens the turn's model calls spent, as reported, else estimated: what its budget counts. */
+  spent = 0;
+  /** The model calls' tokens not stored yet: the next write of the session carries them. */
+  readonly #unstored: UsageEntry[] = [];
+  /** Every model call's tokens in this run, for its cost. */
+  readonly #counted: UsageEntry[] = [];
   /** Model calls that ended, with a reply or a failure (an aborted one does not count): `run_end`'s steps. */
   steps: number;
   #seq: number;
@@ -124,9 +134,50 @@ export class Turn {
     );
   }
 
-  /** Adds a model call's token counts to the turn's. */
+  /**
+   * Adds a model call's tokens to what the turn spent: its reported total (else prompt + completion), or
+   * when none was reported, `requestTokens` (the request's estimate) plus the reply's estimate. Returns the
+   * call's counts as the store keeps them.
+   */
+  spend(reply: ChatReply, requestTokens: number): UsageEntry {
+    this.addUsage(reply.usage);
+    const { usage } = reply;
+    const reported = reportedTokens(usage);
+    const text = (reply.content ?? "") + reply.toolCalls.map((call) => call.name + call.arguments).join("");
+    const [prompt, completion] = reported === null || usage === null
+      ? [requestTokens, estimateTokens(text)]
+      : [usage.promptTokens ?? reported - (usage.completionTokens ?? 0), usage.completionTokens ?? 0];
+    if (reported === null) this.spent += prompt + completion;
+    const entry = {
+      day: this.now().toISOString().slice(0, 10),
+      model: reply.model === "" ? "unknown" : reply.model,
+      promptTokens: Math.max(0, prompt),
+      completionTokens: completion,
+      calls: 1,
+      estimatedCalls: reported === null ? 1 : 0,
+    };
+    this.#unstored.push(entry);
+    this.#counted.push(entry);
+    return entry;
+  }
+
+  /**
+   * The calls' tokens to store with the session's next write, taken off the list: none when the agent counts
+   * them in another store (see {@linkcode Agent.usageStore}); {@linkcode Turn.unstoredUsage} takes those.
+   */
+  usageToStore(): UsageEntry[] {
+    return this.agent.usageStore === undefined ? this.unstoredUsage() : [];
+  }
+
+  /** Every call's tokens not stored yet, taken off the list. */
+  unstoredUsage(): UsageEntry[] {
+    return this.#unstored.splice(0);
+  }
+
+  /** Adds a model call's token counts to the turn's (and what it reported to what the turn spent). */
   addUsage(usage: Usage | null): void {
     if (usage === null) return;
+    this.spent += reportedTokens(usage) ?? 0;
     for (const key of ["promptTokens", "completionTokens", "totalTokens"] as const) {
       const value = usage[key];
       if (value !== null) this.usage[key] = (this.usage[key] ?? 0) + value;
@@ -163,7 +214,15 @@ export class Turn {
   /** Ends the turn with `outcome`: emits `run_end` and returns the result. */
   end(outcome: TurnOutcome, answer: string, failure?: TurnFailure): TurnResult {
     const { runId, number: turn, calls: toolCalls, usage, steps } = this;
-    this.event("run_end", null, { outcome, steps, tool_calls: toolCalls.length, usage: usageData(usage) });
+    const { prices } = this.agent;
+    const cost = prices === undefined || prices.size === 0 ? {} : { cost_usd: costOf(prices, this.#counted) };
+    this.event("run_end", null, {
+      outcome,
+      steps,
+      tool_calls: toolCalls.length,
+      usage: usageData(usage),
+      ...cost,
+    });
     const result: TurnResult = {
       sessionId: this.key.sessionId,
       runId,
@@ -175,6 +234,14 @@ export class Turn {
     };
     return failure === undefined ? result : { ...result, failure };
   }
+}
+
+/** The tokens a call reported: its total, else prompt + completion, else null (none reported). */
+function reportedTokens(usage: Usage | null): number | null {
+  if (usage === null) return null;
+  if (usage.totalTokens !== null) return usage.totalTokens;
+  if (usage.promptTokens === null && usage.completionTokens === null) return null;
+  return (usage.promptTokens ?? 0) + (usage.completionTokens ?? 0);
 }
 
 /**

@@ -125,12 +125,13 @@ export function oneShotMessage(words: readonly string[], piped: string): string 
 
 /** Whether a piped or one-shot turn failed, for the exit code: an error, or an answer not in the format. */
 function failed(result: TurnResult | null): boolean {
-  return result?.outcome === "error" || result?.outcome === "invalid_output";
+  return result?.outcome === "error" || result?.outcome === "invalid_output" || result?.outcome === "timeout";
 }
 
 /**
  * Runs the chat until end of input or `/exit`. Resolves to the process exit code: 0, or 1 when stdin was
- * piped (or the one-shot message was sent) and a turn ended in error or `invalid_output`, so scripts notice.
+ * piped (or the one-shot message was sent) and a turn ended in error, `invalid_output` or passed its deadline,
+ * so scripts notice.
  */
 export async function runChat(options: ChatOptions): Promise<number> {
   const { interactive, color = interactive, output, status, emit, deps, sessionId, userId } = options;
@@ -148,6 +149,7 @@ export async function runChat(options: ChatOptions): Promise<number> {
   return interactive ? await repl(options, view, style) : await piped(options, view);
 }
 
+/** Whether a turn failed, for the exit code: it ended in error, or passed its deadline (nothing kept). */
 /**
  * Settles the session's turn that waits for approval, if any: asks about each waiting call and resumes the
  * run, until nothing waits. False when input ended first (the turn keeps waiting, stored).
@@ -197,7 +199,7 @@ async function piped(options: ChatOptions, view: TurnView): Promise<number> {
 
 async function repl(options: ChatOptions, view: TurnView, style: Style): Promise<number> {
   const { userId, deps, output } = options;
-  const state: ChatState = { sessionId: options.sessionId, userId, usage: new Map(), lastTurn: null };
+  const state: ChatState = { sessionId: options.sessionId, userId, lastTurn: null };
   if (options.model !== undefined) state.model = options.model;
   const banner = await describeSession(deps.store, state.sessionId, userId);
   const editor = new LineEditor(options.input, output, {
@@ -213,6 +215,7 @@ async function repl(options: ChatOptions, view: TurnView, style: Style): Promise
     state,
     store: deps.store,
     tools: deps.tools,
+    prices: deps.prices,
     write: (text: string) => output.write(`${text}\n`),
     clearScreen: () => editor.clearScreen(),
     ...(options.setModel ? { setModel: options.setModel } : {}),
@@ -251,7 +254,7 @@ async function repl(options: ChatOptions, view: TurnView, style: Style): Promise
       current = new AbortController();
       try {
         const result = await view.run(input, deps, current.signal, allowedIn(sessionId));
-        if (result !== null) recordUsage(state, sessionId, result.usage);
+        if (result !== null) recordUsage(state, result.usage);
       } finally {
         current = null;
       }

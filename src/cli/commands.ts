@@ -8,8 +8,11 @@ import { parseSummary, SUMMARY_FIELDS } from "../memory/summary.ts";
 import { shorten } from "../shorten.ts";
 import { type SessionStore, validateId } from "../store/store.ts";
 import type { ToolRegistry } from "../tools/registry.ts";
-import type { StoredMessage, Usage } from "../types.ts";
+import type { StoredMessage, Usage, UsageEntry } from "../types.ts";
 import { plural } from "./render.ts";
+import { costOf, type PriceTable } from "../prices.ts";
+// The page's formatter, pure: chat and the page write a cost alike.
+import { formatCost } from "../web/timeline.js";
 
 /** Tokens counted over some turns. */
 export interface TokenCount {
@@ -21,12 +24,10 @@ export interface TokenCount {
   unreported: number;
 }
 
-/** What the commands read and change: the current session, and the tokens this process saw. */
+/** What the commands read and change: the current session, and the last turn's tokens. */
 export interface ChatState {
   sessionId: string;
   readonly userId: string;
-  /** Tokens per session id, summed over the turns this process ran. */
-  usage: Map<string, TokenCount>;
   lastTurn: TokenCount | null;
   /** The model in use, when known. */
   model?: string;
@@ -36,6 +37,8 @@ export interface ChatState {
 export interface CommandContext {
   state: ChatState;
   store: SessionStore;
+  /** Dollars per million tokens by model: `/usage` adds the session's cost. @default {undefined} (no cost) */
+  prices?: PriceTable;
   /** The tools `/tools` lists. @default {undefined} (none to list) */
   tools?: ToolRegistry;
   /** Shows `text` as one or more lines. */
@@ -60,7 +63,7 @@ const COMMANDS: [name: string, args: string, help: string][] = [
   ["/summary", "", "show this session's compacted memory (what [RUNTIME CONTEXT] tells the model)"],
   ["/todos", "", "list this session's todos"],
   ["/tools", "", "list every tool the model may call, with its MCP server (built-in: the runtime's own)"],
-  ["/usage", "", "tokens of this session (counted by this process) and of the last turn"],
+  ["/usage", "", "tokens of this session (as stored, every process's turns) and of the last turn"],
   ["/model", "<name>", "use another model for the rest of this process (no name: show it)"],
   ["/retry", "", "run the last unanswered message again (after an error), without sending it twice"],
   ["/clear", "", "clear the screen (Ctrl-L too)"],
@@ -80,24 +83,38 @@ export function isCommand(line: string): boolean {
   return /^\/[a-z]+(\s|$)/.test(line) && !line.includes("\n");
 }
 
-/** Adds a turn's tokens to its session's count and makes it the last turn. */
-export function recordUsage(state: ChatState, sessionId: string, usage: Usage): void {
-  const turn = {
+/** Makes a turn's tokens, as its provider reported them, the last turn's. */
+export function recordUsage(state: ChatState, usage: Usage): void {
+  state.lastTurn = {
     prompt: usage.promptTokens ?? 0,
     completion: usage.completionTokens ?? 0,
     total: usage.totalTokens ?? 0,
     turns: 1,
     unreported: usage.totalTokens === null ? 1 : 0,
   };
-  const sum = state.usage.get(sessionId) ?? { prompt: 0, completion: 0, total: 0, turns: 0, unreported: 0 };
-  state.usage.set(sessionId, {
-    prompt: sum.prompt + turn.prompt,
-    completion: sum.completion + turn.completion,
-    total: sum.total + turn.total,
-    turns: sum.turns + 1,
-    unreported: sum.unreported + turn.unreported,
-  });
-  state.lastTurn = turn;
+}
+
+/**
+ * The session's tokens as the store counted them, every process's turns: "1,150 tokens (1,100 prompt + 50
+ * completion) over 2 model calls", with how many calls were estimated.
+ */
+function storedTokens(rows: readonly UsageEntry[], prices?: PriceTable): string {
+  const sum = (pick: (row: UsageEntry) => number) => rows.reduce((n, row) => n + pick(row), 0);
+  const [prompt, completion, calls, estimated] = [
+    sum((r) => r.promptTokens),
+    sum((r) => r.completionTokens),
+    sum((r) => r.calls),
+    sum((r) => r.estimatedCalls),
+  ];
+  if (calls === 0) return "no model calls yet";
+  const guessed = estimated > 0 ? `; ${plural(estimated, "call")} without counts, estimated` : "";
+  const cost = prices === undefined || prices.size === 0 ? "" : `, ${costText(costOf(prices, rows))}`;
+  return `${plural(prompt + completion, "token")} (${prompt.toLocaleString("en-US")} prompt + ` +
+    `${completion.toLocaleString("en-US")} completion) over ${plural(calls, "model call")}${guessed}${cost}`;
+}
+
+function costText(dollars: number | null): string {
+  return dollars === null ? "cost unknown (a model has no price in AGENT_PRICES)" : formatCost(dollars);
 }
 
 /** "session s (user u), 3 turns". */
@@ -167,11 +184,9 @@ export async function runCommand(line: string, context: CommandContext): Promise
       write(summaryText((await store.get(key))?.summary ?? null));
       break;
     case "/usage": {
-      const count = state.usage.get(state.sessionId);
+      const stored = storedTokens(await store.sessionUsage(key), context.prices);
       write(
-        `this session (${state.sessionId}): ${
-          count ? `${tokens(count)} over ${plural(count.turns, "turn")}` : "no turns yet"
-        }, counted by this process only (earlier runs are not included)\n` +
+        `this session (${state.sessionId}): ${stored}, as stored (every process's turns)\n` +
           `last turn: ${state.lastTurn ? tokens(state.lastTurn) : "none yet"}`,
       );
       break;

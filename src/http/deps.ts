@@ -32,6 +32,11 @@ export interface HandlerDeps {
   sessions: SessionRunner;
   maxBodyBytes: number;
   /**
+   * Tokens a user may spend per UTC day (AGENT_USER_DAILY_TOKENS), counted in the store; past them a turn
+   * gets 429 `quota_exceeded`. @default {null} (no quota)
+   */
+  dailyTokens?: number | null;
+  /**
    * Where the trace route reads: the session database's `trace_events` table, which the tracer's events are
    * shipped to (a `SharedTrace`, so a page first ships this process's queued ones). @default {the store's
    * table} (a store without one answers the route 501)

@@ -118,6 +118,7 @@ export function clientClosed(): HttpError {
  *   cancelled on request; else 499 (the client left)
  * - `invalid_output`: 502 `invalid_output` with the answer's `errors` (the model answered, but not in the
  *   response format asked for, even after a repair request; the turn is stored, there is nothing to retry)
+ * - `deadline` (outcome `timeout`): 504 `turn_timeout` (nothing of the turn was kept)
  *
  * `message` words a model or store failure (each API gives its own advice); the body carries the run id.
  * An `invalid_output` is worded here, the same on both APIs.
@@ -147,6 +148,14 @@ export function failedTurn(result: TurnResult, message: string = result.answer):
     const why = "The model's answer does not match the response format, even after a repair request: " +
       `${listed(errors)}. The answer is stored with the session all the same (run ${runId})`;
     return new HttpError(502, "invalid_output", why, { details: { ...details, errors } });
+  }
+  if (kind === "deadline") {
+    const why =
+      `Cannot finish the turn on session "${sessionId}": ${
+        failure.message.replace(/^the turn was stopped: /, "")
+      }; ` +
+      "nothing of the turn was kept, send it again or ask for less at once";
+    return new HttpError(504, "turn_timeout", why, { details });
   }
   const [status, code] = kind === "timeout" ? [504, "llm_timeout"] : [502, "llm_error"];
   return new HttpError(status, code, message, { details, headers: { "content-type": "application/json" } });

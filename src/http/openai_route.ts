@@ -68,7 +68,7 @@ async function prepareKept(
   const retry = pending !== null && pending.content === chat.question;
   const { question: message, instructions, responseFormat } = chat;
   const input: TurnInput = { ...key, message, retry, instructions, responseFormat };
-  return { run: queueTurn(request, input, deps), kept: true };
+  return { run: await queueTurn(request, input, deps), kept: true };
 }
 
 /**
@@ -96,8 +96,10 @@ async function prepareEphemeral(
     await compactions.close();
     // Nobody can approve a call of a session dropped after the request: a tool that asks is refused.
     const approval = askAsDeny(deps.agent.approval ?? AUTO_POLICY);
-    const agent = { ...deps.agent, store, tools, compactions, approval };
-    const run = queueTurn(request, input, deps, { agent });
+    // The user's tokens are counted in the server's store, where the daily quota reads them.
+    const usageStore = deps.agent.store;
+    const agent = { ...deps.agent, store, tools, compactions, approval, usageStore };
+    const run = await queueTurn(request, input, deps, { agent });
     const closing = (emit: EventSink, onDelta?: (text: string, step: number) => void) =>
       run(emit, onDelta).finally(() => store.close());
     return { run: Object.assign(closing, { runId: run.runId }), kept: false };
@@ -118,6 +120,7 @@ function idsOf(runId: string, created: number): CompletionIds {
 function noAnswer(result: TurnResult, kept: boolean): HttpError {
   const advice = kept ? "; send the same message again to retry the turn" : "";
   const cause = result.failure?.message ?? "unknown error";
+  if (result.failure?.kind === "deadline") return failedTurn(result);
   const message = result.failure?.kind === "store"
     ? `The session database is unavailable: ${cause}${advice} (run ${result.runId})`
     : `The agent could not get an answer from its model: ${cause}${advice} (run ${result.runId})`;

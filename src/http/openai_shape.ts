@@ -48,11 +48,11 @@ export function usageBody(
 }
 
 /**
- * The `finish_reason` of a turn that ended with an answer: `length` when it reached its step limit (the answer
- * is the runtime's note that it stopped short), `stop` otherwise.
+ * The `finish_reason` of a turn that ended with an answer: `length` when it reached its step limit or its token
+ * budget (the answer is the runtime's note that it stopped short), `stop` otherwise.
  */
 export function finishReason(outcome: TurnOutcome): "stop" | "length" {
-  return outcome === "max_steps" ? "length" : "stop";
+  return outcome === "max_steps" || outcome === "budget" ? "length" : "stop";
 }
 
 /** A whole `chat.completion` with `answer` as the assistant message. */
@@ -103,14 +103,15 @@ export function requestError(status: number, code: string, message: string, para
 
 /**
  * OpenAI's `{"error": {"message", "type", "param", "code"}}` for `error`. `type` is `invalid_request_error`
- * for a 4xx (401 with code `invalid_api_key`, 429 with `rate_limit_exceeded`, as OpenAI writes them) and
+ * for a 4xx (401 with code `invalid_api_key`, 429 with `rate_limit_exceeded`, as OpenAI writes them, but
+ * `quota_exceeded` for the daily token quota, which no retry within the day gets past) and
  * `server_error` for a 5xx; `param` comes from a {@linkcode requestError}; a `run_id` stays alongside.
  */
 export function openaiErrorBody(error: HttpError): { error: Record<string, unknown> } {
   const { param = null, ...details } = error.details as { param?: string | null };
   const code = error.status === 401
     ? "invalid_api_key"
-    : error.status === 429
+    : error.status === 429 && error.code !== "quota_exceeded"
     ? "rate_limit_exceeded"
     : error.code;
   const type = error.status >= 500 ? "server_error" : "invalid_request_error";

@@ -37,14 +37,16 @@ const DESCRIPTIONS: Record<number, string> = {
     "when no turn runs (no_running_turn); a turn cancelled meanwhile (turn_cancelled)",
   413: "body over AGENT_MAX_BODY_BYTES",
   415: "body is not application/json",
-  429: "the session already has 8 turns waiting; see Retry-After",
+  429: "the session already has 8 turns waiting (too_many_requests), or the user spent its " +
+    "AGENT_USER_DAILY_TOKENS of the UTC day (quota_exceeded, Retry-After at 00:00 UTC)",
   502: "the model failed (llm_error), or its answer did not match response_format even after a repair " +
     "request (invalid_output, with the errors; the answer is stored); the body carries the run_id",
   503:
     "the server is shutting down (a running turn too, once the grace period ends), runs or queues turns of " +
     "1,024 other sessions, lost the session's lease mid-turn (session_lease_lost), or the session database " +
     "went away (store_unavailable); see Retry-After",
-  504: "the model timed out (the body carries the run_id)",
+  504: "the model timed out (llm_timeout; its question stays for retry), or the whole turn passed " +
+    "AGENT_TURN_TIMEOUT_SECONDS (turn_timeout; nothing of it was kept); the body carries the run_id",
 };
 
 /** The error responses of `statuses`, and the 403 of the host and origin rules, which every route has. */
@@ -142,6 +144,32 @@ const decisionsBody = object({
 }, ["decisions"]);
 const health = object({ ok: bool, model: str, db: str });
 const sessionList = object({ sessions: array(object({ id: str, turn_count: int, updated_at: str })) });
+const costUsd = {
+  type: ["number", "null"],
+  description: "with AGENT_PRICES only: dollars; null when a model has no price",
+};
+const usageRow = object({
+  model: str,
+  prompt_tokens: int,
+  completion_tokens: int,
+  total_tokens: int,
+  calls: int,
+  estimated_calls: { ...int, description: "calls whose provider reported no counts: estimated" },
+  cost_usd: costUsd,
+});
+const usagePage = object({
+  user_id: str,
+  from: str,
+  to: str,
+  days: array(object({ day: str, total_tokens: int, cost_usd: costUsd, models: array(usageRow) })),
+  today: object({
+    day: str,
+    total_tokens: int,
+    cost_usd: costUsd,
+    daily_tokens: { ...intOrNull, description: "AGENT_USER_DAILY_TOKENS, null without a quota" },
+    left: intOrNull,
+  }),
+});
 const tracePage = object({
   session_id: str,
   events: array(ref("RunEvent")),
@@ -181,9 +209,9 @@ export const OPENAPI = {
         session_id: str,
         run_id: str,
         turn: int,
-        // A turn that ends "error", "aborted" or "invalid_output" is answered with its error status instead
-        // (failedTurn()).
-        outcome: { enum: ["answered", "max_steps", "empty", "awaiting_approval"] },
+        // A turn that ends "error", "aborted", "timeout" or "invalid_output" is answered with its error status
+        // instead (failedTurn()).
+        outcome: { enum: ["answered", "max_steps", "budget", "empty", "awaiting_approval"] },
         answer: str,
         tool_calls: array(object({ name: str, arguments: str, ok: bool })),
         usage: object({ prompt_tokens: intOrNull, completion_tokens: intOrNull, total_tokens: intOrNull }),
@@ -354,6 +382,18 @@ export const OPENAPI = {
         [400, 401, 404],
       ),
     },
+    "/v1/usage": {
+      parameters: [
+        param("from", "query", str, "first UTC day, YYYY-MM-DD (default: 29 days before to)"),
+        param("to", "query", str, "last UTC day, YYYY-MM-DD (default: today)"),
+      ],
+      get: op(
+        "The caller's tokens by UTC day and model, as counted in the database by every replica, and " +
+          "today's against the daily quota",
+        json(usagePage),
+        [400, 401],
+      ),
+    },
     "/v1/models": {
       get: {
         summary: "OpenAI-compatible: the models, which is the agent alone (mini-agent)",
@@ -384,7 +424,7 @@ export const OPENAPI = {
             description:
               "OpenAI's CreateChatCompletionResponse; streamed, CreateChatCompletionStreamResponse " +
               'events (a failure mid-stream is a data: {"error": …} frame). finish_reason is stop, or length ' +
-              "when the turn reached its step limit; usage sums the turn's model calls",
+              "when the turn reached its step limit or token budget; usage sums the turn's model calls",
             content: { "application/json": { schema: anyObject }, "text/event-stream": { schema: str } },
           },
           ...openaiErrors([400, 401, 404, 413, 415, 429, 502, 503, 504]),

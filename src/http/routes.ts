@@ -18,6 +18,7 @@ import { handleCancel } from "./cancel_route.ts";
 import { handleRunEvents } from "./run_events.ts";
 import { approvalCalls } from "../approval/decisions.ts";
 import { handleIndex, handleWebFile } from "./web_route.ts";
+import { handleUsage } from "./usage_route.ts";
 
 /** One route: a method, a path template such as `/v1/sessions/{id}/messages`, and its handler. */
 export interface Route {
@@ -127,6 +128,7 @@ export function createRoutes(deps: HandlerDeps): Route[] {
       });
       return Response.json({ session_id: session.id, todos });
     }),
+    route("GET", "/v1/usage", (request) => handleUsage(request, user(request), deps)),
     route("GET", "/v1/sessions/{id}/trace", async (request, params) => {
       return handleTrace(request, await own(request, params.id), trace);
     }),

@@ -17,6 +17,7 @@ import type { HandlerDeps } from "./deps.ts";
 import { failedTurn, HttpError, toHttpError } from "./errors.ts";
 import { RunEventIds } from "./run_events.ts";
 import { sseResponse, type SseSend } from "./sse.ts";
+import { checkDailyQuota } from "./quota.ts";
 
 /**
  * Runs a prepared turn, reporting to `emit` and, as the answer streams, to `onDelta`; `runId` is the id the
@@ -59,18 +60,20 @@ function acceptsSse(request: Request): boolean {
  * session runner: first in its session's queue, then under its lease (unless `agent` has a private store,
  * whose session is this request's alone); aborted when the client disconnects (unless resumable), when it is
  * cancelled (`POST …/cancel`, by its run id) or when the shutdown grace period ends. Its run id is taken now
- * (a resumed run keeps its own). Throws the queue's refusal now, while the response can still carry its
- * status.
+ * (a resumed run keeps its own). Throws the user's spent daily quota (429 `quota_exceeded`) or the queue's
+ * refusal now, while the response can still carry its status.
  */
-export function queueTurn(
+export async function queueTurn(
   request: Request,
   input: TurnInput,
   deps: HandlerDeps,
   options: QueueTurnOptions = {},
-): QueuedTurn {
+): Promise<QueuedTurn> {
   const { agent: given = deps.agent, resumable = false } = options;
   const key = { userId: input.userId, sessionId: input.sessionId };
   const leased = given.store === deps.agent.store;
+  const now = (deps.agent.now ?? (() => new Date()))();
+  await checkDailyQuota(deps.agent.store, input.userId, deps.dailyTokens ?? null, now);
   const full = deps.sessions.rejection(key);
   if (full !== null) throw full;
   // Taken before the turn starts, so the response's headers can name the run a client may come back to.
@@ -115,7 +118,7 @@ export async function handleTurn(
   if (retry && unansweredMessage(await deps.agent.store.messages(key)) === null) {
     throw nothingToRetry(key.sessionId);
   }
-  const run = queueTurn(request, { ...key, message, retry, responseFormat }, deps, {
+  const run = await queueTurn(request, { ...key, message, retry, responseFormat }, deps, {
     resumable: resumable(request),
   });
   return await respondTurn(request, run, deps);

@@ -5,7 +5,7 @@
  * @module
  */
 import { abortable } from "../abort.ts";
-import { noteFinishReason } from "../telemetry.ts";
+import { noteFinishReason, noteResponseId } from "../telemetry.ts";
 import { chunkReader } from "../chunk_reader.ts";
 import type { ChatReply } from "../types.ts";
 import {
@@ -108,6 +108,7 @@ function parseBody(text: string, { host, model }: AttemptContext): Attempt {
     }
     const reply = parseCompletion(json, { model, source: host });
     noteFinishReason((json as { choices: { finish_reason?: unknown }[] }).choices[0].finish_reason);
+    noteResponseId((json as { id?: unknown }).id);
     return { ok: true, reply };
   } catch (error) {
     return fail(invalid(error));
@@ -215,6 +216,7 @@ async function readEvents(
     try {
       const reply = assembler.reply();
       noteFinishReason(assembler.finishReason);
+      noteResponseId(assembler.responseId);
       return { ok: true, reply };
     } catch (error) {
       return fail(invalid(error));

@@ -20,7 +20,17 @@ export interface ChatOptions {
   responseFormat?: ResponseFormat | null;
 }
 
+/** Who serves a model and which one is asked for, as telemetry names them. */
+export interface ModelInfo {
+  /** `gen_ai.provider.name`: `openai`, `deepseek`, … */
+  provider: string;
+  /** `gen_ai.request.model`: the model name sent. */
+  model: string;
+}
+
 /** A chat model: messages and tools in, one reply out. Fails only with `LlmError`. */
 export interface LLM {
   chat(messages: Message[], options?: ChatOptions): Promise<ChatReply>;
+  /** The provider and model asked for, when known (a test model has none). */
+  readonly info?: ModelInfo;
 }

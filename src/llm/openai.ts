@@ -9,11 +9,11 @@ import { retry } from "../retry.ts";
 import type { Config } from "../config.ts";
 import { LlmError } from "../errors.ts";
 import { redact } from "../redact.ts";
-import { chatSpan, inSpan, type SpanOptions } from "../telemetry.ts";
+import { chatSpan, inSpan, providerName, type SpanOptions } from "../telemetry.ts";
 import type { ChatReply, Message } from "../types.ts";
 import { attempt, type AttemptContext } from "./_attempt.ts";
 import { ABORTED, type Failure } from "./_failure.ts";
-import type { ChatOptions, LLM } from "./llm.ts";
+import type { ChatOptions, LLM, ModelInfo } from "./llm.ts";
 import { serializeRequestBody } from "./wire.ts";
 
 export { buildRequestBody, parseCompletion, serializeRequestBody } from "./wire.ts";
@@ -169,7 +169,11 @@ export class OpenAICompatibleLLM implements LLM {
     this.#sleep = sleep;
     this.#onRetry = onRetry;
     this.#span = chatSpan(url, model);
+    this.info = Object.freeze({ provider: providerName(url.hostname), model });
   }
+
+  /** The provider (by the endpoint's host) and the model every request asks for. */
+  readonly info: ModelInfo;
 
   /** Sends one chat request, retrying transient failures; see the class documentation for the contract. */
   chat(messages: Message[], options: ChatOptions = {}): Promise<ChatReply> {

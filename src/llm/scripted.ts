@@ -68,6 +68,8 @@ export class ScriptedLLM implements LLM {
     const step = this.#steps[index];
     if (step instanceof Error) throw step;
     const reply = typeof step === "function" ? await step(request) : step;
+    // Aborted while a step function ran (a test moving time past a deadline): a provider's call would fail.
+    if (signal?.aborted) throw new LlmError("LLM request aborted", { kind: "aborted" });
     const content = reply.content ?? null;
     if (options.onDelta !== undefined && content !== null && content !== "") {
       const pieces = reply.deltas ?? [content];

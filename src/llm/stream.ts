@@ -147,6 +147,7 @@ export class ReplyAssembler {
   #touched = new Set<PendingCall>();
   #usage: unknown = undefined;
   #model: string | undefined;
+  #id: string | null = null;
   #sawChoice = false;
   #finishReason: string | null = null;
   #done = false;
@@ -158,6 +159,11 @@ export class ReplyAssembler {
   /** The `finish_reason` of the choice, once a chunk has carried one. */
   get finishReason(): string | null {
     return this.#finishReason;
+  }
+
+  /** The completion's `id` as the first chunk that carried one gave it, or null. */
+  get responseId(): string | null {
+    return this.#id;
   }
 
   /** `[DONE]` has arrived: later events are not read. */
@@ -213,6 +219,7 @@ export class ReplyAssembler {
     if (this.#model === undefined && typeof chunk.model === "string" && chunk.model !== "") {
       this.#model = chunk.model;
     }
+    if (this.#id === null && typeof chunk.id === "string" && chunk.id !== "") this.#id = chunk.id;
     const choices = chunk.choices ?? [];
     if (!Array.isArray(choices)) throw this.#invalid('stream chunk "choices" is not an array');
     const choice = choices.find((item) => isRecord(item) && (item.index ?? 0) === 0);

@@ -86,8 +86,11 @@ export class TurnMemory {
     return calibration.tokens + estimateRequestTokens(this.history.slice(at + 1));
   }
 
-  /** Tokens of the next request, as {@linkcode TurnMemory.beforeRequest} compares them with the budget. */
-  get tokens(): number {
+  /**
+   * Tokens of the next request (system messages, tools, summary and history): the provider's count of the last
+   * one plus the estimate of what was added since, else the estimate.
+   */
+  get requestTokens(): number {
     return this.#tokens;
   }
 

@@ -101,12 +101,42 @@ const CALIBRATION = `
 ALTER TABLE sessions ADD COLUMN calibration text;
 `;
 
+/**
+ * Version 8: tokens of model calls per user, UTC day and model (the daily quota reads them; no delete touches
+ * them), and per session and model (gone with the session).
+ */
+const USAGE_TABLES = `
+CREATE TABLE usage_daily (
+  user_id text COLLATE "C" NOT NULL,
+  day text COLLATE "C" NOT NULL,
+  model text COLLATE "C" NOT NULL,
+  prompt_tokens bigint NOT NULL DEFAULT 0,
+  completion_tokens bigint NOT NULL DEFAULT 0,
+  calls bigint NOT NULL DEFAULT 0,
+  estimated_calls bigint NOT NULL DEFAULT 0,
+  PRIMARY KEY (user_id, day, model)
+);
+CREATE TABLE session_usage (
+  user_id text COLLATE "C" NOT NULL,
+  session_id text COLLATE "C" NOT NULL,
+  model text COLLATE "C" NOT NULL,
+  last_day text COLLATE "C" NOT NULL,
+  prompt_tokens bigint NOT NULL DEFAULT 0,
+  completion_tokens bigint NOT NULL DEFAULT 0,
+  calls bigint NOT NULL DEFAULT 0,
+  estimated_calls bigint NOT NULL DEFAULT 0,
+  PRIMARY KEY (user_id, session_id, model),
+  FOREIGN KEY (user_id, session_id) REFERENCES sessions (user_id, id) ON DELETE CASCADE
+);
+`;
+
 const STEPS: readonly MigrationStep<string>[] = [
   { from: 0, to: 3, run: SESSION_TABLES },
   { from: 3, to: 4, run: LEASE_TABLE },
   { from: 4, to: 5, run: TRACE_TABLE },
   { from: 5, to: 6, run: TODO_CALLS },
   { from: 6, to: 7, run: CALIBRATION },
+  { from: 7, to: 8, run: USAGE_TABLES },
 ];
 
 /**

@@ -4,7 +4,7 @@
  * `sqlite.ts` and `postgres.ts`.
  * @module
  */
-import type { Role, StoredMessage, ToolCall } from "../types.ts";
+import type { Role, StoredMessage, ToolCall, UsageEntry } from "../types.ts";
 import type { PendingStep, Session, Todo } from "./store.ts";
 
 export type Row = Record<string, unknown>;
@@ -61,6 +61,18 @@ export function toPending(row: Row): PendingStep {
     toolCalls: JSON.parse(row.tool_calls as string) as ToolCall[],
     asked: JSON.parse(row.asked as string) as string[],
     createdAt: row.created_at as string,
+  };
+}
+
+/** A row of token counts (PostgreSQL's `bigint` sums come back as strings or bigints). */
+export function toUsage(row: Row): UsageEntry {
+  return {
+    day: row.day as string,
+    model: row.model as string,
+    promptTokens: Number(row.prompt_tokens),
+    completionTokens: Number(row.completion_tokens),
+    calls: Number(row.calls),
+    estimatedCalls: Number(row.estimated_calls),
   };
 }
 

@@ -128,6 +128,35 @@ const CALIBRATION = `
 ALTER TABLE sessions ADD COLUMN calibration TEXT;
 `;
 
+/**
+ * Version 8: tokens of model calls per user, UTC day (`YYYY-MM-DD`) and model, which the daily quota reads and
+ * no delete touches; and per session and model, which go with the session.
+ */
+const USAGE_TABLES = `
+CREATE TABLE usage_daily (
+  user_id TEXT NOT NULL,
+  day TEXT NOT NULL,
+  model TEXT NOT NULL,
+  prompt_tokens INTEGER NOT NULL DEFAULT 0,
+  completion_tokens INTEGER NOT NULL DEFAULT 0,
+  calls INTEGER NOT NULL DEFAULT 0,
+  estimated_calls INTEGER NOT NULL DEFAULT 0,
+  PRIMARY KEY (user_id, day, model)
+);
+CREATE TABLE session_usage (
+  user_id TEXT NOT NULL,
+  session_id TEXT NOT NULL,
+  model TEXT NOT NULL,
+  last_day TEXT NOT NULL,
+  prompt_tokens INTEGER NOT NULL DEFAULT 0,
+  completion_tokens INTEGER NOT NULL DEFAULT 0,
+  calls INTEGER NOT NULL DEFAULT 0,
+  estimated_calls INTEGER NOT NULL DEFAULT 0,
+  PRIMARY KEY (user_id, session_id, model),
+  FOREIGN KEY (user_id, session_id) REFERENCES sessions(user_id, id) ON DELETE CASCADE
+);
+`;
+
 const DROP_VERSION_1 = `
 DROP TABLE messages_v1;
 DROP TABLE todos_v1;
@@ -161,7 +190,9 @@ const STEPS: readonly MigrationStep<(db: DatabaseSync) => void>[] = [
   {
     from: 0,
     to: SCHEMA_VERSION,
-    run: exec(SESSION_TABLES + PENDING_TABLE + LEASE_TABLE + TRACE_TABLE + TODO_CALLS + CALIBRATION),
+    run: exec(
+      SESSION_TABLES + PENDING_TABLE + LEASE_TABLE + TRACE_TABLE + TODO_CALLS + CALIBRATION + USAGE_TABLES,
+    ),
   },
   { from: 1, to: 2, run: fromVersion1 },
   { from: 2, to: 3, run: exec(PENDING_TABLE) },
@@ -169,6 +200,7 @@ const STEPS: readonly MigrationStep<(db: DatabaseSync) => void>[] = [
   { from: 4, to: 5, run: exec(TRACE_TABLE) },
   { from: 5, to: 6, run: exec(TODO_CALLS) },
   { from: 6, to: 7, run: exec(CALIBRATION) },
+  { from: 7, to: 8, run: exec(USAGE_TABLES) },
 ];
 
 /**

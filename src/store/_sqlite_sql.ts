@@ -7,9 +7,9 @@
 // node:sqlite is synchronous: the statements are async only to meet the interface (a throw rejects).
 // deno-lint-ignore-file require-await
 import type { StatementSync } from "node:sqlite";
-import type { StoredMessage } from "../types.ts";
+import type { StoredMessage, UsageEntry } from "../types.ts";
 import type { MessageRow } from "./_rows.ts";
-import { text, toMessage, toPending, toSession, toTodo } from "./_rows.ts";
+import { text, toMessage, toPending, toSession, toTodo, toUsage } from "./_rows.ts";
 import type { HistoryCache } from "./_history_cache.ts";
 import type { IdleCursor, SessionSql } from "./sql_store.ts";
 import {
@@ -92,6 +92,21 @@ export const SQL = {
   // The last row id of the `limit` events after a row id: the end of a retention batch.
   traceBatchEnd: "SELECT max(id) AS last FROM (SELECT id FROM trace_events WHERE id > ? ORDER BY id LIMIT ?)",
   pruneTraceOlder: "DELETE FROM trace_events WHERE id > ? AND id <= ? AND ts < ?",
+  // ?1 user, ?2 day, ?3 model, ?4 prompt, ?5 completion, ?6 calls, ?7 estimated calls; ?8 session.
+  addUserUsage: "INSERT INTO usage_daily (user_id, day, model, prompt_tokens, completion_tokens, calls, " +
+    "estimated_calls) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT(user_id, day, model) DO UPDATE SET " +
+    "prompt_tokens = prompt_tokens + ?4, completion_tokens = completion_tokens + ?5, calls = calls + ?6, " +
+    "estimated_calls = estimated_calls + ?7",
+  // Only for a session of this store: a request's private one is not here.
+  addSessionUsage: "INSERT INTO session_usage (user_id, session_id, model, last_day, prompt_tokens, " +
+    "completion_tokens, calls, estimated_calls) SELECT ?1, ?8, ?3, ?2, ?4, ?5, ?6, ?7 WHERE EXISTS " +
+    "(SELECT 1 FROM sessions WHERE user_id = ?1 AND id = ?8) ON CONFLICT(user_id, session_id, model) DO UPDATE " +
+    "SET last_day = max(last_day, ?2), prompt_tokens = prompt_tokens + ?4, " +
+    "completion_tokens = completion_tokens + ?5, calls = calls + ?6, estimated_calls = estimated_calls + ?7",
+  userUsage: "SELECT day, model, prompt_tokens, completion_tokens, calls, estimated_calls FROM usage_daily " +
+    "WHERE user_id = ? AND day >= ? AND day <= ? ORDER BY day, model",
+  sessionUsage: "SELECT last_day AS day, model, prompt_tokens, completion_tokens, calls, estimated_calls " +
+    "FROM session_usage WHERE user_id = ? AND session_id = ? ORDER BY model",
   ping: "SELECT 1 AS ok",
   // Changes when another connection commits.
   dataVersion: "PRAGMA data_version",
@@ -270,5 +285,20 @@ export class SqliteSql implements SessionSql {
 
   async deleteSessionTrace({ userId, sessionId }: SessionKey): Promise<void> {
     this.#sql.deleteSessionTrace.run(userId, sessionId);
+  }
+
+  async addUsage({ userId, sessionId }: SessionKey, entry: UsageEntry): Promise<void> {
+    const { day, model, promptTokens, completionTokens, calls, estimatedCalls } = entry;
+    const counts = [promptTokens, completionTokens, calls, estimatedCalls] as const;
+    this.#sql.addUserUsage.run(userId, day, model, ...counts);
+    this.#sql.addSessionUsage.run(userId, day, model, ...counts, sessionId);
+  }
+
+  async userUsage(userId: string, from: string, to: string): Promise<UsageEntry[]> {
+    return this.#sql.userUsage.all(userId, from, to).map(toUsage);
+  }
+
+  async sessionUsage({ userId, sessionId }: SessionKey): Promise<UsageEntry[]> {
+    return this.#sql.sessionUsage.all(userId, sessionId).map(toUsage);
   }
 }

@@ -6,7 +6,7 @@
  * the transaction they run in; SQLite (`sqlite.ts`) and PostgreSQL (`postgres.ts`) are the two.
  * @module
  */
-import type { StoredMessage } from "../types.ts";
+import type { StoredMessage, UsageEntry } from "../types.ts";
 import { type MessageRow, toRow } from "./_rows.ts";
 import {
   type AcquireLeaseOptions,
@@ -20,6 +20,8 @@ import {
   type SessionKey,
   type SessionStore,
   type Todo,
+  type UsageOptions,
+  type UsageRange,
   validateId,
   validateKey,
 } from "./store.ts";
@@ -78,6 +80,15 @@ export interface SessionSql {
   idleSessions(before: string, after: IdleCursor, limit: number, now: Date): Promise<Session[]>;
   /** Deletes every trace event of the session (of this id and any earlier one of the same id). */
   deleteSessionTrace(key: SessionKey): Promise<void>;
+  /**
+   * Adds `entry` to the user's row of its day and model, and to the session's row of its model when the
+   * session exists (a request's private session is not in this store).
+   */
+  addUsage(key: SessionKey, entry: UsageEntry): Promise<void>;
+  /** The user's rows from day `from` to day `to` (inclusive), by day, then model. */
+  userUsage(userId: string, from: string, to: string): Promise<UsageEntry[]>;
+  /** The session's rows, by model. */
+  sessionUsage(key: SessionKey): Promise<UsageEntry[]>;
 }
 
 /** Where a page of {@linkcode SqlStore.idleSessions} starts: after the session of these fields. */
@@ -96,6 +107,28 @@ export interface SqlDialect {
   ping(): Promise<boolean>;
   /** Releases the database. */
   close(): Promise<void>;
+}
+
+/** Adds each of `usage` inside the caller's transaction; a `TypeError` for an entry that is not counts. */
+async function addUsage(sql: SessionSql, key: SessionKey, usage: readonly UsageEntry[] = []): Promise<void> {
+  for (const entry of usage) await sql.addUsage(key, checkedEntry(entry));
+}
+
+const DAY = /^\d{4}-\d{2}-\d{2}$/;
+
+function checkedEntry(entry: UsageEntry): UsageEntry {
+  const counts = [entry.promptTokens, entry.completionTokens, entry.calls, entry.estimatedCalls];
+  if (!counts.every((n) => Number.isSafeInteger(n) && n >= 0)) {
+    throw new TypeError("Cannot count tokens: every count must be a whole number of 0 or more");
+  }
+  if (!DAY.test(entry.day) || typeof entry.model !== "string" || entry.model === "") {
+    throw new TypeError(
+      `Cannot count tokens: day must be YYYY-MM-DD and model a non-empty string, got ${
+        JSON.stringify(entry.day)
+      }`,
+    );
+  }
+  return entry;
 }
 
 /** The largest todo id the stores hold (PostgreSQL's `integer`): a larger one names no todo. */
@@ -157,11 +190,12 @@ export class SqlStore implements SessionStore {
   append(
     key: SessionKey,
     messages: readonly StoredMessage[],
-    options: { calibration?: Calibration } = {},
+    options: UsageOptions & { calibration?: Calibration } = {},
   ): Promise<number> {
     return this.#write("append", key, async (sql, key) => {
       const added = await this.#insert(sql, key, messages);
       if (options.calibration !== undefined) await sql.setCalibration(key, options.calibration);
+      await addUsage(sql, key, options.usage);
       return added;
     });
   }
@@ -175,8 +209,26 @@ export class SqlStore implements SessionStore {
     return roles.length;
   }
 
-  savePending(key: SessionKey, step: PendingStep): Promise<void> {
-    return this.#write("save the pending step", key, (sql, key) => sql.insertPending(key, step));
+  savePending(key: SessionKey, step: PendingStep, options: UsageOptions = {}): Promise<void> {
+    return this.#write("save the pending step", key, async (sql, key) => {
+      await sql.insertPending(key, step);
+      await addUsage(sql, key, options.usage);
+    });
+  }
+
+  recordUsage(key: SessionKey, usage: readonly UsageEntry[]): Promise<void> {
+    return this.#write("count the tokens", key, (sql, key) => addUsage(sql, key, usage));
+  }
+
+  userUsage(userId: string, range: UsageRange = {}): Promise<UsageEntry[]> {
+    const { from = "0000-00-00", to = "9999-99-99" } = range;
+    return this.#db.read(`read the token counts of user "${userId}"`, async (sql) => {
+      return await sql.userUsage(validateId(userId, "user id"), from, to);
+    });
+  }
+
+  sessionUsage(key: SessionKey): Promise<UsageEntry[]> {
+    return this.#read("read the token counts", key, (sql, key) => sql.sessionUsage(key));
   }
 
   pendingStep(key: SessionKey): Promise<PendingStep | null> {

@@ -4,7 +4,7 @@
  * @module
  */
 import { SessionError } from "../errors.ts";
-import type { StoredMessage, ToolCall } from "../types.ts";
+import type { StoredMessage, ToolCall, UsageEntry } from "../types.ts";
 
 /** Which session: ids are per user, so two users' sessions of the same id never see each other. */
 export interface SessionKey {
@@ -88,6 +88,20 @@ export interface PendingStep {
   createdAt: string;
 }
 
+/** Options of the writes that can count model calls' tokens with what the calls produced. */
+export interface UsageOptions {
+  /** Model calls' tokens to add to the user's day and the session's totals in the same transaction. @default {[]} */
+  usage?: readonly UsageEntry[];
+}
+
+/** Options of {@linkcode SessionStore.userUsage}: the days, inclusive, as `YYYY-MM-DD`. */
+export interface UsageRange {
+  /** @default {the first day} */
+  from?: string;
+  /** @default {the last day} */
+  to?: string;
+}
+
 /**
  * Where sessions live. Every method validates its key (`SessionError` for a malformed id) and every write
  * is one transaction: it happens whole or not at all.
@@ -109,7 +123,7 @@ export interface SessionStore {
   append(
     key: SessionKey,
     messages: readonly StoredMessage[],
-    options?: { calibration?: Calibration },
+    options?: UsageOptions & { calibration?: Calibration },
   ): Promise<number>;
   /**
    * Stores `summary` and deletes exactly `cutIds` (`turns` user turns); rejects, changing nothing, if one is
@@ -125,7 +139,16 @@ export interface SessionStore {
   /** Deletes those of `ids` that are stored (taking their user turns off `turnCount`); resolves to how many. */
   discardMessages(key: SessionKey, ids: readonly string[]): Promise<number>;
   /** Stores the session's pending step; rejects, changing nothing, if the session already has one. */
-  savePending(key: SessionKey, step: PendingStep): Promise<void>;
+  savePending(key: SessionKey, step: PendingStep, options?: UsageOptions): Promise<void>;
+  /**
+   * Adds model calls' tokens to the user's days and, if the session exists, to its totals, in one transaction
+   * (for calls whose tokens no other write carried). Usage is never taken back: a discard leaves it.
+   */
+  recordUsage(key: SessionKey, usage: readonly UsageEntry[]): Promise<void>;
+  /** The user's tokens by day and model, oldest day first, then by model; days without calls are left out. */
+  userUsage(userId: string, range?: UsageRange): Promise<UsageEntry[]>;
+  /** The session's tokens by model (`day` is its last day of use); empty when it has none or does not exist. */
+  sessionUsage(key: SessionKey): Promise<UsageEntry[]>;
   /** The session's pending step, or null. */
   pendingStep(key: SessionKey): Promise<PendingStep | null>;
   /**
@@ -221,9 +244,10 @@ export function leaseFrom(options: AcquireLeaseOptions | undefined): string | un
  * The schema version both stores write (SQLite in `PRAGMA user_version`, PostgreSQL in `agent_schema`): 1
  * sessions keyed by id alone (SQLite only), 2 sessions keyed by user and id, with messages and todos, 3 the
  * step waiting for approval (`pending_steps`), 4 session leases, 5 trace events, 6 the tool call that added
- * each todo (`todos.call_id`), 7 the provider's count of the last request (`sessions.calibration`).
+ * each todo (`todos.call_id`), 7 the provider's count of the last request (`sessions.calibration`), 8 tokens
+ * counted per user, day and model (`usage_daily`) and per session (`session_usage`).
  */
-export const SCHEMA_VERSION = 7;
+export const SCHEMA_VERSION = 8;
 
 /** One migration of a dialect's list: it brings the schema from version `from` to `to` by `run`. */
 export interface MigrationStep<Run> {

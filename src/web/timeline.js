@@ -14,7 +14,8 @@ import { clip, el } from "./dom.js";
  * @typedef {{ kind: string, label: string, detail: string, start: number, end: number, status: string,
  *   step: number | null }} TimelineRow
  * @typedef {{ runId: string, turn: number, message: string, outcome: string | null, durationMs: number,
- *   steps: number | null, toolCalls: number | null, tokens: number | null, rows: TimelineRow[] }} Timeline
+ *   steps: number | null, toolCalls: number | null, tokens: number | null, cost: number | null | undefined,
+ *   rows: TimelineRow[] }} Timeline
  */
 
 /** @param {number | null | undefined} n */
@@ -111,8 +112,21 @@ export function buildTimeline(events) {
     steps: end?.data.steps ?? null,
     toolCalls: end?.data.tool_calls ?? null,
     tokens: end?.data.usage?.total_tokens ?? null,
+    // With AGENT_PRICES only: undefined without prices, null when a model had none.
+    cost: end?.data.cost_usd,
     rows,
   };
+}
+
+/**
+ * Dollars for people: `$0.0123`, three significant digits, two to eight decimals; `$?` when a model had no price.
+ * @param {number | null} dollars
+ */
+export function formatCost(dollars) {
+  if (dollars === null) return "$?";
+  if (dollars === 0) return "$0";
+  const decimals = Math.max(2, Math.min(8, 3 - Math.floor(Math.log10(dollars))));
+  return `$${dollars.toFixed(decimals)}`;
 }
 
 /**
@@ -145,6 +159,7 @@ export function renderTimeline(container, timeline) {
     `${timeline.steps ?? "?"} step(s)`,
     `${timeline.toolCalls ?? "?"} tool call(s)`,
     `${tokens(timeline.tokens)} tokens`,
+    ...(timeline.cost === undefined ? [] : [formatCost(timeline.cost)]),
   ];
   const list = el("ol", { class: "timeline-rows" });
   for (const row of timeline.rows) {

@@ -1,0 +1,161 @@
+/**
+ * The price table (AGENT_PRICES) and the costs it gives: the table's rules, then the cost where it shows, in a
+ * turn's `run_end`, chat's `/usage`, `GET /v1/usage` and the web page's timeline.
+ */
+import assert from "node:assert/strict";
+import { costOf, parsePrices, priceOf } from "../src/prices.ts";
+import { runTurn } from "../src/agent/loop.ts";
+import { type ChatState, runCommand } from "../src/cli/commands.ts";
+import { buildTimeline, formatCost } from "../src/web/timeline.js";
+import type { UsageEntry } from "../src/types.ts";
+import { harness } from "./_harness.ts";
+import { httpHarness, postMessage } from "./_http_harness.ts";
+
+const usage = (prompt: number, completion: number) => ({
+  promptTokens: prompt,
+  completionTokens: completion,
+  totalTokens: prompt + completion,
+});
+
+function entry(model: string, prompt: number, completion: number): UsageEntry {
+  return {
+    day: "2026-01-01",
+    model,
+    promptTokens: prompt,
+    completionTokens: completion,
+    calls: 1,
+    estimatedCalls: 0,
+  };
+}
+
+Deno.test("parsePrices() reads model=in/out entries and refuses anything else, naming the entry", () => {
+  assert.deepEqual(parsePrices(""), new Map());
+  assert.deepEqual(
+    parsePrices("gpt-4o-mini=0.15/0.6,deepseek-chat=0.27/1.10"),
+    new Map([["gpt-4o-mini", { input: 0.15, output: 0.6 }], ["deepseek-chat", { input: 0.27, output: 1.1 }]]),
+  );
+  // A model name may hold "=", "/" or ":" (a router's names): the last "=" separates the prices.
+  assert.deepEqual([...parsePrices("org/model:free=0/0").keys()], ["org/model:free"]);
+  for (
+    const [raw, why] of [
+      ["gpt=1", /entry 1 \("gpt=1"\) is not model=in\/out/],
+      ["gpt=1/2/3", /entry 1/],
+      ["a=1/2,=1/2", /entry 2/],
+      ["a=1/2,", /entry 2/],
+      ["a=-1/2", /entry 1/],
+      ["a=1/x", /entry 1/],
+      ["a=1/2,a=3/4", /entry 2 names model "a" a second time/],
+    ] as const
+  ) {
+    assert.throws(
+      () => parsePrices(raw),
+      (error: Error) => error instanceof SyntaxError && why.test(error.message),
+    );
+  }
+});
+
+Deno.test("priceOf() takes the model's own entry, else the longest base name of a dated or tagged name", () => {
+  const table = parsePrices("gpt-4o=2.5/10,gpt-4o-mini=0.15/0.6,llama3=0/0");
+  assert.deepEqual(priceOf(table, "gpt-4o-mini"), { input: 0.15, output: 0.6 });
+  assert.deepEqual(priceOf(table, "gpt-4o-mini-2024-07-18"), { input: 0.15, output: 0.6 });
+  assert.deepEqual(priceOf(table, "gpt-4o-2024-08-06"), { input: 2.5, output: 10 });
+  assert.deepEqual(priceOf(table, "llama3:8b"), { input: 0, output: 0 });
+  assert.equal(priceOf(table, "gpt-4"), null);
+  assert.equal(priceOf(table, "gpt-4omni"), null, "a longer word is another model");
+});
+
+Deno.test("costOf() sums dollars per million tokens, and is null when a model with tokens has no price", () => {
+  const table = parsePrices("a=1/2,b=0.5/4");
+  assert.equal(costOf(table, [entry("a", 1_000_000, 500_000), entry("b", 2000, 1000)]), 2 + 0.001 + 0.004);
+  assert.equal(costOf(table, [entry("a", 3, 0)]), 0.000003);
+  assert.equal(costOf(table, [entry("a", 10, 0), entry("c", 1, 0)]), null);
+  assert.equal(costOf(table, [entry("c", 0, 0)]), 0, "no tokens, no price needed");
+  assert.equal(costOf(table, []), 0);
+});
+
+Deno.test("formatCost() writes dollars to three significant digits (two to eight decimals), and $? when unknown", () => {
+  assert.deepEqual(
+    [0, 2.5, 0.0123456, 0.000003, 12.3456, null].map(formatCost),
+    ["$0", "$2.500", "$0.01235", "$0.00000300", "$12.35", "$?"],
+  );
+});
+
+Deno.test("run_end carries the turn's cost with AGENT_PRICES (null for a model without a price), none without", async () => {
+  const script = () => [
+    {
+      toolCalls: [{ name: "calculator", arguments: { expression: "1+1" } }],
+      usage: usage(1000, 100),
+      model: "m-1",
+    },
+    { content: "2", usage: usage(2000, 10), model: "m-1-2026" },
+  ];
+  const cases = [
+    { prices: parsePrices("m-1=1/10"), cost: (3000 * 1 + 110 * 10) / 1e6 },
+    { prices: parsePrices("other=1/1"), cost: null },
+    { prices: undefined, cost: undefined },
+  ];
+  for (const { prices, cost } of cases) {
+    using h = harness(script());
+    const result = await runTurn(
+      { sessionId: "s", userId: "u", message: "1+1?" },
+      { ...h.agent, prices },
+      h.run,
+    );
+    assert.equal(result.outcome, "answered");
+    const end = h.events.at(-1)!;
+    assert.equal(end.event, "run_end");
+    assert.equal(end.data.cost_usd, cost);
+    assert.equal("cost_usd" in end.data, cost !== undefined);
+  }
+});
+
+Deno.test("chat's /usage adds the session's cost with AGENT_PRICES", async () => {
+  using h = harness([{ content: "hi", usage: usage(1_000_000, 1000), model: "m" }]);
+  await runTurn({ sessionId: "main", userId: "local", message: "hello" }, h.agent, h.run);
+  const state: ChatState = { sessionId: "main", userId: "local", lastTurn: null };
+  for (
+    const [prices, said] of [["m=0.15/0.6", /completion\) over 1 model call, \$0\.1506, as stored/], [
+      "x=1/1",
+      /cost unknown/,
+    ]] as const
+  ) {
+    let text = "";
+    await runCommand("/usage", {
+      state,
+      store: h.store,
+      prices: parsePrices(prices),
+      write: (line) => (text += line),
+      clearScreen: () => {},
+      newSessionId: () => "n",
+    });
+    assert.match(text, said);
+  }
+});
+
+Deno.test("GET /v1/usage gives a cost per model, day and today with AGENT_PRICES", async () => {
+  using h = httpHarness();
+  h.deps.agent.prices = parsePrices("rule=1/10");
+  await h.handler(postMessage("a", { message: "hello" })); // one call: 10 prompt + 2 completion
+  const body = await (await h.handler(new Request("http://agent.test/v1/usage"))).json();
+  assert.equal(body.days[0].models[0].cost_usd, 0.00003);
+  assert.equal(body.days[0].cost_usd, 0.00003);
+  assert.equal(body.today.cost_usd, 0.00003);
+});
+
+Deno.test("the web page's timeline shows a run's cost from run_end, and nothing without one", () => {
+  const run = (data: Record<string, unknown>) => [
+    {
+      ts: "2026-01-01T00:00:00.000Z",
+      run_id: "r",
+      turn: 1,
+      event: "run_start",
+      step: null,
+      data: { message: "hi" },
+    },
+    { ts: "2026-01-01T00:00:00.010Z", run_id: "r", turn: 1, event: "run_end", step: null, data },
+  ];
+  const base = { outcome: "answered", steps: 1, tool_calls: 0, usage: { total_tokens: 12 } };
+  assert.equal(buildTimeline(run({ ...base, cost_usd: 0.00003 })).cost, 0.00003);
+  assert.equal(buildTimeline(run({ ...base, cost_usd: null })).cost, null);
+  assert.equal(buildTimeline(run(base)).cost, undefined);
+});
