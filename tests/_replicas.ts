@@ -11,6 +11,7 @@ import { PostgresStore } from "../src/store/postgres.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import type { SessionStore } from "../src/store/store.ts";
 import { childEnv, SERVE_ARGS, type ServeProcess, spawnServe } from "./_harness.ts";
+import { type PostgresCluster, postgresCluster } from "./_postgres.ts";
 
 /** A database the replicas share: a SQLite file or a PostgreSQL database. */
 export interface ReplicaBackend {
@@ -94,4 +95,19 @@ export async function startReplicas(
     throw new Error(`Cannot start ${count} replicas: ${said}`);
   }
   return serves.map((serve, i) => ({ serve, url: urls[i]! }));
+}
+
+/** The backends replicas run on: SQLite always, PostgreSQL where the calling file's throwaway cluster starts. */
+export async function replicaBackends(): Promise<
+  { name: string; ignore: boolean; make(): Promise<ReplicaBackend> }[]
+> {
+  const cluster = await postgresCluster();
+  return [
+    { name: SQLITE_BACKEND.name, ignore: false, make: () => Promise.resolve(SQLITE_BACKEND) },
+    {
+      name: "PostgreSQL database",
+      ignore: typeof cluster === "string",
+      make: async () => postgresBackend(await (cluster as PostgresCluster).freshUrl()),
+    },
+  ];
 }

@@ -5,19 +5,10 @@
  */
 import assert from "node:assert/strict";
 import { tempDir } from "./_harness.ts";
-import { type PostgresCluster, postgresCluster } from "./_postgres.ts";
-import { postgresBackend, type ReplicaBackend, SQLITE_BACKEND, startReplicas } from "./_replicas.ts";
+import { replicaBackends, startReplicas } from "./_replicas.ts";
 import { startFakeProvider } from "./fixtures/fake_openai.ts";
 
-const cluster = await postgresCluster();
-const BACKENDS: { name: string; ignore: boolean; make(): Promise<ReplicaBackend> }[] = [
-  { name: SQLITE_BACKEND.name, ignore: false, make: () => Promise.resolve(SQLITE_BACKEND) },
-  {
-    name: "PostgreSQL database",
-    ignore: typeof cluster === "string",
-    make: async () => postgresBackend(await (cluster as PostgresCluster).freshUrl()),
-  },
-];
+const BACKENDS = await replicaBackends();
 
 function ask(url: string, session: string, message: string): Promise<Response> {
   return fetch(`${url}/v1/sessions/${session}/messages`, {

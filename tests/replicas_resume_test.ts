@@ -6,19 +6,10 @@
 import assert from "node:assert/strict";
 import { startFakeProvider } from "./fixtures/fake_openai.ts";
 import { tempDir } from "./_harness.ts";
-import { type PostgresCluster, postgresCluster } from "./_postgres.ts";
-import { postgresBackend, type ReplicaBackend, SQLITE_BACKEND, startReplicas } from "./_replicas.ts";
+import { type ReplicaBackend, replicaBackends, startReplicas } from "./_replicas.ts";
 import { FrameReader } from "./_sse_frames.ts";
 
-const cluster = await postgresCluster();
-const BACKENDS: { name: string; ignore: boolean; make(): Promise<ReplicaBackend> }[] = [
-  { name: SQLITE_BACKEND.name, ignore: false, make: () => Promise.resolve(SQLITE_BACKEND) },
-  {
-    name: "PostgreSQL database",
-    ignore: typeof cluster === "string",
-    make: async () => postgresBackend(await (cluster as PostgresCluster).freshUrl()),
-  },
-];
+const BACKENDS = await replicaBackends();
 
 /** A resumable SSE turn of `message` on session `session` of the replica at `url`. */
 function postTurn(url: string, session: string, message: string): Promise<Response> {

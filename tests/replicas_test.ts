@@ -10,20 +10,10 @@ import type { Session } from "../src/store/store.ts";
 import { storedMessage, tempDir } from "./_harness.ts";
 import { acknowledgedProblems, traceProblems, wholeTurnProblems } from "./_replica_checks.ts";
 import { runReplicaLoad } from "./_replica_load.ts";
-import { type PostgresCluster, postgresCluster } from "./_postgres.ts";
-import { postgresBackend, type ReplicaBackend, SQLITE_BACKEND, startReplicas } from "./_replicas.ts";
+import { replicaBackends, startReplicas } from "./_replicas.ts";
 
 const SECONDS = Number(Deno.env.get("REPLICA_TEST_SECONDS") ?? "4");
-/** The backends the replicas run on: SQLite always, PostgreSQL where a throwaway cluster can start. */
-const cluster = await postgresCluster();
-const BACKENDS: { name: string; ignore: boolean; make(): Promise<ReplicaBackend> }[] = [
-  { name: SQLITE_BACKEND.name, ignore: false, make: () => Promise.resolve(SQLITE_BACKEND) },
-  {
-    name: "PostgreSQL database",
-    ignore: typeof cluster === "string",
-    make: async () => postgresBackend(await (cluster as PostgresCluster).freshUrl()),
-  },
-];
+const BACKENDS = await replicaBackends();
 
 /** The first problems, and how many there are. */
 function shown(problems: readonly string[]): string {
