@@ -2,6 +2,8 @@
 import assert from "node:assert/strict";
 import { Ajv2020, OpenAI } from "./_dev_deps.ts";
 import { OPENAPI } from "./_openai_stubs.ts";
+import { freePort } from "../scripts/_bench_process.ts";
+import { childEnv, type ServeProcess, spawnServe } from "./_harness.ts";
 
 const ajv = new Ajv2020({ strict: false, validateFormats: false, allErrors: true });
 ajv.addSchema(JSON.parse(Deno.readTextFileSync(OPENAPI)), "openai");
@@ -34,6 +36,20 @@ export function ask(content: string): { role: "user"; content: string }[] {
 /** What `promise` rejected with, or null when it resolved. */
 export function rejection(promise: Promise<unknown>): Promise<unknown> {
   return promise.then(() => null, (error) => error);
+}
+
+/**
+ * `deno task serve` for a client's tests, on a free loopback port of `dir`, with the model at `modelUrl` and
+ * `token` for alice: the process and its URL.
+ */
+export function serveForClients(
+  dir: string,
+  modelUrl: string,
+  token: string,
+): { serve: ServeProcess; url: string } {
+  const port = freePort();
+  const env = { AGENT_PORT: String(port), OPENAI_BASE_URL: modelUrl, AGENT_API_TOKENS: `${token}:alice` };
+  return { serve: spawnServe(["task", "serve"], childEnv(dir, env)), url: `http://127.0.0.1:${port}` };
 }
 
 export { OpenAI };

@@ -5,20 +5,15 @@
  */
 import assert from "node:assert/strict";
 import { startFakeProvider } from "./fixtures/fake_openai.ts";
-import { childEnv, spawnServe, tempDir } from "./_harness.ts";
-import { ask, assertValid, client, OpenAI, rejection } from "./_openai_client.ts";
+import { tempDir } from "./_harness.ts";
+import { ask, assertValid, client, OpenAI, rejection, serveForClients } from "./_openai_client.ts";
 
 const TOKEN = "tok-openai-serve-0123456789";
 
 Deno.test("deno task serve answers the openai client: plain, streamed, with and without a session", async () => {
   using dir = tempDir();
   const provider = startFakeProvider();
-  const probe = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = probe.addr.port;
-  probe.close();
-  const url = `http://127.0.0.1:${port}`;
-  const env = { AGENT_PORT: String(port), OPENAI_BASE_URL: provider.url, AGENT_API_TOKENS: `${TOKEN}:alice` };
-  const serve = spawnServe(["task", "serve"], childEnv(dir.path, env));
+  const { serve, url } = serveForClients(dir.path, provider.url, TOKEN);
   try {
     await serve.listening;
     const openai = client(url, TOKEN);

@@ -7,8 +7,8 @@
 import assert from "node:assert/strict";
 import { z, zodResponseFormat } from "./_dev_deps.ts";
 import { startFakeProvider } from "./fixtures/fake_openai.ts";
-import { childEnv, ROOT, spawnServe, tempDir } from "./_harness.ts";
-import { ask, client } from "./_openai_client.ts";
+import { ROOT, tempDir } from "./_harness.ts";
+import { ask, client, serveForClients } from "./_openai_client.ts";
 
 const TOKEN = "tok-structured-0123456789";
 const CITY = { city: "Lyon", population: 522250 };
@@ -17,12 +17,7 @@ const City = z.object({ city: z.string(), population: z.number().int() });
 Deno.test("deno task serve answers the openai client's parse() and the AI SDK's generateObject and streamObject", async () => {
   using dir = tempDir();
   const provider = startFakeProvider();
-  const probe = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = probe.addr.port;
-  probe.close();
-  const url = `http://127.0.0.1:${port}`;
-  const env = { AGENT_PORT: String(port), OPENAI_BASE_URL: provider.url, AGENT_API_TOKENS: `${TOKEN}:alice` };
-  const serve = spawnServe(["task", "serve"], childEnv(dir.path, env));
+  const { serve, url } = serveForClients(dir.path, provider.url, TOKEN);
   try {
     await serve.listening;
     const openai = client(url, TOKEN);

@@ -9,6 +9,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { INTERRUPTED_ERROR } from "../src/agent/loop.ts";
 import { taskPermissionFlags } from "../src/permissions.ts";
+import { freePort } from "../scripts/_bench_process.ts";
 import { childEnv, ROOT, type ServeProcess, spawnServe, tempDir } from "./_harness.ts";
 import { postgresCluster } from "./_postgres.ts";
 
@@ -43,13 +44,6 @@ function effectModel() {
     });
   });
   return { url: `http://127.0.0.1:${server.addr.port}/v1`, toolResults, close: () => server.shutdown() };
-}
-
-function freePort(): number {
-  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const { port } = listener.addr as Deno.NetAddr;
-  listener.close();
-  return port;
 }
 
 interface Rig {
