@@ -52,12 +52,25 @@ export function estimateMessageTokens(message: Message): number {
   return tokens;
 }
 
+/** Estimates of frozen tool lists (the registry's are, until its tools change): read once, not every turn. */
+const toolsTokens = new WeakMap<readonly ToolSchema[], number>();
+
+/** Estimated tokens of the tool schemas offered with a request. */
+function estimateToolsTokens(tools: readonly ToolSchema[]): number {
+  if (tools.length === 0) return 0;
+  const known = toolsTokens.get(tools);
+  if (known !== undefined) return known;
+  const tokens = estimateTokens(JSON.stringify(tools));
+  if (Object.isFrozen(tools)) toolsTokens.set(tools, tokens);
+  return tokens;
+}
+
 /** Estimated tokens of a request: its messages and the tool schemas offered with it. */
 export function estimateRequestTokens(
   messages: readonly Message[],
   tools: readonly ToolSchema[] = [],
 ): number {
-  let tokens = tools.length === 0 ? 0 : estimateTokens(JSON.stringify(tools));
+  let tokens = estimateToolsTokens(tools);
   for (const message of messages) tokens += estimateMessageTokens(message);
   return tokens;
 }

@@ -174,7 +174,23 @@ export class TurnMemory {
  * the tools offered and the summary. A calibration counted with other parts does not describe the next request.
  */
 function fingerprint(fixed: FixedRequest, summary: string | null): string {
-  const text = JSON.stringify([fixed.system.map((m) => m.content), fixed.tools, summary]);
+  const text = JSON.stringify([fixed.system.map((m) => m.content), toolsPrint(fixed.tools), summary]);
+  return fnv1a(text);
+}
+
+/** The tools' part of a fingerprint, kept per frozen list (the registry's): not serialized every turn. */
+const toolsPrints = new WeakMap<readonly ToolSchema[], string>();
+
+function toolsPrint(tools: readonly ToolSchema[]): string {
+  const known = toolsPrints.get(tools);
+  if (known !== undefined) return known;
+  const print = fnv1a(JSON.stringify(tools));
+  if (Object.isFrozen(tools)) toolsPrints.set(tools, print);
+  return print;
+}
+
+/** FNV-1a of `text`, 32 bits, as 8 hex digits. */
+function fnv1a(text: string): string {
   let hash = 0x811c9dc5;
   for (let i = 0; i < text.length; i++) hash = Math.imul(hash ^ text.charCodeAt(i), 0x01000193);
   return (hash >>> 0).toString(16).padStart(8, "0");
