@@ -1,16 +1,17 @@
 /**
  * The bench's token section: how far each way of counting a request's tokens is from the provider's count, on a
  * corpus of conversations built here (English, Chinese, mixed, JSON tool results, code). The provider's count
- * is o200k_base (the exact tokenizer, `js-tiktoken`, loaded only here) with OpenAI's per-message accounting;
- * the methods are characters / 4 (the old estimate), the per-script estimate, and the calibrated count (the
- * provider's count of the previous request plus the per-script estimate of what was added since).
+ * is o200k_base (the exact tokenizer, `js-tiktoken`, as `AGENT_TOKENIZER` loads it) with OpenAI's per-message
+ * accounting; the methods are characters / 4 (the old estimate), the per-script estimate, the calibrated count
+ * (the provider's count of the previous request plus the per-script estimate of what was added since), and the
+ * calibrated count with `AGENT_TOKENIZER=o200k_base` (what was added since counted exactly).
  * @module
  */
 import { join } from "node:path";
-import { estimateRequestTokens, estimateTokens } from "../src/memory/plan.ts";
+import { estimateRequestTokens, estimateTokens, useTokenizer } from "../src/memory/plan.ts";
+import { loadTokenizer } from "../src/memory/tokenizer.ts";
 import type { Message } from "../src/types.ts";
 
-const TOKENIZER = "npm:js-tiktoken@1.0.21";
 const ROOT = new URL("..", import.meta.url).pathname;
 
 /** Chinese written for this corpus: plain prose, as users write it. */
@@ -115,10 +116,8 @@ export type TokensResult = Record<string, Record<string, ReturnType<typeof summa
  * later calls, and the per-script estimate of each class's single texts.
  */
 export async function measureTokens(turns = 12): Promise<TokensResult> {
-  const { Tiktoken } = await import(`${TOKENIZER}/lite`);
-  const ranks = (await import(`${TOKENIZER}/ranks/o200k_base`)).default;
-  const encoder = new Tiktoken(ranks);
-  const count = (text: string): number => encoder.encode(text).length;
+  const tokenizer = await loadTokenizer("o200k_base");
+  const count = (text: string): number => tokenizer.count(text);
   // OpenAI's accounting: each message's text and calls, 3 tokens around each, 3 priming the reply.
   const exact = (messages: Message[]) =>
     3 + messages.reduce((n, m) => {
@@ -146,9 +145,22 @@ export async function measureTokens(turns = 12): Promise<TokensResult> {
       const when = previous === null ? "first call" : "later calls";
       add(errors, `request, ${when}: chars/4`, error(charsOver4(request), truth));
       add(errors, `request, ${when}: per-script`, error(estimateRequestTokens(request), truth));
+      if (previous === null) {
+        useTokenizer(tokenizer);
+        add(errors, "request, first call: AGENT_TOKENIZER", error(estimateRequestTokens(request), truth));
+        useTokenizer(null);
+      }
       if (previous !== null) {
-        const calibrated = previous.tokens + estimateRequestTokens(request.slice(previous.messages));
-        add(errors, "request, later calls: calibrated", error(calibrated, truth));
+        const added = request.slice(previous.messages);
+        add(
+          errors,
+          "request, later calls: calibrated",
+          error(previous.tokens + estimateRequestTokens(added), truth),
+        );
+        useTokenizer(tokenizer);
+        const exactly = previous.tokens + estimateRequestTokens(added);
+        useTokenizer(null);
+        add(errors, "request, later calls: calibrated, AGENT_TOKENIZER", error(exactly, truth));
       }
       previous = { messages: request.length, tokens: truth };
     }

@@ -78,9 +78,10 @@ in the HTTP section after a fixed 50 ms.
    target reads the larger, in MB). Start-up: spawn to the first /healthz 200 of serve, and to the
    first answer line of a piped chat (deno task adds the task_flags.ts subprocess, about 25 ms, before).
 5. Token counts. Requests of five conversations (English, Chinese, mixed, JSON tool results, code),
-   counted exactly with o200k_base (js-tiktoken, fetched from npm for this section only), against
-   characters / 4, the runtime's per-script estimate and its calibrated count (the previous request's
-   exact count plus the estimate of what was added): error in %, median and largest, first and later calls.
+   counted exactly with o200k_base (js-tiktoken, as AGENT_TOKENIZER loads it), against characters / 4,
+   the runtime's per-script estimate, its calibrated count (the previous request's exact count plus the
+   estimate of what was added) and that count with AGENT_TOKENIZER=o200k_base (what was added counted
+   exactly): error in %, median and largest, first and later calls.
 
 Noise: figures are medians and p95s of one run, on a shared machine; compare runs, not single numbers.
 Nothing asserts a time: the targets (per-turn <= 1.2x the floor at 0 ms and <= 1.05x at 20 ms, model

@@ -7,6 +7,7 @@ import { ConfigError } from "./errors.ts";
 import { parseAllowedHosts } from "./http/host_guard.ts";
 import { parseDatabaseUrl } from "./store/database_url.ts";
 import { parsePrices } from "./prices.ts";
+import { TOKENIZERS } from "./memory/tokenizer.ts";
 
 /** Shortest API token accepted: shorter ones can be guessed. */
 export const MIN_TOKEN_CHARS = 16;
@@ -28,6 +29,7 @@ export type Kind =
   | "hosts"
   | "database"
   | "formatMode"
+  | "tokenizer"
   | "prices";
 
 /** What {@linkcode parseValue} needs of a setting: the field it sets, its kind, its least value. */
@@ -61,6 +63,7 @@ const EXPECTED: Record<Kind, string> = {
   hosts: "comma-separated host names, each with an optional :port",
   database: "postgres://user@host:port/database or unset",
   formatMode: "native or prompt",
+  tokenizer: `${TOKENIZERS.join(" or ")}, or unset`,
   prices: "comma-separated model=in/out, dollars per million tokens",
 };
 
@@ -144,6 +147,11 @@ export function parseValue(name: string, setting: ValueRule, raw: string): unkno
       const mode = raw.trim().toLowerCase();
       if (mode !== "native" && mode !== "prompt") throw fail();
       return mode;
+    }
+    case "tokenizer": {
+      const name = raw.trim();
+      if (name !== "" && !(TOKENIZERS as readonly string[]).includes(name)) throw fail();
+      return name;
     }
     case "flag": {
       const flag = raw.trim().toLowerCase();

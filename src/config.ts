@@ -6,6 +6,7 @@ import { ConfigError } from "./errors.ts";
 import { defaultCompactBatch } from "./memory/plan.ts";
 import { type ApiToken, type Kind, MIN_TOKEN_CHARS, parseValue, type ValueRule } from "./_config_values.ts";
 import type { PriceTable } from "./prices.ts";
+import type { TokenizerName } from "./memory/tokenizer.ts";
 
 export { type ApiToken, MIN_TOKEN_CHARS };
 
@@ -73,6 +74,8 @@ export interface Config {
   userDailyTokens: number | null;
   /** Dollars per million prompt and completion tokens, by model; empty: no costs shown. */
   prices: PriceTable;
+  /** The exact tokenizer requests are counted with; empty: the per-script estimate. */
+  tokenizer: TokenizerName | "";
 }
 
 /** One variable: the field it sets, its kind, its default and its meaning. */
@@ -212,6 +215,12 @@ export const SETTINGS: Readonly<Record<string, Setting>> = {
     "formatMode",
     "native",
     "how a client's response_format reaches the provider: native (sent as response_format) or prompt (the schema in the system message, for providers that reject it); the answer is checked either way",
+  ),
+  AGENT_TOKENIZER: setting(
+    "tokenizer",
+    "tokenizer",
+    "",
+    "count tokens exactly with OpenAI's tokenizer: o200k_base (GPT-4o and later) or cl100k_base (GPT-4); unset = estimated per script, calibrated by the provider's counts. Loads npm:js-tiktoken",
   ),
   AGENT_STREAM: setting(
     "stream",

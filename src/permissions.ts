@@ -137,7 +137,7 @@ export function taskPermissionFlags(
   if (task !== "demo") flags.push("--allow-sys=hostname");
   // Only then: Deno fetches a lock's whole npm snapshot at start, and without these nothing needs a registry.
   const optional = mcp.run.length + mcp.net.length > 0 || config.databaseUrl !== "" ||
-    env.OTEL_DENO === "true";
+    env.OTEL_DENO === "true" || config.tokenizer !== "";
   if (optional && task !== "compile") flags.push(`--lock=${RUNTIME_LOCK}`, "--frozen");
   return flags;
 }

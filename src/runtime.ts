@@ -11,6 +11,8 @@ import { ConfigError, errorMessage } from "./errors.ts";
 import { createLlmFromConfig } from "./llm/openai.ts";
 import type { Agent } from "./agent/loop.ts";
 import { BackgroundCompactions } from "./memory/background.ts";
+import { useTokenizer } from "./memory/plan.ts";
+import { loadTokenizer, type TextCounter, type TokenizerName } from "./memory/tokenizer.ts";
 import { processOwner, SessionLeases } from "./store/session_leases.ts";
 import { SessionRunner } from "./store/session_runner.ts";
 import { ProcessMarks } from "./store/process_marks.ts";
@@ -66,6 +68,20 @@ function requireWritableTrace(tracePath: string): void {
   });
 }
 
+/** The exact tokenizer AGENT_TOKENIZER names, or a `ConfigError` saying why it cannot be loaded. */
+async function openTokenizer(name: TokenizerName): Promise<TextCounter> {
+  try {
+    return await loadTokenizer(name);
+  } catch (error) {
+    throw new ConfigError(
+      "AGENT_TOKENIZER",
+      `Cannot load the tokenizer of AGENT_TOKENIZER=${name} (npm:js-tiktoken): ${
+        errorMessage(error).split("\n")[0]
+      }; unset AGENT_TOKENIZER to estimate tokens without it`,
+    );
+  }
+}
+
 /**
  * Opens everything a command works on, before any input is read. Rejects with a `ConfigError` (one line:
  * what could not be opened and what to do) when the trace, the database or the tool configuration cannot be
@@ -73,6 +89,7 @@ function requireWritableTrace(tracePath: string): void {
  */
 export async function openRuntime(config: Readonly<Config>): Promise<Runtime> {
   requireWritableTrace(config.tracePath);
+  if (config.tokenizer !== "") useTokenizer(await openTokenizer(config.tokenizer));
   const store = await openSessionStore(config);
   const { mcp, approval } = await openToolConfig(config, (line) => console.error(line));
   // The events this process writes go on to the database's trace table, where the trace route reads them.

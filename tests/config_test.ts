@@ -44,6 +44,7 @@ Deno.test("loadConfig() gives every documented default for an empty environment"
     turnTimeoutSeconds: null,
     userDailyTokens: null,
     prices: new Map(),
+    tokenizer: "",
   });
   assert.ok(Object.isFrozen(config));
 });
@@ -140,7 +141,9 @@ Deno.test("loadConfig() reads every variable", () => {
     AGENT_TRACE_MAX_PAYLOAD_CHARS: "10",
     RUN_LIVE_TESTS: "1",
     AGENT_RESPONSE_FORMAT: "Prompt",
+    AGENT_TOKENIZER: "cl100k_base",
   });
+  assert.equal(config.tokenizer, "cl100k_base");
   assert.equal(config.baseUrl, "http://127.0.0.1:8080/v1", "trailing slash dropped");
   assert.equal(config.responseFormatMode, "prompt");
   assert.equal(config.llmTimeoutSeconds, 2.5);
@@ -166,6 +169,11 @@ Deno.test("loadConfig() names the variable, the value and what is expected for a
     ["OPENAI_BASE_URL", "not a url", /expected an http:\/\/ or https:\/\/ URL/],
     ["RUN_LIVE_TESTS", "yes", /expected 1, 0, true, false or unset/],
     ["AGENT_RESPONSE_FORMAT", "json", /^Invalid AGENT_RESPONSE_FORMAT="json": expected native or prompt$/],
+    [
+      "AGENT_TOKENIZER",
+      "gpt2",
+      /^Invalid AGENT_TOKENIZER="gpt2": expected o200k_base or cl100k_base, or unset$/,
+    ],
   ];
   for (const [name, value, pattern] of cases) {
     assert.throws(

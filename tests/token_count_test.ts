@@ -5,7 +5,9 @@
  */
 import assert from "node:assert/strict";
 import { runTurn } from "../src/agent/loop.ts";
-import { estimateTokens } from "../src/memory/plan.ts";
+import { estimateRequestTokens, estimateTokens, useTokenizer } from "../src/memory/plan.ts";
+import { loadTokenizer } from "../src/memory/tokenizer.ts";
+import type { ScriptedRequest } from "../src/llm/scripted.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { harness, keyOf, tempDir } from "./_harness.ts";
 
@@ -105,4 +107,50 @@ Deno.test("a calibration counted with other fixed parts is not used: the estimat
   } finally {
     await store.close();
   }
+});
+
+Deno.test("loadTokenizer() counts as the encoding does: o200k_base gives the counts above, cl100k_base others", async () => {
+  const o200k = await loadTokenizer("o200k_base");
+  const cl100k = await loadTokenizer("cl100k_base");
+  for (const { name, text, tokens } of COUNTED) assert.equal(o200k.count(text), tokens, name);
+  const chinese = COUNTED.find((c) => c.name === "Chinese")!.text;
+  assert.notEqual(cl100k.count(chinese), o200k.count(chinese), "another encoding, another count");
+  assert.equal(o200k.count("<|endoftext|>"), 7, "a special token in a message is counted as its text");
+});
+
+/** A request's tokens counted with `count` as OpenAI does: 3 around each message's text, and the tools' JSON. */
+function exactly(request: ScriptedRequest, count: (text: string) => number): number {
+  let tokens = request.tools.length === 0 ? 0 : count(JSON.stringify(request.tools));
+  for (const m of request.messages) {
+    const calls = (m.toolCalls ?? []).map((c) => ` ${c.id} ${c.name} ${c.arguments}`).join("");
+    tokens += 3 + count((m.content ?? "") + (m.toolCallId ?? "") + calls);
+  }
+  return tokens;
+}
+
+Deno.test("with AGENT_TOKENIZER a turn's budget counts its request exactly, not by the estimate", async () => {
+  const tokenizer = await loadTokenizer("o200k_base");
+  const question = COUNTED.map((c) => c.text).join("\n\n");
+  let request: ScriptedRequest;
+  {
+    using h = harness([{ content: "ok", usage: null }]);
+    await runTurn({ ...keyOf("s"), message: question }, h.agent, h.run);
+    request = h.llm.requests[0];
+  }
+  const exact = exactly(request, tokenizer.count);
+  assert.notEqual(estimateRequestTokens(request.messages, request.tools), exact, "the estimate differs");
+  useTokenizer(tokenizer);
+  try {
+    assert.equal(estimateRequestTokens(request.messages, request.tools), exact);
+    for (const [budget, outcome, calls] of [[exact - 1, "budget", 0], [exact + 1, "answered", 1]] as const) {
+      using h = harness([{ content: "ok", usage: null }]);
+      h.agent.maxTurnTokens = budget;
+      const result = await runTurn({ ...keyOf("s"), message: question }, h.agent, h.run);
+      assert.equal(result.outcome, outcome, `budget ${budget} for ${exact}`);
+      assert.equal(h.llm.requests.length, calls);
+    }
+  } finally {
+    useTokenizer(null);
+  }
+  assert.notEqual(estimateRequestTokens(request.messages, request.tools), exact, "the estimate again");
 });

@@ -8,7 +8,7 @@ import type { EventSink, RunEventData, RunEventName } from "../events.ts";
 import { checkDecisions, type Decision, noPendingApproval } from "../approval/decisions.ts";
 import { TurnMemory } from "../memory/turn_memory.ts";
 import type { Calibration, PendingStep, SessionKey } from "../store/store.ts";
-import { estimateTokens } from "../memory/plan.ts";
+import { countTokens } from "../memory/plan.ts";
 import { costOf } from "../prices.ts";
 import type {
   ChatReply,
@@ -145,7 +145,7 @@ export class Turn {
     const reported = reportedTokens(usage);
     const text = (reply.content ?? "") + reply.toolCalls.map((call) => call.name + call.arguments).join("");
     const [prompt, completion] = reported === null || usage === null
-      ? [requestTokens, estimateTokens(text)]
+      ? [requestTokens, countTokens(text)]
       : [usage.promptTokens ?? reported - (usage.completionTokens ?? 0), usage.completionTokens ?? 0];
     if (reported === null) this.spent += prompt + completion;
     const entry = {

@@ -1,9 +1,10 @@
 /**
- * Where a compaction cuts, pure: token estimates, when compaction is due and which whole turns go. Nothing
- * here reads or writes.
+ * Where a compaction cuts: token counts (estimated per script, or exact with the tokenizer set at start-up),
+ * when compaction is due and which whole turns go. Nothing here reads or writes.
  * @module
  */
 import type { Message, ToolSchema } from "../types.ts";
+import type { TextCounter } from "./tokenizer.ts";
 
 /**
  * One run of a script class: a Latin word, digits, a CJK (or kana, hangul) character, white space, or other
@@ -35,32 +36,60 @@ export function estimateTokens(text: string): number {
   return Math.ceil(tokens);
 }
 
-/** The tokens a provider adds around each message (its role and separators). */
+/** The tokens a provider adds around each message (its role and separators), by the per-script estimate. */
 export const MESSAGE_OVERHEAD_TOKENS = 4;
 
-/** Estimates of frozen messages (stored ones are): a message is read once, however often a request is planned. */
-const messageTokens = new WeakMap<Message, number>();
+/** The built-in counter: {@linkcode estimateTokens}, dependency-free. */
+const PER_SCRIPT: TextCounter = {
+  name: "per-script",
+  count: estimateTokens,
+  messageOverhead: MESSAGE_OVERHEAD_TOKENS,
+};
 
-/** Estimated tokens of one message: its text, call ids, names and arguments, and the message's overhead. */
+/**
+ * How this process counts a request's texts: the per-script estimate, or the exact tokenizer AGENT_TOKENIZER
+ * names, set once at start-up by {@linkcode useTokenizer} (one model family per process, like the model).
+ */
+let counter = PER_SCRIPT;
+
+/** Counts of frozen messages (stored ones are): a message is read once, however often a request is planned. */
+let messageTokens = new WeakMap<Message, number>();
+
+/** Counts of frozen tool lists (the registry's are, until its tools change): read once, not every turn. */
+let toolsTokens = new WeakMap<readonly ToolSchema[], number>();
+
+/**
+ * Counts texts with `tokenizer` from now on (null: the per-script estimate again). Called at start-up, before
+ * any request is counted; the counts kept so far are dropped.
+ */
+export function useTokenizer(tokenizer: TextCounter | null): void {
+  counter = tokenizer ?? PER_SCRIPT;
+  messageTokens = new WeakMap();
+  toolsTokens = new WeakMap();
+}
+
+/** The tokens of `text` as this process counts them: exactly with a tokenizer, else estimated per script. */
+export function countTokens(text: string): number {
+  return counter.count(text);
+}
+
+/** Tokens of one message: its text, call ids, names and arguments, and the message's overhead. */
 export function estimateMessageTokens(message: Message): number {
   const known = messageTokens.get(message);
   if (known !== undefined) return known;
   let text = (message.content ?? "") + (message.toolCallId ?? "");
   for (const call of message.toolCalls ?? []) text += ` ${call.id} ${call.name} ${call.arguments}`;
-  const tokens = MESSAGE_OVERHEAD_TOKENS + estimateTokens(text);
+  const tokens = counter.messageOverhead + counter.count(text);
   if (Object.isFrozen(message)) messageTokens.set(message, tokens);
   return tokens;
 }
 
-/** Estimates of frozen tool lists (the registry's are, until its tools change): read once, not every turn. */
-const toolsTokens = new WeakMap<readonly ToolSchema[], number>();
-
-/** Estimated tokens of the tool schemas offered with a request. */
+/** Tokens of the tool schemas offered with a request. */
 function estimateToolsTokens(tools: readonly ToolSchema[]): number {
   if (tools.length === 0) return 0;
   const known = toolsTokens.get(tools);
   if (known !== undefined) return known;
-  const tokens = estimateTokens(JSON.stringify(tools));
+  const tokens = counter.count(JSON.stringify(tools));
   if (Object.isFrozen(tools)) toolsTokens.set(tools, tokens);
   return tokens;
 }
