@@ -88,7 +88,7 @@ async function chat(config: Readonly<Config>, key: SessionKey, options: ChatChoi
   const runtime = await openOrFail(config);
   const { interactive } = options;
   const onError = (error: unknown) =>
-    console.error(
+    console.warn(
       `Cannot save the input history to ${config.historyPath}: ${
         errorMessage(error)
       }; set AGENT_HISTORY_PATH`,
@@ -162,12 +162,12 @@ async function serve(config: Readonly<Config>): Promise<number> {
         graceSeconds: config.shutdownGraceSeconds,
         onListen: ({ hostname, port }) => {
           const auth = config.apiTokens.length > 0 ? `${config.apiTokens.length} API token(s)` : "no auth";
-          console.error(`listening on http://${hostname}:${port} (${auth}, model ${config.model})`);
+          writeStderr(`listening on http://${hostname}:${port} (${auth}, model ${config.model})\n`);
         },
       }), config);
     await server.finished;
     log.close();
-    console.error("stopped");
+    writeStderr("stopped\n");
     return 0;
   } finally {
     log.close();
@@ -199,7 +199,7 @@ function requirePermissions(config: Readonly<Config>, command: "chat" | "serve")
 /** Runs the program with `args` and resolves to its exit code. */
 export async function main(args: string[]): Promise<number> {
   const telemetryProblem = await enableTelemetry(readEnvironment(TELEMETRY_VARIABLES));
-  if (telemetryProblem !== null) console.error(telemetryProblem);
+  if (telemetryProblem !== null) console.warn(telemetryProblem);
   if (args[0] === "demo") return await demoMain(args.slice(1));
   let parsed;
   try {

@@ -21,6 +21,7 @@ import type { SessionStore } from "./store/store.ts";
 import { createLlmSummarizer } from "./memory/summarizer.ts";
 import { builtinToolsFor } from "./tools/builtin.ts";
 import type { ToolRegistry } from "./tools/registry.ts";
+import { writeStderr } from "./http/batched_log.ts";
 import { JsonlTracer } from "./trace/trace.ts";
 import type { McpTools } from "./mcp/mcp_tools.ts";
 import { openToolConfig } from "./mcp/start.ts";
@@ -91,7 +92,7 @@ export async function openRuntime(config: Readonly<Config>): Promise<Runtime> {
   requireWritableTrace(config.tracePath);
   if (config.tokenizer !== "") useTokenizer(await openTokenizer(config.tokenizer));
   const store = await openSessionStore(config);
-  const { mcp, approval } = await openToolConfig(config, (line) => console.error(line));
+  const { mcp, approval } = await openToolConfig(config, (line) => console.warn(line));
   // The events this process writes go on to the database's trace table, where the trace route reads them.
   const shared = sharedTraceOf(store, config.traceTableMaxEvents);
   const tracer = new JsonlTracer(config.tracePath, {
@@ -153,7 +154,7 @@ export async function openRuntime(config: Readonly<Config>): Promise<Runtime> {
       const retained = retention?.close();
       if (compactions.running > 0) {
         const grace = `${config.shutdownGraceSeconds}s (AGENT_SHUTDOWN_GRACE_SECONDS)`;
-        console.error(`finishing ${compactions.running} background compaction(s), up to ${grace}`);
+        writeStderr(`finishing ${compactions.running} background compaction(s), up to ${grace}\n`);
       }
       await compactions.close(config.shutdownGraceSeconds * 1000);
       await mcp?.close();

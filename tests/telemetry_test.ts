@@ -194,6 +194,10 @@ Deno.test("serve with OTEL_DENO=true exports a calculator turn as invoke_agent >
     assert.deepEqual([duration.unit, duration.attributes, duration.count], ["s", common, 2]);
     assert.ok(duration.sum > 0 && duration.sum < 10, `duration ${duration.sum} s`);
 
+    // Its lines on stderr ("listening on", "stopped") are information, not errors: none is exported as one.
+    assert.match(serve.stderr(), /listening on[^]*stopped/);
+    assert.deepEqual(receiver.logs().filter((log) => log.severity === "ERROR"), []);
+
     // The trace file (the audit log) holds the content; no export does, nor the key.
     assert.ok(Deno.readTextFileSync(join(dir.path, "trace", "traces.jsonl")).includes(MARKER));
     for (const { path, body } of receiver.bodies) {
@@ -301,5 +305,37 @@ Deno.test("with OTEL_DENO=true but no package at hand, chat still answers and sa
     assert.ok(!result.stderr.includes(KEY));
   } finally {
     await provider.close();
+  }
+});
+
+Deno.test("a one-shot run with deno task --quiet exports its spans but no log record with the question", async () => {
+  using dir = tempDir();
+  const provider = startFakeProvider();
+  const receiver = startOtlpReceiver();
+  try {
+    const result = await runProcess("deno", ["task", "--quiet", "chat", `what is 12*(3+4)? ${MARKER}`], {
+      env: childEnv(dir.path, {
+        NO_COLOR: "1",
+        OPENAI_BASE_URL: provider.url,
+        OPENAI_API_KEY: KEY,
+        MODEL,
+        OTEL_DENO: "true",
+        OTEL_EXPORTER_OTLP_PROTOCOL: "http/json",
+        OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,
+      }),
+    });
+    assert.equal(result.code, 0, result.stderr);
+    assert.equal(result.stdout, "The answer is 84.\n");
+    await until(() => receiver.spans().some((s) => s.name.startsWith("invoke_agent")), "the flush at exit");
+    // Without --quiet, Deno's task runner would export its header line, the question in it.
+    assert.deepEqual(receiver.logs().filter((log) => log.scope === "deno::tools::task"), []);
+    assert.deepEqual(receiver.logs().filter((log) => log.severity === "ERROR"), []);
+    for (const { path, body } of receiver.bodies) {
+      for (const secret of [MARKER, "12*(3+4)", "The answer is", KEY]) {
+        assert.ok(!body.includes(secret), `${path} carries ${JSON.stringify(secret)}`);
+      }
+    }
+  } finally {
+    await Promise.all([provider.close(), receiver.close()]);
   }
 });

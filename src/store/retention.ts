@@ -58,7 +58,7 @@ export interface RetentionOptions {
   clock?: Clock;
   /** A number in [0, 1) for the jitter of the waits. @default {Math.random} */
   random?: () => number;
-  /** Gets one line when a pass fails, and one when a pass works again. @default {(line) => console.error(line)} */
+  /** Gets one line when a pass fails, and one when a pass works again. @default {(line) => console.warn(line)} */
   warn?: (line: string) => void;
 }
 
@@ -94,7 +94,7 @@ export class Retention {
   constructor(target: RetentionTarget, options: RetentionOptions = {}) {
     const { traceDays = 30, sessionDays = null, intervalMs = 3_600_000, firstDelayMs = 60_000 } = options;
     const { batch = 500, owner = `${processOwner()}:0`, leaseTtlMs = 30_000, clock = SYSTEM_CLOCK } = options;
-    const { random = Math.random, warn = (line: string) => console.error(line) } = options;
+    const { random = Math.random, warn = (line: string) => console.warn(line) } = options;
     const positive = {
       traceDays,
       intervalMs,

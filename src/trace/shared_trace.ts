@@ -102,7 +102,7 @@ export interface SharedTraceOptions {
    * older ones are deleted, so it holds at most about that many more. @default {1000000}
    */
   maxEvents?: number;
-  /** Gets one line when shipping fails, and one when it works again. @default {(line) => console.error(line)} */
+  /** Gets one line when shipping fails, and one when it works again. @default {(line) => console.warn(line)} */
   warn?: (line: string) => void;
 }
 
@@ -124,7 +124,7 @@ export class SharedTrace implements TracePages {
   #dropped = 0;
 
   constructor(table: TraceTable, options: SharedTraceOptions = {}) {
-    const { delayMs = 0, maxQueued = 10_000, warn = (line: string) => console.error(line) } = options;
+    const { delayMs = 0, maxQueued = 10_000, warn = (line: string) => console.warn(line) } = options;
     this.#table = table;
     this.#delayMs = delayMs;
     this.#clock = options.clock ?? SYSTEM_CLOCK;
