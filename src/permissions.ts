@@ -144,15 +144,17 @@ export function taskPermissionFlags(
 
 /**
  * The flags this process lacks to do its work (with `listen`, also to listen on AGENT_HOST:AGENT_PORT; with
- * `history`, to keep chat's input history), each spelled as it must be passed; empty when all are granted.
+ * `history`, to keep chat's input history; without `model`, the demo model's, none to the provider), each
+ * spelled as it must be passed; empty when all are granted.
  * Queries without prompting.
  */
 export function missingPermissions(
   config: Readonly<Config>,
-  options: { listen?: boolean; history?: boolean } = {},
+  options: { listen?: boolean; history?: boolean; model?: boolean } = {},
 ): string[] {
   const missing: string[] = [];
-  const hosts = [llmNetHost(config.baseUrl), ...databaseGrants(config).net];
+  const { model = true } = options;
+  const hosts = [...(model ? [llmNetHost(config.baseUrl)] : []), ...databaseGrants(config).net];
   if (options.listen) hosts.push(listenNetHost(config));
   for (const host of hosts) {
     if (Deno.permissions.querySync({ name: "net", host }).state !== "granted") {
