@@ -254,9 +254,12 @@ function requirePermissions(config: Readonly<Config>, command: "chat" | "serve",
     history: command === "chat",
     model,
   });
-  if (missing.length > 0) {
-    fail(`Cannot start: missing permission ${missing.join(" ")} (deno task ${command} grants exactly these)`);
-  }
+  if (missing.length === 0) return;
+  // A compiled binary carries the grants of the settings it was compiled with: other settings need a rebuild.
+  const how = Deno.build.standalone
+    ? "this binary was compiled for other settings: run deno task compile with these"
+    : `deno task ${command} grants exactly these`;
+  fail(`Cannot start: missing permission ${missing.join(" ")} (${how})`);
 }
 
 /** Runs the program with `args` and resolves to its exit code. */
