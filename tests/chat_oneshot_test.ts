@@ -163,3 +163,27 @@ Deno.test("oneShotMessage() joins the question, a blank line and the piped text,
   assert.equal(oneShotMessage(["why?", "-"], "\n"), "why?");
   assert.equal(oneShotMessage(["-"], " \n"), "");
 });
+
+Deno.test("deno task chat -c with a last-session file that is not its own says so and what to do, exit 2", async () => {
+  using dir = tempDir();
+  const path = `${dir.path}/db/chat_history.last_session`;
+  Deno.mkdirSync(`${dir.path}/db`, { recursive: true });
+  Deno.writeTextFileSync(path, "not json");
+  const result = await chat(["-c", "hi"], "", env(dir.path, "http://127.0.0.1:9/v1"));
+  assert.equal(result.code, 2);
+  assert.match(
+    result.stderr,
+    new RegExp(`^Cannot read the last chat session from ${path}: .+; delete it, or give --session ID\\n$`),
+  );
+  // A one-shot without -c replaces it.
+  const provider = startFakeProvider();
+  try {
+    const fresh = await chat(["-v", "hello"], "", env(dir.path, provider.url));
+    assert.equal(fresh.code, 0, fresh.stderr);
+    const session = /^session (\S+)/.exec(fresh.stderr)?.[1];
+    assert.deepEqual(JSON.parse(Deno.readTextFileSync(path)), { local: session });
+    assert.equal(Deno.statSync(path).mode! & 0o777, 0o600);
+  } finally {
+    await provider.close();
+  }
+});

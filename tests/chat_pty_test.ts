@@ -4,7 +4,7 @@
  */
 import assert from "node:assert/strict";
 import { type FakeProvider, startFakeProvider } from "./fixtures/fake_openai.ts";
-import { childEnv, ROOT, tempDir } from "./_harness.ts";
+import { childEnv, ROOT, runProcess, tempDir } from "./_harness.ts";
 import { freePort } from "../scripts/_bench_process.ts";
 
 /** Why these tests cannot run here, or null: they need util-linux's `script` (other systems' differs). */
@@ -238,5 +238,30 @@ ttyTest(
       assert.ok(!tty.output().slice(0, at).includes("not reachable"), JSON.stringify(tty.output()));
       if (args.length > 0) assert.match(tty.output(), /demo model \(demo-rules\): offline rules, not an LLM/);
     }
+  },
+);
+
+ttyTest(
+  "on a terminal the REPL opens session default, and with -c the last one-shot's session",
+  async (dir, provider) => {
+    const env = ttyEnv(dir.path, provider.url);
+    const plain = spawnTty([], env);
+    await plain.waitFor("you> ");
+    await plain.type("\x04");
+    assert.equal(await plain.exit(), 0);
+    assert.match(plain.output(), /session default \(user local\), 0 turns/);
+
+    const oneShot = await runProcess("deno", ["task", "--quiet", "chat", "-v", "hello there"], {
+      env,
+      clearEnv: true,
+    });
+    assert.equal(oneShot.code, 0, oneShot.stderr);
+    const session = /^session (chat-[0-9a-f]{8})/.exec(oneShot.stderr)?.[1];
+    assert.ok(session, oneShot.stderr);
+    const continued = spawnTty(["-c"], env);
+    await continued.waitFor("you> ");
+    await continued.type("\x04");
+    assert.equal(await continued.exit(), 0);
+    assert.ok(continued.output().includes(`session ${session} (user local), 1 turn`), continued.output());
   },
 );
