@@ -20,11 +20,17 @@ import { serveHttp } from "./http/server.ts";
 import { listenFailure } from "./http/listen_failure.ts";
 import { createLlmFromConfig } from "./llm/openai.ts";
 import { listenNetHost, missingPermissions, readEnvironment, TERMINAL_VARIABLES } from "./permissions.ts";
-import { openRuntime, type Runtime } from "./runtime.ts";
+import { openRuntime, type OpenRuntimeOptions, type Runtime } from "./runtime.ts";
+import { DEMO_MODEL_NAME, DemoModel } from "./llm/demo.ts";
+import { probeProvider } from "./llm/probe.ts";
+import { freshSessionId, lastSessionPath, readLastSession, rememberLastSession } from "./cli/last_session.ts";
 import { SqliteStore } from "./store/sqlite.ts";
 import { enableTelemetry, TELEMETRY_VARIABLES } from "./telemetry.ts";
 import { type SessionKey, validateId } from "./store/store.ts";
-import { createLlmSummarizer } from "./memory/summarizer.ts";
+import { createLlmSummarizer, deterministicSummarizer } from "./memory/summarizer.ts";
+
+/** How long the REPL waits at start-up for the provider's `GET /models`. */
+const PROBE_TIMEOUT_MS = 2000;
 
 function fail(message: string): never {
   console.error(message);
@@ -32,9 +38,9 @@ function fail(message: string): never {
 }
 
 /** The runtime, or exit code 2 with one line when its trace, database or tool configuration cannot be opened. */
-async function openOrFail(config: Readonly<Config>): Promise<Runtime> {
+async function openOrFail(config: Readonly<Config>, options: OpenRuntimeOptions = {}): Promise<Runtime> {
   try {
-    return await openRuntime(config);
+    return await openRuntime(config, options);
   } catch (error) {
     if (error instanceof ConfigError) fail(error.message);
     throw error;
@@ -45,7 +51,10 @@ async function openOrFail(config: Readonly<Config>): Promise<Runtime> {
  * What chat's command line and terminal decide: the one-shot message (`-`: stdin), the mode, colour, width,
  * and the response format of `--schema`.
  */
-type ChatChoices = Pick<ChatOptions, "message" | "color" | "columns" | "interactive" | "responseFormat">;
+type ChatChoices = Pick<ChatOptions, "message" | "color" | "columns" | "interactive" | "responseFormat"> & {
+  /** A one-shot, or input not from a terminal: a run of its own, in a fresh session unless one is named. */
+  oneRun: boolean;
+};
 
 /** The `--schema` file (`-`: stdin) as a response format, or exit code 2 saying why it cannot be used. */
 async function readSchema(source: string): Promise<ChatOptions["responseFormat"]> {
@@ -81,11 +90,53 @@ async function chatOptions(words: string[], noColorFlag: boolean, schema?: strin
   // A dumb terminal (Emacs' shell) cannot follow the line editor's cursor moves: it gets the line mode.
   const interactive = message === undefined && Deno.stdin.isTerminal() && env.TERM !== "dumb";
   const color = colorWanted({ isTerminal, noColorFlag, env });
-  return { message, interactive, columns, color, responseFormat };
+  const oneRun = message !== undefined || !Deno.stdin.isTerminal();
+  return { message, interactive, columns, color, responseFormat, oneRun };
 }
 
-async function chat(config: Readonly<Config>, key: SessionKey, options: ChatChoices) {
-  const runtime = await openOrFail(config);
+/** How chat's command line names its session. */
+interface SessionChoice {
+  session?: string;
+  continue: boolean;
+  user: string;
+}
+
+/**
+ * The session a chat run uses: `--session`'s; with `-c` the last one-shot or piped run's; else a fresh one for
+ * a one-shot or piped run, and "default" for the REPL. A one-shot or piped run's is remembered for `-c`.
+ */
+function chatSession(config: Readonly<Config>, choice: SessionChoice, oneRun: boolean): string {
+  const path = lastSessionPath(resolve(config.historyPath));
+  let sessionId: string;
+  if (choice.continue) {
+    let last: string | null = null;
+    try {
+      last = readLastSession(path, choice.user);
+    } catch (error) {
+      fail(`${errorMessage(error)}; delete it, or give --session ID`);
+    }
+    if (last === null) {
+      fail(`Nothing to continue: no one-shot or piped chat of user ${choice.user} yet; give --session ID`);
+    }
+    sessionId = last;
+  } else {
+    sessionId = choice.session ?? (oneRun ? freshSessionId() : "default");
+  }
+  if (oneRun) {
+    const problem = rememberLastSession(path, choice.user, sessionId);
+    if (problem !== null) console.warn(problem);
+  }
+  return sessionId;
+}
+
+/** The demo model's line on stderr: what answers is rules, not an LLM. */
+const DEMO_NOTICE = `demo model (${DEMO_MODEL_NAME}): offline rules, not an LLM; ask it "what can you do?"`;
+
+async function chat(config: Readonly<Config>, key: SessionKey, options: ChatChoices, demo: boolean) {
+  const runtime = await openOrFail(
+    config,
+    demo ? { llm: new DemoModel(), summarizer: deterministicSummarizer } : {},
+  );
   const { interactive } = options;
   const onError = (error: unknown) =>
     console.warn(
@@ -95,6 +146,12 @@ async function chat(config: Readonly<Config>, key: SessionKey, options: ChatChoi
     );
   try {
     await runtime.store.getOrCreate(key);
+    if (demo) writeStderr(`${DEMO_NOTICE}\n`);
+    // A wrong URL or key is said before the first question; a one-shot learns it as fast from its one turn.
+    const problem = interactive && !demo
+      ? await probeProvider(config.baseUrl, { apiKey: config.apiKey, timeoutMs: PROBE_TIMEOUT_MS })
+      : null;
+    if (problem !== null) console.warn(`model not reachable: ${problem} (the chat starts anyway)`);
     return await runChat({
       ...key,
       ...options,
@@ -106,12 +163,14 @@ async function chat(config: Readonly<Config>, key: SessionKey, options: ChatChoi
       interactive,
       sessions: runtime.sessions,
       history: interactive ? new FileHistory(resolve(config.historyPath), { onError }) : undefined,
-      model: config.model,
-      setModel: (model) => {
-        const llm = createLlmFromConfig({ ...config, model }, { stream: config.stream });
-        runtime.agent.llm = llm;
-        runtime.agent.summarizer = createLlmSummarizer(llm);
-      },
+      model: demo ? DEMO_MODEL_NAME : config.model,
+      ...(demo ? {} : {
+        setModel: (model: string) => {
+          const llm = createLlmFromConfig({ ...config, model }, { stream: config.stream });
+          runtime.agent.llm = llm;
+          runtime.agent.summarizer = createLlmSummarizer(llm);
+        },
+      }),
     });
   } finally {
     await runtime.close();
@@ -177,10 +236,10 @@ async function serve(config: Readonly<Config>): Promise<number> {
   }
 }
 
-function loadChecked(check: (config: Readonly<Config>) => void): Readonly<Config> {
+function loadChecked(check: (config: Readonly<Config>) => void, needsKey = true): Readonly<Config> {
   try {
     const config = loadConfig(readEnvironment());
-    requireApiKey(config);
+    if (needsKey) requireApiKey(config);
     check(config);
     return config;
   } catch (error) {
@@ -189,11 +248,18 @@ function loadChecked(check: (config: Readonly<Config>) => void): Readonly<Config
   }
 }
 
-function requirePermissions(config: Readonly<Config>, command: "chat" | "serve"): void {
-  const missing = missingPermissions(config, { listen: command === "serve", history: command === "chat" });
-  if (missing.length > 0) {
-    fail(`Cannot start: missing permission ${missing.join(" ")} (deno task ${command} grants exactly these)`);
-  }
+function requirePermissions(config: Readonly<Config>, command: "chat" | "serve", model = true): void {
+  const missing = missingPermissions(config, {
+    listen: command === "serve",
+    history: command === "chat",
+    model,
+  });
+  if (missing.length === 0) return;
+  // A compiled binary carries the grants of the settings it was compiled with: other settings need a rebuild.
+  const how = Deno.build.standalone
+    ? "this binary was compiled for other settings: run deno task compile with these"
+    : `deno task ${command} grants exactly these`;
+  fail(`Cannot start: missing permission ${missing.join(" ")} (${how})`);
 }
 
 /** Runs the program with `args` and resolves to its exit code. */
@@ -207,7 +273,10 @@ export async function main(args: string[]): Promise<number> {
       args,
       allowPositionals: true,
       options: {
-        session: { type: "string", default: "default" },
+        session: { type: "string" },
+        continue: { type: "boolean", short: "c", default: false },
+        verbose: { type: "boolean", short: "v", default: false },
+        demo: { type: "boolean", default: false },
         user: { type: "string", default: "local" },
         "no-color": { type: "boolean", default: false },
         schema: { type: "string" },
@@ -215,7 +284,11 @@ export async function main(args: string[]): Promise<number> {
       },
     });
   } catch (error) {
-    fail(`${(error as Error).message}\nRun with --help for usage.`);
+    // Node's own wording of an unknown option suggests `--` with unbalanced quotes: said plainly instead.
+    const unknown = /^Unknown option '([^']*)'/.exec((error as Error).message);
+    fail(
+      `${unknown ? `Unknown option ${unknown[1]}` : (error as Error).message}. Run with --help for usage.`,
+    );
   }
   const [command, ...rest] = parsed.positionals;
   if (parsed.values.help || command === "help") {
@@ -223,15 +296,27 @@ export async function main(args: string[]): Promise<number> {
     return 0;
   }
   if (command === undefined) fail(`Missing command.\n\n${helpText()}`);
+  const { session, user, demo, verbose } = parsed.values;
   if (command === "chat") {
-    const { session, user } = parsed.values;
+    if (session !== undefined && parsed.values.continue) {
+      fail("Cannot use --session and -c/--continue together: -c continues the last one-shot's session.");
+    }
     const config = loadChecked(() => {
-      validateId(session);
+      if (session !== undefined) validateId(session);
       validateId(user, "user id");
-    });
-    requirePermissions(config, "chat");
+    }, !demo);
+    requirePermissions(config, "chat", !demo);
     const options = await chatOptions(rest, parsed.values["no-color"], parsed.values.schema);
-    return await chat(config, { sessionId: session, userId: user }, options);
+    const sessionId = chatSession(
+      config,
+      { session, user, continue: parsed.values.continue },
+      options.oneRun,
+    );
+    if (verbose) writeStderr(`session ${sessionId} (user ${user})\n`);
+    return await chat(config, { sessionId, userId: user }, options, demo);
+  }
+  for (const [flag, given] of Object.entries({ session, "-c/--continue": parsed.values.continue, demo })) {
+    if (given) fail(`${flag.startsWith("-") ? flag : `--${flag}`} is a chat option; ${command} takes none.`);
   }
   if (rest.length > 0) fail(`Unexpected argument "${rest[0]}". Run with --help for usage.`);
   if (parsed.values.schema !== undefined) {

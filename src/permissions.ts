@@ -51,12 +51,13 @@ export function databaseGrants(config: Pick<Config, "databaseUrl">): { net: stri
 
 /**
  * The folders a task reads and writes: the SQLite database's (none with PostgreSQL) and the trace's, and with
- * `history` chat's history.
+ * `history` chat's history. Absolute, unless `relative`: then each is as its setting gives it (`data` for
+ * `data/sessions.db`), which a compiled binary resolves against its working directory at run time.
  */
-function folders(config: Readonly<Config>, history = false): string[] {
+function folders(config: Readonly<Config>, history = false, relative = false): string[] {
   const database = config.databaseUrl === "" ? [config.dbPath] : [];
   const paths = [...database, config.tracePath, ...(history ? [config.historyPath] : [])];
-  return [...new Set(paths.map((path) => dirname(resolve(path))))];
+  return [...new Set(paths.map((path) => relative ? dirname(path) : dirname(resolve(path))))];
 }
 
 /**
@@ -74,7 +75,9 @@ export function mcpGrants(file: McpFile | null): { run: string[]; env: string[];
 export interface TaskFlagsOptions {
   /**
    * `chat` and `serve` work on the configured database and trace (`serve` also listens on AGENT_HOST:
-   * AGENT_PORT); `demo` works on a fresh temporary folder instead; `compile` bakes in what all three need.
+   * AGENT_PORT); `demo` works on a fresh temporary folder instead; `compile` bakes in what all three need for
+   * the configuration it is given (the target's), its data folders as the settings give them: a relative one
+   * is resolved against the binary's working directory when it runs.
    * @default {"chat"}
    */
   task?: "chat" | "serve" | "demo" | "compile";
@@ -121,12 +124,14 @@ export function taskPermissionFlags(
   const database = databaseGrants(config);
   const extra = [...mcp.env, ...database.env];
   if (extra.length > 0) flags[0] = `--allow-env=${[...new Set([...variables, ...extra])].join(",")}`;
+  // The temporary folder of a compiled binary holds the demo's files and the embedded docs corpus too.
   const writable = task === "demo"
     ? [resolve(tempDir)]
     : task === "compile"
-    ? [...folders(config, true), resolve(tempDir)]
+    ? [...folders(config, true, true), resolve(tempDir)]
     : folders(config, task === "chat");
-  const readable = [...writable, DOCS_DIR, ...(mcpFile === null ? [] : [mcpFile.path])];
+  const docs = task === "compile" ? [] : [DOCS_DIR];
+  const readable = [...writable, ...docs, ...(mcpFile === null ? [] : [mcpFile.path])];
   flags.push(`--allow-read=${readable.join(",")}`);
   flags.push(`--allow-write=${writable.join(",")}`);
   const net = [llmNetHost(config.baseUrl)];
@@ -144,15 +149,17 @@ export function taskPermissionFlags(
 
 /**
  * The flags this process lacks to do its work (with `listen`, also to listen on AGENT_HOST:AGENT_PORT; with
- * `history`, to keep chat's input history), each spelled as it must be passed; empty when all are granted.
+ * `history`, to keep chat's input history; without `model`, the demo model's, none to the provider), each
+ * spelled as it must be passed; empty when all are granted.
  * Queries without prompting.
  */
 export function missingPermissions(
   config: Readonly<Config>,
-  options: { listen?: boolean; history?: boolean } = {},
+  options: { listen?: boolean; history?: boolean; model?: boolean } = {},
 ): string[] {
   const missing: string[] = [];
-  const hosts = [llmNetHost(config.baseUrl), ...databaseGrants(config).net];
+  const { model = true } = options;
+  const hosts = [...(model ? [llmNetHost(config.baseUrl)] : []), ...databaseGrants(config).net];
   if (options.listen) hosts.push(listenNetHost(config));
   for (const host of hosts) {
     if (Deno.permissions.querySync({ name: "net", host }).state !== "granted") {

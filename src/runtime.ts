@@ -18,7 +18,8 @@ import { SessionRunner } from "./store/session_runner.ts";
 import { ProcessMarks } from "./store/process_marks.ts";
 import { openSessionStore, retentionOf, sharedTraceOf } from "./store/open.ts";
 import type { SessionStore } from "./store/store.ts";
-import { createLlmSummarizer } from "./memory/summarizer.ts";
+import { createLlmSummarizer, type Summarizer } from "./memory/summarizer.ts";
+import type { LLM } from "./llm/llm.ts";
 import { builtinToolsFor } from "./tools/builtin.ts";
 import type { ToolRegistry } from "./tools/registry.ts";
 import { writeStderr } from "./http/batched_log.ts";
@@ -83,12 +84,23 @@ async function openTokenizer(name: TokenizerName): Promise<TextCounter> {
   }
 }
 
+/** Options of {@linkcode openRuntime}. */
+export interface OpenRuntimeOptions {
+  /** The model the turns use. @default {the configured provider's client} */
+  llm?: LLM;
+  /** The compaction summarizer. @default {createLlmSummarizer(llm)} */
+  summarizer?: Summarizer;
+}
+
 /**
  * Opens everything a command works on, before any input is read. Rejects with a `ConfigError` (one line:
  * what could not be opened and what to do) when the trace, the database or the tool configuration cannot be
  * opened, so that is never a failure in the middle of the first turn.
  */
-export async function openRuntime(config: Readonly<Config>): Promise<Runtime> {
+export async function openRuntime(
+  config: Readonly<Config>,
+  options: OpenRuntimeOptions = {},
+): Promise<Runtime> {
   requireWritableTrace(config.tracePath);
   if (config.tokenizer !== "") useTokenizer(await openTokenizer(config.tokenizer));
   const store = await openSessionStore(config);
@@ -101,7 +113,8 @@ export async function openRuntime(config: Readonly<Config>): Promise<Runtime> {
     secrets: [config.apiKey, ...config.apiTokens.map((t) => t.token)],
     onAppend: shared === null ? undefined : (event, line) => shared.add(event, line),
   });
-  const llm = createLlmFromConfig(config, { stream: config.stream });
+  const { llm = createLlmFromConfig(config, { stream: config.stream }) } = options;
+  const { summarizer = createLlmSummarizer(llm) } = options;
   const toolsFor = builtinToolsFor({ sources: mcp ? [mcp] : [] });
   // Processes of one host sharing the database's folder (with PostgreSQL: the trace's) learn from these marks
   // that a lease's holder crashed, and take its leases at once instead of after they expire.
@@ -138,7 +151,7 @@ export async function openRuntime(config: Readonly<Config>): Promise<Runtime> {
       tools: toolsFor(store),
       maxSteps: config.maxToolIters,
       maxToolCallsPerStep: config.maxToolCallsPerStep,
-      summarizer: createLlmSummarizer(llm),
+      summarizer,
       maxRawTurns: config.maxRawTurns,
       compactBatch: config.compactBatch,
       compactions,

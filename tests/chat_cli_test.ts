@@ -3,6 +3,7 @@ import assert from "node:assert/strict";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { startFakeProvider } from "./fixtures/fake_openai.ts";
 import { childEnv, ROOT, runProcess, tempDir } from "./_harness.ts";
+import { freePort } from "../scripts/_bench_process.ts";
 
 function chat(args: string[], stdin: string, env: Record<string, string>) {
   return runProcess("deno", ["task", "--quiet", "chat", ...args], { env, stdin, clearEnv: true });
@@ -40,15 +41,15 @@ Deno.test("deno task chat answers piped questions through the calculator and rem
   }
 });
 
-Deno.test("deno task chat --user bob starts on bob's own default session when default belongs to local", async () => {
+Deno.test("deno task chat --user bob --session default is bob's own session when local has a default too", async () => {
   using dir = tempDir();
   const provider = startFakeProvider();
   try {
     const env = baseEnv(dir.path, provider.url);
-    const local = await chat([], "local's note\n", env);
+    const local = await chat(["--session", "default"], "local's note\n", env);
     assert.equal(local.code, 0, local.stderr);
 
-    const bob = await chat(["--user", "bob"], "hello from bob\n", env);
+    const bob = await chat(["--user", "bob", "--session", "default"], "hello from bob\n", env);
     assert.equal(bob.code, 0, bob.stderr);
     assert.equal(bob.stdout, "echo: hello from bob\n");
     const sent = (provider.requests.at(-1)!.messages as { role: string; content: string | null }[])
@@ -106,23 +107,51 @@ Deno.test("deno task chat rejects a bad variable with exit 2 naming it", async (
   );
 });
 
-Deno.test("deno task chat reports an unreachable provider as an error answer and exit 1", async () => {
+Deno.test("deno task chat piped to a closed port: one stderr line per question, no retries, exit 1", async () => {
   using dir = tempDir();
-  // Nothing listens on port 9 of loopback; retries are off so the test is quick.
-  const env = childEnv(dir.path, { OPENAI_BASE_URL: "http://127.0.0.1:9/v1", LLM_RETRIES: "0" });
-  const result = await chat([], "hi\n", env);
+  const port = freePort(); // nothing listens there
+  const env = childEnv(dir.path, { OPENAI_BASE_URL: `http://127.0.0.1:${port}/v1` });
+  const result = await chat(["--session", "down"], "hi\nagain\n", env);
   assert.equal(result.code, 1);
-  assert.match(result.stdout, /could not get an answer from the model: .*127\.0\.0\.1/);
+  assert.equal(result.stdout, "\n\n", "one (empty) answer line per question, no error text");
+  const line = `! cannot connect to http://127.0.0.1:${port}: connection refused; your question is saved: ` +
+    "/retry in deno task chat --session down sends it again";
+  assert.deepEqual(result.stderr.trim().split("\n"), [line, line]);
+  const trace = Deno.readTextFileSync(`${dir.path}/trace/traces.jsonl`).trim().split("\n").map((l) =>
+    JSON.parse(l)
+  );
+  assert.deepEqual(trace.filter((e) => e.event === "error").map((e) => e.data.retries), [0, 0]);
 });
 
-Deno.test("deno task chat --help documents the flags and every variable", async () => {
+Deno.test("deno task chat --help documents the flags, the sessions of one-shots and every variable", async () => {
   using dir = tempDir();
   const result = await chat(["--help"], "", baseEnv(dir.path, "http://127.0.0.1:9/v1"));
   assert.equal(result.code, 0);
   for (
-    const word of ["--session", "--user", "OPENAI_API_KEY", "AGENT_TRACE_MAX_PAYLOAD_CHARS", "--env-file"]
+    const word of [
+      "--session",
+      "-c, --continue",
+      "-v, --verbose",
+      "--demo",
+      "a fresh session",
+      "--user",
+      "OPENAI_API_KEY",
+      "AGENT_TRACE_MAX_PAYLOAD_CHARS",
+      "OTEL_DENO",
+      "--env-file",
+      "not sent to the model",
+    ]
   ) {
     assert.ok(result.stdout.includes(word), word);
+  }
+});
+
+Deno.test("deno task chat --bogus names the unknown option plainly, exit 2", async () => {
+  using dir = tempDir();
+  for (const flag of ["--bogus", "-x"]) {
+    const result = await chat([flag], "", baseEnv(dir.path, "http://127.0.0.1:9/v1"));
+    assert.equal(result.code, 2);
+    assert.equal(result.stderr, `Unknown option ${flag}. Run with --help for usage.\n`);
   }
 });
 

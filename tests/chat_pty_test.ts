@@ -4,7 +4,8 @@
  */
 import assert from "node:assert/strict";
 import { type FakeProvider, startFakeProvider } from "./fixtures/fake_openai.ts";
-import { childEnv, ROOT, tempDir } from "./_harness.ts";
+import { childEnv, ROOT, runProcess, tempDir } from "./_harness.ts";
+import { freePort } from "../scripts/_bench_process.ts";
 
 /** Why these tests cannot run here, or null: they need util-linux's `script` (other systems' differs). */
 function noPseudoTerminal(): string | null {
@@ -202,5 +203,65 @@ ttyTest(
     assert.equal(await tty.exit(), 0);
     assert.ok(!tty.output().includes("\x1b"), JSON.stringify(tty.output()));
     assert.ok(!tty.output().includes("you> "));
+  },
+);
+
+ttyTest(
+  "on a terminal a closed model port is said once at start-up, and a failed turn once, with /retry",
+  async (dir, _provider) => {
+    const port = freePort(); // nothing listens there
+    const tty = spawnTty(["--session", "down"], ttyEnv(dir.path, `http://127.0.0.1:${port}/v1`));
+    let at = await tty.waitFor("you> ");
+    await tty.type("hi\r");
+    at = await tty.waitFor("/retry sends it again", at);
+    await tty.waitFor("you> ", at);
+    await tty.type("\x04");
+    assert.equal(await tty.exit(), 0);
+    const output = tty.output();
+    const refused = `cannot connect to http://127.0.0.1:${port}: connection refused`;
+    const startup = `model not reachable: ${refused} (the chat starts anyway)`;
+    assert.equal(output.split(startup).length, 2, `said once at start-up: ${JSON.stringify(output)}`);
+    assert.ok(output.indexOf(startup) < output.indexOf("you> "), "before the first prompt");
+    assert.equal(output.split(refused).length, 3, "once at start-up, once for the turn");
+    assert.ok(!output.includes("POST /v1/sessions"), "no HTTP route suggested in the chat");
+  },
+);
+
+ttyTest(
+  "on a terminal a reachable model is not mentioned at start-up, nor is it with --demo",
+  async (dir, provider) => {
+    for (const args of [[], ["--demo"]]) {
+      const tty = spawnTty(args, ttyEnv(dir.path, provider.url));
+      const at = await tty.waitFor("you> ");
+      await tty.type("\x04");
+      assert.equal(await tty.exit(), 0);
+      assert.ok(!tty.output().slice(0, at).includes("not reachable"), JSON.stringify(tty.output()));
+      if (args.length > 0) assert.match(tty.output(), /demo model \(demo-rules\): offline rules, not an LLM/);
+    }
+  },
+);
+
+ttyTest(
+  "on a terminal the REPL opens session default, and with -c the last one-shot's session",
+  async (dir, provider) => {
+    const env = ttyEnv(dir.path, provider.url);
+    const plain = spawnTty([], env);
+    await plain.waitFor("you> ");
+    await plain.type("\x04");
+    assert.equal(await plain.exit(), 0);
+    assert.match(plain.output(), /session default \(user local\), 0 turns/);
+
+    const oneShot = await runProcess("deno", ["task", "--quiet", "chat", "-v", "hello there"], {
+      env,
+      clearEnv: true,
+    });
+    assert.equal(oneShot.code, 0, oneShot.stderr);
+    const session = /^session (chat-[0-9a-f]{8})/.exec(oneShot.stderr)?.[1];
+    assert.ok(session, oneShot.stderr);
+    const continued = spawnTty(["-c"], env);
+    await continued.waitFor("you> ");
+    await continued.type("\x04");
+    assert.equal(await continued.exit(), 0);
+    assert.ok(continued.output().includes(`session ${session} (user local), 1 turn`), continued.output());
   },
 );

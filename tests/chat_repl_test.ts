@@ -5,7 +5,9 @@ import { runChat } from "../src/cli/chat.ts";
 import { LlmError } from "../src/errors.ts";
 import type { ChatOptions, LLM } from "../src/llm/llm.ts";
 import type { ChatReply, Message } from "../src/types.ts";
-import type { Agent } from "../src/agent/loop.ts";
+import { type Agent, runTurn } from "../src/agent/loop.ts";
+import { parseApprovalPolicy } from "../src/approval/policy.ts";
+import { APPROVAL_PROMPT } from "../src/cli/approval_prompt.ts";
 import { type Harness, harness, keyOf, textSink } from "./_harness.ts";
 
 async function until(check: () => boolean, what: string): Promise<void> {
@@ -79,7 +81,7 @@ Deno.test("the REPL's /retry answers the question of a failed turn without stori
     new LlmError("LLM request failed: HTTP 503 from provider.test", { kind: "http", status: 503 }),
     { content: "the retried answer" },
   ]);
-  const { input, output, exit: chat, runEnds } = startRepl(h, "repl-2");
+  const { input, output, status, exit: chat, runEnds } = startRepl(h, "repl-2");
   input.write("/retry\r");
   await until(
     () => /no unanswered message/.test(output.text()),
@@ -93,11 +95,62 @@ Deno.test("the REPL's /retry answers the question of a failed turn without stori
   assert.equal(await chat, 0);
 
   const shown = plain(output.text());
-  assert.match(shown, /retry it with \/retry/);
+  assert.doesNotMatch(shown, /503/, "the error is not printed as an answer");
   assert.match(shown, /the retried answer/);
+  // Said once, on the status stream, in one line with the chat's way to retry (not the HTTP route's).
+  const errors = plain(status.text()).split(/\r?\n|\r/).filter((line) => line.includes("503"));
+  assert.deepEqual(errors, [
+    "! LLM request failed: HTTP 503 from provider.test; your question is saved: /retry sends it again",
+  ]);
   assert.deepEqual((await h.store.messages(keyOf("repl-2", "local"))).map((m) => [m.role, m.content]), [
     ["user", "what went wrong?"],
     ["assistant", "the retried answer"],
   ]);
   assert.equal((await h.store.get(keyOf("repl-2", "local")))!.turnCount, 1);
+});
+
+Deno.test("the REPL asks for approval at its own prompt, not at a plain you> prompt", async () => {
+  using h = harness([
+    { toolCalls: [{ name: "todo", arguments: { action: "add", text: "milk" }, id: "t1" }] },
+    { content: "Added milk." },
+  ]);
+  h.agent.approval = parseApprovalPolicy({ tools: { todo: "ask" } });
+  const { input, output, exit: chat, runEnds } = startRepl(h, "repl-3");
+  input.write("add milk\r");
+  await until(() => plain(output.text()).includes(APPROVAL_PROMPT), "the approval prompt");
+  const asked = plain(output.text());
+  const question = asked.lastIndexOf("Allow todo");
+  assert.ok(question !== -1, asked);
+  // After the question comes the approval's prompt; no you> until it is answered.
+  assert.ok(!asked.slice(question).includes("you> "), JSON.stringify(asked.slice(question)));
+  input.write("y\r");
+  await until(() => runEnds() === 2, "the resumed turn");
+  await until(() => plain(output.text()).includes("Added milk."), "the answer");
+  input.write("/exit\r");
+  assert.equal(await chat, 0);
+  assert.match(plain(output.text()), /Added milk\./);
+  assert.deepEqual((await h.store.listTodos(keyOf("repl-3", "local"))).map((t) => t.text), ["milk"]);
+});
+
+Deno.test("after /switch, /usage's last turn is the current session's, not the one left", async () => {
+  using h = harness([
+    { content: "a", usage: { promptTokens: 100, completionTokens: 20, totalTokens: 120 } },
+    { content: "b", usage: { promptTokens: 7, completionTokens: 3, totalTokens: 10 } },
+  ]);
+  await runTurn({ ...keyOf("other", "local"), message: "earlier" }, h.agent, h.run);
+  const { input, output, exit: chat, runEnds } = startRepl(h, "repl-4");
+  input.write("hello\r");
+  await until(() => runEnds() === 2, "the turn");
+  const said = () => plain(output.text());
+  input.write("/usage\r");
+  await until(() => /last turn: 10 tokens/.test(said()), "the last turn of repl-4");
+  input.write("/switch other\r");
+  await until(() => /now in session other/.test(said()), "the switch");
+  input.write("/usage\r");
+  await until(() => /this session \(other\)/.test(said()), "/usage in other");
+  input.write("/exit\r");
+  assert.equal(await chat, 0);
+  const usage = said().slice(said().indexOf("this session (other)"));
+  assert.match(usage, /last turn: none yet in this session/);
+  assert.doesNotMatch(usage, /last turn: 10 tokens/);
 });

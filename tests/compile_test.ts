@@ -5,38 +5,76 @@
 import assert from "node:assert/strict";
 import { startFakeProvider } from "./fixtures/fake_openai.ts";
 import { ROOT, runProcess, tempDir } from "./_harness.ts";
+import { freePort } from "../scripts/_bench_process.ts";
 
 const denort = Deno.env.get("DENORT_BIN") ?? "";
 const reason = denort === "" ? "DENORT_BIN is not set (deno compile cannot download denort here)" : null;
 if (reason !== null) console.log(`compile test ignored: ${reason}`);
 
-function run(command: string, args: string[], env: Record<string, string>, stdin = "") {
-  return runProcess(command, args, { env, stdin });
+/** The settings that name data paths, unset: the defaults (data/…) are relative. */
+const DEFAULT_PATHS = { AGENT_DB_PATH: "", AGENT_TRACE_PATH: "", AGENT_HISTORY_PATH: "" };
+
+/** Runs `command` in `cwd` with the parent's environment (DENO_DIR, certificates, proxies) plus `env`. */
+async function runIn(cwd: string, command: string, args: string[], env: Record<string, string>, stdin = "") {
+  const child = new Deno.Command(command, {
+    args,
+    cwd,
+    env: { ...env, NO_COLOR: "1" },
+    stdin: "piped",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  const writer = child.stdin.getWriter();
+  await writer.write(new TextEncoder().encode(stdin));
+  await writer.close();
+  const { code, stdout, stderr } = await child.output();
+  const text = new TextDecoder();
+  return { code, stdout: text.decode(stdout), stderr: text.decode(stderr) };
 }
 
 Deno.test({
-  name: "deno task compile builds mini-agent, which runs chat and demo with the baked-in permissions",
+  name:
+    "deno task compile builds mini-agent for the settings it is given; run from another folder it keeps " +
+    "its data there and answers a one-shot from the loopback model",
   ignore: reason !== null,
   async fn() {
     using dir = tempDir();
     const provider = startFakeProvider();
+    const binary = `${dir.path}/mini-agent`;
     try {
-      const env = {
-        DENORT_BIN: denort,
-        OPENAI_BASE_URL: provider.url,
-        AGENT_DB_PATH: `${dir.path}/s.db`,
-        AGENT_TRACE_PATH: `${dir.path}/t.jsonl`,
-      };
-      const built = await run("deno", ["task", "compile"], env);
+      // The target's settings: its model's URL; data paths left to their relative defaults.
+      const settings = { OPENAI_BASE_URL: provider.url, ...DEFAULT_PATHS };
+      const built = await runProcess("deno", ["task", "compile"], {
+        env: { DENORT_BIN: denort, ...settings },
+      });
       assert.equal(built.code, 0, built.stderr);
-      const binary = `${ROOT}/mini-agent`;
-      const help = await run(binary, ["--help"], env);
-      assert.equal(help.code, 0);
+      Deno.renameSync(`${ROOT}/mini-agent`, binary);
+      const work = `${dir.path}/work`;
+      Deno.mkdirSync(work);
+
+      const help = await runIn(work, binary, ["--help"], settings);
+      assert.equal(help.code, 0, help.stderr);
       assert.match(help.stdout, /chat/);
-      const chat = await run(binary, ["chat"], env, "what is 12*(3+4)?\n");
+      const chat = await runIn(work, binary, ["chat", "what is 12*(3+4)?"], settings);
       assert.equal(chat.code, 0, chat.stderr);
       assert.equal(chat.stdout, "The answer is 84.\n");
-      const demo = await run(binary, ["demo"], env);
+      assert.equal(provider.requests.length, 2, "the calculator call and the answer");
+      // data/ of the working directory, resolved when the binary runs, not the build machine's folder.
+      assert.ok(Deno.statSync(`${work}/data/sessions.db`).isFile);
+      assert.ok(Deno.statSync(`${work}/data/traces.jsonl`).isFile);
+
+      // Another model host than the one it was compiled for: one line saying so, before any work.
+      const other = await runIn(work, binary, ["chat", "hi"], {
+        ...settings,
+        OPENAI_BASE_URL: `http://127.0.0.1:${freePort()}/v1`,
+      });
+      assert.equal(other.code, 2);
+      assert.match(
+        other.stderr,
+        /^Cannot start: missing permission --allow-net=127\.0\.0\.1:\d+ \(this binary was compiled for other settings: run deno task compile with these\)\n$/,
+      );
+
+      const demo = await runIn(work, binary, ["demo"], settings);
       assert.equal(demo.code, 0, demo.stdout + demo.stderr);
       assert.match(demo.stdout, /4\/4 phases passed/);
     } finally {

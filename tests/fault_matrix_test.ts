@@ -900,17 +900,19 @@ Deno.test("fault: the sentinel key reaches the provider and nowhere else", async
       LLM_RETRY_BASE_DELAY: "0",
       AGENT_DB_PATH: `${dir}/db/sessions.db`,
       AGENT_TRACE_PATH: `${dir}/trace/traces.jsonl`,
+      AGENT_HISTORY_PATH: `${dir}/db/chat_history`,
     };
     const denoDir = Deno.env.get("DENO_DIR");
     if (denoDir) env.DENO_DIR = denoDir;
     const chat = await chatTask("hello\nhello again\n", env);
     assert.equal(chat.code, 1, chat.stderr);
     assert.equal(rig.provider.requests.length - before, 3);
-    const answers = chat.stdout.trim().split("\n");
-    assert.equal(answers.length, 2, chat.stdout);
+    assert.equal(chat.stdout, "\n\n", "an empty answer line per failed question");
+    const errors = chat.stderr.trim().split("\n");
+    assert.equal(errors.length, 2, chat.stderr);
     // That the key is not in them is checked below, with everything else collected.
-    assert.match(answers[0], /HTTP 401 .*Incorrect API key provided: /);
-    assert.match(answers[1], /HTTP 500 .*\(2 attempts\)/);
+    assert.match(errors[0], /HTTP 401 .*Incorrect API key provided: /);
+    assert.match(errors[1], /HTTP 500 .*\(2 attempts\)/);
     collect("chat stdout", chat.stdout);
     collect("chat stderr", chat.stderr);
     // Every file, the lease marks' folder (db/.lease-owners) included.

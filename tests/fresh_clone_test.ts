@@ -46,6 +46,7 @@ Deno.test("deno task chat answers with an empty DENO_DIR while the npm registry 
         OPENAI_BASE_URL: provider.url,
         AGENT_DB_PATH: join(dir.path, "db", "sessions.db"),
         AGENT_TRACE_PATH: join(dir.path, "trace", "traces.jsonl"),
+        AGENT_HISTORY_PATH: join(dir.path, "db", "chat_history"),
       },
     });
     assert.equal(result.code, 0, result.stderr);
@@ -54,4 +55,26 @@ Deno.test("deno task chat answers with an empty DENO_DIR while the npm registry 
   } finally {
     await provider.close();
   }
+});
+
+Deno.test("the quick start's first command, deno task -q chat --demo, answers with no key, no model and an empty DENO_DIR", async () => {
+  using dir = tempDir();
+  const result = await runProcess("deno", ["task", "-q", "chat", "--demo", "what is 12*(3+4)?"], {
+    clearEnv: true,
+    env: {
+      PATH: Deno.env.get("PATH") ?? "",
+      HOME: dir.path,
+      DENO_DIR: join(dir.path, "deno-dir"),
+      AGENT_DB_PATH: join(dir.path, "db", "sessions.db"),
+      AGENT_TRACE_PATH: join(dir.path, "trace", "traces.jsonl"),
+      AGENT_HISTORY_PATH: join(dir.path, "db", "chat_history"),
+    },
+  });
+  assert.equal(result.code, 0, result.stderr);
+  assert.equal(result.stdout, "12*(3+4) = 84\n");
+  assert.equal(
+    result.stderr,
+    'demo model (demo-rules): offline rules, not an LLM; ask it "what can you do?"\n',
+    "no task echo, one line saying it is the demo model",
+  );
 });

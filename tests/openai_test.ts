@@ -216,7 +216,7 @@ Deno.test("OpenAICompatibleLLM.chat() reads a recorded body from a real loopback
   }
 });
 
-Deno.test("OpenAICompatibleLLM.chat() names an unreachable loopback host and retries it", async () => {
+Deno.test("OpenAICompatibleLLM.chat() names a loopback URL that refuses connections and does not retry it", async () => {
   const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, () => new Response("x"));
   const port = server.addr.port;
   await server.shutdown();
@@ -230,13 +230,9 @@ Deno.test("OpenAICompatibleLLM.chat() names an unreachable loopback host and ret
   });
   const error = await llmError(llm.chat(HELLO));
   assert.equal(error.kind, "network");
-  assert.equal(error.retries, 1);
-  assert.deepEqual(delays, [500]);
-  assert.match(
-    error.message,
-    new RegExp(`^LLM host 127\\.0\\.0\\.1:${port} is unreachable: .+ \\(2 attempts\\)$`),
-  );
-  assert.ok(!error.message.includes("/chat/completions"), "the URL path is not repeated");
+  assert.equal(error.retries, 0);
+  assert.deepEqual(delays, []);
+  assert.equal(error.message, `cannot connect to http://127.0.0.1:${port}: connection refused`);
 });
 
 const DOC_EXAMPLES = JSON.parse(Deno.readTextFileSync(new URL("openai-spec-doc-examples.json", WIRE)))
@@ -706,7 +702,9 @@ Deno.test("OpenAICompatibleLLM.chat() retries a network failure and redacts the 
 });
 
 Deno.test("OpenAICompatibleLLM.chat() names the host when the network stays down, without the URL or key", async () => {
-  const cause = new Error(`error sending request for url (${BASE}/chat/completions?key=${KEY}): dns error`);
+  const cause = new Error(
+    `error sending request for url (${BASE}/chat/completions?key=${KEY}): connection reset`,
+  );
   const { fetch, sent } = stubFetch(throwing(new TypeError("fetch failed", { cause })));
   const error = await llmError(makeClient(fetch).llm.chat(HELLO));
   assert.equal(error.kind, "network");
@@ -715,7 +713,23 @@ Deno.test("OpenAICompatibleLLM.chat() names the host when the network stays down
   assert.equal(
     error.message,
     "LLM host api.example.com is unreachable: fetch failed: error sending request for url (api.example.com): " +
-      "dns error (3 attempts)",
+      "connection reset (3 attempts)",
+  );
+  assertNoKey(error);
+});
+
+Deno.test("OpenAICompatibleLLM.chat() does not retry a host name that does not resolve, and names its origin only", async () => {
+  const cause = new Error(
+    `error sending request for url (${BASE}/chat/completions?key=${KEY}): client error (Connect): dns error: ` +
+      "failed to lookup address information: Name or service not known",
+  );
+  const { fetch, sent } = stubFetch(throwing(new TypeError("fetch failed", { cause })));
+  const error = await llmError(makeClient(fetch).llm.chat(HELLO));
+  assert.equal(error.kind, "network");
+  assert.equal(sent.length, 1);
+  assert.equal(
+    error.message,
+    `cannot connect to ${new URL(BASE).origin}: the host name does not resolve (DNS)`,
   );
   assertNoKey(error);
 });

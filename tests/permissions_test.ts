@@ -139,3 +139,19 @@ Deno.test("taskPermissionFlags() for serve adds only the listen address to the n
   assert.ok(demo.includes("--allow-write=/var/tmp"));
   assert.ok(demo.includes(`--allow-read=/var/tmp,${DOCS_DIR}`));
 });
+
+Deno.test("taskPermissionFlags() for compile keeps relative data folders relative and grants net to the settings' hosts", () => {
+  const flags = taskPermissionFlags(
+    {
+      OPENAI_BASE_URL: "http://10.0.0.5:11434/v1",
+      AGENT_PORT: "9000",
+      AGENT_TRACE_PATH: "/var/log/agent/t.jsonl",
+    },
+    { task: "compile", tempDir: "/tmp" },
+  );
+  // data/ (sessions.db, chat_history) is resolved against the binary's working directory when it runs.
+  assert.ok(flags.includes("--allow-write=data,/var/log/agent,/tmp"), flags.join(" "));
+  assert.ok(flags.includes("--allow-read=data,/var/log/agent,/tmp"), flags.join(" "));
+  assert.ok(flags.includes("--allow-net=10.0.0.5:11434,127.0.0.1:9000"), flags.join(" "));
+  assert.ok(!flags.some((f) => f.includes(Deno.cwd())), "nothing of the build machine's folder");
+});

@@ -7,6 +7,8 @@ import { join } from "node:path";
 import { startFakeProvider } from "./fixtures/fake_openai.ts";
 import { completion, json, startFaultProvider } from "./fixtures/fault_provider.ts";
 import { childEnv, runProcess, tempDir } from "./_harness.ts";
+import { probeProvider } from "../src/llm/probe.ts";
+import { freePort } from "../scripts/_bench_process.ts";
 
 /**
  * Makes a file or folder unwritable: by its permission bits, and where those do not bind (root ignores them)
@@ -254,4 +256,49 @@ Deno.test("deno task chat rotates the trace at AGENT_TRACE_MAX_BYTES", async () 
   } finally {
     await provider.close();
   }
+});
+
+/** A fetch that answers GET /models with `status`, recording what it was asked. */
+function modelsFetch(status: number) {
+  const asked: { url: string; auth: string | null }[] = [];
+  const fetch = (input: RequestInfo | URL, init?: RequestInit) => {
+    asked.push({ url: String(input), auth: new Headers(init?.headers).get("authorization") });
+    return Promise.resolve(new Response("{}", { status }));
+  };
+  return { fetch: fetch as typeof globalThis.fetch, asked };
+}
+
+Deno.test("probeProvider() says nothing of a provider that answers GET /models, or does not serve it", async () => {
+  for (const status of [200, 404, 405, 500]) {
+    const { fetch, asked } = modelsFetch(status);
+    assert.equal(await probeProvider("http://127.0.0.1:11434/v1/", { fetch }), null, `HTTP ${status}`);
+    assert.deepEqual(asked, [{ url: "http://127.0.0.1:11434/v1/models", auth: null }]);
+  }
+});
+
+Deno.test("probeProvider() names a refused key by the URL's origin, never the key or the path", async () => {
+  const { fetch, asked } = modelsFetch(401);
+  const line = await probeProvider("https://api.example.com/v1/private", { apiKey: "sk-secret", fetch });
+  assert.equal(
+    line,
+    "https://api.example.com refused the key (HTTP 401 to GET /models): check OPENAI_API_KEY",
+  );
+  assert.equal(asked[0].auth, "Bearer sk-secret");
+});
+
+Deno.test("probeProvider() names a closed port and a provider that does not answer in time", async () => {
+  const port = freePort();
+  assert.equal(
+    await probeProvider(`http://127.0.0.1:${port}/v1`),
+    `cannot connect to http://127.0.0.1:${port}: connection refused`,
+  );
+  const silent =
+    ((_input: RequestInfo | URL, init?: RequestInit) =>
+      new Promise<Response>((_, reject) =>
+        init?.signal?.addEventListener("abort", () => reject(init.signal!.reason), { once: true })
+      )) as typeof globalThis.fetch;
+  assert.equal(
+    await probeProvider("http://127.0.0.1:1234/v1", { fetch: silent, timeoutMs: 10 }),
+    "http://127.0.0.1:1234 did not answer GET /models within 0.01 s",
+  );
 });

@@ -290,6 +290,7 @@ Deno.test("with OTEL_DENO=true but no package at hand, chat still answers and sa
         OPENAI_API_KEY: KEY,
         AGENT_DB_PATH: join(dir.path, "db", "sessions.db"),
         AGENT_TRACE_PATH: join(dir.path, "trace", "traces.jsonl"),
+        AGENT_HISTORY_PATH: join(dir.path, "db", "chat_history"),
         OTEL_DENO: "true",
         OTEL_EXPORTER_OTLP_ENDPOINT: closed,
       },

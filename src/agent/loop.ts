@@ -400,14 +400,13 @@ function failed(turn: Turn, step: number | null, failure: TurnFailure): TurnResu
   const { kind, status, retries, message } = failure;
   turn.event("error", step, { kind, status, retries, message });
   const sessionId = turn.key.sessionId;
+  // Worded for an HTTP client: the chat says its own line, with its own way to retry (`/retry`).
   const answer = kind === "store"
-    ? `Sorry, I could not finish: ${message}. Retry once it is back ` +
-      `(/retry in chat or POST /v1/sessions/${sessionId}/retry).`
+    ? `Sorry, I could not finish: ${message}. Retry once it is back (POST /v1/sessions/${sessionId}/retry).`
     : `Sorry, I could not get an answer from the model: ${
       kind === "internal" ? "an internal error occurred" : message
     }. ` +
-      `Your message is saved; retry it with /retry in chat or POST /v1/sessions/${sessionId}/retry, ` +
-      "without sending it again.";
+      `Your message is saved; retry it with POST /v1/sessions/${sessionId}/retry, without sending it again.`;
   return turn.end("error", answer, failure);
 }
 

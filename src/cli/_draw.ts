@@ -17,8 +17,10 @@ export interface DrawOptions {
   fromRow: number;
   /** The terminal's columns. */
   width: number;
-  /** The first line's and the further lines' prompts as drawn (styled), each as wide as {@linkcode PROMPT}. */
+  /** The first line's and the further lines' prompts as drawn (styled), each `promptWidth` columns wide. */
   prompts: [string, string];
+  /** The prompts' width on screen. @default {the width of PROMPT} */
+  promptWidth?: number;
 }
 
 /**
@@ -31,7 +33,7 @@ export function drawEntry(
   cursor: number,
   options: DrawOptions,
 ): { text: string; row: number } {
-  const { fromRow, width, prompts } = options;
+  const { fromRow, width, prompts, promptWidth = PROMPT_WIDTH } = options;
   const lines = buffer.split("\n").map(visible);
   const before = buffer.slice(0, cursor).split("\n");
   const line = before.length - 1;
@@ -40,16 +42,16 @@ export function drawEntry(
   // The row each line starts on, and where the cursor goes on its line.
   const starts = [0];
   for (const l of lines) {
-    const end = walk(l, width);
+    const end = walk(l, width, promptWidth);
     starts.push(starts.at(-1)! + end.row + (end.column > 0 ? 1 : 0));
   }
   const shown = visible(before[line]);
-  const at = walk(shown, width);
+  const at = walk(shown, width, promptWidth);
   const next = [...lines[line].slice(shown.length, shown.length + 2)][0];
   if (next !== undefined && at.column + charWidth(next) > width) [at.row, at.column] = [at.row + 1, 0];
   const row = starts[line] + at.row;
   // A last line that fills its last row leaves the terminal's cursor on that row: move it to the next one.
-  const last = walk(lines.at(-1)!, width);
+  const last = walk(lines.at(-1)!, width, promptWidth);
   if (last.column === 0) text += "\r\n";
   const end = starts[lines.length - 1] + last.row;
   if (end > row) text += `\x1b[${end - row}A`;
@@ -58,8 +60,8 @@ export function drawEntry(
 }
 
 /** Where the next character goes after the prompt and `shown` on a terminal `width` columns wide. */
-function walk(shown: string, width: number): { row: number; column: number } {
-  let [row, column] = [0, PROMPT_WIDTH];
+function walk(shown: string, width: number, promptWidth: number): { row: number; column: number } {
+  let [row, column] = [0, promptWidth];
   for (const char of shown) {
     const w = charWidth(char);
     if (column + w > width) [row, column] = [row + 1, 0];

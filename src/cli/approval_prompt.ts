@@ -7,6 +7,9 @@ import { approvalCalls, type Decision } from "../approval/decisions.ts";
 import type { PendingStep } from "../store/store.ts";
 import { shorten } from "../shorten.ts";
 
+/** The REPL's prompt while it waits for an answer to {@linkcode approvalQuestion}, in place of `you> `. */
+export const APPROVAL_PROMPT = "[y/n/a]> ";
+
 /** The question for one waiting call, as the chat asks it. */
 export function approvalQuestion(name: string, args: string): string {
   return `Allow ${name} ${shorten(args, 200)}? [y]es / [n]o / [a]lways for this session `;

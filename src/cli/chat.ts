@@ -5,22 +5,24 @@
  */
 import { createInterface } from "node:readline";
 import type { Readable, Writable } from "node:stream";
-import type { Agent } from "../agent/loop.ts";
+import type { Agent, TurnInput } from "../agent/loop.ts";
 import type { SessionRunner } from "../store/session_runner.ts";
 import type { SessionKey } from "../store/store.ts";
-import { askApprovals } from "./approval_prompt.ts";
+import { APPROVAL_PROMPT, askApprovals } from "./approval_prompt.ts";
 import type { RunEvent } from "../events.ts";
 import { parseResponseFormat } from "../agent/response_format.ts";
 import { schemaProblems } from "../tools/json_schema.ts";
 import type { ResponseFormat, TurnResult } from "../types.ts";
 import {
   type ChatState,
+  type CommandContext,
   completeCommand,
   describeSession,
   isCommand,
   recordUsage,
   runCommand,
 } from "./commands.ts";
+import { freshSessionId } from "./last_session.ts";
 import { LineEditor } from "./editor.ts";
 import type { InputHistory } from "./history.ts";
 import { createStyle, type Style } from "./render.ts";
@@ -71,7 +73,7 @@ export interface ChatOptions {
   setModel?: (name: string) => void;
   /**
    * The id of a session `/new` starts without one.
-   * @default {a random "chat-" id}
+   * @default {freshSessionId}
    */
   newSessionId?: () => string;
   /**
@@ -137,7 +139,11 @@ export async function runChat(options: ChatOptions): Promise<number> {
   const { interactive, color = interactive, output, status, emit, deps, sessionId, userId } = options;
   const style = createStyle(color);
   const { columns, sessions, responseFormat = null } = options;
-  const view = new TurnView({ output, status, style, interactive, emit, columns, sessions });
+  // Out of the REPL, a failed question is sent again from the REPL of its session.
+  const retryHint = interactive
+    ? "/retry sends it again"
+    : `/retry in deno task chat --session ${sessionId} sends it again`;
+  const view = new TurnView({ output, status, style, interactive, emit, columns, sessions, retryHint });
   if (options.message !== undefined) {
     const result = await view.run(
       { sessionId, userId, message: options.message, responseFormat },
@@ -149,7 +155,6 @@ export async function runChat(options: ChatOptions): Promise<number> {
   return interactive ? await repl(options, view, style) : await piped(options, view);
 }
 
-/** Whether a turn failed, for the exit code: it ended in error, or passed its deadline (nothing kept). */
 /**
  * Settles the session's turn that waits for approval, if any: asks about each waiting call and resumes the
  * run, until nothing waits. False when input ended first (the turn keeps waiting, stored).
@@ -171,8 +176,59 @@ async function settleApprovals(
   }
 }
 
+/** What REPL and piped input share: the session the next turn goes to, the commands, the allowed tools. */
+class ChatRun {
+  readonly state: ChatState;
+  readonly commands: CommandContext;
+  #allowed = new Map<string, Set<string>>();
+
+  constructor(options: ChatOptions, clearScreen: () => void) {
+    const { userId, deps, output } = options;
+    this.state = { sessionId: options.sessionId, userId, lastTurn: null };
+    if (options.model !== undefined) this.state.model = options.model;
+    this.commands = {
+      state: this.state,
+      store: deps.store,
+      tools: deps.tools,
+      prices: deps.prices,
+      write: (text: string) => output.write(`${text}\n`),
+      clearScreen,
+      ...(options.setModel ? { setModel: options.setModel } : {}),
+      newSessionId: options.newSessionId ?? freshSessionId,
+    };
+  }
+
+  get key(): SessionKey {
+    return { sessionId: this.state.sessionId, userId: this.state.userId };
+  }
+
+  /** The tools the user allowed "always" in the current session. */
+  get allowed(): Set<string> {
+    const { sessionId } = this.state;
+    return this.#allowed.get(sessionId) ?? this.#allowed.set(sessionId, new Set()).get(sessionId)!;
+  }
+
+  /**
+   * The turn an entry asks for: a command is run here (null: nothing to send; `exit`: leave), `/retry` or any
+   * other text is a turn of the current session.
+   */
+  async turnFor(text: string, responseFormat: ResponseFormat | null): Promise<TurnInput | "exit" | null> {
+    const command = isCommand(text) ? await runCommand(text, this.commands) : null;
+    if (command === "exit") return "exit";
+    if (command === "done") return null;
+    return command === "retry"
+      ? { ...this.key, retry: true, responseFormat }
+      : { ...this.key, message: text, responseFormat };
+  }
+}
+
+/**
+ * One turn per piped line, in one session (which `/new` and `/switch` change); a line that is a command is
+ * run as one, as in the REPL (`/clear` does nothing: there is no screen).
+ */
 async function piped(options: ChatOptions, view: TurnView): Promise<number> {
-  const { sessionId, userId, deps, output, responseFormat = null } = options;
+  const { deps, output, responseFormat = null } = options;
+  const run = new ChatRun(options, () => {});
   const lines = createInterface({ input: options.input, terminal: false })[Symbol.asyncIterator]();
   const next = async () => {
     const line = await lines.next();
@@ -182,16 +238,19 @@ async function piped(options: ChatOptions, view: TurnView): Promise<number> {
     output.write(`${question}\n`);
     return next();
   };
-  const allowed = new Set<string>();
   const signal = () => new AbortController().signal;
   let anyFailed = false;
   // A turn left waiting (by an earlier run of the chat) is settled before anything new is sent.
-  while (await settleApprovals(view, deps, { sessionId, userId }, ask, allowed, signal)) {
+  while (await settleApprovals(view, deps, run.key, ask, run.allowed, signal)) {
     const raw = await next();
     if (raw === null) break;
-    const message = raw.trim();
-    if (message === "") continue;
-    const result = await view.run({ sessionId, userId, message, responseFormat }, deps, signal(), allowed);
+    const text = raw.trim();
+    if (text === "") continue;
+    const input = await run.turnFor(text, responseFormat);
+    if (input === "exit") break;
+    if (input === null) continue;
+    const result = await view.run(input, deps, signal(), run.allowed);
+    if (result !== null) recordUsage(run.state, result.usage);
     if (failed(result)) anyFailed = true;
   }
   return anyFailed ? 1 : 0;
@@ -199,43 +258,27 @@ async function piped(options: ChatOptions, view: TurnView): Promise<number> {
 
 async function repl(options: ChatOptions, view: TurnView, style: Style): Promise<number> {
   const { userId, deps, output } = options;
-  const state: ChatState = { sessionId: options.sessionId, userId, lastTurn: null };
-  if (options.model !== undefined) state.model = options.model;
-  const banner = await describeSession(deps.store, state.sessionId, userId);
+  const banner = await describeSession(deps.store, options.sessionId, userId);
   const editor = new LineEditor(options.input, output, {
     style,
     ...(options.history ? { history: options.history } : {}),
     complete: (line) => completeCommand(line, deps.store, userId),
   });
+  const run = new ChatRun(options, () => editor.clearScreen());
   let current: AbortController | null = null;
   editor.onInterrupt(() => current?.abort());
   editor.start();
   output.write(style.dim(`mini-runtime-agent — ${banner}. /help for commands.`) + "\n");
-  const context = {
-    state,
-    store: deps.store,
-    tools: deps.tools,
-    prices: deps.prices,
-    write: (text: string) => output.write(`${text}\n`),
-    clearScreen: () => editor.clearScreen(),
-    ...(options.setModel ? { setModel: options.setModel } : {}),
-    newSessionId: options.newSessionId ?? (() => `chat-${crypto.randomUUID().slice(0, 8)}`),
-  };
-  const allowed = new Map<string, Set<string>>();
-  const allowedIn = (sessionId: string) =>
-    allowed.get(sessionId) ?? allowed.set(sessionId, new Set()).get(sessionId)!;
   const ask = async (question: string) => {
     output.write(`${question}\n`);
-    const read = await editor.read();
+    const read = await editor.read(APPROVAL_PROMPT);
     return read.kind === "exit" ? null : read.text;
   };
-  const settle = async () => {
-    const { sessionId } = state;
-    return await settleApprovals(view, deps, { sessionId, userId }, ask, allowedIn(sessionId), () => {
+  const settle = async () =>
+    await settleApprovals(view, deps, run.key, ask, run.allowed, () => {
       current = new AbortController();
       return current.signal;
     });
-  };
   try {
     for (;;) {
       if (!await settle()) break;
@@ -243,18 +286,13 @@ async function repl(options: ChatOptions, view: TurnView, style: Style): Promise
       if (read.kind === "exit") break;
       const text = read.text.trim();
       if (text === "") continue;
-      const command = isCommand(text) ? await runCommand(text, context) : null;
-      if (command === "exit") break;
-      if (command === "done") continue;
-      const { sessionId } = state;
-      const responseFormat = options.responseFormat ?? null;
-      const input = command === "retry"
-        ? { sessionId, userId, retry: true, responseFormat }
-        : { sessionId, userId, message: text, responseFormat };
+      const input = await run.turnFor(text, options.responseFormat ?? null);
+      if (input === "exit") break;
+      if (input === null) continue;
       current = new AbortController();
       try {
-        const result = await view.run(input, deps, current.signal, allowedIn(sessionId));
-        if (result !== null) recordUsage(state, result.usage);
+        const result = await view.run(input, deps, current.signal, run.allowed);
+        if (result !== null) recordUsage(run.state, result.usage);
       } finally {
         current = null;
       }

@@ -28,7 +28,8 @@ export interface TokenCount {
 export interface ChatState {
   sessionId: string;
   readonly userId: string;
-  lastTurn: TokenCount | null;
+  /** The tokens of this process's last turn, and the session it ran in. */
+  lastTurn: (TokenCount & { sessionId?: string }) | null;
   /** The model in use, when known. */
   model?: string;
 }
@@ -83,9 +84,10 @@ export function isCommand(line: string): boolean {
   return /^\/[a-z]+(\s|$)/.test(line) && !line.includes("\n");
 }
 
-/** Makes a turn's tokens, as its provider reported them, the last turn's. */
+/** Makes a turn's tokens, as its provider reported them, the last turn's, in the current session. */
 export function recordUsage(state: ChatState, usage: Usage): void {
   state.lastTurn = {
+    sessionId: state.sessionId,
     prompt: usage.promptTokens ?? 0,
     completion: usage.completionTokens ?? 0,
     total: usage.totalTokens ?? 0,
@@ -185,9 +187,14 @@ export async function runCommand(line: string, context: CommandContext): Promise
       break;
     case "/usage": {
       const stored = storedTokens(await store.sessionUsage(key), context.prices);
+      // After /switch, the last turn of the session left is not this one's.
+      const last =
+        state.lastTurn !== null && (state.lastTurn.sessionId ?? state.sessionId) === state.sessionId
+          ? state.lastTurn
+          : null;
       write(
         `this session (${state.sessionId}): ${stored}, as stored (every process's turns)\n` +
-          `last turn: ${state.lastTurn ? tokens(state.lastTurn) : "none yet"}`,
+          `last turn: ${last ? tokens(last) : "none yet in this session"}`,
       );
       break;
     }

@@ -10,6 +10,7 @@ import { type InputHistory, MemoryHistory } from "./history.ts";
 import { createStyle, type Style } from "./render.ts";
 import { CONTINUATION, drawEntry, PROMPT } from "./_draw.ts";
 import { codePointStart, nextBoundary, previousBoundary } from "./_graphemes.ts";
+import { displayWidth } from "./_width.ts";
 
 /** A line that is just this starts a block; another ends it, and the lines between are one entry. */
 export const BLOCK_FENCE = '"""';
@@ -65,6 +66,8 @@ export class LineEditor {
   /** Set by Ctrl-C: another Ctrl-C on an empty line leaves. */
   #armed = false;
   #atLineStart = true;
+  /** The prompt of the entry being read. */
+  #prompt = PROMPT;
   #onInterrupt: () => void = () => {};
   #onData = (chunk: Uint8Array | string) => this.#receive(chunk);
   #onEnd = () => {
@@ -95,9 +98,13 @@ export class LineEditor {
     this.#onInterrupt = handler;
   }
 
-  /** Shows the prompt and resolves with the next entry (keys typed ahead are used first). */
-  read(): Promise<ReadResult> {
+  /**
+   * Shows the prompt (`you> `, or `prompt`, e.g. an approval's) and resolves with the next entry (keys typed
+   * ahead are used first).
+   */
+  read(prompt: string = PROMPT): Promise<ReadResult> {
     [this.#buffer, this.#cursor, this.#row, this.#draft, this.#armed] = ["", 0, 0, "", false];
+    this.#prompt = prompt;
     this.#browse = this.#history.entries.length;
     return new Promise((resolve) => {
       this.#waiting = resolve;
@@ -227,7 +234,8 @@ export class LineEditor {
     }
     const text = fenced ? lines.slice(1, -1).join("\n") : this.#buffer;
     this.#leaveEntry();
-    this.#history.add(text);
+    // Only what was typed at `you> ` is worth recalling, not an approval's "y".
+    if (this.#prompt === PROMPT) this.#history.add(text);
     this.#finish({ kind: "line", text });
   }
 
@@ -287,8 +295,11 @@ export class LineEditor {
   #render(): void {
     const columns = (this.#output as { columns?: number }).columns;
     const width = columns !== undefined && columns > 0 ? columns : 80;
-    const prompts: [string, string] = [this.#style.bold(PROMPT), this.#style.bold(CONTINUATION)];
-    const drawn = drawEntry(this.#buffer, this.#cursor, { fromRow: this.#row, width, prompts });
+    // Further lines are marked as wide as the first line's prompt: `...> ` under `you> `.
+    const promptWidth = displayWidth(this.#prompt);
+    const continuation = this.#prompt === PROMPT ? CONTINUATION : `${".".repeat(promptWidth - 2)}> `;
+    const prompts: [string, string] = [this.#style.bold(this.#prompt), this.#style.bold(continuation)];
+    const drawn = drawEntry(this.#buffer, this.#cursor, { fromRow: this.#row, width, prompts, promptWidth });
     this.#row = drawn.row;
     this.#dirty = false;
     this.#write(drawn.text);

@@ -132,8 +132,8 @@ export function renderEvent(event: RunEvent, style: Style): string | null {
       return style.dim(`  ✗ the answer does not match the response format (${what}); asking once more`);
     }
     case "error":
-      // A cancelled turn is said once, by the REPL's own "cancelled" line.
-      if (event.data.kind === "aborted" || event.data.kind === "lease") return null;
+      // A cancelled turn is said once, by the REPL's own "cancelled" line; a failed one by its error line.
+      if (event.data.kind !== "deadline") return null;
       return style.red(`  ! ${event.data.message}`);
     default:
       return null;

@@ -9,7 +9,7 @@ import { type Agent, type RunOptions, runTurn, type TurnInput } from "../agent/l
 import type { RunEvent } from "../events.ts";
 import { SessionRunner } from "../store/session_runner.ts";
 import type { SessionKey } from "../store/store.ts";
-import type { TurnResult } from "../types.ts";
+import type { TurnFailure, TurnResult } from "../types.ts";
 import { type MarkdownStream, markdownStream, renderMarkdown } from "./markdown.ts";
 import { invalidOutputText, renderEvent, statsLine, type Style } from "./render.ts";
 
@@ -67,6 +67,23 @@ export interface TurnViewOptions {
    * (no lease)
    */
   sessions?: SessionRunner;
+  /**
+   * How to send a failed turn's saved question again, the end of its one error line on the status stream.
+   * @default {"/retry sends it again"}
+   */
+  retryHint?: string;
+}
+
+/**
+ * The one line a turn that ended in error gets on the status stream: what went wrong (an internal error only
+ * by name: its details are in the trace), that the question is kept, and how to send it again.
+ */
+export function errorLine(failure: TurnFailure | undefined, retryHint: string): string {
+  const what = failure === undefined || failure.kind === "internal"
+    ? "an internal error occurred (details in the trace)"
+    : failure.message;
+  const saved = failure?.kind === "store" ? "" : "; your question is saved";
+  return `! ${what}${saved}: ${retryHint}`;
 }
 
 /** Runs turns and shows them. */
@@ -140,18 +157,25 @@ export class TurnView {
     } finally {
       this.#thinking.stop();
     }
+    // An error is said once, on the status stream, never as an answer.
+    const error = result.outcome === "error"
+      ? `${style.red(errorLine(result.failure, this.#options.retryHint ?? "/retry sends it again"))}\n`
+      : "";
     if (!interactive) {
       this.#endPipedLine(result);
       // An answer not in the format is not printed: only a checked one reaches the output a script reads.
       if (result.outcome === "invalid_output") {
         status.write(`${invalidOutputText(result.failure?.errors ?? [], style)}\n`);
       }
+      status.write(error);
       return result;
     }
     const shown = this.#streaming && result.outcome === "answered";
     this.#endStreamLine();
     // A streamed answer is already on screen, as it arrived; anything else is printed whole.
-    if (result.outcome === "aborted") {
+    if (result.outcome === "error") {
+      status.write(error);
+    } else if (result.outcome === "aborted") {
       const { failure } = result;
       const lost = failure?.kind === "lease" ? `: ${errorMessage(failure.cause)}` : "";
       output.write(`${style.dim(`cancelled${lost}`)}\n`);
@@ -173,8 +197,8 @@ export class TurnView {
    */
   #endPipedLine(result: TurnResult): void {
     const { output } = this.#options;
-    // An answer not in the response format leaves its line empty; its errors go to the status (see #run).
-    const printable = result.outcome !== "invalid_output";
+    // An answer not in the response format, or an error, leaves its line empty; the status says why (#run).
+    const printable = result.outcome !== "invalid_output" && result.outcome !== "error";
     if (printable && (this.#pipedStep === null || result.outcome !== "answered")) {
       output.write(`${this.#separator()}${result.answer}`);
     }

@@ -58,7 +58,7 @@ function failure(
 export const ABORTED: Failure = Object.freeze(failure("aborted", "LLM request was aborted", false));
 
 /** The messages of an error and its causes, with URLs cut to their host (no path, no query). */
-function describeThrown(error: unknown): string {
+export function describeThrown(error: unknown): string {
   const parts: string[] = [];
   let current: unknown = error;
   for (let depth = 0; current !== undefined && current !== null && depth < 4; depth++) {
@@ -67,6 +67,21 @@ function describeThrown(error: unknown): string {
     current = current instanceof Error ? current.cause : undefined;
   }
   return parts.join(": ").replace(/https?:\/\/[^\s)]+/g, (url) => URL.parse(url)?.host ?? "[url]");
+}
+
+/**
+ * Why a connection could not even be made, in a few words, when waiting cannot change it: nothing listens on
+ * the port, the name does not resolve, or Deno refuses the port. Null for anything else (a reset, a TLS
+ * failure, a timeout), which may pass.
+ */
+export function connectCause(error: unknown): string | null {
+  const text = describeThrown(error);
+  if (/connection refused|ECONNREFUSED/i.test(text)) return "connection refused";
+  if (/dns error|failed to lookup address|name or service not known|ENOTFOUND/i.test(text)) {
+    return "the host name does not resolve (DNS)";
+  }
+  if (/requests to port \d+ are blocked/i.test(text)) return "Deno blocks requests to that port";
+  return null;
 }
 
 /** Names a throw: an abort, a deadline, the network (only fetch's `TypeError` is worth another attempt). */
@@ -88,6 +103,11 @@ export function classify(thrown: Thrown, context: AttemptContext): Failure {
     return failure("network", `${stream} broke after ${bytes} bytes: ${describeThrown(error)}`, false);
   }
   if (passed !== null) return failure("timeout", `LLM request timed out after ${timeoutSeconds} s`, true);
+  // Nothing will change in the backoff's second or two: said at once, with the address to check.
+  const cause = status === undefined ? connectCause(error) : null;
+  if (cause !== null) {
+    return failure("network", `cannot connect to ${new URL(context.url).origin}: ${cause}`, false);
+  }
   const message = status === undefined
     ? `LLM host ${host} is unreachable: ${describeThrown(error)}`
     : `LLM response from ${host} broke mid-body (HTTP ${status}): ${describeThrown(error)}`;

@@ -44,6 +44,16 @@ const RECALL: readonly RecallQuestion[] = [
 const ADD_TODO = /\b(?:add (?:a )?todo|remind me to)\b[\s:,-]*(?:to\s+)?(.+)$/is;
 const LIST_TODOS = /\b(?:(?:list|show) (?:me )?(?:my |the )?todos|what are my todos)\b/i;
 const SEARCH_DOCS = /\bsearch (?:the )?docs? (?:for|about) (.+)$/is;
+/** A greeting, or a question about the model itself: answered with what it can do. */
+const INTRODUCE =
+  /^(?:hi|hello|hey|hallo|good (?:morning|afternoon|evening)|help)\b|\b(?:who are you|what can you do|what are you)\b/i;
+
+/** What the demo model says about itself: it is rules, not an LLM, and what it understands. */
+export const DEMO_CAPABILITIES = "I am the offline demo model: rules, not an LLM. I can do arithmetic " +
+  '("what is 12*(3+4)?"), keep todos ("add a todo to buy milk", "list my todos"), search the docs ' +
+  '("search the docs for compaction") and remember your favourite colour or what your project is called. ' +
+  "For real answers, set OPENAI_BASE_URL and MODEL (and OPENAI_API_KEY for a hosted provider).";
+
 /** Runs of characters an arithmetic expression is made of; the longest one with an operation wins. */
 const EXPRESSION_CHARS = /[\d.+\-*/%()\s]+/g;
 const HAS_OPERATION = /\d[\s)]*(?:\*\*|[-+*/%])[\s(+-]*[\d.(]/;
@@ -157,13 +167,15 @@ function decide(messages: readonly Message[], offered: ReadonlySet<string>, read
   if (expression !== null) return want("calculator", { expression });
   const recalled = recallAnswers(text, messages, readContext);
   if (recalled.length > 0) return { content: recalled.join(" ") };
-  return { content: text.endsWith("?") ? "I can't answer that with what I have." : "Noted." };
+  if (INTRODUCE.test(text)) return { content: DEMO_CAPABILITIES };
+  return { content: text.endsWith("?") ? `I can't answer that. ${DEMO_CAPABILITIES}` : "Noted." };
 }
 
 /**
  * A deterministic rule-based {@linkcode LLM}: it answers from tool results ending the request; else calls
  * `calculator` for arithmetic, `todo` for "add a todo …" / "remind me to …" / "list my todos", `search_mock`
- * for "search the docs for …", or answers recall questions. Usage is estimated from the request's size.
+ * for "search the docs for …", answers recall questions, or says what it can do (to a greeting or a question it
+ * has no rule for). Usage is estimated from the request's size.
  * Rejects only with an `LlmError` of kind `aborted`. Not a summarizer (use `deterministicSummarizer`).
  */
 export class DemoModel implements LLM {
