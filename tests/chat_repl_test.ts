@@ -97,6 +97,8 @@ Deno.test("the REPL's /retry answers the question of a failed turn without stori
   const shown = plain(output.text());
   assert.doesNotMatch(shown, /503/, "the error is not printed as an answer");
   assert.match(shown, /the retried answer/);
+  // One stats line, the retried answer's: the failed turn's line is its error, with no "0 model calls".
+  assert.deepEqual(shown.match(/\d+ model calls?/g), ["1 model call"]);
   // Said once, on the status stream, in one line with the chat's way to retry (not the HTTP route's).
   const errors = plain(status.text()).split(/\r?\n|\r/).filter((line) => line.includes("503"));
   assert.deepEqual(errors, [

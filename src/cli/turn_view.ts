@@ -182,7 +182,8 @@ export class TurnView {
     } else if (!shown) {
       output.write(`${style.bold("agent>")} ${renderMarkdown(result.answer, style, { columns })}\n`);
     }
-    if (result.outcome !== "aborted") {
+    // A failed turn's line is its error: no stats line counting the calls that never answered.
+    if (result.outcome !== "aborted" && result.outcome !== "error") {
       const { promptTokens: tokensIn, completionTokens: tokensOut } = result.usage;
       const stats = { ms: performance.now() - started, modelCalls: this.#modelCalls, tokensIn, tokensOut };
       output.write(`${statsLine({ ...stats, toolCalls: result.toolCalls.length }, style)}\n`);
