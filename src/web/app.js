@@ -280,7 +280,11 @@ async function streamRun(message, start, again) {
     }
   };
   try {
-    await start(onFrame, (runId) => (state.runId = runId));
+    await start(onFrame, (runId) => {
+      state.runId = runId;
+      // The session is stored from its first accepted turn on: the list shows it while the turn runs.
+      if (!state.known.has(session)) guarded(async () => void await loadSessions());
+    });
   } catch (error) {
     if (!handleAuth(error)) {
       const cause = error instanceof ApiError

@@ -124,9 +124,15 @@ export class LiveTurn {
       this.#progress.remove();
       return;
     }
-    /** @type {HTMLElement} */ (this.#progress.lastChild).textContent = what;
+    const label = /** @type {HTMLElement} */ (this.#progress.lastChild);
+    if (label.textContent !== what) label.textContent = what;
     if (!this.#progress.isConnected) this.#list.append(this.#progress);
     this.#progress.scrollIntoView({ block: "end" });
+  }
+
+  /** The running step while tools run: `calling calculator, todo…`. */
+  #calling() {
+    return `calling ${[...new Set(this.#running.values())].join(", ")}…`;
   }
 
   /** Redraws the streamed answer's markdown once per frame of the screen, however many deltas came. */
@@ -153,25 +159,19 @@ export class LiveTurn {
       }
       this.#text.text += data.text;
       this.#drawText();
-    } else if (event === "run_start" || event === "llm_call") {
-      // A model call ended (or the run began): the model is asked next, unless tools run first.
-      if (this.#running.size === 0) this.#say("thinking…");
     } else if (event === "tool_call") {
       this.#text = null; // Text streamed before a call stays as the model's note; the answer comes later.
       const view = toolCall(data.data);
       this.#calls.set(data.data.id, view.settle);
       this.#running.set(data.data.id, data.data.name);
       this.#add(view.node);
-      this.#say(`calling ${[...new Set(this.#running.values())].join(", ")}…`);
+      this.#say(this.#calling());
     } else if (event === "tool_result") {
       const d = data.data;
       this.#calls.get(d.id)?.(d.ok, JSON.stringify(d.ok ? d.data : d.error, null, 1));
       this.#running.delete(d.id);
-      this.#say(
-        this.#running.size === 0
-          ? "thinking…"
-          : `calling ${[...new Set(this.#running.values())].join(", ")}…`,
-      );
+      // With every result in, the model is asked again.
+      this.#say(this.#running.size === 0 ? "thinking…" : this.#calling());
     } else if (event === "compact" && data.data.ok) {
       this.#add(compactionMarker(data.data.turns_removed));
     } else if (event === "approval_requested") {

@@ -121,7 +121,9 @@ function blocks(lines) {
     } else if (line.type === "quote") {
       out.push(el("blockquote", {}, ...blocks(run("quote").map((l) => l.line))));
     } else if (line.type === "item") {
-      out.push(list(run("item")));
+      // A bullet after numbered items (or the other way round) at the outer level starts another list.
+      const { level, ordered } = line;
+      out.push(list(run("item", (l) => l.type === "item" && (l.level > level || l.ordered === ordered))));
     } else {
       // A fence and the code after it, up to its closing fence.
       const info = line.type === "fence" ? line.info.trim().split(/\s+/)[0] : "";
