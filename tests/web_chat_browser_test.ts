@@ -176,6 +176,11 @@ Deno.test({
       assert.equal(await page.$eval("#title-input", (n) => (n as HTMLElement).hidden), true);
       await visit(page, `${url}/`);
       assert.deepEqual(await texts(page, "#session-title"), ["Arithmetic"]);
+      // A blank title names the session from its first question again.
+      await page.click("#rename");
+      await page.keyboard.press("Backspace");
+      await page.keyboard.press("Enter");
+      assert.deepEqual(await texts(page, "#session-title"), ["what is 12*(3+4)?"]);
 
       // A session started through the API is named from its first question when it is opened here.
       await post(url, "from-the-api", "plan the trip\nwith every detail");

@@ -26,6 +26,8 @@ const state = {
   runs: [],
   /** The ids the session list holds: another id is a new session, not asked for (it would be a 404). */
   known: new Set(),
+  /** The open session's first question, which names it unless it was renamed. @type {string | null} */
+  firstQuestion: null,
 };
 
 function newSessionId() {
@@ -140,7 +142,10 @@ async function refreshSession() {
   renderHistory(list, session.messages, { compactedTurns, closings });
   const first = session.messages.find((/** @type {{ role: string }} */ m) => m.role === "user");
   if (first === undefined) list.append(emptyState());
-  else if (storedTitle(state.session) === null) storeTitle(state.session, first.content ?? "");
+  state.firstQuestion = first?.content ?? null;
+  if (first !== undefined && storedTitle(state.session) === null) {
+    storeTitle(state.session, first.content ?? "");
+  }
   showTitle();
   // A long session opens at its newest exchange, not at its top.
   list.lastElementChild?.scrollIntoView({ block: "end" });
@@ -207,6 +212,7 @@ function showTitle() {
 /** @param {string} id */
 async function openSession(id) {
   state.session = id;
+  state.firstQuestion = null;
   history.replaceState(null, "", `#${encodeURIComponent(id)}`);
   rememberSession(id);
   showTitle();
@@ -229,6 +235,7 @@ async function guarded(action) {
 /** Sends `message` (undefined: retries the last unanswered one) and draws its frames as they come. @param {string | undefined} message */
 function send(message) {
   // A session is named from its first question.
+  if (message !== undefined && state.firstQuestion === null) state.firstQuestion = message;
   if (message !== undefined && storedTitle(state.session) === null) {
     storeTitle(state.session, message);
     showTitle();
@@ -386,7 +393,8 @@ function wireRename() {
     title.hidden = false;
     rename.hidden = false;
     if (keep) {
-      storeTitle(state.session, input.value);
+      // A blank title names the session from its first question again.
+      storeTitle(state.session, input.value.trim() === "" ? state.firstQuestion : input.value);
       showTitle();
       guarded(async () => void await loadSessions());
     }
