@@ -141,10 +141,13 @@ export class LiveTurn {
     this.#drawPending = true;
     requestAnimationFrame(() => {
       this.#drawPending = false;
-      if (this.#text === null) return;
-      this.#text.node.replaceChildren(...markdownNodes(this.#text.text));
+      this.#drawTextNow();
       this.#progress.scrollIntoView({ block: "end" });
     });
+  }
+
+  #drawTextNow() {
+    this.#text?.node.replaceChildren(...markdownNodes(this.#text.text));
   }
 
   /** Draws one SSE frame. @param {{ event: string, data: any }} frame */
@@ -160,7 +163,10 @@ export class LiveTurn {
       this.#text.text += data.text;
       this.#drawText();
     } else if (event === "tool_call") {
-      this.#text = null; // Text streamed before a call stays as the model's note; the answer comes later.
+      // Text streamed before a call stays as the model's note, drawn whole; the answer comes later.
+      this.#drawTextNow();
+      this.#text?.node.closest("li")?.classList.remove("streaming");
+      this.#text = null;
       const view = toolCall(data.data);
       this.#calls.set(data.data.id, view.settle);
       this.#running.set(data.data.id, data.data.name);
