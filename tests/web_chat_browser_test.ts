@@ -187,6 +187,7 @@ Deno.test({
       await visit(page, `${url}/#from-the-api`);
       await page.waitForSelector(".msg.user");
       assert.deepEqual(await texts(page, "#session-title"), ["plan the trip"]);
+      assert.deepEqual(await texts(page, ".session.current .open"), ["plan the trip"]);
       await screenshots(page, "titles");
 
       // A new session left unused is not reopened: the newest stored one is.

@@ -203,10 +203,15 @@ function emptyState() {
   );
 }
 
-/** Shows the open session's title (its first question, or the name it was given) and its id. */
+/** Shows the open session's title (its first question, or the name it was given) and its id, here and in the list. */
 function showTitle() {
-  byId("session-title").textContent = storedTitle(state.session) ?? "New session";
+  const title = storedTitle(state.session);
+  byId("session-title").textContent = title ?? "New session";
   byId("session-id").textContent = state.session;
+  const entry = [...document.querySelectorAll("#session-list .session")]
+    .find((node) => /** @type {HTMLElement} */ (node).dataset.session === state.session);
+  const open = entry?.querySelector(".open");
+  if (open && title !== null) open.textContent = title;
 }
 
 /** @param {string} id */
