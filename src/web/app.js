@@ -22,6 +22,8 @@ const state = {
   busy: false,
   /** The run being streamed, once the server named it: what Stop cancels. @type {string | null} */
   runId: null,
+  /** The session of the run being streamed (another may be open by now). */
+  runSession: "",
   /** @type {TraceEvent[][]} */
   runs: [],
   /** The ids the session list holds: another id is a new session, not asked for (it would be a 404). */
@@ -271,6 +273,7 @@ async function streamRun(message, start, again) {
   if (state.busy) return;
   state.busy = true;
   state.runId = null;
+  state.runSession = state.session;
   byId("composer").classList.add("busy");
   byId("stop").hidden = false;
   const session = state.session;
@@ -378,7 +381,7 @@ function wire() {
 
 /** Stop cancels the running turn on the server (closing the stream would not: the turn outlives it). */
 function stop() {
-  if (state.busy) guarded(() => cancelTurn(state.session, state.runId));
+  if (state.busy) guarded(() => cancelTurn(state.runSession, state.runId));
 }
 
 async function newSession() {
