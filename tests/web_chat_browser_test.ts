@@ -240,7 +240,7 @@ Deno.test({
         // The first model call is held: the page says the model is thinking, and the timeline has the run.
         const firstCall = hold();
         await send(page, "what is 12*(3+4)?");
-        await until(() => gate.arrived === 1, "the first model call");
+        await until(() => gate.arrived === 1, "the first model call", 30_000);
         await page.waitForFunction(() => document.querySelector(".progress")?.textContent === "thinking…");
         assert.equal(await page.$(".msg.assistant"), null, "no answer yet");
         assert.equal(await page.$eval("#stop", (n) => (n as HTMLElement).hidden), false, "Stop shows");
@@ -253,7 +253,7 @@ Deno.test({
         // and the timeline has the model call and the tool call while the turn still runs.
         const secondCall = hold();
         firstCall.release();
-        await until(() => gate.arrived === 2, "the second model call");
+        await until(() => gate.arrived === 2, "the second model call", 30_000);
         await page.waitForSelector('details.tool[data-tool="calculator"][data-status="ok"]');
         await page.waitForFunction(() => document.querySelectorAll(".timeline-row").length === 2);
         assert.deepEqual(
@@ -289,7 +289,7 @@ Deno.test({
         // Esc stops a running turn: cancelled on the server, taken back.
         const never = hold();
         await send(page, "say: never answered");
-        await until(() => gate.arrived === 3, "the third model call");
+        await until(() => gate.arrived === 3, "the third model call", 30_000);
         await page.waitForSelector(".progress");
         await page.keyboard.press("Escape");
         await page.waitForFunction(() => document.querySelectorAll(".run-end").length === 2);
@@ -297,7 +297,12 @@ Deno.test({
         assert.equal(await page.$(".progress"), null);
         await page.waitForFunction(() => (document.querySelector("#stop") as HTMLElement).hidden);
         never.release();
-        assert.match(serve.stderr(), /POST \/v1\/sessions\/\S+\/cancel 202/);
+        // The access log is written in batches: its line may come after the page has seen the run end.
+        await until(
+          () => /POST \/v1\/sessions\/\S+\/cancel 202/.test(serve.stderr()),
+          "the cancel's log line",
+          30_000,
+        );
         const session = await (await fetch(`${url}/v1/sessions/${openId(page)}`)).json();
         assert.deepEqual(
           session.messages.filter((m: { role: string }) => m.role === "user").map((m: { content: string }) =>
