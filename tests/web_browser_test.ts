@@ -120,7 +120,7 @@ Deno.test({
 
       await page.waitForSelector(".session .delete");
       await page.click(".session .delete");
-      await page.waitForFunction(() => document.querySelectorAll("#session-list li").length === 0);
+      await page.waitForFunction(() => document.querySelectorAll("#session-list .session").length === 0);
       assert.equal(dialogs.length, 1);
       assert.match(dialogs[0], /^confirm: Delete session "web-.*" with its messages/);
       assert.deepEqual(

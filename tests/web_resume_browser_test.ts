@@ -120,6 +120,7 @@ Deno.test({
         assert.match((await texts(page, ".run-end")).join(), /^answered · 1 step\(s\)/);
         assert.deepEqual(await texts(page, ".msg.error"), []);
         await page.waitForFunction(() => (document.querySelector("#stop") as HTMLElement).hidden);
+        assert.equal(await page.$(".progress"), null, "the running-step line went with the run");
         await page.screenshot({ path: `${ARTIFACTS}resumed.png` });
 
         // Stop: the turn is cancelled on the server and taken back.

@@ -1,11 +1,20 @@
 /**
- * Answers as terminal markdown. Rendering goes line by line, and the only thing one line hands to the next
- * is whether a fenced code block is open: so a streamed answer can show each line as it completes and the
+ * Answers as terminal markdown: the tree of the one markdown parser (`src/web/markdown.js`, which the web page
+ * renders as DOM nodes) drawn as styled text. The tree has a node per line and parsing hands only the open
+ * code fence from one line to the next: so a streamed answer can show each line as it completes and the
  * result is exactly the whole-text rendering.
  * @module
  */
 import type { Style } from "./render.ts";
 import { displayWidth } from "./_width.ts";
+import {
+  type FenceState,
+  type MarkdownInline,
+  type MarkdownLine,
+  newFenceState,
+  parseLine,
+  parseMarkdown,
+} from "../web/markdown.js";
 
 /** Options for `renderMarkdown`. */
 export interface MarkdownOptions {
@@ -33,194 +42,56 @@ export interface MarkdownStream {
 }
 
 type Apply = (text: string) => string;
-/** The one state carried across lines: the open code fence, if any. */
-interface BlockState {
-  fence: { char: string; length: number } | null;
-}
 
 /** Clears the current terminal row and returns to its start. */
 const CLEAR = "\r\x1b[2K";
-// Model text must not move the cursor or restyle the terminal; tabs pass.
-// deno-lint-ignore no-control-regex
-const CONTROL = /[\x00-\x08\x0a-\x1f\x7f-\x9f]/g;
-const PUNCTUATION = /[!-\/:-@\[-`{-~]/;
-const WORD = /[\p{L}\p{N}]/u;
-const SPACE = /\s/;
-const FENCE = /^([ \t]*)(`{3,}|~{3,})(.*)$/;
-const RULE = /^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$/;
-const HEADING = /^ {0,3}(#{1,6})(?:[ \t]+(.*))?$/;
-const QUOTE = /^ {0,3}>[ ]?(.*)$/;
-const BULLET = /^([ \t]*)[-*+][ \t]+(.*)$/;
-const NUMBERED = /^([ \t]*)(\d{1,9}[.)])[ \t]+(.*)$/;
 /** A partial line no later text can restyle: a letter or digit, and nothing that may open markup. */
 const PROSE = /^(?=.*[\p{L}\p{N}])[^*_`~[\]<>\\!#\p{Cc}]*$/u;
-// Past these, text is shown as it is: bounds recursion and the quadratic delimiter search.
-const MAX_DEPTH = 8;
-const MAX_INLINE = 4000;
 
-function runLength(text: string, at: number, char: string): number {
-  let end = at;
-  while (text[end] === char) end++;
-  return end - at;
-}
-
-/** Where the next run of exactly `length` backticks starts at or after `from`, or -1. */
-function closingTicks(text: string, from: number, length: number): number {
-  for (let j = text.indexOf("`", from); j >= 0; j = text.indexOf("`", j + runLength(text, j, "`"))) {
-    if (runLength(text, j, "`") === length) return j;
-  }
-  return -1;
-}
-
-/** The emphasis opened at `at` (`*`, `_`, `**`, `__`): its inner text and where it ends, or null. */
-function emphasis(text: string, at: number): { inner: string; end: number; strong: boolean } | null {
-  const char = text[at];
-  const strong = text[at + 1] === char;
-  const open = at + (strong ? 2 : 1);
-  if (open >= text.length || SPACE.test(text[open])) return null;
-  if (char === "_" && WORD.test(text[at - 1] ?? "")) return null;
-  for (let j = open + 1; j < text.length; j++) {
-    if (text[j] === "`") {
-      const ticks = runLength(text, j, "`");
-      const close = closingTicks(text, j + ticks, ticks);
-      j = close < 0 ? j + ticks - 1 : close + ticks - 1;
-      continue;
-    }
-    if (text[j] !== char) continue;
-    const run = runLength(text, j, char);
-    const fits = strong ? run >= 2 : run % 2 === 1;
-    const flanked = !SPACE.test(text[j - 1]) && !(char === "_" && WORD.test(text[j + run] ?? ""));
-    // A longer closing run closes with its last delimiters: `***a***` is strong around `*a*`.
-    if (fits && flanked) return { inner: text.slice(open, j + run - (strong ? 2 : 1)), end: j + run, strong };
-    j += run - 1;
-  }
-  return null;
-}
-
-/** The `[label](url)` starting at `at`, or null. */
-function link(text: string, at: number): { label: string; url: string; end: number } | null {
-  let close = -1;
-  for (let j = at, depth = 0; j < text.length && close < 0; j++) {
-    if (text[j] === "\\") j++;
-    else if (text[j] === "[") depth++;
-    else if (text[j] === "]" && --depth === 0) close = j;
-  }
-  if (close < 0 || text[close + 1] !== "(") return null;
-  for (let k = close + 2, depth = 1; k < text.length; k++) {
-    if (text[k] === "\\") k++;
-    else if (text[k] === "(") depth++;
-    else if (text[k] === ")" && --depth === 0) {
-      const target = text.slice(close + 2, k).trim();
-      const url = /^<([^>]*)>/.exec(target)?.[1] ?? target.split(/\s+/)[0];
-      return { label: text.slice(at + 1, close), url, end: k + 1 };
-    }
-  }
-  return null;
-}
-
-/** Inline markup of one line; `apply` styles each piece with what encloses it (heading, bold, …). */
-function inline(text: string, style: Style, apply: Apply, depth = 0): string {
-  if (depth > MAX_DEPTH || text.length > MAX_INLINE) return text === "" ? "" : apply(text);
+/** Inline nodes as text; `apply` styles each piece with what encloses it (heading, bold, …). */
+function inline(nodes: readonly MarkdownInline[], style: Style, apply: Apply): string {
   let out = "";
-  let plain = "";
-  const put = (rendered: string) => {
-    out += (plain === "" ? "" : apply(plain)) + rendered;
-    plain = "";
-  };
-  const nested = (inner: string, wrap: Apply) => inline(inner, style, (s) => apply(wrap(s)), depth + 1);
-  for (let i = 0; i < text.length;) {
-    const char = text[i];
-    if (char === "\\" && PUNCTUATION.test(text[i + 1] ?? "")) {
-      plain += text[i + 1];
-      i += 2;
-      continue;
+  for (const node of nodes) {
+    if (node.type === "text") out += apply(node.text);
+    else if (node.type === "code") out += apply(style.code(node.text));
+    else if (node.type === "autolink") out += apply(style.underline(node.url));
+    else if (node.type === "strong") out += inline(node.children, style, (s) => apply(style.bold(s)));
+    else if (node.type === "emphasis") out += inline(node.children, style, (s) => apply(style.italic(s)));
+    else {
+      // `text (url)`, or either alone when the other is empty.
+      const shown = node.url === "" ? "" : apply(style.dim(style.underline(node.url)));
+      const text = inline(node.children, style, apply);
+      out += text === "" || shown === "" ? text + shown : `${text}${apply(" (")}${shown}${apply(")")}`;
     }
-    if (char === "`") {
-      const ticks = runLength(text, i, "`");
-      const close = closingTicks(text, i + ticks, ticks);
-      if (close < 0) {
-        plain += text.slice(i, i + ticks);
-        i += ticks;
-        continue;
-      }
-      let code = text.slice(i + ticks, close);
-      if (/^ .*[^ ].* $/.test(code)) code = code.slice(1, -1);
-      put(code === "" ? "" : apply(style.code(code)));
-      i = close + ticks;
-      continue;
-    }
-    const image = char === "!" && text[i + 1] === "[";
-    const found = char === "[" || image ? link(text, image ? i + 1 : i) : null;
-    if (found !== null) {
-      const { label, url } = found;
-      const shown = url === "" ? "" : apply(style.dim(style.underline(url)));
-      const text = label === url ? "" : inline(label, style, apply, depth + 1);
-      put(text === "" || shown === "" ? text + shown : `${text}${apply(" (")}${shown}${apply(")")}`);
-      i = found.end;
-      continue;
-    }
-    const auto = char === "<" ? /^<((?:https?|mailto):[^\s<>]+)>/.exec(text.slice(i, i + 2048)) : null;
-    if (auto !== null) {
-      put(apply(style.underline(auto[1])));
-      i += auto[0].length;
-      continue;
-    }
-    const span = char === "*" || char === "_" ? emphasis(text, i) : null;
-    if (span !== null) {
-      put(nested(span.inner, (s) => span.strong ? style.bold(s) : style.italic(s)));
-      i = span.end;
-      continue;
-    }
-    plain += char;
-    i++;
   }
-  put("");
   return out;
 }
 
-/** Block markup of one line outside code fences: rule, heading, quote, list item, or a paragraph line. */
-function block(line: string, style: Style, columns: number, depth = 0): string {
-  const text = (markdown: string) => inline(markdown, style, (s) => s);
-  if (RULE.test(line)) return style.dim("─".repeat(Math.max(3, Math.min(columns, 40))));
-  const heading = HEADING.exec(line);
-  if (heading !== null) {
-    const title = (heading[2] ?? "").replace(/(?:^|[ \t]+)#+[ \t]*$/, "").trim();
-    const marks = style.dim(heading[1]);
-    return title === "" ? marks : `${marks} ${inline(title, style, (s) => style.heading(s))}`;
-  }
-  const quote = depth < MAX_DEPTH ? QUOTE.exec(line) : null;
-  if (quote !== null) {
-    const rest = block(quote[1], style, columns, depth + 1);
-    return style.dim("│") + (rest === "" ? "" : ` ${rest}`);
-  }
-  const bullet = BULLET.exec(line);
-  if (bullet !== null) {
-    const level = Math.floor(bullet[1].replaceAll("\t", "    ").length / 2);
-    return `${bullet[1]}${"•◦▪"[level % 3]} ${text(bullet[2])}`;
-  }
-  const numbered = NUMBERED.exec(line);
-  if (numbered !== null) return `${numbered[1]}${numbered[2]} ${text(numbered[3])}`;
-  return text(line);
-}
-
-/** Renders one line (without its newline), updating `state` when it opens or closes a code fence. */
-function renderLine(raw: string, state: BlockState, style: Style, columns: number): string {
-  const line = raw.replace(/\r$/, "").replace(CONTROL, "\uFFFD");
-  const fence = FENCE.exec(line);
-  if (state.fence !== null) {
-    const { char, length } = state.fence;
-    if (fence === null || fence[2][0] !== char || fence[2].length < length || fence[3].trim() !== "") {
-      return line === "" ? "" : style.codeBlock(line);
+/** One line of the tree as terminal text: line breaks and list markers' indents are kept as written. */
+function renderLine(line: MarkdownLine, style: Style, columns: number): string {
+  switch (line.type) {
+    case "paragraph":
+      return inline(line.children, style, (s) => s);
+    case "rule":
+      return style.dim("─".repeat(Math.max(3, Math.min(columns, 40))));
+    case "heading": {
+      const marks = style.dim("#".repeat(line.level));
+      if (line.children.length === 0) return marks;
+      return `${marks} ${inline(line.children, style, (s) => style.heading(s))}`;
     }
-    state.fence = null;
-    return fence[1] + style.dim(fence[2]);
+    case "quote": {
+      const rest = renderLine(line.line, style, columns);
+      return style.dim("│") + (rest === "" ? "" : ` ${rest}`);
+    }
+    case "item": {
+      const marker = line.ordered ? line.marker : "•◦▪"[line.level % 3];
+      return `${line.indent}${marker} ${inline(line.children, style, (s) => s)}`;
+    }
+    case "fence":
+      return line.indent + style.dim(line.marker + line.info);
+    case "code":
+      return line.text === "" ? "" : style.codeBlock(line.text);
   }
-  // A backtick in a backtick fence's info string makes it inline code instead (CommonMark).
-  if (fence !== null && !(fence[2][0] === "`" && fence[3].includes("`"))) {
-    state.fence = { char: fence[2][0], length: fence[2].length };
-    return fence[1] + style.dim(fence[2] + fence[3]);
-  }
-  return block(line, style, columns);
 }
 
 /**
@@ -231,8 +102,7 @@ function renderLine(raw: string, state: BlockState, style: Style, columns: numbe
  */
 export function renderMarkdown(text: string, style: Style, options: MarkdownOptions = {}): string {
   const { columns = 80 } = options;
-  const state: BlockState = { fence: null };
-  return text.split("\n").map((line) => renderLine(line, state, style, columns)).join("\n");
+  return parseMarkdown(text).map((line) => renderLine(line, style, columns)).join("\n");
 }
 
 /**
@@ -247,7 +117,7 @@ export function markdownStream(
   options: MarkdownStreamOptions = {},
 ): MarkdownStream {
   const { columns = 80, prefix = "" } = options;
-  const state: BlockState = { fence: null };
+  const state: FenceState = newFenceState();
   let buffer = "";
   let onRow = ""; // what the current terminal row shows
   let first = true;
@@ -259,7 +129,7 @@ export function markdownStream(
     onRow = target;
   };
   const complete = (line: string) => {
-    draw((first ? prefix : "") + renderLine(line, state, style, columns));
+    draw((first ? prefix : "") + renderLine(parseLine(line, state), style, columns));
     write("\n");
     onRow = "";
     first = false;
@@ -273,7 +143,7 @@ export function markdownStream(
         buffer = buffer.slice(nl + 1);
       }
       if (buffer === "") return;
-      const target = (first ? prefix : "") + renderLine(buffer, { ...state }, style, columns);
+      const target = (first ? prefix : "") + renderLine(parseLine(buffer, { ...state }), style, columns);
       // A line may wrap only while it is prose, whose rendering can but grow: nothing it shows can change.
       if (displayWidth(target) < columns || (state.fence === null && PROSE.test(buffer))) draw(target);
     },

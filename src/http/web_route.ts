@@ -11,7 +11,10 @@ import APP from "../web/app.js" with { type: "text" };
 import APPROVALS from "../web/approvals.js" with { type: "text" };
 import CHAT from "../web/chat.js" with { type: "text" };
 import DOM from "../web/dom.js" with { type: "text" };
+import MARKDOWN from "../web/markdown.js" with { type: "text" };
+import MARKDOWN_VIEW from "../web/markdown_view.js" with { type: "text" };
 import MEMORY from "../web/memory.js" with { type: "text" };
+import REMEMBERED from "../web/remembered.js" with { type: "text" };
 import TIMELINE from "../web/timeline.js" with { type: "text" };
 import { HttpError } from "./errors.ts";
 
@@ -38,7 +41,10 @@ export const WEB_FILES: ReadonlyMap<string, { body: string; type: string }> = ne
   ["approvals.js", { body: APPROVALS, type: JS }],
   ["chat.js", { body: CHAT, type: JS }],
   ["dom.js", { body: DOM, type: JS }],
+  ["markdown.js", { body: MARKDOWN, type: JS }],
+  ["markdown_view.js", { body: MARKDOWN_VIEW, type: JS }],
   ["memory.js", { body: MEMORY, type: JS }],
+  ["remembered.js", { body: REMEMBERED, type: JS }],
   ["timeline.js", { body: TIMELINE, type: JS }],
 ]);
 

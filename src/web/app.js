@@ -1,9 +1,9 @@
 // @ts-check
 /// <reference lib="dom" />
 /**
- * The page's entry: signs in when the server asks for a token, lists the user's sessions, runs turns (and the
- * runs resumed by approval decisions) as SSE into the chat, and keeps the timeline, memory and approval panels
- * on the open session.
+ * The page's entry: signs in when the server asks for a token, lists the user's sessions and reopens the last
+ * one, runs turns (and the runs resumed by approval decisions) as SSE into the chat, and keeps the timeline,
+ * memory and approval panels on the open session.
  * @module
  */
 import { ApiError, cancelTurn, getToken, request, setToken, streamApproval, streamTurn } from "./api.js";
@@ -11,20 +11,25 @@ import { renderApprovals } from "./approvals.js";
 import { LiveTurn, renderHistory } from "./chat.js";
 import { byId, clip, el } from "./dom.js";
 import { renderMemory } from "./memory.js";
+import { lastSession, rememberSession, storedTitle, storeTitle } from "./remembered.js";
 import { buildTimeline, groupRuns, renderTimeline } from "./timeline.js";
 
 /** @typedef {import("./timeline.js").TraceEvent} TraceEvent */
 
 const state = {
-  /** @type {string} */
-  session: decodeURIComponent(location.hash.slice(1)) || newSessionId(),
+  /** The open session's id: chosen by `start`. @type {string} */
+  session: "",
   busy: false,
   /** The run being streamed, once the server named it: what Stop cancels. @type {string | null} */
   runId: null,
+  /** The session of the run being streamed (another may be open by now). */
+  runSession: "",
   /** @type {TraceEvent[][]} */
   runs: [],
   /** The ids the session list holds: another id is a new session, not asked for (it would be a 404). */
   known: new Set(),
+  /** The open session's first question, which names it unless it was renamed. @type {string | null} */
+  firstQuestion: null,
 };
 
 function newSessionId() {
@@ -53,11 +58,19 @@ function handleAuth(error) {
   return true;
 }
 
+/**
+ * Lists the user's sessions, newest first, by title where this browser has one.
+ * @returns {Promise<{ id: string }[]>}
+ */
 async function loadSessions() {
   const { sessions } = await request("GET", "/v1/sessions");
   state.known = new Set(sessions.map((/** @type {{id: string}} */ s) => s.id));
   const items = sessions.map((/** @type {{id: string, turn_count: number}} */ s) => {
-    const open = el("button", { type: "button", class: "open", onclick: () => openSession(s.id) }, s.id);
+    const open = el(
+      "button",
+      { type: "button", class: "open", title: s.id, onclick: () => openSession(s.id) },
+      storedTitle(s.id) ?? s.id,
+    );
     const remove = el("button", {
       type: "button",
       class: "delete",
@@ -73,7 +86,9 @@ async function loadSessions() {
       remove,
     );
   });
-  byId("session-list").replaceChildren(...items);
+  const none = el("li", { class: "muted" }, "No sessions yet.");
+  byId("session-list").replaceChildren(...(items.length === 0 ? [none] : items));
+  return sessions;
 }
 
 /** @param {string} id */
@@ -81,6 +96,7 @@ async function deleteSession(id) {
   if (!confirm(`Delete session "${id}" with its messages, todos and summary?`)) return;
   await guarded(async () => {
     await request("DELETE", `/v1/sessions/${encodeURIComponent(id)}`);
+    storeTitle(id, null);
     if (id === state.session) await openSession(newSessionId());
     else await loadSessions();
   });
@@ -124,7 +140,17 @@ async function refreshSession() {
     if (e.event === "answer" && e.data.closing) closings.set(e.data.text, e.data.closing);
     if (e.event === "compact" && e.data.ok) compactedTurns += e.data.turns_removed;
   }
-  renderHistory(byId("messages"), session.messages, { compactedTurns, closings });
+  const list = byId("messages");
+  renderHistory(list, session.messages, { compactedTurns, closings });
+  const first = session.messages.find((/** @type {{ role: string }} */ m) => m.role === "user");
+  if (first === undefined) list.append(emptyState());
+  state.firstQuestion = first?.content ?? null;
+  if (first !== undefined && storedTitle(state.session) === null) {
+    storeTitle(state.session, first.content ?? "");
+  }
+  showTitle();
+  // A long session opens at its newest exchange, not at its top.
+  list.lastElementChild?.scrollIntoView({ block: "end" });
   renderMemory(byId("memory"), session.summary, todos);
   drawRuns();
   showApprovals(session.pending_approval ?? null);
@@ -165,11 +191,38 @@ function showRun(runId, reveal = true) {
   if (reveal) byId("timeline-panel").scrollIntoView({ block: "start" });
 }
 
+/** What an empty session says to do. */
+function emptyState() {
+  return el(
+    "li",
+    { class: "empty" },
+    el("p", {}, "Ask anything below. The answer streams in here, with each tool call the model makes."),
+    el(
+      "p",
+      { class: "muted" },
+      "Enter sends, Shift+Enter starts a new line, Esc stops a running answer, Ctrl+K opens a new session.",
+    ),
+  );
+}
+
+/** Shows the open session's title (its first question, or the name it was given) and its id, here and in the list. */
+function showTitle() {
+  const title = storedTitle(state.session);
+  byId("session-title").textContent = title ?? "New session";
+  byId("session-id").textContent = state.session;
+  const entry = [...document.querySelectorAll("#session-list .session")]
+    .find((node) => /** @type {HTMLElement} */ (node).dataset.session === state.session);
+  const open = entry?.querySelector(".open");
+  if (open && title !== null) open.textContent = title;
+}
+
 /** @param {string} id */
 async function openSession(id) {
   state.session = id;
+  state.firstQuestion = null;
   history.replaceState(null, "", `#${encodeURIComponent(id)}`);
-  byId("session-title").textContent = id;
+  rememberSession(id);
+  showTitle();
   await guarded(async () => {
     await loadSessions();
     await refreshSession();
@@ -188,6 +241,12 @@ async function guarded(action) {
 
 /** Sends `message` (undefined: retries the last unanswered one) and draws its frames as they come. @param {string | undefined} message */
 function send(message) {
+  // A session is named from its first question.
+  if (message !== undefined && state.firstQuestion === null) state.firstQuestion = message;
+  if (message !== undefined && storedTitle(state.session) === null) {
+    storeTitle(state.session, message);
+    showTitle();
+  }
   return streamRun(
     message,
     (onFrame, onRun) => streamTurn(state.session, message, onFrame, onRun),
@@ -214,14 +273,33 @@ async function streamRun(message, start, again) {
   if (state.busy) return;
   state.busy = true;
   state.runId = null;
+  state.runSession = state.session;
   byId("composer").classList.add("busy");
   byId("stop").hidden = false;
+  const session = state.session;
+  byId("messages").querySelector(".empty")?.remove();
   const turn = new LiveTurn(byId("messages"), message, {
     onRetry: () => send(undefined),
     onTimeline: showRun,
   });
+  /** The run's events so far: the timeline fills in as they arrive. @type {TraceEvent[]} */
+  const live = [];
+  /** @param {import("./api.js").Frame} frame */
+  const onFrame = (frame) => {
+    // Another session opened meanwhile: this run goes on, out of sight.
+    if (state.session !== session) return;
+    turn.onFrame(frame);
+    if (typeof frame.data?.run_id === "string" && typeof frame.data?.event === "string") {
+      live.push(frame.data);
+      renderTimeline(byId("timeline"), buildTimeline(live));
+    }
+  };
   try {
-    await start((frame) => turn.onFrame(frame), (runId) => (state.runId = runId));
+    await start(onFrame, (runId) => {
+      state.runId = runId;
+      // The session is stored from its first accepted turn on: the list shows it while the turn runs.
+      if (!state.known.has(session)) guarded(async () => void await loadSessions());
+    });
   } catch (error) {
     if (!handleAuth(error)) {
       const cause = error instanceof ApiError
@@ -232,14 +310,15 @@ async function streamRun(message, start, again) {
       turn.showError(cause, again);
     }
   } finally {
+    turn.end();
     state.busy = false;
     state.runId = null;
     byId("composer").classList.remove("busy");
     byId("stop").hidden = true;
   }
   // The list's turn counts, the memory panel, the timeline and the approvals follow the finished run.
-  await guarded(loadSessions);
-  await guarded(refreshTrace);
+  await guarded(async () => void await loadSessions());
+  if (state.session === session) await guarded(refreshTrace);
 }
 
 /** Re-reads the trace, the memory panel and the approvals, keeping the chat as drawn live. */
@@ -272,11 +351,19 @@ function wire() {
       submit();
     }
   });
-  byId("new-session").addEventListener("click", () => openSession(newSessionId()));
-  // Stop cancels the running turn on the server (closing the stream would not: the turn outlives it).
-  byId("stop").addEventListener("click", () => {
-    if (state.busy) guarded(() => cancelTurn(state.session, state.runId));
+  byId("new-session").addEventListener("click", newSession);
+  byId("stop").addEventListener("click", stop);
+  // Esc stops the running answer; Ctrl+K (Cmd+K) opens a new session, wherever the focus is.
+  document.addEventListener("keydown", (event) => {
+    if (event.key === "Escape" && state.busy) {
+      event.preventDefault();
+      stop();
+    } else if ((event.ctrlKey || event.metaKey) && event.key.toLowerCase() === "k") {
+      event.preventDefault();
+      newSession();
+    }
   });
+  wireRename();
   byId("run-select").addEventListener("change", (event) => {
     showRun(/** @type {HTMLSelectElement} */ (event.target).value, false);
   });
@@ -288,9 +375,72 @@ function wire() {
     token.value = "";
     byId("login").hidden = true;
     byId("app").hidden = false;
-    openSession(state.session);
+    start();
+  });
+}
+
+/** Stop cancels the running turn on the server (closing the stream would not: the turn outlives it). */
+function stop() {
+  if (state.busy) guarded(() => cancelTurn(state.runSession, state.runId));
+}
+
+async function newSession() {
+  await openSession(newSessionId());
+  byId("input").focus();
+}
+
+/** Rename edits the title in place: Enter or leaving the field keeps it, Esc drops the edit, blank unnames. */
+function wireRename() {
+  const input = /** @type {HTMLInputElement} */ (byId("title-input"));
+  const title = byId("session-title");
+  const rename = byId("rename");
+  /** @param {boolean} keep */
+  const finish = (keep) => {
+    if (input.hidden) return;
+    input.hidden = true;
+    title.hidden = false;
+    rename.hidden = false;
+    if (keep) {
+      // A blank title names the session from its first question again.
+      storeTitle(state.session, input.value.trim() === "" ? state.firstQuestion : input.value);
+      showTitle();
+      guarded(async () => void await loadSessions());
+    }
+  };
+  rename.addEventListener("click", () => {
+    input.value = storedTitle(state.session) ?? "";
+    input.hidden = false;
+    title.hidden = true;
+    rename.hidden = true;
+    input.focus();
+    input.select();
+  });
+  input.addEventListener("keydown", (event) => {
+    if (event.key === "Enter") {
+      event.preventDefault();
+      finish(true);
+    } else if (event.key === "Escape") {
+      event.preventDefault();
+      event.stopPropagation();
+      finish(false);
+    }
+  });
+  input.addEventListener("blur", () => finish(true));
+}
+
+/**
+ * Opens the session the address names, else the one opened last here if it still exists, else the newest,
+ * else a new one.
+ */
+async function start() {
+  await guarded(async () => {
+    const named = decodeURIComponent(location.hash.slice(1));
+    if (named !== "") return await openSession(named);
+    const sessions = await loadSessions();
+    const last = lastSession();
+    await openSession(last !== null && state.known.has(last) ? last : sessions[0]?.id ?? newSessionId());
   });
 }
 
 wire();
-openSession(state.session);
+start();

@@ -2,11 +2,12 @@
 /// <reference lib="dom" />
 /**
  * The chat column: a session's stored messages, and a live turn drawn from its SSE frames (answer text as it
- * streams, tool calls inline and collapsible, approvals asked and decided, the runtime's fixed closings,
- * errors with a retry button).
+ * streams, rendered as markdown; the step running now; tool calls inline and collapsible; approvals asked and
+ * decided; the runtime's fixed closings; errors with a retry button).
  * @module
  */
 import { el } from "./dom.js";
+import { markdownNodes } from "./markdown_view.js";
 
 /**
  * A collapsible tool call: name and status, its arguments, and once known its result.
@@ -41,11 +42,11 @@ function toolOutcome(content) {
   }
 }
 
-/** @param {string} text @param {string | undefined} closing */
+/** An answer, its markdown rendered; a runtime closing is the runtime's own text, shown as it is. @param {string} text @param {string | undefined} closing */
 function answer(text, closing) {
   const node = el("li", { class: closing ? "msg assistant closing" : "msg assistant" });
   if (closing) node.append(el("span", { class: "closing-label" }, `runtime closing: ${closing}`));
-  node.append(el("div", { class: "text" }, text));
+  node.append(el("div", { class: "text" }, ...(closing ? [text] : markdownNodes(text))));
   return node;
 }
 
@@ -82,15 +83,20 @@ export function renderHistory(list, messages, options) {
   }
 }
 
-/** A turn being drawn from its frames into the chat list. */
+/** A turn being drawn from its frames into the chat list, with a line saying what runs now below it. */
 export class LiveTurn {
   #list;
   #onRetry;
   #onTimeline;
-  /** @type {HTMLElement | null} */
+  /** The streamed answer's text element and its markdown so far. @type {{ node: HTMLElement, text: string } | null} */
   #text = null;
+  #drawPending = false;
   /** @type {Map<string, (ok: boolean, text: string) => void>} */
   #calls = new Map();
+  /** The calls of the running step without a result yet, by id: their names. @type {Map<string, string>} */
+  #running = new Map();
+  /** The line that says what runs now: kept last while the turn runs. */
+  #progress = el("li", { class: "progress", role: "status" }, el("span", { class: "spinner" }), el("span"));
 
   /**
    * @param {HTMLElement} list
@@ -102,12 +108,46 @@ export class LiveTurn {
     this.#onRetry = actions.onRetry;
     this.#onTimeline = actions.onTimeline;
     if (message !== undefined) this.#add(el("li", { class: "msg user" }, message));
+    this.#say("thinking…");
   }
 
   /** @param {HTMLElement} node */
   #add(node) {
-    this.#list.append(node);
-    node.scrollIntoView({ block: "end" });
+    if (this.#progress.isConnected) this.#list.insertBefore(node, this.#progress);
+    else this.#list.append(node);
+    (this.#progress.isConnected ? this.#progress : node).scrollIntoView({ block: "end" });
+  }
+
+  /** Shows `what` as the running step (null: nothing runs any more). @param {string | null} what */
+  #say(what) {
+    if (what === null) {
+      this.#progress.remove();
+      return;
+    }
+    const label = /** @type {HTMLElement} */ (this.#progress.lastChild);
+    if (label.textContent !== what) label.textContent = what;
+    if (!this.#progress.isConnected) this.#list.append(this.#progress);
+    this.#progress.scrollIntoView({ block: "end" });
+  }
+
+  /** The running step while tools run: `calling calculator, todo…`. */
+  #calling() {
+    return `calling ${[...new Set(this.#running.values())].join(", ")}…`;
+  }
+
+  /** Redraws the streamed answer's markdown once per frame of the screen, however many deltas came. */
+  #drawText() {
+    if (this.#drawPending) return;
+    this.#drawPending = true;
+    requestAnimationFrame(() => {
+      this.#drawPending = false;
+      this.#drawTextNow();
+      this.#progress.scrollIntoView({ block: "end" });
+    });
+  }
+
+  #drawTextNow() {
+    this.#text?.node.replaceChildren(...markdownNodes(this.#text.text));
   }
 
   /** Draws one SSE frame. @param {{ event: string, data: any }} frame */
@@ -116,31 +156,43 @@ export class LiveTurn {
       if (this.#text === null) {
         const bubble = answer("", undefined);
         bubble.classList.add("streaming");
-        this.#text = /** @type {HTMLElement} */ (bubble.lastChild);
+        this.#text = { node: /** @type {HTMLElement} */ (bubble.lastChild), text: "" };
         this.#add(bubble);
+        this.#say("writing…");
       }
-      this.#text.textContent += data.text;
+      this.#text.text += data.text;
+      this.#drawText();
     } else if (event === "tool_call") {
-      this.#text = null; // Text streamed before a call stays as the model's note; the answer comes later.
+      // Text streamed before a call stays as the model's note, drawn whole; the answer comes later.
+      this.#drawTextNow();
+      this.#text?.node.closest("li")?.classList.remove("streaming");
+      this.#text = null;
       const view = toolCall(data.data);
       this.#calls.set(data.data.id, view.settle);
+      this.#running.set(data.data.id, data.data.name);
       this.#add(view.node);
+      this.#say(this.#calling());
     } else if (event === "tool_result") {
       const d = data.data;
       this.#calls.get(d.id)?.(d.ok, JSON.stringify(d.ok ? d.data : d.error, null, 1));
+      this.#running.delete(d.id);
+      // With every result in, the model is asked again.
+      this.#say(this.#running.size === 0 ? "thinking…" : this.#calling());
     } else if (event === "compact" && data.data.ok) {
       this.#add(compactionMarker(data.data.turns_removed));
     } else if (event === "approval_requested") {
       const names = data.data.calls.map((/** @type {{ name: string }} */ c) => c.name).join(", ");
       this.#add(el("li", { class: "marker approval" }, `waiting for your approval: ${names}`));
+      this.#say(null);
     } else if (event === "approval_decided") {
       const said = data.data.decisions.map((/** @type {{ name: string, decision: string }} */ d) =>
         `${d.name} ${d.decision === "approve" ? "approved" : "denied"}`
       );
       this.#add(el("li", { class: "marker approval" }, said.join(", ")));
     } else if (event === "answer") {
-      this.#text?.closest("li")?.remove();
+      this.#text?.node.closest("li")?.remove();
       this.#text = null;
+      this.#say(null);
       this.#add(answer(data.data.text, data.data.closing));
     } else if (event === "error") {
       // A run's error event carries `data`; an error frame of the server carries `error`.
@@ -149,6 +201,7 @@ export class LiveTurn {
         : `${data.data.kind}: ${data.data.message}`;
       this.showError(cause);
     } else if (event === "run_end") {
+      this.#say(null);
       const runId = data.run_id;
       const button = el(
         "button",
@@ -157,6 +210,11 @@ export class LiveTurn {
       );
       this.#add(el("li", { class: "run-end" }, `${data.data.outcome} · ${data.data.steps} step(s) `, button));
     }
+  }
+
+  /** Takes the running-step line away: the request is over, however it ended. */
+  end() {
+    this.#say(null);
   }
 
   /**
