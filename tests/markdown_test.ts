@@ -152,12 +152,12 @@ Deno.test("renderMarkdown() never throws, and without colour writes no escape co
   );
 });
 
-Deno.test("renderMarkdown() stays fast on pathological nesting", () => {
-  const start = performance.now();
-  // Just under the length past which inline markup is not parsed.
-  renderMarkdown("[".repeat(1000) + "*_`".repeat(600) + "**a ".repeat(240), ansi);
-  renderMarkdown("*a ".repeat(1333), ansi);
-  assert.ok(performance.now() - start < 2000);
+Deno.test("renderMarkdown() draws pathological nesting whole, the markup it cannot pair as text", () => {
+  // Just under the length past which inline markup is not parsed (web_markdown_test.ts checks the limits).
+  const brackets = "[".repeat(1000) + "*_`".repeat(600) + "**a ".repeat(240);
+  const stars = "*a ".repeat(1333);
+  assert.equal(renderMarkdown(brackets, plain).replaceAll(/[*_`]/g, ""), brackets.replaceAll(/[*_`]/g, ""));
+  assert.match(renderMarkdown(stars, plain), /^(?:\*?a ?)+\*?$/);
 });
 
 Deno.test("markdownStream() in any chunking shows what renderMarkdown() does, plus a newline", () => {
