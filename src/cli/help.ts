@@ -15,6 +15,7 @@ export function helpText(): string {
 Usage:
   deno task chat [--session ID] [--user ID] [--no-color] [--schema FILE] [MESSAGE... | - [QUESTION...]]
   deno task serve
+  deno task mcp [--user ID]
   deno task demo [--live] [--keep]
 
 Commands:
@@ -22,12 +23,15 @@ Commands:
               turn per line when stdin is piped (printf 'what is 12*(3+4)?\\n' | deno task chat), or
               one turn for MESSAGE (deno task chat "what is 12*(3+4)?"); - sends all of stdin as one
               message; with QUESTION: QUESTION, a blank line, then stdin (cat notes.md | deno task chat - "sum up")
-  serve       the HTTP API on AGENT_HOST:AGENT_PORT (routes: GET /openapi.json)
+  serve       the HTTP API on AGENT_HOST:AGENT_PORT (routes: GET /openapi.json; MCP at /mcp with
+              AGENT_SERVE_MCP=1)
+  mcp         the agent as an MCP server on stdin/stdout, for a desktop client's mcpServers entry
+              (docs/mcp.md); logs go to stderr
   demo        the four-phase acceptance demo (offline unless --live)
 
 Options:
   --session ID   chat: session to use (default "default"); 1-128 characters of A-Z a-z 0-9 . _ : -
-  --user ID      chat: user who owns the session (default "local")
+  --user ID      chat, mcp: user who owns the sessions (default "local")
   --no-color     chat: no colour or bold (NO_COLOR set to anything, or TERM=dumb, does the same)
   --schema FILE  chat: every answer must be JSON valid against the JSON Schema in FILE (- : read it from
                  stdin): it is printed once checked; one still invalid after a repair request prints its
