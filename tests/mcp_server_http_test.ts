@@ -8,7 +8,10 @@ import {
 import { parseApprovalPolicy } from "../src/approval/policy.ts";
 import { McpEndpoint } from "../src/mcp/http_endpoint.ts";
 import { loadMcpSdk } from "../src/mcp/sdk.ts";
-import { type HttpHarness, httpHarness, until } from "./_http_harness.ts";
+import { runTurn } from "../src/agent/loop.ts";
+import { startMcpTools } from "../src/mcp/mcp_tools.ts";
+import { harness, lastToolResult, realTools } from "./_harness.ts";
+import { type HttpHarness, httpHarness, until, withServer } from "./_http_harness.ts";
 
 const sdk = await loadMcpSdk();
 const TOKENS = [{ token: "tok-alice-0123456789", userId: "alice" }, {
@@ -309,4 +312,93 @@ Deno.test("/mcp: without elicitation, a turn that needs approval answers that it
     await client.close();
     await h.endpoint.close();
   }
+});
+
+Deno.test("the runtime's own MCP client reaches /mcp of another agent with a static bearer token from headers, and is refused without", async () => {
+  using h = mcpHarness();
+  using inner = harness([
+    { toolCalls: [{ name: "agent__ask", arguments: { message: "what is 2+3?" } }] },
+    { content: "done" },
+  ]);
+  await withServer(h, async ({ url }) => {
+    const entry = (headers: Record<string, string>) => ({
+      path: "mcp.json",
+      servers: [{ name: "agent", transport: "http" as const, url: `${url}/mcp`, headers }],
+      approval: undefined,
+    });
+    const warnings: string[] = [];
+    const refused = await startMcpTools(entry({}), {
+      sdk,
+      timeoutMs: 20_000,
+      warn: (line) => warnings.push(line),
+    });
+    try {
+      assert.equal(refused.health().agent.state, "failed");
+      assert.match(warnings.join("\n"), /401|Unauthorized/i);
+    } finally {
+      await refused.close();
+    }
+    const authorization = `Bearer ${TOKENS[0].token}`;
+    const mcp = await startMcpTools(entry({ Authorization: authorization }), {
+      sdk,
+      timeoutMs: 20_000,
+      warn: () => {},
+    });
+    try {
+      inner.agent.tools = realTools(inner.store, [], [mcp]);
+      const result = await runTurn({ userId: "u", sessionId: "s", message: "go" }, inner.agent, inner.run);
+      assert.equal(result.outcome, "answered");
+      const asked = lastToolResult(inner.llm.requests[1].messages);
+      assert.equal(asked.ok, true);
+      assert.match(JSON.stringify(asked.data), /The answer is 5\./);
+      assert.equal((await h.store.listSessions("alice")).length, 1);
+    } finally {
+      await mcp.close();
+    }
+  });
+});
+
+Deno.test("/mcp over loopback: a client that disconnects from its ask aborts the turn", async () => {
+  using h = mcpHarness();
+  h.llm.hold = true;
+  await withServer(h, async ({ url }) => {
+    const headers = {
+      "content-type": "application/json",
+      accept: "application/json, text/event-stream",
+      authorization: `Bearer ${TOKENS[0].token}`,
+    };
+    const post = (body: unknown, extra: Record<string, string> = {}, signal?: AbortSignal) =>
+      fetch(`${url}/mcp`, {
+        method: "POST",
+        headers: { ...headers, ...extra },
+        body: JSON.stringify(body),
+        signal,
+      });
+    const init = await post({
+      jsonrpc: "2.0",
+      id: 1,
+      method: "initialize",
+      params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "x", version: "1" } },
+    });
+    const session = {
+      "mcp-session-id": init.headers.get("mcp-session-id")!,
+      "mcp-protocol-version": "2025-06-18",
+    };
+    await init.body?.cancel();
+    await (await post({ jsonrpc: "2.0", method: "notifications/initialized" }, session)).body?.cancel();
+    const controller = new AbortController();
+    const call = {
+      jsonrpc: "2.0",
+      id: 2,
+      method: "tools/call",
+      params: { name: "ask", arguments: { message: "hello", session_id: "gone" } },
+    };
+    const asked = post(call, session, controller.signal);
+    await until(() => h.llm.calls === 1, "the model call");
+    controller.abort();
+    await assert.rejects(asked);
+    await until(() => h.llm.aborted === 1, "the model call aborted");
+    await until(() => h.deps.sessions.active === 0, "the turn to end");
+    assert.deepEqual(await h.store.messages({ userId: "alice", sessionId: "gone" }), []);
+  });
 });
