@@ -124,19 +124,25 @@ export function createAgentServer(
   });
   const newId = deps.agent.newId ?? (() => crypto.randomUUID());
 
-  /** Runs a queued turn, relaying each step as a progress notification when the client asked for them. */
+  /**
+   * Runs a queued turn, relaying each step as a progress notification when the client asked for them; resolves
+   * once every notification is on its way, so none comes after the result.
+   */
   const run = async (queued: ReturnType<typeof queueTurn>, context: CallContext): Promise<TurnResult> => {
     let steps = 0;
     const progressToken = context._meta?.progressToken;
-    return await (await queued)((event: RunEvent) => {
+    const sent: Promise<void>[] = [];
+    const result = await (await queued)((event: RunEvent) => {
       deps.emit(event);
       if (progressToken === undefined || event.event !== "llm_call") return;
       steps++;
       const calls = event.data.tool_call_count;
       const message = calls === 0 ? `step ${steps}: answered` : `step ${steps}: ${calls} tool call(s)`;
       const params = { progressToken, progress: steps, message };
-      context.sendNotification({ method: "notifications/progress", params }).catch(() => {});
+      sent.push(context.sendNotification({ method: "notifications/progress", params }).catch(() => {}));
     });
+    await Promise.all(sent);
+    return result;
   };
 
   /** "approve" or "deny" from the client through elicitation, or null when it cannot or will not say. */
