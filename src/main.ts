@@ -188,15 +188,12 @@ async function mcp(config: Readonly<Config>, userId: string): Promise<number> {
   const onSignal = () => stop.abort();
   Deno.addSignalListener("SIGINT", onSignal);
   Deno.addSignalListener("SIGTERM", onSignal);
-  // Aborted once the client is gone: a turn still running has nobody to answer, and is taken back.
-  const turns = new AbortController();
   try {
     await serveMcpStdio({
       agent: runtime.agent,
       emit: (event) => runtime.tracer.write(event),
       sessions: runtime.sessions,
       dailyTokens: config.userDailyTokens,
-      shutdownSignal: turns.signal,
       log: (line) => console.error(line),
     }, { userId, signal: stop.signal });
     return 0;
@@ -204,7 +201,6 @@ async function mcp(config: Readonly<Config>, userId: string): Promise<number> {
     console.error(`Cannot serve MCP over stdio: ${errorMessage(error)}`);
     return 2;
   } finally {
-    turns.abort();
     Deno.removeSignalListener("SIGINT", onSignal);
     Deno.removeSignalListener("SIGTERM", onSignal);
     await runtime.close();

@@ -9,7 +9,10 @@ import { getDefaultEnvironment } from "npm:@modelcontextprotocol/sdk@1.32.2/clie
 import { DenoStdioTransport } from "../src/mcp/stdio_transport.ts";
 import { startFakeProvider } from "./fixtures/fake_openai.ts";
 import { ROOT, tempDir } from "./_harness.ts";
-import { until } from "./_http_harness.ts";
+import { PassThrough } from "node:stream";
+import { parseApprovalPolicy } from "../src/approval/policy.ts";
+import { serveMcpStdio } from "../src/mcp/stdio_endpoint.ts";
+import { type HttpHarness, httpHarness, until } from "./_http_harness.ts";
 import { denoEnvironment } from "./_mcp_servers.ts";
 
 const DOCS = new URL("../docs/mcp.md", import.meta.url);
@@ -192,4 +195,71 @@ Deno.test("deno task mcp: a cancelled ask aborts its turn and takes back what it
     await client.close();
     await provider.close();
   }
+});
+
+/** serveMcpStdio() on in-process streams over a handler harness's deps: what it wrote, line by line. */
+function servedOverStreams(h: HttpHarness, userId = "local") {
+  const input = new PassThrough();
+  const output = new PassThrough();
+  const received: Record<string, unknown>[] = [];
+  let pending = "";
+  output.on("data", (chunk: Uint8Array) => {
+    pending += new TextDecoder().decode(chunk);
+    const lines = pending.split("\n");
+    pending = lines.pop()!;
+    received.push(...lines.map((line) => JSON.parse(line)));
+  });
+  const { agent, emit, sessions } = h.deps;
+  const served = serveMcpStdio({ agent, emit, sessions, log: () => {} }, { userId, input, output });
+  const send = (message: Record<string, unknown>) =>
+    input.write(JSON.stringify({ jsonrpc: "2.0", ...message }) + "\n");
+  const answer = async (id: number) => {
+    await until(() => received.some((m) => m.id === id), `the answer to request ${id}`);
+    return received.find((m) => m.id === id)!;
+  };
+  const initialize = async () => {
+    send({
+      id: 1,
+      method: "initialize",
+      params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "x", version: "1" } },
+    });
+    await answer(1);
+    send({ method: "notifications/initialized" });
+  };
+  return { input, served, send, answer, initialize };
+}
+
+Deno.test("serveMcpStdio() ends when the client closes stdin, once the turn still running is aborted and taken back", async () => {
+  using h = httpHarness();
+  h.llm.hold = true;
+  const stdio = servedOverStreams(h);
+  await stdio.initialize();
+  stdio.send({
+    id: 2,
+    method: "tools/call",
+    params: { name: "ask", arguments: { message: "hi", session_id: "left" } },
+  });
+  await until(() => h.llm.calls === 1, "the model call");
+  stdio.input.end();
+  await stdio.served;
+  assert.equal(h.llm.aborted, 1);
+  assert.equal(h.deps.sessions.active, 0);
+  assert.deepEqual(await h.store.messages({ userId: "local", sessionId: "left" }), []);
+});
+
+Deno.test("serveMcpStdio(): a turn that waits for approval, for a client without elicitation, says to decide in chat", async () => {
+  using h = httpHarness();
+  h.deps.agent.approval = parseApprovalPolicy({ tools: { calculator: "ask" } });
+  const stdio = servedOverStreams(h, "alice");
+  await stdio.initialize();
+  stdio.send({
+    id: 2,
+    method: "tools/call",
+    params: { name: "ask", arguments: { message: "what is 2+3?", session_id: "w" } },
+  });
+  const { result } = await stdio.answer(2) as { result: ToolResult };
+  assert.equal(result.structuredContent?.outcome, "awaiting_approval");
+  assert.match(result.content[0].text, /Decide in chat: deno task chat --session w --user alice/);
+  stdio.input.end();
+  await stdio.served;
 });

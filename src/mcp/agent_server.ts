@@ -38,6 +38,8 @@ export interface AgentServerOptions {
    * session. Required.
    */
   approveHint: (sessionId: string) => string;
+  /** Receives each tool call's work as it starts, to wait for it on close. @default {undefined} */
+  track?: (call: Promise<unknown>) => void;
 }
 
 /** Messages `session_history` returns when the client names no number. */
@@ -113,7 +115,7 @@ export function createAgentServer(
   deps: AgentServerDeps,
   options: AgentServerOptions,
 ): Server {
-  const { approveHint } = options;
+  const { approveHint, track } = options;
   const { types } = sdk;
   const { store } = deps.agent;
   const server = new sdk.Server({ name: "mini-agent", version: "1.0.0" }, {
@@ -223,28 +225,30 @@ export function createAgentServer(
   };
 
   server.setRequestHandler(types.ListToolsRequestSchema, () => ({ tools: TOOLS }));
-  server.setRequestHandler(
-    types.CallToolRequestSchema,
-    async (request: CallToolRequest, extra: CallContext) => {
-      const args = (request.params.arguments ?? {}) as Record<string, unknown>;
-      try {
-        switch (request.params.name) {
-          case "ask":
-            return await ask(args, extra);
-          case "sessions":
-            return await sessions();
-          case "session_history":
-            return await history(args);
-          default:
-            return toolError(
-              `Unknown tool "${request.params.name}": expected ask, sessions or session_history`,
-            );
-        }
-      } catch (error) {
-        return toolError(toHttpError(error, deps.log, "Internal error").message);
+  const call = async (request: CallToolRequest, extra: CallContext): Promise<CallToolResult> => {
+    const args = (request.params.arguments ?? {}) as Record<string, unknown>;
+    try {
+      switch (request.params.name) {
+        case "ask":
+          return await ask(args, extra);
+        case "sessions":
+          return await sessions();
+        case "session_history":
+          return await history(args);
+        default:
+          return toolError(
+            `Unknown tool "${request.params.name}": expected ask, sessions or session_history`,
+          );
       }
-    },
-  );
+    } catch (error) {
+      return toolError(toHttpError(error, deps.log, "Internal error").message);
+    }
+  };
+  server.setRequestHandler(types.CallToolRequestSchema, (request: CallToolRequest, extra: CallContext) => {
+    const work = call(request, extra);
+    track?.(work);
+    return work;
+  });
 
   server.setRequestHandler(types.ListResourcesRequestSchema, async () => {
     const resources = (await store.listSessions(userId)).flatMap((session) =>

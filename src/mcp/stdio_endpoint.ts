@@ -24,9 +24,13 @@ export interface StdioEndpointOptions {
 
 /**
  * Serves the agent over `input`/`output` as `userId` until the client closes `input` or `signal` aborts;
- * resolves once the server is closed. Rejects when the SDK cannot be loaded.
+ * then aborts the turns still running (nobody is left to answer: each is taken back) and resolves once they
+ * ended. Rejects when the SDK cannot be loaded.
  */
-export async function serveMcpStdio(deps: AgentServerDeps, options: StdioEndpointOptions): Promise<void> {
+export async function serveMcpStdio(
+  deps: Omit<AgentServerDeps, "shutdownSignal">,
+  options: StdioEndpointOptions,
+): Promise<void> {
   const { userId, input = process.stdin, output = process.stdout, signal, loadSdk = loadMcpServerSdk } =
     options;
   const sdk = await loadSdk();
@@ -34,7 +38,16 @@ export async function serveMcpStdio(deps: AgentServerDeps, options: StdioEndpoin
     const user = userId === "local" ? "" : ` --user ${userId}`;
     return `Decide in chat: deno task chat --session ${sessionId}${user} shows the waiting calls and asks.`;
   };
-  const server = createAgentServer(sdk, userId, deps, { approveHint });
+  const turns = new AbortController();
+  const running = new Set<Promise<unknown>>();
+  const track = (call: Promise<unknown>) => {
+    running.add(call);
+    call.finally(() => running.delete(call)).catch(() => {});
+  };
+  const server = createAgentServer(sdk, userId, { ...deps, shutdownSignal: turns.signal }, {
+    approveHint,
+    track,
+  });
   const closed = new Promise<void>((resolve) => (server.onclose = resolve));
   const close = () => void server.close().catch(() => {});
   // The client went: its stdin ends.
@@ -46,5 +59,7 @@ export async function serveMcpStdio(deps: AgentServerDeps, options: StdioEndpoin
   } finally {
     input.off("end", close);
     signal?.removeEventListener("abort", close);
+    turns.abort();
+    await Promise.allSettled(running);
   }
 }
