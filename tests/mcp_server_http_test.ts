@@ -440,3 +440,25 @@ Deno.test("deno task serve with AGENT_SERVE_MCP=1 serves /mcp under its task fla
     await provider.close();
   }
 });
+
+Deno.test("/mcp keeps at most maxSessions MCP sessions: one more closes the one used least recently", async () => {
+  using h = httpHarness({ tokens: TOKENS });
+  const endpoint = new McpEndpoint({ maxSessions: 2 });
+  h.deps.mcp = endpoint;
+  const first = await connect(h, TOKENS[0].token);
+  const second = await connect(h, TOKENS[0].token);
+  try {
+    await first.listTools(); // now the second is the one used least recently
+    const third = await connect(h, TOKENS[1].token);
+    assert.equal(endpoint.size, 2);
+    await first.listTools();
+    await third.listTools();
+    await assert.rejects(second.listTools(), /404|Session not found/i);
+    await third.close();
+  } finally {
+    await first.close();
+    await second.close().catch(() => {});
+    await endpoint.close();
+  }
+  assert.throws(() => new McpEndpoint({ maxSessions: 0 }), RangeError);
+});
