@@ -273,8 +273,15 @@ Deno.test("/mcp: a turn that needs approval asks through elicitation: accept app
     return answer;
   });
   try {
-    const approved = await call(client, "ask", { message: "what is 2+3?", session_id: "e1" });
+    const progress: number[] = [];
+    const approved = await client.callTool(
+      { name: "ask", arguments: { message: "what is 2+3?", session_id: "e1" } },
+      undefined,
+      { onprogress: (p: Progress) => progress.push(p.progress) },
+    ) as ToolResult;
     assert.equal(approved.content[0].text, "The answer is 5.");
+    // The run resumed after the approval counts its steps on: progress only grows.
+    assert.deepEqual(progress, [1, 2]);
     assert.deepEqual(asked, [
       'The agent wants to run: calculator {"expression":"2+3"}. Accept to approve, decline to deny.',
     ]);

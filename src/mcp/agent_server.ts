@@ -127,17 +127,21 @@ export function createAgentServer(
   const newId = deps.agent.newId ?? (() => crypto.randomUUID());
 
   /**
-   * Runs a queued turn, relaying each step as a progress notification when the client asked for them; resolves
-   * once every notification is on its way, so none comes after the result.
+   * Runs a queued turn, relaying each step as a progress notification when the client asked for them, counted
+   * on from `progress.steps` (a run resumed after approval goes on from its first part); resolves once every
+   * notification is on its way, so none comes after the result.
    */
-  const run = async (queued: ReturnType<typeof queueTurn>, context: CallContext): Promise<TurnResult> => {
-    let steps = 0;
+  const run = async (
+    queued: ReturnType<typeof queueTurn>,
+    context: CallContext,
+    progress: { steps: number },
+  ): Promise<TurnResult> => {
     const progressToken = context._meta?.progressToken;
     const sent: Promise<void>[] = [];
     const result = await (await queued)((event: RunEvent) => {
       deps.emit(event);
       if (progressToken === undefined || event.event !== "llm_call") return;
-      steps++;
+      const steps = ++progress.steps;
       const calls = event.data.tool_call_count;
       const message = calls === 0 ? `step ${steps}: answered` : `step ${steps}: ${calls} tool call(s)`;
       const params = { progressToken, progress: steps, message };
@@ -180,14 +184,15 @@ export function createAgentServer(
     if (await store.pendingStep(key) !== null) {
       return toolError(`${approvalPending(sessionId).message}. ${approveHint(sessionId)}`);
     }
-    let result = await run(queueTurn(context.signal, { ...key, message }, deps), context);
+    const progress = { steps: 0 };
+    let result = await run(queueTurn(context.signal, { ...key, message }, deps), context, progress);
     while (result.outcome === "awaiting_approval") {
       const decision = await elicit(result, context);
       const pending = await store.pendingStep(key);
       if (decision === null || pending === null) return waiting(result, approveHint(sessionId));
       const decisions = Object.fromEntries(approvalCalls(pending).map((call) => [call.id, decision]));
       const input = { ...key, decisions };
-      result = await run(queueTurn(context.signal, input, deps, { runId: pending.runId }), context);
+      result = await run(queueTurn(context.signal, input, deps, { runId: pending.runId }), context, progress);
     }
     if (result.failure !== undefined) return toolError(failedTurn(result).message);
     const { runId: run_id, turn, outcome, answer, toolCalls: tool_calls } = result;
