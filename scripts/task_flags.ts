@@ -1,7 +1,7 @@
 /**
  * Prints the least-privilege `deno run` permission flags for this configuration, for `deno.json` tasks:
  * `deno run --no-prompt $(deno run ... scripts/task_flags.ts chat) src/main.ts chat`. The argument names
- * the task (`chat`, the default, `serve`, `demo` or `compile`).
+ * the task (`chat`, the default, `serve`, `mcp`, `demo` or `compile`).
  * @module
  */
 import { tmpdir } from "node:os";
@@ -9,8 +9,8 @@ import { ENV_VARIABLES, readEnvironment, taskPermissionFlags } from "../src/perm
 import { TELEMETRY_VARIABLES } from "../src/telemetry.ts";
 
 const task = Deno.args[0] ?? "chat";
-if (task !== "chat" && task !== "serve" && task !== "demo" && task !== "compile") {
-  console.error(`Unknown task "${task}": expected chat, serve, demo or compile`);
+if (task !== "chat" && task !== "serve" && task !== "mcp" && task !== "demo" && task !== "compile") {
+  console.error(`Unknown task "${task}": expected chat, serve, mcp, demo or compile`);
   Deno.exit(2);
 }
 const env = readEnvironment([...ENV_VARIABLES, ...TELEMETRY_VARIABLES]);

@@ -41,6 +41,8 @@ export interface Config {
   /** Host names served without tokens besides loopback ones, each `name` or `name:port` (a proxy's). */
   allowedHosts: readonly string[];
   maxBodyBytes: number;
+  /** serve: the agent's own MCP server at `/mcp` (loads the MCP SDK). */
+  serveMcp: boolean;
   shutdownGraceSeconds: number;
   /** Stream answers token by token (REPL and SSE requests). */
   stream: boolean;
@@ -241,6 +243,12 @@ export const SETTINGS: Readonly<Record<string, Setting>> = {
     "hosts",
     "",
     "serve: comma-separated host names (name or name:port) served without tokens besides 127.0.0.1, localhost and [::1], and whose pages may send requests: a proxy's",
+  ),
+  AGENT_SERVE_MCP: setting(
+    "serveMcp",
+    "flag",
+    "0",
+    "serve: 1 or true serves the agent as an MCP server at /mcp (Streamable HTTP; loads the MCP SDK)",
   ),
   AGENT_MAX_BODY_BYTES: setting(
     "maxBodyBytes",

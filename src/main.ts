@@ -18,6 +18,8 @@ import { BatchedLog, writeStderr } from "./http/batched_log.ts";
 import { REQUEST_LINE } from "./http/handler.ts";
 import { serveHttp } from "./http/server.ts";
 import { listenFailure } from "./http/listen_failure.ts";
+import { McpEndpoint } from "./mcp/http_endpoint.ts";
+import { serveMcpStdio } from "./mcp/stdio_endpoint.ts";
 import { createLlmFromConfig } from "./llm/openai.ts";
 import { listenNetHost, missingPermissions, readEnvironment, TERMINAL_VARIABLES } from "./permissions.ts";
 import { openRuntime, type OpenRuntimeOptions, type Runtime } from "./runtime.ts";
@@ -213,6 +215,7 @@ async function serve(config: Readonly<Config>): Promise<number> {
         trace: runtime.trace,
         model: config.model,
         mcpHealth: runtime.mcp ? () => runtime.mcp!.health() : undefined,
+        mcp: config.serveMcp ? new McpEndpoint() : undefined,
         log: (line) => log.line(line, !REQUEST_LINE.test(line)),
       }, {
         hostname: config.host,
@@ -221,7 +224,8 @@ async function serve(config: Readonly<Config>): Promise<number> {
         graceSeconds: config.shutdownGraceSeconds,
         onListen: ({ hostname, port }) => {
           const auth = config.apiTokens.length > 0 ? `${config.apiTokens.length} API token(s)` : "no auth";
-          writeStderr(`listening on http://${hostname}:${port} (${auth}, model ${config.model})\n`);
+          const mcp = config.serveMcp ? ", MCP at /mcp" : "";
+          writeStderr(`listening on http://${hostname}:${port} (${auth}, model ${config.model}${mcp})\n`);
         },
       }), config);
     await server.finished;
@@ -230,6 +234,32 @@ async function serve(config: Readonly<Config>): Promise<number> {
     return 0;
   } finally {
     log.close();
+    Deno.removeSignalListener("SIGINT", onSignal);
+    Deno.removeSignalListener("SIGTERM", onSignal);
+    await runtime.close();
+  }
+}
+
+/** `deno task mcp`: the agent's MCP server on stdin/stdout as `userId`, until the client closes stdin. */
+async function mcp(config: Readonly<Config>, userId: string): Promise<number> {
+  const runtime = await openOrFail(config);
+  const stop = new AbortController();
+  const onSignal = () => stop.abort();
+  Deno.addSignalListener("SIGINT", onSignal);
+  Deno.addSignalListener("SIGTERM", onSignal);
+  try {
+    await serveMcpStdio({
+      agent: runtime.agent,
+      emit: (event) => runtime.tracer.write(event),
+      sessions: runtime.sessions,
+      dailyTokens: config.userDailyTokens,
+      log: (line) => console.error(line),
+    }, { userId, signal: stop.signal });
+    return 0;
+  } catch (error) {
+    console.error(`Cannot serve MCP over stdio: ${errorMessage(error)}`);
+    return 2;
+  } finally {
     Deno.removeSignalListener("SIGINT", onSignal);
     Deno.removeSignalListener("SIGTERM", onSignal);
     await runtime.close();
@@ -248,7 +278,7 @@ function loadChecked(check: (config: Readonly<Config>) => void, needsKey = true)
   }
 }
 
-function requirePermissions(config: Readonly<Config>, command: "chat" | "serve", model = true): void {
+function requirePermissions(config: Readonly<Config>, command: "chat" | "serve" | "mcp", model = true): void {
   const missing = missingPermissions(config, {
     listen: command === "serve",
     history: command === "chat",
@@ -322,6 +352,12 @@ export async function main(args: string[]): Promise<number> {
   if (parsed.values.schema !== undefined) {
     fail(`--schema is a chat option; ${command} takes none (an HTTP client sends response_format instead).`);
   }
+  if (command === "mcp") {
+    const { user } = parsed.values;
+    const config = loadChecked(() => validateId(user, "user id"));
+    requirePermissions(config, "mcp");
+    return await mcp(config, user);
+  }
   if (command === "serve") {
     const config = loadChecked((config) => {
       if (config.apiTokens.length === 0 && !isLoopbackHost(config.host)) {
@@ -335,7 +371,7 @@ export async function main(args: string[]): Promise<number> {
     requirePermissions(config, "serve");
     return await serve(config);
   }
-  fail(`Unknown command "${command}"; available: chat, serve, demo. Run with --help for usage.`);
+  fail(`Unknown command "${command}"; available: chat, serve, mcp, demo. Run with --help for usage.`);
 }
 
 if (import.meta.main) {

@@ -74,13 +74,13 @@ export function mcpGrants(file: McpFile | null): { run: string[]; env: string[];
 /** Options of {@linkcode taskPermissionFlags}. */
 export interface TaskFlagsOptions {
   /**
-   * `chat` and `serve` work on the configured database and trace (`serve` also listens on AGENT_HOST:
-   * AGENT_PORT); `demo` works on a fresh temporary folder instead; `compile` bakes in what all three need for
-   * the configuration it is given (the target's), its data folders as the settings give them: a relative one
-   * is resolved against the binary's working directory when it runs.
+   * `chat`, `serve` and `mcp` work on the configured database and trace (`serve` also listens on AGENT_HOST:
+   * AGENT_PORT; `mcp` loads the MCP SDK); `demo` works on a fresh temporary folder instead; `compile` bakes in
+   * what all three need for the configuration it is given (the target's), its data folders as the settings give
+   * them: a relative one is resolved against the binary's working directory when it runs.
    * @default {"chat"}
    */
-  task?: "chat" | "serve" | "demo" | "compile";
+  task?: "chat" | "serve" | "mcp" | "demo" | "compile";
   /**
    * Where temporary folders are made (the demo's database and trace).
    * @default {"/tmp"}
@@ -97,7 +97,7 @@ export interface TaskFlagsOptions {
  * also read AGENT_MCP_CONFIG's file and get what its servers need ({@linkcode mcpGrants}); every task but the
  * demo reads the host name (`--allow-sys=hostname`), which names a lease's holder (without it, a crashed
  * process's leases expire instead of being taken at once). A task that loads an optional package (MCP
- * servers, a PostgreSQL URL, `OTEL_DENO=true`) runs with {@linkcode RUNTIME_LOCK}, frozen.
+ * servers, a PostgreSQL URL, `OTEL_DENO=true`, serve's `/mcp`, the `mcp` task) runs with {@linkcode RUNTIME_LOCK}, frozen.
  * A configuration that does not load yields only the env grant, so the program itself reports the error.
  */
 export function taskPermissionFlags(
@@ -115,7 +115,7 @@ export function taskPermissionFlags(
   }
   let mcpFile: McpFile | null = null;
   try {
-    if (task === "chat" || task === "serve") mcpFile = readMcpConfig(config.mcpConfig);
+    if (task === "chat" || task === "serve" || task === "mcp") mcpFile = readMcpConfig(config.mcpConfig);
   } catch {
     // A malformed file: the program may read it, to report the problem, and its servers get nothing.
     mcpFile = { path: resolve(config.mcpConfig), servers: [], approval: undefined };
@@ -142,7 +142,8 @@ export function taskPermissionFlags(
   if (task !== "demo") flags.push("--allow-sys=hostname");
   // Only then: Deno fetches a lock's whole npm snapshot at start, and without these nothing needs a registry.
   const optional = mcp.run.length + mcp.net.length > 0 || config.databaseUrl !== "" ||
-    env.OTEL_DENO === "true" || config.tokenizer !== "";
+    env.OTEL_DENO === "true" || config.tokenizer !== "" || (task === "serve" && config.serveMcp) ||
+    task === "mcp";
   if (optional && task !== "compile") flags.push(`--lock=${RUNTIME_LOCK}`, "--frozen");
   return flags;
 }

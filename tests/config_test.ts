@@ -22,6 +22,7 @@ Deno.test("loadConfig() gives every documented default for an empty environment"
     historyPath: "data/chat_history",
     traceMaxPayloadChars: 2000,
     runLiveTests: false,
+    serveMcp: false,
     host: "127.0.0.1",
     port: 8787,
     apiTokens: [],

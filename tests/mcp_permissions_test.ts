@@ -109,6 +109,10 @@ Deno.test("taskPermissionFlags() runs a task with the runtime's lock, frozen, ex
     withLock(taskPermissionFlags({ AGENT_MCP_CONFIG: absent, AGENT_TOKENIZER: "o200k_base" })),
     "tokenizer",
   );
+  const mcpServer = { AGENT_MCP_CONFIG: absent, AGENT_SERVE_MCP: "1" };
+  assert.ok(withLock(taskPermissionFlags(mcpServer, { task: "serve" })), "serve's /mcp");
+  assert.ok(withLock(taskPermissionFlags({ AGENT_MCP_CONFIG: absent }, { task: "mcp" })), "deno task mcp");
+  assert.ok(!withLock(taskPermissionFlags({ AGENT_MCP_CONFIG: absent }, { task: "serve" })), "serve alone");
   for (const env of [{ AGENT_MCP_CONFIG: absent }, { AGENT_MCP_CONFIG: absent, OTEL_DENO: "1" }]) {
     const flags = taskPermissionFlags(env);
     assert.ok(!flags.some((flag) => flag.startsWith("--lock") || flag === "--frozen"), flags.join(" "));

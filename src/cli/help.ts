@@ -21,6 +21,7 @@ Usage:
   deno task chat [--session ID | -c] [--user ID] [--demo] [-v] [--no-color] [--schema FILE]
                  [MESSAGE... | - [QUESTION...]]
   deno task serve
+  deno task mcp [--user ID]
   deno task demo [--live] [--keep]
 
 Commands:
@@ -28,7 +29,10 @@ Commands:
               turn per line when stdin is piped (printf 'what is 12*(3+4)?\\n' | deno task chat), or
               one turn for MESSAGE (deno task chat "what is 12*(3+4)?"); - sends all of stdin as one
               message; with QUESTION: QUESTION, a blank line, then stdin (cat notes.md | deno task chat - "sum up")
-  serve       the HTTP API on AGENT_HOST:AGENT_PORT (routes: GET /openapi.json)
+  serve       the HTTP API on AGENT_HOST:AGENT_PORT (routes: GET /openapi.json; MCP at /mcp with
+              AGENT_SERVE_MCP=1)
+  mcp         the agent as an MCP server on stdin/stdout, for a desktop client's mcpServers entry
+              (docs/mcp.md); logs go to stderr
   demo        the four-phase acceptance demo (offline unless --live)
 
 Options:
@@ -37,7 +41,7 @@ Options:
                  run; the REPL uses "default"
   -c, --continue chat: use the session of the last one-shot or piped run (of --user), remembered in
                  AGENT_HISTORY_PATH.last_session; e.g. deno task chat -c "and times 2?"
-  --user ID      chat: user who owns the session (default "local")
+  --user ID      chat, mcp: user who owns the sessions (default "local")
   --demo         chat: answer with the offline demo model (rules, not an LLM): no key, no network
   -v, --verbose  chat: print the session id on stderr
   --no-color     chat: no colour or bold (NO_COLOR set to anything, or TERM=dumb, does the same)

@@ -34,6 +34,9 @@ export async function handleApproval(
     throw error;
   }
   const input = { ...key, decisions: decisions as Record<string, "approve" | "deny"> };
-  const run = await queueTurn(request, input, deps, { resumable: resumable(request), runId: pending.runId });
+  const run = await queueTurn(request.signal, input, deps, {
+    resumable: resumable(request),
+    runId: pending.runId,
+  });
   return await respondTurn(request, run, deps);
 }

@@ -50,6 +50,11 @@ export interface HandlerDeps {
   follow?: { pollMs?: number; maxIdleMs?: number; firstEventMs?: number };
   /** The model name `/healthz` reports. */
   model: string;
+  /**
+   * The agent's MCP server at `/mcp` (AGENT_SERVE_MCP); without it `/mcp` answers 404 saying how to turn it
+   * on. @default {undefined}
+   */
+  mcp?: McpRoute;
   /** Each MCP server's state, by name, for `/healthz`. @default {undefined} (no MCP) */
   mcpHealth?: () => Record<string, unknown>;
   /** Aborts every running turn when the shutdown grace period is over. */
@@ -58,4 +63,14 @@ export interface HandlerDeps {
   isShuttingDown(): boolean;
   /** One line per request and per unexpected error. Never receives tokens or keys. */
   log(line: string): void;
+}
+
+/** What serves `/mcp` (`McpEndpoint` of `src/mcp/http_endpoint.ts`), as the routes and the server use it. */
+export interface McpRoute {
+  /** Answers a request of `/mcp` from `userId`, the session's turns run with `deps`. */
+  handle(request: Request, userId: string, deps: HandlerDeps): Promise<Response>;
+  /** Ends the open streams of server messages, so a shutdown does not wait for them. */
+  closeStreams(): void;
+  /** Closes every MCP session. */
+  close(): Promise<void>;
 }

@@ -68,7 +68,7 @@ async function prepareKept(
   const retry = pending !== null && pending.content === chat.question;
   const { question: message, instructions, responseFormat } = chat;
   const input: TurnInput = { ...key, message, retry, instructions, responseFormat };
-  return { run: await queueTurn(request, input, deps), kept: true };
+  return { run: await queueTurn(request.signal, input, deps), kept: true };
 }
 
 /**
@@ -99,7 +99,7 @@ async function prepareEphemeral(
     // The user's tokens are counted in the server's store, where the daily quota reads them.
     const usageStore = deps.agent.store;
     const agent = { ...deps.agent, store, tools, compactions, approval, usageStore };
-    const run = await queueTurn(request, input, deps, { agent });
+    const run = await queueTurn(request.signal, input, deps, { agent });
     const closing = (emit: EventSink, onDelta?: (text: string, step: number) => void) =>
       run(emit, onDelta).finally(() => store.close());
     return { run: Object.assign(closing, { runId: run.runId }), kept: false };

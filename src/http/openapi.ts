@@ -29,8 +29,9 @@ const DESCRIPTIONS: Record<number, string> = {
   403: "without tokens, a Host that is not loopback on the listening port nor in AGENT_ALLOWED_HOSTS " +
     "(host_not_allowed); a POST or DELETE whose Origin is another site's page (origin_not_allowed)",
   404: "unknown route, or the caller has no session of that id (session ids are per user); a run with no " +
-    "events (run_not_found)",
+    "events (run_not_found); an MCP session id unknown or of another user, or /mcp without AGENT_SERVE_MCP",
   405: "method not allowed on this path",
+  406: "MCP: the Accept header lacks application/json or text/event-stream",
   409:
     "retry with nothing to retry (the session's last turn was answered); a message or retry while a turn " +
     "waits for approval (approval_pending); decisions when no turn waits (no_pending_approval); a cancel " +
@@ -393,6 +394,25 @@ export const OPENAPI = {
         json(usagePage),
         [400, 401],
       ),
+    },
+    "/mcp": {
+      parameters: [
+        param("Mcp-Session-Id", "header", str, "the MCP session, from the initialize response; absent on it"),
+      ],
+      post: op(
+        "MCP (Streamable HTTP, with AGENT_SERVE_MCP=true): a JSON-RPC message to the agent's MCP server " +
+          "(tools ask, sessions, session_history; resources session://{id}/summary and /todos), answered as " +
+          "JSON or an SSE stream; the session belongs to the token's user",
+        { description: "JSON-RPC", content: { "application/json": { schema: anyObject } } },
+        [400, 401, 404, 406, 413, 415],
+        { requestBody: { required: true, content: { "application/json": { schema: anyObject } } } },
+      ),
+      get: op(
+        "MCP: the session's stream of server messages (SSE)",
+        { description: "SSE", content: { "text/event-stream": { schema: str } } },
+        [400, 401, 404, 406],
+      ),
+      delete: op("MCP: ends the session", { description: "OK" }, [400, 401, 404]),
     },
     "/v1/models": {
       get: {

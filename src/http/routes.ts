@@ -51,6 +51,14 @@ export function createRoutes(deps: HandlerDeps): Route[] {
   };
   const keyOf = (session: Session) => ({ userId: session.userId, sessionId: session.id });
   const trace = deps.trace ?? traceTableOf(store);
+  /** `/mcp` of the caller, when the agent is served over MCP. */
+  const mcp = (request: Request) => {
+    const userId = user(request);
+    if (deps.mcp === undefined) {
+      throw new HttpError(404, "not_found", "MCP is not served here: start serve with AGENT_SERVE_MCP=true");
+    }
+    return deps.mcp.handle(request, userId, deps);
+  };
   return [
     route("GET", "/healthz", async () => {
       const db = await store.ping();
@@ -132,6 +140,10 @@ export function createRoutes(deps: HandlerDeps): Route[] {
     route("GET", "/v1/sessions/{id}/trace", async (request, params) => {
       return handleTrace(request, await own(request, params.id), trace);
     }),
+    // The agent as an MCP server (Streamable HTTP): JSON-RPC in, JSON or SSE out.
+    route("POST", "/mcp", mcp),
+    route("GET", "/mcp", mcp),
+    route("DELETE", "/mcp", mcp),
     // OpenAI-compatible: the agent as the model `mini-agent`, errors in OpenAI's shape.
     route("GET", "/v1/models", (request) => {
       user(request);

@@ -113,10 +113,13 @@ export function serveHttp(
         // The reason is also the answer of turns still waiting in a queue: a 503, as for any request now.
         turns.abort(shuttingDown());
       }, graceSeconds * 1000);
+      // An MCP client's open stream of server messages would hold the shutdown: it ends now; calls run on.
+      deps.mcp?.closeStreams();
       // shutdown() stops accepting at once and resolves when the in-flight responses are done.
       await Promise.all([...servers].map((server) => server.shutdown().catch(() => {})));
       clearTimeout(timer);
       turns.abort(shuttingDown());
+      await deps.mcp?.close();
       resolve();
     };
     if (stop.aborted) begin();

@@ -55,18 +55,21 @@ function acceptsSse(request: Request): boolean {
   return (request.headers.get("accept") ?? "").toLowerCase().includes("text/event-stream");
 }
 
+/** What {@linkcode queueTurn} runs a turn with: the handler's, or the MCP server's over stdio. */
+export type TurnDeps = Pick<HandlerDeps, "agent" | "sessions" | "dailyTokens" | "shutdownSignal">;
+
 /**
  * `input` (a new message, a retry or decisions on a waiting turn) ready to run on `agent` through the
  * session runner: first in its session's queue, then under its lease (unless `agent` has a private store,
- * whose session is this request's alone); aborted when the client disconnects (unless resumable), when it is
- * cancelled (`POST …/cancel`, by its run id) or when the shutdown grace period ends. Its run id is taken now
- * (a resumed run keeps its own). Throws the user's spent daily quota (429 `quota_exceeded`) or the queue's
+ * whose session is this request's alone); aborted when `signal` aborts, the client's (unless resumable), when
+ * it is cancelled (`POST …/cancel`, by its run id) or when the shutdown grace period ends. Its run id is taken
+ * now (a resumed run keeps its own). Throws the user's spent daily quota (429 `quota_exceeded`) or the queue's
  * refusal now, while the response can still carry its status.
  */
 export async function queueTurn(
-  request: Request,
+  signal: AbortSignal,
   input: TurnInput,
-  deps: HandlerDeps,
+  deps: TurnDeps,
   options: QueueTurnOptions = {},
 ): Promise<QueuedTurn> {
   const { agent: given = deps.agent, resumable = false } = options;
@@ -81,10 +84,10 @@ export async function queueTurn(
     ? (given.newId ?? (() => crypto.randomUUID()))()
     : options.runId!;
   const agent = { ...given, newId: () => runId };
-  const signal = resumable ? deps.shutdownSignal : AbortSignal.any([request.signal, deps.shutdownSignal]);
+  const stop = resumable ? deps.shutdownSignal : AbortSignal.any([signal, deps.shutdownSignal]);
   const run = (emit: EventSink, onDelta?: (text: string, step: number) => void) => {
     const work = (held: AbortSignal) => runTurn(input, agent, { emit, signal: held, onDelta });
-    return deps.sessions.run(key, work, { signal, leased, id: runId });
+    return deps.sessions.run(key, work, { signal: stop, leased, id: runId });
   };
   return Object.assign(run, { runId });
 }
@@ -118,7 +121,7 @@ export async function handleTurn(
   if (retry && unansweredMessage(await deps.agent.store.messages(key)) === null) {
     throw nothingToRetry(key.sessionId);
   }
-  const run = await queueTurn(request, { ...key, message, retry, responseFormat }, deps, {
+  const run = await queueTurn(request.signal, { ...key, message, retry, responseFormat }, deps, {
     resumable: resumable(request),
   });
   return await respondTurn(request, run, deps);
