@@ -125,6 +125,9 @@ export async function openRuntime(config: Readonly<Config>): Promise<Runtime> {
       compactBatch: config.compactBatch,
       compactions,
       maxCtxTokens: config.maxCtxTokens,
+      userMemory: config.userMemory
+        ? { items: config.userMemoryItems, recall: config.userMemoryRecall }
+        : null,
       approval,
       responseFormatMode: config.responseFormatMode,
       maxTurnTokens: config.maxTurnTokens,

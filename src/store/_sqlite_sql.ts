@@ -9,12 +9,14 @@
 import type { StatementSync } from "node:sqlite";
 import type { StoredMessage, UsageEntry } from "../types.ts";
 import type { MessageRow } from "./_rows.ts";
-import { text, toMessage, toPending, toSession, toTodo, toUsage } from "./_rows.ts";
+import { text, toMemoryItem, toMessage, toPending, toSession, toTodo, toUsage } from "./_rows.ts";
 import type { HistoryCache } from "./_history_cache.ts";
 import type { IdleCursor, SessionSql } from "./sql_store.ts";
 import {
   type Calibration,
+  type MemoryItem,
   type PendingStep,
+  type RecalledItem,
   type Session,
   type SessionKey,
   sessionName,
@@ -26,6 +28,8 @@ const MESSAGE_COLUMNS =
   "rowid, CAST(id AS BLOB) AS id, role, CAST(content AS BLOB) AS content, tool_calls, " +
   "CAST(tool_call_id AS BLOB) AS tool_call_id, CAST(created_at AS BLOB) AS created_at";
 const TODO_COLUMNS = "id, CAST(text AS BLOB) AS text, completed, created_at, completed_at";
+const MEMORY_COLUMNS = "id, CAST(text AS BLOB) AS text, source_session, first_seen, last_seen, last_used, " +
+  "use_count";
 // The lease is free to take: expired (?5 is now), already the owner's, or held by `from` (?6).
 const FREE_LEASE = "(session_leases.expires_at <= ?5 OR session_leases.owner = excluded.owner " +
   "OR session_leases.owner = ?6)";
@@ -107,6 +111,23 @@ export const SQL = {
     "WHERE user_id = ? AND day >= ? AND day <= ? ORDER BY day, model",
   sessionUsage: "SELECT last_day AS day, model, prompt_tokens, completion_tokens, calls, estimated_calls " +
     "FROM session_usage WHERE user_id = ? AND session_id = ? ORDER BY model",
+  memoryOfKey: "SELECT id FROM user_memory WHERE user_id = ? AND norm = ?",
+  insertMemory: "INSERT INTO user_memory (user_id, text, norm, source_session, first_seen, last_seen, " +
+    "last_used) VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?5) RETURNING id",
+  seeMemory: "UPDATE user_memory SET last_seen = ?, last_used = ? WHERE id = ?",
+  // Every item past the `keep` most recently used (?2) of the user (?1).
+  trimMemory: "DELETE FROM user_memory WHERE id IN (SELECT id FROM user_memory WHERE user_id = ?1 " +
+    "ORDER BY last_used DESC, id DESC LIMIT -1 OFFSET ?2)",
+  listMemory: `SELECT ${MEMORY_COLUMNS} FROM user_memory WHERE user_id = ? ORDER BY id`,
+  // ?1 the match expression (the owner's token AND any of the words), ?2 the user, ?3 the limit. bm25 is
+  // lower for better; the owner column weighs nothing.
+  recallMemory: "SELECT m.id, CAST(m.text AS BLOB) AS text, -bm25(user_memory_words, 0.0, 1.0) AS score " +
+    "FROM user_memory_words JOIN user_memory AS m ON m.id = user_memory_words.rowid " +
+    "WHERE user_memory_words MATCH ?1 AND m.user_id = ?2 ORDER BY score DESC, m.id LIMIT ?3",
+  useMemory: "UPDATE user_memory SET use_count = use_count + 1, last_used = ?1 WHERE user_id = ?2 " +
+    "AND id IN (SELECT value FROM json_each(?3))",
+  deleteMemoryItem: "DELETE FROM user_memory WHERE user_id = ? AND id = ?",
+  deleteMemory: "DELETE FROM user_memory WHERE user_id = ?",
   ping: "SELECT 1 AS ok",
   // Changes when another connection commits.
   dataVersion: "PRAGMA data_version",
@@ -301,4 +322,52 @@ export class SqliteSql implements SessionSql {
   async sessionUsage({ userId, sessionId }: SessionKey): Promise<UsageEntry[]> {
     return this.#sql.sessionUsage.all(userId, sessionId).map(toUsage);
   }
+
+  async upsertMemory(userId: string, text: string, norm: string, sessionId: string | null, stamp: string) {
+    const found = this.#sql.memoryOfKey.get(userId, norm);
+    if (found !== undefined) {
+      this.#sql.seeMemory.run(stamp, stamp, found.id as number);
+      return { id: found.id as number, added: false };
+    }
+    const row = this.#sql.insertMemory.get(userId, text, norm, sessionId, stamp)!;
+    return { id: row.id as number, added: true };
+  }
+
+  async trimMemory(userId: string, keep: number): Promise<number> {
+    return Number(this.#sql.trimMemory.run(userId, keep).changes);
+  }
+
+  async memory(userId: string): Promise<MemoryItem[]> {
+    return this.#sql.listMemory.all(userId).map(toMemoryItem);
+  }
+
+  async recallMemory(userId: string, terms: readonly string[], limit: number): Promise<RecalledItem[]> {
+    // Terms are letters and digits only, so quoting each makes it a plain word, never query syntax.
+    const match = `owner : ${ownerToken(userId)} AND text : (${terms.map((t) => `"${t}"`).join(" OR ")})`;
+    return this.#sql.recallMemory.all(match, userId, limit).map((row) => ({
+      id: row.id as number,
+      text: text(row.text),
+      score: row.score as number,
+    }));
+  }
+
+  async useMemory(userId: string, ids: readonly number[], stamp: string): Promise<void> {
+    this.#sql.useMemory.run(stamp, userId, JSON.stringify(ids));
+  }
+
+  async deleteMemory(userId: string, id: number | null): Promise<number> {
+    const result = id === null
+      ? this.#sql.deleteMemory.run(userId)
+      : this.#sql.deleteMemoryItem.run(userId, id);
+    return Number(result.changes);
+  }
+}
+
+const ENCODER = new TextEncoder();
+
+/** The user's token in the full-text index: `u` and the user id's UTF-8 bytes in hex (the schema's trigger). */
+function ownerToken(userId: string): string {
+  let hex = "u";
+  for (const byte of ENCODER.encode(userId)) hex += byte.toString(16).padStart(2, "0");
+  return hex;
 }
