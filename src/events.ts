@@ -175,3 +175,12 @@ export interface TracedEvent {
 
 /** Receives every event of a run as it happens. Must not throw. */
 export type EventSink = (event: RunEvent) => void;
+
+/**
+ * Whether `event` is a background compaction's (its `compact`, or the `memory_write` that goes with it): traced
+ * after its run's `run_end`, carried by no turn's stream.
+ */
+export function isBackgroundEvent(event: { event?: unknown; data?: unknown }): boolean {
+  return (event.event === "compact" || event.event === "memory_write") &&
+    (event.data as { background?: unknown } | undefined)?.background === true;
+}

@@ -6,7 +6,7 @@ import { type Agent, type RunOptions, runTurn } from "../agent/loop.ts";
 import type { SessionKey, SessionStore } from "../store/store.ts";
 import { readTrace } from "../trace/trace.ts";
 import type { Message, StoredMessage, TurnResult } from "../types.ts";
-import type { TracedEvent } from "../events.ts";
+import { isBackgroundEvent, type TracedEvent } from "../events.ts";
 import { timelineHeader, timelineLine } from "./_timeline.ts";
 
 /** The one user every phase speaks as; phase 2's windows are two sessions of this user. */
@@ -250,7 +250,7 @@ function tracePhase(demo: Demo): Verdict {
   if (runs.size === 0) problems.push("the trace holds no runs");
   for (const [id, run] of runs) {
     // A background compaction is its run's too, traced after the run ended.
-    const last = run.findLast((e) => !(e.event === "compact" && e.data.background === true));
+    const last = run.findLast((e) => !isBackgroundEvent(e));
     if (run[0].event !== "run_start" || last?.event !== "run_end") {
       problems.push(`run ${id.slice(0, 8)} does not start with run_start and end with run_end`);
     }
