@@ -84,7 +84,8 @@ export async function openRuntime(config: Readonly<Config>): Promise<Runtime> {
     onAppend: shared === null ? undefined : (event, line) => shared.add(event, line),
   });
   const llm = createLlmFromConfig(config, { stream: config.stream });
-  const toolsFor = builtinToolsFor({ sources: mcp ? [mcp] : [] });
+  const memoryItems = config.userMemory ? config.userMemoryItems : null;
+  const toolsFor = builtinToolsFor({ sources: mcp ? [mcp] : [], memoryItems });
   // Processes of one host sharing the database's folder (with PostgreSQL: the trace's) learn from these marks
   // that a lease's holder crashed, and take its leases at once instead of after they expire.
   const owner = processOwner();

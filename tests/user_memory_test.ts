@@ -2,7 +2,8 @@
  * The user's memory through turns: a fact compacted in one session is recalled into the [RUNTIME CONTEXT]
  * block of the same user's next session, never another user's; the block is byte-stable while nothing
  * changes; recall shrinks to fit the token budget before raw turns are cut; the trace says what was written
- * and recalled; AGENT_USER_MEMORY=0 turns it all off.
+ * and recalled; the `remember` and `forget` tools work on the calling user's items only;
+ * AGENT_USER_MEMORY=0 turns it all off.
  */
 import assert from "node:assert/strict";
 import { runTurn } from "../src/agent/loop.ts";
@@ -10,7 +11,9 @@ import { RUNTIME_CONTEXT_HEADER } from "../src/memory/summary.ts";
 import { estimateRequestTokens } from "../src/memory/plan.ts";
 import type { Summarizer } from "../src/memory/summarizer.ts";
 import type { ScriptedRequest } from "../src/llm/scripted.ts";
-import { type Harness, harness } from "./_harness.ts";
+import { SqliteStore } from "../src/store/sqlite.ts";
+import { createMemoryTools } from "../src/tools/memory.ts";
+import { type Harness, harness, steppingClock } from "./_harness.ts";
 
 const MEMORY = { items: 200, recall: 5 };
 const answer = (text: string) => ({ content: text });
@@ -144,3 +147,56 @@ Deno.test("runTurn() with the user's memory off writes and recalls nothing", asy
   assert.equal(contextOf(h.llm.requests[2]), null);
   assert.ok(!h.events.some((e) => e.event === "memory_recall" || e.event === "memory_write"));
 });
+
+Deno.test("remember and forget keep and erase the calling user's items, each traced as memory_write", async () => {
+  const store = new SqliteStore(":memory:", { now: steppingClock() });
+  using h = harness([
+    { toolCalls: [{ name: "remember", arguments: { text: "  Prefers  tea\nto coffee " } }] },
+    answer("Noted."),
+    // A repeat (a call run again after a crash, say) folds into the same item.
+    { toolCalls: [{ name: "remember", arguments: { text: "prefers tea to coffee" } }] },
+    answer("Noted again."),
+    answer("Tea."),
+    (request) => ({ toolCalls: [{ name: "forget", arguments: { id: firstId(request) } }] }),
+    answer("Forgotten."),
+    { toolCalls: [{ name: "forget", arguments: { id: 999 } }] },
+    answer("Nothing to forget."),
+  ], { store, userMemory: MEMORY, extraTools: createMemoryTools(store, 200) });
+  await turn(h, "alice", "w1", "Remember that I prefer tea to coffee.");
+  await turn(h, "alice", "w1", "Remember it, really.");
+  const items = await store.listMemory("alice");
+  assert.deepEqual(items.map((i) => [i.text, i.sourceSession]), [["Prefers tea to coffee", "w1"]]);
+  const writes = h.events.filter((e) => e.event === "memory_write");
+  assert.deepEqual(writes.map((e) => [e.data.source, e.data.added, e.data.ids]), [
+    ["remember", 1, [items[0].id]],
+    ["remember", 0, [items[0].id]],
+  ]);
+  assert.deepEqual(await store.listMemory("bob"), []);
+
+  await turn(h, "alice", "w2", "Do I prefer tea or coffee?");
+  await turn(h, "alice", "w2", "Forget that I prefer tea.");
+  assert.deepEqual(await store.listMemory("alice"), []);
+  assert.equal(h.events.filter((e) => e.event === "memory_write").at(-1)!.data.source, "forget");
+  await turn(h, "alice", "w2", "Forget item 999.");
+  const result = h.events.filter((e) => e.event === "tool_result").at(-1)!;
+  assert.equal(result.data.ok, false);
+  assert.match(String(result.data.error), /Cannot forget memory item 999: the user has no such item/);
+  store.close();
+});
+
+Deno.test("forget cannot erase another user's item", async () => {
+  const store = new SqliteStore(":memory:", { now: steppingClock() });
+  const [, forget] = createMemoryTools(store, 200);
+  const { ids: [id] } = await store.remember("alice", { items: ["Alice's secret"], limit: 200 });
+  await assert.rejects(
+    async () => await forget.handler({ id }, { userId: "bob", sessionId: "s" }),
+    /no such item/,
+  );
+  assert.equal((await store.listMemory("alice")).length, 1);
+  store.close();
+});
+
+/** The id of the first item the request's [RUNTIME CONTEXT] block recalled. */
+function firstId(request: ScriptedRequest): number {
+  return (contextOf(request)!.user_memory as { id: number }[])[0].id;
+}

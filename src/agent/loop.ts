@@ -252,7 +252,12 @@ async function runTools(
   const { signal } = turn.run;
   const ran = await runToolCalls(calls, {
     tools: turn.agent.tools,
-    context: { sessionId: turn.key.sessionId, userId: turn.key.userId, signal },
+    context: {
+      sessionId: turn.key.sessionId,
+      userId: turn.key.userId,
+      signal,
+      memoryWritten: (data) => turn.event("memory_write", step, data),
+    },
     maxCalls: turn.agent.maxToolCallsPerStep,
     emit: (name, data) => turn.event(name, step, data),
     refuse: refusalFor(turn.agent.approval, resumed?.decisions),
