@@ -38,7 +38,7 @@ Deno.test({
       assert.equal(chat.stdout, "The answer is 84.\n");
       const demo = await run(binary, ["demo"], env);
       assert.equal(demo.code, 0, demo.stdout + demo.stderr);
-      assert.match(demo.stdout, /4\/4 phases passed/);
+      assert.match(demo.stdout, /5\/5 phases passed/);
     } finally {
       await provider.close();
       await Deno.remove(`${ROOT}/mini-agent`).catch(() => {});
