@@ -240,8 +240,8 @@ Deno.test("SqliteStore migrates a version-4 database (no trace table) to the cur
 });
 
 /** Version 9's tables and triggers, dropped to make a version-8 database. */
-const DROP_MEMORY = "DROP TRIGGER user_memory_indexed; DROP TRIGGER user_memory_unindexed; " +
-  "DROP TABLE user_memory_words; DROP TABLE user_memory;";
+const DROP_MEMORY =
+  "DROP TRIGGER user_memory_unindexed; DROP TABLE user_memory_words; DROP TABLE user_memory;";
 
 Deno.test("SqliteStore migrates a version-8 database to the user's memory, keeping every row", async () => {
   using dir = tempDir();

@@ -139,7 +139,9 @@ storeTest(
         (await texts("tea or coffee?")).sort(),
         [CORPUS[4], CORPUS[0]],
       );
-      assert.deepEqual(await texts("dog", 1), [CORPUS[5]]);
+      // bm25 favours the short item, ts_rank the one that says "dog" twice: either is a right first.
+      assert.ok([CORPUS[1], CORPUS[5]].includes((await texts("dog", 1))[0]));
+      assert.deepEqual((await texts("dog")).sort(), [CORPUS[5], CORPUS[1]].sort());
       assert.deepEqual(await texts("the of is"), [], "stop words alone recall nothing");
       assert.deepEqual(await texts("quantum chromodynamics"), []);
       const recalled = await store.recallMemory("alice", "dog tea", 10);

@@ -175,10 +175,13 @@ async function compactIfOverBudget(turn: Turn, step: number): Promise<void> {
   turn.addUsage(compaction.usage);
 }
 
-/** The before-request hook of the user's memory: what the request carries of it, traced when anything. */
+/**
+ * The before-request hook of the user's memory: what the request carries of it, traced when it carries any and
+ * it is not what the turn's previous request carried.
+ */
 async function recallMemory(turn: Turn, step: number): Promise<void> {
   const recall = await turn.memory.recall();
-  if (recall === null || recall.kept === 0) return;
+  if (recall === null || recall.kept === 0 || !recall.changed) return;
   const kept = recall.found.slice(0, recall.kept);
   turn.event("memory_recall", step, {
     ids: kept.map((item) => item.id),
@@ -256,7 +259,10 @@ async function runTools(
       sessionId: turn.key.sessionId,
       userId: turn.key.userId,
       signal,
-      memoryWritten: (data) => turn.event("memory_write", step, data),
+      memoryWritten: (data) => {
+        turn.memory.memoryChanged();
+        turn.event("memory_write", step, data);
+      },
     },
     maxCalls: turn.agent.maxToolCallsPerStep,
     emit: (name, data) => turn.event(name, step, data),
@@ -332,9 +338,11 @@ async function append(
   options?: { kept?: boolean },
 ): Promise<StoredMessage> {
   const stamped = turn.stamp(messages);
-  // The provider's count of the request just answered, and the calls' tokens, go with what answers it.
+  // The provider's count of the request just answered, the calls' tokens and the recall's use go with what
+  // answers it.
   const calibration = turn.memory.takeCalibration();
-  await turn.agent.store.append(turn.key, stamped, { calibration, usage: turn.usageToStore() });
+  const memoryUsed = turn.memory.takeMemoryUse();
+  await turn.agent.store.append(turn.key, stamped, { calibration, usage: turn.usageToStore(), memoryUsed });
   turn.stored(stamped, options);
   return stamped[0];
 }

@@ -41,14 +41,20 @@ const STOP_WORDS = new Set(
     "where which who why will with you your").split(" "),
 );
 
+/** The words of `text` as memory indexes and searches them: runs of letters and digits, lower-cased. */
+export function memoryWords(text: string): string[] {
+  return Array.from(text.toLowerCase().matchAll(/[\p{L}\p{N}]+/gu), ([word]) => word);
+}
+
 /**
- * The search terms of `text` for recall: its words (letters and digits), lower-cased, without stop words or
- * repeats, at most {@linkcode MAX_RECALL_TERMS}, in the order they first occur. Empty: nothing to recall by.
+ * The search terms of `text` for recall: its words ({@linkcode memoryWords}) without stop words, single ASCII
+ * letters or digits ("3" in "3+4" says nothing of what an item is about, and matches many) or repeats, at most
+ * {@linkcode MAX_RECALL_TERMS}, in the order they first occur. Empty: nothing to recall by.
  */
 export function recallTerms(text: string): string[] {
   const terms: string[] = [];
-  for (const [word] of text.toLowerCase().matchAll(/[\p{L}\p{N}]+/gu)) {
-    if (STOP_WORDS.has(word) || terms.includes(word)) continue;
+  for (const word of memoryWords(text)) {
+    if (STOP_WORDS.has(word) || /^[a-z0-9]$/.test(word) || terms.includes(word)) continue;
     terms.push(word);
     if (terms.length === MAX_RECALL_TERMS) break;
   }

@@ -44,6 +44,8 @@ export interface Recall {
   found: RecalledItem[];
   /** How many of them the request carries: the rest did not fit the token budget. */
   kept: number;
+  /** Whether this differs from the turn's previous request: the store was asked, or the budget kept others. */
+  changed: boolean;
 }
 
 /** What every request of the turn carries besides the history and the summary. */
@@ -79,6 +81,13 @@ export class TurnMemory {
   #memoryTokens = 0;
   /** Whether this turn counted a use of what it recalled: once a turn, not once a request. */
   #memoryUsed = false;
+  /** The ids of that use, not yet stored: they go with the next append. */
+  #unsavedUse: number[] = [];
+  /** What the turn's recall found, kept for its later requests until its memory changes; null: ask the store. */
+  #found: RecalledItem[] | null = null;
+  /** Tokens the first n found items add to the block, by n, for the summary `#costsOf`. */
+  #costs: number[] = [];
+  #costsOf: string | null = null;
 
   constructor(
     state: {
@@ -173,28 +182,59 @@ export class TurnMemory {
    * The before-request hook of the user's memory, after {@linkcode TurnMemory.beforeRequest}: the items most
    * relevant to the turn's user message, as many as fit the token budget beside the rest of the request (the
    * least relevant go first, so recall shrinks before raw turns are cut), become `userMemory`. Null when memory
-   * is off. The first recall of the turn that finds something counts a use of what it keeps.
+   * is off. The store is searched once a turn, and again after {@linkcode TurnMemory.memoryChanged}; the first
+   * recall of the turn that finds something counts a use of what it keeps ({@linkcode TurnMemory.takeMemoryUse}).
    */
   async recall(): Promise<Recall | null> {
     const { store, userMemory = null, maxCtxTokens } = this.#settings;
     if (userMemory === null) return null;
-    const question = this.history.findLast((m) => m.role === "user")?.content ?? "";
-    const found = await store.recallMemory(this.key.userId, question, userMemory.recall);
-    let kept = found.length;
-    while (kept > 0 && this.#tokens + this.#blockTokens(found.slice(0, kept)) > maxCtxTokens) kept--;
-    const items = found.slice(0, kept).map(({ id, text }) => ({ id, text })).sort((a, b) => a.id - b.id);
-    this.userMemory = items;
-    this.#memoryTokens = this.#blockTokens(items);
-    if (!this.#memoryUsed && items.length > 0) {
-      this.#memoryUsed = true;
-      await store.useMemory(this.key.userId, items.map((item) => item.id));
+    // The turn's user message is the same at every request: the store is asked again only after a change.
+    const asked = this.#found === null;
+    if (this.#found === null) {
+      const question = this.history.findLast((m) => m.role === "user")?.content ?? "";
+      this.#found = await store.recallMemory(this.key.userId, question, userMemory.recall);
+      this.#costs = [];
     }
-    return { found, kept };
+    const found = this.#found;
+    let kept = found.length;
+    while (kept > 0 && this.#tokens + this.#blockTokens(kept) > maxCtxTokens) kept--;
+    const same = !asked && kept === this.userMemory.length;
+    if (!same) {
+      this.userMemory = found.slice(0, kept).map(({ id, text }) => ({ id, text })).sort((a, b) =>
+        a.id - b.id
+      );
+    }
+    this.#memoryTokens = this.#blockTokens(kept);
+    if (!this.#memoryUsed && kept > 0) {
+      this.#memoryUsed = true;
+      this.#unsavedUse = this.userMemory.map((item) => item.id);
+    }
+    return { found, kept, changed: !same };
   }
 
-  /** Estimated tokens `items` add to the request: the block with them less the block without. */
-  #blockTokens(items: readonly MemoryEntry[]): number {
-    if (items.length === 0) return 0;
+  /** The recall's use not yet stored, once: the loop stores it with its next append, in its transaction. */
+  takeMemoryUse(): number[] | undefined {
+    const used = this.#unsavedUse;
+    this.#unsavedUse = [];
+    return used.length === 0 ? undefined : used;
+  }
+
+  /** The turn wrote to the user's memory (a tool did): the next request recalls from the store again. */
+  memoryChanged(): void {
+    this.#found = null;
+  }
+
+  /**
+   * Estimated tokens the first `count` found items add to the request: the block with them less the block
+   * without. Kept per count until the store is asked again or the summary changes (a compaction).
+   */
+  #blockTokens(count: number): number {
+    if (count === 0) return 0;
+    if (this.#costsOf !== this.summary) [this.#costs, this.#costsOf] = [[], this.summary];
+    return this.#costs[count] ??= this.#measureBlock(this.#found!.slice(0, count));
+  }
+
+  #measureBlock(items: readonly MemoryEntry[]): number {
     const summary = parseSummary(this.summary);
     const tokens = (text: string) => estimateMessageTokens({ role: "system", content: text });
     const without = summary === null ? 0 : tokens(runtimeContextText(summary));

@@ -275,6 +275,10 @@ export class PostgresSql implements SessionSql {
         AND id = ANY (string_to_array(${ids.join(",")}, ',')::integer[])`;
   }
 
+  async mergeMemoryIndex(): Promise<void> {
+    // A GIN index takes new rows into its pending list and merges them itself (VACUUM, fastupdate).
+  }
+
   async deleteMemory(userId: string, id: number | null): Promise<number> {
     const rows = id === null
       ? await this.#db`DELETE FROM user_memory WHERE user_id = ${userId} RETURNING id`

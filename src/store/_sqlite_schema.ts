@@ -159,9 +159,10 @@ CREATE TABLE session_usage (
 
 /**
  * Version 9: the user's memory across sessions, one row per item (`norm` its case- and space-folded text,
- * unique per user), and its full-text index. The index holds each item's words and its owner as one token
- * (`u` and the user id's UTF-8 bytes in hex), so a recall matches within the user's items only; triggers keep
- * it in step with the table.
+ * unique per user), and its full-text index. The store indexes each item's words as tokens of their owner
+ * (`memoryTokens`: `u`, the user id's UTF-8 bytes in hex, `z`, the word), so a recall matches the user's items
+ * only and bm25 weighs a word by how many of the user's own items hold it: the work of a recall grows with the
+ * user's items, not with everyone's. A trigger takes an erased item out of the index.
  */
 const MEMORY_TABLES = `
 CREATE TABLE user_memory (
@@ -177,10 +178,7 @@ CREATE TABLE user_memory (
   UNIQUE (user_id, norm)
 );
 CREATE INDEX user_memory_by_use ON user_memory(user_id, last_used, id);
-CREATE VIRTUAL TABLE user_memory_words USING fts5(owner, text, tokenize = 'unicode61 remove_diacritics 2');
-CREATE TRIGGER user_memory_indexed AFTER INSERT ON user_memory BEGIN
-  INSERT INTO user_memory_words (rowid, owner, text) VALUES (new.id, 'u' || hex(new.user_id), new.text);
-END;
+CREATE VIRTUAL TABLE user_memory_words USING fts5(words, tokenize = 'unicode61 remove_diacritics 2');
 CREATE TRIGGER user_memory_unindexed AFTER DELETE ON user_memory BEGIN
   DELETE FROM user_memory_words WHERE rowid = old.id;
 END;

@@ -11,6 +11,7 @@ import type { StoredMessage, UsageEntry } from "../types.ts";
 import type { MessageRow } from "./_rows.ts";
 import { text, toMemoryItem, toMessage, toPending, toSession, toTodo, toUsage } from "./_rows.ts";
 import type { HistoryCache } from "./_history_cache.ts";
+import { memoryWords } from "../memory/memory_text.ts";
 import type { IdleCursor, SessionSql } from "./sql_store.ts";
 import {
   type Calibration,
@@ -114,18 +115,24 @@ export const SQL = {
   memoryOfKey: "SELECT id FROM user_memory WHERE user_id = ? AND norm = ?",
   insertMemory: "INSERT INTO user_memory (user_id, text, norm, source_session, first_seen, last_seen, " +
     "last_used) VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?5) RETURNING id",
+  indexMemory: "INSERT INTO user_memory_words (rowid, words) VALUES (?, ?)",
   seeMemory: "UPDATE user_memory SET last_seen = ?, last_used = ? WHERE id = ?",
   // Every item past the `keep` most recently used (?2) of the user (?1).
   trimMemory: "DELETE FROM user_memory WHERE id IN (SELECT id FROM user_memory WHERE user_id = ?1 " +
     "ORDER BY last_used DESC, id DESC LIMIT -1 OFFSET ?2)",
   listMemory: `SELECT ${MEMORY_COLUMNS} FROM user_memory WHERE user_id = ? ORDER BY id`,
-  // ?1 the match expression (the owner's token AND any of the words), ?2 the user, ?3 the limit. bm25 is
-  // lower for better; the owner column weighs nothing.
-  recallMemory: "SELECT m.id, CAST(m.text AS BLOB) AS text, -bm25(user_memory_words, 0.0, 1.0) AS score " +
-    "FROM user_memory_words JOIN user_memory AS m ON m.id = user_memory_words.rowid " +
-    "WHERE user_memory_words MATCH ?1 AND m.user_id = ?2 ORDER BY score DESC, m.id LIMIT ?3",
+  // ?1 the match expression (any of the user's tokens), ?2 the user, ?3 the limit: ranked in the index first
+  // (bm25 is lower for better), then only the best read from the table (CROSS JOIN keeps that order; the
+  // planner would otherwise scan all the user's items to join them).
+  recallMemory: "WITH r AS MATERIALIZED (SELECT rowid, -bm25(user_memory_words) AS score " +
+    "FROM user_memory_words WHERE user_memory_words MATCH ?1 ORDER BY score DESC, rowid LIMIT ?3) " +
+    "SELECT m.id, CAST(m.text AS BLOB) AS text, r.score FROM r CROSS JOIN user_memory AS m ON m.id = r.rowid " +
+    "WHERE m.user_id = ?2 ORDER BY r.score DESC, m.id",
   useMemory: "UPDATE user_memory SET use_count = use_count + 1, last_used = ?1 WHERE user_id = ?2 " +
     "AND id IN (SELECT value FROM json_each(?3))",
+  // Merges up to 64 pages of the index's segments: FTS5 otherwise leaves one segment per write transaction
+  // until its automerge, and a recall reads every segment.
+  mergeMemoryIndex: "INSERT INTO user_memory_words (user_memory_words, rank) VALUES ('merge', 64)",
   deleteMemoryItem: "DELETE FROM user_memory WHERE user_id = ? AND id = ?",
   deleteMemory: "DELETE FROM user_memory WHERE user_id = ?",
   ping: "SELECT 1 AS ok",
@@ -329,8 +336,9 @@ export class SqliteSql implements SessionSql {
       this.#sql.seeMemory.run(stamp, stamp, found.id as number);
       return { id: found.id as number, added: false };
     }
-    const row = this.#sql.insertMemory.get(userId, text, norm, sessionId, stamp)!;
-    return { id: row.id as number, added: true };
+    const id = this.#sql.insertMemory.get(userId, text, norm, sessionId, stamp)!.id as number;
+    this.#sql.indexMemory.run(id, memoryTokens(userId, memoryWords(text)).join(" "));
+    return { id, added: true };
   }
 
   async trimMemory(userId: string, keep: number): Promise<number> {
@@ -342,8 +350,8 @@ export class SqliteSql implements SessionSql {
   }
 
   async recallMemory(userId: string, terms: readonly string[], limit: number): Promise<RecalledItem[]> {
-    // Terms are letters and digits only, so quoting each makes it a plain word, never query syntax.
-    const match = `owner : ${ownerToken(userId)} AND text : (${terms.map((t) => `"${t}"`).join(" OR ")})`;
+    // Tokens are letters and digits only, so quoting each makes it a plain word, never query syntax.
+    const match = memoryTokens(userId, terms).map((token) => `"${token}"`).join(" OR ");
     return this.#sql.recallMemory.all(match, userId, limit).map((row) => ({
       id: row.id as number,
       text: text(row.text),
@@ -353,6 +361,10 @@ export class SqliteSql implements SessionSql {
 
   async useMemory(userId: string, ids: readonly number[], stamp: string): Promise<void> {
     this.#sql.useMemory.run(stamp, userId, JSON.stringify(ids));
+  }
+
+  async mergeMemoryIndex(): Promise<void> {
+    this.#sql.mergeMemoryIndex.run();
   }
 
   async deleteMemory(userId: string, id: number | null): Promise<number> {
@@ -365,9 +377,12 @@ export class SqliteSql implements SessionSql {
 
 const ENCODER = new TextEncoder();
 
-/** The user's token in the full-text index: `u` and the user id's UTF-8 bytes in hex (the schema's trigger). */
-function ownerToken(userId: string): string {
-  let hex = "u";
-  for (const byte of ENCODER.encode(userId)) hex += byte.toString(16).padStart(2, "0");
-  return hex;
+/**
+ * `words` as the user's tokens in the full-text index: `u`, the user id's UTF-8 bytes in hex, `z` (never a hex
+ * digit, so where the owner ends is plain), the word. One token each for the tokenizer: letters and digits.
+ */
+function memoryTokens(userId: string, words: readonly string[]): string[] {
+  let owner = "u";
+  for (const byte of ENCODER.encode(userId)) owner += byte.toString(16).padStart(2, "0");
+  return words.map((word) => `${owner}z${word}`);
 }

@@ -116,6 +116,8 @@ export interface SessionSql {
   useMemory(userId: string, ids: readonly number[], stamp: string): Promise<void>;
   /** Deletes the user's item `id`, or all the user's items (null); resolves to how many. */
   deleteMemory(userId: string, id: number | null): Promise<number>;
+  /** Some work towards fewer pieces of the memory's full-text index after new items, where it has pieces. */
+  mergeMemoryIndex(): Promise<void>;
 }
 
 /** Where a page of {@linkcode SqlStore.idleSessions} starts: after the session of these fields. */
@@ -188,6 +190,8 @@ async function writeMemory(
     if (item.added) added += 1;
   }
   const evicted = await sql.trimMemory(userId, limit);
+  // Every recall reads the index, a write is rare: the write pays to keep the index in few pieces.
+  if (added > 0) await sql.mergeMemoryIndex();
   return { ids, added, evicted };
 }
 
@@ -255,11 +259,13 @@ export class SqlStore implements SessionStore {
   append(
     key: SessionKey,
     messages: readonly StoredMessage[],
-    options: UsageOptions & { calibration?: Calibration } = {},
+    options: UsageOptions & { calibration?: Calibration; memoryUsed?: readonly number[] } = {},
   ): Promise<number> {
+    const used = (options.memoryUsed ?? []).filter((id) => isRowId(id));
     return this.#write("append", key, async (sql, key) => {
       const added = await this.#insert(sql, key, messages);
       if (options.calibration !== undefined) await sql.setCalibration(key, options.calibration);
+      if (used.length > 0) await sql.useMemory(key.userId, used, this.#stamp());
       await addUsage(sql, key, options.usage);
       return added;
     });

@@ -154,13 +154,14 @@ export interface SessionStore {
   messages(key: SessionKey): Promise<StoredMessage[]>;
   /**
    * Appends messages and resolves to how many were new. Idempotent: an id already stored is skipped. Each
-   * new `user` message adds one to `turnCount`; `calibration` is stored with them, in the same transaction.
+   * new `user` message adds one to `turnCount`; `calibration` is stored with them, and a recall of the user's
+   * items `memoryUsed` counted (as {@linkcode SessionStore.useMemory}), in the same transaction.
    * `TypeError` for a field of the wrong type.
    */
   append(
     key: SessionKey,
     messages: readonly StoredMessage[],
-    options?: UsageOptions & { calibration?: Calibration },
+    options?: UsageOptions & { calibration?: Calibration; memoryUsed?: readonly number[] },
   ): Promise<number>;
   /**
    * Stores `summary` and deletes exactly `cutIds` (`turns` user turns), and with `memory` merges its items into
