@@ -35,7 +35,6 @@ Deno.test("SqliteStore creates the schema with WAL and records its version", () 
     // The full-text index and its shadow tables.
     "user_memory_words",
     "user_memory_words_config",
-    "user_memory_words_content",
     "user_memory_words_data",
     "user_memory_words_docsize",
     "user_memory_words_idx",

@@ -162,7 +162,8 @@ CREATE TABLE session_usage (
  * unique per user), and its full-text index. The store indexes each item's words as tokens of their owner
  * (`memoryTokens`: `u`, the user id's UTF-8 bytes in hex, `z`, the word), so a recall matches the user's items
  * only and bm25 weighs a word by how many of the user's own items hold it: the work of a recall grows with the
- * user's items, not with everyone's. A trigger takes an erased item out of the index.
+ * user's items, not with everyone's. The index keeps no copy of the tokens (contentless, its rows deletable):
+ * the text is the table's. A trigger takes an erased item out of the index.
  */
 const MEMORY_TABLES = `
 CREATE TABLE user_memory (
@@ -178,7 +179,8 @@ CREATE TABLE user_memory (
   UNIQUE (user_id, norm)
 );
 CREATE INDEX user_memory_by_use ON user_memory(user_id, last_used, id);
-CREATE VIRTUAL TABLE user_memory_words USING fts5(words, tokenize = 'unicode61 remove_diacritics 2');
+CREATE VIRTUAL TABLE user_memory_words USING fts5(words, content = '', contentless_delete = 1,
+  tokenize = 'unicode61 remove_diacritics 2');
 CREATE TRIGGER user_memory_unindexed AFTER DELETE ON user_memory BEGIN
   DELETE FROM user_memory_words WHERE rowid = old.id;
 END;
