@@ -85,7 +85,8 @@ export async function openRuntime(config: Readonly<Config>): Promise<Runtime> {
   });
   const llm = createLlmFromConfig(config, { stream: config.stream });
   const memoryItems = config.userMemory ? config.userMemoryItems : null;
-  const toolsFor = builtinToolsFor({ sources: mcp ? [mcp] : [], memoryItems });
+  // A request's private store (the OpenAI-compatible route) is dropped after it: memory stays in this one.
+  const toolsFor = builtinToolsFor({ sources: mcp ? [mcp] : [], memoryItems, memoryStore: store });
   // Processes of one host sharing the database's folder (with PostgreSQL: the trace's) learn from these marks
   // that a lease's holder crashed, and take its leases at once instead of after they expire.
   const owner = processOwner();

@@ -1,8 +1,9 @@
 /**
  * `/v1/memory` over HTTP: each bearer user lists and erases only their own memory; deleting a session leaves
- * the memory, and erasing the memory leaves the sessions.
+ * the memory, and erasing the memory leaves the sessions. A chat completion recalls the caller's memory too.
  */
 import assert from "node:assert/strict";
+import type { Message } from "../src/types.ts";
 import { keyOf } from "./_harness.ts";
 import { type HttpHarness, httpHarness, postMessage } from "./_http_harness.ts";
 
@@ -84,4 +85,32 @@ Deno.test("deleting a session leaves the user's memory, and erasing the memory l
       "Prefers tea",
     ],
   );
+});
+
+Deno.test("a chat completion, on its private session, recalls the caller's memory from the server's store", async () => {
+  using h = httpHarness({ tokens: [ALICE, BOB] });
+  h.deps.agent.userMemory = { items: 200, recall: 5 };
+  const seen: Message[][] = [];
+  const inner = h.deps.agent.llm;
+  h.deps.agent.llm = {
+    chat: (messages, options) => (seen.push(structuredClone(messages)), inner.chat(messages, options)),
+  };
+  await h.store.remember("alice", { items: ["Has a dog called Rex"], limit: 200 });
+  const ask = (user: { token: string }) =>
+    h.handler(
+      new Request("http://agent.test/v1/chat/completions", {
+        method: "POST",
+        headers: { authorization: `Bearer ${user.token}`, "content-type": "application/json" },
+        body: JSON.stringify({
+          model: "mini-agent",
+          messages: [{ role: "user", content: "What is my dog called?" }],
+        }),
+      }),
+    );
+  assert.equal((await ask(ALICE)).status, 200);
+  assert.equal((await ask(BOB)).status, 200);
+  const carries = (request: Message[]) =>
+    request.some((m) => m.role === "system" && /Rex/.test(m.content ?? ""));
+  assert.equal(carries(seen[0]), true, "alice's request carries her item");
+  assert.equal(carries(seen.at(-1)!), false, "bob's does not");
 });

@@ -36,6 +36,11 @@ export interface UserMemorySettings {
   items: number;
   /** AGENT_USER_MEMORY_RECALL: items recalled into each request, at most. */
   recall: number;
+  /**
+   * Where the memory is recalled from, when not the session's store (a request's private session reads the
+   * server's). @default {the session's store}
+   */
+  store?: Pick<SessionStore, "recallMemory">;
 }
 
 /** What a recall found for the next request, and what of it the request carries. */
@@ -192,7 +197,8 @@ export class TurnMemory {
     const asked = this.#found === null;
     if (this.#found === null) {
       const question = this.history.findLast((m) => m.role === "user")?.content ?? "";
-      this.#found = await store.recallMemory(this.key.userId, question, userMemory.recall);
+      const from = userMemory.store ?? store;
+      this.#found = await from.recallMemory(this.key.userId, question, userMemory.recall);
       this.#costs = [];
     }
     const found = this.#found;

@@ -23,6 +23,11 @@ export interface BuiltinToolsOptions {
    * keeping at most this many items per user. @default {null} (off: not offered)
    */
   memoryItems?: number | null;
+  /**
+   * Where `remember` and `forget` keep the memory, when not in the registry's store (a request's private
+   * store is dropped after it; the memory is the server's). @default {the registry's store}
+   */
+  memoryStore?: SessionStore;
 }
 
 /**
@@ -38,10 +43,10 @@ export function createBuiltinTools(store: SessionStore, options: BuiltinToolsOpt
  * binds a new registry's `todo` tool to its `store` (a request's private store, say).
  */
 export function builtinToolsFor(options: BuiltinToolsOptions = {}): (store: SessionStore) => ToolRegistry {
-  const { docsDir = DOCS_DIR, extra = [], sources = [], memoryItems = null } = options;
+  const { docsDir = DOCS_DIR, extra = [], sources = [], memoryItems = null, memoryStore } = options;
   const search = createSearchTool(loadCorpus(docsDir));
   return (store) => {
-    const memory = memoryItems === null ? [] : createMemoryTools(store, memoryItems);
+    const memory = memoryItems === null ? [] : createMemoryTools(memoryStore ?? store, memoryItems);
     return new ToolRegistry([calculatorTool, search, createTodoTool(store), ...memory, ...extra], {
       sources,
     });
