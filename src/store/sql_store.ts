@@ -1,8 +1,9 @@
 /**
  * SqlStore: the session store's rules, written once over a SQL dialect. The rules say what a write reads,
  * checks and changes, in which order: an append counts the user turns it adds, a compaction is refused
- * whole for a changed summary or a missing message, a discard takes its user turns off the count, a pending
- * step resolves once. A dialect ({@linkcode SqlDialect}) gives the statements ({@linkcode SessionSql}) and
+ * whole for a changed summary or a missing message (and with it the memory it would write), a discard takes
+ * its user turns off the count, a pending step resolves once, a memory write folds equal items and keeps the
+ * user's limit. A dialect ({@linkcode SqlDialect}) gives the statements ({@linkcode SessionSql}) and
  * the transaction they run in; SQLite (`sqlite.ts`) and PostgreSQL (`postgres.ts`) are the two.
  * @module
  */

@@ -1,5 +1,6 @@
 /**
- * The session store's contract: sessions, their messages and todos, per user. Every method is async, so a
+ * The session store's contract: sessions, their messages and todos, per user, and each user's memory across
+ * their sessions. Every method is async, so a
  * store may live in-process (SQLite) or across the network (PostgreSQL).
  * @module
  */
