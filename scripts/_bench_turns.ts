@@ -29,6 +29,8 @@ export interface BenchRuntimeOptions {
   fetch?: typeof fetch;
   /** `false` keeps nothing: store in `:memory:`, no trace file (variant D). @default {true} */
   persist?: boolean;
+  /** The user's memory across sessions, as AGENT_USER_MEMORY turns it on or off. @default {its default, on} */
+  userMemory?: boolean;
 }
 
 /** A runtime on `sessions.db` and `traces.jsonl` in `dir` against `baseUrl`, streaming off. */
@@ -56,7 +58,10 @@ export function openBenchRuntime(dir: string, baseUrl: string, options: BenchRun
   const llm = createLlmFromConfig(config, { stream: false, fetch: recording });
   const compactions = { ok: 0, failed: 0 };
   const { maxToolIters: maxSteps, maxRawTurns, maxCtxTokens } = config;
-  const [tools, summarizer] = [createBuiltinTools(store), createLlmSummarizer(llm)];
+  const { userMemory: memoryOn = config.userMemory } = options;
+  const userMemory = memoryOn ? { items: config.userMemoryItems, recall: config.userMemoryRecall } : null;
+  const memoryItems = userMemory?.items ?? null;
+  const [tools, summarizer] = [createBuiltinTools(store, { memoryItems }), createLlmSummarizer(llm)];
   const run = {
     emit: (event: RunEvent) => {
       if (event.event === "compact") compactions[event.data.ok ? "ok" : "failed"]++;
@@ -66,7 +71,7 @@ export function openBenchRuntime(dir: string, baseUrl: string, options: BenchRun
   const background = new BackgroundCompactions(run.emit);
   const agent: Agent = {
     ...{ store, llm, tools, maxSteps, summarizer, maxRawTurns, maxCtxTokens },
-    ...{ compactBatch: config.compactBatch, compactions: background },
+    ...{ compactBatch: config.compactBatch, compactions: background, userMemory },
   };
   return {
     ...{ config, store, dbPath, tracePath, url: `${config.baseUrl}/chat/completions`, compactions },
@@ -77,8 +82,9 @@ export function openBenchRuntime(dir: string, baseUrl: string, options: BenchRun
       sent = [];
       return taken.map((body) => ({ body, summary: body.includes(SUMMARY_PROMPT_JSON) }));
     },
-    turn: (sessionId: string, message: string) =>
-      runTurn({ sessionId, message, userId: "bench" }, agent, run),
+    /** A turn; `variant` changes the agent for it alone (the recall section turns memory off so). */
+    turn: (sessionId: string, message: string, userId = "bench", variant: Partial<Agent> = {}) =>
+      runTurn({ sessionId, message, userId }, { ...agent, ...variant }, run),
     /** Resolves once no background compaction is running. */
     idle: () => background.idle(),
     close: async () => {
@@ -170,15 +176,20 @@ export function turnMessage(i: number): string {
 }
 
 /** Times one calculator turn, fails unless it is answered, and returns its time and the bodies it sent. */
-async function timedTurn(runtime: ReturnType<typeof openBenchRuntime>, sessionId: string, i: number) {
+export async function timedTurn(
+  runtime: ReturnType<typeof openBenchRuntime>,
+  sessionId: string,
+  i: number,
+  as: { userId?: string; variant?: Partial<Agent> } = {},
+) {
   const started = performance.now();
-  const { outcome } = await runtime.turn(sessionId, turnMessage(i));
+  const { outcome } = await runtime.turn(sessionId, turnMessage(i), as.userId, as.variant);
   const ms = performance.now() - started;
   if (outcome !== "answered") throw new Error(`Turn ${i + 1} of ${sessionId} ended ${outcome}`);
   return { ms, sent: runtime.takeRequests() };
 }
 
-async function timed(work: () => Promise<unknown>): Promise<number> {
+export async function timed(work: () => Promise<unknown>): Promise<number> {
   const started = performance.now();
   await work();
   return performance.now() - started;
@@ -272,10 +283,11 @@ export async function measureOverhead(options: { rounds?: number; turns?: number
   };
 }
 
-/** The same turns with the model answered inside the process (no socket): the runtime's own work (1b). */
-export async function measureRuntimeWork(options: { rounds?: number; turns?: number } = {}) {
-  const { rounds = 10, turns = 100 } = options;
-  checkSizes({ rounds, turns });
+/**
+ * A model answered inside the process, by the bench provider's rules, for `fetch`: `stubMs()` is the time it
+ * took itself, to be taken out of what the runtime is timed for.
+ */
+export function inProcessModel(): { fetch: typeof fetch; stubMs: () => number } {
   let stubMs = 0;
   const model: typeof fetch = (_input, init) => {
     const started = performance.now();
@@ -286,6 +298,14 @@ export async function measureRuntimeWork(options: { rounds?: number; turns?: num
     stubMs += performance.now() - started;
     return Promise.resolve(response);
   };
+  return { fetch: model, stubMs: () => stubMs };
+}
+
+/** The same turns with the model answered inside the process (no socket): the runtime's own work (1b). */
+export async function measureRuntimeWork(options: { rounds?: number; turns?: number } = {}) {
+  const { rounds = 10, turns = 100 } = options;
+  checkSizes({ rounds, turns });
+  const { fetch: model, stubMs: stubTime } = inProcessModel();
   await using cleanup = new AsyncDisposableStack();
   const temp = await makeTempDir("mra-bench-work-");
   cleanup.defer(() => temp.remove());
@@ -295,10 +315,10 @@ export async function measureRuntimeWork(options: { rounds?: number; turns?: num
   const [all, compactions, stub]: number[][] = [[], [], []];
   // The runtime's work besides the stub's, in µs, of what `work` runs.
   const own = async (work: () => Promise<unknown>) => {
-    const stubBefore = stubMs;
+    const stubBefore = stubTime();
     const elapsed = await timed(work);
-    stub.push((stubMs - stubBefore) * 1000);
-    return (elapsed - (stubMs - stubBefore)) * 1000;
+    stub.push((stubTime() - stubBefore) * 1000);
+    return (elapsed - (stubTime() - stubBefore)) * 1000;
   };
   for (let r = -1; r < rounds; r++) {
     for (let i = 0; i < turns; i++) {

@@ -20,12 +20,14 @@ import {
 } from "./_bench_turns.ts";
 import { measureHttpPostgres } from "./_bench_postgres.ts";
 import { measureTokens, type TokensResult } from "./_bench_tokens.ts";
+import { measureRecall, type RecallResult } from "./_bench_memory.ts";
 
 export { measureHttp, measureMemory, measureStartup, measureSustained } from "./_bench_serve.ts";
 export { measureGrowth, measureOverhead, measureRuntimeWork, openBenchRuntime } from "./_bench_turns.ts";
+export { measureRecall } from "./_bench_memory.ts";
 
 const HELP = `Usage: deno task bench [--quick] [--json]
-                        [--only overhead,growth,http,http-postgres,sustained,memory,startup,tokens]
+                        [--only overhead,recall,growth,http,http-postgres,sustained,memory,startup,tokens]
                         [--latency-ms N]
 
   --quick       reduced sizes (about 4 min on 2 cores; the full run takes about 11 min)
@@ -52,6 +54,10 @@ in the HTTP section after a fixed 50 ms.
 1b. The runtime's own work: the same turns with the model answered inside the process (no socket), the
    stub's own time subtracted. Far less noisy than a loopback round trip; in microseconds. Nothing yields
    to a timer there, so each background compaction runs after its turn and is timed on its own.
+1c. Recall of the user's memory. One SQLite database with 1,000 users of 200 items each (100 users with
+   --quick), then calculator turns of those users, the model in-process as in 1b, alternately with
+   AGENT_USER_MEMORY on and off: the runtime's own work per turn each way (µs), what recall adds (the
+   medians' difference) and that as a share of the turn without it; and the recall query alone.
 2. Growth. One session of 1,000 turns (200 with --quick) at the default thresholds: median time of the
    last 50 turns against the first 50, request bytes, summary calls, model requests per turn (chat and
    summary calls) over the first 200 turns, and the largest request by the runtime's own token estimate
@@ -85,12 +91,13 @@ in the HTTP section after a fixed 50 ms.
 
 Noise: figures are medians and p95s of one run, on a shared machine; compare runs, not single numbers.
 Nothing asserts a time: the targets (per-turn <= 1.2x the floor at 0 ms and <= 1.05x at 20 ms, model
-requests per turn <= 2.15, growth <= 1.1x, HTTP >= 90% of ideal at 16 clients and >= 80% at 64 with zero
+requests per turn <= 2.15, recall < 10% of the runtime's own work per turn, growth <= 1.1x, HTTP >= 90% of ideal at 16 clients and >= 80% at 64 with zero
 errors, serve RSS <= 150 MB during and after the 64 clients and with 1,000 sessions, and over the sustained
 load <= 200 MiB at its peak and <= 120 MiB 30 s after) are reported as met or missed.`;
 
 const SECTIONS = [
   "overhead",
+  "recall",
   "growth",
   "http",
   "http-postgres",
@@ -121,6 +128,7 @@ const SIZES = {
     turnsPerClient: 20,
     repeats: 5,
     sustainedMs: 300_000,
+    recallUsers: 1000,
   },
   quick: {
     rounds: 3,
@@ -130,6 +138,7 @@ const SIZES = {
     turnsPerClient: 5,
     repeats: 3,
     sustainedMs: 30_000,
+    recallUsers: 100,
   },
 };
 
@@ -142,6 +151,8 @@ export interface BenchReport {
   /** The same at the model latency of `--latency-ms`. */
   overheadAtLatency?: OverheadResult;
   work?: WorkResult;
+  /** What recalling the user's memory adds to the runtime's own work per turn. */
+  recall?: RecallResult;
   growth?: GrowthResult;
   http?: HttpResult;
   /** The HTTP load with sessions in PostgreSQL, 1 and 2 replicas, beside SQLite. */
@@ -156,6 +167,7 @@ export interface BenchReport {
     | "overhead"
     | "overheadAtLatency"
     | "requestsPerTurn"
+    | "recall"
     | "growth"
     | "http"
     | "httpRss"
@@ -167,7 +179,7 @@ export interface BenchReport {
 
 /** Judges the targets from what ran. Pure. */
 export function judgeTargets(report: Omit<BenchReport, "targets">): BenchReport["targets"] {
-  const { overhead, overheadAtLatency, growth, http, sustained, memory } = report;
+  const { overhead, overheadAtLatency, recall, growth, http, sustained, memory } = report;
   const row = (n: number) => http?.rows.find((r) => r.sessions === "distinct" && r.clients === n);
   const errors = http?.rows.filter((r) => r.sessions === "distinct").reduce((n, r) => n + r.errors, 0);
   const [r16, r64] = [row(16), row(64)];
@@ -176,6 +188,7 @@ export function judgeTargets(report: Omit<BenchReport, "targets">): BenchReport[
     overhead: overhead ? overhead.ratio <= 1.2 : null,
     overheadAtLatency: overheadAtLatency ? overheadAtLatency.ratio <= 1.05 : null,
     requestsPerTurn: growth ? growth.modelRequestsPerTurn <= 2.15 : null,
+    recall: recall ? recall.costRatio < 0.1 : null,
     growth: growth ? growth.driftCorrectedRatio <= 1.1 : null,
     http: r16 && r64 ? r16.efficiency >= 0.9 && r64.efficiency >= 0.8 && errors === 0 : null,
     httpRss: r64 ? underMB(r64.rssPeakMiB, r64.rssAfterMiB) : null,
@@ -214,6 +227,10 @@ export async function runBench(
       `overhead at ${latencyMs} ms`,
     ),
     work: only.includes("overhead") ? await measureRuntimeWork(size) : undefined,
+    recall: await step(
+      "recall",
+      () => measureRecall({ users: size.recallUsers, rounds: size.rounds, turns: size.turns }),
+    ),
     growth: await step("growth", () => measureGrowth({ turns: size.growth })),
     http: await step(
       "http",
@@ -237,6 +254,7 @@ const LABELS: Record<string, string> = {
     "1. Per-turn overhead, ms (A = runtime, B = floor, C = floorWithSummaries, D = inMemory, E = plainLoop)",
   overheadAtLatency: "1. Per-turn overhead at the model latency of --latency-ms, ms (as above)",
   work: "1b. The runtime's own work, µs per turn (model in-process, its own time taken out)",
+  recall: "1c. Recall of the user's memory: the runtime's own work per turn with it and without, µs",
   growth: "2. Growth of one long session (ms per turn, bytes, estimated tokens)",
   http: "3. HTTP: serve as a subprocess (turns/s, ms; efficiency = of ideal)",
   httpPostgres: "3b. HTTP with sessions in PostgreSQL, 1 and 2 replicas, beside SQLite (turns/s, p99 ms)",

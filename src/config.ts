@@ -26,6 +26,12 @@ export interface Config {
   /** Turns past `maxRawTurns` before the turn trigger compacts them all at once. */
   compactBatch: number;
   maxCtxTokens: number;
+  /** Memory across a user's sessions: written at compaction and by `remember`, recalled into every request. */
+  userMemory: boolean;
+  /** Items of memory kept per user, the least recently used leaving first. */
+  userMemoryItems: number;
+  /** Items of memory recalled into a request, at most (fewer when the token budget is short). */
+  userMemoryRecall: number;
   dbPath: string;
   /** PostgreSQL's `postgres://user@host:port/db`; empty means SQLite at `dbPath`. */
   databaseUrl: string;
@@ -146,6 +152,24 @@ export const SETTINGS: Readonly<Record<string, Setting>> = {
     "positiveInt",
     "6000",
     "token budget of a request: the provider's count of the last one plus an estimate of what was added",
+  ),
+  AGENT_USER_MEMORY: setting(
+    "userMemory",
+    "flag",
+    "1",
+    "memory across a user's sessions: facts and goals kept at compaction and by the remember tool, recalled by relevance into each request; 0 turns it off",
+  ),
+  AGENT_USER_MEMORY_ITEMS: setting(
+    "userMemoryItems",
+    "positiveInt",
+    "200",
+    "items of memory kept per user; the least recently used leave first",
+  ),
+  AGENT_USER_MEMORY_RECALL: setting(
+    "userMemoryRecall",
+    "positiveInt",
+    "5",
+    "items of memory recalled into each request, the most relevant to the user's message (fewer when the token budget is short)",
   ),
   AGENT_MAX_TURN_TOKENS: setting(
     "maxTurnTokens",

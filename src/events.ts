@@ -18,6 +18,8 @@ export const RUN_EVENT_NAMES = [
   "approval_requested",
   "approval_decided",
   "compact",
+  "memory_write",
+  "memory_recall",
   "output_invalid",
   "answer",
   "error",
@@ -71,6 +73,24 @@ export interface RunEventData {
   /** The user decided; the paused step runs, resuming the same run. */
   approval_decided: { decisions: { id: string; name: string; decision: "approve" | "deny" }[] };
   compact: CompactData;
+  /**
+   * The user's memory was written: at a compaction (its summary's facts and goals) or by a tool. `ids` are the
+   * items written (new or folded into one kept), `added` how many were new, `evicted` how many least recently
+   * used items left for the limit, `removed` how many a `forget` deleted.
+   */
+  memory_write: {
+    source: "compaction" | "remember" | "forget";
+    ids: number[];
+    added: number;
+    evicted: number;
+    removed?: number;
+    background?: boolean;
+  };
+  /**
+   * Before a model call that carries items of the user's memory: which (ids, most relevant first, with their
+   * scores) and how many found items did not fit the token budget. No text.
+   */
+  memory_recall: { ids: number[]; scores: number[]; dropped: number };
   /**
    * An answer that does not match the turn's response format: with `repair`, a repair request naming the
    * errors follows and the model is asked again; without, the turn ends `invalid_output`.
@@ -155,3 +175,12 @@ export interface TracedEvent {
 
 /** Receives every event of a run as it happens. Must not throw. */
 export type EventSink = (event: RunEvent) => void;
+
+/**
+ * Whether `event` is a background compaction's (its `compact`, or the `memory_write` that goes with it): traced
+ * after its run's `run_end`, carried by no turn's stream.
+ */
+export function isBackgroundEvent(event: { event?: unknown; data?: unknown }): boolean {
+  return (event.event === "compact" || event.event === "memory_write") &&
+    (event.data as { background?: unknown } | undefined)?.background === true;
+}

@@ -115,7 +115,9 @@ export async function openRuntime(
   });
   const { llm = createLlmFromConfig(config, { stream: config.stream }) } = options;
   const { summarizer = createLlmSummarizer(llm) } = options;
-  const toolsFor = builtinToolsFor({ sources: mcp ? [mcp] : [] });
+  const memoryItems = config.userMemory ? config.userMemoryItems : null;
+  // A request's private store (the OpenAI-compatible route) is dropped after it: memory stays in this one.
+  const toolsFor = builtinToolsFor({ sources: mcp ? [mcp] : [], memoryItems, memoryStore: store });
   // Processes of one host sharing the database's folder (with PostgreSQL: the trace's) learn from these marks
   // that a lease's holder crashed, and take its leases at once instead of after they expire.
   const owner = processOwner();
@@ -156,6 +158,9 @@ export async function openRuntime(
       compactBatch: config.compactBatch,
       compactions,
       maxCtxTokens: config.maxCtxTokens,
+      userMemory: config.userMemory
+        ? { items: config.userMemoryItems, recall: config.userMemoryRecall }
+        : null,
       approval,
       responseFormatMode: config.responseFormatMode,
       maxTurnTokens: config.maxTurnTokens,

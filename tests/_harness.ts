@@ -1,4 +1,5 @@
 /** Shared builders for tests: a store on a temp or in-memory database, real tools, a recording sink. */
+import type { UserMemorySettings } from "../src/memory/turn_memory.ts";
 import { PassThrough } from "node:stream";
 import { fileURLToPath } from "node:url";
 import type { Agent, RunOptions } from "../src/agent/loop.ts";
@@ -81,6 +82,7 @@ export function harness(
     maxRawTurns?: number;
     compactBatch?: number;
     maxCtxTokens?: number;
+    userMemory?: UserMemorySettings | null;
   } = {},
 ): Harness {
   const store = options.store ?? new SqliteStore(":memory:", { now: steppingClock() });
@@ -96,6 +98,7 @@ export function harness(
     compactBatch: options.compactBatch,
     compactions: new BackgroundCompactions((event) => events.push(event)),
     maxCtxTokens: options.maxCtxTokens ?? 6000,
+    userMemory: options.userMemory ?? null,
     now: steppingClock(),
     newId: counterIds("run"),
   };

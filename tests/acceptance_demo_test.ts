@@ -18,15 +18,16 @@ function announcedDir(lines: string[]): string {
   return match[1];
 }
 
-Deno.test("runDemo() passes all four phases offline and prints each verdict, the summary and the timeline", async () => {
+Deno.test("runDemo() passes all five phases offline and prints each verdict, the summary and the timeline", async () => {
   const { result, lines, text } = await demo();
-  assert.deepEqual(result, { passed: 4, failed: 0 }, text);
+  assert.deepEqual(result, { passed: 5, failed: 0 }, text);
   for (
     const phase of [
       "Phase 1 · Calculator loop",
       "Phase 2 · Two windows",
       "Phase 3 · Follow-up after compaction",
-      "Phase 4 · Trace",
+      "Phase 4 · Memory across windows",
+      "Phase 5 · Trace",
     ]
   ) {
     assert.ok(lines.some((line) => line.startsWith(`PASS  ${phase}: `)), `${phase} passes`);
@@ -42,7 +43,9 @@ Deno.test("runDemo() passes all four phases offline and prints each verdict, the
   // The timeline shows the events with their columns.
   // A compaction after the answer has no loop step: "-".
   assert.match(text, /compact +- +- +\d+ms +\d+→\d+ +ok/);
-  assert.equal(lines.at(-1), "4/4 phases passed");
+  assert.match(text, /agent › Your project is called Heron\./);
+  assert.match(text, /agent › I don't know what your project is called\./, "the other user's window");
+  assert.equal(lines.at(-1), "5/5 phases passed");
   assert.ok(!text.includes("\x1b["), "no ANSI codes without color");
   assert.equal(existsSync(announcedDir(lines)), false, "the temp directory is removed");
 });
@@ -71,10 +74,23 @@ Deno.test("runDemo() fails phase 3 naming the reason when every summary is inval
   assert.match(verdict, /the early fact is still a raw stored user message/);
 });
 
-Deno.test("runDemo() fails phase 4 when the trace has no compact event", async () => {
-  const { result, lines } = await demo({ phases: [1, 4] });
+Deno.test("runDemo() fails phase 5 when the trace has no compact event", async () => {
+  const { result, lines } = await demo({ phases: [1, 5] });
   assert.deepEqual(result, { passed: 1, failed: 1 });
-  assert.ok(lines.some((line) => /^FAIL {2}Phase 4 · Trace: .*the trace has no compact event/.test(line)));
+  assert.ok(lines.some((line) => /^FAIL {2}Phase 5 · Trace: .*the trace has no compact event/.test(line)));
+});
+
+Deno.test("runDemo() phase 4 passes on its own and fails when the model ignores the [RUNTIME CONTEXT] block", async () => {
+  assert.deepEqual((await demo({ phases: [4] })).result, { passed: 1, failed: 0 });
+  const { result, lines, text } = await demo({
+    phases: [4],
+    llm: new DemoModel({ readRuntimeContext: false }),
+  });
+  assert.deepEqual(result, { passed: 0, failed: 1 }, text);
+  const verdict = lines.find((line) => line.startsWith("FAIL  Phase 4 · Memory across windows")) ?? "";
+  assert.match(verdict, /window 3's answer does not name Heron/);
+  // The memory did its part: the fact was written at compaction and reached window 3's request.
+  assert.doesNotMatch(verdict, /wrote the user's memory|does not carry the fact|user-B/);
 });
 
 Deno.test("runDemo() keeps the temp directory with its database and trace when keep is set", async () => {
@@ -90,7 +106,7 @@ Deno.test("runDemo() keeps the temp directory with its database and trace when k
 });
 
 Deno.test("runDemo() rejects an unknown phase number before creating anything", async () => {
-  await assert.rejects(runDemo({ phases: [5], out: () => {} }), RangeError);
+  await assert.rejects(runDemo({ phases: [6], out: () => {} }), RangeError);
 });
 
 Deno.test("DemoModel answers from the request it is sent, not from a script", async () => {

@@ -92,6 +92,38 @@ Deno.test("/history shows the last n exchanges with their tool calls in brief", 
   assert.match(await c.run("/history 0"), /n must be a whole number of 1 or more/);
 });
 
+Deno.test("/memory lists the user's memory and /forget erases one item or all of it, leaving sessions", async () => {
+  using h = harness([]);
+  const c = commands(h);
+  await h.store.getOrCreate(keyOf("main", "local"));
+  assert.match(await c.run("/memory"), /^no memory yet/);
+  await h.store.remember("local", { items: ["Prefers tea", "Has a dog called Rex"], limit: 200 }, {
+    sessionId: "main",
+  });
+  await h.store.remember("other", { items: ["Not yours"], limit: 200 });
+  const [tea, dog] = await h.store.listMemory("local");
+  const listed = await c.run("/memory");
+  assert.match(listed, /^2 items of memory, oldest first/);
+  assert.match(
+    listed,
+    new RegExp(
+      `\\n  ${tea.id}\\. Prefers tea  \\(from main, seen \\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d, recalled 0 times\\)`,
+    ),
+  );
+  assert.ok(!listed.includes("Not yours"));
+  assert.equal(await c.run(`/forget ${tea.id}`), `forgot item ${tea.id}\n`);
+  assert.match(await c.run(`/forget ${tea.id}`), /Cannot forget item \d+: you have no such item/);
+  const [theirs] = await h.store.listMemory("other");
+  assert.match(await c.run(`/forget ${theirs.id}`), /no such item/, "another user's id erases nothing");
+  assert.match(await c.run("/forget"), /Cannot forget: give an item id/);
+  assert.match(await c.run("/forget x1"), /Cannot forget: give an item id/);
+  assert.deepEqual((await h.store.listMemory("local")).map((i) => i.id), [dog.id]);
+  assert.equal(await c.run("/forget all"), "forgot 1 item of your memory\n");
+  assert.deepEqual(await h.store.listMemory("local"), []);
+  assert.equal((await h.store.listMemory("other")).length, 1);
+  assert.notEqual(await h.store.get(keyOf("main", "local")), null, "the session stays");
+});
+
 Deno.test("/summary shows the [RUNTIME CONTEXT] data, or says there is none yet", async () => {
   using h = harness([]);
   const c = commands(h);

@@ -76,7 +76,7 @@ Deno.test({
 
       const demo = await runIn(work, binary, ["demo"], settings);
       assert.equal(demo.code, 0, demo.stdout + demo.stderr);
-      assert.match(demo.stdout, /4\/4 phases passed/);
+      assert.match(demo.stdout, /5\/5 phases passed/);
     } finally {
       await provider.close();
       await Deno.remove(`${ROOT}/mini-agent`).catch(() => {});

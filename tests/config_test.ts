@@ -44,6 +44,9 @@ Deno.test("loadConfig() gives every documented default for an empty environment"
     maxTurnTokens: null,
     turnTimeoutSeconds: null,
     userDailyTokens: null,
+    userMemory: true,
+    userMemoryItems: 200,
+    userMemoryRecall: 5,
     prices: new Map(),
     tokenizer: "",
   });

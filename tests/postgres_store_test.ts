@@ -107,6 +107,40 @@ Deno.test({
       await store.recordUsage(key, [{ ...usage, estimatedCalls: 0 }]);
       assert.equal((await store.userUsage("alice"))[0].promptTokens, 3);
       assert.equal((await store.sessionUsage(key))[0].calls, 1);
+      // Version 9's table: the user's memory, recalled by its words.
+      await store.remember("alice", { items: ["Prefers green tea"], limit: 5 });
+      assert.deepEqual((await store.recallMemory("alice", "tea?", 5)).map((r) => r.text), [
+        "Prefers green tea",
+      ]);
+    } finally {
+      await store.close();
+    }
+    await withPool(url, async (sql) => {
+      assert.deepEqual([...await sql`SELECT version FROM agent_schema`], [{ version: SCHEMA_VERSION }]);
+      assert.equal(await migrate(sql), SCHEMA_VERSION);
+    });
+  },
+});
+
+Deno.test({
+  name: "PostgresStore migrates a version-8 database to the user's memory, keeping its rows",
+  ignore,
+  async fn() {
+    const url = await pg().freshUrl();
+    await withPool(url, async (sql) => {
+      await migrate(sql, 8);
+      await sql`INSERT INTO sessions (user_id, id, created_at, updated_at) VALUES ('alice', 'old', 't0', 't1')`;
+    });
+    const store = await PostgresStore.open(url);
+    try {
+      assert.equal((await store.get(keyOf("old", "alice")))?.id, "old");
+      await store.remember("alice", { items: ["Prefers green tea", "Has a dog"], limit: 5 }, {
+        sessionId: "old",
+      });
+      assert.deepEqual((await store.recallMemory("alice", "which tea?", 5)).map((r) => r.text), [
+        "Prefers green tea",
+      ]);
+      assert.equal((await store.listMemory("alice"))[0].sourceSession, "old");
     } finally {
       await store.close();
     }

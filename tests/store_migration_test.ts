@@ -214,7 +214,7 @@ Deno.test("SqliteStore migrates a version-4 database (no trace table) to the cur
   db.exec(
     "DROP TABLE trace_events; DROP INDEX todos_by_call; ALTER TABLE todos DROP COLUMN call_id; " +
       "ALTER TABLE sessions DROP COLUMN calibration; DROP TABLE session_usage; DROP TABLE usage_daily; " +
-      "PRAGMA user_version = 4;",
+      `${DROP_MEMORY} PRAGMA user_version = 4;`,
   );
   db.close();
 
@@ -230,8 +230,43 @@ Deno.test("SqliteStore migrates a version-4 database (no trace table) to the cur
     await migrated.recordUsage(keyOf("s"), [{ ...usage, estimatedCalls: 0 }]);
     assert.equal((await migrated.sessionUsage(keyOf("s")))[0].promptTokens, 3);
     assert.equal((await migrated.userUsage("u"))[0].promptTokens, 3);
+    // Version 9's tables.
+    await migrated.remember("u", { items: ["green tea"], limit: 5 });
+    assert.equal((await migrated.recallMemory("u", "tea", 5)).length, 1);
   } finally {
     await migrated.close();
   }
   assert.equal(userVersion(path), SCHEMA_VERSION);
+});
+
+/** Version 9's tables and triggers, dropped to make a version-8 database. */
+const DROP_MEMORY =
+  "DROP TRIGGER user_memory_unindexed; DROP TABLE user_memory_words; DROP TABLE user_memory;";
+
+Deno.test("SqliteStore migrates a version-8 database to the user's memory, keeping every row", async () => {
+  using dir = tempDir();
+  const path = `${dir.path}/s.db`;
+  const store = new SqliteStore(path);
+  await store.getOrCreate(keyOf("s"));
+  await store.addTodo(keyOf("s"), "keep me");
+  await store.close();
+  const db = new DatabaseSync(path);
+  db.exec(`${DROP_MEMORY} PRAGMA user_version = 8;`);
+  db.close();
+
+  const migrated = new SqliteStore(path);
+  try {
+    assert.deepEqual((await migrated.listTodos(keyOf("s"))).map((t) => t.text), ["keep me"]);
+    const written = await migrated.remember("u", { items: ["Prefers green tea", "Has a dog"], limit: 5 });
+    assert.equal(written.added, 2);
+    assert.deepEqual((await migrated.recallMemory("u", "which tea?", 5)).map((r) => r.text), [
+      "Prefers green tea",
+    ]);
+    assert.equal(await migrated.forgetMemory("u"), 2);
+    assert.deepEqual(await migrated.recallMemory("u", "tea", 5), [], "the index follows the table");
+  } finally {
+    await migrated.close();
+  }
+  assert.equal(userVersion(path), SCHEMA_VERSION);
+  assert.equal(SCHEMA_VERSION, 9);
 });

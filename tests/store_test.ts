@@ -31,6 +31,13 @@ Deno.test("SqliteStore creates the schema with WAL and records its version", () 
     "todos",
     "trace_events",
     "usage_daily",
+    "user_memory",
+    // The full-text index and its shadow tables.
+    "user_memory_words",
+    "user_memory_words_config",
+    "user_memory_words_data",
+    "user_memory_words_docsize",
+    "user_memory_words_idx",
   ]);
   db.close();
 });

@@ -13,6 +13,7 @@ import type { ApprovalPolicy } from "../approval/policy.ts";
 import type { Decision } from "../approval/decisions.ts";
 import type { ToolRegistry } from "../tools/registry.ts";
 import type { BackgroundCompactions } from "../memory/background.ts";
+import type { UserMemorySettings } from "../memory/turn_memory.ts";
 import type { ResponseFormatMode } from "./response_format.ts";
 import type { Clock } from "../clock.ts";
 import type { PriceTable } from "../prices.ts";
@@ -36,6 +37,11 @@ export interface Agent {
   compactions: BackgroundCompactions;
   /** Estimated token budget of a request (AGENT_MAX_CTX_TOKENS). */
   maxCtxTokens: number;
+  /**
+   * The user's memory across sessions (AGENT_USER_MEMORY_ITEMS, AGENT_USER_MEMORY_RECALL): written at
+   * compaction, recalled into every request. @default {null} (off)
+   */
+  userMemory?: UserMemorySettings | null;
   /** Tool calls run per model reply (AGENT_MAX_TOOL_CALLS_PER_STEP); the rest get a tool error. @default {16} */
   maxToolCallsPerStep?: number;
   /** Which tool calls wait for the user's approval or are refused. @default {AUTO_POLICY} */

@@ -1,11 +1,12 @@
 /**
  * Builds the request messages: the static system prompt, the [CLIENT INSTRUCTIONS] block when an API client
  * sent system messages, the [RESPONSE FORMAT] block when the turn asks for structured output, the
- * [RUNTIME CONTEXT] block when the session has a summary, then the recent messages.
+ * [RUNTIME CONTEXT] block when the session has a summary or the user's memory recalled items, then the recent
+ * messages.
  * Pure: it only reads what it is given.
  * @module
  */
-import { parseSummary, runtimeContextText } from "../memory/summary.ts";
+import { type MemoryEntry, parseSummary, runtimeContextText } from "../memory/summary.ts";
 import type { Message } from "../types.ts";
 
 /**
@@ -56,16 +57,23 @@ export interface BuildContextOptions {
    * @default {null}
    */
   responseFormat?: string | null;
+  /**
+   * Items recalled from the user's memory, in the order of their ids: the block's `user_memory`.
+   * @default {[]}
+   */
+  userMemory?: readonly MemoryEntry[];
 }
 
 /**
  * The messages of one request: the system prompt, the [CLIENT INSTRUCTIONS] block if there are instructions,
- * the response format's block if there is one, the [RUNTIME CONTEXT] block if there is a valid summary, then
+ * the response format's block if there is one, the [RUNTIME CONTEXT] block if there is a valid summary or
+ * recalled memory, then
  * `messages` as they are (the client sends only what the model reads of each). Pure; never throws.
  */
 export function buildContext(messages: readonly Message[], options: BuildContextOptions = {}): Message[] {
   const { summary = null, systemPrompt = SYSTEM_PROMPT, instructions = null, responseFormat = null } =
     options;
+  const { userMemory = [] } = options;
   const request: Message[] = [
     systemPrompt === SYSTEM_PROMPT ? SYSTEM_MESSAGE : { role: "system", content: systemPrompt },
   ];
@@ -74,7 +82,9 @@ export function buildContext(messages: readonly Message[], options: BuildContext
   }
   if (responseFormat !== null) request.push({ role: "system", content: responseFormat });
   const parsed = summary === null ? null : parseSummary(summary);
-  if (parsed !== null) request.push({ role: "system", content: runtimeContextText(parsed) });
+  if (parsed !== null || userMemory.length > 0) {
+    request.push({ role: "system", content: runtimeContextText(parsed, userMemory) });
+  }
   request.push(...messages);
   return request;
 }

@@ -84,6 +84,14 @@ export function runTurn(input: TurnInput, agent: Agent, run: RunOptions): Promis
       turn.memory.afterAnswer((compaction, emit) => {
         const usage = compaction.usage === null ? null : usageData(compaction.usage);
         turn.event("compact", null, { ...compaction.event, background: true, usage }, emit);
+        if (compaction.memory !== null) {
+          turn.event(
+            "memory_write",
+            null,
+            { source: "compaction", ...compaction.memory, background: true },
+            emit,
+          );
+        }
       });
     }
     return result;
@@ -102,6 +110,7 @@ async function runSteps(turn: Turn, paused: PausedStep | null): Promise<TurnResu
   for (let step = turn.steps; step < agent.maxSteps; step++) {
     if (run.signal?.aborted) return await aborted(turn, step);
     await compactIfOverBudget(turn, step);
+    await recallMemory(turn, step);
     if (overBudget(turn)) return await answer(turn, step, BUDGET_ANSWER, "budget");
     const reply = await askModel(turn, step);
     // A model client that did not see the abort still answered: the turn was stopped all the same.
@@ -160,7 +169,25 @@ async function compactIfOverBudget(turn: Turn, step: number): Promise<void> {
   const compaction = await turn.memory.beforeRequest(turn.run.signal);
   if (compaction === null) return;
   turn.event("compact", step, { ...compaction.event, background: false });
+  if (compaction.memory !== null) {
+    turn.event("memory_write", step, { source: "compaction", ...compaction.memory });
+  }
   turn.addUsage(compaction.usage);
+}
+
+/**
+ * The before-request hook of the user's memory: what the request carries of it, traced when it carries any and
+ * it is not what the turn's previous request carried.
+ */
+async function recallMemory(turn: Turn, step: number): Promise<void> {
+  const recall = await turn.memory.recall();
+  if (recall === null || recall.kept === 0 || !recall.changed) return;
+  const kept = recall.found.slice(0, recall.kept);
+  turn.event("memory_recall", step, {
+    ids: kept.map((item) => item.id),
+    scores: kept.map((item) => Number(item.score.toPrecision(4))),
+    dropped: recall.found.length - recall.kept,
+  });
 }
 
 /** Asks the model for the next reply: the reply, or why there is none (the call failed or was aborted). */
@@ -169,12 +196,13 @@ async function askModel(
   step: number,
 ): Promise<{ reply: ChatReply; failure?: never } | { failure: TurnFailure }> {
   const { signal, onDelta } = turn.run;
-  const { history, summary } = turn.memory;
+  const { history, summary, userMemory } = turn.memory;
   const { responseFormat: format, formatText, agent } = turn;
   const messages = buildContext(history, {
     summary,
     instructions: turn.instructions,
     responseFormat: formatText,
+    userMemory,
   });
   // An answer with a response format is shown only once it is checked: it does not stream.
   const delta = onDelta === undefined || format !== null ? undefined : (text: string) => onDelta(text, step);
@@ -227,7 +255,15 @@ async function runTools(
   const { signal } = turn.run;
   const ran = await runToolCalls(calls, {
     tools: turn.agent.tools,
-    context: { sessionId: turn.key.sessionId, userId: turn.key.userId, signal },
+    context: {
+      sessionId: turn.key.sessionId,
+      userId: turn.key.userId,
+      signal,
+      memoryWritten: (data) => {
+        turn.memory.memoryChanged();
+        turn.event("memory_write", step, data);
+      },
+    },
     maxCalls: turn.agent.maxToolCallsPerStep,
     emit: (name, data) => turn.event(name, step, data),
     refuse: refusalFor(turn.agent.approval, resumed?.decisions),
@@ -302,9 +338,11 @@ async function append(
   options?: { kept?: boolean },
 ): Promise<StoredMessage> {
   const stamped = turn.stamp(messages);
-  // The provider's count of the request just answered, and the calls' tokens, go with what answers it.
+  // The provider's count of the request just answered, the calls' tokens and the recall's use go with what
+  // answers it.
   const calibration = turn.memory.takeCalibration();
-  await turn.agent.store.append(turn.key, stamped, { calibration, usage: turn.usageToStore() });
+  const memoryUsed = turn.memory.takeMemoryUse();
+  await turn.agent.store.append(turn.key, stamped, { calibration, usage: turn.usageToStore(), memoryUsed });
   turn.stored(stamped, options);
   return stamped[0];
 }

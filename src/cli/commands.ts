@@ -6,7 +6,7 @@
 import { SessionError } from "../errors.ts";
 import { parseSummary, SUMMARY_FIELDS } from "../memory/summary.ts";
 import { shorten } from "../shorten.ts";
-import { type SessionStore, validateId } from "../store/store.ts";
+import { type MemoryItem, type SessionStore, validateId } from "../store/store.ts";
 import type { ToolRegistry } from "../tools/registry.ts";
 import type { StoredMessage, Usage, UsageEntry } from "../types.ts";
 import { plural } from "./render.ts";
@@ -63,6 +63,8 @@ const COMMANDS: [name: string, args: string, help: string][] = [
   ["/history", "[n]", "show the last n exchanges of this session (default 5), tool calls in brief"],
   ["/summary", "", "show this session's compacted memory (what [RUNTIME CONTEXT] tells the model)"],
   ["/todos", "", "list this session's todos"],
+  ["/memory", "", "list your memory across sessions (what the model may recall), with ids"],
+  ["/forget", "<id>", "erase one item of your memory (/forget all: all of it); sessions stay"],
   ["/tools", "", "list every tool the model may call, with its MCP server (built-in: the runtime's own)"],
   ["/usage", "", "tokens of this session (as stored, every process's turns) and of the last turn"],
   ["/model", "<name>", "use another model for the rest of this process (no name: show it)"],
@@ -163,6 +165,12 @@ export async function runCommand(line: string, context: CommandContext): Promise
       );
       break;
     }
+    case "/memory":
+      write(memoryText(await store.listMemory(state.userId)));
+      break;
+    case "/forget":
+      write(await forget(store, state.userId, arg));
+      break;
     case "/tools":
       write(toolsText(context.tools));
       break;
@@ -294,6 +302,29 @@ function summaryText(stored: string | null): string {
       : `${field}:\n${summary[field].map((item) => `  - ${item}`).join("\n")}`
   );
   return `[RUNTIME CONTEXT] summary, updated ${summary.updated_at || "(unknown)"}:\n${fields.join("\n")}`;
+}
+
+/** One line per item: its id, text, and where and when it was last seen. */
+function memoryText(items: readonly MemoryItem[]): string {
+  if (items.length === 0) return "no memory yet: compaction and the remember tool keep facts here";
+  const width = Math.max(...items.map((item) => String(item.id).length));
+  return `${plural(items.length, "item")} of memory, oldest first (/forget <id> erases one):\n` +
+    items.map((item) =>
+      `  ${String(item.id).padStart(width)}. ${shorten(item.text, 200, { oneLine: true })}  ` +
+      `(from ${item.sourceSession ?? "a tool"}, seen ${item.lastSeen.slice(0, 16).replace("T", " ")}, ` +
+      `recalled ${plural(item.useCount, "time")})`
+    ).join("\n");
+}
+
+async function forget(store: SessionStore, userId: string, arg: string | undefined): Promise<string> {
+  if (arg === "all") return `forgot ${plural(await store.forgetMemory(userId), "item")} of your memory`;
+  const id = Number(arg);
+  if (arg === undefined || !/^\d+$/.test(arg) || !Number.isSafeInteger(id)) {
+    return "Cannot forget: give an item id (/memory lists them) or all";
+  }
+  return await store.forgetMemory(userId, id) === 1
+    ? `forgot item ${id}`
+    : `Cannot forget item ${id}: you have no such item (/memory lists them)`;
 }
 
 function changeModel(name: string | undefined, context: CommandContext): string {

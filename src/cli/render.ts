@@ -125,6 +125,12 @@ export function renderEvent(event: RunEvent, style: Style): string | null {
           `request estimate ${data.tokens_before} → ${data.tokens_after} tokens`,
       );
     }
+    case "memory_write": {
+      const { source, added, evicted, removed = 0 } = event.data;
+      if (source === "forget") return style.dim(`    ⌫ forgot ${plural(removed, "memory item")}`);
+      const left = evicted > 0 ? `; ${evicted} least recently used left` : "";
+      return style.dim(`    ✎ memory: ${plural(added, "new item")} from the ${source}${left}`);
+    }
     case "output_invalid": {
       const { errors, repair } = event.data;
       if (!repair) return invalidOutputText(errors, style);

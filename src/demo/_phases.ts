@@ -1,4 +1,4 @@
-/** The demo's four phases: each runs real turns, then checks the store, requests and trace. @module */
+/** The demo's five phases: each runs real turns, then checks the store, requests and trace. @module */
 import { parseSummary, RUNTIME_CONTEXT_HEADER } from "../memory/summary.ts";
 import type { Style } from "../cli/render.ts";
 import type { LLM } from "../llm/llm.ts";
@@ -6,7 +6,7 @@ import { type Agent, type RunOptions, runTurn } from "../agent/loop.ts";
 import type { SessionKey, SessionStore } from "../store/store.ts";
 import { readTrace } from "../trace/trace.ts";
 import type { Message, StoredMessage, TurnResult } from "../types.ts";
-import type { TracedEvent } from "../events.ts";
+import { isBackgroundEvent, type TracedEvent } from "../events.ts";
 import { timelineHeader, timelineLine } from "./_timeline.ts";
 
 /** The one user every phase speaks as; phase 2's windows are two sessions of this user. */
@@ -36,6 +36,12 @@ const FILLERS = [
   "Search the docs for compaction summary.",
 ];
 const FOLLOW_UP = "What is my favourite colour?";
+/** Phase 4's windows: two of the demo user's (the fact is told in the first, asked in a fresh one), another's. */
+const [TOLD_WINDOW, FRESH_WINDOW] = ["A-recall-window-1", "A-recall-window-3"];
+const OTHER = { userId: "user-B", sessionId: "B-window-1" };
+const TOLD_FACT = "My project is called Heron.";
+const TOLD_FILLERS = ["The build passed this morning.", "Lunch was early today.", "The weather is mild."];
+const ASK_PROJECT = "What is my project called?";
 
 /** What the phases share: the real dependencies, every event emitted and every request sent, in order. */
 export interface Demo {
@@ -97,12 +103,21 @@ function mentionsNumber(text: string, value: number): boolean {
   );
 }
 
-/** Runs one user turn, printing the user message, (through `emit`) its tool calls, and the answer. */
-async function say(demo: Demo, sessionId: string, message: string, limits = { maxRawTurns: DEMO_RAW_TURNS }) {
+/**
+ * Runs one user turn (as the demo user, unless `userId`), printing the user message, (through `emit`) its tool
+ * calls, and the answer.
+ */
+async function say(
+  demo: Demo,
+  sessionId: string,
+  message: string,
+  limits = { maxRawTurns: DEMO_RAW_TURNS },
+  userId = USER,
+) {
   const { out, style } = demo;
   out(`  ${style.bold("user  ›")} ${message}`);
   const first = demo.requests.length;
-  const input = { sessionId, userId: USER, message };
+  const input = { sessionId, userId, message };
   const result = await runTurn(input, { ...demo.agent, ...limits }, demo.run);
   const outcome = result.outcome === "answered" ? "" : style.red(` [${result.outcome}]`);
   out(`  ${style.bold("agent ›")} ${result.answer}${outcome}`);
@@ -235,7 +250,53 @@ async function memoryPhase(demo: Demo): Promise<Verdict> {
   return verdict(problems, `${success} and the answer names it`);
 }
 
-/** Phase 4: the trace file holds every run, well formed, with the events the other phases produced. */
+/**
+ * Phase 4: a fact told in one window and compacted there reaches the same user's fresh window through their
+ * memory (recalled into [RUNTIME CONTEXT]), and never another user's window that asks the same words.
+ */
+async function recallPhase(demo: Demo): Promise<Verdict> {
+  const { store, out, style } = demo;
+  out(
+    style.dim(`  window 1 = session ${TOLD_WINDOW}, compacting past ${MEMORY_LIMITS.maxRawTurns} raw turns`),
+  );
+  for (const input of [TOLD_FACT, ...TOLD_FILLERS]) await say(demo, TOLD_WINDOW, input, MEMORY_LIMITS);
+  out(style.dim(`  window 3 = session ${FRESH_WINDOW}, new, same user ${USER}`));
+  const fresh = await say(demo, FRESH_WINDOW, ASK_PROJECT);
+  out(style.dim(`  another user's window = ${OTHER.userId}/${OTHER.sessionId}`));
+  const other = await say(demo, OTHER.sessionId, ASK_PROJECT, undefined, OTHER.userId);
+  const memory = await store.listMemory(USER);
+  out(style.dim(`  store: ${USER}'s memory holds ${memory.length} items; ${OTHER.userId}'s none`));
+
+  const problems: string[] = [];
+  const heron = (text: string | null | undefined) => /heron/i.test(text ?? "");
+  const writes = demo.events.filter((e) =>
+    e.session_id === TOLD_WINDOW && e.event === "memory_write" && e.data.source === "compaction"
+  );
+  if (writes.length === 0) problems.push("no compaction of window 1 wrote the user's memory");
+  if ((await store.messages(own(TOLD_WINDOW))).some((m) => m.role === "user" && heron(m.content))) {
+    problems.push("the fact is still a raw stored message of window 1: it was not compacted there");
+  }
+  if (!memory.some((item) => heron(item.text))) problems.push("the user's memory does not hold the fact");
+  const asked = fresh.requests[0] ?? [];
+  const carriers = asked.filter((m) => heron(m.content));
+  if (carriers.length === 0) problems.push("window 3's request does not carry the fact");
+  if (carriers.some((m) => m.role !== "system" || !m.content!.startsWith(RUNTIME_CONTEXT_HEADER))) {
+    problems.push("window 3's request carries the fact outside the [RUNTIME CONTEXT] message");
+  }
+  if (!demo.events.some((e) => e.session_id === FRESH_WINDOW && e.event === "memory_recall")) {
+    problems.push("the trace has no memory_recall for window 3");
+  }
+  if (!heron(fresh.result.answer)) problems.push("window 3's answer does not name Heron");
+  if (other.requests.flat().some((m) => heron(m.content))) {
+    problems.push(`a request of ${OTHER.userId}'s window carried the demo user's fact`);
+  }
+  if (heron(other.result.answer)) problems.push(`${OTHER.userId}'s answer names Heron`);
+  const success = "the fact compacted in window 1 reached fresh window 3 in [RUNTIME CONTEXT] user_memory " +
+    `and its answer; ${OTHER.userId}'s window asking the same got nothing of it`;
+  return verdict(problems, success);
+}
+
+/** Phase 5: the trace file holds every run, well formed, with the events the other phases produced. */
 function tracePhase(demo: Demo): Verdict {
   const { out, style } = demo;
   const events = readTrace(demo.tracePath);
@@ -250,7 +311,7 @@ function tracePhase(demo: Demo): Verdict {
   if (runs.size === 0) problems.push("the trace holds no runs");
   for (const [id, run] of runs) {
     // A background compaction is its run's too, traced after the run ended.
-    const last = run.findLast((e) => !(e.event === "compact" && e.data.background === true));
+    const last = run.findLast((e) => !isBackgroundEvent(e));
     if (run[0].event !== "run_start" || last?.event !== "run_end") {
       problems.push(`run ${id.slice(0, 8)} does not start with run_start and end with run_end`);
     }
@@ -268,5 +329,6 @@ export const PHASES: readonly { name: string; run: (demo: Demo) => Verdict | Pro
   { name: "Calculator loop", run: calculatorPhase },
   { name: "Two windows", run: windowsPhase },
   { name: "Follow-up after compaction", run: memoryPhase },
+  { name: "Memory across windows", run: recallPhase },
   { name: "Trace", run: tracePhase },
 ];

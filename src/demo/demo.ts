@@ -1,5 +1,5 @@
 /**
- * The acceptance demo (`deno task demo`): four phases against the real loop, store, tools, compaction and
+ * The acceptance demo (`deno task demo`): five phases against the real loop, store, tools, compaction and
  * trace, each judged PASS/FAIL with its reason; offline with the DemoModel unless `--live`.
  * @module
  */
@@ -32,7 +32,7 @@ export interface DemoOptions {
   color?: boolean;
   /** Keep the temporary directory (database and trace) and print its path. @default {false} */
   keep?: boolean;
-  /** The phases to run, by number (1–4). @default {[1, 2, 3, 4]} */
+  /** The phases to run, by number (1–5). @default {[1, 2, 3, 4, 5]} */
   phases?: readonly number[];
   /** The model the turns use. @default {new DemoModel(), or the configured provider's client with live} */
   llm?: LLM;
@@ -83,7 +83,7 @@ function describeSetup(options: DemoOptions, config: Readonly<Config>): string {
  */
 export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
   const { live = false, out = (line: string) => console.log(line), color = false, keep = false } = options;
-  const { phases = [1, 2, 3, 4] } = options;
+  const { phases = [1, 2, 3, 4, 5] } = options;
   const unknown = phases.filter((n) => !Number.isInteger(n) || n < 1 || n > PHASES.length);
   if (unknown.length > 0) throw new RangeError(`Cannot run the demo: no phase ${unknown.join(", ")} (1-4)`);
   const style = createStyle(color);
@@ -110,8 +110,10 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
   const compactions = new BackgroundCompactions(emit);
   let passed = 0;
   try {
-    const [llm, tools] = [recordRequests(provider.llm, requests), createBuiltinTools(store)];
-    const { maxToolIters: maxSteps, maxCtxTokens } = config;
+    const { maxToolIters: maxSteps, maxCtxTokens, userMemoryItems: items, userMemoryRecall: recall } = config;
+    const userMemory = config.userMemory ? { items, recall } : null;
+    const memoryItems = userMemory?.items ?? null;
+    const [llm, tools] = [recordRequests(provider.llm, requests), createBuiltinTools(store, { memoryItems })];
     const agent = {
       store,
       llm,
@@ -120,6 +122,7 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
       summarizer,
       maxRawTurns: DEMO_RAW_TURNS,
       maxCtxTokens,
+      userMemory,
       compactions,
     };
     const demo: Demo = { store, out, style, tracePath, events, requests, agent, run: { emit } };
@@ -149,7 +152,7 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
   return { passed, failed: total - passed };
 }
 
-const HELP = `mini-runtime-agent acceptance demo: four phases against the real loop, store, tools, compaction
+const HELP = `mini-runtime-agent acceptance demo: five phases against the real loop, store, tools, compaction
 and trace, each printed as it happens and judged PASS or FAIL with the reason.
 
 Usage:
@@ -160,7 +163,9 @@ Phases:
   1 Calculator loop            the model calls calculator; the answer holds the tool's result
   2 Two windows                two sessions of one user share no todo, fact, history or turn count
   3 Follow-up after compaction an early fact survives compaction only in the [RUNTIME CONTEXT] summary
-  4 Trace                      the JSONL trace of all runs, as a timeline, and its shape checked
+  4 Memory across windows      a fact compacted in window 1 is recalled in the same user's fresh window 3,
+                               not in another user's
+  5 Trace                      the JSONL trace of all runs, as a timeline, and its shape checked
 
 Options:
   --live       use the configured provider instead of the offline model (needs --allow-env and

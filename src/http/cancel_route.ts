@@ -4,6 +4,7 @@
  * session's lease, which that process renews every third of its time and then sees the request.
  * @module
  */
+import { isBackgroundEvent } from "../events.ts";
 import { traceTableOf } from "../store/open.ts";
 import { type Session, validateId } from "../store/store.ts";
 import type { HandlerDeps } from "./deps.ts";
@@ -12,7 +13,7 @@ import { HttpError } from "./errors.ts";
 /** Whether `event`, a session's newest, leaves its run unfinished: anything but its end or what follows it. */
 function running(event: Record<string, unknown> | null): event is Record<string, unknown> {
   if (event === null || event.event === "run_end") return false;
-  return !(event.event === "compact" && (event.data as { background?: unknown }).background === true);
+  return !isBackgroundEvent(event);
 }
 
 /**

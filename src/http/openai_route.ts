@@ -98,7 +98,10 @@ async function prepareEphemeral(
     const approval = askAsDeny(deps.agent.approval ?? AUTO_POLICY);
     // The user's tokens are counted in the server's store, where the daily quota reads them.
     const usageStore = deps.agent.store;
-    const agent = { ...deps.agent, store, tools, compactions, approval, usageStore };
+    // And their memory is there: recalled from it (the tools write to it too, see `openEphemeral`).
+    const memory = deps.agent.userMemory ?? null;
+    const userMemory = memory === null ? null : { ...memory, store: deps.agent.store };
+    const agent = { ...deps.agent, store, tools, compactions, approval, usageStore, userMemory };
     const run = await queueTurn(request.signal, input, deps, { agent });
     const closing = (emit: EventSink, onDelta?: (text: string, step: number) => void) =>
       run(emit, onDelta).finally(() => store.close());

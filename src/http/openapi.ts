@@ -171,6 +171,15 @@ const usagePage = object({
     left: intOrNull,
   }),
 });
+const memoryItem = object({
+  id: int,
+  text: str,
+  source_session: { type: ["string", "null"], description: "the session that first wrote it" },
+  first_seen: str,
+  last_seen: str,
+  last_used: { ...str, description: "last written or recalled: the least recently used item leaves first" },
+  use_count: { ...int, description: "turns that recalled it" },
+});
 const tracePage = object({
   session_id: str,
   events: array(ref("RunEvent")),
@@ -413,6 +422,26 @@ export const OPENAPI = {
         [400, 401, 404, 406],
       ),
       delete: op("MCP: ends the session", { description: "OK" }, [400, 401, 404]),
+    },
+    "/v1/memory": {
+      get: op(
+        "The caller's memory across sessions (facts and goals compaction kept, and what the remember tool " +
+          "stored), oldest first",
+        json(object({ user_id: str, items: array(memoryItem) })),
+        [401],
+      ),
+      delete: op(
+        "Erase all of the caller's memory; sessions stay",
+        json(object({ deleted: int })),
+        [401],
+      ),
+    },
+    "/v1/memory/{id}": {
+      parameters: [param("id", "path", { ...int, minimum: 1 }, "the item's id (GET /v1/memory lists them)")],
+      delete: {
+        summary: "Erase one item of the caller's memory; sessions stay",
+        responses: { "204": { description: "erased" }, ...errors([400, 401, 404]) },
+      },
     },
     "/v1/models": {
       get: {

@@ -19,6 +19,7 @@ import { handleRunEvents } from "./run_events.ts";
 import { approvalCalls } from "../approval/decisions.ts";
 import { handleIndex, handleWebFile } from "./web_route.ts";
 import { handleUsage } from "./usage_route.ts";
+import { forgetMemory, listMemory } from "./memory_route.ts";
 
 /** One route: a method, a path template such as `/v1/sessions/{id}/messages`, and its handler. */
 export interface Route {
@@ -137,6 +138,9 @@ export function createRoutes(deps: HandlerDeps): Route[] {
       return Response.json({ session_id: session.id, todos });
     }),
     route("GET", "/v1/usage", (request) => handleUsage(request, user(request), deps)),
+    route("GET", "/v1/memory", (request) => listMemory(store, user(request))),
+    route("DELETE", "/v1/memory", (request) => forgetMemory(store, user(request))),
+    route("DELETE", "/v1/memory/{id}", (request, params) => forgetMemory(store, user(request), params.id)),
     route("GET", "/v1/sessions/{id}/trace", async (request, params) => {
       return handleTrace(request, await own(request, params.id), trace);
     }),

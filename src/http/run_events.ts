@@ -6,6 +6,7 @@
  * @module
  */
 import { delay } from "../abort.ts";
+import { isBackgroundEvent } from "../events.ts";
 import { traceTableOf } from "../store/open.ts";
 import type { Session } from "../store/store.ts";
 import type { TracePage } from "../trace/shared_trace.ts";
@@ -28,7 +29,7 @@ type EventId = readonly [part: number, place: number];
  * 0 and those of its resumption after an approval (from `approval_decided`, at the paused step) part step + 1,
  * each event numbered from 1 within its part. So the live stream of a turn (a message, a retry, or decisions)
  * and a read of the table number an event alike, whichever process wrote it. A background compaction's
- * `compact`, which follows the run's `run_end` and no turn's stream carries, gets no id.
+ * events, which follow the run's `run_end` and no turn's stream carries, get no id.
  */
 export class RunEventIds {
   #part = 0;
@@ -36,11 +37,7 @@ export class RunEventIds {
 
   /** The id of `event`, the run's next one; null for an event no stream carries. */
   next(event: { event?: unknown; step?: unknown; data?: unknown }): string | null {
-    if (
-      event.event === "compact" && (event.data as { background?: unknown } | undefined)?.background === true
-    ) {
-      return null;
-    }
+    if (isBackgroundEvent(event)) return null;
     if (event.event === "run_start") [this.#part, this.#place] = [0, 0];
     if (event.event === "approval_decided") [this.#part, this.#place] = [Number(event.step) + 1, 0];
     return `${this.#part}.${++this.#place}`;

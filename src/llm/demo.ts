@@ -14,7 +14,10 @@ export const DEMO_MODEL_NAME = "demo-rules";
 
 /** Options of {@linkcode DemoModel}. */
 export interface DemoModelOptions {
-  /** Recall from the [RUNTIME CONTEXT] summary too (`false` fails the memory phase). @default {true} */
+  /**
+   * Recall from the [RUNTIME CONTEXT] block too, its summary and its `user_memory` (`false` fails the memory
+   * phases). @default {true}
+   */
   readRuntimeContext?: boolean;
 }
 
@@ -78,14 +81,30 @@ function lastUserText(messages: readonly Message[]): string {
   return messages.findLast((m) => m.role === "user")?.content ?? "";
 }
 
-/** Where a remembered value may be: user messages (newest first), then the summary's facts and goals. */
+/**
+ * Where a remembered value may be: user messages (newest first), then the summary's facts and goals, then the
+ * items recalled from the user's memory (`user_memory`).
+ */
 function evidence(messages: readonly Message[], readRuntimeContext: boolean): string[] {
   const texts = messages.filter((m) => m.role === "user").map((m) => m.content ?? "").reverse();
   if (!readRuntimeContext) return texts;
   const block = messages.find((m) => m.role === "system" && m.content?.startsWith(RUNTIME_CONTEXT_HEADER));
   const content = block?.content ?? "";
-  const summary = parseSummary(content.includes("{") ? content.slice(content.indexOf("{")) : null);
-  return summary === null ? texts : [...texts, ...summary.facts, ...summary.goals];
+  const json = content.includes("{") ? content.slice(content.indexOf("{")) : null;
+  const summary = parseSummary(json);
+  if (summary !== null) texts.push(...summary.facts, ...summary.goals);
+  return [...texts, ...recalledItems(json)];
+}
+
+/** The texts of the block's `user_memory`; none when the block has no such list or is not JSON. */
+function recalledItems(json: string | null): string[] {
+  if (json === null) return [];
+  try {
+    const items = (JSON.parse(json) as { user_memory?: unknown }).user_memory;
+    return Array.isArray(items) ? items.map((item) => String(item?.text ?? "")) : [];
+  } catch {
+    return [];
+  }
 }
 
 /** The answers to the recall questions `question` asks, each found in the request or admitted unknown. */

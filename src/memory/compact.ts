@@ -15,7 +15,7 @@ import {
   SUMMARY_FIELDS,
 } from "./summary.ts";
 import { errorMessage } from "../errors.ts";
-import type { SessionKey, SessionStore } from "../store/store.ts";
+import type { MemoryWritten, SessionKey, SessionStore } from "../store/store.ts";
 import { compactionSpan, inSpan } from "../telemetry.ts";
 import type { CompactData } from "../events.ts";
 import type { Summarizer } from "./summarizer.ts";
@@ -41,6 +41,12 @@ export interface CompactionDeps {
    * by it, so the plan cuts by what the provider counts. @default {1}
    */
   scale?: number;
+  /**
+   * AGENT_USER_MEMORY_ITEMS: the summary's facts and goals are merged into the user's memory, in the
+   * compaction's transaction, keeping at most this many items; null when memory across sessions is off.
+   * @default {null}
+   */
+  memoryItems?: number | null;
   now: () => Date;
   signal?: AbortSignal;
 }
@@ -54,11 +60,15 @@ export interface MemoryState {
   history: StoredMessage[];
 }
 
-/** What a compaction attempt did: the new state, the `compact` event's data, the summary call's usage. */
+/**
+ * What a compaction attempt did: the new state, the `compact` event's data, the summary call's usage, and what
+ * it wrote to the user's memory (null: nothing).
+ */
 export interface CompactionResult {
   state: MemoryState;
   event: CompactData;
   usage: Usage | null;
+  memory: MemoryWritten | null;
 }
 
 function summaryTokens(summary: Summary | null): number {
@@ -91,6 +101,7 @@ export async function compactIfDue(
   deps: CompactionDeps,
 ): Promise<CompactionResult | null> {
   const { store, summarizer, maxRawTurns, maxCtxTokens, compactBatch, now, signal, scale = 1 } = deps;
+  const { memoryItems = null } = deps;
   const previous = parseSummary(state.summary);
   const fixedTokens = estimateRequestTokens(fixed.system, fixed.tools) * scale;
   const plan = planCompaction(state.history, {
@@ -105,7 +116,7 @@ export async function compactIfDue(
   const base = { trigger: plan.trigger, tokens_before: plan.tokensBefore };
   if (plan.cutIndex === 0) {
     const reason = "the current turn alone is over the token budget; it is sent anyway";
-    return { state, event: { ok: false, reason, over_budget: true, ...base }, usage: null };
+    return { state, event: { ok: false, reason, over_budget: true, ...base }, usage: null, memory: null };
   }
 
   const cut = state.history.slice(0, plan.cutIndex);
@@ -125,20 +136,28 @@ export async function compactIfDue(
       : error instanceof SyntaxError
       ? `summary is not valid JSON: ${error.message}`
       : errorMessage(error);
-    return { state, event: { ok: false, reason, ...base }, usage };
+    return { state, event: { ok: false, reason, ...base }, usage, memory: null };
   }
 
   const turns = cut.filter((m) => m.role === "user").length;
   const text = JSON.stringify(summary);
+  // What the user told this session outlives it: the facts and goals go to the user's memory too.
+  const items = [...summary.facts, ...summary.goals];
+  const memory = memoryItems === null ? undefined : { items, limit: memoryItems };
+  let written: MemoryWritten | null;
   try {
     // Only if the summary is still the one merged into: a compaction that ran meanwhile is not overwritten.
-    await store.applyCompaction(state.key, text, cut.map((m) => m.id), turns, { previous: state.summary });
+    written = await store.applyCompaction(state.key, text, cut.map((m) => m.id), turns, {
+      previous: state.summary,
+      memory,
+    });
   } catch (error) {
-    // The transaction rolled back: summary and messages are as they were.
+    // The transaction rolled back: summary, messages and the user's memory are as they were.
     return {
       state,
       event: { ok: false, reason: `cannot store: ${(error as Error).message}`, ...base },
       usage,
+      memory: null,
     };
   }
   const history = state.history.slice(plan.cutIndex);
@@ -160,5 +179,6 @@ export async function compactIfDue(
       latency_ms: Math.round(performance.now() - started),
     },
     usage,
+    memory: written,
   };
 }

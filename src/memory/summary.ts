@@ -51,11 +51,26 @@ export function parseSummary(text: string | null): Summary | null {
   return { goals, facts, todos, unresolved, updated_at: updatedAt };
 }
 
-/** The text of the [RUNTIME CONTEXT] system message for a summary, with its keys in a fixed order. */
-export function runtimeContextText(summary: Summary): string {
-  const { goals, facts, todos, unresolved, updated_at } = summary;
+/** An item of the user's memory as the [RUNTIME CONTEXT] block carries it. */
+export interface MemoryEntry {
+  id: number;
+  text: string;
+}
+
+/**
+ * The text of the [RUNTIME CONTEXT] system message for a summary (null: none) and the items recalled from the
+ * user's memory (`user_memory`, last, only when there are some), with their keys in a fixed order: the same
+ * data gives the same bytes.
+ */
+export function runtimeContextText(summary: Summary | null, memory: readonly MemoryEntry[] = []): string {
+  const data: Record<string, unknown> = {};
+  if (summary !== null) {
+    const { goals, facts, todos, unresolved, updated_at } = summary;
+    Object.assign(data, { goals, facts, todos, unresolved, updated_at });
+  }
+  if (memory.length > 0) data.user_memory = memory.map(({ id, text }) => ({ id, text }));
   return `${RUNTIME_CONTEXT_HEADER}\nThe following data is provided by the runtime and is not a user message.\n` +
-    JSON.stringify({ goals, facts, todos, unresolved, updated_at });
+    JSON.stringify(data);
 }
 
 /** Removes one surrounding ```json fence, which models add even when told not to. */

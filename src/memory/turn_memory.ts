@@ -1,16 +1,17 @@
 /**
  * A turn's memory: the session's summary and raw history as the turn's requests are built from them, and
  * the two hooks the loop calls — before each model request (compact if the request would not fit the token
- * budget) and after the answer (a compaction due by the turn trigger, in the background). The loop owns no
- * compaction state; this does.
+ * budget, then recall the user's memory into what fits) and after the answer (a compaction due by the turn
+ * trigger, in the background). The loop owns no compaction state; this does.
  * @module
  */
 import type { BackgroundCompactions } from "./background.ts";
 import type { EventSink } from "../events.ts";
-import type { Calibration, SessionKey, SessionStore } from "../store/store.ts";
+import type { Calibration, RecalledItem, SessionKey, SessionStore } from "../store/store.ts";
 import type { Message, StoredMessage, ToolSchema } from "../types.ts";
 import { compactIfDue, type CompactionDeps, type CompactionResult, requestTokens } from "./compact.ts";
-import { defaultCompactBatch, estimateRequestTokens, overTurnLimit } from "./plan.ts";
+import { defaultCompactBatch, estimateMessageTokens, estimateRequestTokens, overTurnLimit } from "./plan.ts";
+import { type MemoryEntry, parseSummary, runtimeContextText } from "./summary.ts";
 import type { Summarizer } from "./summarizer.ts";
 
 /** What the hooks need of the agent: its store, summarizer, thresholds and background runner. */
@@ -25,6 +26,31 @@ export interface MemorySettings {
   maxCtxTokens: number;
   /** Where a compaction due by the turn trigger runs, after the answer. */
   compactions: BackgroundCompactions;
+  /** The user's memory across sessions; null or absent: off (AGENT_USER_MEMORY=0). @default {null} */
+  userMemory?: UserMemorySettings | null;
+}
+
+/** How much of the user's memory is kept and recalled. */
+export interface UserMemorySettings {
+  /** AGENT_USER_MEMORY_ITEMS: items kept per user, the least recently used leaving first. */
+  items: number;
+  /** AGENT_USER_MEMORY_RECALL: items recalled into each request, at most. */
+  recall: number;
+  /**
+   * Where the memory is recalled from, when not the session's store (a request's private session reads the
+   * server's). @default {the session's store}
+   */
+  store?: Pick<SessionStore, "recallMemory">;
+}
+
+/** What a recall found for the next request, and what of it the request carries. */
+export interface Recall {
+  /** The items found, most relevant first. */
+  found: RecalledItem[];
+  /** How many of them the request carries: the rest did not fit the token budget. */
+  kept: number;
+  /** Whether this differs from the turn's previous request: the store was asked, or the budget kept others. */
+  changed: boolean;
 }
 
 /** What every request of the turn carries besides the history and the summary. */
@@ -54,6 +80,19 @@ export class TurnMemory {
   #fixedPrint: string;
   /** A count the provider reported this turn, not yet stored: it goes with the next append. */
   #unsaved: Calibration | null = null;
+  /** Items of the user's memory the next request carries (the block's `user_memory`), in the order of ids. */
+  userMemory: MemoryEntry[] = [];
+  /** Estimated tokens those items add to the request; `#tokens` counts the request without them. */
+  #memoryTokens = 0;
+  /** Whether this turn counted a use of what it recalled: once a turn, not once a request. */
+  #memoryUsed = false;
+  /** The ids of that use, not yet stored: they go with the next append. */
+  #unsavedUse: number[] = [];
+  /** What the turn's recall found, kept for its later requests until its memory changes; null: ask the store. */
+  #found: RecalledItem[] | null = null;
+  /** Tokens the first n found items add to the block, by n, for the summary `#costsOf`. */
+  #costs: number[] = [];
+  #costsOf: string | null = null;
 
   constructor(
     state: {
@@ -91,7 +130,7 @@ export class TurnMemory {
    * one plus the estimate of what was added since, else the estimate.
    */
   get requestTokens(): number {
-    return this.#tokens;
+    return this.#tokens + this.#memoryTokens;
   }
 
   /** The turn stored `messages`: the next request carries them. */
@@ -106,7 +145,8 @@ export class TurnMemory {
    */
   calibrate(promptTokens: number | null): void {
     if (promptTokens === null || !Number.isFinite(promptTokens) || promptTokens <= 0) return;
-    this.#tokens = promptTokens;
+    // Kept without the recalled items, which the next request may carry others of (or none).
+    this.#tokens = Math.max(1, promptTokens - this.#memoryTokens);
     this.#unsaved = {
       tokens: promptTokens,
       through: this.history.at(-1)?.id ?? null,
@@ -144,6 +184,70 @@ export class TurnMemory {
   }
 
   /**
+   * The before-request hook of the user's memory, after {@linkcode TurnMemory.beforeRequest}: the items most
+   * relevant to the turn's user message, as many as fit the token budget beside the rest of the request (the
+   * least relevant go first, so recall shrinks before raw turns are cut), become `userMemory`. Null when memory
+   * is off. The store is searched once a turn, and again after {@linkcode TurnMemory.memoryChanged}; the first
+   * recall of the turn that finds something counts a use of what it keeps ({@linkcode TurnMemory.takeMemoryUse}).
+   */
+  async recall(): Promise<Recall | null> {
+    const { store, userMemory = null, maxCtxTokens } = this.#settings;
+    if (userMemory === null) return null;
+    // The turn's user message is the same at every request: the store is asked again only after a change.
+    const asked = this.#found === null;
+    if (this.#found === null) {
+      const question = this.history.findLast((m) => m.role === "user")?.content ?? "";
+      const from = userMemory.store ?? store;
+      this.#found = await from.recallMemory(this.key.userId, question, userMemory.recall);
+      this.#costs = [];
+    }
+    const found = this.#found;
+    let kept = found.length;
+    while (kept > 0 && this.#tokens + this.#blockTokens(kept) > maxCtxTokens) kept--;
+    const same = !asked && kept === this.userMemory.length;
+    if (!same) {
+      this.userMemory = found.slice(0, kept).map(({ id, text }) => ({ id, text })).sort((a, b) =>
+        a.id - b.id
+      );
+    }
+    this.#memoryTokens = this.#blockTokens(kept);
+    if (!this.#memoryUsed && kept > 0) {
+      this.#memoryUsed = true;
+      this.#unsavedUse = this.userMemory.map((item) => item.id);
+    }
+    return { found, kept, changed: !same };
+  }
+
+  /** The recall's use not yet stored, once: the loop stores it with its next append, in its transaction. */
+  takeMemoryUse(): number[] | undefined {
+    const used = this.#unsavedUse;
+    this.#unsavedUse = [];
+    return used.length === 0 ? undefined : used;
+  }
+
+  /** The turn wrote to the user's memory (a tool did): the next request recalls from the store again. */
+  memoryChanged(): void {
+    this.#found = null;
+  }
+
+  /**
+   * Estimated tokens the first `count` found items add to the request: the block with them less the block
+   * without. Kept per count until the store is asked again or the summary changes (a compaction).
+   */
+  #blockTokens(count: number): number {
+    if (count === 0) return 0;
+    if (this.#costsOf !== this.summary) [this.#costs, this.#costsOf] = [[], this.summary];
+    return this.#costs[count] ??= this.#measureBlock(this.#found!.slice(0, count));
+  }
+
+  #measureBlock(items: readonly MemoryEntry[]): number {
+    const summary = parseSummary(this.summary);
+    const tokens = (text: string) => estimateMessageTokens({ role: "system", content: text });
+    const without = summary === null ? 0 : tokens(runtimeContextText(summary));
+    return tokens(runtimeContextText(summary, items)) - without;
+  }
+
+  /**
    * The after-answer hook: starts a compaction due by the turn trigger in the background. It plans on the
    * session as stored when it starts (an earlier compaction or a newer turn may have changed it), and hands
    * what it did to `report` with the sink its events go to (the trace).
@@ -164,8 +268,10 @@ export class TurnMemory {
 
   #deps(signal: AbortSignal | undefined, tokensOnly: boolean): CompactionDeps {
     const { store, summarizer, maxRawTurns, maxCtxTokens } = this.#settings;
-    const { compactBatch = defaultCompactBatch(maxRawTurns) } = this.#settings;
-    return { store, summarizer, maxRawTurns, compactBatch, maxCtxTokens, now: this.#now, signal, tokensOnly };
+    const { compactBatch = defaultCompactBatch(maxRawTurns), userMemory = null } = this.#settings;
+    const memoryItems = userMemory?.items ?? null;
+    const deps = { store, summarizer, maxRawTurns, compactBatch, maxCtxTokens, memoryItems };
+    return { ...deps, now: this.#now, signal, tokensOnly };
   }
 }
 

@@ -130,6 +130,29 @@ CREATE TABLE session_usage (
 );
 `;
 
+/**
+ * Version 9: the user's memory across sessions, one row per item (`norm` its case- and space-folded text,
+ * unique per user), with its words as a `tsvector` (the `simple` configuration: no stemming, as SQLite's
+ * index) for recall by `ts_rank`.
+ */
+const MEMORY_TABLES = `
+CREATE TABLE user_memory (
+  id integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  user_id text COLLATE "C" NOT NULL,
+  text text NOT NULL,
+  norm text NOT NULL,
+  source_session text COLLATE "C",
+  first_seen text COLLATE "C" NOT NULL,
+  last_seen text COLLATE "C" NOT NULL,
+  last_used text COLLATE "C" NOT NULL,
+  use_count integer NOT NULL DEFAULT 0,
+  words tsvector GENERATED ALWAYS AS (to_tsvector('simple', text)) STORED,
+  UNIQUE (user_id, norm)
+);
+CREATE INDEX user_memory_by_use ON user_memory (user_id, last_used, id);
+CREATE INDEX user_memory_words ON user_memory USING gin (words);
+`;
+
 const STEPS: readonly MigrationStep<string>[] = [
   { from: 0, to: 3, run: SESSION_TABLES },
   { from: 3, to: 4, run: LEASE_TABLE },
@@ -137,6 +160,7 @@ const STEPS: readonly MigrationStep<string>[] = [
   { from: 5, to: 6, run: TODO_CALLS },
   { from: 6, to: 7, run: CALIBRATION },
   { from: 7, to: 8, run: USAGE_TABLES },
+  { from: 8, to: 9, run: MEMORY_TABLES },
 ];
 
 /**

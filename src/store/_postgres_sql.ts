@@ -5,10 +5,27 @@
  * @module
  */
 import type { StoredMessage, UsageEntry } from "../types.ts";
-import { bytes, type MessageRow, toMessage, toPending, toSession, toTodo, toUsage } from "./_rows.ts";
+import {
+  bytes,
+  type MessageRow,
+  toMemoryItem,
+  toMessage,
+  toPending,
+  toSession,
+  toTodo,
+  toUsage,
+} from "./_rows.ts";
 import type { Sql, Tx } from "./_postgres_client.ts";
 import type { IdleCursor, SessionSql } from "./sql_store.ts";
-import type { Calibration, PendingStep, Session, SessionKey, Todo } from "./store.ts";
+import type {
+  Calibration,
+  MemoryItem,
+  PendingStep,
+  RecalledItem,
+  Session,
+  SessionKey,
+  Todo,
+} from "./store.ts";
 
 /** The statements on `db`: the pool, or a transaction's connection. */
 export class PostgresSql implements SessionSql {
@@ -219,5 +236,53 @@ export class PostgresSql implements SessionSql {
         estimated_calls FROM session_usage WHERE user_id = ${userId} AND session_id = ${sessionId}
       ORDER BY model`;
     return rows.map(toUsage);
+  }
+
+  async upsertMemory(userId: string, text: string, norm: string, sessionId: string | null, stamp: string) {
+    // One statement, so two replicas writing the same item fold it rather than fail; xmax = 0 on a new row.
+    const rows = await this.#db`INSERT INTO user_memory AS m (user_id, text, norm, source_session, first_seen,
+        last_seen, last_used)
+      VALUES (${userId}, ${text}, ${norm}, ${sessionId}, ${stamp}, ${stamp}, ${stamp})
+      ON CONFLICT (user_id, norm) DO UPDATE SET last_seen = excluded.last_seen, last_used = excluded.last_used
+      RETURNING id, (xmax = 0) AS added`;
+    return { id: Number(rows[0].id), added: rows[0].added === true };
+  }
+
+  async trimMemory(userId: string, keep: number): Promise<number> {
+    const rows = await this.#db`DELETE FROM user_memory WHERE id IN (SELECT id FROM user_memory
+      WHERE user_id = ${userId} ORDER BY last_used DESC, id DESC OFFSET ${keep}) RETURNING id`;
+    return rows.length;
+  }
+
+  async memory(userId: string): Promise<MemoryItem[]> {
+    const rows = await this.#db`SELECT id, text, source_session, first_seen, last_seen, last_used, use_count
+      FROM user_memory WHERE user_id = ${userId} ORDER BY id`;
+    return rows.map(toMemoryItem);
+  }
+
+  async recallMemory(userId: string, terms: readonly string[], limit: number): Promise<RecalledItem[]> {
+    // Terms are letters and digits only: joined by |, they are a query of plain words, never syntax.
+    const query = terms.join(" | ");
+    const rows = await this.#db`SELECT id, text, ts_rank(words, q) AS score
+      FROM user_memory, to_tsquery('simple', ${query}) AS q
+      WHERE user_id = ${userId} AND words @@ q ORDER BY score DESC, id LIMIT ${limit}`;
+    return rows.map((row) => ({ id: Number(row.id), text: row.text as string, score: Number(row.score) }));
+  }
+
+  async useMemory(userId: string, ids: readonly number[], stamp: string): Promise<void> {
+    await this.#db`UPDATE user_memory SET use_count = use_count + 1, last_used = ${stamp}
+      WHERE user_id = ${userId}
+        AND id = ANY (string_to_array(${ids.join(",")}, ',')::integer[])`;
+  }
+
+  async mergeMemoryIndex(): Promise<void> {
+    // A GIN index takes new rows into its pending list and merges them itself (VACUUM, fastupdate).
+  }
+
+  async deleteMemory(userId: string, id: number | null): Promise<number> {
+    const rows = id === null
+      ? await this.#db`DELETE FROM user_memory WHERE user_id = ${userId} RETURNING id`
+      : await this.#db`DELETE FROM user_memory WHERE user_id = ${userId} AND id = ${id} RETURNING id`;
+    return rows.length;
   }
 }

@@ -5,7 +5,7 @@
  * @module
  */
 import type { Role, StoredMessage, ToolCall, UsageEntry } from "../types.ts";
-import type { PendingStep, Session, Todo } from "./store.ts";
+import type { MemoryItem, PendingStep, Session, Todo } from "./store.ts";
 
 export type Row = Record<string, unknown>;
 
@@ -83,6 +83,20 @@ export function toTodo(row: Row): Todo {
     completed: row.completed === 1,
     createdAt: row.created_at as string,
     completedAt: row.completed_at as string | null,
+  };
+}
+
+/** A row of `user_memory` (PostgreSQL's counts may come back as strings). */
+export function toMemoryItem(row: Row): MemoryItem {
+  return {
+    id: Number(row.id),
+    // SQLite's comes as bytes (read so, whole); PostgreSQL's `text` as a string.
+    text: typeof row.text === "string" ? row.text : text(row.text),
+    sourceSession: row.source_session as string | null,
+    firstSeen: row.first_seen as string,
+    lastSeen: row.last_seen as string,
+    lastUsed: row.last_used as string,
+    useCount: Number(row.use_count),
   };
 }
 

@@ -157,6 +157,35 @@ CREATE TABLE session_usage (
 );
 `;
 
+/**
+ * Version 9: the user's memory across sessions, one row per item (`norm` its case- and space-folded text,
+ * unique per user), and its full-text index. The store indexes each item's words as tokens of their owner
+ * (`memoryTokens`: `u`, the user id's UTF-8 bytes in hex, `z`, the word), so a recall matches the user's items
+ * only and bm25 weighs a word by how many of the user's own items hold it: the work of a recall grows with the
+ * user's items, not with everyone's. The index keeps no copy of the tokens (contentless, its rows deletable):
+ * the text is the table's. A trigger takes an erased item out of the index.
+ */
+const MEMORY_TABLES = `
+CREATE TABLE user_memory (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  user_id TEXT NOT NULL,
+  text TEXT NOT NULL,
+  norm TEXT NOT NULL,
+  source_session TEXT,
+  first_seen TEXT NOT NULL,
+  last_seen TEXT NOT NULL,
+  last_used TEXT NOT NULL,
+  use_count INTEGER NOT NULL DEFAULT 0,
+  UNIQUE (user_id, norm)
+);
+CREATE INDEX user_memory_by_use ON user_memory(user_id, last_used, id);
+CREATE VIRTUAL TABLE user_memory_words USING fts5(words, content = '', contentless_delete = 1,
+  tokenize = 'unicode61 remove_diacritics 2');
+CREATE TRIGGER user_memory_unindexed AFTER DELETE ON user_memory BEGIN
+  DELETE FROM user_memory_words WHERE rowid = old.id;
+END;
+`;
+
 const DROP_VERSION_1 = `
 DROP TABLE messages_v1;
 DROP TABLE todos_v1;
@@ -191,7 +220,8 @@ const STEPS: readonly MigrationStep<(db: DatabaseSync) => void>[] = [
     from: 0,
     to: SCHEMA_VERSION,
     run: exec(
-      SESSION_TABLES + PENDING_TABLE + LEASE_TABLE + TRACE_TABLE + TODO_CALLS + CALIBRATION + USAGE_TABLES,
+      SESSION_TABLES + PENDING_TABLE + LEASE_TABLE + TRACE_TABLE + TODO_CALLS + CALIBRATION + USAGE_TABLES +
+        MEMORY_TABLES,
     ),
   },
   { from: 1, to: 2, run: fromVersion1 },
@@ -201,6 +231,7 @@ const STEPS: readonly MigrationStep<(db: DatabaseSync) => void>[] = [
   { from: 5, to: 6, run: exec(TODO_CALLS) },
   { from: 6, to: 7, run: exec(CALIBRATION) },
   { from: 7, to: 8, run: exec(USAGE_TABLES) },
+  { from: 8, to: 9, run: exec(MEMORY_TABLES) },
 ];
 
 /**

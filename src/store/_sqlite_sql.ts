@@ -9,12 +9,15 @@
 import type { StatementSync } from "node:sqlite";
 import type { StoredMessage, UsageEntry } from "../types.ts";
 import type { MessageRow } from "./_rows.ts";
-import { text, toMessage, toPending, toSession, toTodo, toUsage } from "./_rows.ts";
+import { text, toMemoryItem, toMessage, toPending, toSession, toTodo, toUsage } from "./_rows.ts";
 import type { HistoryCache } from "./_history_cache.ts";
+import { memoryWords } from "../memory/memory_text.ts";
 import type { IdleCursor, SessionSql } from "./sql_store.ts";
 import {
   type Calibration,
+  type MemoryItem,
   type PendingStep,
+  type RecalledItem,
   type Session,
   type SessionKey,
   sessionName,
@@ -26,6 +29,8 @@ const MESSAGE_COLUMNS =
   "rowid, CAST(id AS BLOB) AS id, role, CAST(content AS BLOB) AS content, tool_calls, " +
   "CAST(tool_call_id AS BLOB) AS tool_call_id, CAST(created_at AS BLOB) AS created_at";
 const TODO_COLUMNS = "id, CAST(text AS BLOB) AS text, completed, created_at, completed_at";
+const MEMORY_COLUMNS = "id, CAST(text AS BLOB) AS text, source_session, first_seen, last_seen, last_used, " +
+  "use_count";
 // The lease is free to take: expired (?5 is now), already the owner's, or held by `from` (?6).
 const FREE_LEASE = "(session_leases.expires_at <= ?5 OR session_leases.owner = excluded.owner " +
   "OR session_leases.owner = ?6)";
@@ -107,6 +112,29 @@ export const SQL = {
     "WHERE user_id = ? AND day >= ? AND day <= ? ORDER BY day, model",
   sessionUsage: "SELECT last_day AS day, model, prompt_tokens, completion_tokens, calls, estimated_calls " +
     "FROM session_usage WHERE user_id = ? AND session_id = ? ORDER BY model",
+  memoryOfKey: "SELECT id FROM user_memory WHERE user_id = ? AND norm = ?",
+  insertMemory: "INSERT INTO user_memory (user_id, text, norm, source_session, first_seen, last_seen, " +
+    "last_used) VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?5) RETURNING id",
+  indexMemory: "INSERT INTO user_memory_words (rowid, words) VALUES (?, ?)",
+  seeMemory: "UPDATE user_memory SET last_seen = ?, last_used = ? WHERE id = ?",
+  // Every item past the `keep` most recently used (?2) of the user (?1).
+  trimMemory: "DELETE FROM user_memory WHERE id IN (SELECT id FROM user_memory WHERE user_id = ?1 " +
+    "ORDER BY last_used DESC, id DESC LIMIT -1 OFFSET ?2)",
+  listMemory: `SELECT ${MEMORY_COLUMNS} FROM user_memory WHERE user_id = ? ORDER BY id`,
+  // ?1 the match expression (any of the user's tokens), ?2 the user, ?3 the limit: ranked in the index first
+  // (bm25 is lower for better), then only the best read from the table (CROSS JOIN keeps that order; the
+  // planner would otherwise scan all the user's items to join them).
+  recallMemory: "WITH r AS MATERIALIZED (SELECT rowid, -bm25(user_memory_words) AS score " +
+    "FROM user_memory_words WHERE user_memory_words MATCH ?1 ORDER BY score DESC, rowid LIMIT ?3) " +
+    "SELECT m.id, CAST(m.text AS BLOB) AS text, r.score FROM r CROSS JOIN user_memory AS m ON m.id = r.rowid " +
+    "WHERE m.user_id = ?2 ORDER BY r.score DESC, m.id",
+  useMemory: "UPDATE user_memory SET use_count = use_count + 1, last_used = ?1 WHERE user_id = ?2 " +
+    "AND id IN (SELECT value FROM json_each(?3))",
+  // Merges up to 64 pages of the index's segments: FTS5 otherwise leaves one segment per write transaction
+  // until its automerge, and a recall reads every segment.
+  mergeMemoryIndex: "INSERT INTO user_memory_words (user_memory_words, rank) VALUES ('merge', 64)",
+  deleteMemoryItem: "DELETE FROM user_memory WHERE user_id = ? AND id = ?",
+  deleteMemory: "DELETE FROM user_memory WHERE user_id = ?",
   ping: "SELECT 1 AS ok",
   // Changes when another connection commits.
   dataVersion: "PRAGMA data_version",
@@ -301,4 +329,60 @@ export class SqliteSql implements SessionSql {
   async sessionUsage({ userId, sessionId }: SessionKey): Promise<UsageEntry[]> {
     return this.#sql.sessionUsage.all(userId, sessionId).map(toUsage);
   }
+
+  async upsertMemory(userId: string, text: string, norm: string, sessionId: string | null, stamp: string) {
+    const found = this.#sql.memoryOfKey.get(userId, norm);
+    if (found !== undefined) {
+      this.#sql.seeMemory.run(stamp, stamp, found.id as number);
+      return { id: found.id as number, added: false };
+    }
+    const id = this.#sql.insertMemory.get(userId, text, norm, sessionId, stamp)!.id as number;
+    this.#sql.indexMemory.run(id, memoryTokens(userId, memoryWords(text)).join(" "));
+    return { id, added: true };
+  }
+
+  async trimMemory(userId: string, keep: number): Promise<number> {
+    return Number(this.#sql.trimMemory.run(userId, keep).changes);
+  }
+
+  async memory(userId: string): Promise<MemoryItem[]> {
+    return this.#sql.listMemory.all(userId).map(toMemoryItem);
+  }
+
+  async recallMemory(userId: string, terms: readonly string[], limit: number): Promise<RecalledItem[]> {
+    // Tokens are letters and digits only, so quoting each makes it a plain word, never query syntax.
+    const match = memoryTokens(userId, terms).map((token) => `"${token}"`).join(" OR ");
+    return this.#sql.recallMemory.all(match, userId, limit).map((row) => ({
+      id: row.id as number,
+      text: text(row.text),
+      score: row.score as number,
+    }));
+  }
+
+  async useMemory(userId: string, ids: readonly number[], stamp: string): Promise<void> {
+    this.#sql.useMemory.run(stamp, userId, JSON.stringify(ids));
+  }
+
+  async mergeMemoryIndex(): Promise<void> {
+    this.#sql.mergeMemoryIndex.run();
+  }
+
+  async deleteMemory(userId: string, id: number | null): Promise<number> {
+    const result = id === null
+      ? this.#sql.deleteMemory.run(userId)
+      : this.#sql.deleteMemoryItem.run(userId, id);
+    return Number(result.changes);
+  }
+}
+
+const ENCODER = new TextEncoder();
+
+/**
+ * `words` as the user's tokens in the full-text index: `u`, the user id's UTF-8 bytes in hex, `z` (never a hex
+ * digit, so where the owner ends is plain), the word. One token each for the tokenizer: letters and digits.
+ */
+function memoryTokens(userId: string, words: readonly string[]): string[] {
+  let owner = "u";
+  for (const byte of ENCODER.encode(userId)) owner += byte.toString(16).padStart(2, "0");
+  return words.map((word) => `${owner}z${word}`);
 }

@@ -78,10 +78,12 @@ class PostgresDatabase implements SqlDialect {
     return this.run(action, () => work(this.#statements));
   }
 
-  write<T>(action: string, key: SessionKey, work: (sql: SessionSql) => Promise<T>): Promise<T> {
+  write<T>(action: string, key: SessionKey | null, work: (sql: SessionSql) => Promise<T>): Promise<T> {
     return this.run(action, async () => {
       return await this.sql.begin(async (tx) => {
-        await tx`SELECT 1 FROM sessions WHERE user_id = ${key.userId} AND id = ${key.sessionId} FOR UPDATE`;
+        if (key !== null) {
+          await tx`SELECT 1 FROM sessions WHERE user_id = ${key.userId} AND id = ${key.sessionId} FOR UPDATE`;
+        }
         return await work(new PostgresSql(tx));
       }) as T;
     });

@@ -1,13 +1,15 @@
 /**
  * SqlStore: the session store's rules, written once over a SQL dialect. The rules say what a write reads,
  * checks and changes, in which order: an append counts the user turns it adds, a compaction is refused
- * whole for a changed summary or a missing message, a discard takes its user turns off the count, a pending
- * step resolves once. A dialect ({@linkcode SqlDialect}) gives the statements ({@linkcode SessionSql}) and
+ * whole for a changed summary or a missing message (and with it the memory it would write), a discard takes
+ * its user turns off the count, a pending step resolves once, a memory write folds equal items and keeps the
+ * user's limit. A dialect ({@linkcode SqlDialect}) gives the statements ({@linkcode SessionSql}) and
  * the transaction they run in; SQLite (`sqlite.ts`) and PostgreSQL (`postgres.ts`) are the two.
  * @module
  */
 import type { StoredMessage, UsageEntry } from "../types.ts";
 import { type MessageRow, toRow } from "./_rows.ts";
+import { memoryKey, recallTerms } from "../memory/memory_text.ts";
 import {
   type AcquireLeaseOptions,
   type Calibration,
@@ -15,7 +17,11 @@ import {
   leaseFrom,
   type LeaseTake,
   leaseTtl,
+  type MemoryItem,
+  type MemoryWrite,
+  type MemoryWritten,
   type PendingStep,
+  type RecalledItem,
   type Session,
   type SessionKey,
   type SessionStore,
@@ -89,6 +95,30 @@ export interface SessionSql {
   userUsage(userId: string, from: string, to: string): Promise<UsageEntry[]>;
   /** The session's rows, by model. */
   sessionUsage(key: SessionKey): Promise<UsageEntry[]>;
+  /**
+   * The user's item of key `norm` ({@linkcode memoryKey}): inserted with `text`, from `sessionId`, seen and
+   * used at `stamp`; or, when the user has one, seen and used again at `stamp`. Resolves to its id and whether
+   * it is new.
+   */
+  upsertMemory(
+    userId: string,
+    text: string,
+    norm: string,
+    sessionId: string | null,
+    stamp: string,
+  ): Promise<{ id: number; added: boolean }>;
+  /** Deletes the user's items beyond the `keep` most recently used (ties: the lower id leaves); how many. */
+  trimMemory(userId: string, keep: number): Promise<number>;
+  /** The user's items, by id. */
+  memory(userId: string): Promise<MemoryItem[]>;
+  /** At most `limit` of the user's items matching any of `terms` (none empty), best first, then by id. */
+  recallMemory(userId: string, terms: readonly string[], limit: number): Promise<RecalledItem[]>;
+  /** Adds one to the use count of the user's items `ids` and stamps them used. */
+  useMemory(userId: string, ids: readonly number[], stamp: string): Promise<void>;
+  /** Deletes the user's item `id`, or all the user's items (null); resolves to how many. */
+  deleteMemory(userId: string, id: number | null): Promise<number>;
+  /** Some work towards fewer pieces of the memory's full-text index after new items, where it has pieces. */
+  mergeMemoryIndex(): Promise<void>;
 }
 
 /** Where a page of {@linkcode SqlStore.idleSessions} starts: after the session of these fields. */
@@ -101,8 +131,11 @@ const FIRST_IDLE: IdleCursor = { updatedAt: "", userId: "", id: "" };
 export interface SqlDialect {
   /** `work` outside a transaction: each statement on its own. */
   read<T>(action: string, work: (sql: SessionSql) => Promise<T>): Promise<T>;
-  /** `work` in one transaction, which holds the session `key` against every other writer until it ends. */
-  write<T>(action: string, key: SessionKey, work: (sql: SessionSql) => Promise<T>): Promise<T>;
+  /**
+   * `work` in one transaction, which holds the session `key` (none: null) against every other writer until it
+   * ends.
+   */
+  write<T>(action: string, key: SessionKey | null, work: (sql: SessionSql) => Promise<T>): Promise<T>;
   /** True when the database answers; never rejects. */
   ping(): Promise<boolean>;
   /** Releases the database. */
@@ -131,8 +164,45 @@ function checkedEntry(entry: UsageEntry): UsageEntry {
   return entry;
 }
 
-/** The largest todo id the stores hold (PostgreSQL's `integer`): a larger one names no todo. */
-const MAX_TODO_ID = 2 ** 31 - 1;
+/**
+ * Merges `write` into the user's memory inside the caller's transaction: each item upserted, then the user's
+ * items trimmed to the limit.
+ */
+async function writeMemory(
+  sql: SessionSql,
+  userId: string,
+  write: MemoryWrite,
+  sessionId: string | null,
+  stamp: string,
+): Promise<MemoryWritten> {
+  const { items, limit } = write;
+  if (!Number.isInteger(limit) || limit < 1) {
+    throw new RangeError(`Cannot write the user's memory: the limit must be an integer >= 1, got ${limit}`);
+  }
+  const ids: number[] = [];
+  let added = 0;
+  for (const text of items) {
+    if (typeof text !== "string" || text.trim() === "") {
+      throw new TypeError("Cannot write the user's memory: every item must be a non-empty string");
+    }
+    const item = await sql.upsertMemory(userId, text, memoryKey(text), sessionId, stamp);
+    if (ids.includes(item.id)) continue;
+    ids.push(item.id);
+    if (item.added) added += 1;
+  }
+  const evicted = await sql.trimMemory(userId, limit);
+  // Every recall reads the index, a write is rare: the write pays to keep the index in few pieces.
+  if (added > 0) await sql.mergeMemoryIndex();
+  return { ids, added, evicted };
+}
+
+/** The largest todo or memory item id the stores hold (PostgreSQL's `integer`): a larger one names none. */
+const MAX_ROW_ID = 2 ** 31 - 1;
+
+/** Whether `id` can name a row: a todo's or a memory item's id is an integer from 1 to 2^31 - 1. */
+function isRowId(id: number): boolean {
+  return Number.isInteger(id) && id >= 1 && id <= MAX_ROW_ID;
+}
 
 /** A {@linkcode SessionStore} on a {@linkcode SqlDialect}; every timestamp it writes is from `now`. */
 export class SqlStore implements SessionStore {
@@ -190,11 +260,13 @@ export class SqlStore implements SessionStore {
   append(
     key: SessionKey,
     messages: readonly StoredMessage[],
-    options: UsageOptions & { calibration?: Calibration } = {},
+    options: UsageOptions & { calibration?: Calibration; memoryUsed?: readonly number[] } = {},
   ): Promise<number> {
+    const used = (options.memoryUsed ?? []).filter((id) => isRowId(id));
     return this.#write("append", key, async (sql, key) => {
       const added = await this.#insert(sql, key, messages);
       if (options.calibration !== undefined) await sql.setCalibration(key, options.calibration);
+      if (used.length > 0) await sql.useMemory(key.userId, used, this.#stamp());
       await addUsage(sql, key, options.usage);
       return added;
     });
@@ -248,8 +320,8 @@ export class SqlStore implements SessionStore {
     summary: string,
     cutIds: readonly string[],
     turns: number,
-    options: { previous?: string | null } = {},
-  ): Promise<void> {
+    options: { previous?: string | null; memory?: MemoryWrite } = {},
+  ): Promise<MemoryWritten | null> {
     return this.#write("compact", key, async (sql, key) => {
       const refuse = (why: string) => new Error(`Cannot compact session "${key.sessionId}": ${why}`);
       const stored = await sql.session(key);
@@ -261,6 +333,58 @@ export class SqlStore implements SessionStore {
         if (await sql.deleteMessage(key, id) === null) throw refuse(`message "${id}" is not stored`);
       }
       if (!await sql.setSummary(key, summary, turns, this.#stamp())) throw refuse("no such session");
+      const { memory } = options;
+      if (memory === undefined || memory.items.length === 0) return null;
+      return await writeMemory(sql, key.userId, memory, key.sessionId, this.#stamp());
+    });
+  }
+
+  /** `work` for the checked user, in one transaction that holds no session. */
+  #writeUser<T>(action: string, userId: string, work: (sql: SessionSql, userId: string) => Promise<T>) {
+    const checked = validateId(userId, "user id");
+    return this.#db.write(`${action} of user "${userId}"`, null, (sql) => work(sql, checked));
+  }
+
+  /** `work` for the checked user, outside a transaction. */
+  #readUser<T>(action: string, userId: string, work: (sql: SessionSql, userId: string) => Promise<T>) {
+    return this.#db.read(`${action} of user "${userId}"`, (sql) => work(sql, validateId(userId, "user id")));
+  }
+
+  remember(
+    userId: string,
+    write: MemoryWrite,
+    options: { sessionId?: string | null } = {},
+  ): Promise<MemoryWritten> {
+    const { sessionId = null } = options;
+    if (sessionId !== null) validateId(sessionId);
+    return this.#writeUser("write the memory", userId, (sql, userId) => {
+      return writeMemory(sql, userId, write, sessionId, this.#stamp());
+    });
+  }
+
+  recallMemory(userId: string, text: string, limit: number): Promise<RecalledItem[]> {
+    return this.#readUser("recall the memory", userId, async (sql, userId) => {
+      const terms = recallTerms(text);
+      if (terms.length === 0 || !(limit >= 1)) return [];
+      return await sql.recallMemory(userId, terms, Math.floor(limit));
+    });
+  }
+
+  useMemory(userId: string, ids: readonly number[]): Promise<void> {
+    if (ids.length === 0) return Promise.resolve();
+    return this.#writeUser("count the memory's use", userId, async (sql, userId) => {
+      await sql.useMemory(userId, ids.filter((id) => isRowId(id)), this.#stamp());
+    });
+  }
+
+  listMemory(userId: string): Promise<MemoryItem[]> {
+    return this.#readUser("list the memory", userId, (sql, userId) => sql.memory(userId));
+  }
+
+  forgetMemory(userId: string, id?: number): Promise<number> {
+    return this.#writeUser("forget the memory", userId, async (sql, userId) => {
+      if (id === undefined) return await sql.deleteMemory(userId, null);
+      return isRowId(id) ? await sql.deleteMemory(userId, id) : 0;
     });
   }
 
@@ -298,7 +422,7 @@ export class SqlStore implements SessionStore {
 
   completeTodo(key: SessionKey, id: number): Promise<Todo | null> {
     return this.#write("complete a todo", key, async (sql, key) => {
-      if (!Number.isInteger(id) || id < 1 || id > MAX_TODO_ID) return null;
+      if (!isRowId(id)) return null;
       return await sql.completeTodo(key, id, this.#stamp());
     });
   }

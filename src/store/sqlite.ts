@@ -76,7 +76,7 @@ class SqliteConnection implements SqlDialect {
     return this.exclusive(() => work(this.#sql));
   }
 
-  write<T>(_action: string, _key: SessionKey, work: (sql: SessionSql) => Promise<T>): Promise<T> {
+  write<T>(_action: string, _key: SessionKey | null, work: (sql: SessionSql) => Promise<T>): Promise<T> {
     return this.exclusive(async () => {
       const { begin, commit, rollback } = this.statements;
       begin.run();

@@ -1,5 +1,6 @@
 /**
- * The session store's contract: sessions, their messages and todos, per user. Every method is async, so a
+ * The session store's contract: sessions, their messages and todos, per user, and each user's memory across
+ * their sessions. Every method is async, so a
  * store may live in-process (SQLite) or across the network (PostgreSQL).
  * @module
  */
@@ -69,6 +70,43 @@ export interface Todo {
   completedAt: string | null;
 }
 
+/** One item of a user's memory: a fact or goal kept across the user's sessions. */
+export interface MemoryItem {
+  id: number;
+  text: string;
+  /** The session that first wrote it, or null (written outside a session). */
+  sourceSession: string | null;
+  firstSeen: string;
+  /** When it was last written again (a compaction or `remember` of the same text). */
+  lastSeen: string;
+  /** When it was last written or recalled: the least recently used item leaves first. */
+  lastUsed: string;
+  /** How many turns recalled it. */
+  useCount: number;
+}
+
+/** An item recall found, with its relevance (higher is more relevant; the scale is the backend's). */
+export interface RecalledItem {
+  id: number;
+  text: string;
+  score: number;
+}
+
+/** Items to merge into a user's memory, and how many the user may keep. */
+export interface MemoryWrite {
+  /** Texts, each cleaned (`cleanMemoryText`); one equal to a kept item (case and spaces aside) folds into it. */
+  items: readonly string[];
+  /** At most this many items per user (AGENT_USER_MEMORY_ITEMS); the least recently used leave first. */
+  limit: number;
+}
+
+/** What a memory write did: the ids of the written items (new or folded), how many were new, how many left. */
+export interface MemoryWritten {
+  ids: number[];
+  added: number;
+  evicted: number;
+}
+
 /**
  * A step that waits for the user's approval: the assistant message with its tool calls, none of them run yet.
  * It is kept apart from the messages, so the history never holds a tool call without its result.
@@ -117,25 +155,28 @@ export interface SessionStore {
   messages(key: SessionKey): Promise<StoredMessage[]>;
   /**
    * Appends messages and resolves to how many were new. Idempotent: an id already stored is skipped. Each
-   * new `user` message adds one to `turnCount`; `calibration` is stored with them, in the same transaction.
+   * new `user` message adds one to `turnCount`; `calibration` is stored with them, and a recall of the user's
+   * items `memoryUsed` counted (as {@linkcode SessionStore.useMemory}), in the same transaction.
    * `TypeError` for a field of the wrong type.
    */
   append(
     key: SessionKey,
     messages: readonly StoredMessage[],
-    options?: UsageOptions & { calibration?: Calibration },
+    options?: UsageOptions & { calibration?: Calibration; memoryUsed?: readonly number[] },
   ): Promise<number>;
   /**
-   * Stores `summary` and deletes exactly `cutIds` (`turns` user turns); rejects, changing nothing, if one is
-   * missing or, with `previous`, if the stored summary is no longer that text (null: none).
+   * Stores `summary` and deletes exactly `cutIds` (`turns` user turns), and with `memory` merges its items into
+   * the user's memory, in one transaction; rejects, changing nothing, if one is missing or, with `previous`, if
+   * the stored summary is no longer that text (null: none). Resolves to what the memory write did (null
+   * without one).
    */
   applyCompaction(
     key: SessionKey,
     summary: string,
     cutIds: readonly string[],
     turns: number,
-    options?: { previous?: string | null },
-  ): Promise<void>;
+    options?: { previous?: string | null; memory?: MemoryWrite },
+  ): Promise<MemoryWritten | null>;
   /** Deletes those of `ids` that are stored (taking their user turns off `turnCount`); resolves to how many. */
   discardMessages(key: SessionKey, ids: readonly string[]): Promise<number>;
   /** Stores the session's pending step; rejects, changing nothing, if the session already has one. */
@@ -167,6 +208,27 @@ export interface SessionStore {
   listTodos(key: SessionKey): Promise<Todo[]>;
   /** Marks the todo done (keeping its first completion time); null when the session has no such todo. */
   completeTodo(key: SessionKey, id: number): Promise<Todo | null>;
+  /**
+   * Merges `write.items` into the user's memory in one transaction (a folded item keeps its first spelling and
+   * source, and is seen again now), then keeps at most `write.limit` items. `sessionId` is the new items'
+   * source. `RangeError` for a limit below 1.
+   */
+  remember(
+    userId: string,
+    write: MemoryWrite,
+    options?: { sessionId?: string | null },
+  ): Promise<MemoryWritten>;
+  /**
+   * At most `limit` of the user's items matching the words of `text` (`recallTerms`), most relevant first (ties:
+   * lower id first); never another user's. Reads only.
+   */
+  recallMemory(userId: string, text: string, limit: number): Promise<RecalledItem[]>;
+  /** Counts a recall of the user's items `ids`: their use count goes up and they are used now. */
+  useMemory(userId: string, ids: readonly number[]): Promise<void>;
+  /** The user's memory, oldest item first. */
+  listMemory(userId: string): Promise<MemoryItem[]>;
+  /** Deletes the user's item `id`, or with no id every item of the user; resolves to how many went. */
+  forgetMemory(userId: string, id?: number): Promise<number>;
   /**
    * Takes the session's lease for `owner` until now + ttlMs when it is free, expired or already `owner`'s, or
    * held by `options.from` (a holder the caller knows is gone; a compare-and-set on exactly that owner, so of
@@ -245,9 +307,10 @@ export function leaseFrom(options: AcquireLeaseOptions | undefined): string | un
  * sessions keyed by id alone (SQLite only), 2 sessions keyed by user and id, with messages and todos, 3 the
  * step waiting for approval (`pending_steps`), 4 session leases, 5 trace events, 6 the tool call that added
  * each todo (`todos.call_id`), 7 the provider's count of the last request (`sessions.calibration`), 8 tokens
- * counted per user, day and model (`usage_daily`) and per session (`session_usage`).
+ * counted per user, day and model (`usage_daily`) and per session (`session_usage`), 9 the user's memory across
+ * sessions (`user_memory`, with its full-text index).
  */
-export const SCHEMA_VERSION = 8;
+export const SCHEMA_VERSION = 9;
 
 /** One migration of a dialect's list: it brings the schema from version `from` to `to` by `run`. */
 export interface MigrationStep<Run> {

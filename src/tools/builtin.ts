@@ -8,6 +8,7 @@ import { calculatorTool } from "./calculator.ts";
 import { ToolRegistry, type ToolSource, type ToolSpec } from "./registry.ts";
 import { createSearchTool, loadCorpus } from "./search.ts";
 import { createTodoTool } from "./todo.ts";
+import { createMemoryTools } from "./memory.ts";
 
 /** Options of {@linkcode createBuiltinTools}. */
 export interface BuiltinToolsOptions {
@@ -17,9 +18,22 @@ export interface BuiltinToolsOptions {
   extra?: ToolSpec[];
   /** Tools that may change while the process runs (MCP servers'), offered last. @default {[]} */
   sources?: readonly ToolSource[];
+  /**
+   * AGENT_USER_MEMORY_ITEMS when the user's memory is on: `remember` and `forget` are offered after `todo`,
+   * keeping at most this many items per user. @default {null} (off: not offered)
+   */
+  memoryItems?: number | null;
+  /**
+   * Where `remember` and `forget` keep the memory, when not in the registry's store (a request's private
+   * store is dropped after it; the memory is the server's). @default {the registry's store}
+   */
+  memoryStore?: SessionStore;
 }
 
-/** A registry of `calculator`, `search_mock` (over the docs corpus) and `todo` (over `store`). */
+/**
+ * A registry of `calculator`, `search_mock` (over the docs corpus), `todo` (over `store`) and, with
+ * `memoryItems`, `remember` and `forget`.
+ */
 export function createBuiltinTools(store: SessionStore, options: BuiltinToolsOptions = {}): ToolRegistry {
   return builtinToolsFor(options)(store);
 }
@@ -29,7 +43,12 @@ export function createBuiltinTools(store: SessionStore, options: BuiltinToolsOpt
  * binds a new registry's `todo` tool to its `store` (a request's private store, say).
  */
 export function builtinToolsFor(options: BuiltinToolsOptions = {}): (store: SessionStore) => ToolRegistry {
-  const { docsDir = DOCS_DIR, extra = [], sources = [] } = options;
+  const { docsDir = DOCS_DIR, extra = [], sources = [], memoryItems = null, memoryStore } = options;
   const search = createSearchTool(loadCorpus(docsDir));
-  return (store) => new ToolRegistry([calculatorTool, search, createTodoTool(store), ...extra], { sources });
+  return (store) => {
+    const memory = memoryItems === null ? [] : createMemoryTools(memoryStore ?? store, memoryItems);
+    return new ToolRegistry([calculatorTool, search, createTodoTool(store), ...memory, ...extra], {
+      sources,
+    });
+  };
 }

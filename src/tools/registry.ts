@@ -5,6 +5,7 @@
  */
 import { MAX_TOOL_RESULT_CHARS } from "../config.ts";
 import { errorMessage } from "../errors.ts";
+import type { RunEventData } from "../events.ts";
 import type { ToolCall, ToolResult, ToolSchema } from "../types.ts";
 import { type JsonSchema, validateJsonSchema } from "./json_schema.ts";
 
@@ -19,6 +20,8 @@ export interface ToolContext {
    * nothing (`todo` does), and so declare itself safe to repeat.
    */
   callId?: string;
+  /** Reports what the call wrote to the user's memory: the `memory_write` event of its step. @default {none} */
+  memoryWritten?: (data: RunEventData["memory_write"]) => void;
 }
 
 /** A tool: its schema for the model and the handler that runs it. Handlers may throw; the registry catches. */

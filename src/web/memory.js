@@ -1,10 +1,11 @@
 // @ts-check
 /// <reference lib="dom" />
 /**
- * The memory panel: the session's `[RUNTIME CONTEXT]` summary (goals, facts, todos, unresolved) and its todos
- * table, as text.
+ * The memory panel: the session's `[RUNTIME CONTEXT]` summary (goals, facts, todos, unresolved), its todos
+ * table, and the user's memory across sessions (`GET /v1/memory`), each item with a button that erases it.
  * @module
  */
+import { request } from "./api.js";
 import { el } from "./dom.js";
 
 const FIELDS = /** @type {const} */ (["goals", "facts", "todos", "unresolved"]);
@@ -44,5 +45,55 @@ export function renderMemory(container, summary, todos) {
     const head = el("tr", {}, el("th", {}, "#"), el("th", {}, "todo"), el("th", {}, "status"));
     parts.push(el("table", { class: "todos" }, el("thead", {}, head), el("tbody", {}, ...rows)));
   }
+  const userMemory = el("div", { class: "user-memory" }, el("p", { class: "muted" }, "Loading…"));
+  parts.push(el("h3", {}, "Your memory across sessions"), userMemory);
   container.replaceChildren(...parts);
+  loadUserMemory(userMemory);
+}
+
+/** Fills `box` with the user's items, each with its delete button; a failure is said in the box. */
+async function loadUserMemory(/** @type {HTMLElement} */ box) {
+  try {
+    /** @type {{ items: { id: number, text: string, source_session: string | null }[] }} */
+    const { items } = await request("GET", "/v1/memory");
+    if (items.length === 0) {
+      box.replaceChildren(
+        el("p", { class: "muted" }, "Nothing yet: compaction and the remember tool keep facts here."),
+      );
+      return;
+    }
+    const rows = items.map((item) =>
+      el(
+        "li",
+        { class: "memory-item", "data-id": String(item.id) },
+        el("span", { class: "memory-text" }, item.text),
+        el("span", { class: "muted" }, ` (from ${item.source_session ?? "a tool"}) `),
+        el("button", {
+          type: "button",
+          class: "forget",
+          title: "Erase this item from your memory",
+          onclick: () => forget(box, `/v1/memory/${item.id}`),
+        }, "Delete"),
+      )
+    );
+    const all = el("button", {
+      type: "button",
+      class: "forget-all",
+      onclick: () => confirm("Erase all of your memory? Sessions stay.") && forget(box, "/v1/memory"),
+    }, "Delete all");
+    box.replaceChildren(el("ul", {}, ...rows), all);
+  } catch (error) {
+    box.replaceChildren(el("p", { class: "muted" }, `Cannot show your memory: ${String(error)}`));
+  }
+}
+
+/** Erases what `path` names, then shows the list again. */
+async function forget(/** @type {HTMLElement} */ box, /** @type {string} */ path) {
+  try {
+    await request("DELETE", path);
+  } catch (error) {
+    box.append(el("p", { class: "muted" }, `Cannot delete: ${String(error)}`));
+    return;
+  }
+  await loadUserMemory(box);
 }
