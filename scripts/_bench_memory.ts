@@ -1,8 +1,8 @@
 /**
  * The bench's memory section: what recalling a user's memory adds to a turn, with many users each holding the
  * item limit in one SQLite database. The runtime's own work per turn (the model answered in-process, as in
- * 1b) with memory on against memory off (no recall, no `remember` and `forget` offered), turn by turn on one
- * runtime, and the recall query alone.
+ * 1b) with memory on, with recall alone off (`remember` and `forget` still offered) and with memory off (no
+ * recall, no `remember` and `forget`), turn by turn on one runtime, and the recall query alone.
  * @module
  */
 import { distribution, makeTempDir, median } from "./_bench_process.ts";
@@ -65,6 +65,8 @@ export async function measureRecall(options: RecallOptions = {}) {
   const on = openBenchRuntime(temp.path, "http://127.0.0.1:9/v1", { fetch: model.fetch, userMemory: true });
   cleanup.defer(() => on.close());
   const off = { userMemory: null, tools: createBuiltinTools(on.store) };
+  // The same tools as with memory on, recall alone off: what the search and the block cost, the tools aside.
+  const noRecall = { userMemory: null };
 
   const next = random(29);
   const fillMs = await timed(async () => {
@@ -77,7 +79,7 @@ export async function measureRecall(options: RecallOptions = {}) {
     const elapsed = await timed(work);
     return (elapsed - (model.stubMs() - before)) * 1000;
   };
-  const [withMemory, withoutMemory, query]: number[][] = [[], [], []];
+  const [withMemory, withoutRecall, withoutMemory, query]: number[][] = [[], [], [], []];
   let recalled = 0;
   for (let r = -1; r < rounds; r++) {
     const userId = `user-${Math.floor(next() * users)}`;
@@ -86,9 +88,11 @@ export async function measureRecall(options: RecallOptions = {}) {
       await on.idle();
       const b = await own(() => timedTurn(on, `plain-${r}`, i, { userId, variant: off }));
       await on.idle();
+      const c = await own(() => timedTurn(on, `tools-${r}`, i, { userId, variant: noRecall }));
+      await on.idle();
       on.takeRequests();
       if (r < 0) continue; // the warm-up round
-      withMemory.push(a), withoutMemory.push(b);
+      withMemory.push(a), withoutMemory.push(b), withoutRecall.push(c);
       let found = 0;
       query.push(
         await timed(async () => {
@@ -99,6 +103,7 @@ export async function measureRecall(options: RecallOptions = {}) {
     }
   }
   const costUs = median(withMemory) - median(withoutMemory);
+  const recallCostUs = median(withMemory) - median(withoutRecall);
   return {
     users,
     itemsPerUser,
@@ -109,9 +114,13 @@ export async function measureRecall(options: RecallOptions = {}) {
     recalledPerQuery: recalled / query.length,
     recallQueryUs: distribution(query),
     turnWithMemoryUs: distribution(withMemory),
+    turnWithoutRecallUs: distribution(withoutRecall),
     turnWithoutMemoryUs: distribution(withoutMemory),
     costUs,
     costRatio: costUs / median(withoutMemory),
+    /** What recall alone adds: memory on against the same tools with recall off. */
+    recallCostUs,
+    recallCostRatio: recallCostUs / median(withoutRecall),
   };
 }
 

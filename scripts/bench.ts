@@ -55,9 +55,10 @@ in the HTTP section after a fixed 50 ms.
    stub's own time subtracted. Far less noisy than a loopback round trip; in microseconds. Nothing yields
    to a timer there, so each background compaction runs after its turn and is timed on its own.
 1c. Recall of the user's memory. One SQLite database with 1,000 users of 200 items each (100 users with
-   --quick), then calculator turns of those users, the model in-process as in 1b, alternately with
-   AGENT_USER_MEMORY on and off: the runtime's own work per turn each way (µs), what recall adds (the
-   medians' difference) and that as a share of the turn without it; and the recall query alone.
+   --quick), then calculator turns of those users, the model in-process as in 1b, in turn with
+   AGENT_USER_MEMORY on, with recall alone off (remember and forget still offered) and off: the runtime's
+   own work per turn each way (µs), what recall adds (on against recall off, the target's figure) and what
+   memory adds (on against off), each as a share of the turn without it; and the recall query alone.
 2. Growth. One session of 1,000 turns (200 with --quick) at the default thresholds: median time of the
    last 50 turns against the first 50, request bytes, summary calls, model requests per turn (chat and
    summary calls) over the first 200 turns, and the largest request by the runtime's own token estimate
@@ -188,7 +189,7 @@ export function judgeTargets(report: Omit<BenchReport, "targets">): BenchReport[
     overhead: overhead ? overhead.ratio <= 1.2 : null,
     overheadAtLatency: overheadAtLatency ? overheadAtLatency.ratio <= 1.05 : null,
     requestsPerTurn: growth ? growth.modelRequestsPerTurn <= 2.15 : null,
-    recall: recall ? recall.costRatio < 0.1 : null,
+    recall: recall ? recall.recallCostRatio < 0.1 : null,
     growth: growth ? growth.driftCorrectedRatio <= 1.1 : null,
     http: r16 && r64 ? r16.efficiency >= 0.9 && r64.efficiency >= 0.8 && errors === 0 : null,
     httpRss: r64 ? underMB(r64.rssPeakMiB, r64.rssAfterMiB) : null,

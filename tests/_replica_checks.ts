@@ -2,7 +2,7 @@
  * What must hold when several processes served the same sessions: read from the trace (in the order the
  * events were appended) and from the sessions as stored. Each check returns one message per violation.
  */
-import type { TracedEvent } from "../src/events.ts";
+import { isBackgroundEvent, type TracedEvent } from "../src/events.ts";
 import type { Session } from "../src/store/store.ts";
 import type { StoredMessage } from "../src/types.ts";
 
@@ -24,7 +24,7 @@ function bySession(events: readonly TracedEvent[]): Map<string, TracedEvent[]> {
 
 /**
  * Per session, in trace order: no event of one run between another run's `run_start` and `run_end` (a
- * background `compact` event belongs to no turn and is left out), no turn number started twice, and every
+ * background compaction's `compact` and `memory_write` belong to no turn and are left out), no turn number started twice, and every
  * run that started ended.
  */
 export function traceProblems(events: readonly TracedEvent[]): string[] {
@@ -36,7 +36,7 @@ export function traceProblems(events: readonly TracedEvent[]): string[] {
     for (const event of list) {
       if (event.event === "run_start") open.set(event.run_id, event.turn);
       if (event.event === "run_end") open.delete(event.run_id);
-      if (event.event === "compact" && event.data.background === true) continue;
+      if (isBackgroundEvent(event)) continue;
       if (event.event === "run_start") {
         if (current !== null) {
           out.push(`${name}: run ${event.run_id} (turn ${event.turn}) started inside run ${current.run_id}`);

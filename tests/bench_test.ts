@@ -119,15 +119,17 @@ Deno.test("measureRuntimeWork() times turns against an in-process model, and the
   await assert.rejects(() => measureRuntimeWork({ rounds: 0 }), RangeError);
 });
 
-Deno.test("measureRecall() times turns with the user's memory on and off over users holding items", async () => {
+Deno.test("measureRecall() times turns with the user's memory on, recall off and memory off over users holding items", async () => {
   const result = await measureRecall({ users: 3, itemsPerUser: 20, rounds: 1, turns: 12 });
   assert.equal(result.turnWithMemoryUs.count, 12);
+  assert.equal(result.turnWithoutRecallUs.count, 12);
   assert.equal(result.turnWithoutMemoryUs.count, 12);
   assert.equal(result.recallQueryUs.count, 12);
   // Turns 10-12 ask about "10" to "12", which some items hold; turns 1-9 only single digits, which recall skips.
   assert.ok(result.recalledPerQuery > 0 && result.recalledPerQuery <= 5, String(result.recalledPerQuery));
   for (const name of ["fillSeconds", "dbBytes"] as const) assertPositiveFinite(result[name], name);
   assert.ok(Number.isFinite(result.costRatio));
+  assert.ok(Number.isFinite(result.recallCostRatio));
 });
 
 Deno.test("measureGrowth() over 43 turns compacts in batches at the default thresholds, in budget", async () => {

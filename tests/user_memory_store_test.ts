@@ -205,3 +205,37 @@ storeTest("$Store memory calls refuse a malformed user id", async (db) => {
     await store.close();
   }
 });
+
+storeTest(
+  "$Store writes one user's memory from two connections at once, items in opposite orders, with no deadlock",
+  async (db) => {
+    const [one, two] = [await db.open(), await db.open()];
+    try {
+      const items = Array.from({ length: 12 }, (_, i) => `fact number ${i}`);
+      await one.remember("alice", { items, limit: 200 });
+      const ids = (await one.listMemory("alice")).map((item) => item.id);
+      for (const [a, b] of [[one, two], [two, one]]) {
+        await Promise.all([a.getOrCreate(ALICE), b.getOrCreate(keyOf("s2", "alice"))]);
+      }
+      // Each round: both connections fold the same items in opposite orders, and count a use of them in
+      // opposite orders with an append to another session of the user: none of it may fail.
+      for (let round = 0; round < 10; round++) {
+        const results = await Promise.allSettled([
+          one.remember("alice", { items, limit: 200 }),
+          two.remember("alice", { items: items.toReversed(), limit: 200 }),
+          one.append(ALICE, [msg(`a${round}`, "user", "x")], { memoryUsed: ids }),
+          two.append(keyOf("s2", "alice"), [msg(`b${round}`, "user", "y")], { memoryUsed: ids.toReversed() }),
+        ]);
+        const failed = results.filter((r) => r.status === "rejected").map((r) => String(r.reason));
+        assert.deepEqual(failed, [], `round ${round}`);
+      }
+      const stored = await one.listMemory("alice");
+      assert.equal(stored.length, 12, "folded, never duplicated");
+      assert.ok(stored.every((item) => item.useCount === 20), JSON.stringify(stored.map((i) => i.useCount)));
+    } finally {
+      await Promise.all([one.close(), two.close()]);
+    }
+  },
+  // SQLite: one process keeps one store (its writers take turns, so the lock is nothing there).
+  { only: ["PostgresStore"] },
+);

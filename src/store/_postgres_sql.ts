@@ -269,6 +269,11 @@ export class PostgresSql implements SessionSql {
     return rows.map((row) => ({ id: Number(row.id), text: row.text as string, score: Number(row.score) }));
   }
 
+  async lockMemory(userId: string): Promise<void> {
+    await this.#db`SELECT pg_advisory_xact_lock(hashtext('mini-agent memory ' || current_schema() || ' ' ||
+      ${userId}))`;
+  }
+
   async useMemory(userId: string, ids: readonly number[], stamp: string): Promise<void> {
     await this.#db`UPDATE user_memory SET use_count = use_count + 1, last_used = ${stamp}
       WHERE user_id = ${userId}

@@ -359,6 +359,10 @@ export class SqliteSql implements SessionSql {
     }));
   }
 
+  async lockMemory(): Promise<void> {
+    // Writers take turns here: every write transaction begins IMMEDIATE, holding the whole database.
+  }
+
   async useMemory(userId: string, ids: readonly number[], stamp: string): Promise<void> {
     this.#sql.useMemory.run(stamp, userId, JSON.stringify(ids));
   }

@@ -113,6 +113,12 @@ export interface SessionSql {
   memory(userId: string): Promise<MemoryItem[]>;
   /** At most `limit` of the user's items matching any of `terms` (none empty), best first, then by id. */
   recallMemory(userId: string, terms: readonly string[], limit: number): Promise<RecalledItem[]>;
+  /**
+   * Holds the user's memory until the transaction ends, before it writes any of the user's items: two
+   * transactions (two sessions of one user, on two replicas) then change those rows one after the other, never
+   * each holding a row the other waits for. Nothing to do where writers take turns anyway (SQLite).
+   */
+  lockMemory(userId: string): Promise<void>;
   /** Adds one to the use count of the user's items `ids` and stamps them used. */
   useMemory(userId: string, ids: readonly number[], stamp: string): Promise<void>;
   /** Deletes the user's item `id`, or all the user's items (null); resolves to how many. */
@@ -181,6 +187,7 @@ async function writeMemory(
   }
   const ids: number[] = [];
   let added = 0;
+  await sql.lockMemory(userId);
   for (const text of items) {
     if (typeof text !== "string" || text.trim() === "") {
       throw new TypeError("Cannot write the user's memory: every item must be a non-empty string");
@@ -266,7 +273,10 @@ export class SqlStore implements SessionStore {
     return this.#write("append", key, async (sql, key) => {
       const added = await this.#insert(sql, key, messages);
       if (options.calibration !== undefined) await sql.setCalibration(key, options.calibration);
-      if (used.length > 0) await sql.useMemory(key.userId, used, this.#stamp());
+      if (used.length > 0) {
+        await sql.lockMemory(key.userId);
+        await sql.useMemory(key.userId, used, this.#stamp());
+      }
       await addUsage(sql, key, options.usage);
       return added;
     });
@@ -373,6 +383,7 @@ export class SqlStore implements SessionStore {
   useMemory(userId: string, ids: readonly number[]): Promise<void> {
     if (ids.length === 0) return Promise.resolve();
     return this.#writeUser("count the memory's use", userId, async (sql, userId) => {
+      await sql.lockMemory(userId);
       await sql.useMemory(userId, ids.filter((id) => isRowId(id)), this.#stamp());
     });
   }
@@ -383,6 +394,7 @@ export class SqlStore implements SessionStore {
 
   forgetMemory(userId: string, id?: number): Promise<number> {
     return this.#writeUser("forget the memory", userId, async (sql, userId) => {
+      await sql.lockMemory(userId);
       if (id === undefined) return await sql.deleteMemory(userId, null);
       return isRowId(id) ? await sql.deleteMemory(userId, id) : 0;
     });
