@@ -113,15 +113,36 @@ function wholeNumber(name: string, text: string): number {
   Deno.exit(2);
 }
 
+const HELP = `deno task crash [--rounds N] [--seed N] [--keep]
+
+Kills chat with SIGKILL N times (default 50) at moments drawn from the seed (default 1): between turns, in a
+model call, in tool execution, in compaction; after each kill it checks the database and the trace against
+the crash invariants and that a new turn is answered. Prints one line per round and a summary; exit 1 if an
+invariant was broken, 2 for bad usage. --keep leaves the temporary folder (database, trace) and logs its path.`;
+
+function options() {
+  try {
+    return parseArgs({
+      args: Deno.args,
+      options: {
+        rounds: { type: "string", default: "50" },
+        seed: { type: "string", default: "1" },
+        keep: { type: "boolean" },
+        help: { type: "boolean", short: "h" },
+      },
+    }).values;
+  } catch (error) {
+    console.error(`${(error as Error).message}\nRun with --help for usage.`);
+    Deno.exit(2);
+  }
+}
+
 if (import.meta.main) {
-  const { values } = parseArgs({
-    args: Deno.args,
-    options: {
-      rounds: { type: "string", default: "50" },
-      seed: { type: "string", default: "1" },
-      keep: { type: "boolean" },
-    },
-  });
+  const values = options();
+  if (values.help) {
+    console.log(HELP);
+    Deno.exit(0);
+  }
   const [rounds, seed] = [wholeNumber("rounds", values.rounds), wholeNumber("seed", values.seed)];
   if (rounds < 1) {
     console.error(`Invalid --rounds=${rounds}: expected 1 or more`);
