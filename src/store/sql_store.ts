@@ -1,6 +1,7 @@
 /**
  * SqlStore: the session store's rules, written once over a SQL dialect. The rules say what a write reads,
- * checks and changes, in which order: an append counts the user turns it adds, a compaction is refused
+ * checks and changes, in which order: an append counts the user turns it adds and names a session without a
+ * title from its first question, a rename's title is kept over later messages, a compaction is refused
  * whole for a changed summary or a missing message (and with it the memory it would write), a discard takes
  * its user turns off the count, a pending step resolves once, a memory write folds equal items and keeps the
  * user's limit. A dialect ({@linkcode SqlDialect}) gives the statements ({@linkcode SessionSql}) and

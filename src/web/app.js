@@ -146,7 +146,8 @@ async function refreshSession() {
   renderHistory(list, session.messages, { compactedTurns, closings });
   const first = session.messages.find((/** @type {{ role: string }} */ m) => m.role === "user");
   if (first === undefined) list.append(emptyState());
-  state.title = session.title;
+  // A session asked before the server kept titles has none until its next question: named here meanwhile.
+  state.title = session.title ?? (titleFrom(first?.content ?? "") || null);
   showTitle();
   // A long session opens at its newest exchange, not at its top.
   list.lastElementChild?.scrollIntoView({ block: "end" });
