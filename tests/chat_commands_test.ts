@@ -73,6 +73,26 @@ Deno.test("/new starts a session (a generated id if none), /switch goes to one y
   assert.doesNotMatch(listed, /bobs/);
 });
 
+Deno.test("/rename titles the session in the store, kept over later questions; blank names it from its first question again", async () => {
+  using h = harness([]);
+  const c = commands(h);
+  assert.match(await c.run("/rename Early"), /Cannot rename session main: it has no turns yet/);
+  const key = keyOf("main", "local");
+  await h.store.getOrCreate(key);
+  await h.store.append(key, [{ id: "q1", role: "user", content: "Plan a trip\nto Lisbon", createdAt: "t" }]);
+  assert.match(await c.run("/sessions"), /^\* main +1 turn +last used .* {2}Plan a trip$/m);
+  assert.match(await c.run("/rename   Lisbon   trip "), /session main is now titled: Lisbon trip/);
+  await h.store.append(key, [{ id: "q2", role: "user", content: "And hotels?", createdAt: "t" }]);
+  assert.equal((await h.store.get(key))?.title, "Lisbon trip", "the store has it, for the page and HTTP");
+  assert.match(await c.run("/sessions"), /^\* main .* {2}Lisbon trip$/m);
+  assert.match(
+    await c.run(`/rename ${"x".repeat(81)}`),
+    /Cannot rename the session: the title is 81 characters, at most 80 are allowed/,
+  );
+  assert.equal((await h.store.get(key))?.title, "Lisbon trip", "a refused title changes nothing");
+  assert.match(await c.run("/rename"), /session main is now titled: Plan a trip/);
+});
+
 Deno.test("/history shows the last n exchanges with their tool calls in brief", async () => {
   using h = harness([
     { toolCalls: [{ name: "calculator", arguments: { expression: "6*7" } }] },
@@ -187,7 +207,19 @@ Deno.test("/help lists every command, /clear clears, an unknown command points t
   using h = harness([]);
   const c = commands(h);
   const help = await c.run("/help");
-  for (const name of ["/new", "/sessions", "/switch", "/history", "/summary", "/usage", "/model", "/clear"]) {
+  for (
+    const name of [
+      "/new",
+      "/sessions",
+      "/switch",
+      "/rename",
+      "/history",
+      "/summary",
+      "/usage",
+      "/model",
+      "/clear",
+    ]
+  ) {
     assert.ok(help.includes(`  ${name} `), name);
   }
   assert.equal(help, `${REPL_HELP}\n`);
@@ -210,6 +242,7 @@ Deno.test("completeCommand() completes command names and the user's session ids 
   await h.store.getOrCreate(keyOf("dark", "bob"));
   assert.deepEqual(await completeCommand("/sw", h.store, "local"), ["/switch "]);
   assert.deepEqual(await completeCommand("/he", h.store, "local"), ["/help"]);
+  assert.deepEqual(await completeCommand("/ren", h.store, "local"), ["/rename "]);
   assert.deepEqual((await completeCommand("/switch d", h.store, "local")).sort(), [
     "/switch demo",
     "/switch dev",

@@ -100,7 +100,7 @@ Deno.test("unknown routes are 404 and wrong methods 405 with Allow", async () =>
   await wrong.body?.cancel();
   const put = await h.handler(get("/v1/sessions/s", {}, "PUT"));
   assert.equal(put.status, 405);
-  assert.equal(put.headers.get("allow"), "GET, HEAD, DELETE");
+  assert.equal(put.headers.get("allow"), "GET, HEAD, PATCH, DELETE");
   await put.body?.cancel();
 });
 

@@ -94,8 +94,11 @@ Deno.test("/mcp: ask runs a turn and returns the answer with its tool calls; ses
     assert.equal(fresh.content[0].text, "echo: hello");
 
     const sessions = await call(client, "sessions");
-    const ids = (sessions.structuredContent?.sessions as { id: string }[]).map((s) => s.id).sort();
-    assert.deepEqual(ids, [fresh.structuredContent?.session_id, "s1"].sort());
+    const listed = sessions.structuredContent?.sessions as { id: string; title: string | null }[];
+    assert.deepEqual(listed.map((s) => s.id).sort(), [fresh.structuredContent?.session_id, "s1"].sort());
+    // Titles are the store's: named from each session's first question.
+    assert.equal(listed.find((s) => s.id === "s1")?.title, "what is 2+3?");
+    assert.equal(listed.find((s) => s.id === fresh.structuredContent?.session_id)?.title, "hello");
     const history = await call(client, "session_history", { session_id: "s1", last: 2 });
     const messages = history.structuredContent?.messages as { role: string; content: string }[];
     assert.deepEqual(messages.map((m) => m.role), ["tool", "assistant"]);

@@ -152,6 +152,35 @@ Deno.test({
 });
 
 Deno.test({
+  name:
+    "PostgresStore migrates a version-9 database to session titles: a session asked before is named from its " +
+    "first question",
+  ignore,
+  async fn() {
+    const url = await pg().freshUrl();
+    await withPool(url, async (sql) => {
+      await migrate(sql, 9);
+      await sql`INSERT INTO sessions (user_id, id, created_at, updated_at) VALUES ('alice', 'old', 't0', 't1')`;
+      await sql`INSERT INTO messages (user_id, session_id, id, role, content, created_at)
+        VALUES ('alice', 'old', ${new TextEncoder().encode("q1")}, 'user',
+          ${new TextEncoder().encode("Old question?")}, ${new TextEncoder().encode("t0")})`;
+    });
+    const store = await PostgresStore.open(url);
+    try {
+      assert.equal((await store.get(keyOf("old", "alice")))?.title, null);
+      await store.append(keyOf("old", "alice"), [msg("q2", "user", "New question")]);
+      assert.equal((await store.get(keyOf("old", "alice")))?.title, "Old question?");
+    } finally {
+      await store.close();
+    }
+    await withPool(url, async (sql) => {
+      assert.deepEqual([...await sql`SELECT version FROM agent_schema`], [{ version: SCHEMA_VERSION }]);
+      assert.equal(await migrate(sql), SCHEMA_VERSION);
+    });
+  },
+});
+
+Deno.test({
   name: "PostgresStore refuses a database written by a newer schema version, changing nothing",
   ignore,
   async fn() {

@@ -125,7 +125,8 @@ Deno.test("SqliteStore migrates a version-3 database to the current version keep
     "DROP TABLE session_leases; DROP TABLE trace_events; DROP INDEX todos_by_call; " +
       "ALTER TABLE todos DROP COLUMN call_id; ALTER TABLE sessions DROP COLUMN calibration; " +
       "DROP TABLE session_usage; DROP TABLE usage_daily; DROP TRIGGER user_memory_unindexed; " +
-      "DROP TABLE user_memory_words; DROP TABLE user_memory; PRAGMA user_version = 3;",
+      "DROP TABLE user_memory_words; DROP TABLE user_memory; ALTER TABLE sessions DROP COLUMN title; " +
+      "PRAGMA user_version = 3;",
   );
   db.close();
 

@@ -105,6 +105,7 @@ for (
         turnCount: 3,
         compactedTurns: 1,
         calibration: null,
+        title: null,
         createdAt: T0,
         updatedAt: "2026-01-01T00:00:09.000Z",
       });
@@ -214,7 +215,7 @@ Deno.test("SqliteStore migrates a version-4 database (no trace table) to the cur
   db.exec(
     "DROP TABLE trace_events; DROP INDEX todos_by_call; ALTER TABLE todos DROP COLUMN call_id; " +
       "ALTER TABLE sessions DROP COLUMN calibration; DROP TABLE session_usage; DROP TABLE usage_daily; " +
-      `${DROP_MEMORY} PRAGMA user_version = 4;`,
+      `${DROP_MEMORY} ${DROP_TITLE} PRAGMA user_version = 4;`,
   );
   db.close();
 
@@ -242,6 +243,8 @@ Deno.test("SqliteStore migrates a version-4 database (no trace table) to the cur
 /** Version 9's tables and triggers, dropped to make a version-8 database. */
 const DROP_MEMORY =
   "DROP TRIGGER user_memory_unindexed; DROP TABLE user_memory_words; DROP TABLE user_memory;";
+/** Version 10's column, dropped to make a version-9 database. */
+const DROP_TITLE = "ALTER TABLE sessions DROP COLUMN title;";
 
 Deno.test("SqliteStore migrates a version-8 database to the user's memory, keeping every row", async () => {
   using dir = tempDir();
@@ -251,7 +254,7 @@ Deno.test("SqliteStore migrates a version-8 database to the user's memory, keepi
   await store.addTodo(keyOf("s"), "keep me");
   await store.close();
   const db = new DatabaseSync(path);
-  db.exec(`${DROP_MEMORY} PRAGMA user_version = 8;`);
+  db.exec(`${DROP_MEMORY} ${DROP_TITLE} PRAGMA user_version = 8;`);
   db.close();
 
   const migrated = new SqliteStore(path);
@@ -268,5 +271,36 @@ Deno.test("SqliteStore migrates a version-8 database to the user's memory, keepi
     await migrated.close();
   }
   assert.equal(userVersion(path), SCHEMA_VERSION);
-  assert.equal(SCHEMA_VERSION, 9);
+});
+
+Deno.test("SqliteStore migrates a version-9 database to session titles: a session asked before is named from its first question", async () => {
+  using dir = tempDir();
+  const path = `${dir.path}/s.db`;
+  const store = new SqliteStore(path, { now: () => new Date(T0) });
+  await store.getOrCreate(keyOf("s"));
+  await store.append(keyOf("s"), [{ id: "q1", role: "user", content: "Old question?", createdAt: T0 }]);
+  await store.close();
+  const db = new DatabaseSync(path);
+  db.exec(`${DROP_TITLE} PRAGMA user_version = 9;`);
+  db.close();
+
+  const migrated = new SqliteStore(path, { now: () => new Date(T0) });
+  try {
+    assert.equal(
+      (await migrated.get(keyOf("s")))?.title,
+      null,
+      "no title until the session is written again",
+    );
+    assert.deepEqual((await migrated.messages(keyOf("s"))).map((m) => m.content), ["Old question?"]);
+    await migrated.append(keyOf("s"), [{ id: "q2", role: "user", content: "New question", createdAt: T0 }]);
+    assert.equal(
+      (await migrated.get(keyOf("s")))?.title,
+      "Old question?",
+      "the first stored question names it",
+    );
+  } finally {
+    await migrated.close();
+  }
+  assert.equal(userVersion(path), SCHEMA_VERSION);
+  assert.equal(SCHEMA_VERSION, 10);
 });

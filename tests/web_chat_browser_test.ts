@@ -1,7 +1,8 @@
 /// <reference lib="dom" />
 /**
  * The web page as a daily chat, in a real headless Chromium against a real `serve`: it reopens the last
- * session and names sessions from their first question (renamable), says what to do when empty, shows the
+ * session and names sessions from their first question (renamable, the title kept by the server, so another
+ * browser sees it), says what to do when empty, shows the
  * running step while a turn runs (the model held at a loopback gate, so each step is seen before the next
  * exists) with the timeline filling in, stops on Esc, renders answers as markdown with hostile markdown
  * inert, and opens a long session at its newest exchange. Screenshots at 1400 and 390 px go to
@@ -153,7 +154,8 @@ Deno.test({
       assert.equal(openId(page), first);
       assert.deepEqual(await texts(page, ".session .open"), ["hello", "what is 12*(3+4)?"], "newest first");
 
-      // Rename: Enter keeps the new title (in the list too, and after a reload); Esc drops an edit.
+      // Rename: Enter keeps the new title (in the list too, after a reload, and in another browser); Esc drops
+      // an edit.
       await page.click("#rename");
       await page.waitForSelector("#title-input:not([hidden])");
       assert.equal(
@@ -165,7 +167,9 @@ Deno.test({
       await page.keyboard.up("Control");
       await page.keyboard.type("Arithmetic");
       await page.keyboard.press("Enter");
-      assert.deepEqual(await texts(page, "#session-title"), ["Arithmetic"]);
+      await page.waitForFunction(() =>
+        document.querySelector("#session-title")?.textContent === "Arithmetic"
+      );
       await page.waitForFunction(() =>
         [...document.querySelectorAll(".session .open")].some((n) => n.textContent === "Arithmetic")
       );
@@ -176,11 +180,33 @@ Deno.test({
       assert.equal(await page.$eval("#title-input", (n) => (n as HTMLElement).hidden), true);
       await visit(page, `${url}/`);
       assert.deepEqual(await texts(page, "#session-title"), ["Arithmetic"]);
+      // A fresh browser context (no storage of this one's) sees the title the server keeps, in the list and
+      // in the header.
+      const other = await page.browser().createBrowserContext();
+      try {
+        const fresh = await other.newPage();
+        await fresh.setViewport(WIDE);
+        await visit(fresh, `${url}/#${encodeURIComponent(first)}`);
+        await fresh.waitForSelector(".msg.user");
+        await fresh.waitForFunction(() =>
+          document.querySelector("#session-title")?.textContent === "Arithmetic"
+        );
+        assert.deepEqual(await texts(fresh, ".session .open"), ["hello", "Arithmetic"]);
+        assert.deepEqual(
+          await fresh.evaluate(() => Object.keys(localStorage)),
+          ["mini-agent.last-session"],
+          "the page keeps nothing but the last session",
+        );
+      } finally {
+        await other.close();
+      }
       // A blank title names the session from its first question again.
       await page.click("#rename");
       await page.keyboard.press("Backspace");
       await page.keyboard.press("Enter");
-      assert.deepEqual(await texts(page, "#session-title"), ["what is 12*(3+4)?"]);
+      await page.waitForFunction(() =>
+        document.querySelector("#session-title")?.textContent === "what is 12*(3+4)?"
+      );
 
       // A session started through the API is named from its first question when it is opened here.
       await post(url, "from-the-api", "plan the trip\nwith every detail");

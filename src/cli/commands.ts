@@ -1,6 +1,7 @@
 /**
  * The REPL's slash commands: what each does, its help line and its Tab completion. Commands read the store
- * and the chat's state; only `/new` and `/switch` change which session the next turn goes to.
+ * and the chat's state; only `/new` and `/switch` change which session the next turn goes to, and `/rename`
+ * the session's title (in the store, so the page and every client see it).
  * @module
  */
 import { SessionError } from "../errors.ts";
@@ -57,8 +58,9 @@ export type CommandOutcome = "done" | "retry" | "exit";
 const COMMANDS: [name: string, args: string, help: string][] = [
   ["/help", "", "show this help"],
   ["/new", "[id]", "start a new session (a generated id if none is given)"],
-  ["/sessions", "", "list your sessions with their turn counts and last use"],
+  ["/sessions", "", "list your sessions with their turn counts, last use and titles"],
   ["/switch", "<id>", "continue another of your sessions"],
+  ["/rename", "<title>", "rename this session (no title: name it from its first question again)"],
   ["/session", "", "show the session id, user and turn count"],
   ["/history", "[n]", "show the last n exchanges of this session (default 5), tool calls in brief"],
   ["/summary", "", "show this session's compacted memory (what [RUNTIME CONTEXT] tells the model)"],
@@ -184,6 +186,9 @@ export async function runCommand(line: string, context: CommandContext): Promise
     case "/sessions":
       write(await listSessions(store, state));
       break;
+    case "/rename":
+      write(await rename(store, state, line.trim().slice(name.length)));
+      break;
     case "/history": {
       const n = arg === undefined ? 5 : Number(arg);
       if (!Number.isInteger(n) || n < 1) write(`Cannot show history: n must be a whole number of 1 or more`);
@@ -248,8 +253,25 @@ async function listSessions(store: SessionStore, state: ChatState): Promise<stri
       `${s.id === state.sessionId ? "* " : "  "}${s.id.padEnd(width)}  ${
         plural(s.turnCount, "turn").padEnd(10)
       }` +
-      `  last used ${s.updatedAt.slice(0, 16).replace("T", " ")}`
+      `  last used ${s.updatedAt.slice(0, 16).replace("T", " ")}` +
+      (s.title === null ? "" : `  ${s.title}`)
     ).join("\n");
+}
+
+/** Gives the current session `title` (blank: its first question's), as the page's rename does. */
+async function rename(store: SessionStore, state: ChatState, title: string): Promise<string> {
+  const key = { userId: state.userId, sessionId: state.sessionId };
+  try {
+    // Not stored before its first turn: there is nothing to rename yet.
+    const session = await store.get(key) === null ? null : await store.renameSession(key, title);
+    if (session === null) return `Cannot rename session ${state.sessionId}: it has no turns yet`;
+    return session.title === null
+      ? `session ${session.id} has no title until its first question`
+      : `session ${session.id} is now titled: ${session.title}`;
+  } catch (error) {
+    if (error instanceof RangeError || error instanceof TypeError) return error.message;
+    throw error;
+  }
 }
 
 /** The last `n` exchanges: the question, each tool call in brief, the answer. */

@@ -22,12 +22,13 @@ function json(schema: unknown, description = "OK") {
 }
 
 const DESCRIPTIONS: Record<number, string> = {
-  400: "malformed JSON, missing or non-string message, a response_format the runtime cannot use, invalid " +
+  400:
+    "malformed JSON, missing or non-string message, a title that is not a string or is over 80 characters, a response_format the runtime cannot use, invalid " +
     "session or run id, a bad trace limit or cursor, a Last-Event-ID that is not an event id, or decisions " +
     "that do not name exactly the waiting calls with approve or deny",
   401: "missing or unknown bearer token",
   403: "without tokens, a Host that is not loopback on the listening port nor in AGENT_ALLOWED_HOSTS " +
-    "(host_not_allowed); a POST or DELETE whose Origin is another site's page (origin_not_allowed)",
+    "(host_not_allowed); a POST, PATCH or DELETE whose Origin is another site's page (origin_not_allowed)",
   404: "unknown route, or the caller has no session of that id (session ids are per user); a run with no " +
     "events (run_not_found); an MCP session id unknown or of another user, or /mcp without AGENT_SERVE_MCP",
   405: "method not allowed on this path",
@@ -144,7 +145,21 @@ const decisionsBody = object({
   },
 }, ["decisions"]);
 const health = object({ ok: bool, model: str, db: str });
-const sessionList = object({ sessions: array(object({ id: str, turn_count: int, updated_at: str })) });
+const sessionTitle = {
+  type: ["string", "null"],
+  description: "given by its user, else the first line of its first question (at most 80 characters); " +
+    "null before its first question",
+};
+const sessionList = object({
+  sessions: array(object({ id: str, title: sessionTitle, turn_count: int, updated_at: str })),
+});
+const renameBody = object({
+  title: {
+    ...str,
+    description: "trimmed, spaces collapsed, at most 80 characters; blank names the session from its first " +
+      "question again",
+  },
+}, ["title"]);
 const costUsd = {
   type: ["number", "null"],
   description: "with AGENT_PRICES only: dollars; null when a model has no price",
@@ -308,10 +323,16 @@ export const OPENAPI = {
     "/v1/sessions/{id}": {
       parameters: [id],
       get: op(
-        "Turn count, summary, messages and pending_approval (the calls a paused turn waits for, or null) " +
-          "of one session",
+        "Title, turn count, summary, messages and pending_approval (the calls a paused turn waits for, or " +
+          "null) of one session",
         json(anyObject),
         [400, 401, 404],
+      ),
+      patch: op(
+        "Rename the session; the title is kept over later messages",
+        json(object({ session_id: str, title: sessionTitle })),
+        [400, 401, 404, 413, 415],
+        { requestBody: { required: true, content: { "application/json": { schema: renameBody } } } },
       ),
       delete: {
         summary: "Delete the session's messages, todos and summary; its trace route is 404 from then on, " +

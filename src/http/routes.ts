@@ -20,10 +20,11 @@ import { approvalCalls } from "../approval/decisions.ts";
 import { handleIndex, handleWebFile } from "./web_route.ts";
 import { handleUsage } from "./usage_route.ts";
 import { forgetMemory, listMemory } from "./memory_route.ts";
+import { handleRename } from "./rename_route.ts";
 
 /** One route: a method, a path template such as `/v1/sessions/{id}/messages`, and its handler. */
 export interface Route {
-  method: "GET" | "POST" | "DELETE";
+  method: "GET" | "POST" | "PATCH" | "DELETE";
   path: string;
   /** Answers `request`, given the template's parameters (URI-decoded). */
   handle(request: Request, params: Record<string, string>): Promise<Response> | Response;
@@ -72,7 +73,12 @@ export function createRoutes(deps: HandlerDeps): Route[] {
     route("GET", "/web/{file}", (_request, params) => handleWebFile(params.file)),
     route("GET", "/v1/sessions", async (request) => {
       const sessions = await store.listSessions(user(request));
-      const list = sessions.map((s) => ({ id: s.id, turn_count: s.turnCount, updated_at: s.updatedAt }));
+      const list = sessions.map((s) => ({
+        id: s.id,
+        title: s.title,
+        turn_count: s.turnCount,
+        updated_at: s.updatedAt,
+      }));
       return Response.json({ sessions: list });
     }),
     route("GET", "/v1/sessions/{id}", async (request, params) => {
@@ -87,7 +93,8 @@ export function createRoutes(deps: HandlerDeps): Route[] {
           created_at,
         };
       });
-      const { id: session_id, turnCount: turn_count, createdAt: created_at, updatedAt: updated_at } = session;
+      const { id: session_id, title, turnCount: turn_count, createdAt: created_at, updatedAt: updated_at } =
+        session;
       const summary = parseSummary(session.summary);
       const pending = await store.pendingStep(keyOf(session));
       const pending_approval = pending === null ? null : {
@@ -98,6 +105,7 @@ export function createRoutes(deps: HandlerDeps): Route[] {
       };
       return Response.json({
         session_id,
+        title,
         turn_count,
         summary,
         created_at,
@@ -105,6 +113,9 @@ export function createRoutes(deps: HandlerDeps): Route[] {
         messages,
         pending_approval,
       });
+    }),
+    route("PATCH", "/v1/sessions/{id}", async (request, params) => {
+      return await handleRename(request, await own(request, params.id), deps);
     }),
     route("DELETE", "/v1/sessions/{id}", async (request, params) => {
       const key = keyOf(await own(request, params.id));

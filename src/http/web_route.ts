@@ -16,6 +16,7 @@ import MARKDOWN_VIEW from "../web/markdown_view.js" with { type: "text" };
 import MEMORY from "../web/memory.js" with { type: "text" };
 import REMEMBERED from "../web/remembered.js" with { type: "text" };
 import TIMELINE from "../web/timeline.js" with { type: "text" };
+import TITLE from "../web/title.js" with { type: "text" };
 import { HttpError } from "./errors.ts";
 
 /** No inline script or style, nothing from another origin, no framing: the page runs only its own files. */
@@ -46,6 +47,7 @@ export const WEB_FILES: ReadonlyMap<string, { body: string; type: string }> = ne
   ["memory.js", { body: MEMORY, type: JS }],
   ["remembered.js", { body: REMEMBERED, type: JS }],
   ["timeline.js", { body: TIMELINE, type: JS }],
+  ["title.js", { body: TITLE, type: JS }],
 ]);
 
 function page(body: string, type: string): Response {

@@ -71,7 +71,7 @@ const TOOLS = [
   {
     name: "sessions",
     title: "List sessions",
-    description: "Lists the caller's sessions: id, turn count, last update.",
+    description: "Lists the caller's sessions: id, title, turn count, last update.",
     inputSchema: { type: "object", properties: {} },
   },
   {
@@ -205,6 +205,7 @@ export function createAgentServer(
   const sessions = async (): Promise<CallToolResult> => {
     const list = (await store.listSessions(userId)).map((s) => ({
       id: s.id,
+      title: s.title,
       turn_count: s.turnCount,
       updated_at: s.updatedAt,
     }));

@@ -153,6 +153,11 @@ CREATE INDEX user_memory_by_use ON user_memory (user_id, last_used, id);
 CREATE INDEX user_memory_words ON user_memory USING gin (words);
 `;
 
+/** Version 10: the session's title, given by its user or named from its first question; null before one. */
+const SESSION_TITLE = `
+ALTER TABLE sessions ADD COLUMN title text;
+`;
+
 const STEPS: readonly MigrationStep<string>[] = [
   { from: 0, to: 3, run: SESSION_TABLES },
   { from: 3, to: 4, run: LEASE_TABLE },
@@ -161,6 +166,7 @@ const STEPS: readonly MigrationStep<string>[] = [
   { from: 6, to: 7, run: CALIBRATION },
   { from: 7, to: 8, run: USAGE_TABLES },
   { from: 8, to: 9, run: MEMORY_TABLES },
+  { from: 9, to: 10, run: SESSION_TITLE },
 ];
 
 /**

@@ -8,6 +8,7 @@ import type { StoredMessage, UsageEntry } from "../types.ts";
 import {
   bytes,
   type MessageRow,
+  text,
   toMemoryItem,
   toMessage,
   toPending,
@@ -74,6 +75,23 @@ export class PostgresSql implements SessionSql {
   async setCalibration({ userId, sessionId }: SessionKey, calibration: Calibration): Promise<void> {
     await this.#db`UPDATE sessions SET calibration = ${JSON.stringify(calibration)}
       WHERE user_id = ${userId} AND id = ${sessionId}`;
+  }
+
+  async firstQuestion({ userId, sessionId }: SessionKey): Promise<string | null> {
+    const rows = await this.#db`SELECT content FROM messages
+      WHERE user_id = ${userId} AND session_id = ${sessionId} AND role = 'user' ORDER BY seq LIMIT 1`;
+    return rows.length === 0 || rows[0].content === null ? null : text(rows[0].content);
+  }
+
+  async nameSession({ userId, sessionId }: SessionKey, title: string): Promise<void> {
+    await this.#db`UPDATE sessions SET title = ${title}
+      WHERE user_id = ${userId} AND id = ${sessionId} AND title IS NULL`;
+  }
+
+  async setTitle({ userId, sessionId }: SessionKey, title: string | null): Promise<boolean> {
+    const rows = await this.#db`UPDATE sessions SET title = ${title}
+      WHERE user_id = ${userId} AND id = ${sessionId} RETURNING id`;
+    return rows.length === 1;
   }
 
   async touchSession({ userId, sessionId }: SessionKey, turns: number, stamp: string): Promise<void> {

@@ -30,6 +30,7 @@ export function toSession(row: Row): Session {
     turnCount: row.turn_count as number,
     compactedTurns: row.compacted_turns as number,
     calibration: typeof row.calibration === "string" ? JSON.parse(row.calibration) : null,
+    title: typeof row.title === "string" ? row.title : null,
     createdAt: row.created_at as string,
     updatedAt: row.updated_at as string,
   };

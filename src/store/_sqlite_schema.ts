@@ -186,6 +186,11 @@ CREATE TRIGGER user_memory_unindexed AFTER DELETE ON user_memory BEGIN
 END;
 `;
 
+/** Version 10: the session's title, given by its user or named from its first question; null before one. */
+const SESSION_TITLE = `
+ALTER TABLE sessions ADD COLUMN title TEXT;
+`;
+
 const DROP_VERSION_1 = `
 DROP TABLE messages_v1;
 DROP TABLE todos_v1;
@@ -221,7 +226,7 @@ const STEPS: readonly MigrationStep<(db: DatabaseSync) => void>[] = [
     to: SCHEMA_VERSION,
     run: exec(
       SESSION_TABLES + PENDING_TABLE + LEASE_TABLE + TRACE_TABLE + TODO_CALLS + CALIBRATION + USAGE_TABLES +
-        MEMORY_TABLES,
+        MEMORY_TABLES + SESSION_TITLE,
     ),
   },
   { from: 1, to: 2, run: fromVersion1 },
@@ -232,6 +237,7 @@ const STEPS: readonly MigrationStep<(db: DatabaseSync) => void>[] = [
   { from: 6, to: 7, run: exec(CALIBRATION) },
   { from: 7, to: 8, run: exec(USAGE_TABLES) },
   { from: 8, to: 9, run: exec(MEMORY_TABLES) },
+  { from: 9, to: 10, run: exec(SESSION_TITLE) },
 ];
 
 /**

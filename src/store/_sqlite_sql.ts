@@ -48,6 +48,10 @@ export const SQL = {
   insertMessage: "INSERT INTO messages (user_id, session_id, id, role, content, tool_calls, tool_call_id, " +
     "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(user_id, session_id, id) DO NOTHING",
   setCalibration: "UPDATE sessions SET calibration = ? WHERE user_id = ? AND id = ?",
+  firstQuestion: "SELECT CAST(content AS BLOB) AS content FROM messages " +
+    "WHERE user_id = ? AND session_id = ? AND role = 'user' ORDER BY rowid LIMIT 1",
+  nameSession: "UPDATE sessions SET title = ? WHERE user_id = ? AND id = ? AND title IS NULL",
+  setTitle: "UPDATE sessions SET title = ? WHERE user_id = ? AND id = ?",
   touchSession:
     "UPDATE sessions SET turn_count = turn_count + ?, updated_at = ? WHERE user_id = ? AND id = ?",
   deleteMessage: "DELETE FROM messages WHERE user_id = ? AND session_id = ? AND id = ? " +
@@ -214,6 +218,19 @@ export class SqliteSql implements SessionSql {
 
   async setCalibration({ userId, sessionId }: SessionKey, calibration: Calibration): Promise<void> {
     this.#sql.setCalibration.run(JSON.stringify(calibration), userId, sessionId);
+  }
+
+  async firstQuestion({ userId, sessionId }: SessionKey): Promise<string | null> {
+    const row = this.#sql.firstQuestion.get(userId, sessionId);
+    return row === undefined || row.content === null ? null : text(row.content);
+  }
+
+  async nameSession({ userId, sessionId }: SessionKey, title: string): Promise<void> {
+    this.#sql.nameSession.run(title, userId, sessionId);
+  }
+
+  async setTitle({ userId, sessionId }: SessionKey, title: string | null): Promise<boolean> {
+    return this.#sql.setTitle.run(title, userId, sessionId).changes === 1;
   }
 
   async touchSession({ userId, sessionId }: SessionKey, turns: number, stamp: string): Promise<void> {

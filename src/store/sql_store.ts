@@ -1,6 +1,7 @@
 /**
  * SqlStore: the session store's rules, written once over a SQL dialect. The rules say what a write reads,
- * checks and changes, in which order: an append counts the user turns it adds, a compaction is refused
+ * checks and changes, in which order: an append counts the user turns it adds and names a session without a
+ * title from its first question, a rename's title is kept over later messages, a compaction is refused
  * whole for a changed summary or a missing message (and with it the memory it would write), a discard takes
  * its user turns off the count, a pending step resolves once, a memory write folds equal items and keeps the
  * user's limit. A dialect ({@linkcode SqlDialect}) gives the statements ({@linkcode SessionSql}) and
@@ -10,6 +11,7 @@
 import type { StoredMessage, UsageEntry } from "../types.ts";
 import { type MessageRow, toRow } from "./_rows.ts";
 import { memoryKey, recallTerms } from "../memory/memory_text.ts";
+import { givenTitle, titleFrom } from "../web/title.js";
 import {
   type AcquireLeaseOptions,
   type Calibration,
@@ -48,6 +50,12 @@ export interface SessionSql {
   insertMessages(key: SessionKey, rows: readonly MessageRow[]): Promise<string[]>;
   /** Stores the session's calibration. */
   setCalibration(key: SessionKey, calibration: Calibration): Promise<void>;
+  /** The text of the session's first stored `user` message, or null when it has none. */
+  firstQuestion(key: SessionKey): Promise<string | null>;
+  /** Sets the session's title when it has none. */
+  nameSession(key: SessionKey, title: string): Promise<void>;
+  /** Sets the session's title (null: none); false when there is no such session. */
+  setTitle(key: SessionKey, title: string | null): Promise<boolean>;
   /** Adds `turns` (negative: removes) to the session's turn count and stamps it updated. */
   touchSession(key: SessionKey, turns: number, stamp: string): Promise<void>;
   /** Deletes message `id`; resolves to its role, or null when it is not stored. */
@@ -203,6 +211,12 @@ async function writeMemory(
   return { ids, added, evicted };
 }
 
+/** The title of the session's first stored question, or null (none, or one with no text). */
+async function firstQuestionTitle(sql: SessionSql, key: SessionKey): Promise<string | null> {
+  const title = titleFrom(await sql.firstQuestion(key) ?? "");
+  return title === "" ? null : title;
+}
+
 /** The largest todo or memory item id the stores hold (PostgreSQL's `integer`): a larger one names none. */
 const MAX_ROW_ID = 2 ** 31 - 1;
 
@@ -288,7 +302,20 @@ export class SqlStore implements SessionStore {
     const roles = await sql.insertMessages(key, messages.map(toRow));
     const turns = roles.filter((role) => role === "user").length;
     if (roles.length > 0) await sql.touchSession(key, turns, this.#stamp());
+    if (turns > 0 && (await sql.session(key))?.title === null) {
+      const title = await firstQuestionTitle(sql, key);
+      if (title !== null) await sql.nameSession(key, title);
+    }
     return roles.length;
+  }
+
+  async renameSession(key: SessionKey, title: string): Promise<Session | null> {
+    const given = givenTitle(title);
+    return await this.#write("rename", key, async (sql, key) => {
+      const named = given !== "" ? given : await firstQuestionTitle(sql, key);
+      if (!await sql.setTitle(key, named)) return null;
+      return await sql.session(key);
+    });
   }
 
   savePending(key: SessionKey, step: PendingStep, options: UsageOptions = {}): Promise<void> {

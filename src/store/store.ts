@@ -42,6 +42,8 @@ export interface Session {
   compactedTurns: number;
   /** The provider's count of the last request, or null (none reported yet). */
   calibration: Calibration | null;
+  /** Its title: given by its user, else its first question's (`titleFrom`); null before its first question. */
+  title: string | null;
   createdAt: string;
   updatedAt: string;
 }
@@ -151,11 +153,18 @@ export interface SessionStore {
   getOrCreate(key: SessionKey): Promise<Session>;
   /** The user's sessions, most recently updated first. */
   listSessions(userId: string): Promise<Session[]>;
+  /**
+   * Gives the session `title` (`givenTitle`: a `TypeError` or `RangeError` for a bad one), kept over every
+   * later message; a blank title names it from its first stored question again (null without one). Resolves
+   * to the session, or null when the user has none of that id.
+   */
+  renameSession(key: SessionKey, title: string): Promise<Session | null>;
   /** The session's messages, oldest first: a new array of frozen messages. */
   messages(key: SessionKey): Promise<StoredMessage[]>;
   /**
    * Appends messages and resolves to how many were new. Idempotent: an id already stored is skipped. Each
-   * new `user` message adds one to `turnCount`; `calibration` is stored with them, and a recall of the user's
+   * new `user` message adds one to `turnCount`, and a session without a title is named from its first stored
+   * question (`titleFrom`); `calibration` is stored with them, and a recall of the user's
    * items `memoryUsed` counted (as {@linkcode SessionStore.useMemory}), in the same transaction.
    * `TypeError` for a field of the wrong type.
    */
@@ -308,9 +317,9 @@ export function leaseFrom(options: AcquireLeaseOptions | undefined): string | un
  * step waiting for approval (`pending_steps`), 4 session leases, 5 trace events, 6 the tool call that added
  * each todo (`todos.call_id`), 7 the provider's count of the last request (`sessions.calibration`), 8 tokens
  * counted per user, day and model (`usage_daily`) and per session (`session_usage`), 9 the user's memory across
- * sessions (`user_memory`, with its full-text index).
+ * sessions (`user_memory`, with its full-text index), 10 the session's title (`sessions.title`).
  */
-export const SCHEMA_VERSION = 9;
+export const SCHEMA_VERSION = 10;
 
 /** One migration of a dialect's list: it brings the schema from version `from` to `to` by `run`. */
 export interface MigrationStep<Run> {

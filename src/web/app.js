@@ -11,7 +11,8 @@ import { renderApprovals } from "./approvals.js";
 import { LiveTurn, renderHistory } from "./chat.js";
 import { byId, clip, el } from "./dom.js";
 import { renderMemory } from "./memory.js";
-import { lastSession, rememberSession, storedTitle, storeTitle } from "./remembered.js";
+import { lastSession, rememberSession } from "./remembered.js";
+import { titleFrom } from "./title.js";
 import { buildTimeline, groupRuns, renderTimeline } from "./timeline.js";
 
 /** @typedef {import("./timeline.js").TraceEvent} TraceEvent */
@@ -28,8 +29,8 @@ const state = {
   runs: [],
   /** The ids the session list holds: another id is a new session, not asked for (it would be a 404). */
   known: new Set(),
-  /** The open session's first question, which names it unless it was renamed. @type {string | null} */
-  firstQuestion: null,
+  /** The open session's title, as the server has it (null: none yet). @type {string | null} */
+  title: null,
 };
 
 function newSessionId() {
@@ -59,17 +60,18 @@ function handleAuth(error) {
 }
 
 /**
- * Lists the user's sessions, newest first, by title where this browser has one.
+ * Lists the user's sessions, newest first, by title where they have one.
  * @returns {Promise<{ id: string }[]>}
  */
 async function loadSessions() {
   const { sessions } = await request("GET", "/v1/sessions");
   state.known = new Set(sessions.map((/** @type {{id: string}} */ s) => s.id));
-  const items = sessions.map((/** @type {{id: string, turn_count: number}} */ s) => {
+  const items = sessions.map((/** @type {{id: string, title: string | null, turn_count: number}} */ s) => {
+    if (s.id === state.session && s.title !== null) state.title = s.title;
     const open = el(
       "button",
       { type: "button", class: "open", title: s.id, onclick: () => openSession(s.id) },
-      storedTitle(s.id) ?? s.id,
+      s.title ?? s.id,
     );
     const remove = el("button", {
       type: "button",
@@ -88,6 +90,7 @@ async function loadSessions() {
   });
   const none = el("li", { class: "muted" }, "No sessions yet.");
   byId("session-list").replaceChildren(...(items.length === 0 ? [none] : items));
+  showTitle();
   return sessions;
 }
 
@@ -96,7 +99,6 @@ async function deleteSession(id) {
   if (!confirm(`Delete session "${id}" with its messages, todos and summary?`)) return;
   await guarded(async () => {
     await request("DELETE", `/v1/sessions/${encodeURIComponent(id)}`);
-    storeTitle(id, null);
     if (id === state.session) await openSession(newSessionId());
     else await loadSessions();
   });
@@ -121,7 +123,7 @@ async function loadTrace(id) {
 async function refreshSession() {
   const id = encodeURIComponent(state.session);
   /** @type {any} */
-  let session = { messages: [], summary: null };
+  let session = { messages: [], summary: null, title: null };
   let todos = [];
   /** @type {TraceEvent[]} */
   let events = [];
@@ -144,10 +146,8 @@ async function refreshSession() {
   renderHistory(list, session.messages, { compactedTurns, closings });
   const first = session.messages.find((/** @type {{ role: string }} */ m) => m.role === "user");
   if (first === undefined) list.append(emptyState());
-  state.firstQuestion = first?.content ?? null;
-  if (first !== undefined && storedTitle(state.session) === null) {
-    storeTitle(state.session, first.content ?? "");
-  }
+  // A session asked before the server kept titles has none until its next question: named here meanwhile.
+  state.title = session.title ?? (titleFrom(first?.content ?? "") || null);
   showTitle();
   // A long session opens at its newest exchange, not at its top.
   list.lastElementChild?.scrollIntoView({ block: "end" });
@@ -205,9 +205,9 @@ function emptyState() {
   );
 }
 
-/** Shows the open session's title (its first question, or the name it was given) and its id, here and in the list. */
+/** Shows the open session's title (its first question's, or the name it was given) and its id, here and in the list. */
 function showTitle() {
-  const title = storedTitle(state.session);
+  const title = state.title;
   byId("session-title").textContent = title ?? "New session";
   byId("session-id").textContent = state.session;
   const entry = [...document.querySelectorAll("#session-list .session")]
@@ -219,7 +219,7 @@ function showTitle() {
 /** @param {string} id */
 async function openSession(id) {
   state.session = id;
-  state.firstQuestion = null;
+  state.title = null;
   history.replaceState(null, "", `#${encodeURIComponent(id)}`);
   rememberSession(id);
   showTitle();
@@ -241,10 +241,9 @@ async function guarded(action) {
 
 /** Sends `message` (undefined: retries the last unanswered one) and draws its frames as they come. @param {string | undefined} message */
 function send(message) {
-  // A session is named from its first question.
-  if (message !== undefined && state.firstQuestion === null) state.firstQuestion = message;
-  if (message !== undefined && storedTitle(state.session) === null) {
-    storeTitle(state.session, message);
+  // The server names a session from its first question as it stores it; shown here at once, by the same rule.
+  if (message !== undefined && state.title === null && titleFrom(message) !== "") {
+    state.title = titleFrom(message);
     showTitle();
   }
   return streamRun(
@@ -389,7 +388,10 @@ async function newSession() {
   byId("input").focus();
 }
 
-/** Rename edits the title in place: Enter or leaving the field keeps it, Esc drops the edit, blank unnames. */
+/**
+ * Rename edits the title in place: Enter or leaving the field sends it to the server, Esc drops the edit; a blank
+ * title names the session from its first question again.
+ */
 function wireRename() {
   const input = /** @type {HTMLInputElement} */ (byId("title-input"));
   const title = byId("session-title");
@@ -400,15 +402,10 @@ function wireRename() {
     input.hidden = true;
     title.hidden = false;
     rename.hidden = false;
-    if (keep) {
-      // A blank title names the session from its first question again.
-      storeTitle(state.session, input.value.trim() === "" ? state.firstQuestion : input.value);
-      showTitle();
-      guarded(async () => void await loadSessions());
-    }
+    if (keep) guarded(() => renameSession(state.session, input.value));
   };
   rename.addEventListener("click", () => {
-    input.value = storedTitle(state.session) ?? "";
+    input.value = state.title ?? "";
     input.hidden = false;
     title.hidden = true;
     rename.hidden = true;
@@ -426,6 +423,23 @@ function wireRename() {
     }
   });
   input.addEventListener("blur", () => finish(true));
+}
+
+/**
+ * Gives session `id` the title `text` on the server, then shows the server's title. A session not stored yet
+ * (no turn) has nothing to rename: the title stays as it is.
+ * @param {string} id
+ * @param {string} text
+ */
+async function renameSession(id, text) {
+  if (!state.known.has(id)) {
+    byId("status").textContent = "Ask a first question: a session is named once it has one.";
+    return;
+  }
+  const renamed = await request("PATCH", `/v1/sessions/${encodeURIComponent(id)}`, { title: text });
+  if (state.session === id) state.title = renamed.title;
+  showTitle();
+  await loadSessions();
 }
 
 /**
