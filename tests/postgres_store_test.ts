@@ -31,6 +31,23 @@ async function withPool<T>(url: string, work: (sql: Awaited<ReturnType<typeof co
   }
 }
 
+/**
+ * Opens `url` (the store migrates it the rest of the way), runs `check` on the store, and then finds the
+ * database at the current version, where migrating again does nothing.
+ */
+async function openMigrated(url: string, check: (store: PostgresStore) => Promise<void>): Promise<void> {
+  const store = await PostgresStore.open(url);
+  try {
+    await check(store);
+  } finally {
+    await store.close();
+  }
+  await withPool(url, async (sql) => {
+    assert.deepEqual([...await sql`SELECT version FROM agent_schema`], [{ version: SCHEMA_VERSION }]);
+    assert.equal(await migrate(sql), SCHEMA_VERSION);
+  });
+}
+
 // Earlier releases counted PostgreSQL's own steps: their 1 and 2 (recorded so by migrate(sql, 3) and
 // migrate(sql, 4)) are the shared versions 3 and 4, and their 3 is the shared 5.
 for (const [version, recorded] of [[3, 1], [4, 2]]) {
@@ -50,8 +67,7 @@ for (const [version, recorded] of [[3, 1], [4, 2]]) {
             VALUES ('alice', 'old', 'gone', now() - interval '1 second')`;
         }
       });
-      const store = await PostgresStore.open(url);
-      try {
+      await openMigrated(url, async (store) => {
         const session = await store.get(keyOf("old", "alice"));
         assert.equal(session?.summary, '{"facts":["kept"]}');
         assert.equal(session?.turnCount, 1);
@@ -71,13 +87,6 @@ for (const [version, recorded] of [[3, 1], [4, 2]]) {
           cursor: null,
         });
         assert.equal(page.events.length, 1, "version 5's table");
-      } finally {
-        await store.close();
-      }
-      await withPool(url, async (sql) => {
-        assert.deepEqual([...await sql`SELECT version FROM agent_schema`], [{ version: SCHEMA_VERSION }]);
-        // Opened again at the current version: nothing to do.
-        assert.equal(await migrate(sql), SCHEMA_VERSION);
       });
     },
   });
@@ -94,8 +103,7 @@ Deno.test({
       await sql`UPDATE agent_schema SET version = 3`;
       await sql`INSERT INTO sessions (user_id, id, created_at, updated_at) VALUES ('alice', 'old', 't0', 't1')`;
     });
-    const store = await PostgresStore.open(url);
-    try {
+    await openMigrated(url, async (store) => {
       assert.equal((await store.get(keyOf("old", "alice")))?.id, "old");
       // Version 6's column: a call's todo is added once.
       const key = keyOf("old", "alice");
@@ -112,12 +120,6 @@ Deno.test({
       assert.deepEqual((await store.recallMemory("alice", "tea?", 5)).map((r) => r.text), [
         "Prefers green tea",
       ]);
-    } finally {
-      await store.close();
-    }
-    await withPool(url, async (sql) => {
-      assert.deepEqual([...await sql`SELECT version FROM agent_schema`], [{ version: SCHEMA_VERSION }]);
-      assert.equal(await migrate(sql), SCHEMA_VERSION);
     });
   },
 });
@@ -131,8 +133,7 @@ Deno.test({
       await migrate(sql, 8);
       await sql`INSERT INTO sessions (user_id, id, created_at, updated_at) VALUES ('alice', 'old', 't0', 't1')`;
     });
-    const store = await PostgresStore.open(url);
-    try {
+    await openMigrated(url, async (store) => {
       assert.equal((await store.get(keyOf("old", "alice")))?.id, "old");
       await store.remember("alice", { items: ["Prefers green tea", "Has a dog"], limit: 5 }, {
         sessionId: "old",
@@ -141,12 +142,6 @@ Deno.test({
         "Prefers green tea",
       ]);
       assert.equal((await store.listMemory("alice"))[0].sourceSession, "old");
-    } finally {
-      await store.close();
-    }
-    await withPool(url, async (sql) => {
-      assert.deepEqual([...await sql`SELECT version FROM agent_schema`], [{ version: SCHEMA_VERSION }]);
-      assert.equal(await migrate(sql), SCHEMA_VERSION);
     });
   },
 });
@@ -165,17 +160,10 @@ Deno.test({
         VALUES ('alice', 'old', ${new TextEncoder().encode("q1")}, 'user',
           ${new TextEncoder().encode("Old question?")}, ${new TextEncoder().encode("t0")})`;
     });
-    const store = await PostgresStore.open(url);
-    try {
+    await openMigrated(url, async (store) => {
       assert.equal((await store.get(keyOf("old", "alice")))?.title, null);
       await store.append(keyOf("old", "alice"), [msg("q2", "user", "New question")]);
       assert.equal((await store.get(keyOf("old", "alice")))?.title, "Old question?");
-    } finally {
-      await store.close();
-    }
-    await withPool(url, async (sql) => {
-      assert.deepEqual([...await sql`SELECT version FROM agent_schema`], [{ version: SCHEMA_VERSION }]);
-      assert.equal(await migrate(sql), SCHEMA_VERSION);
     });
   },
 });
