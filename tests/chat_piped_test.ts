@@ -8,6 +8,25 @@ import { REPL_HELP } from "../src/cli/commands.ts";
 import { LlmError } from "../src/errors.ts";
 import { startFakeProvider } from "./fixtures/fake_openai.ts";
 
+/** Runs piped chat on `h`'s agent with `text` as stdin: its exit code, what it printed and its status lines. */
+async function pipedChat(h: ReturnType<typeof harness>, sessionId: string, text: string) {
+  const input = new PassThrough();
+  const output = textSink();
+  const status = textSink();
+  const chat = runChat({
+    sessionId,
+    userId: "u",
+    deps: h.agent,
+    emit: h.run.emit,
+    input,
+    output: output.stream,
+    status: status.stream,
+    interactive: false,
+  });
+  input.end(text);
+  return { code: await chat, output: output.text(), status: status.text() };
+}
+
 function userMessagesOf(request: Record<string, unknown>): (string | null)[] {
   return (request.messages as { role: string; content: string | null }[])
     .filter((m) => m.role === "user").map((m) => m.content);
@@ -23,23 +42,10 @@ Deno.test("piped chat prints one line per question when text streams before tool
     { content: "6*7 is 42.", deltas: ["6*7 ", "is 42."] },
     { content: "Nothing to compute.", deltas: ["Nothing ", "to compute."] },
   ]);
-  const input = new PassThrough();
-  const output = textSink();
-  const status = textSink();
-  const chat = runChat({
-    sessionId: "piped",
-    userId: "u",
-    deps: h.agent,
-    emit: h.run.emit,
-    input,
-    output: output.stream,
-    status: status.stream,
-    interactive: false,
-  });
-  input.end("what is 6*7?\nand now?\n");
-  assert.equal(await chat, 0);
-  assert.equal(output.text(), "Let me compute that. 6*7 is 42.\nNothing to compute.\n");
-  assert.equal(status.text(), "");
+  const { code, output, status } = await pipedChat(h, "piped", "what is 6*7?\nand now?\n");
+  assert.equal(code, 0);
+  assert.equal(output, "Let me compute that. 6*7 is 42.\nNothing to compute.\n");
+  assert.equal(status, "");
 });
 
 Deno.test("deno task chat piped prints one answer line per question from a provider that writes before its tool calls", async () => {
@@ -101,24 +107,11 @@ Deno.test("piped /retry sends the saved question of a failed turn again", async 
     new LlmError("LLM request failed: HTTP 503 from provider.test", { kind: "http", status: 503 }),
     { content: "the retried answer" },
   ]);
-  const input = new PassThrough();
-  const output = textSink();
-  const status = textSink();
-  const chat = runChat({
-    sessionId: "p",
-    userId: "u",
-    deps: h.agent,
-    emit: h.run.emit,
-    input,
-    output: output.stream,
-    status: status.stream,
-    interactive: false,
-  });
-  input.end("what went wrong?\n/retry\n");
-  assert.equal(await chat, 1, "the failed turn still counts for the exit code");
-  assert.equal(output.text(), "\nthe retried answer\n");
+  const { code, output, status } = await pipedChat(h, "p", "what went wrong?\n/retry\n");
+  assert.equal(code, 1, "the failed turn still counts for the exit code");
+  assert.equal(output, "\nthe retried answer\n");
   assert.equal(
-    status.text(),
+    status,
     "! LLM request failed: HTTP 503 from provider.test; your question is saved: /retry in deno task chat " +
       "--session p sends it again\n",
   );
