@@ -43,20 +43,26 @@ export function denoServerArgs(pkg: string, args: string[] = []): string[] {
 }
 
 /**
- * Why these servers cannot run here (not in Deno's cache, and no registry to fetch them from), or null. Found
- * once, by caching them as locked; a test that needs them is ignored with this reason, never failed.
+ * Why the test-only `packages` (what they are: `what`) cannot run here, or null: cached as `tests/deno.lock`
+ * locks them (from Deno's cache, or the registry), in a child `deno cache` with this process's environment.
  */
-const missing: string | null = await (async () => {
+export async function uncached(packages: readonly string[], what: string): Promise<string | null> {
   const output = await new Deno.Command("deno", {
-    args: ["cache", "--quiet", `--lock=${TEST_LOCK}`, "--frozen", EVERYTHING, FILESYSTEM, MEMORY],
+    args: ["cache", "--quiet", `--lock=${TEST_LOCK}`, "--frozen", ...packages],
     env: { NO_COLOR: "1" },
     stdout: "null",
     stderr: "piped",
   }).output();
   if (output.success) return null;
   const why = new TextDecoder().decode(output.stderr).trim().split("\n")[0];
-  return `the MCP test servers cannot be had here (${why})`;
-})();
+  return `${what} cannot be had here (${why})`;
+}
+
+/**
+ * Why these servers cannot run here (not in Deno's cache, and no registry to fetch them from), or null. Found
+ * once, by caching them as locked; a test that needs them is ignored with this reason, never failed.
+ */
+const missing = await uncached([EVERYTHING, FILESYSTEM, MEMORY], "the MCP test servers");
 if (missing !== null) console.error(`Ignoring the tests of real MCP servers: ${missing}`);
 
 /** A test that runs the real MCP servers above: ignored, saying why once, where they cannot be had. */

@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { McpEndpoint } from "../src/mcp/http_endpoint.ts";
 import { tempDir } from "./_harness.ts";
 import { httpHarness, withServer } from "./_http_harness.ts";
-import { denoEnvironment } from "./_mcp_servers.ts";
+import { denoEnvironment, uncached } from "./_mcp_servers.ts";
 
 const SUITE = "npm:@modelcontextprotocol/conformance@0.1.16";
 const TEST_LOCK = new URL("./deno.lock", import.meta.url).pathname;
@@ -30,17 +30,7 @@ const APPLYING = [
 ];
 
 /** Why the suite cannot run here (not cached, and no registry to fetch it from), or null. */
-const missing: string | null = await (async () => {
-  const output = await new Deno.Command("deno", {
-    args: ["cache", "--quiet", `--lock=${TEST_LOCK}`, "--frozen", SUITE],
-    env: { NO_COLOR: "1" },
-    stdout: "null",
-    stderr: "piped",
-  }).output();
-  if (output.success) return null;
-  const why = new TextDecoder().decode(output.stderr).trim().split("\n")[0];
-  return `the MCP conformance suite cannot be had here (${why})`;
-})();
+const missing = await uncached([SUITE], "the MCP conformance suite");
 if (missing !== null) console.error(`Ignoring the MCP conformance tests: ${missing}`);
 
 /** Runs the suite with `args`, as locked; resolves to its exit code and output. */
