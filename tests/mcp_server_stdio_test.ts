@@ -34,6 +34,16 @@ type ToolResult = {
   isError?: boolean;
 };
 
+/** What the agent started over stdio needs of a test: the Deno cache, its model, and `dir` for its data. */
+function agentEnvironment(dir: string, model: string): Record<string, string> {
+  return {
+    ...denoEnvironment(),
+    OPENAI_BASE_URL: model,
+    AGENT_DB_PATH: `${dir}/db/sessions.db`,
+    AGENT_TRACE_PATH: `${dir}/trace/traces.jsonl`,
+  };
+}
+
 Deno.test("docs/mcp.md's Claude Desktop and VS Code entries run deno task mcp in the repository", () => {
   const desktop = (documentedEntry("### Claude Desktop").mcpServers as Record<string, Entry>)["mini-agent"];
   const vscode = (documentedEntry("### VS Code").servers as Record<string, Entry>)["mini-agent"];
@@ -53,10 +63,7 @@ Deno.test("the documented Claude Desktop entry starts the agent over stdio: ask,
   const env = {
     ...getDefaultEnvironment(),
     ...entry.env,
-    ...denoEnvironment(),
-    OPENAI_BASE_URL: provider.url,
-    AGENT_DB_PATH: `${dir.path}/db/sessions.db`,
-    AGENT_TRACE_PATH: `${dir.path}/trace/traces.jsonl`,
+    ...agentEnvironment(dir.path, provider.url),
     NO_COLOR: "1",
   };
   const transport = new DenoStdioTransport({ command: entry.command, args, env });
@@ -109,13 +116,7 @@ Deno.test("the documented Claude Desktop entry starts the agent over stdio: ask,
 Deno.test("deno task mcp --user keeps that user's sessions apart from the local user's", async () => {
   using dir = tempDir();
   const provider = startFakeProvider();
-  const env = {
-    ...getDefaultEnvironment(),
-    ...denoEnvironment(),
-    OPENAI_BASE_URL: provider.url,
-    AGENT_DB_PATH: `${dir.path}/db/sessions.db`,
-    AGENT_TRACE_PATH: `${dir.path}/trace/traces.jsonl`,
-  };
+  const env = { ...getDefaultEnvironment(), ...agentEnvironment(dir.path, provider.url) };
   const start = async (user: string[]) => {
     const transport = new DenoStdioTransport({
       command: "deno",
@@ -155,13 +156,7 @@ Deno.test("deno task mcp: a cancelled ask aborts its turn and takes back what it
   const provider = startFakeProvider();
   let release!: () => void;
   provider.hold = new Promise((resolve) => (release = resolve));
-  const env = {
-    ...getDefaultEnvironment(),
-    ...denoEnvironment(),
-    OPENAI_BASE_URL: provider.url,
-    AGENT_DB_PATH: `${dir.path}/db/sessions.db`,
-    AGENT_TRACE_PATH: `${dir.path}/trace/traces.jsonl`,
-  };
+  const env = { ...getDefaultEnvironment(), ...agentEnvironment(dir.path, provider.url) };
   const transport = new DenoStdioTransport({
     command: "deno",
     args: ["task", "--quiet", "--cwd", ROOT, "mcp"],
