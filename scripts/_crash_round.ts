@@ -129,25 +129,39 @@ export async function killRound(run: Run, round: number): Promise<KillOutcome> {
   };
   /**
    * tool_blocked: the test holds the trace's lock from before the todo call's reply goes out, so the child stops
-   * at its first line after reading it (`llm_call`). Every 20 ms the lock is let go and asked for again at once:
-   * a child that waits writes that one line, stores the call, and stops at its `tool_call` line, before the tool
-   * runs; it is killed once the call is seen stored. (No database lock: a lease renewal waiting for it would
-   * hold up the whole child.)
+   * at its first line after reading it (`llm_call`), before it stores the call; the test sees it wait there in
+   * `/proc/locks`. Then, holding the database's write lock, it lets the trace go: the child writes that line and then waits for the database to store the
+   * call (a busy wait: nothing else of it runs meanwhile). The test takes the trace's lock back, which the child
+   * no longer holds any of, and lets the database go: the child stores the call and stops at its next line
+   * (`tool_call`), before the tool runs. It is killed once the call is seen stored. Each step waits for the one
+   * before, so how busy the machine is changes nothing.
    */
   const blockOnceStored = async (id: string, first: { release(): void }) => {
-    let lock = first;
-    const deadline = Date.now() + 5000;
+    let trace = first;
+    let database: { release(): void } | null = null;
+    const repliesWithCalls = () =>
+      wholeEvents(readFrom(run.tracePath, traceStart)).filter((e) =>
+        e.event === "llm_call" && isRecord(e.data) && Number(e.data.tool_call_count) > 0
+      ).length;
+    const until = async (done: () => boolean | Promise<boolean>) => {
+      const deadline = Date.now() + 5000;
+      while (killedIn === null && Date.now() < deadline && !(await done())) await delay(2);
+    };
     try {
-      while (killedIn === null && Date.now() < deadline) {
-        if ((await readSession(run.dbPath))?.callIds.has(id)) break;
-        await delay(20);
-        const next = holdTraceLock(run.tracePath);
-        lock.release();
-        lock = await next;
-      }
+      const seen = repliesWithCalls();
+      // Not before: a child still waiting for the reply could meet the database's lock first (a timer's write).
+      await until(() => waitsForLock(run.tracePath));
+      database = holdWriteLock(run.dbPath);
+      trace.release();
+      await until(() => repliesWithCalls() > seen);
+      trace = await holdTraceLock(run.tracePath);
+      database.release();
+      database = null;
+      await until(async () => (await readSession(run.dbPath))?.callIds.has(id) ?? false);
       kill();
     } finally {
-      lock.release();
+      database?.release();
+      trace.release();
     }
   };
   const watchTrace = async (found: (events: Record<string, unknown>[]) => boolean, timeoutMs: number) => {
@@ -226,6 +240,18 @@ export async function killRound(run: Run, round: number): Promise<KillOutcome> {
   });
   if (fallback) moment += " (fallback timer)";
   return { moment, turns: (after?.turns ?? 0) - before.turns, problems };
+}
+
+/**
+ * Whether a process waits for a lock of the file at `path` (Linux: a `->` line of `/proc/locks` for its inode,
+ * read with `cat`, since Deno grants `/proc` files only to a process allowed everything).
+ */
+async function waitsForLock(path: string): Promise<boolean> {
+  const inode = Deno.statSync(path).ino;
+  const { stdout } = await new Deno.Command("cat", { args: ["/proc/locks"], stderr: "null" }).output();
+  return new TextDecoder().decode(stdout).split("\n").some((line) =>
+    line.includes("->") && line.includes(`:${inode} `)
+  );
 }
 
 /** A fresh chat process runs one turn to its end: exit 0 and the expected answer on stdout. */
