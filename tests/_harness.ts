@@ -140,18 +140,18 @@ export interface ProcessResult {
 }
 
 /**
- * Runs `command args` in the repository root with `stdin` piped in and `NO_COLOR=1`, and collects its
- * output. With `clearEnv`, the child sees only `env`.
+ * Runs `command args` in the repository root (or `cwd`) with `stdin` piped in and `NO_COLOR=1`, and collects
+ * its output. With `clearEnv`, the child sees only `env`.
  */
 export async function runProcess(
   command: string,
   args: string[],
-  options: { env?: Record<string, string>; stdin?: string; clearEnv?: boolean } = {},
+  options: { env?: Record<string, string>; stdin?: string; clearEnv?: boolean; cwd?: string } = {},
 ): Promise<ProcessResult> {
-  const { env = {}, stdin = "", clearEnv = false } = options;
+  const { env = {}, stdin = "", clearEnv = false, cwd = ROOT } = options;
   const child = new Deno.Command(command, {
     args,
-    cwd: ROOT,
+    cwd,
     env: { NO_COLOR: "1", ...env },
     clearEnv,
     stdin: "piped",

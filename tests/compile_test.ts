@@ -14,24 +14,6 @@ if (reason !== null) console.log(`compile test ignored: ${reason}`);
 /** The settings that name data paths, unset: the defaults (data/…) are relative. */
 const DEFAULT_PATHS = { AGENT_DB_PATH: "", AGENT_TRACE_PATH: "", AGENT_HISTORY_PATH: "" };
 
-/** Runs `command` in `cwd` with the parent's environment (DENO_DIR, certificates, proxies) plus `env`. */
-async function runIn(cwd: string, command: string, args: string[], env: Record<string, string>, stdin = "") {
-  const child = new Deno.Command(command, {
-    args,
-    cwd,
-    env: { ...env, NO_COLOR: "1" },
-    stdin: "piped",
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
-  const writer = child.stdin.getWriter();
-  await writer.write(new TextEncoder().encode(stdin));
-  await writer.close();
-  const { code, stdout, stderr } = await child.output();
-  const text = new TextDecoder();
-  return { code, stdout: text.decode(stdout), stderr: text.decode(stderr) };
-}
-
 Deno.test({
   name:
     "deno task compile builds mini-agent for the settings it is given; run from another folder it keeps " +
@@ -52,10 +34,10 @@ Deno.test({
       const work = `${dir.path}/work`;
       Deno.mkdirSync(work);
 
-      const help = await runIn(work, binary, ["--help"], settings);
+      const help = await runProcess(binary, ["--help"], { cwd: work, env: settings });
       assert.equal(help.code, 0, help.stderr);
       assert.match(help.stdout, /chat/);
-      const chat = await runIn(work, binary, ["chat", "what is 12*(3+4)?"], settings);
+      const chat = await runProcess(binary, ["chat", "what is 12*(3+4)?"], { cwd: work, env: settings });
       assert.equal(chat.code, 0, chat.stderr);
       assert.equal(chat.stdout, "The answer is 84.\n");
       assert.equal(provider.requests.length, 2, "the calculator call and the answer");
@@ -64,9 +46,9 @@ Deno.test({
       assert.ok(Deno.statSync(`${work}/data/traces.jsonl`).isFile);
 
       // Another model host than the one it was compiled for: one line saying so, before any work.
-      const other = await runIn(work, binary, ["chat", "hi"], {
-        ...settings,
-        OPENAI_BASE_URL: `http://127.0.0.1:${freePort()}/v1`,
+      const other = await runProcess(binary, ["chat", "hi"], {
+        cwd: work,
+        env: { ...settings, OPENAI_BASE_URL: `http://127.0.0.1:${freePort()}/v1` },
       });
       assert.equal(other.code, 2);
       assert.match(
@@ -74,7 +56,7 @@ Deno.test({
         /^Cannot start: missing permission --allow-net=127\.0\.0\.1:\d+ \(this binary was compiled for other settings: run deno task compile with these\)\n$/,
       );
 
-      const demo = await runIn(work, binary, ["demo"], settings);
+      const demo = await runProcess(binary, ["demo"], { cwd: work, env: settings });
       assert.equal(demo.code, 0, demo.stdout + demo.stderr);
       assert.match(demo.stdout, /5\/5 phases passed/);
     } finally {
