@@ -204,20 +204,35 @@ Deno.test("SqliteStore refuses to migrate a version-1 database with a message of
   assert.deepEqual(schemaOf(path), before, "the transaction rolled back");
 });
 
+/**
+ * A database of `version`: one of today's with session "s" and what `fill` writes (a todo, "keep me"), then
+ * `drop` taking the later versions' tables and columns away, and the version recorded.
+ */
+async function olderDatabase(
+  path: string,
+  version: number,
+  drop: string,
+  fill: (store: SqliteStore) => Promise<unknown> = (store) => store.addTodo(keyOf("s"), "keep me"),
+): Promise<void> {
+  const store = new SqliteStore(path, { now: () => new Date(T0) });
+  await store.getOrCreate(keyOf("s"));
+  await fill(store);
+  await store.close();
+  const db = new DatabaseSync(path);
+  db.exec(`${drop} PRAGMA user_version = ${version};`);
+  db.close();
+}
+
 Deno.test("SqliteStore migrates a version-4 database (no trace table) to the current version keeping every row", async () => {
   using dir = tempDir();
   const path = `${dir.path}/s.db`;
-  const store = new SqliteStore(path);
-  await store.getOrCreate(keyOf("s"));
-  await store.addTodo(keyOf("s"), "keep me");
-  await store.close();
-  const db = new DatabaseSync(path);
-  db.exec(
+  await olderDatabase(
+    path,
+    4,
     "DROP TABLE trace_events; DROP INDEX todos_by_call; ALTER TABLE todos DROP COLUMN call_id; " +
       "ALTER TABLE sessions DROP COLUMN calibration; DROP TABLE session_usage; DROP TABLE usage_daily; " +
-      `${DROP_MEMORY} ${DROP_TITLE} PRAGMA user_version = 4;`,
+      `${DROP_MEMORY} ${DROP_TITLE}`,
   );
-  db.close();
 
   const migrated = new SqliteStore(path);
   try {
@@ -249,13 +264,7 @@ const DROP_TITLE = "ALTER TABLE sessions DROP COLUMN title;";
 Deno.test("SqliteStore migrates a version-8 database to the user's memory, keeping every row", async () => {
   using dir = tempDir();
   const path = `${dir.path}/s.db`;
-  const store = new SqliteStore(path);
-  await store.getOrCreate(keyOf("s"));
-  await store.addTodo(keyOf("s"), "keep me");
-  await store.close();
-  const db = new DatabaseSync(path);
-  db.exec(`${DROP_MEMORY} ${DROP_TITLE} PRAGMA user_version = 8;`);
-  db.close();
+  await olderDatabase(path, 8, `${DROP_MEMORY} ${DROP_TITLE}`);
 
   const migrated = new SqliteStore(path);
   try {
@@ -276,13 +285,9 @@ Deno.test("SqliteStore migrates a version-8 database to the user's memory, keepi
 Deno.test("SqliteStore migrates a version-9 database to session titles: a session asked before is named from its first question", async () => {
   using dir = tempDir();
   const path = `${dir.path}/s.db`;
-  const store = new SqliteStore(path, { now: () => new Date(T0) });
-  await store.getOrCreate(keyOf("s"));
-  await store.append(keyOf("s"), [{ id: "q1", role: "user", content: "Old question?", createdAt: T0 }]);
-  await store.close();
-  const db = new DatabaseSync(path);
-  db.exec(`${DROP_TITLE} PRAGMA user_version = 9;`);
-  db.close();
+  await olderDatabase(path, 9, DROP_TITLE, async (store) => {
+    await store.append(keyOf("s"), [{ id: "q1", role: "user", content: "Old question?", createdAt: T0 }]);
+  });
 
   const migrated = new SqliteStore(path, { now: () => new Date(T0) });
   try {
