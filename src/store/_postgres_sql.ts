@@ -94,9 +94,10 @@ export class PostgresSql implements SessionSql {
     return rows.length === 1;
   }
 
-  async touchSession({ userId, sessionId }: SessionKey, turns: number, stamp: string): Promise<void> {
-    await this.#db`UPDATE sessions SET turn_count = turn_count + ${turns}, updated_at = ${stamp}
-      WHERE user_id = ${userId} AND id = ${sessionId}`;
+  async touchSession({ userId, sessionId }: SessionKey, turns: number, stamp: string): Promise<boolean> {
+    const rows = await this.#db`UPDATE sessions SET turn_count = turn_count + ${turns}, updated_at = ${stamp}
+      WHERE user_id = ${userId} AND id = ${sessionId} RETURNING title IS NULL AS untitled`;
+    return rows[0]?.untitled === true;
   }
 
   async deleteMessage({ userId, sessionId }: SessionKey, id: string): Promise<string | null> {

@@ -53,7 +53,8 @@ export const SQL = {
   nameSession: "UPDATE sessions SET title = ? WHERE user_id = ? AND id = ? AND title IS NULL",
   setTitle: "UPDATE sessions SET title = ? WHERE user_id = ? AND id = ?",
   touchSession:
-    "UPDATE sessions SET turn_count = turn_count + ?, updated_at = ? WHERE user_id = ? AND id = ?",
+    "UPDATE sessions SET turn_count = turn_count + ?, updated_at = ? WHERE user_id = ? AND id = ? " +
+    "RETURNING title IS NULL AS untitled",
   deleteMessage: "DELETE FROM messages WHERE user_id = ? AND session_id = ? AND id = ? " +
     "RETURNING rowid, CAST(id AS BLOB) AS id, role",
   setSummary: "UPDATE sessions SET summary = ?, compacted_turns = compacted_turns + ?, updated_at = ? " +
@@ -233,8 +234,8 @@ export class SqliteSql implements SessionSql {
     return this.#sql.setTitle.run(title, userId, sessionId).changes === 1;
   }
 
-  async touchSession({ userId, sessionId }: SessionKey, turns: number, stamp: string): Promise<void> {
-    this.#sql.touchSession.run(turns, stamp, userId, sessionId);
+  async touchSession({ userId, sessionId }: SessionKey, turns: number, stamp: string): Promise<boolean> {
+    return this.#sql.touchSession.get(turns, stamp, userId, sessionId)?.untitled === 1;
   }
 
   async deleteMessage(key: SessionKey, id: string): Promise<string | null> {

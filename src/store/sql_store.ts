@@ -56,8 +56,8 @@ export interface SessionSql {
   nameSession(key: SessionKey, title: string): Promise<void>;
   /** Sets the session's title (null: none); false when there is no such session. */
   setTitle(key: SessionKey, title: string | null): Promise<boolean>;
-  /** Adds `turns` (negative: removes) to the session's turn count and stamps it updated. */
-  touchSession(key: SessionKey, turns: number, stamp: string): Promise<void>;
+  /** Adds `turns` (negative: removes) to the session's turn count and stamps it updated; true when it has no title. */
+  touchSession(key: SessionKey, turns: number, stamp: string): Promise<boolean>;
   /** Deletes message `id`; resolves to its role, or null when it is not stored. */
   deleteMessage(key: SessionKey, id: string): Promise<string | null>;
   /** Sets the summary and adds `turns` to the compacted turns; false when there is no such session. */
@@ -301,8 +301,8 @@ export class SqlStore implements SessionStore {
     // All checked before the first insert: a malformed message changes nothing.
     const roles = await sql.insertMessages(key, messages.map(toRow));
     const turns = roles.filter((role) => role === "user").length;
-    if (roles.length > 0) await sql.touchSession(key, turns, this.#stamp());
-    if (turns > 0 && (await sql.session(key))?.title === null) {
+    const untitled = roles.length > 0 && await sql.touchSession(key, turns, this.#stamp());
+    if (turns > 0 && untitled) {
       const title = await firstQuestionTitle(sql, key);
       if (title !== null) await sql.nameSession(key, title);
     }
