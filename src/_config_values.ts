@@ -3,6 +3,7 @@
  * token pairs. Private to `config.ts`, which owns the settings themselves.
  * @module
  */
+import { isValidId } from "./store/store.ts";
 import { ConfigError } from "./errors.ts";
 import { parseAllowedHosts } from "./http/host_guard.ts";
 import { parseDatabaseUrl } from "./store/database_url.ts";
@@ -75,7 +76,7 @@ function parseTokens(raw: string, fail: (detail?: string) => ConfigError): ApiTo
     const colon = pair.lastIndexOf(":");
     const token = pair.slice(0, colon).trim();
     const userId = pair.slice(colon + 1).trim();
-    if (colon < 1 || token === "" || !/^[A-Za-z0-9._:-]{1,128}$/.test(userId)) throw fail();
+    if (colon < 1 || token === "" || !isValidId(userId)) throw fail();
     const named = `pair ${index + 1} (user ${userId})`;
     if (token.length < MIN_TOKEN_CHARS) {
       throw fail(

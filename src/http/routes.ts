@@ -21,6 +21,7 @@ import { handleIndex, handleWebFile } from "./web_route.ts";
 import { handleUsage } from "./usage_route.ts";
 import { forgetMemory, listMemory } from "./memory_route.ts";
 import { handleRename } from "./rename_route.ts";
+import { messageJson, sessionListItem, todoJson } from "./session_json.ts";
 
 /** One route: a method, a path template such as `/v1/sessions/{id}/messages`, and its handler. */
 export interface Route {
@@ -73,26 +74,11 @@ export function createRoutes(deps: HandlerDeps): Route[] {
     route("GET", "/web/{file}", (_request, params) => handleWebFile(params.file)),
     route("GET", "/v1/sessions", async (request) => {
       const sessions = await store.listSessions(user(request));
-      const list = sessions.map((s) => ({
-        id: s.id,
-        title: s.title,
-        turn_count: s.turnCount,
-        updated_at: s.updatedAt,
-      }));
-      return Response.json({ sessions: list });
+      return Response.json({ sessions: sessions.map(sessionListItem) });
     }),
     route("GET", "/v1/sessions/{id}", async (request, params) => {
       const session = await own(request, params.id);
-      const messages = (await store.messages(keyOf(session))).map((m) => {
-        const { role, content, createdAt: created_at } = m;
-        return {
-          role,
-          content,
-          tool_calls: m.toolCalls ?? null,
-          tool_call_id: m.toolCallId ?? null,
-          created_at,
-        };
-      });
+      const messages = (await store.messages(keyOf(session))).map(messageJson);
       const { id: session_id, title, turnCount: turn_count, createdAt: created_at, updatedAt: updated_at } =
         session;
       const summary = parseSummary(session.summary);
@@ -142,10 +128,7 @@ export function createRoutes(deps: HandlerDeps): Route[] {
     }),
     route("GET", "/v1/sessions/{id}/todos", async (request, params) => {
       const session = await own(request, params.id);
-      const todos = (await store.listTodos(keyOf(session))).map((t) => {
-        const { id, text, completed, createdAt: created_at, completedAt: completed_at } = t;
-        return { id, text, completed, created_at, completed_at };
-      });
+      const todos = (await store.listTodos(keyOf(session))).map(todoJson);
       return Response.json({ session_id: session.id, todos });
     }),
     route("GET", "/v1/usage", (request) => handleUsage(request, user(request), deps)),

@@ -17,7 +17,8 @@ import type { EventSink, RunEvent } from "../events.ts";
 import { approvalPending } from "../agent/agent.ts";
 import { approvalCalls } from "../approval/decisions.ts";
 import { parseSummary } from "../memory/summary.ts";
-import { type SessionKey, validateId } from "../store/store.ts";
+import { isValidId, type SessionKey, validateId } from "../store/store.ts";
+import { messageJson, sessionListItem, todoJson } from "../http/session_json.ts";
 import type { TurnResult } from "../types.ts";
 import { failedTurn, toHttpError } from "../http/errors.ts";
 import { queueTurn, type TurnDeps } from "../http/turn_route.ts";
@@ -203,13 +204,7 @@ export function createAgentServer(
   };
 
   const sessions = async (): Promise<CallToolResult> => {
-    const list = (await store.listSessions(userId)).map((s) => ({
-      id: s.id,
-      title: s.title,
-      turn_count: s.turnCount,
-      updated_at: s.updatedAt,
-    }));
-    return json({ sessions: list });
+    return json({ sessions: (await store.listSessions(userId)).map(sessionListItem) });
   };
 
   const history = async (args: Record<string, unknown>): Promise<CallToolResult> => {
@@ -220,13 +215,7 @@ export function createAgentServer(
     }
     const key = { userId, sessionId };
     if (await store.get(key) === null) return toolError(`Session "${sessionId}" not found`);
-    const messages = (await store.messages(key)).slice(-last).map((m) => ({
-      role: m.role,
-      content: m.content,
-      tool_calls: m.toolCalls ?? null,
-      tool_call_id: m.toolCallId ?? null,
-      created_at: m.createdAt,
-    }));
+    const messages = (await store.messages(key)).slice(-last).map(messageJson);
     return json({ session_id: sessionId, messages });
   };
 
@@ -281,19 +270,13 @@ export function createAgentServer(
     const match = /^session:\/\/([^/]+)\/(summary|todos)$/.exec(uri);
     if (match === null) throw notFound();
     const key = { userId, sessionId: match[1] };
-    const session = /^[A-Za-z0-9._:-]{1,128}$/.test(key.sessionId) ? await store.get(key) : null;
+    const session = isValidId(key.sessionId) ? await store.get(key) : null;
     if (session === null) throw notFound();
     const body = match[2] === "summary"
       ? { session_id: session.id, summary: parseSummary(session.summary) }
       : {
         session_id: session.id,
-        todos: (await store.listTodos(key)).map((t) => ({
-          id: t.id,
-          text: t.text,
-          completed: t.completed,
-          created_at: t.createdAt,
-          completed_at: t.completedAt,
-        })),
+        todos: (await store.listTodos(key)).map(todoJson),
       };
     return { contents: [{ uri, mimeType: "application/json", text: JSON.stringify(body) }] };
   });

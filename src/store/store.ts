@@ -271,9 +271,14 @@ export interface SessionStore {
 
 const ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
+/** Whether `id` is 1–128 characters of `[A-Za-z0-9._:-]`: a session, user or run id. */
+export function isValidId(id: unknown): id is string {
+  return typeof id === "string" && ID.test(id);
+}
+
 /** `id` if it is 1–128 characters of `[A-Za-z0-9._:-]`, else a `SessionError`; `what` names it in the message. */
 export function validateId(id: unknown, what = "session id"): string {
-  if (typeof id === "string" && ID.test(id)) return id;
+  if (isValidId(id)) return id;
   const shown = typeof id === "string"
     ? JSON.stringify(id.length > 40 ? id.slice(0, 40) + "…" : id)
     : typeof id;
