@@ -37,7 +37,8 @@ import {
 import { openTurn, type PausedStep, type Turn } from "./turn.ts";
 import { checkAnswer, listed, repairRequest } from "./response_format.ts";
 import { isDeadline, TurnDeadline } from "./deadline.ts";
-import type { Closing } from "../events.ts";
+import type { Closing, EventSink } from "../events.ts";
+import type { CompactionResult } from "../memory/compact.ts";
 
 export type { Agent, Decision, RunOptions, TurnInput };
 
@@ -81,18 +82,7 @@ export function runTurn(input: TurnInput, agent: Agent, run: RunOptions): Promis
     // Once answered, a compaction due by the turn trigger runs in the background, after the answer is out.
     const stored = result.failure === undefined || result.outcome === "invalid_output";
     if (stored && result.outcome !== "awaiting_approval") {
-      turn.memory.afterAnswer((compaction, emit) => {
-        const usage = compaction.usage === null ? null : usageData(compaction.usage);
-        turn.event("compact", null, { ...compaction.event, background: true, usage }, emit);
-        if (compaction.memory !== null) {
-          turn.event(
-            "memory_write",
-            null,
-            { source: "compaction", ...compaction.memory, background: true },
-            emit,
-          );
-        }
-      });
+      turn.memory.afterAnswer((compaction, emit) => traceCompaction(turn, compaction, null, emit));
     }
     return result;
   }, agentSpan(input.sessionId, agent.llm.info));
@@ -168,11 +158,30 @@ function isStop(kind: FailureKind | undefined): boolean {
 async function compactIfOverBudget(turn: Turn, step: number): Promise<void> {
   const compaction = await turn.memory.beforeRequest(turn.run.signal);
   if (compaction === null) return;
-  turn.event("compact", step, { ...compaction.event, background: false });
-  if (compaction.memory !== null) {
-    turn.event("memory_write", step, { source: "compaction", ...compaction.memory });
-  }
+  traceCompaction(turn, compaction, step);
   turn.addUsage(compaction.usage);
+}
+
+/**
+ * Traces a compaction: its `compact` event and, when it wrote the user's memory, its `memory_write`. One of
+ * this step's (`step`), or one in the background after the answer (`step` null), which goes to `emit` and
+ * carries its own usage, since it counts in no turn.
+ */
+function traceCompaction(
+  turn: Turn,
+  compaction: CompactionResult,
+  step: number | null,
+  emit?: EventSink,
+): void {
+  const { event, memory } = compaction;
+  if (step !== null) turn.event("compact", step, { ...event, background: false });
+  else {
+    const usage = compaction.usage === null ? null : usageData(compaction.usage);
+    turn.event("compact", null, { ...event, background: true, usage }, emit);
+  }
+  if (memory === null) return;
+  const write = { source: "compaction" as const, ...memory };
+  turn.event("memory_write", step, step === null ? { ...write, background: true } : write, emit);
 }
 
 /**
