@@ -272,3 +272,16 @@ Deno.test("planCompaction() never cuts on a nudge, a tool or an assistant messag
 Deno.test("parseSummaryPatch() accepts an upper-case JSON fence and turns C0 and C1 control characters into spaces", () => {
   assert.deepEqual(parseSummaryPatch('```JSON\n{"facts": ["a\\u0085b\\u001bc"]}\n```').facts, ["a b c"]);
 });
+
+Deno.test("planCompaction() over budget with only the current turn, by a summary larger than the reserve, says so", () => {
+  const messages: Message[] = [{ role: "user", content: "hi" }, { role: "assistant", content: "hello" }];
+  const options = { maxRawTurns: 1, maxCtxTokens: 200, fixedTokens: 100 };
+  // The turn (12) fits beside the fixed parts (100) and the reserve (50); with a stored summary of 95 the
+  // request (207) does not, and nothing can be cut to trim that summary.
+  assert.equal(planCompaction(messages, { ...options, currentSummaryTokens: 40 }), null, "within budget");
+  const plan = planCompaction(messages, { ...options, currentSummaryTokens: 95 });
+  assert.deepEqual(plan && { cutIndex: plan.cutIndex, overBudget: plan.overBudget }, {
+    cutIndex: 0,
+    overBudget: true,
+  });
+});

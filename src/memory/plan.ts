@@ -136,7 +136,10 @@ export interface CompactionPlan {
   /** Messages before this index go into the summary and are deleted; the message at it is a user message. */
   cutIndex: number;
   trigger: "turns" | "tokens" | "turns+tokens";
-  /** True when even the current turn alone does not fit the budget: it is sent anyway. */
+  /**
+   * True when what cannot be cut does not fit the budget (the current turn, or with nothing before it to cut,
+   * the summary beside it): it is sent anyway.
+   */
   overBudget: boolean;
   /** Estimated request tokens before and after the cut (the summary counted at its largest afterwards). */
   tokensBefore: number;
@@ -180,8 +183,8 @@ export interface PlanOptions {
 
 /**
  * Plans a compaction of `messages` (the session's raw messages, the current user message last among the
- * user messages), or returns null when neither threshold is exceeded or there is nothing before the current
- * turn to cut. Pure; never throws.
+ * user messages), or returns null when neither threshold is exceeded. Over the token budget with nothing before
+ * the current turn to cut, the plan cuts nothing (`cutIndex` 0) and is over budget. Pure; never throws.
  *
  * The cut always falls on a real user message, so a tool call is never separated from its results and the
  * current user message is always kept. The turn trigger fires beyond `maxRawTurns + compactBatch` turns and
@@ -218,9 +221,9 @@ export function planCompaction(messages: readonly Message[], options: PlanOption
   const overBudget = suffix[starts[turn]] > budget;
   const cutIndex = starts[turn];
   const trigger = overTurns && overTokens ? "turns+tokens" : overTurns ? "turns" : "tokens";
-  if (cutIndex === 0) {
-    return overBudget ? { cutIndex, trigger, overBudget, tokensBefore, tokensAfter: tokensBefore } : null;
-  }
+  // Nothing before the current turn to cut (so over on tokens alone): the request goes over budget as it is,
+  // whether the turn itself does not fit or a stored summary larger than the reserve, which only a cut trims.
+  if (cutIndex === 0) return { cutIndex, trigger, overBudget: true, tokensBefore, tokensAfter: tokensBefore };
   return {
     cutIndex,
     trigger,
