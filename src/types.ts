@@ -33,6 +33,23 @@ export interface Message {
   toolCalls?: ToolCall[];
   /** Tool only: which call this result answers. */
   toolCallId?: string;
+  /** Assistant only: what its provider needs back on later requests (see {@linkcode ProviderState}). */
+  providerState?: ProviderState;
+}
+
+/**
+ * What a provider sent beside an assistant message that it needs back on later requests, kept opaque and
+ * exactly as received: the message's own fields (`reasoning_content`, `reasoning_details`, `extra_content`)
+ * and each tool call's (`extra_content`, by the call's position). It goes back only to `origin`, the base URL
+ * and model family that produced it, and nowhere else: never traced, shown or summarised.
+ */
+export interface ProviderState {
+  /** Who produced it: the endpoint and model family (see `modelOrigin` in `llm/wire.ts`). */
+  origin: string;
+  /** Fields of the assistant message, by wire name. */
+  message?: Readonly<Record<string, unknown>>;
+  /** Fields of each tool call by its position in `toolCalls` (null: none for that call). */
+  calls?: readonly (Readonly<Record<string, unknown>> | null)[];
 }
 
 /** A message as stored in a session: its stable id makes saving idempotent. */
@@ -86,6 +103,13 @@ export interface ChatReply {
   model: string;
   /** Transient failures retried before this reply came (0 or absent: the first attempt answered). */
   retries?: number;
+  /** What the provider needs back with this message on later requests, if it sent any. */
+  providerState?: ProviderState;
+  /**
+   * Why the reply ended, as the provider said (`stop`, `tool_calls`, `length`, …); `null` when it said
+   * nothing (a stream that ended without a finish reason). Absent from clients that do not know.
+   */
+  finishReason?: string | null;
 }
 
 /**

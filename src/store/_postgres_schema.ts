@@ -158,6 +158,17 @@ const SESSION_TITLE = `
 ALTER TABLE sessions ADD COLUMN title text;
 `;
 
+/**
+ * Version 11: what a provider needs back of an assistant message (JSON of a `ProviderState`, never shown), on
+ * a stored message and on a paused step; and the input tokens a provider read from its cache.
+ */
+const PROVIDER_STATE = `
+ALTER TABLE messages ADD COLUMN provider_state text;
+ALTER TABLE pending_steps ADD COLUMN provider_state text;
+ALTER TABLE usage_daily ADD COLUMN cached_tokens bigint NOT NULL DEFAULT 0;
+ALTER TABLE session_usage ADD COLUMN cached_tokens bigint NOT NULL DEFAULT 0;
+`;
+
 const STEPS: readonly MigrationStep<string>[] = [
   { from: 0, to: 3, run: SESSION_TABLES },
   { from: 3, to: 4, run: LEASE_TABLE },
@@ -167,6 +178,7 @@ const STEPS: readonly MigrationStep<string>[] = [
   { from: 7, to: 8, run: USAGE_TABLES },
   { from: 8, to: 9, run: MEMORY_TABLES },
   { from: 9, to: 10, run: SESSION_TITLE },
+  { from: 10, to: 11, run: PROVIDER_STATE },
 ];
 
 /**

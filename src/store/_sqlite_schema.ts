@@ -191,6 +191,17 @@ const SESSION_TITLE = `
 ALTER TABLE sessions ADD COLUMN title TEXT;
 `;
 
+/**
+ * Version 11: what a provider needs back of an assistant message (JSON of a `ProviderState`, never shown), on
+ * a stored message and on a paused step; and the input tokens a provider read from its cache.
+ */
+const PROVIDER_STATE = `
+ALTER TABLE messages ADD COLUMN provider_state TEXT;
+ALTER TABLE pending_steps ADD COLUMN provider_state TEXT;
+ALTER TABLE usage_daily ADD COLUMN cached_tokens INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE session_usage ADD COLUMN cached_tokens INTEGER NOT NULL DEFAULT 0;
+`;
+
 const DROP_VERSION_1 = `
 DROP TABLE messages_v1;
 DROP TABLE todos_v1;
@@ -226,7 +237,7 @@ const STEPS: readonly MigrationStep<(db: DatabaseSync) => void>[] = [
     to: SCHEMA_VERSION,
     run: exec(
       SESSION_TABLES + PENDING_TABLE + LEASE_TABLE + TRACE_TABLE + TODO_CALLS + CALIBRATION + USAGE_TABLES +
-        MEMORY_TABLES + SESSION_TITLE,
+        MEMORY_TABLES + SESSION_TITLE + PROVIDER_STATE,
     ),
   },
   { from: 1, to: 2, run: fromVersion1 },
@@ -238,6 +249,7 @@ const STEPS: readonly MigrationStep<(db: DatabaseSync) => void>[] = [
   { from: 7, to: 8, run: exec(USAGE_TABLES) },
   { from: 8, to: 9, run: exec(MEMORY_TABLES) },
   { from: 9, to: 10, run: exec(SESSION_TITLE) },
+  { from: 10, to: 11, run: exec(PROVIDER_STATE) },
 ];
 
 /**
