@@ -18,6 +18,24 @@ const dialects = readDialects();
 
 /** The dialects whose providers send reasoning text: their fixtures must carry the marker. */
 const REASONING = ["deepseek", "groq", "llamacpp", "mistral", "moonshot", "ollama", "qwen", "vllm", "xai"];
+/**
+ * Whether the dialect's replies, as sent in `mode`, carry `reasoning_content`: provider state, sent back to
+ * that provider (vLLM streams it as `reasoning`, which is not).
+ */
+function sendsState(dialect: (typeof dialects)[number], stream: boolean): boolean {
+  return dialect.replies.some((reply) =>
+    JSON.stringify(stream ? reply.stream : reply.body).includes("reasoning_content")
+  );
+}
+
+/** A request body's messages without the provider state fields of its assistant messages. */
+function withoutState(body: string): unknown {
+  const { messages } = JSON.parse(body) as { messages: Record<string, unknown>[] };
+  return messages.map((message) => {
+    const { reasoning_content: _r, reasoning_details: _d, extra_content: _e, ...rest } = message;
+    return rest;
+  });
+}
 
 const TOOLS: ToolSchema[] = [{
   name: "calculator",
@@ -50,6 +68,10 @@ Deno.test("the dialect fixtures cover thirteen providers, each reasoning one wit
     "vllm",
     "xai",
   ]);
+  assert.deepEqual(
+    dialects.filter((dialect) => sendsState(dialect, false)).map((dialect) => dialect.name),
+    ["deepseek", "llamacpp", "moonshot", "qwen", "vllm", "xai"],
+  );
   for (const dialect of dialects) {
     assert.equal(dialect.replies.length, 2, dialect.name);
     for (const [i, reply] of dialect.replies.entries()) {
@@ -67,7 +89,7 @@ for (const dialect of dialects) {
   for (const stream of [true, false]) {
     const mode = stream ? "streamed" : "whole";
 
-    Deno.test(`OpenAICompatibleLLM reads ${dialect.name}'s ${mode} tool call and answer, keeping no reasoning`, async () => {
+    Deno.test(`OpenAICompatibleLLM reads ${dialect.name}'s ${mode} tool call and answer, keeping reasoning only as provider state`, async () => {
       const provider = replayProvider(dialect.replies);
       try {
         const llm = client(provider.url, stream);
@@ -82,16 +104,21 @@ for (const dialect of dialects) {
         assert.deepEqual(answer.toolCalls, []);
         assert.deepEqual(tokens(answer), expect.usage[1]);
         assert.equal(deltas.join(""), stream ? `${expect.call_text ?? ""}${expect.answer}` : "");
+        const { providerState: callState, ...callSeen } = call;
+        const { providerState: answerState, ...answerSeen } = answer;
         assert.ok(
-          !JSON.stringify([call, answer, deltas]).includes(MARKER),
-          "no reasoning in a reply or delta",
+          !JSON.stringify([callSeen, answerSeen, deltas]).includes(MARKER),
+          "no reasoning in a reply's content, calls or deltas",
         );
+        const kept = sendsState(dialect, stream);
+        assert.equal(JSON.stringify(callState ?? null).includes(MARKER), kept, "reasoning_content is state");
+        assert.equal(JSON.stringify(answerState ?? null).includes(MARKER), kept);
       } finally {
         await provider.close();
       }
     });
 
-    Deno.test(`runTurn() answers through ${dialect.name}'s ${mode} replies: each call runs once, usage is traced, no reasoning is kept or sent`, async () => {
+    Deno.test(`runTurn() answers through ${dialect.name}'s ${mode} replies: each call runs once, usage is traced, reasoning only goes back as provider state`, async () => {
       using dir = tempDir();
       const store = new SqliteStore(`${dir.path}/sessions.db`, { now: steppingClock() });
       const provider = replayProvider(dialect.replies);
@@ -142,12 +169,16 @@ for (const dialect of dialects) {
         assert.deepEqual(sent.filter((message) => message.role === "tool").map((m) => m.tool_call_id), ids);
 
         const seen: [string, string][] = [
-          ["the stored messages", JSON.stringify(stored)],
+          ["the stored messages", JSON.stringify(stored.map(({ providerState: _, ...message }) => message))],
           ["the events", JSON.stringify(h.events)],
           ["the deltas", deltas.join("")],
-          ["the requests sent", provider.requests.join("\n")],
+          ["the requests sent", JSON.stringify(provider.requests.map(withoutState))],
         ];
         for (const [where, text] of seen) assert.ok(!text.includes(MARKER), `no reasoning in ${where}`);
+        // What a provider sent as reasoning_content goes back to it, on the message that carried it.
+        const backed = sent.find((message) => message.tool_calls) as Record<string, unknown>;
+        assert.equal(String(backed.reasoning_content ?? "").includes(MARKER), sendsState(dialect, stream));
+        assert.equal(backed.reasoning_content, asked.providerState?.message?.reasoning_content);
       } finally {
         await provider.close();
         await store.close();

@@ -10,6 +10,7 @@ import type {
   ChatReply,
   FailureKind,
   Message,
+  ProviderState,
   StoredMessage,
   ToolCall,
   TurnFailure,
@@ -56,6 +57,11 @@ export const MAX_STEPS_ANSWER =
 /** The closing answer when the next model call would pass the turn's token budget; it is not made. */
 export const BUDGET_ANSWER =
   "I stopped before finishing: this turn reached its token budget. Ask me to continue if needed.";
+/**
+ * The largest provider state (its JSON, in bytes) an assistant message keeps; a larger one is dropped, and
+ * the `llm_call` event says so, so that a runaway provider cannot fill the session database.
+ */
+export const MAX_PROVIDER_STATE_BYTES = 262_144;
 /** The answer of a turn that passed its deadline; nothing of it was kept. */
 export const TIMEOUT_ANSWER =
   "I stopped: this turn ran out of time and nothing of it was kept. Send it again, or ask for less at once.";
@@ -106,19 +112,19 @@ async function runSteps(turn: Turn, paused: PausedStep | null): Promise<TurnResu
     // A model client that did not see the abort still answered: the turn was stopped all the same.
     if (isStop(reply.failure?.kind) || run.signal?.aborted) return await aborted(turn, step);
     if (reply.failure !== undefined) return failed(turn, step, reply.failure);
-    const { content, toolCalls } = reply.reply;
+    const { content, toolCalls, providerState } = reply.reply;
     if (toolCalls.length > 0) {
       const calls = uniqueCallIds(toolCalls, `${turn.runId}:${step}`);
       // One reply's calls run together: if one waits for the user, all of them wait.
       const asked = askedCalls(calls, agent.approval, run.allowed);
-      if (asked.length > 0) return await pause(turn, content, calls, asked, step);
+      if (asked.length > 0) return await pause(turn, content, calls, asked, step, providerState);
       const intent = (stored: ToolCall[]) =>
-        append(turn, [{ role: "assistant", content, toolCalls: stored }]);
+        append(turn, [{ role: "assistant", content, toolCalls: stored, ...stateOf(providerState) }]);
       if (!await runTools(turn, calls, step, intent)) return await aborted(turn, step);
       continue;
     }
     if (content !== null && content.trim() !== "") {
-      const ended = await answerChecked(turn, step, content, !repaired);
+      const ended = await answerChecked(turn, step, content, !repaired, providerState);
       if (ended !== null) return ended;
       repaired = true;
       continue;
@@ -234,6 +240,8 @@ async function askModel(
   }
   turn.steps = step + 1;
   const latency = performance.now() - started;
+  const state = keptState(reply);
+  reply = state.reply;
   const entry = turn.spend(reply, requestTokens);
   recordModelCall(latency / 1000, { model: turn.agent.llm.info, entry });
   turn.memory.calibrate(reply.usage?.promptTokens ?? null);
@@ -245,8 +253,26 @@ async function askModel(
     total_tokens: reply.usage?.totalTokens ?? null,
     tool_call_count: reply.toolCalls.length,
     retries: reply.retries ?? 0,
+    ...state.traced,
   });
   return { reply };
+}
+
+/**
+ * The reply with its provider state when that is within {@linkcode MAX_PROVIDER_STATE_BYTES}, without it
+ * otherwise; and what the trace says of it: its size only (`provider_state_bytes`), whether it was dropped.
+ */
+function keptState(reply: ChatReply): { reply: ChatReply; traced: Record<string, unknown> } {
+  const { providerState, ...rest } = reply;
+  if (providerState === undefined) return { reply, traced: {} };
+  const bytes = new TextEncoder().encode(JSON.stringify(providerState)).byteLength;
+  if (bytes <= MAX_PROVIDER_STATE_BYTES) return { reply, traced: { provider_state_bytes: bytes } };
+  return { reply: rest, traced: { provider_state_bytes: bytes, provider_state_dropped: true } };
+}
+
+/** The `providerState` field of a message, present only when there is one. */
+function stateOf(providerState: ProviderState | undefined): { providerState?: ProviderState } {
+  return providerState === undefined ? {} : { providerState };
 }
 
 /**
@@ -298,7 +324,13 @@ async function resumeStep(turn: Turn, paused: PausedStep): Promise<boolean> {
     decisions: [...decisions].map(([id, decision]) => ({ id, name: byId.get(id)!, decision })),
   });
   const intent = async (stored: ToolCall[]) => {
-    const [message] = turn.stamp([{ role: "assistant", content: pending.content, toolCalls: stored }]);
+    const { content, providerState } = pending;
+    const [message] = turn.stamp([{
+      role: "assistant",
+      content,
+      toolCalls: stored,
+      ...stateOf(providerState),
+    }]);
     if (!await turn.agent.store.resolvePending(turn.key, pending.runId, [message])) {
       throw noPendingApproval(turn.key.sessionId); // resolved meanwhile: nothing stored, nothing run
     }
@@ -356,14 +388,18 @@ async function append(
   return stamped[0];
 }
 
-/** Stores `text` as the answer and ends the turn (`closing` marks a fixed answer the runtime wrote). */
+/**
+ * Stores `text` as the answer and ends the turn (`closing` marks a fixed answer the runtime wrote; the
+ * model's own answer keeps its `providerState`).
+ */
 async function answer(
   turn: Turn,
   step: number,
   text: string,
   closing?: Closing,
+  providerState?: ProviderState,
 ): Promise<TurnResult> {
-  await append(turn, [{ role: "assistant", content: text }]);
+  await append(turn, [{ role: "assistant", content: text, ...stateOf(providerState) }]);
   turn.event("answer", step, closing === undefined ? { text } : { text, closing });
   return turn.end(closing ?? "answered", text);
 }
@@ -378,17 +414,18 @@ async function answerChecked(
   step: number,
   content: string,
   repair: boolean,
+  providerState: ProviderState | undefined,
 ): Promise<TurnResult | null> {
-  if (turn.responseFormat === null) return await answer(turn, step, content);
+  if (turn.responseFormat === null) return await answer(turn, step, content, undefined, providerState);
   const checked = checkAnswer(turn.responseFormat, content);
-  if (checked.ok) return await answer(turn, step, checked.json);
+  if (checked.ok) return await answer(turn, step, checked.json, undefined, providerState);
   const { errors } = checked;
   turn.event("output_invalid", step, { text: content, errors, repair });
   if (repair) {
     await append(turn, [{ role: "runtime", content: repairRequest(content, errors) }]);
     return null;
   }
-  await append(turn, [{ role: "assistant", content }]);
+  await append(turn, [{ role: "assistant", content, ...stateOf(providerState) }]);
   turn.event("answer", step, { text: content });
   const message = `the answer does not match the response format after a repair request: ${listed(errors)}`;
   return turn.end("invalid_output", content, {
@@ -410,9 +447,11 @@ async function pause(
   toolCalls: ToolCall[],
   asked: string[],
   step: number,
+  providerState: ProviderState | undefined,
 ): Promise<TurnResult> {
   const { runId, number, seq, key } = turn;
   const pending = {
+    ...stateOf(providerState),
     runId,
     turn: number,
     step,

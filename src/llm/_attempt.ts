@@ -98,7 +98,7 @@ async function readText(
   }
 }
 
-function parseBody(text: string, { host, model }: AttemptContext): Attempt {
+function parseBody(text: string, { host, model, origin }: AttemptContext): Attempt {
   try {
     let json: unknown;
     try {
@@ -106,7 +106,7 @@ function parseBody(text: string, { host, model }: AttemptContext): Attempt {
     } catch {
       throw invalidResponseError(`body is not JSON: ${quoteBody(text)}`, host);
     }
-    const reply = parseCompletion(json, { model, source: host });
+    const reply = parseCompletion(json, { model, source: host, origin });
     noteFinishReason((json as { choices: { finish_reason?: unknown }[] }).choices[0].finish_reason);
     noteResponseId((json as { id?: unknown }).id);
     return { ok: true, reply };
@@ -179,7 +179,11 @@ async function readEvents(
 ): Promise<Attempt> {
   const reader = chunkReader(body);
   const parser = new SseParser();
-  const assembler = new ReplyAssembler({ model: context.model, source: context.host });
+  const assembler = new ReplyAssembler({
+    model: context.model,
+    source: context.host,
+    origin: context.origin,
+  });
   let bytes = 0;
   try {
     while (!assembler.done) {

@@ -13,6 +13,8 @@ export interface AttemptContext {
   /** Named in messages instead of the URL, whose path may be private. */
   host: string;
   model: string;
+  /** Who answers (see `modelOrigin`): the provider state a reply keeps is tagged with it. */
+  origin: string;
   apiKey: string;
   stream: boolean;
   timeoutSeconds: number;

@@ -14,7 +14,7 @@ import type { ChatReply, Message } from "../types.ts";
 import { attempt, type AttemptContext } from "./_attempt.ts";
 import { ABORTED, type Failure } from "./_failure.ts";
 import type { ChatOptions, LLM, ModelInfo } from "./llm.ts";
-import { serializeRequestBody } from "./wire.ts";
+import { modelOrigin, serializeRequestBody } from "./wire.ts";
 
 export { buildRequestBody, parseCompletion, serializeRequestBody } from "./wire.ts";
 
@@ -156,6 +156,7 @@ export class OpenAICompatibleLLM implements LLM {
       url: `${baseUrl.replace(/\/+$/, "")}/chat/completions`,
       host: url.host,
       model,
+      origin: modelOrigin(baseUrl, model),
       apiKey,
       stream,
       timeoutSeconds,
@@ -182,9 +183,9 @@ export class OpenAICompatibleLLM implements LLM {
 
   async #chat(messages: Message[], options: ChatOptions): Promise<ChatReply> {
     const { tools = [], signal, onDelta, responseFormat = null } = options;
-    const { model, stream } = this.#context;
+    const { model, stream, origin } = this.#context;
     // Built once: every attempt sends the same bytes.
-    const body = serializeRequestBody(model, messages, tools, { stream, responseFormat });
+    const body = serializeRequestBody(model, messages, tools, { stream, responseFormat, origin });
     let retries = 0;
     try {
       const reply = await retry(async (number) => {

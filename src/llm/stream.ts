@@ -125,13 +125,21 @@ interface PendingCall {
   arguments: string;
   /** The first `arguments` fragment that was neither a string nor an object: the call cannot run. */
   badArguments?: unknown;
+  /** The `extra_content` of the call's first fragment that had one (Gemini's thought signature). */
+  extraContent?: Record<string, unknown>;
 }
+
+/** Fields of a `reasoning_details` entry whose pieces are joined across deltas; the others keep the first. */
+const JOINED_DETAIL_FIELDS = new Set(["text", "summary", "data"]);
 
 /**
  * Builds a reply from stream events: `add` each, then `reply()` once `complete`. Of choice 0 it keeps the text
  * of `delta.content` (a string or text parts, see {@linkcode contentText}), `delta.tool_calls` and
  * `finish_reason`; of the chunks, the last usage wherever it is (see {@linkcode reportedUsage}) and the first
- * `model`. Drops the rest (reasoning, events not named `message` or `error`).
+ * `model`. With `options.origin` it also keeps the provider state, as the whole body would carry it:
+ * `reasoning_content` pieces joined, `reasoning_details` entries merged by their `index` (their `text`,
+ * `summary` and `data` pieces joined), the message's `extra_content` and each call's (from the first
+ * fragment that has one). Drops the rest (other reasoning, events not named `message` or `error`).
  *
  * Tool-call fragments are merged by `index`; a server that omits it starts a call with an id and continues it
  * without one. Either way a fragment with an id other than its call's starts a new call, as does a second
@@ -147,6 +155,10 @@ export class ReplyAssembler {
   #touched = new Set<PendingCall>();
   #usage: unknown = undefined;
   #model: string | undefined;
+  #reasoningContent = "";
+  /** `reasoning_details` entries by their `index` (else their position in the delta), in arrival order. */
+  #details = new Map<number, Record<string, unknown>>();
+  #extraContent: Record<string, unknown> | undefined;
   #id: string | null = null;
   #sawChoice = false;
   #finishReason: string | null = null;
@@ -206,12 +218,24 @@ export class ReplyAssembler {
       id: call.id,
       type: call.type ?? "function",
       function: { name: call.name, arguments: "badArguments" in call ? call.badArguments : call.arguments },
+      extra_content: call.extraContent,
     }));
-    const message: Record<string, unknown> = { content: this.#content };
+    const message: Record<string, unknown> = {
+      content: this.#content,
+      reasoning_content: this.#reasoningContent,
+      reasoning_details: [...this.#details.values()],
+      extra_content: this.#extraContent,
+    };
     if (calls.length > 0) message.tool_calls = calls;
-    const { model = "", source } = this.#options;
-    const options = { usage: this.#usage, model: this.#model ?? model, source, where: "choices[0].delta" };
-    return replyFromMessage(message, options);
+    const { model = "", source, origin } = this.#options;
+    const where = "choices[0].delta";
+    return replyFromMessage(message, {
+      usage: this.#usage,
+      model: this.#model ?? model,
+      source,
+      where,
+      origin,
+    });
   }
 
   #chunk(chunk: unknown): string {
@@ -235,6 +259,7 @@ export class ReplyAssembler {
     if (!Array.isArray(rawCalls)) throw this.#invalid("choices[0].delta.tool_calls is not an array");
     this.#touched.clear();
     for (const fragment of rawCalls) this.#fragment(fragment);
+    if ((this.#options.origin ?? null) !== null) this.#state(delta);
 
     const where = "choices[0].delta.content";
     const piece = contentText(delta.content, { where, source: this.#options.source });
@@ -264,12 +289,35 @@ export class ReplyAssembler {
     }
     this.#touched.add(call);
     call.id ??= id;
+    if (isRecord(fragment.extra_content)) call.extraContent ??= fragment.extra_content;
     if (typeof fragment.type === "string") call.type ??= fragment.type;
     if (typeof fn.name === "string" && fn.name !== "") call.name ??= fn.name;
     const args = fn.arguments;
     if (typeof args === "string") call.arguments += args;
     else if (isRecord(args)) call.arguments += JSON.stringify(args);
     else if (args !== undefined && args !== null && !("badArguments" in call)) call.badArguments = args;
+  }
+
+  /** Collects the delta's pieces of provider state (see the class documentation). */
+  #state(delta: Record<string, unknown>): void {
+    if (typeof delta.reasoning_content === "string") this.#reasoningContent += delta.reasoning_content;
+    if (isRecord(delta.extra_content)) this.#extraContent = { ...this.#extraContent, ...delta.extra_content };
+    if (!Array.isArray(delta.reasoning_details)) return;
+    for (const [position, entry] of delta.reasoning_details.entries()) {
+      if (!isRecord(entry)) continue;
+      const key = typeof entry.index === "number" && Number.isInteger(entry.index) ? entry.index : position;
+      const known = this.#details.get(key);
+      if (known === undefined) {
+        this.#details.set(key, { ...entry });
+        continue;
+      }
+      for (const [field, value] of Object.entries(entry)) {
+        const joined = JOINED_DETAIL_FIELDS.has(field) && typeof value === "string" &&
+          typeof known[field] === "string";
+        if (joined) known[field] += value;
+        else if (known[field] === undefined || known[field] === null) known[field] = value;
+      }
+    }
   }
 
   #invalid(reason: string): LlmError {

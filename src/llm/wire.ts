@@ -6,21 +6,64 @@
 import { LlmError } from "../errors.ts";
 import { shorten } from "../shorten.ts";
 import { INVALID_TOOL_CALL_NAME } from "../agent/tool_calls.ts";
-import type { ChatReply, Message, ResponseFormat, ToolCall, ToolSchema, Usage } from "../types.ts";
-import { isRecord } from "../_json.ts";
+import type {
+  ChatReply,
+  Message,
+  ProviderState,
+  ResponseFormat,
+  ToolCall,
+  ToolSchema,
+  Usage,
+} from "../types.ts";
+import { deepFreeze, isRecord } from "../_json.ts";
 
-/** A tool call as the request body carries it inside an assistant message. */
+/**
+ * A tool call as the request body carries it inside an assistant message, with what its provider sent beside
+ * it (`extra_content`) when it goes back to that provider.
+ */
 export interface WireToolCall {
   id: string;
   type: "function";
   function: { name: string; arguments: string };
+  [state: string]: unknown;
+}
+
+/** An assistant message of the request body, with the fields of its provider state when it goes back there. */
+export interface WireAssistantMessage {
+  role: "assistant";
+  content: string | null;
+  tool_calls?: WireToolCall[];
+  [state: string]: unknown;
 }
 
 /** One message of the request body, in the provider's shape. */
 export type WireMessage =
   | { role: "system" | "user"; content: string }
-  | { role: "assistant"; content: string | null; tool_calls?: WireToolCall[] }
+  | WireAssistantMessage
   | { role: "tool"; tool_call_id: string; content: string };
+
+/**
+ * The fields of an assistant message that its provider needs back on later requests: DeepSeek's, Kimi's and
+ * Qwen's `reasoning_content` (thinking mode with tools), OpenRouter's `reasoning_details`, Gemini's
+ * `extra_content` (its `google.thought_signature`).
+ */
+export const MESSAGE_STATE_FIELDS: readonly string[] = [
+  "reasoning_content",
+  "reasoning_details",
+  "extra_content",
+];
+/** The fields of a tool call its provider needs back: Gemini's `extra_content.google.thought_signature`. */
+export const CALL_STATE_FIELDS: readonly string[] = ["extra_content"];
+
+/**
+ * Who produced a provider state: the endpoint and the model family, so that state goes back only where it
+ * came from. The family is the model name in lower case without a trailing date or `-latest`
+ * (`gpt-5-2025-08-07` and `gpt-5` are one family); another endpoint or model is another origin.
+ */
+export function modelOrigin(baseUrl: string, model: string): string {
+  const family = model.trim().toLowerCase().replace(/-(\d{4}-\d{2}-\d{2}|\d{8}|latest)$/, "");
+  return `${baseUrl.replace(/\/+$/, "")} ${family}`;
+}
 
 /** One tool of the request body. */
 export interface WireTool {
@@ -49,7 +92,7 @@ export interface ChatCompletionRequestBody {
   stream_options?: { include_usage: boolean };
 }
 
-function toWireMessage(message: Message, index: number): WireMessage {
+function toWireMessage(message: Message, index: number, origin: string | null): WireMessage {
   // Providers reject `content: null` on these roles; an empty string means the same to the model.
   const content = message.content ?? "";
   switch (message.role) {
@@ -61,14 +104,19 @@ function toWireMessage(message: Message, index: number): WireMessage {
       return { role: "user", content };
     case "assistant": {
       const calls = message.toolCalls ?? [];
-      if (calls.length === 0) return { role: "assistant", content };
+      const state = origin !== null && message.providerState?.origin === origin
+        ? message.providerState
+        : null;
+      if (calls.length === 0) return { role: "assistant", content, ...state?.message };
       return {
         role: "assistant",
         content: message.content || null,
-        tool_calls: calls.map(({ id, name, arguments: args }) => ({
+        ...state?.message,
+        tool_calls: calls.map(({ id, name, arguments: args }, i) => ({
           id,
           type: "function",
           function: { name, arguments: args },
+          ...state?.calls?.[i],
         })),
       };
     }
@@ -110,6 +158,11 @@ function toWireResponseFormat(format: ResponseFormat): WireResponseFormat {
 export interface BuildRequestOptions {
   /** Sent as `response_format`: what the answer must be. @default {null} (plain text, not sent) */
   responseFormat?: ResponseFormat | null;
+  /**
+   * The origin (see {@linkcode modelOrigin}) the request goes to: assistant messages whose provider state came
+   * from it carry that state back; any other state is left out. @default {null} (no state is sent)
+   */
+  origin?: string | null;
 }
 
 /**
@@ -124,25 +177,33 @@ export function buildRequestBody(
   tools: readonly ToolSchema[] = [],
   options: BuildRequestOptions = {},
 ): ChatCompletionRequestBody {
-  const { responseFormat = null } = options;
-  const body: ChatCompletionRequestBody = { model, messages: messages.map(toWireMessage) };
+  const { responseFormat = null, origin = null } = options;
+  const wire = messages.map((message, i) => toWireMessage(message, i, origin));
+  const body: ChatCompletionRequestBody = { model, messages: wire };
   if (tools.length > 0) body.tools = toWireTools(tools);
   if (responseFormat !== null) body.response_format = toWireResponseFormat(responseFormat);
   return body;
 }
 
 // A session's history goes out on every request of every turn, and serializing it again each time was most
-// of building a request. Only values frozen all the way the JSON reads them are cached, so none goes stale.
-const messageJson = new WeakMap<Message, string>();
+// of building a request. Only values frozen all the way the JSON reads them are cached, so none goes stale;
+// a message with provider state is cached with the origin it was built for.
+const messageJson = new WeakMap<Message, { origin: string | null; json: string }>();
 const toolsJson = new WeakMap<readonly ToolSchema[], string>();
 
-function wireMessageJson(message: Message, index: number): string {
-  let json = messageJson.get(message);
-  if (json !== undefined) return json;
-  json = JSON.stringify(toWireMessage(message, index));
+function wireMessageJson(message: Message, index: number, origin: string | null): string {
+  const cached = messageJson.get(message);
+  if (cached !== undefined && (cached.origin === origin || message.providerState === undefined)) {
+    return cached.json;
+  }
+  const json = JSON.stringify(toWireMessage(message, index, origin));
   const calls = message.toolCalls;
   const frozen = calls === undefined || (Object.isFrozen(calls) && calls.every(Object.isFrozen));
-  if (frozen && Object.isFrozen(message)) messageJson.set(message, json);
+  // A provider state is frozen all the way by whoever made it (see `replyFromMessage`, the store).
+  const state = message.providerState;
+  if (frozen && Object.isFrozen(message) && (state === undefined || Object.isFrozen(state))) {
+    messageJson.set(message, { origin, json });
+  }
   return json;
 }
 
@@ -171,8 +232,9 @@ export function serializeRequestBody(
   tools: readonly ToolSchema[] = [],
   options: SerializeRequestOptions = {},
 ): string {
-  const { stream = false, responseFormat = null } = options;
-  let json = `{"model":${JSON.stringify(model)},"messages":[${messages.map(wireMessageJson).join(",")}]`;
+  const { stream = false, responseFormat = null, origin = null } = options;
+  const wire = messages.map((message, i) => wireMessageJson(message, i, origin)).join(",");
+  let json = `{"model":${JSON.stringify(model)},"messages":[${wire}]`;
   if (tools.length > 0) json += `,"tools":${wireToolsJson(tools)}`;
   if (responseFormat !== null) {
     json += `,"response_format":${JSON.stringify(toWireResponseFormat(responseFormat))}`;
@@ -245,14 +307,20 @@ export interface ParseCompletionOptions {
   model?: string;
   /** Where the body came from (the provider's host), named in error messages. @default {undefined} */
   source?: string;
+  /**
+   * Who produced the body (see {@linkcode modelOrigin}): the reply keeps its provider state, tagged with it.
+   * @default {null} (provider state is dropped)
+   */
+  origin?: string | null;
 }
 
 /**
  * Reads a parsed non-streaming completion body: `choices[0].message`'s `content` (see {@linkcode contentText};
  * DeepSeek's `""` beside tool calls becomes `null`) and `tool_calls` (a malformed call comes back with its
  * `problem`), usage as reported wherever it is (see {@linkcode reportedUsage}; `null` when absent), `model`
- * (else `options.model`); drops the rest, reasoning (`reasoning_content`, `reasoning`, thinking parts)
- * included. Throws `LlmError` of kind `invalid_response` when there is no choice or no message.
+ * (else `options.model`); with `options.origin`, the provider state the provider needs back
+ * ({@linkcode MESSAGE_STATE_FIELDS} of the message, {@linkcode CALL_STATE_FIELDS} of each call) as received.
+ * Drops the rest: no reasoning text (`reasoning`, thinking parts) is ever part of the answer. Throws `LlmError` of kind `invalid_response` when there is no choice or no message.
  */
 export function parseCompletion(body: unknown, options: ParseCompletionOptions = {}): ChatReply {
   const { model = "", source } = options;
@@ -268,7 +336,8 @@ export function parseCompletion(body: unknown, options: ParseCompletionOptions =
   if (!isRecord(message)) throw invalidResponseError("choices[0].message is missing", source);
   const named = typeof body.model === "string" && body.model !== "" ? body.model : model;
   const usage = reportedUsage(body, choices[0]);
-  return replyFromMessage(message, { usage, model: named, source, where: "choices[0].message" });
+  const { origin } = options;
+  return replyFromMessage(message, { usage, model: named, source, where: "choices[0].message", origin });
 }
 
 /** Options of {@linkcode replyFromMessage}. */
@@ -284,13 +353,44 @@ export function replyFromMessage(
   message: Record<string, unknown>,
   options: ReplyFromMessageOptions = {},
 ): ChatReply {
-  const { usage, model = "", source, where = "message" } = options;
+  const { usage, model = "", source, where = "message", origin = null } = options;
   const rawCalls = message.tool_calls ?? [];
   if (!Array.isArray(rawCalls)) throw invalidResponseError(`${where}.tool_calls is not an array`, source);
   const toolCalls = rawCalls.map(parseToolCall);
   const text = contentText(message.content, { where: `${where}.content`, source });
   const content = text === "" && toolCalls.length > 0 ? null : text;
-  return { content, toolCalls, usage: parseUsage(usage), model };
+  const reply: ChatReply = { content, toolCalls, usage: parseUsage(usage), model };
+  const providerState = origin === null ? null : stateOf(message, rawCalls, origin);
+  if (providerState !== null) reply.providerState = providerState;
+  return reply;
+}
+
+/** The `fields` of `record` that carry something (not absent, null, `""`, `[]` or `{}`), or null. */
+function pickState(record: unknown, fields: readonly string[]): Record<string, unknown> | null {
+  if (!isRecord(record)) return null;
+  const picked: Record<string, unknown> = {};
+  for (const field of fields) {
+    const value = record[field];
+    const empty = value === undefined || value === null || value === "" ||
+      (Array.isArray(value) ? value.length === 0 : isRecord(value) && Object.keys(value).length === 0);
+    if (!empty) picked[field] = value;
+  }
+  return Object.keys(picked).length === 0 ? null : picked;
+}
+
+/** A wire message's provider state, frozen all the way (it is sent back as is), or null when it has none. */
+function stateOf(
+  message: Record<string, unknown>,
+  rawCalls: unknown[],
+  origin: string,
+): ProviderState | null {
+  const own = pickState(message, MESSAGE_STATE_FIELDS);
+  const calls = rawCalls.map((call) => pickState(call, CALL_STATE_FIELDS));
+  if (own === null && calls.every((call) => call === null)) return null;
+  const state: ProviderState = { origin };
+  if (own !== null) state.message = own;
+  if (calls.some((call) => call !== null)) state.calls = calls;
+  return deepFreeze(structuredClone(state));
 }
 
 /** Options of {@linkcode contentText}. */

@@ -73,12 +73,17 @@ export function countTokens(text: string): number {
   return counter.count(text);
 }
 
-/** Tokens of one message: its text, call ids, names and arguments, and the message's overhead. */
+/**
+ * Tokens of one message: its text, call ids, names and arguments, the provider state it carries back (as its
+ * JSON: it goes out with the message), and the message's overhead.
+ */
 export function estimateMessageTokens(message: Message): number {
   const known = messageTokens.get(message);
   if (known !== undefined) return known;
   let text = (message.content ?? "") + (message.toolCallId ?? "");
   for (const call of message.toolCalls ?? []) text += ` ${call.id} ${call.name} ${call.arguments}`;
+  const state = message.providerState;
+  if (state !== undefined) text += ` ${JSON.stringify([state.message ?? null, state.calls ?? null])}`;
   const tokens = counter.messageOverhead + counter.count(text);
   if (Object.isFrozen(message)) messageTokens.set(message, tokens);
   return tokens;

@@ -33,6 +33,7 @@ interface Entry {
 export function messageBytes(m: StoredMessage): number {
   let chars = m.id.length + (m.content?.length ?? 0) + m.createdAt.length + (m.toolCallId?.length ?? 0);
   for (const call of m.toolCalls ?? []) chars += call.id.length + call.name.length + call.arguments.length;
+  if (m.providerState !== undefined) chars += JSON.stringify(m.providerState).length;
   return 2 * chars + OVERHEAD_BYTES;
 }
 

@@ -8,6 +8,7 @@ import type { StoredMessage, UsageEntry } from "../types.ts";
 import {
   bytes,
   type MessageRow,
+  stateColumn,
   text,
   toMemoryItem,
   toMessage,
@@ -53,7 +54,8 @@ export class PostgresSql implements SessionSql {
   }
 
   async messages({ userId, sessionId }: SessionKey): Promise<StoredMessage[]> {
-    const rows = await this.#db`SELECT id, role, content, tool_calls, tool_call_id, created_at FROM messages
+    const rows = await this.#db`SELECT id, role, content, tool_calls, tool_call_id, created_at, provider_state
+      FROM messages
       WHERE user_id = ${userId} AND session_id = ${sessionId} ORDER BY seq`;
     return rows.map(toMessage);
   }
@@ -61,11 +63,11 @@ export class PostgresSql implements SessionSql {
   async insertMessages({ userId, sessionId }: SessionKey, rows: readonly MessageRow[]): Promise<string[]> {
     // Sent together (pipelined) and run in order, so the read order is the list's.
     const inserted = await Promise.all(
-      rows.map(([id, role, content, calls, callId, createdAt]) =>
+      rows.map(([id, role, content, calls, callId, createdAt, state]) =>
         this.#db`INSERT INTO messages (user_id, session_id, id, role, content, tool_calls, tool_call_id,
-          created_at)
+          created_at, provider_state)
         VALUES (${userId}, ${sessionId}, ${bytes(id)}, ${role}, ${bytes(content)}, ${calls}, ${bytes(callId)},
-          ${bytes(createdAt)})
+          ${bytes(createdAt)}, ${state})
         ON CONFLICT (user_id, session_id, id) DO NOTHING RETURNING role`
       ),
     );
@@ -123,14 +125,16 @@ export class PostgresSql implements SessionSql {
   async insertPending({ userId, sessionId }: SessionKey, step: PendingStep): Promise<void> {
     const { runId, turn, step: index, seq, content, toolCalls, asked, createdAt } = step;
     await this.#db`INSERT INTO pending_steps (user_id, session_id, run_id, turn, step, seq, content,
-        tool_calls, asked, created_at)
+        tool_calls, asked, created_at, provider_state)
       VALUES (${userId}, ${sessionId}, ${runId}, ${turn}, ${index}, ${seq}, ${bytes(content)},
-        ${JSON.stringify(toolCalls)}, ${JSON.stringify(asked)}, ${createdAt})`;
+        ${JSON.stringify(toolCalls)}, ${JSON.stringify(asked)}, ${createdAt}, ${
+      stateColumn(step.providerState)
+    })`;
   }
 
   async pending({ userId, sessionId }: SessionKey): Promise<PendingStep | null> {
-    const rows = await this.#db`SELECT run_id, turn, step, seq, content, tool_calls, asked, created_at
-      FROM pending_steps WHERE user_id = ${userId} AND session_id = ${sessionId}`;
+    const rows = await this.#db`SELECT run_id, turn, step, seq, content, tool_calls, asked, created_at,
+        provider_state FROM pending_steps WHERE user_id = ${userId} AND session_id = ${sessionId}`;
     return rows.length === 0 ? null : toPending(rows[0]);
   }
 

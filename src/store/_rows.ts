@@ -4,7 +4,8 @@
  * `sqlite.ts` and `postgres.ts`.
  * @module
  */
-import type { Role, StoredMessage, ToolCall, UsageEntry } from "../types.ts";
+import type { ProviderState, Role, StoredMessage, ToolCall, UsageEntry } from "../types.ts";
+import { deepFreeze } from "../_json.ts";
 import type { MemoryItem, PendingStep, Session, Todo } from "./store.ts";
 
 export type Row = Record<string, unknown>;
@@ -45,6 +46,8 @@ export function toMessage(row: Row): StoredMessage {
   };
   if (row.tool_calls !== null) message.toolCalls = JSON.parse(row.tool_calls as string) as ToolCall[];
   if (row.tool_call_id !== null) message.toolCallId = text(row.tool_call_id);
+  const state = providerState(row);
+  if (state !== undefined) message.providerState = state;
   // Frozen: the store's cache hands the same objects to every turn.
   if (message.toolCalls !== undefined) {
     Object.freeze(message.toolCalls).forEach((call) => Object.freeze(call));
@@ -52,8 +55,16 @@ export function toMessage(row: Row): StoredMessage {
   return Object.freeze(message);
 }
 
+/** A row's `provider_state` (JSON), frozen all the way: it is sent back as is. */
+function providerState(row: Row): ProviderState | undefined {
+  const json = row.provider_state;
+  return typeof json === "string" ? deepFreeze(JSON.parse(json) as ProviderState) : undefined;
+}
+
 export function toPending(row: Row): PendingStep {
+  const state = providerState(row);
   return {
+    ...(state === undefined ? {} : { providerState: state }),
     runId: row.run_id as string,
     turn: row.turn as number,
     step: row.step as number,
@@ -114,8 +125,24 @@ function requireText(index: number, field: string, value: unknown, allow?: "null
   throw new TypeError(`Cannot append message ${index}: "${field}" must be ${expected}, got ${got}`);
 }
 
-/** A message as its insert's parameters: id, role, content, tool calls (JSON), tool call id, creation time. */
-export type MessageRow = readonly [string, string, string | null, string | null, string | null, string];
+/**
+ * A message as its insert's parameters: id, role, content, tool calls (JSON), tool call id, creation time,
+ * provider state (JSON).
+ */
+export type MessageRow = readonly [
+  string,
+  string,
+  string | null,
+  string | null,
+  string | null,
+  string,
+  string | null,
+];
+
+/** A provider state as its column holds it (JSON), or null. */
+export function stateColumn(state: ProviderState | undefined): string | null {
+  return state === undefined ? null : JSON.stringify(state);
+}
 
 /** The message as a row; a `TypeError` for a field a database would otherwise store converted. */
 export function toRow(m: StoredMessage, index: number): MessageRow {
@@ -130,5 +157,20 @@ export function toRow(m: StoredMessage, index: number): MessageRow {
   }
   // An empty list is stored as none.
   const toolCalls = calls.length > 0 ? JSON.stringify(calls) : null;
-  return [m.id, m.role, m.content, toolCalls, m.toolCallId ?? null, m.createdAt];
+  if (
+    m.providerState !== undefined && (m.role !== "assistant" || typeof m.providerState?.origin !== "string")
+  ) {
+    throw new TypeError(
+      `Cannot append message ${index}: "providerState" needs an assistant message and an origin`,
+    );
+  }
+  return [
+    m.id,
+    m.role,
+    m.content,
+    toolCalls,
+    m.toolCallId ?? null,
+    m.createdAt,
+    stateColumn(m.providerState),
+  ];
 }

@@ -9,7 +9,16 @@
 import type { StatementSync } from "node:sqlite";
 import type { StoredMessage, UsageEntry } from "../types.ts";
 import type { MessageRow } from "./_rows.ts";
-import { text, toMemoryItem, toMessage, toPending, toSession, toTodo, toUsage } from "./_rows.ts";
+import {
+  stateColumn,
+  text,
+  toMemoryItem,
+  toMessage,
+  toPending,
+  toSession,
+  toTodo,
+  toUsage,
+} from "./_rows.ts";
 import type { HistoryCache } from "./_history_cache.ts";
 import { memoryWords } from "../memory/memory_text.ts";
 import type { IdleCursor, SessionSql } from "./sql_store.ts";
@@ -27,7 +36,7 @@ import {
 // node:sqlite cuts a TEXT value at its first NUL; read as bytes, free text comes back whole.
 const MESSAGE_COLUMNS =
   "rowid, CAST(id AS BLOB) AS id, role, CAST(content AS BLOB) AS content, tool_calls, " +
-  "CAST(tool_call_id AS BLOB) AS tool_call_id, CAST(created_at AS BLOB) AS created_at";
+  "CAST(tool_call_id AS BLOB) AS tool_call_id, CAST(created_at AS BLOB) AS created_at, provider_state";
 const TODO_COLUMNS = "id, CAST(text AS BLOB) AS text, completed, created_at, completed_at";
 const MEMORY_COLUMNS = "id, CAST(text AS BLOB) AS text, source_session, first_seen, last_seen, last_used, " +
   "use_count";
@@ -46,7 +55,7 @@ export const SQL = {
     "ORDER BY rowid",
   // ON CONFLICT, not OR IGNORE: only a repeated id is skipped; CHECK and NOT NULL still fail loudly.
   insertMessage: "INSERT INTO messages (user_id, session_id, id, role, content, tool_calls, tool_call_id, " +
-    "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(user_id, session_id, id) DO NOTHING",
+    "created_at, provider_state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(user_id, session_id, id) DO NOTHING",
   setCalibration: "UPDATE sessions SET calibration = ? WHERE user_id = ? AND id = ?",
   firstQuestion: "SELECT CAST(content AS BLOB) AS content FROM messages " +
     "WHERE user_id = ? AND session_id = ? AND role = 'user' ORDER BY rowid LIMIT 1",
@@ -68,9 +77,9 @@ export const SQL = {
   completeTodo: "UPDATE todos SET completed = 1, completed_at = COALESCE(completed_at, ?) " +
     `WHERE id = ? AND user_id = ? AND session_id = ? RETURNING ${TODO_COLUMNS}`,
   insertPending: "INSERT INTO pending_steps (user_id, session_id, run_id, turn, step, seq, content, " +
-    "tool_calls, asked, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    "tool_calls, asked, created_at, provider_state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
   getPending: "SELECT run_id, turn, step, seq, CAST(content AS BLOB) AS content, tool_calls, asked, " +
-    "created_at FROM pending_steps WHERE user_id = ? AND session_id = ?",
+    "created_at, provider_state FROM pending_steps WHERE user_id = ? AND session_id = ?",
   deletePending: "DELETE FROM pending_steps WHERE user_id = ? AND session_id = ? AND run_id = ?",
   // One statement, so atomic: every conflict updates the row (to itself when it is not ours to take, but
   // marked wanted), so RETURNING names its holder. The right-hand sides all read the row as it was.
@@ -270,6 +279,7 @@ export class SqliteSql implements SessionSql {
       calls,
       waiting,
       createdAt,
+      stateColumn(step.providerState),
     );
   }
 

@@ -5,7 +5,7 @@
  * @module
  */
 import { SessionError } from "../errors.ts";
-import type { StoredMessage, ToolCall, UsageEntry } from "../types.ts";
+import type { ProviderState, StoredMessage, ToolCall, UsageEntry } from "../types.ts";
 
 /** Which session: ids are per user, so two users' sessions of the same id never see each other. */
 export interface SessionKey {
@@ -126,6 +126,8 @@ export interface PendingStep {
   /** Ids of the calls that wait for the user's decision. */
   asked: string[];
   createdAt: string;
+  /** What the provider needs back with the assistant message once it is stored. */
+  providerState?: ProviderState;
 }
 
 /** Options of the writes that can count model calls' tokens with what the calls produced. */
