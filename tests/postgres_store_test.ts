@@ -353,3 +353,32 @@ Deno.test({
     );
   },
 });
+
+Deno.test({
+  name:
+    "PostgresStore migrates a version-10 database to provider state and cached tokens: old messages read without state, new ones keep theirs",
+  ignore,
+  async fn() {
+    const url = await pg().freshUrl();
+    await withPool(url, async (sql) => {
+      assert.equal(await migrate(sql, 10), 0);
+      await sql`INSERT INTO sessions (user_id, id, summary, turn_count, created_at, updated_at)
+        VALUES ('alice', 'old', NULL, 1, 't0', 't1')`;
+      await sql`INSERT INTO messages (user_id, session_id, id, role, content, tool_calls, tool_call_id, created_at)
+        VALUES ('alice', 'old', ${new TextEncoder().encode("m1")}, 'user', ${new TextEncoder().encode("hi")},
+          NULL, NULL, ${new TextEncoder().encode("t0")})`;
+    });
+    await openMigrated(url, async (store) => {
+      const key = keyOf("old", "alice");
+      const [old] = await store.messages(key);
+      assert.equal(old.content, "hi");
+      assert.equal(old.providerState, undefined);
+      const providerState = {
+        origin: "https://api.deepseek.com deepseek-v4-pro",
+        message: { reasoning_content: "r" },
+      };
+      await store.append(key, [msg("m2", "assistant", "ok", { providerState })]);
+      assert.deepEqual((await store.messages(key))[1].providerState, providerState);
+    });
+  },
+});

@@ -312,3 +312,34 @@ Deno.test("SqliteStore migrates a version-9 database to session titles: a sessio
   }
   assert.equal(userVersion(path), SCHEMA_VERSION);
 });
+
+Deno.test("SqliteStore migrates a version-10 database to provider state and cached tokens: old messages read without state, new ones keep theirs", async () => {
+  using dir = tempDir();
+  const path = `${dir.path}/s.db`;
+  await olderDatabase(path, 10, DROP_STATE, async (store) => {
+    await store.append(keyOf("s"), [{ id: "q1", role: "user", content: "Old question?", createdAt: T0 }]);
+  });
+
+  const migrated = new SqliteStore(path, { now: () => new Date(T0) });
+  try {
+    const [old] = await migrated.messages(keyOf("s"));
+    assert.equal(old.content, "Old question?");
+    assert.equal(old.providerState, undefined);
+    const providerState = {
+      origin: "https://api.deepseek.com deepseek-v4-pro",
+      message: { reasoning_content: "r" },
+    };
+    await migrated.append(keyOf("s"), [{
+      id: "a1",
+      role: "assistant",
+      content: "ok",
+      createdAt: T0,
+      providerState,
+    }]);
+    assert.deepEqual((await migrated.messages(keyOf("s")))[1].providerState, providerState);
+  } finally {
+    await migrated.close();
+  }
+  assert.equal(userVersion(path), SCHEMA_VERSION);
+  assert.equal(SCHEMA_VERSION, 11);
+});

@@ -318,3 +318,56 @@ storeTest(
     }
   },
 );
+
+storeTest(
+  "$Store keeps an assistant message's provider state exactly, frozen, on the message and on a paused step",
+  async (db) => {
+    const store = await db.open({ now: steppingClock() });
+    await store.getOrCreate(keyOf("s"));
+    const providerState = {
+      origin: "https://api.deepseek.com deepseek-v4-pro",
+      message: {
+        reasoning_content: "thinking…\u0000 with a NUL",
+        reasoning_details: [{ type: "reasoning.text", index: 0 }],
+      },
+      calls: [{ extra_content: { google: { thought_signature: "c2lnbmF0dXJl" } } }, null],
+    };
+    const calls = [{ id: "c1", name: "calculator", arguments: "{}" }, {
+      id: "c2",
+      name: "calculator",
+      arguments: "{}",
+    }];
+    await store.append(keyOf("s"), [
+      msg("1", "user", "hi"),
+      msg("2", "assistant", null, { toolCalls: calls, providerState }),
+    ]);
+    const [, stored] = await store.messages(keyOf("s"));
+    assert.deepEqual(stored.providerState, providerState);
+    assert.ok(Object.isFrozen(stored.providerState?.message?.reasoning_details), "frozen all the way");
+    const reopened = await db.open();
+    assert.deepEqual(
+      (await reopened.messages(keyOf("s")))[1].providerState,
+      providerState,
+      "as read from the database",
+    );
+    await reopened.close();
+
+    const step = {
+      runId: "r",
+      turn: 2,
+      step: 0,
+      seq: 3,
+      content: null,
+      toolCalls: calls,
+      asked: ["c1"],
+      createdAt: "2026-01-01T00:00:00.000Z",
+    };
+    await store.savePending(keyOf("s"), { ...step, providerState });
+    assert.deepEqual((await store.pendingStep(keyOf("s")))?.providerState, providerState);
+    await assert.rejects(
+      store.append(keyOf("s"), [msg("9", "user", "x", { providerState })]),
+      /"providerState" needs an assistant message/,
+    );
+    await store.close();
+  },
+);
