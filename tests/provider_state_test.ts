@@ -10,6 +10,7 @@ import { PassThrough } from "node:stream";
 import { runTurn } from "../src/agent/loop.ts";
 import { MAX_PROVIDER_STATE_BYTES } from "../src/agent/loop.ts";
 import { runChat } from "../src/cli/chat.ts";
+import { parseApprovalPolicy } from "../src/approval/policy.ts";
 import { LlmError } from "../src/errors.ts";
 import { messageJson } from "../src/http/session_json.ts";
 import { OpenAICompatibleLLM } from "../src/llm/openai.ts";
@@ -333,4 +334,38 @@ Deno.test("serializeRequestBody sends a message's state only to its origin, and 
   assert.deepEqual(stateSent({ messages: [to(modelOrigin("https://b.example/v1", "thinker"))] }), []);
   assert.deepEqual(stateSent({ messages: [to(modelOrigin("https://a.example/v1", "other"))] }), []);
   assert.equal(to(origin).reasoning_content, "r", "the first origin's JSON is still right after another's");
+});
+
+Deno.test("a step that waits for approval keeps its state: the resumed turn sends it back on the stored message", async () => {
+  for (const stream of [true, false]) {
+    using dir = tempDir();
+    const store = openDb(dir.path);
+    const provider = thinkingProvider("deepseek");
+    try {
+      using h = harness([], { store });
+      const agent = {
+        ...h.agent,
+        llm: client(provider, stream),
+        approval: parseApprovalPolicy({ tools: { calculator: "ask" } }),
+      };
+      const paused = await runTurn({ sessionId: "s", userId: "u", message: "what is 6*7?" }, agent, h.run);
+      assert.equal(paused.outcome, "awaiting_approval");
+      assert.ok(
+        (await store.pendingStep(keyOf("s")))?.providerState !== undefined,
+        "the paused step keeps it",
+      );
+      const [call] = paused.approval!.calls;
+      const resumed = await runTurn(
+        { sessionId: "s", userId: "u", decisions: { [call.id]: "approve" } },
+        agent,
+        h.run,
+      );
+      assert.equal(resumed.outcome, "answered", JSON.stringify(resumed.failure));
+      assert.deepEqual(provider.refused, []);
+      assert.equal(stateSent(provider.requests[1]).length, 1);
+      assertNoThought("the events", h.events);
+    } finally {
+      await store.close();
+    }
+  }
 });
