@@ -13,6 +13,8 @@ import { childEnv, runProcess, spawnServe, tempDir } from "./_harness.ts";
 const KEY = "sk-otel-sentinel-4f9c2a7e1b";
 /** Appears only in the question: found in an export, it means content left the process. */
 const MARKER = "zebra-quartz";
+/** The fake model's reasoning: it goes back to the provider, and to no export and not to the trace. */
+const THOUGHT = "walrus-thought";
 const MODEL = "fake-model-7";
 const SERVER = 2;
 const CLIENT = 3;
@@ -103,7 +105,7 @@ function chatAttributes(providerPort: number, finishReason: string): Record<stri
 
 Deno.test("serve with OTEL_DENO=true exports a calculator turn as invoke_agent > chat, execute_tool, chat under its request, fetch under each chat", async () => {
   using dir = tempDir();
-  const provider = startFakeProvider();
+  const provider = startFakeProvider({ reasoning: THOUGHT });
   const receiver = startOtlpReceiver();
   const port = freePort();
   const serve = startServe(dir.path, port, { providerUrl: provider.url, endpoint: receiver.url });
@@ -199,9 +201,12 @@ Deno.test("serve with OTEL_DENO=true exports a calculator turn as invoke_agent >
     assert.deepEqual(receiver.logs().filter((log) => log.severity === "ERROR"), []);
 
     // The trace file (the audit log) holds the content; no export does, nor the key.
-    assert.ok(Deno.readTextFileSync(join(dir.path, "trace", "traces.jsonl")).includes(MARKER));
+    const traced = Deno.readTextFileSync(join(dir.path, "trace", "traces.jsonl"));
+    assert.ok(traced.includes(MARKER));
+    assert.ok(!traced.includes(THOUGHT), "the trace never holds reasoning");
+    assert.ok(JSON.stringify(provider.requests[1]).includes(THOUGHT), "it went back to its provider");
     for (const { path, body } of receiver.bodies) {
-      for (const secret of [MARKER, "12*(3+4)", "The answer is", KEY]) {
+      for (const secret of [MARKER, THOUGHT, "12*(3+4)", "The answer is", KEY]) {
         assert.ok(!body.includes(secret), `${path} carries ${JSON.stringify(secret)}`);
       }
     }
