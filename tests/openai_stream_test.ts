@@ -851,6 +851,76 @@ Deno.test("ReplyAssembler follows calls without index by their id", () => {
   ]);
 });
 
+Deno.test("ReplyAssembler continues calls listed in one delta without index by their position", () => {
+  const { reply } = assemble([
+    chunk({
+      tool_calls: [
+        { id: "a", type: "function", function: { name: "x", arguments: "" } },
+        { id: "b", type: "function", function: { name: "y", arguments: "" } },
+      ],
+    }),
+    chunk({ tool_calls: [{ function: { arguments: '{"q":' } }, { function: { arguments: '{"r":' } }] }),
+    chunk({
+      tool_calls: [{ index: 0, function: { arguments: "1}" } }, { index: 1, function: { arguments: "2}" } }],
+    }),
+    chunk({}, "tool_calls"),
+  ]);
+  assert.deepEqual(reply.toolCalls, [
+    { id: "a", name: "x", arguments: '{"q":1}' },
+    { id: "b", name: "y", arguments: '{"r":2}' },
+  ]);
+});
+
+Deno.test("ReplyAssembler continues calls listed without index when later deltas repeat their ids", () => {
+  const { reply } = assemble([
+    chunk({ tool_calls: [{ id: "a", function: { name: "x" } }, { id: "b", function: { name: "y" } }] }),
+    chunk({
+      tool_calls: [
+        { id: "a", function: { arguments: '{"q":' } },
+        { id: "b", function: { name: "y", arguments: '{"r":' } },
+      ],
+    }),
+    chunk({ tool_calls: [{ function: { arguments: "1}" } }, { id: "b", function: { arguments: "2}" } }] }),
+    chunk({}, "tool_calls"),
+  ]);
+  assert.deepEqual(reply.toolCalls, [
+    { id: "a", name: "x", arguments: '{"q":1}' },
+    { id: "b", name: "y", arguments: '{"r":2}' },
+  ]);
+});
+
+Deno.test("ReplyAssembler starts a new call for a positional fragment with another id", () => {
+  const { reply } = assemble([
+    chunk({
+      tool_calls: [{ id: "a", function: { name: "x", arguments: "" } }, { id: "b", function: { name: "y" } }],
+    }),
+    chunk({ tool_calls: [{ function: { arguments: "{}" } }, { function: { arguments: "{}" } }] }),
+    chunk({ tool_calls: [{ id: "c", function: { name: "z", arguments: '{"s":' } }] }),
+    chunk({ tool_calls: [{ function: { arguments: "3}" } }] }),
+    chunk({}, "tool_calls"),
+  ]);
+  assert.deepEqual(reply.toolCalls, [
+    { id: "a", name: "x", arguments: "{}" },
+    { id: "b", name: "y", arguments: "{}" },
+    { id: "c", name: "z", arguments: '{"s":3}' },
+  ]);
+});
+
+Deno.test("ReplyAssembler still follows one call at a time without index, each started with an id", () => {
+  const { reply } = assemble([
+    chunk({ tool_calls: [{ id: "a", function: { name: "x", arguments: "" } }] }),
+    chunk({ tool_calls: [{ function: { arguments: '{"q":' } }] }),
+    chunk({ tool_calls: [{ function: { arguments: "1}" } }] }),
+    chunk({ tool_calls: [{ id: "b", function: { name: "y", arguments: "" } }] }),
+    chunk({ tool_calls: [{ function: { arguments: '{"r":2}' } }] }),
+    chunk({}, "tool_calls"),
+  ]);
+  assert.deepEqual(reply.toolCalls, [
+    { id: "a", name: "x", arguments: '{"q":1}' },
+    { id: "b", name: "y", arguments: '{"r":2}' },
+  ]);
+});
+
 Deno.test("ReplyAssembler drops reasoning, unknown fields and null usage, and keeps the last usage", () => {
   const { reply, pieces } = assemble([
     chunk({ role: "assistant", content: null, reasoning_content: "SECRET" }, null, { usage: null }),
