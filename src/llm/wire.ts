@@ -251,8 +251,9 @@ export interface ParseCompletionOptions {
  * Reads a parsed non-streaming completion body: `choices[0].message`'s `content` (see {@linkcode contentText};
  * DeepSeek's `""` beside tool calls becomes `null`) and `tool_calls` (a malformed call comes back with its
  * `problem`), usage as reported wherever it is (see {@linkcode reportedUsage}; `null` when absent), `model`
- * (else `options.model`); drops the rest, reasoning (`reasoning_content`, `reasoning`, thinking parts)
- * included. Throws `LlmError` of kind `invalid_response` when there is no choice or no message.
+ * (else `options.model`), `choices[0].finish_reason` (`null` unless a non-empty string); drops the rest,
+ * reasoning (`reasoning_content`, `reasoning`, thinking parts) included. Throws `LlmError` of kind
+ * `invalid_response` when there is no choice or no message.
  */
 export function parseCompletion(body: unknown, options: ParseCompletionOptions = {}): ChatReply {
   const { model = "", source } = options;
@@ -268,7 +269,9 @@ export function parseCompletion(body: unknown, options: ParseCompletionOptions =
   if (!isRecord(message)) throw invalidResponseError("choices[0].message is missing", source);
   const named = typeof body.model === "string" && body.model !== "" ? body.model : model;
   const usage = reportedUsage(body, choices[0]);
-  return replyFromMessage(message, { usage, model: named, source, where: "choices[0].message" });
+  const reply = replyFromMessage(message, { usage, model: named, source, where: "choices[0].message" });
+  const finish = choices[0].finish_reason;
+  return { ...reply, finishReason: typeof finish === "string" && finish !== "" ? finish : null };
 }
 
 /** Options of {@linkcode replyFromMessage}. */
