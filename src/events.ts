@@ -13,6 +13,7 @@ export const RUN_EVENT_NAMES = [
   "run_start",
   "tool_recovered",
   "llm_call",
+  "reply_cut_off",
   "tool_call",
   "tool_result",
   "approval_requested",
@@ -48,6 +49,12 @@ export interface RunEventData {
     tool_call_count: number;
     retries: number;
   };
+  /**
+   * A reply with tool calls was cut off: `finish_reason` `length`, or `null` when its stream ended without
+   * one. None of its calls runs (nor asks for approval): the first time each is answered with an error and
+   * the model is asked again; the second time the turn ends `error`. No arguments, no text.
+   */
+  reply_cut_off: { finish_reason: string | null; tool_call_count: number };
   /**
    * Before the turn's first model call: a call a stopped process left running (stored, no result) is
    * resolved, run again when its tool is safe to repeat, else answered as interrupted.

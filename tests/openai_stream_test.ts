@@ -116,6 +116,7 @@ const OK_REPLY: ChatReply = {
   toolCalls: [],
   usage: { promptTokens: 3, completionTokens: 2, totalTokens: 5 },
   model: "served-model",
+  finishReason: "stop",
 };
 
 // ---------------------------------------------------------------------------------------------------------
@@ -225,6 +226,7 @@ const SPOT_CHECKS: Record<string, ChatReply> = {
     toolCalls: [],
     usage: { promptTokens: 18, completionTokens: 219, totalTokens: 237 },
     model: "deepseek-reasoner",
+    finishReason: "stop",
   },
   "deepseek-toolcall-reasoning.stream.json": {
     content: null,
@@ -235,12 +237,14 @@ const SPOT_CHECKS: Record<string, ChatReply> = {
     }],
     usage: { promptTokens: 339, completionTokens: 83, totalTokens: 422 },
     model: "deepseek-reasoner",
+    finishReason: "tool_calls",
   },
   "openai-gpt35-text-include_usage-obfuscation.stream.json": {
     content: "Hi, how are you?",
     toolCalls: [],
     usage: { promptTokens: 10, completionTokens: 5, totalTokens: 15 },
     model: "gpt-3.5-turbo-0125",
+    finishReason: "stop",
   },
   "openai-gpt4o-toolcall.stream.json": {
     content: null,
@@ -251,6 +255,7 @@ const SPOT_CHECKS: Record<string, ChatReply> = {
     }],
     usage: { promptTokens: 76, completionTokens: 24, totalTokens: 100 },
     model: "gpt-4o-2024-08-06",
+    finishReason: "tool_calls",
   },
   "openai-gpt4o-toolcalls-parallel.stream.json": {
     content: null,
@@ -268,6 +273,7 @@ const SPOT_CHECKS: Record<string, ChatReply> = {
     ],
     usage: { promptTokens: 149, completionTokens: 60, totalTokens: 209 },
     model: "gpt-4o-2024-08-06",
+    finishReason: "tool_calls",
   },
 };
 
@@ -607,6 +613,45 @@ Deno.test("OpenAICompatibleLLM({stream: true}) fails with invalid_response when 
   assert.deepEqual(deltas, ["o", "k"]);
 });
 
+Deno.test("OpenAICompatibleLLM({stream: true}) returns the tool calls of a stream cut without [DONE] or finish_reason, finishReason null", async () => {
+  const source = body([
+    sse(chunk({ role: "assistant", content: "Looking" })),
+    sse(
+      chunk({
+        tool_calls: [{ index: 0, id: "a", type: "function", function: { name: "x", arguments: "" } }],
+      }),
+    ),
+    sse(chunk({ tool_calls: [{ index: 0, function: { arguments: '{"q":' } }] })),
+  ]);
+  const { fetch, sent } = stubFetch(sseStep(source));
+  const deltas: string[] = [];
+  const reply = await makeClient(fetch).llm.chat(HELLO, { onDelta: (text) => deltas.push(text) });
+  assert.deepEqual(reply, {
+    content: "Looking",
+    toolCalls: [{ id: "a", name: "x", arguments: '{"q":' }],
+    usage: null,
+    model: "served-model",
+    finishReason: null,
+  });
+  assert.equal(sent.length, 1);
+  assert.deepEqual(deltas, ["Looking"]);
+});
+
+Deno.test("OpenAICompatibleLLM({stream: true}) passes on the finish_reason of a stream, length included", async () => {
+  const source = body([
+    sse(
+      chunk({
+        tool_calls: [{ index: 0, id: "a", type: "function", function: { name: "x", arguments: "{" } }],
+      }),
+    ),
+    sse(chunk({}, "length"), "[DONE]"),
+  ]);
+  const { fetch } = stubFetch(sseStep(source));
+  const reply = await makeClient(fetch).llm.chat(HELLO);
+  assert.deepEqual(reply.toolCalls, [{ id: "a", name: "x", arguments: "{" }]);
+  assert.equal(reply.finishReason, "length");
+});
+
 Deno.test("OpenAICompatibleLLM({stream: true}) fails with the provider's message on an error chunk, without retry", async () => {
   for (
     const errorEvent of [
@@ -867,6 +912,76 @@ Deno.test("ReplyAssembler follows calls without index by their id", () => {
   assert.deepEqual(reply.toolCalls, [
     { id: "a", name: "one", arguments: '{"x":1}' },
     { id: "b", name: "two", arguments: "{}" },
+  ]);
+});
+
+Deno.test("ReplyAssembler continues calls listed in one delta without index by their position", () => {
+  const { reply } = assemble([
+    chunk({
+      tool_calls: [
+        { id: "a", type: "function", function: { name: "x", arguments: "" } },
+        { id: "b", type: "function", function: { name: "y", arguments: "" } },
+      ],
+    }),
+    chunk({ tool_calls: [{ function: { arguments: '{"q":' } }, { function: { arguments: '{"r":' } }] }),
+    chunk({
+      tool_calls: [{ index: 0, function: { arguments: "1}" } }, { index: 1, function: { arguments: "2}" } }],
+    }),
+    chunk({}, "tool_calls"),
+  ]);
+  assert.deepEqual(reply.toolCalls, [
+    { id: "a", name: "x", arguments: '{"q":1}' },
+    { id: "b", name: "y", arguments: '{"r":2}' },
+  ]);
+});
+
+Deno.test("ReplyAssembler continues calls listed without index when later deltas repeat their ids", () => {
+  const { reply } = assemble([
+    chunk({ tool_calls: [{ id: "a", function: { name: "x" } }, { id: "b", function: { name: "y" } }] }),
+    chunk({
+      tool_calls: [
+        { id: "a", function: { arguments: '{"q":' } },
+        { id: "b", function: { name: "y", arguments: '{"r":' } },
+      ],
+    }),
+    chunk({ tool_calls: [{ function: { arguments: "1}" } }, { id: "b", function: { arguments: "2}" } }] }),
+    chunk({}, "tool_calls"),
+  ]);
+  assert.deepEqual(reply.toolCalls, [
+    { id: "a", name: "x", arguments: '{"q":1}' },
+    { id: "b", name: "y", arguments: '{"r":2}' },
+  ]);
+});
+
+Deno.test("ReplyAssembler starts a new call for a positional fragment with another id", () => {
+  const { reply } = assemble([
+    chunk({
+      tool_calls: [{ id: "a", function: { name: "x", arguments: "" } }, { id: "b", function: { name: "y" } }],
+    }),
+    chunk({ tool_calls: [{ function: { arguments: "{}" } }, { function: { arguments: "{}" } }] }),
+    chunk({ tool_calls: [{ id: "c", function: { name: "z", arguments: '{"s":' } }] }),
+    chunk({ tool_calls: [{ function: { arguments: "3}" } }] }),
+    chunk({}, "tool_calls"),
+  ]);
+  assert.deepEqual(reply.toolCalls, [
+    { id: "a", name: "x", arguments: "{}" },
+    { id: "b", name: "y", arguments: "{}" },
+    { id: "c", name: "z", arguments: '{"s":3}' },
+  ]);
+});
+
+Deno.test("ReplyAssembler still follows one call at a time without index, each started with an id", () => {
+  const { reply } = assemble([
+    chunk({ tool_calls: [{ id: "a", function: { name: "x", arguments: "" } }] }),
+    chunk({ tool_calls: [{ function: { arguments: '{"q":' } }] }),
+    chunk({ tool_calls: [{ function: { arguments: "1}" } }] }),
+    chunk({ tool_calls: [{ id: "b", function: { name: "y", arguments: "" } }] }),
+    chunk({ tool_calls: [{ function: { arguments: '{"r":2}' } }] }),
+    chunk({}, "tool_calls"),
+  ]);
+  assert.deepEqual(reply.toolCalls, [
+    { id: "a", name: "x", arguments: '{"q":1}' },
+    { id: "b", name: "y", arguments: '{"r":2}' },
   ]);
 });
 

@@ -96,6 +96,7 @@ function expectedReply(body: any): ChatReply {
       totalTokens: body.usage.total_tokens,
     },
     model: body.model,
+    finishReason: body.choices[0].finish_reason ?? null,
   };
 }
 
@@ -105,11 +106,13 @@ const SPOT_CHECKS: Record<string, Partial<ChatReply>> = {
     toolCalls: [],
     usage: { promptTokens: 18, completionTokens: 345, totalTokens: 363 },
     model: "deepseek-reasoner",
+    finishReason: "stop",
   },
   "deepseek-text.nonstream.json": {
     toolCalls: [],
     usage: { promptTokens: 13, completionTokens: 300, totalTokens: 313 },
     model: "deepseek-chat",
+    finishReason: "length",
   },
   "deepseek-toolcall-reasoning.nonstream.json": {
     content: null,
@@ -120,6 +123,7 @@ const SPOT_CHECKS: Record<string, Partial<ChatReply>> = {
     }],
     usage: { promptTokens: 339, completionTokens: 92, totalTokens: 431 },
     model: "deepseek-reasoner",
+    finishReason: "tool_calls",
   },
   "openai-gpt4o-toolcall-strict.nonstream.json": {
     content: null,
@@ -130,6 +134,7 @@ const SPOT_CHECKS: Record<string, Partial<ChatReply>> = {
     }],
     usage: { promptTokens: 48, completionTokens: 19, totalTokens: 67 },
     model: "gpt-4o-2024-08-06",
+    finishReason: "tool_calls",
   },
   "openai-gpt4o-toolcalls-parallel.nonstream.json": {
     content: null,
@@ -147,6 +152,7 @@ const SPOT_CHECKS: Record<string, Partial<ChatReply>> = {
     ],
     usage: { promptTokens: 149, completionTokens: 60, totalTokens: 209 },
     model: "gpt-4o-2024-08-06",
+    finishReason: "tool_calls",
   },
 };
 
@@ -263,7 +269,12 @@ for (const [name, body, raw] of docCompletions()) {
     const { fetch } = stubFetch(respond(200, raw));
     const reply = await makeClient(fetch).llm.chat(HELLO);
     const spot: Partial<ChatReply> = name === "Default"
-      ? { content: "Hello! How can I assist you today?", toolCalls: [], model: "gpt-5.4" }
+      ? {
+        content: "Hello! How can I assist you today?",
+        toolCalls: [],
+        model: "gpt-5.4",
+        finishReason: "stop",
+      }
       : {
         content: null,
         toolCalls: [{
@@ -272,6 +283,7 @@ for (const [name, body, raw] of docCompletions()) {
           arguments: '{\n"location": "Boston, MA"\n}',
         }],
         usage: { promptTokens: 82, completionTokens: 17, totalTokens: 99 },
+        finishReason: "tool_calls",
       };
     assertReplyMatches(reply, body, spot);
   });
@@ -507,7 +519,7 @@ Deno.test("OpenAICompatibleLLM.chat() falls back to the configured model when th
   delete body.usage;
   const { fetch } = stubFetch(respond(200, body));
   const reply = await makeClient(fetch).llm.chat(HELLO);
-  assert.deepEqual(reply, { content: "hi", toolCalls: [], usage: null, model: MODEL });
+  assert.deepEqual(reply, { content: "hi", toolCalls: [], usage: null, model: MODEL, finishReason: "stop" });
 });
 
 // ---------------------------------------------------------------------------------------------------------
@@ -930,8 +942,19 @@ Deno.test("parseCompletion() drops reasoning_content and other fields it does no
     toolCalls: [],
     usage: { promptTokens: 3, completionTokens: 2, totalTokens: 5 },
     model: "served-model",
+    finishReason: "stop",
   });
   assert.ok(!JSON.stringify(reply).includes("SECRET-CHAIN"));
+});
+
+Deno.test("parseCompletion() keeps the choice's finish_reason, null when it is not a non-empty string", () => {
+  const body = (finish: unknown) => ({ choices: [{ message: { content: "x" }, finish_reason: finish }] });
+  assert.equal(parseCompletion(body("length")).finishReason, "length");
+  assert.equal(parseCompletion(body("tool_calls")).finishReason, "tool_calls");
+  for (const finish of [null, undefined, "", 7]) {
+    assert.equal(parseCompletion(body(finish)).finishReason, null, String(finish));
+  }
+  assert.equal(parseCompletion({ choices: [{ message: { content: "x" } }] }).finishReason, null);
 });
 
 Deno.test("parseCompletion() names the model of the body, else the one given, else nothing", () => {

@@ -65,6 +65,12 @@ export const MAX_PROVIDER_STATE_BYTES = 262_144;
 /** The answer of a turn that passed its deadline; nothing of it was kept. */
 export const TIMEOUT_ANSWER =
   "I stopped: this turn ran out of time and nothing of it was kept. Send it again, or ask for less at once.";
+/**
+ * The result of each tool call of a reply cut off before its calls were complete (`finish_reason` `length`,
+ * or a stream that ended without one): none is run, as their arguments may be partial.
+ */
+export const CUT_OFF_ERROR = "not run: the model's reply was cut off before its tool calls were complete; " +
+  "call again with complete arguments";
 
 /**
  * Runs one user turn to its end — a new message, a retry, or the resumption of a turn that waits for
@@ -103,6 +109,7 @@ async function runSteps(turn: Turn, paused: PausedStep | null): Promise<TurnResu
   if (paused !== null && !await resumeStep(turn, paused)) return await aborted(turn, paused.pending.step);
   let nudged = false;
   let repaired = false;
+  let cutOff = false;
   for (let step = turn.steps; step < agent.maxSteps; step++) {
     if (run.signal?.aborted) return await aborted(turn, step);
     await compactIfOverBudget(turn, step);
@@ -115,6 +122,12 @@ async function runSteps(turn: Turn, paused: PausedStep | null): Promise<TurnResu
     const { content, toolCalls, providerState } = reply.reply;
     if (toolCalls.length > 0) {
       const calls = uniqueCallIds(toolCalls, `${turn.runId}:${step}`);
+      if (isCutOff(reply.reply)) {
+        const ended = await refuseCutOff(turn, reply.reply, calls, step, !cutOff);
+        if (ended !== null) return ended;
+        cutOff = true;
+        continue;
+      }
       // One reply's calls run together: if one waits for the user, all of them wait.
       const asked = askedCalls(calls, agent.approval, run.allowed);
       if (asked.length > 0) return await pause(turn, content, calls, asked, step, providerState);
@@ -134,6 +147,52 @@ async function runSteps(turn: Turn, paused: PausedStep | null): Promise<TurnResu
     await append(turn, [{ role: "runtime", content: EMPTY_REPLY_NUDGE }]);
   }
   return await answer(turn, agent.maxSteps - 1, MAX_STEPS_ANSWER, "max_steps");
+}
+
+/** Whether the provider cut the reply off: it hit the output limit, or its stream ended without a reason. */
+function isCutOff(reply: ChatReply): boolean {
+  return reply.finishReason === "length" || reply.finishReason === null;
+}
+
+/**
+ * Answers the calls of a cut-off reply without running them (nor asking for approval): their arguments may
+ * be partial. The first time (`retry`) the calls and a {@linkcode CUT_OFF_ERROR} result for each are stored
+ * like any step's and it returns null: the model is asked again. The second time the turn ends `error`, its
+ * question kept for a retry. Either way `reply_cut_off` says why.
+ */
+async function refuseCutOff(
+  turn: Turn,
+  reply: ChatReply,
+  calls: readonly ToolCall[],
+  step: number,
+  retry: boolean,
+): Promise<TurnResult | null> {
+  const finishReason = reply.finishReason ?? null;
+  turn.event("reply_cut_off", step, { finish_reason: finishReason, tool_call_count: calls.length });
+  if (!retry) {
+    const why = finishReason === null
+      ? "its stream ended without a finish_reason"
+      : `finish_reason "${finishReason}"`;
+    const message = `the model's reply was cut off twice (${why}) before its tool calls were complete; ` +
+      "raise the model's output limit or ask for less at once";
+    return failed(turn, step, {
+      kind: "invalid_response",
+      status: null,
+      retries: reply.retries ?? 0,
+      message,
+    });
+  }
+  const intent = (stored: ToolCall[]) =>
+    append(turn, [{
+      role: "assistant",
+      content: reply.content,
+      toolCalls: stored,
+      ...stateOf(reply.providerState),
+    }]);
+  if (!await runTools(turn, calls, step, intent, undefined, () => CUT_OFF_ERROR)) {
+    return await aborted(turn, step);
+  }
+  return null;
 }
 
 function checkLimits(agent: Agent): void {
@@ -276,9 +335,9 @@ function stateOf(providerState: ProviderState | undefined): { providerState?: Pr
 }
 
 /**
- * Runs a reply's tool calls (the approval policy, and on a resumption the user's decisions, refuse some):
- * `intent` stores the calls before the first runs, and each result is stored as its call ends. False when the
- * turn was aborted meanwhile.
+ * Runs a reply's tool calls (`refuse`, by default the approval policy and on a resumption the user's
+ * decisions, refuses some): `intent` stores the calls before the first runs, and each result is stored as its
+ * call ends. False when the turn was aborted meanwhile.
  */
 async function runTools(
   turn: Turn,
@@ -286,6 +345,7 @@ async function runTools(
   step: number,
   intent: (stored: ToolCall[]) => Promise<StoredMessage>,
   resumed?: PausedStep,
+  refuse: (call: ToolCall) => string | null = refusalFor(turn.agent.approval, resumed?.decisions),
 ): Promise<boolean> {
   const { signal } = turn.run;
   const ran = await runToolCalls(calls, {
@@ -301,7 +361,7 @@ async function runTools(
     },
     maxCalls: turn.agent.maxToolCallsPerStep,
     emit: (name, data) => turn.event(name, step, data),
-    refuse: refusalFor(turn.agent.approval, resumed?.decisions),
+    refuse,
     intent: async (stored) => (await intent(stored)).id,
     // A resumed step's results stay with its calls, even if the turn is aborted (see resumeStep).
     result: async (message) => void await append(turn, [message], { kept: resumed !== undefined }),

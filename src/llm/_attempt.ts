@@ -107,7 +107,7 @@ function parseBody(text: string, { host, model, origin }: AttemptContext): Attem
       throw invalidResponseError(`body is not JSON: ${quoteBody(text)}`, host);
     }
     const reply = parseCompletion(json, { model, source: host, origin });
-    noteFinishReason((json as { choices: { finish_reason?: unknown }[] }).choices[0].finish_reason);
+    noteFinishReason(reply.finishReason);
     noteResponseId((json as { id?: unknown }).id);
     return { ok: true, reply };
   } catch (error) {
@@ -213,18 +213,20 @@ async function readEvents(
       if (chunk.done) break;
     }
     if (signal?.aborted) return fail(ABORTED);
-    if (!assembler.complete) {
-      const reason = `the stream ended after ${bytes} bytes without [DONE] or a finish_reason`;
-      return fail(invalid(invalidResponseError(reason, context.host)));
-    }
+    const reason = `the stream ended after ${bytes} bytes without [DONE] or a finish_reason`;
+    const cut = () => fail(invalid(invalidResponseError(reason, context.host)));
+    let reply: ChatReply;
     try {
-      const reply = assembler.reply();
-      noteFinishReason(assembler.finishReason);
-      noteResponseId(assembler.responseId);
-      return { ok: true, reply };
+      reply = { ...assembler.reply(), finishReason: assembler.finishReason };
     } catch (error) {
-      return fail(invalid(error));
+      return assembler.complete ? fail(invalid(error)) : cut();
     }
+    // A cut stream's tool calls come back (`finishReason: null`) for the loop to refuse, so the turn can ask
+    // again; a partial answer is never passed on as whole.
+    if (!assembler.complete && reply.toolCalls.length === 0) return cut();
+    noteFinishReason(assembler.finishReason);
+    noteResponseId(assembler.responseId);
+    return { ok: true, reply };
   } finally {
     // Frees the connection when the stream stops early ([DONE], an error); a no-op on a finished body.
     await reader.cancel().catch(() => {});

@@ -102,7 +102,9 @@ function requireNumber(
  * Timeouts, network failures and HTTP 408/409/429/5xx are retried up to `retries` times with exponential
  * backoff (or the provider's `Retry-After`, capped at 60 s); a reply past `maxReplyBytes`, other statuses
  * and unreadable bodies fail at once. A stream is retried only before its first body byte, so no answer
- * text is shown twice, and must end with `[DONE]` or a `finish_reason`. The caller's `signal` aborts at any
+ * text is shown twice. Every reply has its `finishReason`: the choice's `finish_reason`, else `null`. A stream
+ * that ends without `[DONE]` or a `finish_reason` fails, unless it carried tool calls: that reply comes back
+ * with `finishReason: null`, cut off, for the loop to refuse its calls. The caller's `signal` aborts at any
  * point, waits included. `chat` rejects only with `LlmError`, never showing the API key, except for a
  * `TypeError` on a malformed message (see {@linkcode buildRequestBody}) and whatever `onDelta` throws.
  */

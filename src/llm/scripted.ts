@@ -14,6 +14,8 @@ export interface ScriptedReply {
   toolCalls?: { name: string; arguments?: string | Record<string, unknown>; id?: string }[];
   usage?: Usage | null;
   model?: string;
+  /** The reply's `finishReason` (`"length"`, or `null` for a cut stream); absent unless the script sets it. */
+  finishReason?: string | null;
 }
 
 /** One request the scripted model saw. */
@@ -87,6 +89,7 @@ export class ScriptedLLM implements LLM {
       })),
       usage: reply.usage ?? null,
       model: reply.model ?? "scripted",
+      ...(reply.finishReason === undefined ? {} : { finishReason: reply.finishReason }),
     };
   }
 }

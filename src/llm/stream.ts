@@ -141,9 +141,13 @@ const JOINED_DETAIL_FIELDS = new Set(["text", "summary", "data"]);
  * `summary` and `data` pieces joined), the message's `extra_content` and each call's (from the first
  * fragment that has one). Drops the rest (other reasoning, events not named `message` or `error`).
  *
- * Tool-call fragments are merged by `index`; a server that omits it starts a call with an id and continues it
- * without one. Either way a fragment with an id other than its call's starts a new call, as does a second
- * entry for the same call in one delta: arguments are never joined across calls.
+ * Tool-call fragments are merged by `index`. A fragment without one continues the call with its id; else, once
+ * a delta has listed two or more fragments without `index`, the call of its position in its delta (entry k
+ * of every later delta, with or without `index`, continues call k of that listing); else, without an id,
+ * the last call. A fragment without `index` that starts a call makes its position that call's index. So a
+ * server that sends one call at a time, starting each with an id, and one that lists several calls in a
+ * delta both work. Either way a fragment with an id other than its call's starts a new call, as does a
+ * second entry for the same call in one delta: arguments are never joined across calls.
  */
 export class ReplyAssembler {
   #options: ReplyAssemblerOptions;
@@ -153,6 +157,8 @@ export class ReplyAssembler {
   #byIndex = new Map<number, PendingCall>();
   /** The calls the current chunk's delta has already added to. */
   #touched = new Set<PendingCall>();
+  /** A delta has listed several fragments without `index`: such fragments stand for their position. */
+  #positional = false;
   #usage: unknown = undefined;
   #model: string | undefined;
   #reasoningContent = "";
@@ -276,16 +282,16 @@ export class ReplyAssembler {
     if (index !== undefined && !(typeof index === "number" && Number.isInteger(index) && index >= 0)) {
       throw this.#invalid(`choices[0].delta.tool_calls[] index is not a whole number: ${String(index)}`);
     }
-    // The call this fragment continues, if any: by index, else by id, else (no id either) the last call.
-    let call = index === undefined
-      ? id === undefined ? this.#calls.at(-1) : this.#calls.find((known) => known.id === id)
-      : this.#byIndex.get(index);
+    // Each fragment of a delta adds to exactly one call, so the calls the delta touched count those before it.
+    const position = this.#touched.size;
+    if (index === undefined && position > 0) this.#positional = true;
+    let call = this.#continued(index, id, position);
     const otherId = id !== undefined && call?.id !== undefined && call.id !== id;
     if (call === undefined || otherId || this.#touched.has(call)) {
       const order = index ?? Math.max(-1, ...this.#calls.map((known) => known.order)) + 1;
       call = { order, id: undefined, type: undefined, name: undefined, arguments: "" };
       this.#calls.push(call);
-      if (index !== undefined) this.#byIndex.set(index, call);
+      this.#byIndex.set(index ?? position, call);
     }
     this.#touched.add(call);
     call.id ??= id;
@@ -318,6 +324,15 @@ export class ReplyAssembler {
         else if (known[field] === undefined || known[field] === null) known[field] = value;
       }
     }
+  }
+
+  /** The call a fragment continues, if any: by `index`; else by id, by position, or (no id) the last call. */
+  #continued(index: number | undefined, id: string | undefined, position: number): PendingCall | undefined {
+    if (index !== undefined) return this.#byIndex.get(index);
+    const known = id === undefined ? undefined : this.#calls.find((call) => call.id === id);
+    if (known !== undefined) return known;
+    if (this.#positional) return this.#byIndex.get(position);
+    return id === undefined ? this.#calls.at(-1) : undefined;
   }
 
   #invalid(reason: string): LlmError {

@@ -318,9 +318,11 @@ export interface ParseCompletionOptions {
  * Reads a parsed non-streaming completion body: `choices[0].message`'s `content` (see {@linkcode contentText};
  * DeepSeek's `""` beside tool calls becomes `null`) and `tool_calls` (a malformed call comes back with its
  * `problem`), usage as reported wherever it is (see {@linkcode reportedUsage}; `null` when absent), `model`
- * (else `options.model`); with `options.origin`, the provider state the provider needs back
- * ({@linkcode MESSAGE_STATE_FIELDS} of the message, {@linkcode CALL_STATE_FIELDS} of each call) as received.
- * Drops the rest: no reasoning text (`reasoning`, thinking parts) is ever part of the answer. Throws `LlmError` of kind `invalid_response` when there is no choice or no message.
+ * (else `options.model`), `choices[0].finish_reason` (`null` unless a non-empty string); with
+ * `options.origin`, the provider state the provider needs back ({@linkcode MESSAGE_STATE_FIELDS} of the
+ * message, {@linkcode CALL_STATE_FIELDS} of each call) as received. Drops the rest: no reasoning text
+ * (`reasoning`, thinking parts) is ever part of the answer. Throws `LlmError` of kind `invalid_response` when
+ * there is no choice or no message.
  */
 export function parseCompletion(body: unknown, options: ParseCompletionOptions = {}): ChatReply {
   const { model = "", source } = options;
@@ -337,7 +339,10 @@ export function parseCompletion(body: unknown, options: ParseCompletionOptions =
   const named = typeof body.model === "string" && body.model !== "" ? body.model : model;
   const usage = reportedUsage(body, choices[0]);
   const { origin } = options;
-  return replyFromMessage(message, { usage, model: named, source, where: "choices[0].message", origin });
+  const where = "choices[0].message";
+  const reply = replyFromMessage(message, { usage, model: named, source, where, origin });
+  const finish = choices[0].finish_reason;
+  return { ...reply, finishReason: typeof finish === "string" && finish !== "" ? finish : null };
 }
 
 /** Options of {@linkcode replyFromMessage}. */
