@@ -23,7 +23,7 @@ import { MAX_SUMMARY_ITEMS } from "../src/memory/summary.ts";
 import { buildContext, SYSTEM_PROMPT } from "../src/agent/context.ts";
 import { parseSummary, runtimeContextText, type Summary } from "../src/memory/summary.ts";
 import { EMPTY_ANSWER, EMPTY_REPLY_NUDGE, MAX_STEPS_ANSWER } from "../src/agent/loop.ts";
-import { compactIfDue, type CompactionResult, type MemoryState } from "../src/memory/compact.ts";
+import { compactIfDue, type CompactionResult, type MemoryState, summaryRoom } from "../src/memory/compact.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { deterministicSummarizer, type Summarizer } from "../src/memory/summarizer.ts";
 import { calculatorTool } from "../src/tools/calculator.ts";
@@ -750,6 +750,36 @@ const E2E_CASE = fc.record({
   previous: fc.option(VALID_PATCH, { nil: null }),
 });
 
+/**
+ * Found by the property: under a budget of 200 the reserve (50) is smaller than an empty summary's block (59),
+ * and a plan made with the reserve ended at 201 without saying over_budget.
+ */
+const SMALL_BUDGET_CASE: typeof E2E_CASE extends fc.Arbitrary<infer T> ? T : never = {
+  messages: [
+    { role: "user", content: "" },
+    { role: "user", content: "a" },
+    {
+      role: "assistant",
+      content: null,
+      toolCalls: [{ id: "call_1_0_0", name: "calculator", arguments: '{"expression":"1+2"}' }],
+    },
+    {
+      role: "tool",
+      content: '{"ok":true,"data":{"expression":"1+2","result":3},"error":null,"truncated":false}',
+      toolCallId: "call_1_0_0",
+    },
+    { role: "runtime", content: EMPTY_REPLY_NUDGE },
+    { role: "assistant", content: "\u00a1A A\u0300  !A\u00a1A\u00a10A{\uac00\u00a1\uac000" },
+  ],
+  maxRawTurns: 1,
+  maxCtxTokens: 200,
+  fixed: {
+    systemPrompt: "a`a a\u00dfa\u00dfa\u3002a'a?a\u0130a\u00e9a  a\\a\u4e16\u754ca  a\"a\ta\u001b[A\n",
+    tools: [],
+  },
+  previous: null,
+};
+
 Deno.test("compactIfDue() deletes exactly the cut, stores a valid summary and ends within budget unless over_budget", async () => {
   await fc.assert(
     fc.asyncProperty(E2E_CASE, async (c) => {
@@ -765,6 +795,7 @@ Deno.test("compactIfDue() deletes exactly the cut, stores a valid summary and en
           c.fixed.tools,
         ),
         currentSummaryTokens: state.summary === null ? 0 : blockTokens(parseSummary(state.summary)!),
+        summaryTokens: summaryRoom(c.maxCtxTokens),
       });
       if (result === null || result.event.ok !== true) {
         // Nothing due, or nothing to cut before an over-budget current turn: the session is untouched.
@@ -792,7 +823,7 @@ Deno.test("compactIfDue() deletes exactly the cut, stores a valid summary and en
       if (!plan.overBudget) assert.ok(tokens <= c.maxCtxTokens, `${tokens} > ${c.maxCtxTokens}`);
       assert.ok(users(after.history) <= c.maxRawTurns);
     }),
-    { numRuns: RUNS },
+    { numRuns: RUNS, examples: [[SMALL_BUDGET_CASE]] },
   );
 });
 

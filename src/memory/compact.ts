@@ -77,6 +77,16 @@ function summaryTokens(summary: Summary | null): number {
     : estimateMessageTokens({ role: "system", content: runtimeContextText(summary) });
 }
 
+/**
+ * The room a compaction leaves for the summary: the reserve, or an empty summary's block when even that is
+ * larger (a budget under about 240 estimated tokens). The merged summary is trimmed to the reserve and never
+ * below empty, so the plan is never short by the summary the request must carry.
+ */
+export function summaryRoom(maxCtxTokens: number): number {
+  const empty = mergeSummary(null, { goals: [], facts: [], todos: [], unresolved: [] }, new Date(0));
+  return Math.max(summaryReserve(maxCtxTokens), summaryTokens(empty));
+}
+
 function sizes(summary: Summary): Record<string, number> {
   return Object.fromEntries(SUMMARY_FIELDS.map((field) => [field, summary[field].length]));
 }
@@ -110,6 +120,7 @@ export async function compactIfDue(
     maxCtxTokens,
     fixedTokens,
     currentSummaryTokens: summaryTokens(previous) * scale,
+    summaryTokens: summaryRoom(maxCtxTokens) * scale,
     scale,
   });
   if (plan === null || (deps.tokensOnly && plan.trigger === "turns")) return null;
