@@ -122,7 +122,8 @@ Deno.test("SqliteStore migrates a version-3 database to the current version keep
   await store.close();
   const db = new DatabaseSync(path);
   db.exec(
-    "DROP TABLE session_leases; DROP TABLE trace_events; DROP INDEX todos_by_call; " +
+    "ALTER TABLE messages DROP COLUMN provider_state; ALTER TABLE pending_steps DROP COLUMN provider_state; " +
+      "DROP TABLE session_leases; DROP TABLE trace_events; DROP INDEX todos_by_call; " +
       "ALTER TABLE todos DROP COLUMN call_id; ALTER TABLE sessions DROP COLUMN calibration; " +
       "DROP TABLE session_usage; DROP TABLE usage_daily; DROP TRIGGER user_memory_unindexed; " +
       "DROP TABLE user_memory_words; DROP TABLE user_memory; ALTER TABLE sessions DROP COLUMN title; " +
