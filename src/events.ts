@@ -45,6 +45,8 @@ export interface RunEventData {
     prompt_tokens: number | null;
     completion_tokens: number | null;
     total_tokens: number | null;
+    /** Of `prompt_tokens`, those the provider read from its prompt cache; null when it did not say. */
+    cached_tokens: number | null;
     tool_call_count: number;
     retries: number;
   };

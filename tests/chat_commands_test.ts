@@ -15,6 +15,7 @@ const usage = (prompt: number, completion: number) => ({
   promptTokens: prompt,
   completionTokens: completion,
   totalTokens: prompt + completion,
+  cachedTokens: null,
 });
 
 /** Runs commands against `h.store` as user "local", starting in session "main"; collects what they say. */

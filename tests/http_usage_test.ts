@@ -65,6 +65,7 @@ Deno.test("the quota is each user's own, and absent without AGENT_USER_DAILY_TOK
       day: "2026-03-01",
       model: "rule",
       promptTokens: 1000,
+      cachedTokens: 0,
       completionTokens: 0,
       calls: 1,
       estimatedCalls: 0,
@@ -86,7 +87,15 @@ Deno.test("a chat completion without a session counts its tokens in the server's
   assert.equal(response.status, 200);
   assert.equal((await response.json()).usage.total_tokens, 24);
   assert.deepEqual(await h.store.userUsage("local"), [
-    { day: "2026-03-01", model: "rule", promptTokens: 20, completionTokens: 4, calls: 2, estimatedCalls: 0 },
+    {
+      day: "2026-03-01",
+      model: "rule",
+      promptTokens: 20,
+      cachedTokens: 0,
+      completionTokens: 4,
+      calls: 2,
+      estimatedCalls: 0,
+    },
   ]);
   assert.deepEqual(await h.store.listSessions("local"), [], "the private session is not kept");
 });
@@ -101,6 +110,7 @@ Deno.test("GET /v1/usage gives the caller's tokens by day and model, and today's
     day: "2026-03-01",
     model: "other",
     promptTokens: 3,
+    cachedTokens: 0,
     completionTokens: 1,
     calls: 1,
     estimatedCalls: 1,

@@ -94,6 +94,7 @@ function expectedReply(body: any): ChatReply {
       promptTokens: body.usage.prompt_tokens,
       completionTokens: body.usage.completion_tokens,
       totalTokens: body.usage.total_tokens,
+      cachedTokens: body.usage.prompt_tokens_details?.cached_tokens ?? null,
     },
     model: body.model,
   };
@@ -103,12 +104,12 @@ function expectedReply(body: any): ChatReply {
 const SPOT_CHECKS: Record<string, Partial<ChatReply>> = {
   "deepseek-reasoning.nonstream.json": {
     toolCalls: [],
-    usage: { promptTokens: 18, completionTokens: 345, totalTokens: 363 },
+    usage: { promptTokens: 18, completionTokens: 345, totalTokens: 363, cachedTokens: 0 },
     model: "deepseek-reasoner",
   },
   "deepseek-text.nonstream.json": {
     toolCalls: [],
-    usage: { promptTokens: 13, completionTokens: 300, totalTokens: 313 },
+    usage: { promptTokens: 13, completionTokens: 300, totalTokens: 313, cachedTokens: 0 },
     model: "deepseek-chat",
   },
   "deepseek-toolcall-reasoning.nonstream.json": {
@@ -118,7 +119,7 @@ const SPOT_CHECKS: Record<string, Partial<ChatReply>> = {
       name: "weather",
       arguments: '{"location": "San Francisco"}',
     }],
-    usage: { promptTokens: 339, completionTokens: 92, totalTokens: 431 },
+    usage: { promptTokens: 339, completionTokens: 92, totalTokens: 431, cachedTokens: 320 },
     model: "deepseek-reasoner",
   },
   "openai-gpt4o-toolcall-strict.nonstream.json": {
@@ -128,7 +129,7 @@ const SPOT_CHECKS: Record<string, Partial<ChatReply>> = {
       name: "get_weather",
       arguments: '{"city":"San Francisco","state":"CA"}',
     }],
-    usage: { promptTokens: 48, completionTokens: 19, totalTokens: 67 },
+    usage: { promptTokens: 48, completionTokens: 19, totalTokens: 67, cachedTokens: null },
     model: "gpt-4o-2024-08-06",
   },
   "openai-gpt4o-toolcalls-parallel.nonstream.json": {
@@ -145,7 +146,7 @@ const SPOT_CHECKS: Record<string, Partial<ChatReply>> = {
         arguments: '{"ticker": "AAPL", "exchange": "NASDAQ"}',
       },
     ],
-    usage: { promptTokens: 149, completionTokens: 60, totalTokens: 209 },
+    usage: { promptTokens: 149, completionTokens: 60, totalTokens: 209, cachedTokens: null },
     model: "gpt-4o-2024-08-06",
   },
 };
@@ -269,7 +270,7 @@ for (const [name, body, raw] of docCompletions()) {
           name: "get_current_weather",
           arguments: '{\n"location": "Boston, MA"\n}',
         }],
-        usage: { promptTokens: 82, completionTokens: 17, totalTokens: 99 },
+        usage: { promptTokens: 82, completionTokens: 17, totalTokens: 99, cachedTokens: null },
       };
     assertReplyMatches(reply, body, spot);
   });
@@ -916,6 +917,7 @@ Deno.test("parseCompletion() reports usage as given, null when absent, never inv
     promptTokens: 7,
     completionTokens: null,
     totalTokens: null,
+    cachedTokens: null,
   });
 });
 
@@ -926,7 +928,7 @@ Deno.test("parseCompletion() drops reasoning_content and other fields it does no
   assert.deepEqual(reply, {
     content: "3",
     toolCalls: [],
-    usage: { promptTokens: 3, completionTokens: 2, totalTokens: 5 },
+    usage: { promptTokens: 3, completionTokens: 2, totalTokens: 5, cachedTokens: null },
     model: "served-model",
   });
   assert.ok(!JSON.stringify(reply).includes("SECRET-CHAIN"));

@@ -15,13 +15,15 @@ const usage = (prompt: number, completion: number) => ({
   promptTokens: prompt,
   completionTokens: completion,
   totalTokens: prompt + completion,
+  cachedTokens: null,
 });
 
-function entry(model: string, prompt: number, completion: number): UsageEntry {
+function entry(model: string, prompt: number, completion: number, cached = 0): UsageEntry {
   return {
     day: "2026-01-01",
     model,
     promptTokens: prompt,
+    cachedTokens: cached,
     completionTokens: completion,
     calls: 1,
     estimatedCalls: 0,

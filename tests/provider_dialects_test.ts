@@ -30,6 +30,11 @@ function tokens(reply: ChatReply): unknown {
   return usage === null ? null : [usage.promptTokens, usage.completionTokens, usage.totalTokens];
 }
 
+/** The sum of `counts`, a count not given as 0. */
+function sum(counts: readonly (number | null)[]): number {
+  return counts.reduce((total: number, n) => total + (n ?? 0), 0);
+}
+
 function client(url: string, stream: boolean): OpenAICompatibleLLM {
   return new OpenAICompatibleLLM({ baseUrl: url, apiKey: KEY, model: MODEL, stream, retries: 0 });
 }
@@ -77,10 +82,16 @@ for (const dialect of dialects) {
         assert.equal(call.content, expect.call_text);
         assert.deepEqual(call.toolCalls, expect.calls);
         assert.deepEqual(tokens(call), expect.usage[0]);
+        assert.equal(
+          call.usage?.cachedTokens,
+          expect.cached[0],
+          "the cached prompt tokens, as the provider said",
+        );
         const answer = await llm.chat(HELLO, { tools: TOOLS, onDelta });
         assert.equal(answer.content, expect.answer);
         assert.deepEqual(answer.toolCalls, []);
         assert.deepEqual(tokens(answer), expect.usage[1]);
+        assert.equal(answer.usage?.cachedTokens, expect.cached[1]);
         assert.equal(deltas.join(""), stream ? `${expect.call_text ?? ""}${expect.answer}` : "");
         assert.ok(
           !JSON.stringify([call, answer, deltas]).includes(MARKER),
@@ -130,6 +141,13 @@ for (const dialect of dialects) {
           return [prompt_tokens, completion_tokens, total_tokens];
         });
         assert.deepEqual(usage, expect.usage, "llm_call records the usage wherever the provider put it");
+        assert.deepEqual(
+          h.events.filter((event) => event.event === "llm_call").map((event) => event.data.cached_tokens),
+          expect.cached,
+          "llm_call records the cached prompt tokens, null where the provider did not say",
+        );
+        const [counted] = await store.sessionUsage(keyOf(dialect.name));
+        assert.equal(counted.cachedTokens, sum(expect.cached), "the store counts them, 0 for none said");
 
         // The follow-up request carries the calls back, each with its one result, and nothing else new.
         assert.equal(provider.requests.length, 2);
@@ -238,7 +256,7 @@ Deno.test("the wire reads content parts: text joined, thinking and unknown parts
 
 Deno.test("the wire reads usage at the top level, in choices[0] and in x_groq, streamed and whole", () => {
   const counts = { prompt_tokens: 3, completion_tokens: 2, total_tokens: 5 };
-  const expected = { promptTokens: 3, completionTokens: 2, totalTokens: 5 };
+  const expected = { promptTokens: 3, completionTokens: 2, totalTokens: 5, cachedTokens: null };
   const choice = { index: 0, message: { content: "ok" }, finish_reason: "stop" };
   assert.deepEqual(parseCompletion({ choices: [{ ...choice, usage: counts }] }).usage, expected);
   assert.deepEqual(parseCompletion({ choices: [choice], x_groq: { usage: counts } }).usage, expected);
@@ -255,5 +273,90 @@ Deno.test("the wire reads usage at the top level, in choices[0] and in x_groq, s
     });
     assembler.add({ event: null, data: JSON.stringify(chunk) });
     assert.deepEqual(assembler.reply().usage, expected);
+  }
+});
+
+Deno.test("the wire reads cached prompt tokens in each provider's shape, streamed and whole, null when none is said", () => {
+  const cases: [
+    what: string,
+    usage: Record<string, unknown>,
+    prompt: number | null,
+    cached: number | null,
+  ][] = [
+    // OpenAI (this is its guide's example), Groq, xAI, Qwen, Kimi K2: a part of the prompt, in its details.
+    [
+      "prompt_tokens_details",
+      {
+        prompt_tokens: 2006,
+        completion_tokens: 300,
+        total_tokens: 2306,
+        prompt_tokens_details: { cached_tokens: 1920, audio_tokens: 0 },
+      },
+      2006,
+      1920,
+    ],
+    // Moonshot's own context cache counts at the top level.
+    [
+      "a top-level cached_tokens",
+      { prompt_tokens: 600, completion_tokens: 25, total_tokens: 625, cached_tokens: 512 },
+      600,
+      512,
+    ],
+    // DeepSeek's disk cache: hits and misses, whose sum is the prompt when prompt_tokens is absent.
+    [
+      "prompt_cache_hit_tokens",
+      {
+        completion_tokens: 40,
+        total_tokens: 392,
+        prompt_cache_hit_tokens: 320,
+        prompt_cache_miss_tokens: 32,
+      },
+      352,
+      320,
+    ],
+    [
+      "prompt_cache_hit_tokens beside prompt_tokens",
+      {
+        prompt_tokens: 352,
+        completion_tokens: 40,
+        total_tokens: 392,
+        prompt_cache_hit_tokens: 320,
+        prompt_cache_miss_tokens: 32,
+      },
+      352,
+      320,
+    ],
+    ["no details", { prompt_tokens: 250, completion_tokens: 90, total_tokens: 340 }, 250, null],
+    [
+      "null details (vLLM)",
+      { prompt_tokens: 250, completion_tokens: 90, prompt_tokens_details: null },
+      250,
+      null,
+    ],
+    [
+      "a count that is not a number",
+      { prompt_tokens: 5, prompt_tokens_details: { cached_tokens: "4" } },
+      5,
+      null,
+    ],
+    ["a hit without its miss", { prompt_cache_hit_tokens: 320 }, null, 320],
+  ];
+  const choice = { index: 0, message: { content: "ok" }, finish_reason: "stop" };
+  for (const [what, usage, prompt, cached] of cases) {
+    const streamed = [{ choices: [], usage }, {
+      choices: [{ index: 0, delta: {}, finish_reason: "stop" }],
+      x_groq: { id: "req_1", usage },
+    }].map((chunk) => {
+      const assembler = new ReplyAssembler();
+      assembler.add({
+        event: null,
+        data: JSON.stringify({ choices: [{ index: 0, delta: { content: "ok" } }] }),
+      });
+      assembler.add({ event: null, data: JSON.stringify(chunk) });
+      return assembler.reply();
+    });
+    for (const reply of [parseCompletion({ choices: [choice], usage }), ...streamed]) {
+      assert.deepEqual([reply.usage?.promptTokens, reply.usage?.cachedTokens], [prompt, cached], what);
+    }
   }
 });

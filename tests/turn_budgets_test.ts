@@ -20,6 +20,7 @@ const usage = (prompt: number, completion: number) => ({
   promptTokens: prompt,
   completionTokens: completion,
   totalTokens: prompt + completion,
+  cachedTokens: null,
 });
 
 /** The estimate the loop makes of a request the scripted model saw (system prompt, tools, history). */
@@ -233,7 +234,14 @@ Deno.test("runTurn() counts each call's tokens in the store, and a timed-out tur
   Object.assign(h.agent, { turnTimeoutSeconds: 5, clock });
   assert.equal((await runTurn(input("go"), h.agent, h.run)).outcome, "timeout");
   assert.deepEqual((await h.store.messages(keyOf("s1", "u1"))).map((m) => m.content), ["hello", "hi"]);
-  const counted = { day: "2026-01-01", model: "m-1", promptTokens: 140, completionTokens: 7, calls: 2 };
+  const counted = {
+    day: "2026-01-01",
+    model: "m-1",
+    promptTokens: 140,
+    cachedTokens: 0,
+    completionTokens: 7,
+    calls: 2,
+  };
   assert.deepEqual(await h.store.userUsage("u1"), [{ ...counted, estimatedCalls: 0 }]);
   assert.deepEqual(await h.store.sessionUsage(keyOf("s1", "u1")), [{ ...counted, estimatedCalls: 0 }]);
 });
