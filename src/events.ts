@@ -113,8 +113,8 @@ export interface RunEventData {
     tool_calls: number;
     usage: UsageData;
     /**
-     * With AGENT_PRICES: the turn's model calls in dollars (tokens as reported, else estimated); null when a
-     * model has no price.
+     * With AGENT_PRICES: the turn's model calls in dollars (tokens as reported, else estimated; cached prompt
+     * tokens at the model's cached price when it has one); null when a model has no price.
      */
     cost_usd?: number | null;
   };
