@@ -120,6 +120,7 @@ Deno.test("GET /v1/usage gives the caller's tokens by day and model, and today's
   const row = (model: string, prompt: number, completion: number, calls: number, estimated = 0) => ({
     model,
     prompt_tokens: prompt,
+    cached_tokens: 0,
     completion_tokens: completion,
     total_tokens: prompt + completion,
     calls,
@@ -130,10 +131,15 @@ Deno.test("GET /v1/usage gives the caller's tokens by day and model, and today's
     from: "2026-01-31",
     to: "2026-03-01",
     days: [
-      { day: "2026-02-28", total_tokens: 24, models: [row("rule", 20, 4, 2)] },
-      { day: "2026-03-01", total_tokens: 16, models: [row("other", 3, 1, 1, 1), row("rule", 10, 2, 1)] },
+      { day: "2026-02-28", total_tokens: 24, cached_tokens: 0, models: [row("rule", 20, 4, 2)] },
+      {
+        day: "2026-03-01",
+        total_tokens: 16,
+        cached_tokens: 0,
+        models: [row("other", 3, 1, 1, 1), row("rule", 10, 2, 1)],
+      },
     ],
-    today: { day: "2026-03-01", total_tokens: 16, daily_tokens: 100, left: 84 },
+    today: { day: "2026-03-01", total_tokens: 16, cached_tokens: 0, daily_tokens: 100, left: 84 },
   });
   const one = await h.handler(new Request("http://agent.test/v1/usage?from=2026-02-28&to=2026-02-28"));
   assert.deepEqual((await one.json()).days.map((d: { day: string }) => d.day), ["2026-02-28"]);

@@ -1,18 +1,26 @@
 /**
  * Every provider's dialect of the Chat Completions wire (tests/fixtures/dialects/), replayed from a loopback
- * server, streamed and whole: through the real client, and through a turn on a SQLite store.
+ * server, streamed and whole: through the real client, and through a turn on a SQLite store; those that say
+ * how many prompt tokens the provider read from its cache, through `serve`'s handler on both stores, to the
+ * trace, the counts, chat's `/usage` and `GET /v1/usage` with their cost.
  */
 import assert from "node:assert/strict";
 import { runTurn } from "../src/agent/loop.ts";
+import { runCommand } from "../src/cli/commands.ts";
 import { LlmError } from "../src/errors.ts";
 import { OpenAICompatibleLLM } from "../src/llm/openai.ts";
 import { ReplyAssembler } from "../src/llm/stream.ts";
 import { parseCompletion } from "../src/llm/wire.ts";
+import { parsePrices } from "../src/prices.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
+import { readTrace } from "../src/trace/trace.ts";
 import type { ChatReply, ToolSchema } from "../src/types.ts";
-import { DIALECTS, MARKER, readDialects, replayProvider } from "./_dialects.ts";
+import { formatCost } from "../src/web/timeline.js";
+import { type Dialect, DIALECTS, MARKER, readDialects, replayProvider } from "./_dialects.ts";
 import { harness, keyOf, steppingClock, tempDir } from "./_harness.ts";
+import { httpHarness, postMessage } from "./_http_harness.ts";
 import { HELLO, KEY, MODEL } from "./_openai_stubs.ts";
+import { storeTest } from "./_store_backends.ts";
 
 const dialects = readDialects();
 
@@ -171,6 +179,127 @@ for (const dialect of dialects) {
         await store.close();
       }
     });
+  }
+}
+
+/** The dialects whose replies say how many prompt tokens the provider read from its cache. */
+const CACHING = dialects.filter((dialect) => dialect.expect.cached.some((n) => n !== null));
+
+Deno.test("the dialects that report cached prompt tokens are OpenAI, DeepSeek, Groq, Moonshot, Qwen and xAI", () => {
+  assert.deepEqual(CACHING.map((dialect) => dialect.name), [
+    "deepseek",
+    "groq",
+    "moonshot",
+    "openai",
+    "qwen",
+    "xai",
+  ]);
+  for (const dialect of CACHING) assert.ok(Math.max(...dialect.expect.cached.map(Number)) > 0, dialect.name);
+});
+
+/** Dollars per million tokens in, out and cached, the same for every dialect's model. */
+const [IN, OUT, CACHED] = [4, 16, 1];
+
+/** What a dialect's turn costs, from its fixture: cached prompt tokens at CACHED, the rest at IN. */
+function costOfTurn(expect: Dialect["expect"]): number {
+  const dollars = expect.usage.reduce((total, [prompt, completion], i) => {
+    const cached = expect.cached[i] ?? 0;
+    return total + ((prompt - cached) * IN + cached * CACHED + completion * OUT) / 1e6;
+  }, 0);
+  return Math.round(dollars * 1e8) / 1e8;
+}
+
+for (const dialect of CACHING) {
+  const { expect } = dialect;
+  const model = (dialect.replies[0].body as { model: string }).model;
+  for (const stream of [true, false]) {
+    const mode = stream ? "streamed" : "whole";
+
+    storeTest(
+      `serve on $Store counts and prices ${dialect.name}'s ${mode} cached prompt tokens in the trace, the store, /usage and GET /v1/usage`,
+      async (db) => {
+        const store = await db.open({ now: steppingClock() });
+        const provider = replayProvider(dialect.replies);
+        try {
+          using h = httpHarness();
+          Object.assign(h.deps.agent, {
+            store,
+            llm: client(provider.url, stream),
+            prices: parsePrices(`${model}=${IN}/${OUT}/${CACHED}`),
+            now: () => new Date("2026-03-01T12:00:00Z"),
+          });
+          const response = await h.handler(postMessage("cache", { message: "what is 6*7?" }));
+          assert.equal(response.status, 200, await response.clone().text());
+          assert.equal((await response.json()).answer, expect.answer);
+          const [prompt, completion] = [0, 1].map((i) => expect.usage[0][i] + expect.usage[1][i]);
+          const cached = sum(expect.cached);
+          const cost = costOfTurn(expect);
+          assert.ok(cost < costOfTurn({ ...expect, cached: [null, null] }), "cached tokens cost less");
+
+          const trace = readTrace(h.tracePath);
+          assert.deepEqual(
+            trace.filter((event) => event.event === "llm_call").map((event) => event.data.cached_tokens),
+            expect.cached,
+          );
+          assert.equal(trace.find((event) => event.event === "run_end")?.data.cost_usd, cost);
+
+          const counted = {
+            day: "2026-03-01",
+            model,
+            promptTokens: prompt,
+            cachedTokens: cached,
+            completionTokens: completion,
+            calls: 2,
+            estimatedCalls: 0,
+          };
+          assert.deepEqual(await store.sessionUsage(keyOf("cache", "local")), [counted]);
+          assert.deepEqual(await store.userUsage("local"), [counted]);
+
+          let said = "";
+          await runCommand("/usage", {
+            state: { sessionId: "cache", userId: "local", lastTurn: null },
+            store,
+            prices: h.deps.agent.prices,
+            write: (text) => (said += text),
+            clearScreen: () => {},
+            newSessionId: () => "n",
+          });
+          const n = (count: number) => count.toLocaleString("en-US");
+          assert.ok(
+            said.includes(
+              `(${n(prompt)} prompt, ${n(cached)} of them cached, + ${
+                n(completion)
+              } completion) over 2 model ` +
+                `calls, ${formatCost(cost)}, as stored`,
+            ),
+            said,
+          );
+
+          const page = await (await h.handler(new Request("http://agent.test/v1/usage"))).json();
+          assert.deepEqual(page.days, [{
+            day: "2026-03-01",
+            total_tokens: prompt + completion,
+            cached_tokens: cached,
+            cost_usd: cost,
+            models: [{
+              model,
+              prompt_tokens: prompt,
+              cached_tokens: cached,
+              completion_tokens: completion,
+              total_tokens: prompt + completion,
+              calls: 2,
+              estimated_calls: 0,
+              cost_usd: cost,
+            }],
+          }]);
+          assert.equal(page.today.cached_tokens, cached);
+          assert.equal(page.today.cost_usd, cost);
+        } finally {
+          await provider.close();
+          await store.close();
+        }
+      },
+    );
   }
 }
 
