@@ -175,7 +175,7 @@ export const SETTINGS: Readonly<Record<string, Setting>> = {
     "maxTurnTokens",
     "positiveIntOrUnset",
     "",
-    "tokens a turn may spend over its model calls (reported, else estimated); a call that would pass it is not made and the turn ends with outcome budget; unset = no budget",
+    "tokens a turn may spend over its model calls, prompt + completion with cached prompt tokens included (reported, else estimated); a call that would pass it is not made and the turn ends with outcome budget; unset = no budget",
   ),
   AGENT_TURN_TIMEOUT_SECONDS: setting(
     "turnTimeoutSeconds",
@@ -285,7 +285,7 @@ export const SETTINGS: Readonly<Record<string, Setting>> = {
     "userDailyTokens",
     "positiveIntOrUnset",
     "",
-    "serve: tokens a user may spend per UTC day, counted in the database (so across replicas); past them a turn gets 429 quota_exceeded until 00:00 UTC; unset = no quota",
+    "serve: tokens a user may spend per UTC day, prompt + completion with cached prompt tokens included, counted in the database (so across replicas); past them a turn gets 429 quota_exceeded until 00:00 UTC; unset = no quota",
   ),
   AGENT_MCP_CONFIG: setting(
     "mcpConfig",

@@ -57,6 +57,25 @@ Deno.test("a user past AGENT_USER_DAILY_TOKENS gets 429 quota_exceeded until 00:
   assert.equal((await h.handler(postMessage("a", { message: "next day" }))).status, 200);
 });
 
+Deno.test("the daily quota counts the prompt tokens read from the provider's cache like the others", async () => {
+  const at = { value: EVENING };
+  using h = quotaHarness(20, at);
+  await h.store.recordUsage(keyOf("a", "local"), [{
+    day: "2026-03-01",
+    model: "rule",
+    promptTokens: 20,
+    cachedTokens: 20,
+    completionTokens: 0,
+    calls: 1,
+    estimatedCalls: 0,
+  }]);
+  const response = await h.handler(postMessage("a", { message: "hello" }));
+  assert.equal(response.status, 429);
+  assert.match((await response.json()).error.message, /has spent 20 tokens today/);
+  const page = await (await h.handler(new Request("http://agent.test/v1/usage"))).json();
+  assert.deepEqual([page.today.total_tokens, page.today.cached_tokens, page.today.left], [20, 20, 0]);
+});
+
 Deno.test("the quota is each user's own, and absent without AGENT_USER_DAILY_TOKENS", async () => {
   const at = { value: EVENING };
   {

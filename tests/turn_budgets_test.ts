@@ -74,6 +74,19 @@ Deno.test("runTurn() ends with budget before a model call that would pass AGENT_
   }
 });
 
+Deno.test("runTurn() counts cached prompt tokens toward AGENT_MAX_TURN_TOKENS like any other", async () => {
+  const [first] = await requestEstimates([{ ...calc("1+1") }, { content: "2" }], "what is 1+1?");
+  // The provider read the whole first prompt from its cache: it still counts.
+  const cached = { ...usage(first, 5), cachedTokens: first };
+  const script = () => [{ ...calc("1+1"), usage: cached }, { content: "2", usage: usage(first, 1) }];
+  const [, second] = await requestEstimates(script(), "what is 1+1?");
+  using h = harness(script());
+  h.agent.maxTurnTokens = first + 5 + second - 1;
+  const result = await runTurn(input("what is 1+1?"), h.agent, h.run);
+  assert.equal(result.outcome, "budget");
+  assert.equal(h.llm.requests.length, 1);
+});
+
 Deno.test("runTurn() counts a call's estimated tokens toward the budget when the provider reports none", async () => {
   const script = () => [{ ...calc("2+2"), usage: null }, { content: "4", usage: null }];
   const [first, second] = await requestEstimates(script(), "what is 2+2?");

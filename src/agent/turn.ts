@@ -63,7 +63,10 @@ export class Turn {
     totalTokens: null,
     cachedTokens: null,
   };
-  /** Tokens the turn's model calls spent, as reported, else estimated: what its budget counts. */
+  /**
+   * Tokens the turn's model calls spent, prompt + completion with cached prompt tokens included, as reported,
+   * else estimated: what its budget counts.
+   */
   spent = 0;
   /** The model calls' tokens not stored yet: the next write of the session carries them. */
   readonly #unstored: UsageEntry[] = [];
