@@ -65,7 +65,7 @@ const EXPECTED: Record<Kind, string> = {
   database: "postgres://user@host:port/database or unset",
   formatMode: "native or prompt",
   tokenizer: `${TOKENIZERS.join(" or ")}, or unset`,
-  prices: "comma-separated model=in/out, dollars per million tokens",
+  prices: "comma-separated model=in/out or model=in/out/cached, dollars per million tokens",
 };
 
 /** The pairs of AGENT_API_TOKENS. A message names a pair by its position and user, never by its token. */

@@ -175,7 +175,7 @@ export const SETTINGS: Readonly<Record<string, Setting>> = {
     "maxTurnTokens",
     "positiveIntOrUnset",
     "",
-    "tokens a turn may spend over its model calls (reported, else estimated); a call that would pass it is not made and the turn ends with outcome budget; unset = no budget",
+    "tokens a turn may spend over its model calls, prompt + completion with cached prompt tokens included (reported, else estimated); a call that would pass it is not made and the turn ends with outcome budget; unset = no budget",
   ),
   AGENT_TURN_TIMEOUT_SECONDS: setting(
     "turnTimeoutSeconds",
@@ -187,7 +187,7 @@ export const SETTINGS: Readonly<Record<string, Setting>> = {
     "prices",
     "prices",
     "",
-    "comma-separated model=in/out in dollars per million tokens (gpt-4o-mini=0.15/0.6): a cost in run_end, /usage and the web page; a dated model name takes its base name's price",
+    "comma-separated model=in/out[/cached] in dollars per million tokens (gpt-4o-mini=0.15/0.6/0.075): a cost in run_end, /usage and the web page, cached prompt tokens at the cached price (at in without one); a dated model name takes its base name's price",
   ),
   AGENT_DB_PATH: setting("dbPath", "string", "data/sessions.db", "SQLite file"),
   AGENT_DATABASE_URL: setting(
@@ -285,7 +285,7 @@ export const SETTINGS: Readonly<Record<string, Setting>> = {
     "userDailyTokens",
     "positiveIntOrUnset",
     "",
-    "serve: tokens a user may spend per UTC day, counted in the database (so across replicas); past them a turn gets 429 quota_exceeded until 00:00 UTC; unset = no quota",
+    "serve: tokens a user may spend per UTC day, prompt + completion with cached prompt tokens included, counted in the database (so across replicas); past them a turn gets 429 quota_exceeded until 00:00 UTC; unset = no quota",
   ),
   AGENT_MCP_CONFIG: setting(
     "mcpConfig",

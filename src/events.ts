@@ -46,6 +46,8 @@ export interface RunEventData {
     prompt_tokens: number | null;
     completion_tokens: number | null;
     total_tokens: number | null;
+    /** Of `prompt_tokens`, those the provider read from its prompt cache; null when it did not say. */
+    cached_tokens: number | null;
     tool_call_count: number;
     retries: number;
   };
@@ -118,8 +120,8 @@ export interface RunEventData {
     tool_calls: number;
     usage: UsageData;
     /**
-     * With AGENT_PRICES: the turn's model calls in dollars (tokens as reported, else estimated); null when a
-     * model has no price.
+     * With AGENT_PRICES: the turn's model calls in dollars (tokens as reported, else estimated; cached prompt
+     * tokens at the model's cached price when it has one); null when a model has no price.
      */
     cost_usd?: number | null;
   };

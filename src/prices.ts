@@ -1,14 +1,18 @@
 /**
- * The price table (AGENT_PRICES): dollars per million prompt and completion tokens, by model, and the cost of
- * counted tokens under it. Pure.
+ * The price table (AGENT_PRICES): dollars per million prompt, completion and cached prompt tokens, by model,
+ * and the cost of counted tokens under it. Pure.
  * @module
  */
 import type { UsageEntry } from "./types.ts";
 
-/** A model's price: dollars per million tokens in (prompt) and out (completion). */
+/**
+ * A model's price: dollars per million tokens in (prompt) and out (completion), and for the prompt tokens the
+ * provider read from its cache when it prices them apart (`cached`; absent: at `input`, like the others).
+ */
 export interface Price {
   input: number;
   output: number;
+  cached?: number;
 }
 
 /** Prices by model name, as AGENT_PRICES gives them. */
@@ -17,9 +21,9 @@ export type PriceTable = ReadonlyMap<string, Price>;
 const NUMBER = /^\d+(\.\d+)?$/;
 
 /**
- * The table of `raw`: comma-separated `model=in/out`, dollars per million tokens, e.g.
- * `gpt-4o-mini=0.15/0.6,deepseek-chat=0.27/1.10`; empty gives an empty table. `SyntaxError` naming the entry
- * that is not of that form or names a model twice.
+ * The table of `raw`: comma-separated `model=in/out` or `model=in/out/cached`, dollars per million tokens,
+ * e.g. `gpt-4o-mini=0.15/0.6/0.075,deepseek-chat=0.27/1.10`; empty gives an empty table. `SyntaxError` naming
+ * the entry that is not of that form or names a model twice.
  */
 export function parsePrices(raw: string): PriceTable {
   const table = new Map<string, Price>();
@@ -28,17 +32,20 @@ export function parsePrices(raw: string): PriceTable {
     if (entry === "" && raw.trim() === "") continue;
     const equals = entry.lastIndexOf("=");
     const model = entry.slice(0, equals).trim();
-    const [input, output, extra] = entry.slice(equals + 1).split("/").map((n) => n.trim());
+    const [input, output, cached, extra] = entry.slice(equals + 1).split("/").map((n) => n.trim());
     if (
       equals < 1 || model === "" || extra !== undefined || !NUMBER.test(input ?? "") ||
-      !NUMBER.test(output ?? "")
+      !NUMBER.test(output ?? "") || (cached !== undefined && !NUMBER.test(cached))
     ) {
       throw new SyntaxError(
-        `entry ${index + 1} (${JSON.stringify(entry)}) is not model=in/out, dollars per million tokens`,
+        `entry ${index + 1} (${JSON.stringify(entry)}) is not model=in/out or model=in/out/cached, ` +
+          "dollars per million tokens",
       );
     }
     if (table.has(model)) throw new SyntaxError(`entry ${index + 1} names model "${model}" a second time`);
-    table.set(model, { input: Number(input), output: Number(output) });
+    const price: Price = { input: Number(input), output: Number(output) };
+    if (cached !== undefined) price.cached = Number(cached);
+    table.set(model, price);
   }
   return table;
 }
@@ -62,8 +69,10 @@ export function priceOf(table: PriceTable, model: string): Price | null {
 }
 
 /**
- * The cost in dollars of `entries`, rounded to the millionth of a cent; null when one of them has tokens of a
- * model the table has no price for (a partial sum would read as the whole).
+ * The cost in dollars of `entries`, rounded to the millionth of a cent: their cached prompt tokens at the
+ * model's cached price, the rest of their prompt tokens at its input price (all of them without a cached
+ * price), their completion tokens at its output price. Null when one of them has tokens of a model the table
+ * has no price for (a partial sum would read as the whole).
  */
 export function costOf(table: PriceTable, entries: readonly UsageEntry[]): number | null {
   let dollars = 0;
@@ -71,7 +80,9 @@ export function costOf(table: PriceTable, entries: readonly UsageEntry[]): numbe
     if (entry.promptTokens === 0 && entry.completionTokens === 0) continue;
     const price = priceOf(table, entry.model);
     if (price === null) return null;
-    dollars += (entry.promptTokens * price.input + entry.completionTokens * price.output) / 1e6;
+    // The cached tokens' discount off the input price: none without a cached price.
+    const discount = entry.cachedTokens * ((price.cached ?? price.input) - price.input);
+    dollars += (entry.promptTokens * price.input + discount + entry.completionTokens * price.output) / 1e6;
   }
   return Math.round(dollars * 1e8) / 1e8;
 }

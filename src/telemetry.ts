@@ -174,7 +174,8 @@ export function bindContext<A extends unknown[], R>(fn: (...args: A) => R): (...
 
 /**
  * The span of one turn: `gen_ai.conversation.id` is the session, the model the provider and the model asked
- * for (when known); the run id joins it to the trace file.
+ * for (when known); the run id joins it to the trace file. Its usage sums the turn's model calls, with
+ * `gen_ai.usage.cache_read.input_tokens` when a provider said how many prompt tokens it read from its cache.
  */
 export function agentSpan(sessionId: string, model?: ModelInfo): SpanOptions<TurnResult> {
   return {
@@ -193,6 +194,7 @@ export function agentSpan(sessionId: string, model?: ModelInfo): SpanOptions<Tur
         "mini_agent.tool_calls": result.toolCalls.length,
         "gen_ai.usage.input_tokens": result.usage.promptTokens,
         "gen_ai.usage.output_tokens": result.usage.completionTokens,
+        "gen_ai.usage.cache_read.input_tokens": result.usage.cachedTokens,
       },
       errorType: result.outcome === "error" ? "llm_error" : undefined,
     }),
@@ -209,7 +211,9 @@ export function providerName(hostname: string): string {
 
 /**
  * The span of one model call to `url` (every attempt, its waits and its `fetch` spans). The attempt that
- * answered adds `gen_ai.response.finish_reasons` ({@linkcode noteFinishReason}).
+ * answered adds `gen_ai.response.finish_reasons` ({@linkcode noteFinishReason}). Its usage is the reply's as
+ * reported: `gen_ai.usage.input_tokens` counts the cached prompt tokens too, which
+ * `gen_ai.usage.cache_read.input_tokens` gives when the provider said.
  */
 export function chatSpan(url: URL, model: string): SpanOptions<ChatReply> {
   const port = Number(url.port || (url.protocol === "https:" ? 443 : 80));
@@ -227,6 +231,7 @@ export function chatSpan(url: URL, model: string): SpanOptions<ChatReply> {
         "gen_ai.response.model": reply.model,
         "gen_ai.usage.input_tokens": reply.usage?.promptTokens,
         "gen_ai.usage.output_tokens": reply.usage?.completionTokens,
+        "gen_ai.usage.cache_read.input_tokens": reply.usage?.cachedTokens,
         "mini_agent.llm.retries": reply.retries ?? 0,
       },
     }),
@@ -255,8 +260,8 @@ export function noteResponseId(id: unknown): void {
 
 /**
  * Records one model call in the GenAI client metrics: its duration, and (when it answered) its input and
- * output tokens, the very counts the store keeps (`entry`), so the two never disagree. `errorType` marks a
- * failed call. No-op without telemetry.
+ * output tokens, the very counts the store keeps (`entry`), so the two never disagree; input counts the cached
+ * prompt tokens too (the spans say how many). `errorType` marks a failed call. No-op without telemetry.
  */
 export function recordModelCall(
   seconds: number,

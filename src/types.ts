@@ -78,6 +78,8 @@ export interface Usage {
   promptTokens: number | null;
   completionTokens: number | null;
   totalTokens: number | null;
+  /** Input tokens the provider read from its prompt cache, a part of `promptTokens`; null when not reported. */
+  cachedTokens: number | null;
 }
 
 /**
@@ -90,6 +92,8 @@ export interface UsageEntry {
   /** The model that answered, as its reply named it. */
   model: string;
   promptTokens: number;
+  /** Of `promptTokens`, those the provider read from its prompt cache (0 when not reported or estimated). */
+  cachedTokens: number;
   completionTokens: number;
   calls: number;
   estimatedCalls: number;

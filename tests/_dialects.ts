@@ -32,6 +32,8 @@ export interface Dialect {
     answer: string;
     /** prompt, completion and total tokens of each reply. */
     usage: [number, number, number][];
+    /** The prompt tokens each reply says the provider read from its cache; null where it does not say. */
+    cached: (number | null)[];
   };
 }
 

@@ -78,7 +78,7 @@ export class RuleLLM implements LLM {
           name: "calculator",
           arguments: JSON.stringify({ expression: expression[0] }),
         }],
-        usage: { promptTokens: 10, completionTokens: 2, totalTokens: 12 },
+        usage: { promptTokens: 10, completionTokens: 2, totalTokens: 12, cachedTokens: null },
         model: "rule",
       };
     }
@@ -90,7 +90,7 @@ function reply(content: string): ChatReply {
   return {
     content,
     toolCalls: [],
-    usage: { promptTokens: 10, completionTokens: 2, totalTokens: 12 },
+    usage: { promptTokens: 10, completionTokens: 2, totalTokens: 12, cachedTokens: null },
     model: "rule",
   };
 }

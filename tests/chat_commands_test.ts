@@ -15,6 +15,7 @@ const usage = (prompt: number, completion: number) => ({
   promptTokens: prompt,
   completionTokens: completion,
   totalTokens: prompt + completion,
+  cachedTokens: null,
 });
 
 /** Runs commands against `h.store` as user "local", starting in session "main"; collects what they say. */
@@ -183,6 +184,27 @@ Deno.test("/usage shows the session's tokens as stored, other processes' turns t
     /this session \(main\): 1,150 tokens \(1,100 prompt \+ 50 completion\) over 2 model calls, as stored/,
   );
   assert.match(text, /last turn: 1,030 tokens \(1,000 prompt \+ 30 completion\)/);
+});
+
+Deno.test("/usage says how many prompt tokens the provider read from its cache, in the session and the last turn", async () => {
+  const cached = { promptTokens: 1200, completionTokens: 30, totalTokens: 1230, cachedTokens: 1024 };
+  using h = harness([{ content: "a", usage: cached }, { content: "b", usage: usage(100, 20) }]);
+  const c = commands(h);
+  await runTurn({ sessionId: "main", userId: "local", message: "one" }, h.agent, h.run);
+  await runTurn({ sessionId: "main", userId: "local", message: "two" }, h.agent, h.run);
+  recordUsage(c.state, cached);
+  const text = await c.run("/usage");
+  assert.match(
+    text,
+    /this session \(main\): 1,350 tokens \(1,300 prompt, 1,024 of them cached, \+ 50 completion\) over 2 model calls/,
+  );
+  assert.match(text, /last turn: 1,230 tokens \(1,200 prompt, 1,024 of them cached, \+ 30 completion\)/);
+  recordUsage(c.state, usage(100, 20));
+  assert.match(
+    await c.run("/usage"),
+    /last turn: 120 tokens \(100 prompt \+ 20 completion\)/,
+    "none cached, none said",
+  );
 });
 
 Deno.test("/usage says how many of the session's calls had no counts and were estimated", async () => {

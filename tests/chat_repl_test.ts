@@ -136,8 +136,11 @@ Deno.test("the REPL asks for approval at its own prompt, not at a plain you> pro
 
 Deno.test("after /switch, /usage's last turn is the current session's, not the one left", async () => {
   using h = harness([
-    { content: "a", usage: { promptTokens: 100, completionTokens: 20, totalTokens: 120 } },
-    { content: "b", usage: { promptTokens: 7, completionTokens: 3, totalTokens: 10 } },
+    {
+      content: "a",
+      usage: { promptTokens: 100, completionTokens: 20, totalTokens: 120, cachedTokens: null },
+    },
+    { content: "b", usage: { promptTokens: 7, completionTokens: 3, totalTokens: 10, cachedTokens: null } },
   ]);
   await runTurn({ ...keyOf("other", "local"), message: "earlier" }, h.agent, h.run);
   const { input, output, exit: chat, runEnds } = startRepl(h, "repl-4");

@@ -73,16 +73,25 @@ Deno.test("loadConfig() reads the turn's budget (whole tokens) and deadline (sec
   }
 });
 
-Deno.test("loadConfig() reads AGENT_PRICES as a table of dollars per million tokens, naming a bad entry", () => {
+Deno.test("loadConfig() reads AGENT_PRICES as a table of dollars per million tokens, cached ones optional, naming a bad entry", () => {
   const config = loadConfig({ AGENT_PRICES: "gpt-4o-mini=0.15/0.6, deepseek-chat = 0.27/1.10" });
   assert.deepEqual([...config.prices], [
     ["gpt-4o-mini", { input: 0.15, output: 0.6 }],
     ["deepseek-chat", { input: 0.27, output: 1.1 }],
   ]);
+  assert.deepEqual([...loadConfig({ AGENT_PRICES: "gpt-4o-mini=0.15/0.6/0.075" }).prices], [
+    ["gpt-4o-mini", { input: 0.15, output: 0.6, cached: 0.075 }],
+  ]);
+  assert.throws(() => loadConfig({ AGENT_PRICES: "gpt-4o-mini=0.15/0.6/cheap" }), {
+    name: "ConfigError",
+    message:
+      /^Invalid AGENT_PRICES="gpt-4o-mini=0.15\/0.6\/cheap": .*entry 1 \("gpt-4o-mini=0.15\/0.6\/cheap"\)/,
+  });
   assert.throws(() => loadConfig({ AGENT_PRICES: "gpt-4o-mini=0.15" }), {
     name: "ConfigError",
-    message: 'Invalid AGENT_PRICES="gpt-4o-mini=0.15": expected comma-separated model=in/out, dollars per ' +
-      'million tokens: entry 1 ("gpt-4o-mini=0.15") is not model=in/out, dollars per million tokens',
+    message: 'Invalid AGENT_PRICES="gpt-4o-mini=0.15": expected comma-separated model=in/out or ' +
+      'model=in/out/cached, dollars per million tokens: entry 1 ("gpt-4o-mini=0.15") is not model=in/out or ' +
+      "model=in/out/cached, dollars per million tokens",
   });
 });
 

@@ -52,6 +52,7 @@ const usage = (prompt: number, completion: number) => ({
   promptTokens: prompt,
   completionTokens: completion,
   totalTokens: prompt + completion,
+  cachedTokens: null,
 });
 
 /** A store, a tracer and turn dependencies on a fixed clock and counted ids, around `script`. */

@@ -57,6 +57,25 @@ Deno.test("a user past AGENT_USER_DAILY_TOKENS gets 429 quota_exceeded until 00:
   assert.equal((await h.handler(postMessage("a", { message: "next day" }))).status, 200);
 });
 
+Deno.test("the daily quota counts the prompt tokens read from the provider's cache like the others", async () => {
+  const at = { value: EVENING };
+  using h = quotaHarness(20, at);
+  await h.store.recordUsage(keyOf("a", "local"), [{
+    day: "2026-03-01",
+    model: "rule",
+    promptTokens: 20,
+    cachedTokens: 20,
+    completionTokens: 0,
+    calls: 1,
+    estimatedCalls: 0,
+  }]);
+  const response = await h.handler(postMessage("a", { message: "hello" }));
+  assert.equal(response.status, 429);
+  assert.match((await response.json()).error.message, /has spent 20 tokens today/);
+  const page = await (await h.handler(new Request("http://agent.test/v1/usage"))).json();
+  assert.deepEqual([page.today.total_tokens, page.today.cached_tokens, page.today.left], [20, 20, 0]);
+});
+
 Deno.test("the quota is each user's own, and absent without AGENT_USER_DAILY_TOKENS", async () => {
   const at = { value: EVENING };
   {
@@ -65,6 +84,7 @@ Deno.test("the quota is each user's own, and absent without AGENT_USER_DAILY_TOK
       day: "2026-03-01",
       model: "rule",
       promptTokens: 1000,
+      cachedTokens: 0,
       completionTokens: 0,
       calls: 1,
       estimatedCalls: 0,
@@ -86,7 +106,15 @@ Deno.test("a chat completion without a session counts its tokens in the server's
   assert.equal(response.status, 200);
   assert.equal((await response.json()).usage.total_tokens, 24);
   assert.deepEqual(await h.store.userUsage("local"), [
-    { day: "2026-03-01", model: "rule", promptTokens: 20, completionTokens: 4, calls: 2, estimatedCalls: 0 },
+    {
+      day: "2026-03-01",
+      model: "rule",
+      promptTokens: 20,
+      cachedTokens: 0,
+      completionTokens: 4,
+      calls: 2,
+      estimatedCalls: 0,
+    },
   ]);
   assert.deepEqual(await h.store.listSessions("local"), [], "the private session is not kept");
 });
@@ -101,6 +129,7 @@ Deno.test("GET /v1/usage gives the caller's tokens by day and model, and today's
     day: "2026-03-01",
     model: "other",
     promptTokens: 3,
+    cachedTokens: 0,
     completionTokens: 1,
     calls: 1,
     estimatedCalls: 1,
@@ -110,6 +139,7 @@ Deno.test("GET /v1/usage gives the caller's tokens by day and model, and today's
   const row = (model: string, prompt: number, completion: number, calls: number, estimated = 0) => ({
     model,
     prompt_tokens: prompt,
+    cached_tokens: 0,
     completion_tokens: completion,
     total_tokens: prompt + completion,
     calls,
@@ -120,10 +150,15 @@ Deno.test("GET /v1/usage gives the caller's tokens by day and model, and today's
     from: "2026-01-31",
     to: "2026-03-01",
     days: [
-      { day: "2026-02-28", total_tokens: 24, models: [row("rule", 20, 4, 2)] },
-      { day: "2026-03-01", total_tokens: 16, models: [row("other", 3, 1, 1, 1), row("rule", 10, 2, 1)] },
+      { day: "2026-02-28", total_tokens: 24, cached_tokens: 0, models: [row("rule", 20, 4, 2)] },
+      {
+        day: "2026-03-01",
+        total_tokens: 16,
+        cached_tokens: 0,
+        models: [row("other", 3, 1, 1, 1), row("rule", 10, 2, 1)],
+      },
     ],
-    today: { day: "2026-03-01", total_tokens: 16, daily_tokens: 100, left: 84 },
+    today: { day: "2026-03-01", total_tokens: 16, cached_tokens: 0, daily_tokens: 100, left: 84 },
   });
   const one = await h.handler(new Request("http://agent.test/v1/usage?from=2026-02-28&to=2026-02-28"));
   assert.deepEqual((await one.json()).days.map((d: { day: string }) => d.day), ["2026-02-28"]);

@@ -114,7 +114,7 @@ const OK_EVENTS = [
 const OK_REPLY: ChatReply = {
   content: "ok",
   toolCalls: [],
-  usage: { promptTokens: 3, completionTokens: 2, totalTokens: 5 },
+  usage: { promptTokens: 3, completionTokens: 2, totalTokens: 5, cachedTokens: null },
   model: "served-model",
   finishReason: "stop",
 };
@@ -224,7 +224,7 @@ const SPOT_CHECKS: Record<string, ChatReply> = {
   "deepseek-reasoning.stream.json": {
     content: 'The word "strawberry" contains three "r"s.',
     toolCalls: [],
-    usage: { promptTokens: 18, completionTokens: 219, totalTokens: 237 },
+    usage: { promptTokens: 18, completionTokens: 219, totalTokens: 237, cachedTokens: 0 },
     model: "deepseek-reasoner",
     finishReason: "stop",
   },
@@ -235,14 +235,14 @@ const SPOT_CHECKS: Record<string, ChatReply> = {
       name: "weather",
       arguments: '{"location": "San Francisco"}',
     }],
-    usage: { promptTokens: 339, completionTokens: 83, totalTokens: 422 },
+    usage: { promptTokens: 339, completionTokens: 83, totalTokens: 422, cachedTokens: 320 },
     model: "deepseek-reasoner",
     finishReason: "tool_calls",
   },
   "openai-gpt35-text-include_usage-obfuscation.stream.json": {
     content: "Hi, how are you?",
     toolCalls: [],
-    usage: { promptTokens: 10, completionTokens: 5, totalTokens: 15 },
+    usage: { promptTokens: 10, completionTokens: 5, totalTokens: 15, cachedTokens: 0 },
     model: "gpt-3.5-turbo-0125",
     finishReason: "stop",
   },
@@ -253,7 +253,7 @@ const SPOT_CHECKS: Record<string, ChatReply> = {
       name: "GetWeatherArgs",
       arguments: '{"city":"Edinburgh","country":"UK","units":"c"}',
     }],
-    usage: { promptTokens: 76, completionTokens: 24, totalTokens: 100 },
+    usage: { promptTokens: 76, completionTokens: 24, totalTokens: 100, cachedTokens: null },
     model: "gpt-4o-2024-08-06",
     finishReason: "tool_calls",
   },
@@ -271,7 +271,7 @@ const SPOT_CHECKS: Record<string, ChatReply> = {
         arguments: '{"ticker": "AAPL", "exchange": "NASDAQ"}',
       },
     ],
-    usage: { promptTokens: 149, completionTokens: 60, totalTokens: 209 },
+    usage: { promptTokens: 149, completionTokens: 60, totalTokens: 209, cachedTokens: null },
     model: "gpt-4o-2024-08-06",
     finishReason: "tool_calls",
   },
@@ -999,7 +999,7 @@ Deno.test("ReplyAssembler drops reasoning, unknown fields and null usage, and ke
   assert.deepEqual(reply, {
     content: "AB",
     toolCalls: [],
-    usage: { promptTokens: 1, completionTokens: 2, totalTokens: 3 },
+    usage: { promptTokens: 1, completionTokens: 2, totalTokens: 3, cachedTokens: null },
     model: "served-model",
   });
   assert.ok(!JSON.stringify(reply).includes("SECRET"));

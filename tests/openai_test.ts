@@ -94,6 +94,7 @@ function expectedReply(body: any): ChatReply {
       promptTokens: body.usage.prompt_tokens,
       completionTokens: body.usage.completion_tokens,
       totalTokens: body.usage.total_tokens,
+      cachedTokens: body.usage.prompt_tokens_details?.cached_tokens ?? null,
     },
     model: body.model,
     finishReason: body.choices[0].finish_reason ?? null,
@@ -104,13 +105,13 @@ function expectedReply(body: any): ChatReply {
 const SPOT_CHECKS: Record<string, Partial<ChatReply>> = {
   "deepseek-reasoning.nonstream.json": {
     toolCalls: [],
-    usage: { promptTokens: 18, completionTokens: 345, totalTokens: 363 },
+    usage: { promptTokens: 18, completionTokens: 345, totalTokens: 363, cachedTokens: 0 },
     model: "deepseek-reasoner",
     finishReason: "stop",
   },
   "deepseek-text.nonstream.json": {
     toolCalls: [],
-    usage: { promptTokens: 13, completionTokens: 300, totalTokens: 313 },
+    usage: { promptTokens: 13, completionTokens: 300, totalTokens: 313, cachedTokens: 0 },
     model: "deepseek-chat",
     finishReason: "length",
   },
@@ -121,7 +122,7 @@ const SPOT_CHECKS: Record<string, Partial<ChatReply>> = {
       name: "weather",
       arguments: '{"location": "San Francisco"}',
     }],
-    usage: { promptTokens: 339, completionTokens: 92, totalTokens: 431 },
+    usage: { promptTokens: 339, completionTokens: 92, totalTokens: 431, cachedTokens: 320 },
     model: "deepseek-reasoner",
     finishReason: "tool_calls",
   },
@@ -132,7 +133,7 @@ const SPOT_CHECKS: Record<string, Partial<ChatReply>> = {
       name: "get_weather",
       arguments: '{"city":"San Francisco","state":"CA"}',
     }],
-    usage: { promptTokens: 48, completionTokens: 19, totalTokens: 67 },
+    usage: { promptTokens: 48, completionTokens: 19, totalTokens: 67, cachedTokens: null },
     model: "gpt-4o-2024-08-06",
     finishReason: "tool_calls",
   },
@@ -150,7 +151,7 @@ const SPOT_CHECKS: Record<string, Partial<ChatReply>> = {
         arguments: '{"ticker": "AAPL", "exchange": "NASDAQ"}',
       },
     ],
-    usage: { promptTokens: 149, completionTokens: 60, totalTokens: 209 },
+    usage: { promptTokens: 149, completionTokens: 60, totalTokens: 209, cachedTokens: null },
     model: "gpt-4o-2024-08-06",
     finishReason: "tool_calls",
   },
@@ -282,7 +283,7 @@ for (const [name, body, raw] of docCompletions()) {
           name: "get_current_weather",
           arguments: '{\n"location": "Boston, MA"\n}',
         }],
-        usage: { promptTokens: 82, completionTokens: 17, totalTokens: 99 },
+        usage: { promptTokens: 82, completionTokens: 17, totalTokens: 99, cachedTokens: null },
         finishReason: "tool_calls",
       };
     assertReplyMatches(reply, body, spot);
@@ -930,6 +931,7 @@ Deno.test("parseCompletion() reports usage as given, null when absent, never inv
     promptTokens: 7,
     completionTokens: null,
     totalTokens: null,
+    cachedTokens: null,
   });
 });
 
@@ -940,7 +942,7 @@ Deno.test("parseCompletion() drops reasoning_content and other fields it does no
   assert.deepEqual(reply, {
     content: "3",
     toolCalls: [],
-    usage: { promptTokens: 3, completionTokens: 2, totalTokens: 5 },
+    usage: { promptTokens: 3, completionTokens: 2, totalTokens: 5, cachedTokens: null },
     model: "served-model",
     finishReason: "stop",
   });

@@ -111,7 +111,14 @@ Deno.test({
       assert.deepEqual(await store.addTodo(key, "once", { callId: "m1/c1" }), first);
       assert.equal((await store.listTodos(key)).length, 1);
       // Version 7's tables: tokens by user, day and model, and by session.
-      const usage = { day: "2026-01-01", model: "m", promptTokens: 3, completionTokens: 1, calls: 1 };
+      const usage = {
+        day: "2026-01-01",
+        model: "m",
+        promptTokens: 3,
+        cachedTokens: 0,
+        completionTokens: 1,
+        calls: 1,
+      };
       await store.recordUsage(key, [{ ...usage, estimatedCalls: 0 }]);
       assert.equal((await store.userUsage("alice"))[0].promptTokens, 3);
       assert.equal((await store.sessionUsage(key))[0].calls, 1);

@@ -15,31 +15,43 @@ const usage = (prompt: number, completion: number) => ({
   promptTokens: prompt,
   completionTokens: completion,
   totalTokens: prompt + completion,
+  cachedTokens: null,
 });
 
-function entry(model: string, prompt: number, completion: number): UsageEntry {
+function entry(model: string, prompt: number, completion: number, cached = 0): UsageEntry {
   return {
     day: "2026-01-01",
     model,
     promptTokens: prompt,
+    cachedTokens: cached,
     completionTokens: completion,
     calls: 1,
     estimatedCalls: 0,
   };
 }
 
-Deno.test("parsePrices() reads model=in/out entries and refuses anything else, naming the entry", () => {
+Deno.test("parsePrices() reads model=in/out and model=in/out/cached entries and refuses anything else, naming the entry", () => {
   assert.deepEqual(parsePrices(""), new Map());
   assert.deepEqual(
     parsePrices("gpt-4o-mini=0.15/0.6,deepseek-chat=0.27/1.10"),
     new Map([["gpt-4o-mini", { input: 0.15, output: 0.6 }], ["deepseek-chat", { input: 0.27, output: 1.1 }]]),
   );
+  assert.deepEqual(
+    parsePrices("gpt-4o-mini=0.15/0.6/0.075, deepseek-chat = 0.27 / 1.10 / 0.07"),
+    new Map([
+      ["gpt-4o-mini", { input: 0.15, output: 0.6, cached: 0.075 }],
+      ["deepseek-chat", { input: 0.27, output: 1.1, cached: 0.07 }],
+    ]),
+  );
   // A model name may hold "=", "/" or ":" (a router's names): the last "=" separates the prices.
   assert.deepEqual([...parsePrices("org/model:free=0/0").keys()], ["org/model:free"]);
   for (
     const [raw, why] of [
-      ["gpt=1", /entry 1 \("gpt=1"\) is not model=in\/out/],
-      ["gpt=1/2/3", /entry 1/],
+      ["gpt=1", /entry 1 \("gpt=1"\) is not model=in\/out or model=in\/out\/cached/],
+      ["gpt=1/2/3/4", /entry 1/],
+      ["gpt=1/2/", /entry 1/],
+      ["gpt=1/2/x", /entry 1/],
+      ["gpt=1/2/-0.5", /entry 1/],
       ["a=1/2,=1/2", /entry 2/],
       ["a=1/2,", /entry 2/],
       ["a=-1/2", /entry 1/],
@@ -71,6 +83,20 @@ Deno.test("costOf() sums dollars per million tokens, and is null when a model wi
   assert.equal(costOf(table, [entry("a", 10, 0), entry("c", 1, 0)]), null);
   assert.equal(costOf(table, [entry("c", 0, 0)]), 0, "no tokens, no price needed");
   assert.equal(costOf(table, []), 0);
+});
+
+Deno.test("costOf() prices cached prompt tokens at the cached price, the rest of the prompt at the input price", () => {
+  const cached = parsePrices("a=1/2/0.1");
+  // 200,000 uncached at $1, 800,000 cached at $0.10, 500,000 out at $2 per million.
+  assert.equal(costOf(cached, [entry("a", 1_000_000, 500_000, 800_000)]), 0.2 + 0.08 + 1);
+  assert.equal(
+    costOf(cached, [entry("a", 1_000_000, 0, 1_000_000)]),
+    0.1,
+    "a prompt read whole from the cache",
+  );
+  // Without a cached price, cached tokens cost what the others do.
+  assert.equal(costOf(parsePrices("a=1/2"), [entry("a", 1_000_000, 500_000, 800_000)]), 2);
+  assert.equal(costOf(cached, [entry("a", 3, 0)]), 0.000003, "no cached tokens: the input price");
 });
 
 Deno.test("formatCost() writes dollars to three significant digits (two to eight decimals), and $? when unknown", () => {
@@ -107,6 +133,29 @@ Deno.test("run_end carries the turn's cost with AGENT_PRICES (null for a model w
     assert.equal(end.data.cost_usd, cost);
     assert.equal("cost_usd" in end.data, cost !== undefined);
   }
+});
+
+Deno.test("run_end prices the turn's cached prompt tokens at the cached price; an estimated call has none", async () => {
+  const cached = { promptTokens: 1000, completionTokens: 100, totalTokens: 1100, cachedTokens: 800 };
+  const script = [
+    { toolCalls: [{ name: "calculator", arguments: { expression: "1+1" } }], usage: cached, model: "m-1" },
+    { content: "2", usage: null, model: "m-1" },
+  ];
+  using h = harness(script);
+  const prices = parsePrices("m-1=1/10/0.25");
+  const result = await runTurn(
+    { sessionId: "s", userId: "u", message: "1+1?" },
+    { ...h.agent, prices },
+    h.run,
+  );
+  assert.equal(result.outcome, "answered");
+  assert.equal(result.usage.cachedTokens, 800);
+  const [entry] = await h.store.sessionUsage({ sessionId: "s", userId: "u" });
+  assert.equal(entry.cachedTokens, 800, "the estimated call adds no cached tokens");
+  const estimated = entry.promptTokens - 1000;
+  assert.ok(estimated > 0);
+  const cost = (200 * 1 + 800 * 0.25 + estimated * 1 + entry.completionTokens * 10) / 1e6;
+  assert.equal(h.events.at(-1)!.data.cost_usd, Math.round(cost * 1e8) / 1e8);
 });
 
 Deno.test("chat's /usage adds the session's cost with AGENT_PRICES", async () => {

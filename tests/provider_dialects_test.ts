@@ -1,18 +1,26 @@
 /**
  * Every provider's dialect of the Chat Completions wire (tests/fixtures/dialects/), replayed from a loopback
- * server, streamed and whole: through the real client, and through a turn on a SQLite store.
+ * server, streamed and whole: through the real client, and through a turn on a SQLite store; those that say
+ * how many prompt tokens the provider read from its cache, through `serve`'s handler on both stores, to the
+ * trace, the counts, chat's `/usage` and `GET /v1/usage` with their cost.
  */
 import assert from "node:assert/strict";
 import { runTurn } from "../src/agent/loop.ts";
+import { runCommand } from "../src/cli/commands.ts";
 import { LlmError } from "../src/errors.ts";
 import { OpenAICompatibleLLM } from "../src/llm/openai.ts";
 import { ReplyAssembler } from "../src/llm/stream.ts";
 import { parseCompletion } from "../src/llm/wire.ts";
+import { parsePrices } from "../src/prices.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
+import { readTrace } from "../src/trace/trace.ts";
 import type { ChatReply, ToolSchema } from "../src/types.ts";
-import { DIALECTS, MARKER, readDialects, replayProvider } from "./_dialects.ts";
+import { formatCost } from "../src/web/timeline.js";
+import { type Dialect, DIALECTS, MARKER, readDialects, replayProvider } from "./_dialects.ts";
 import { harness, keyOf, steppingClock, tempDir } from "./_harness.ts";
+import { httpHarness, postMessage } from "./_http_harness.ts";
 import { HELLO, KEY, MODEL } from "./_openai_stubs.ts";
+import { storeTest } from "./_store_backends.ts";
 
 const dialects = readDialects();
 
@@ -46,6 +54,11 @@ const TOOLS: ToolSchema[] = [{
 function tokens(reply: ChatReply): unknown {
   const { usage } = reply;
   return usage === null ? null : [usage.promptTokens, usage.completionTokens, usage.totalTokens];
+}
+
+/** The sum of `counts`, a count not given as 0. */
+function sum(counts: readonly (number | null)[]): number {
+  return counts.reduce((total: number, n) => total + (n ?? 0), 0);
 }
 
 function client(url: string, stream: boolean): OpenAICompatibleLLM {
@@ -99,10 +112,16 @@ for (const dialect of dialects) {
         assert.equal(call.content, expect.call_text);
         assert.deepEqual(call.toolCalls, expect.calls);
         assert.deepEqual(tokens(call), expect.usage[0]);
+        assert.equal(
+          call.usage?.cachedTokens,
+          expect.cached[0],
+          "the cached prompt tokens, as the provider said",
+        );
         const answer = await llm.chat(HELLO, { tools: TOOLS, onDelta });
         assert.equal(answer.content, expect.answer);
         assert.deepEqual(answer.toolCalls, []);
         assert.deepEqual(tokens(answer), expect.usage[1]);
+        assert.equal(answer.usage?.cachedTokens, expect.cached[1]);
         assert.equal(deltas.join(""), stream ? `${expect.call_text ?? ""}${expect.answer}` : "");
         const { providerState: callState, ...callSeen } = call;
         const { providerState: answerState, ...answerSeen } = answer;
@@ -157,6 +176,13 @@ for (const dialect of dialects) {
           return [prompt_tokens, completion_tokens, total_tokens];
         });
         assert.deepEqual(usage, expect.usage, "llm_call records the usage wherever the provider put it");
+        assert.deepEqual(
+          h.events.filter((event) => event.event === "llm_call").map((event) => event.data.cached_tokens),
+          expect.cached,
+          "llm_call records the cached prompt tokens, null where the provider did not say",
+        );
+        const [counted] = await store.sessionUsage(keyOf(dialect.name));
+        assert.equal(counted.cachedTokens, sum(expect.cached), "the store counts them, 0 for none said");
 
         // The follow-up request carries the calls back, each with its one result, and nothing else new.
         assert.equal(provider.requests.length, 2);
@@ -184,6 +210,127 @@ for (const dialect of dialects) {
         await store.close();
       }
     });
+  }
+}
+
+/** The dialects whose replies say how many prompt tokens the provider read from its cache. */
+const CACHING = dialects.filter((dialect) => dialect.expect.cached.some((n) => n !== null));
+
+Deno.test("the dialects that report cached prompt tokens are OpenAI, DeepSeek, Groq, Moonshot, Qwen and xAI", () => {
+  assert.deepEqual(CACHING.map((dialect) => dialect.name), [
+    "deepseek",
+    "groq",
+    "moonshot",
+    "openai",
+    "qwen",
+    "xai",
+  ]);
+  for (const dialect of CACHING) assert.ok(Math.max(...dialect.expect.cached.map(Number)) > 0, dialect.name);
+});
+
+/** Dollars per million tokens in, out and cached, the same for every dialect's model. */
+const [IN, OUT, CACHED] = [4, 16, 1];
+
+/** What a dialect's turn costs, from its fixture: cached prompt tokens at CACHED, the rest at IN. */
+function costOfTurn(expect: Dialect["expect"]): number {
+  const dollars = expect.usage.reduce((total, [prompt, completion], i) => {
+    const cached = expect.cached[i] ?? 0;
+    return total + ((prompt - cached) * IN + cached * CACHED + completion * OUT) / 1e6;
+  }, 0);
+  return Math.round(dollars * 1e8) / 1e8;
+}
+
+for (const dialect of CACHING) {
+  const { expect } = dialect;
+  const model = (dialect.replies[0].body as { model: string }).model;
+  for (const stream of [true, false]) {
+    const mode = stream ? "streamed" : "whole";
+
+    storeTest(
+      `serve on $Store counts and prices ${dialect.name}'s ${mode} cached prompt tokens in the trace, the store, /usage and GET /v1/usage`,
+      async (db) => {
+        const store = await db.open({ now: steppingClock() });
+        const provider = replayProvider(dialect.replies);
+        try {
+          using h = httpHarness();
+          Object.assign(h.deps.agent, {
+            store,
+            llm: client(provider.url, stream),
+            prices: parsePrices(`${model}=${IN}/${OUT}/${CACHED}`),
+            now: () => new Date("2026-03-01T12:00:00Z"),
+          });
+          const response = await h.handler(postMessage("cache", { message: "what is 6*7?" }));
+          assert.equal(response.status, 200, await response.clone().text());
+          assert.equal((await response.json()).answer, expect.answer);
+          const [prompt, completion] = [0, 1].map((i) => expect.usage[0][i] + expect.usage[1][i]);
+          const cached = sum(expect.cached);
+          const cost = costOfTurn(expect);
+          assert.ok(cost < costOfTurn({ ...expect, cached: [null, null] }), "cached tokens cost less");
+
+          const trace = readTrace(h.tracePath);
+          assert.deepEqual(
+            trace.filter((event) => event.event === "llm_call").map((event) => event.data.cached_tokens),
+            expect.cached,
+          );
+          assert.equal(trace.find((event) => event.event === "run_end")?.data.cost_usd, cost);
+
+          const counted = {
+            day: "2026-03-01",
+            model,
+            promptTokens: prompt,
+            cachedTokens: cached,
+            completionTokens: completion,
+            calls: 2,
+            estimatedCalls: 0,
+          };
+          assert.deepEqual(await store.sessionUsage(keyOf("cache", "local")), [counted]);
+          assert.deepEqual(await store.userUsage("local"), [counted]);
+
+          let said = "";
+          await runCommand("/usage", {
+            state: { sessionId: "cache", userId: "local", lastTurn: null },
+            store,
+            prices: h.deps.agent.prices,
+            write: (text) => (said += text),
+            clearScreen: () => {},
+            newSessionId: () => "n",
+          });
+          const n = (count: number) => count.toLocaleString("en-US");
+          assert.ok(
+            said.includes(
+              `(${n(prompt)} prompt, ${n(cached)} of them cached, + ${
+                n(completion)
+              } completion) over 2 model ` +
+                `calls, ${formatCost(cost)}, as stored`,
+            ),
+            said,
+          );
+
+          const page = await (await h.handler(new Request("http://agent.test/v1/usage"))).json();
+          assert.deepEqual(page.days, [{
+            day: "2026-03-01",
+            total_tokens: prompt + completion,
+            cached_tokens: cached,
+            cost_usd: cost,
+            models: [{
+              model,
+              prompt_tokens: prompt,
+              cached_tokens: cached,
+              completion_tokens: completion,
+              total_tokens: prompt + completion,
+              calls: 2,
+              estimated_calls: 0,
+              cost_usd: cost,
+            }],
+          }]);
+          assert.equal(page.today.cached_tokens, cached);
+          assert.equal(page.today.cost_usd, cost);
+        } finally {
+          await provider.close();
+          await store.close();
+        }
+      },
+    );
   }
 }
 
@@ -269,7 +416,7 @@ Deno.test("the wire reads content parts: text joined, thinking and unknown parts
 
 Deno.test("the wire reads usage at the top level, in choices[0] and in x_groq, streamed and whole", () => {
   const counts = { prompt_tokens: 3, completion_tokens: 2, total_tokens: 5 };
-  const expected = { promptTokens: 3, completionTokens: 2, totalTokens: 5 };
+  const expected = { promptTokens: 3, completionTokens: 2, totalTokens: 5, cachedTokens: null };
   const choice = { index: 0, message: { content: "ok" }, finish_reason: "stop" };
   assert.deepEqual(parseCompletion({ choices: [{ ...choice, usage: counts }] }).usage, expected);
   assert.deepEqual(parseCompletion({ choices: [choice], x_groq: { usage: counts } }).usage, expected);
@@ -286,5 +433,90 @@ Deno.test("the wire reads usage at the top level, in choices[0] and in x_groq, s
     });
     assembler.add({ event: null, data: JSON.stringify(chunk) });
     assert.deepEqual(assembler.reply().usage, expected);
+  }
+});
+
+Deno.test("the wire reads cached prompt tokens in each provider's shape, streamed and whole, null when none is said", () => {
+  const cases: [
+    what: string,
+    usage: Record<string, unknown>,
+    prompt: number | null,
+    cached: number | null,
+  ][] = [
+    // OpenAI (this is its guide's example), Groq, xAI, Qwen, Kimi K2: a part of the prompt, in its details.
+    [
+      "prompt_tokens_details",
+      {
+        prompt_tokens: 2006,
+        completion_tokens: 300,
+        total_tokens: 2306,
+        prompt_tokens_details: { cached_tokens: 1920, audio_tokens: 0 },
+      },
+      2006,
+      1920,
+    ],
+    // Moonshot's own context cache counts at the top level.
+    [
+      "a top-level cached_tokens",
+      { prompt_tokens: 600, completion_tokens: 25, total_tokens: 625, cached_tokens: 512 },
+      600,
+      512,
+    ],
+    // DeepSeek's disk cache: hits and misses, whose sum is the prompt when prompt_tokens is absent.
+    [
+      "prompt_cache_hit_tokens",
+      {
+        completion_tokens: 40,
+        total_tokens: 392,
+        prompt_cache_hit_tokens: 320,
+        prompt_cache_miss_tokens: 32,
+      },
+      352,
+      320,
+    ],
+    [
+      "prompt_cache_hit_tokens beside prompt_tokens",
+      {
+        prompt_tokens: 352,
+        completion_tokens: 40,
+        total_tokens: 392,
+        prompt_cache_hit_tokens: 320,
+        prompt_cache_miss_tokens: 32,
+      },
+      352,
+      320,
+    ],
+    ["no details", { prompt_tokens: 250, completion_tokens: 90, total_tokens: 340 }, 250, null],
+    [
+      "null details (vLLM)",
+      { prompt_tokens: 250, completion_tokens: 90, prompt_tokens_details: null },
+      250,
+      null,
+    ],
+    [
+      "a count that is not a number",
+      { prompt_tokens: 5, prompt_tokens_details: { cached_tokens: "4" } },
+      5,
+      null,
+    ],
+    ["a hit without its miss", { prompt_cache_hit_tokens: 320 }, null, 320],
+  ];
+  const choice = { index: 0, message: { content: "ok" }, finish_reason: "stop" };
+  for (const [what, usage, prompt, cached] of cases) {
+    const streamed = [{ choices: [], usage }, {
+      choices: [{ index: 0, delta: {}, finish_reason: "stop" }],
+      x_groq: { id: "req_1", usage },
+    }].map((chunk) => {
+      const assembler = new ReplyAssembler();
+      assembler.add({
+        event: null,
+        data: JSON.stringify({ choices: [{ index: 0, delta: { content: "ok" } }] }),
+      });
+      assembler.add({ event: null, data: JSON.stringify(chunk) });
+      return assembler.reply();
+    });
+    for (const reply of [parseCompletion({ choices: [choice], usage }), ...streamed]) {
+      assert.deepEqual([reply.usage?.promptTokens, reply.usage?.cachedTokens], [prompt, cached], what);
+    }
   }
 });

@@ -123,7 +123,6 @@ Deno.test("SqliteStore migrates a version-3 database to the current version keep
   const db = new DatabaseSync(path);
   db.exec(
     "ALTER TABLE messages DROP COLUMN provider_state; ALTER TABLE pending_steps DROP COLUMN provider_state; " +
-      "ALTER TABLE usage_daily DROP COLUMN cached_tokens; ALTER TABLE session_usage DROP COLUMN cached_tokens; " +
       "DROP TABLE session_leases; DROP TABLE trace_events; DROP INDEX todos_by_call; " +
       "ALTER TABLE todos DROP COLUMN call_id; ALTER TABLE sessions DROP COLUMN calibration; " +
       "DROP TABLE session_usage; DROP TABLE usage_daily; DROP TRIGGER user_memory_unindexed; " +

@@ -242,7 +242,14 @@ Deno.test("SqliteStore migrates a version-4 database (no trace table) to the cur
     const query = { userId: "u", sessionId: "s", since: T0, runId: null, limit: 10, cursor: null };
     assert.deepEqual((await migrated.trace.page(query)).events, [event]);
     // Version 7's tables.
-    const usage = { day: "2026-01-01", model: "m", promptTokens: 3, completionTokens: 1, calls: 1 };
+    const usage = {
+      day: "2026-01-01",
+      model: "m",
+      promptTokens: 3,
+      cachedTokens: 0,
+      completionTokens: 1,
+      calls: 1,
+    };
     await migrated.recordUsage(keyOf("s"), [{ ...usage, estimatedCalls: 0 }]);
     assert.equal((await migrated.sessionUsage(keyOf("s")))[0].promptTokens, 3);
     assert.equal((await migrated.userUsage("u"))[0].promptTokens, 3);

@@ -98,6 +98,7 @@ function chatAttributes(providerPort: number, finishReason: string): Record<stri
     "gen_ai.response.id": "chatcmpl-fake",
     "gen_ai.usage.input_tokens": 10,
     "gen_ai.usage.output_tokens": 5,
+    "gen_ai.usage.cache_read.input_tokens": 4,
     "gen_ai.response.finish_reasons": [finishReason],
     "mini_agent.llm.retries": 0,
   };
@@ -105,7 +106,8 @@ function chatAttributes(providerPort: number, finishReason: string): Record<stri
 
 Deno.test("serve with OTEL_DENO=true exports a calculator turn as invoke_agent > chat, execute_tool, chat under its request, fetch under each chat", async () => {
   using dir = tempDir();
-  const provider = startFakeProvider({ reasoning: THOUGHT });
+  // Each reply says 4 of its 10 prompt tokens came from the provider's cache.
+  const provider = startFakeProvider({ reasoning: THOUGHT, cachedTokens: 4 });
   const receiver = startOtlpReceiver();
   const port = freePort();
   const serve = startServe(dir.path, port, { providerUrl: provider.url, endpoint: receiver.url });
@@ -148,6 +150,7 @@ Deno.test("serve with OTEL_DENO=true exports a calculator turn as invoke_agent >
       "mini_agent.tool_calls": 1,
       "gen_ai.usage.input_tokens": 20,
       "gen_ai.usage.output_tokens": 10,
+      "gen_ai.usage.cache_read.input_tokens": 8,
     });
 
     const steps = childrenOf(tree, agent);

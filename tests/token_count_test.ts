@@ -63,7 +63,7 @@ Deno.test("the provider's prompt count is kept with the session and budgets the 
   const path = `${dir.path}/s.db`;
   const key = keyOf("s");
   // The provider counts far more than the estimate: 5,000 tokens for a short request.
-  const counted = { promptTokens: 5000, completionTokens: 5, totalTokens: 5005 };
+  const counted = { promptTokens: 5000, completionTokens: 5, totalTokens: 5005, cachedTokens: null };
   {
     const store = new SqliteStore(path);
     using h = harness([{ content: "first", usage: counted }], { store, maxCtxTokens: 4000 });
@@ -94,7 +94,7 @@ Deno.test("a calibration counted with other fixed parts is not used: the estimat
   const store = new SqliteStore(`${dir.path}/s.db`);
   try {
     const key = keyOf("s");
-    const counted = { promptTokens: 5000, completionTokens: 5, totalTokens: 5005 };
+    const counted = { promptTokens: 5000, completionTokens: 5, totalTokens: 5005, cachedTokens: null };
     using h = harness([{ content: "first", usage: counted }, { content: "second" }], {
       store,
       maxCtxTokens: 4000,

@@ -20,6 +20,7 @@ const usage = (prompt: number, completion: number) => ({
   promptTokens: prompt,
   completionTokens: completion,
   totalTokens: prompt + completion,
+  cachedTokens: null,
 });
 
 /** The estimate the loop makes of a request the scripted model saw (system prompt, tools, history). */
@@ -71,6 +72,19 @@ Deno.test("runTurn() ends with budget before a model call that would pass AGENT_
     assert.deepEqual(answer.data, { text: BUDGET_ANSWER, closing: "budget" });
     assert.equal(h.events.at(-1)!.data.outcome, "budget");
   }
+});
+
+Deno.test("runTurn() counts cached prompt tokens toward AGENT_MAX_TURN_TOKENS like any other", async () => {
+  const [first] = await requestEstimates([{ ...calc("1+1") }, { content: "2" }], "what is 1+1?");
+  // The provider read the whole first prompt from its cache: it still counts.
+  const cached = { ...usage(first, 5), cachedTokens: first };
+  const script = () => [{ ...calc("1+1"), usage: cached }, { content: "2", usage: usage(first, 1) }];
+  const [, second] = await requestEstimates(script(), "what is 1+1?");
+  using h = harness(script());
+  h.agent.maxTurnTokens = first + 5 + second - 1;
+  const result = await runTurn(input("what is 1+1?"), h.agent, h.run);
+  assert.equal(result.outcome, "budget");
+  assert.equal(h.llm.requests.length, 1);
 });
 
 Deno.test("runTurn() counts a call's estimated tokens toward the budget when the provider reports none", async () => {
@@ -233,7 +247,14 @@ Deno.test("runTurn() counts each call's tokens in the store, and a timed-out tur
   Object.assign(h.agent, { turnTimeoutSeconds: 5, clock });
   assert.equal((await runTurn(input("go"), h.agent, h.run)).outcome, "timeout");
   assert.deepEqual((await h.store.messages(keyOf("s1", "u1"))).map((m) => m.content), ["hello", "hi"]);
-  const counted = { day: "2026-01-01", model: "m-1", promptTokens: 140, completionTokens: 7, calls: 2 };
+  const counted = {
+    day: "2026-01-01",
+    model: "m-1",
+    promptTokens: 140,
+    cachedTokens: 0,
+    completionTokens: 7,
+    calls: 2,
+  };
   assert.deepEqual(await h.store.userUsage("u1"), [{ ...counted, estimatedCalls: 0 }]);
   assert.deepEqual(await h.store.sessionUsage(keyOf("s1", "u1")), [{ ...counted, estimatedCalls: 0 }]);
 });

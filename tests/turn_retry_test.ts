@@ -110,7 +110,10 @@ Deno.test("unansweredMessage() finds the last question no final answer follows",
 });
 
 Deno.test("run_end carries the turn's usage in snake_case, like llm_call and the HTTP body", async () => {
-  using h = harness([{ content: "hi", usage: { promptTokens: 7, completionTokens: 2, totalTokens: 9 } }]);
+  using h = harness([{
+    content: "hi",
+    usage: { promptTokens: 7, completionTokens: 2, totalTokens: 9, cachedTokens: null },
+  }]);
   await runTurn({ ...key, message: "hello" }, h.agent, h.run);
   const end = h.events.find((e) => e.event === "run_end")!;
   assert.deepEqual(end.data.usage, { prompt_tokens: 7, completion_tokens: 2, total_tokens: 9 });

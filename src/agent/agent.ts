@@ -52,8 +52,9 @@ export interface Agent {
    */
   responseFormatMode?: ResponseFormatMode;
   /**
-   * Tokens a turn may spend over its model calls (AGENT_MAX_TURN_TOKENS): reported, else estimated. A call
-   * that would pass it is not made; the turn ends `budget`. @default {null} (no budget)
+   * Tokens a turn may spend over its model calls (AGENT_MAX_TURN_TOKENS): prompt + completion, cached prompt
+   * tokens included, as reported, else estimated. A call that would pass it is not made; the turn ends
+   * `budget`. @default {null} (no budget)
    */
   maxTurnTokens?: number | null;
   /**

@@ -310,6 +310,7 @@ async function askModel(
     prompt_tokens: reply.usage?.promptTokens ?? null,
     completion_tokens: reply.usage?.completionTokens ?? null,
     total_tokens: reply.usage?.totalTokens ?? null,
+    cached_tokens: reply.usage?.cachedTokens ?? null,
     tool_call_count: reply.toolCalls.length,
     retries: reply.retries ?? 0,
     ...state.traced,

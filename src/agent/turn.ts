@@ -57,8 +57,16 @@ export class Turn {
   readonly formatText: string | null;
   readonly memory: TurnMemory;
   readonly calls: TurnToolCall[] = [];
-  readonly usage: Usage = { promptTokens: null, completionTokens: null, totalTokens: null };
-  /** Tokens the turn's model calls spent, as reported, else estimated: what its budget counts. */
+  readonly usage: Usage = {
+    promptTokens: null,
+    completionTokens: null,
+    totalTokens: null,
+    cachedTokens: null,
+  };
+  /**
+   * Tokens the turn's model calls spent, prompt + completion with cached prompt tokens included, as reported,
+   * else estimated: what its budget counts.
+   */
   spent = 0;
   /** The model calls' tokens not stored yet: the next write of the session carries them. */
   readonly #unstored: UsageEntry[] = [];
@@ -135,9 +143,10 @@ export class Turn {
   }
 
   /**
-   * Adds a model call's tokens to what the turn spent: its reported total (else prompt + completion), or
-   * when none was reported, `requestTokens` (the request's estimate) plus the reply's estimate. Returns the
-   * call's counts as the store keeps them.
+   * Adds a model call's tokens to what the turn spent: its reported total (else prompt + completion), cached
+   * prompt tokens included, or when none was reported, `requestTokens` (the request's estimate) plus the
+   * reply's estimate. Returns the call's counts as the store keeps them: its cached tokens as reported (0 when
+   * not, or estimated), never more than its prompt tokens.
    */
   spend(reply: ChatReply, requestTokens: number): UsageEntry {
     this.addUsage(reply.usage);
@@ -148,10 +157,13 @@ export class Turn {
       ? [requestTokens, countTokens(text)]
       : [usage.promptTokens ?? reported - (usage.completionTokens ?? 0), usage.completionTokens ?? 0];
     if (reported === null) this.spent += prompt + completion;
+    const promptTokens = Math.max(0, prompt);
+    const cached = reported === null ? 0 : usage?.cachedTokens ?? 0;
     const entry = {
       day: this.now().toISOString().slice(0, 10),
       model: reply.model === "" ? "unknown" : reply.model,
-      promptTokens: Math.max(0, prompt),
+      promptTokens,
+      cachedTokens: Math.min(promptTokens, Math.max(0, cached)),
       completionTokens: completion,
       calls: 1,
       estimatedCalls: reported === null ? 1 : 0,
@@ -178,7 +190,7 @@ export class Turn {
   addUsage(usage: Usage | null): void {
     if (usage === null) return;
     this.spent += reportedTokens(usage) ?? 0;
-    for (const key of ["promptTokens", "completionTokens", "totalTokens"] as const) {
+    for (const key of ["promptTokens", "completionTokens", "totalTokens", "cachedTokens"] as const) {
       const value = usage[key];
       if (value !== null) this.usage[key] = (this.usage[key] ?? 0) + value;
     }

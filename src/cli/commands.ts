@@ -18,6 +18,8 @@ import { formatCost } from "../web/timeline.js";
 /** Tokens counted over some turns. */
 export interface TokenCount {
   prompt: number;
+  /** Of `prompt`, the tokens the provider read from its cache. */
+  cached: number;
   completion: number;
   total: number;
   turns: number;
@@ -93,6 +95,7 @@ export function recordUsage(state: ChatState, usage: Usage): void {
   state.lastTurn = {
     sessionId: state.sessionId,
     prompt: usage.promptTokens ?? 0,
+    cached: usage.cachedTokens ?? 0,
     completion: usage.completionTokens ?? 0,
     total: usage.totalTokens ?? 0,
     turns: 1,
@@ -101,13 +104,15 @@ export function recordUsage(state: ChatState, usage: Usage): void {
 }
 
 /**
- * The session's tokens as the store counted them, every process's turns: "1,150 tokens (1,100 prompt + 50
- * completion) over 2 model calls", with how many calls were estimated.
+ * The session's tokens as the store counted them, every process's turns: "1,150 tokens (1,100 prompt, 800 of
+ * them cached, + 50 completion) over 2 model calls" (the cached ones only when there are), with how many calls
+ * were estimated.
  */
 function storedTokens(rows: readonly UsageEntry[], prices?: PriceTable): string {
   const sum = (pick: (row: UsageEntry) => number) => rows.reduce((n, row) => n + pick(row), 0);
-  const [prompt, completion, calls, estimated] = [
+  const [prompt, cached, completion, calls, estimated] = [
     sum((r) => r.promptTokens),
+    sum((r) => r.cachedTokens),
     sum((r) => r.completionTokens),
     sum((r) => r.calls),
     sum((r) => r.estimatedCalls),
@@ -115,8 +120,14 @@ function storedTokens(rows: readonly UsageEntry[], prices?: PriceTable): string 
   if (calls === 0) return "no model calls yet";
   const guessed = estimated > 0 ? `; ${plural(estimated, "call")} without counts, estimated` : "";
   const cost = prices === undefined || prices.size === 0 ? "" : `, ${costText(costOf(prices, rows))}`;
-  return `${plural(prompt + completion, "token")} (${prompt.toLocaleString("en-US")} prompt + ` +
+  return `${plural(prompt + completion, "token")} (${promptText(prompt, cached)} + ` +
     `${completion.toLocaleString("en-US")} completion) over ${plural(calls, "model call")}${guessed}${cost}`;
+}
+
+/** "1,100 prompt", with ", 800 of them cached," when the provider read some from its cache. */
+function promptText(prompt: number, cached: number): string {
+  const of = cached > 0 ? `, ${cached.toLocaleString("en-US")} of them cached,` : "";
+  return `${prompt.toLocaleString("en-US")} prompt${of}`;
 }
 
 function costText(dollars: number | null): string {
@@ -136,7 +147,7 @@ export async function describeSession(
 function tokens(count: TokenCount): string {
   if (count.turns === count.unreported) return "tokens not reported by the provider";
   const unreported = count.unreported > 0 ? `; ${plural(count.unreported, "turn")} without counts` : "";
-  return `${plural(count.total, "token")} (${count.prompt.toLocaleString("en-US")} prompt + ` +
+  return `${plural(count.total, "token")} (${promptText(count.prompt, count.cached)} + ` +
     `${count.completion.toLocaleString("en-US")} completion${unreported})`;
 }
 

@@ -32,8 +32,8 @@ export interface HandlerDeps {
   sessions: SessionRunner;
   maxBodyBytes: number;
   /**
-   * Tokens a user may spend per UTC day (AGENT_USER_DAILY_TOKENS), counted in the store; past them a turn
-   * gets 429 `quota_exceeded`. @default {null} (no quota)
+   * Tokens a user may spend per UTC day (AGENT_USER_DAILY_TOKENS), prompt + completion with cached prompt
+   * tokens included, counted in the store; past them a turn gets 429 `quota_exceeded`. @default {null} (no quota)
    */
   dailyTokens?: number | null;
   /**

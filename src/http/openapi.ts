@@ -164,9 +164,14 @@ const costUsd = {
   type: ["number", "null"],
   description: "with AGENT_PRICES only: dollars; null when a model has no price",
 };
+const cachedTokens = {
+  ...int,
+  description: "of prompt_tokens, those the provider read from its prompt cache (0 when it did not say)",
+};
 const usageRow = object({
   model: str,
   prompt_tokens: int,
+  cached_tokens: cachedTokens,
   completion_tokens: int,
   total_tokens: int,
   calls: int,
@@ -177,10 +182,19 @@ const usagePage = object({
   user_id: str,
   from: str,
   to: str,
-  days: array(object({ day: str, total_tokens: int, cost_usd: costUsd, models: array(usageRow) })),
+  days: array(
+    object({
+      day: str,
+      total_tokens: int,
+      cached_tokens: cachedTokens,
+      cost_usd: costUsd,
+      models: array(usageRow),
+    }),
+  ),
   today: object({
     day: str,
     total_tokens: int,
+    cached_tokens: cachedTokens,
     cost_usd: costUsd,
     daily_tokens: { ...intOrNull, description: "AGENT_USER_DAILY_TOKENS, null without a quota" },
     left: intOrNull,

@@ -18,7 +18,10 @@ export function secondsToNextUtcDay(at: Date): number {
   return Math.max(1, Math.ceil((next - at.getTime()) / 1000));
 }
 
-/** The tokens (prompt + completion) `userId` has spent on the UTC day of `at`, over every model. */
+/**
+ * The tokens (prompt + completion, cached prompt tokens included) `userId` has spent on the UTC day of `at`,
+ * over every model.
+ */
 export async function tokensOfDay(
   store: Pick<SessionStore, "userUsage">,
   userId: string,

@@ -35,11 +35,15 @@ function cost(entries: readonly UsageEntry[], prices: PriceTable | undefined): {
   return prices === undefined || prices.size === 0 ? {} : { cost_usd: costOf(prices, entries) };
 }
 
-/** A counted row in the API's spelling, with its total (and cost, with prices). */
+/**
+ * A counted row in the API's spelling, with its total (and cost, with prices): `cached_tokens` are the part of
+ * `prompt_tokens` the provider read from its cache.
+ */
 function usageRow(entry: UsageEntry, prices: PriceTable | undefined): Record<string, unknown> {
   return {
     model: entry.model,
     prompt_tokens: entry.promptTokens,
+    cached_tokens: entry.cachedTokens,
     completion_tokens: entry.completionTokens,
     total_tokens: entry.promptTokens + entry.completionTokens,
     calls: entry.calls,
@@ -76,12 +80,14 @@ export async function handleUsage(request: Request, userId: string, deps: Handle
     days: [...days].map(([day, entries]) => ({
       day,
       total_tokens: tokens(entries),
+      cached_tokens: cachedTokens(entries),
       ...cost(entries, prices),
       models: entries.map((entry) => usageRow(entry, prices)),
     })),
     today: {
       day: today,
       total_tokens: spent,
+      cached_tokens: cachedTokens(todays),
       ...cost(todays, prices),
       daily_tokens: limit,
       left: limit === null ? null : Math.max(0, limit - spent),
@@ -89,6 +95,11 @@ export async function handleUsage(request: Request, userId: string, deps: Handle
   });
 }
 
+/** Prompt + completion tokens, cached ones included: what the daily quota counts. */
 function tokens(entries: readonly UsageEntry[]): number {
   return entries.reduce((sum, e) => sum + e.promptTokens + e.completionTokens, 0);
+}
+
+function cachedTokens(entries: readonly UsageEntry[]): number {
+  return entries.reduce((sum, e) => sum + e.cachedTokens, 0);
 }

@@ -222,7 +222,12 @@ export class DemoModel implements LLM {
     return Promise.resolve({
       content,
       toolCalls,
-      usage: { promptTokens, completionTokens, totalTokens: promptTokens + completionTokens },
+      usage: {
+        promptTokens,
+        completionTokens,
+        totalTokens: promptTokens + completionTokens,
+        cachedTokens: null,
+      },
       model: DEMO_MODEL_NAME,
     });
   }

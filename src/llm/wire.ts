@@ -291,13 +291,22 @@ export function reportedUsage(body: Record<string, unknown>, choice: unknown): u
   return [body.usage, choiceUsage, groq].find(isRecord);
 }
 
+/**
+ * The counts of a usage object. Cached input tokens: `prompt_tokens_details.cached_tokens` (OpenAI, Groq, xAI,
+ * Kimi K2, Qwen), else a top-level `cached_tokens` (Moonshot's own cache), else DeepSeek's
+ * `prompt_cache_hit_tokens`, whose `prompt_cache_miss_tokens` it adds to for the prompt when `prompt_tokens`
+ * is absent.
+ */
 function parseUsage(raw: unknown): Usage | null {
   if (!isRecord(raw)) return null;
   const count = (value: unknown) => typeof value === "number" && Number.isFinite(value) ? value : null;
+  const details = isRecord(raw.prompt_tokens_details) ? raw.prompt_tokens_details : {};
+  const [hit, miss] = [count(raw.prompt_cache_hit_tokens), count(raw.prompt_cache_miss_tokens)];
   return {
-    promptTokens: count(raw.prompt_tokens),
+    promptTokens: count(raw.prompt_tokens) ?? (hit === null || miss === null ? null : hit + miss),
     completionTokens: count(raw.completion_tokens),
     totalTokens: count(raw.total_tokens),
+    cachedTokens: count(details.cached_tokens) ?? count(raw.cached_tokens) ?? hit,
   };
 }
 

@@ -82,6 +82,7 @@ export function toUsage(row: Row): UsageEntry {
     day: row.day as string,
     model: row.model as string,
     promptTokens: Number(row.prompt_tokens),
+    cachedTokens: Number(row.cached_tokens),
     completionTokens: Number(row.completion_tokens),
     calls: Number(row.calls),
     estimatedCalls: Number(row.estimated_calls),
