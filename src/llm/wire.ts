@@ -6,7 +6,15 @@
 import { LlmError } from "../errors.ts";
 import { shorten } from "../shorten.ts";
 import { INVALID_TOOL_CALL_NAME } from "../agent/tool_calls.ts";
-import type { ChatReply, Message, ResponseFormat, ToolCall, ToolSchema, Usage } from "../types.ts";
+import type {
+  ChatReply,
+  Message,
+  ReasoningEffort,
+  ResponseFormat,
+  ToolCall,
+  ToolSchema,
+  Usage,
+} from "../types.ts";
 import { isRecord } from "../_json.ts";
 
 /** A tool call as the request body carries it inside an assistant message. */
@@ -44,6 +52,8 @@ export interface ChatCompletionRequestBody {
   tools?: WireTool[];
   /** Present only when the turn asks for structured output (and sends it natively). */
   response_format?: WireResponseFormat;
+  /** Present only when an effort is set: providers without reasoning models may reject it. */
+  reasoning_effort?: ReasoningEffort;
   /** With `stream_options` (asking for the final usage chunk), only on a streaming request. */
   stream?: true;
   stream_options?: { include_usage: boolean };
@@ -110,13 +120,15 @@ function toWireResponseFormat(format: ResponseFormat): WireResponseFormat {
 export interface BuildRequestOptions {
   /** Sent as `response_format`: what the answer must be. @default {null} (plain text, not sent) */
   responseFormat?: ResponseFormat | null;
+  /** Sent as `reasoning_effort`. @default {null} (the provider's own, not sent) */
+  reasoningEffort?: ReasoningEffort | null;
 }
 
 /**
  * Maps runtime messages and tools to a request body: `runtime` messages go out as `user`, an assistant
  * message with calls gets `tool_calls` (`content: null` when it has no text), `tools` is omitted when empty,
- * `response_format` unless there is one. Throws `TypeError` only for a malformed message (a tool message
- * without `toolCallId`, an unknown role).
+ * `response_format` and `reasoning_effort` unless they are set. Throws `TypeError` only for a malformed
+ * message (a tool message without `toolCallId`, an unknown role).
  */
 export function buildRequestBody(
   model: string,
@@ -124,10 +136,11 @@ export function buildRequestBody(
   tools: readonly ToolSchema[] = [],
   options: BuildRequestOptions = {},
 ): ChatCompletionRequestBody {
-  const { responseFormat = null } = options;
+  const { responseFormat = null, reasoningEffort = null } = options;
   const body: ChatCompletionRequestBody = { model, messages: messages.map(toWireMessage) };
   if (tools.length > 0) body.tools = toWireTools(tools);
   if (responseFormat !== null) body.response_format = toWireResponseFormat(responseFormat);
+  if (reasoningEffort !== null) body.reasoning_effort = reasoningEffort;
   return body;
 }
 
@@ -171,12 +184,13 @@ export function serializeRequestBody(
   tools: readonly ToolSchema[] = [],
   options: SerializeRequestOptions = {},
 ): string {
-  const { stream = false, responseFormat = null } = options;
+  const { stream = false, responseFormat = null, reasoningEffort = null } = options;
   let json = `{"model":${JSON.stringify(model)},"messages":[${messages.map(wireMessageJson).join(",")}]`;
   if (tools.length > 0) json += `,"tools":${wireToolsJson(tools)}`;
   if (responseFormat !== null) {
     json += `,"response_format":${JSON.stringify(toWireResponseFormat(responseFormat))}`;
   }
+  if (reasoningEffort !== null) json += `,"reasoning_effort":${JSON.stringify(reasoningEffort)}`;
   if (stream) json += `,"stream":true,"stream_options":{"include_usage":true}`;
   return json + "}";
 }
