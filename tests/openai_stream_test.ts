@@ -443,6 +443,31 @@ Deno.test("OpenAICompatibleLLM({stream: true}) sends a schema-valid body with st
   assert.equal(validateRequest({ ...sentBody, stream: "true" }), false);
 });
 
+Deno.test("OpenAICompatibleLLM({stream: true}) sends reasoning_effort before stream when one is set, none otherwise", async () => {
+  const effort = stubFetch(sseStep(() => body(OK_EVENTS)));
+  const streaming = makeClient(effort.fetch, { reasoningEffort: "medium" }).llm;
+  assert.deepEqual(await streaming.chat(HELLO), OK_REPLY);
+  const sentBody = effort.sent[0].body;
+  assert.ok(validateRequest(sentBody), ajv.errorsText(validateRequest.errors));
+  assert.deepEqual(sentBody, {
+    model: MODEL,
+    messages: [{ role: "user", content: "hello" }],
+    reasoning_effort: "medium",
+    stream: true,
+    stream_options: { include_usage: true },
+  });
+  assert.deepEqual(Object.keys(sentBody), [
+    "model",
+    "messages",
+    "reasoning_effort",
+    "stream",
+    "stream_options",
+  ]);
+  const plain = stubFetch(sseStep(() => body(OK_EVENTS)));
+  await makeClient(plain.fetch, { reasoningEffort: null }).llm.chat(HELLO);
+  assert.equal(Object.hasOwn(plain.sent[0].body, "reasoning_effort"), false);
+});
+
 Deno.test("OpenAICompatibleLLM() without stream sends today's body and never calls onDelta", async () => {
   const completion = {
     model: "served-model",
