@@ -496,6 +496,16 @@ Deno.test("createLlmFromConfig() streams only when told to", async () => {
   assert.equal(Object.hasOwn(plain.sent[0].body, "stream"), false);
 });
 
+Deno.test("createLlmFromConfig() sends AGENT_REASONING_EFFORT as reasoning_effort, and nothing when it is unset", async () => {
+  for (const [env, expected] of [[{ AGENT_REASONING_EFFORT: "low" }, "low"], [{}, undefined]] as const) {
+    const config = loadConfig({ OPENAI_API_KEY: KEY, ...env });
+    const plain = stubFetch(respond(200, JSON.stringify({ choices: [{ message: { content: "ok" } }] })));
+    await createLlmFromConfig(config, { fetch: plain.fetch }).chat(HELLO);
+    assert.equal(plain.sent[0].body.reasoning_effort, expected);
+    assert.equal(Object.hasOwn(plain.sent[0].body, "reasoning_effort"), expected !== undefined);
+  }
+});
+
 Deno.test("new OpenAICompatibleLLM() rejects a malformed stream or idleTimeoutSeconds", () => {
   const base = { baseUrl: BASE, model: MODEL };
   assert.throws(() => new OpenAICompatibleLLM({ ...base, stream: "yes" as unknown as boolean }), {

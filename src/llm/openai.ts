@@ -245,7 +245,8 @@ export class OpenAICompatibleLLM implements LLM {
 }
 
 /**
- * The client for a loaded configuration: its endpoint, key, model, timeout, reply size and retry settings.
+ * The client for a loaded configuration: its endpoint, key, model, reasoning effort, timeout, reply size and
+ * retry settings.
  * Streaming is the caller's choice (`options.stream`); tests may inject `fetch`, `sleep` and `now`.
  */
 export function createLlmFromConfig(
@@ -256,6 +257,7 @@ export function createLlmFromConfig(
     baseUrl: config.baseUrl,
     apiKey: config.apiKey,
     model: config.model,
+    reasoningEffort: config.reasoningEffort,
     timeoutSeconds: config.llmTimeoutSeconds,
     maxReplyBytes: config.llmMaxReplyBytes,
     retries: config.llmRetries,
