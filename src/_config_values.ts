@@ -9,6 +9,7 @@ import { parseAllowedHosts } from "./http/host_guard.ts";
 import { parseDatabaseUrl } from "./store/database_url.ts";
 import { parsePrices } from "./prices.ts";
 import { TOKENIZERS } from "./memory/tokenizer.ts";
+import { REASONING_EFFORTS } from "./types.ts";
 
 /** Shortest API token accepted: shorter ones can be guessed. */
 export const MIN_TOKEN_CHARS = 16;
@@ -31,6 +32,7 @@ export type Kind =
   | "database"
   | "formatMode"
   | "tokenizer"
+  | "effort"
   | "prices";
 
 /** What {@linkcode parseValue} needs of a setting: the field it sets, its kind, its least value. */
@@ -65,6 +67,7 @@ const EXPECTED: Record<Kind, string> = {
   database: "postgres://user@host:port/database or unset",
   formatMode: "native or prompt",
   tokenizer: `${TOKENIZERS.join(" or ")}, or unset`,
+  effort: `${REASONING_EFFORTS.slice(0, -1).join(", ")} or ${REASONING_EFFORTS.at(-1)}, or unset`,
   prices: "comma-separated model=in/out or model=in/out/cached, dollars per million tokens",
 };
 
@@ -153,6 +156,12 @@ export function parseValue(name: string, setting: ValueRule, raw: string): unkno
       const name = raw.trim();
       if (name !== "" && !(TOKENIZERS as readonly string[]).includes(name)) throw fail();
       return name;
+    }
+    case "effort": {
+      const effort = raw.trim().toLowerCase();
+      if (effort === "") return null;
+      if (!(REASONING_EFFORTS as readonly string[]).includes(effort)) throw fail();
+      return effort;
     }
     case "flag": {
       const flag = raw.trim().toLowerCase();

@@ -7,6 +7,7 @@ import { defaultCompactBatch } from "./memory/plan.ts";
 import { type ApiToken, type Kind, MIN_TOKEN_CHARS, parseValue, type ValueRule } from "./_config_values.ts";
 import type { PriceTable } from "./prices.ts";
 import type { TokenizerName } from "./memory/tokenizer.ts";
+import type { ReasoningEffort } from "./types.ts";
 
 export { type ApiToken, MIN_TOKEN_CHARS };
 
@@ -74,6 +75,8 @@ export interface Config {
   sessionLeaseSeconds: number;
   /** How a turn's response format reaches the provider: `response_format`, or the system message only. */
   responseFormatMode: "native" | "prompt";
+  /** Sent as `reasoning_effort` with every model call; null: not sent, the provider's default. */
+  reasoningEffort: ReasoningEffort | null;
   /** Tokens a turn may spend over its model calls; null: no budget. */
   maxTurnTokens: number | null;
   /** Seconds a whole turn may take, model calls and tools; null: no deadline. */
@@ -241,6 +244,12 @@ export const SETTINGS: Readonly<Record<string, Setting>> = {
     "formatMode",
     "native",
     "how a client's response_format reaches the provider: native (sent as response_format) or prompt (the schema in the system message, for providers that reject it); the answer is checked either way",
+  ),
+  AGENT_REASONING_EFFORT: setting(
+    "reasoningEffort",
+    "effort",
+    "",
+    "low, medium or high: how hard a reasoning model thinks, sent as reasoning_effort (OpenAI o-series and GPT-5, DeepSeek, xAI, Groq); unset = not sent; a model that rejects it fails the call saying so",
   ),
   AGENT_TOKENIZER: setting(
     "tokenizer",

@@ -132,6 +132,12 @@ export type ResponseFormat =
     description?: string;
   };
 
+/** The values of `reasoning_effort` that every provider taking the field accepts. */
+export const REASONING_EFFORTS = ["low", "medium", "high"] as const;
+
+/** How hard a reasoning model thinks before it answers, sent as `reasoning_effort`. */
+export type ReasoningEffort = typeof REASONING_EFFORTS[number];
+
 /**
  * How a turn ended. `invalid_output`: the answer did not match the turn's response format, even after one
  * repair request (it is stored all the same; the failure's `errors` say what is wrong). `budget`: its next

@@ -137,6 +137,7 @@ Deno.test("deno task chat --help documents the flags, the sessions of one-shots 
       "--user",
       "OPENAI_API_KEY",
       "AGENT_TRACE_MAX_PAYLOAD_CHARS",
+      "AGENT_REASONING_EFFORT",
       "OTEL_DENO",
       "--env-file",
       "not sent to the model",

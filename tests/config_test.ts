@@ -41,6 +41,7 @@ Deno.test("loadConfig() gives every documented default for an empty environment"
     traceRetentionDays: 30,
     sessionRetentionDays: null,
     responseFormatMode: "native",
+    reasoningEffort: null,
     maxTurnTokens: null,
     turnTimeoutSeconds: null,
     userDailyTokens: null,
@@ -70,6 +71,24 @@ Deno.test("loadConfig() reads the turn's budget (whole tokens) and deadline (sec
       name: "ConfigError",
       message: `Invalid ${name}="${value}": expected ${expected}`,
     });
+  }
+});
+
+Deno.test("loadConfig() reads AGENT_REASONING_EFFORT as low, medium or high, unset by default, naming the values for a bad one", () => {
+  for (const [raw, expected] of [["low", "low"], [" Medium ", "medium"], ["HIGH", "high"]]) {
+    assert.equal(loadConfig({ AGENT_REASONING_EFFORT: raw }).reasoningEffort, expected, raw);
+  }
+  assert.equal(loadConfig({ AGENT_REASONING_EFFORT: "" }).reasoningEffort, null);
+  assert.equal(loadConfig({ AGENT_REASONING_EFFORT: " " }).reasoningEffort, null);
+  assert.equal(loadConfig({}).reasoningEffort, null);
+  for (const bad of ["max", "minimal", "none", "1", "high,low"]) {
+    assert.throws(
+      () => loadConfig({ AGENT_REASONING_EFFORT: bad }),
+      (e) =>
+        e instanceof ConfigError && e.variable === "AGENT_REASONING_EFFORT" &&
+        e.message === `Invalid AGENT_REASONING_EFFORT="${bad}": expected low, medium or high, or unset`,
+      bad,
+    );
   }
 });
 

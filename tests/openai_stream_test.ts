@@ -468,6 +468,31 @@ Deno.test("OpenAICompatibleLLM({stream: true}) sends a schema-valid body with st
   assert.equal(validateRequest({ ...sentBody, stream: "true" }), false);
 });
 
+Deno.test("OpenAICompatibleLLM({stream: true}) sends reasoning_effort before stream when one is set, none otherwise", async () => {
+  const effort = stubFetch(sseStep(() => body(OK_EVENTS)));
+  const streaming = makeClient(effort.fetch, { reasoningEffort: "medium" }).llm;
+  assert.deepEqual(await streaming.chat(HELLO), OK_REPLY);
+  const sentBody = effort.sent[0].body;
+  assert.ok(validateRequest(sentBody), ajv.errorsText(validateRequest.errors));
+  assert.deepEqual(sentBody, {
+    model: MODEL,
+    messages: [{ role: "user", content: "hello" }],
+    reasoning_effort: "medium",
+    stream: true,
+    stream_options: { include_usage: true },
+  });
+  assert.deepEqual(Object.keys(sentBody), [
+    "model",
+    "messages",
+    "reasoning_effort",
+    "stream",
+    "stream_options",
+  ]);
+  const plain = stubFetch(sseStep(() => body(OK_EVENTS)));
+  await makeClient(plain.fetch, { reasoningEffort: null }).llm.chat(HELLO);
+  assert.equal(Object.hasOwn(plain.sent[0].body, "reasoning_effort"), false);
+});
+
 Deno.test("OpenAICompatibleLLM() without stream sends today's body and never calls onDelta", async () => {
   const completion = {
     model: "served-model",
@@ -494,6 +519,16 @@ Deno.test("createLlmFromConfig() streams only when told to", async () => {
   const plain = stubFetch(respond(200, JSON.stringify({ choices: [{ message: { content: "ok" } }] })));
   await createLlmFromConfig(config, { fetch: plain.fetch }).chat(HELLO);
   assert.equal(Object.hasOwn(plain.sent[0].body, "stream"), false);
+});
+
+Deno.test("createLlmFromConfig() sends AGENT_REASONING_EFFORT as reasoning_effort, and nothing when it is unset", async () => {
+  for (const [env, expected] of [[{ AGENT_REASONING_EFFORT: "low" }, "low"], [{}, undefined]] as const) {
+    const config = loadConfig({ OPENAI_API_KEY: KEY, ...env });
+    const plain = stubFetch(respond(200, JSON.stringify({ choices: [{ message: { content: "ok" } }] })));
+    await createLlmFromConfig(config, { fetch: plain.fetch }).chat(HELLO);
+    assert.equal(plain.sent[0].body.reasoning_effort, expected);
+    assert.equal(Object.hasOwn(plain.sent[0].body, "reasoning_effort"), expected !== undefined);
+  }
 });
 
 Deno.test("new OpenAICompatibleLLM() rejects a malformed stream or idleTimeoutSeconds", () => {

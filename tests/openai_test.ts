@@ -436,6 +436,26 @@ Deno.test("OpenAICompatibleLLM.chat() sends a response_format OpenAI's schema ac
   assert.ok(!Object.hasOwn(sent[0].body as object, "response_format"), "none without a format");
 });
 
+Deno.test("OpenAICompatibleLLM.chat() sends reasoning_effort when one is set, and no such field otherwise", async () => {
+  for (const reasoningEffort of ["low", "medium", "high"] as const) {
+    const { fetch, sent } = stubFetch(OK);
+    const responseFormat: ResponseFormat = { type: "json_object" };
+    await makeClient(fetch, { reasoningEffort }).llm.chat(HELLO, { tools: TOOLS, responseFormat });
+    const body = sent[0].body;
+    assertValidRequest(body);
+    assert.equal(body.reasoning_effort, reasoningEffort);
+    assert.deepEqual(Object.keys(body).slice(-2), ["response_format", "reasoning_effort"]);
+    assert.deepEqual(body, buildRequestBody(MODEL, HELLO, TOOLS, { responseFormat, reasoningEffort }));
+  }
+  for (const options of [{}, { reasoningEffort: null }]) {
+    const { fetch, sent } = stubFetch(OK);
+    await makeClient(fetch, options).llm.chat(HELLO);
+    assert.deepEqual(sent[0].body, { model: MODEL, messages: [{ role: "user", content: "hello" }] });
+  }
+  // The validator does look at the field.
+  assert.equal(validateRequest({ ...buildRequestBody(MODEL, HELLO), reasoning_effort: "hard" }), false);
+});
+
 Deno.test("the schema validator rejects a response_format OpenAI would refuse", () => {
   const good = buildRequestBody(MODEL, HELLO, [], { responseFormat: { type: "json_object" } });
   assertValidRequest(good);
@@ -634,6 +654,91 @@ for (const status of [400, 401, 403, 404, 422]) {
     assert.deepEqual(delays, []);
   });
 }
+
+Deno.test("OpenAICompatibleLLM.chat() says once, without retry, to unset AGENT_REASONING_EFFORT when the provider rejects reasoning_effort", async () => {
+  const cases: [string, unknown, string][] = [
+    [
+      "OpenAI, an argument it does not know",
+      {
+        error: {
+          message: "Unrecognized request argument supplied: reasoning_effort",
+          type: "invalid_request_error",
+          param: "reasoning_effort",
+        },
+      },
+      "Unrecognized request argument supplied: reasoning_effort",
+    ],
+    [
+      "OpenAI, a model without reasoning",
+      {
+        error: {
+          message: "Unsupported parameter: 'reasoning_effort' is not supported with this model.",
+          type: "invalid_request_error",
+          param: "reasoning_effort",
+          code: "unsupported_parameter",
+        },
+      },
+      "Unsupported parameter: 'reasoning_effort' is not supported with this model.",
+    ],
+    [
+      "a provider that names the field in param alone",
+      { error: { message: "Invalid request", type: "invalid_request_error", param: "reasoning_effort" } },
+      "Invalid request",
+    ],
+    [
+      "xAI, in its own spelling",
+      {
+        code: "Client specified an invalid argument",
+        error: "Model grok-4-latest does not support parameter reasoningEffort.",
+      },
+      "Model grok-4-latest does not support parameter reasoningEffort.",
+    ],
+  ];
+  for (const stream of [false, true]) {
+    for (const [provider, refusal, said] of cases) {
+      const what = `${provider}${stream ? ", streamed" : ""}`;
+      const { fetch, sent } = stubFetch((signal) =>
+        Object.hasOwn(sent.at(-1)!.body, "reasoning_effort")
+          ? respond(400, refusal, { "content-type": "application/json" })(signal)
+          : respond(200, completion({ content: "ok" }), { "content-type": "application/json" })(signal)
+      );
+      const { llm, delays } = makeClient(fetch, { reasoningEffort: "high", stream, retries: 2 });
+      const error = await llmError(llm.chat(HELLO));
+      assert.equal(error.kind, "http", what);
+      assert.equal(error.status, 400, what);
+      assert.equal(error.retries, 0, what);
+      assert.equal(
+        error.message,
+        `LLM request failed: HTTP 400 from api.example.com: ${said} (the provider rejected ` +
+          'reasoning_effort "high": unset AGENT_REASONING_EFFORT for this model)',
+        what,
+      );
+      assert.equal(sent.length, 1, what);
+      assert.deepEqual(delays, [], what);
+      // The same provider answers the same request without the field.
+      const reply = await makeClient(fetch, { stream }).llm.chat(HELLO);
+      assert.equal(reply.content, "ok", what);
+      assert.equal(Object.hasOwn(sent[1].body, "reasoning_effort"), false, what);
+    }
+  }
+});
+
+Deno.test("OpenAICompatibleLLM.chat() names AGENT_REASONING_EFFORT only for a 400 about reasoning_effort to a request that sent it", async () => {
+  const aboutEffort = { error: { message: "Unrecognized request argument supplied: reasoning_effort" } };
+  const cases: [string, number, unknown, Partial<OpenAICompatibleLLMOptions>][] = [
+    ["no effort was sent", 400, aboutEffort, {}],
+    ["another field was refused", 400, { error: { message: "Unrecognized argument: foo" } }, {
+      reasoningEffort: "low",
+    }],
+    ["a 404 quoting the request", 404, aboutEffort, { reasoningEffort: "low" }],
+  ];
+  for (const [what, status, body, options] of cases) {
+    const { fetch } = stubFetch(respond(status, body));
+    const error = await llmError(makeClient(fetch, options).llm.chat(HELLO));
+    assert.equal(error.status, status, what);
+    assert.doesNotMatch(error.message, /AGENT_REASONING_EFFORT/, what);
+  }
+});
 
 Deno.test("OpenAICompatibleLLM.chat() reports a 401 with the provider's message and without the key", async () => {
   const providerMessage = `Incorrect API key provided: ${KEY}. You can find your API key at ` +
@@ -998,6 +1103,12 @@ Deno.test("new OpenAICompatibleLLM() rejects malformed options before any reques
     [{ retries: "2" as unknown as number }, "TypeError", /"retries" must be .*, got string/],
     [{ fetch: "fetch" as unknown as typeof globalThis.fetch }, "TypeError", /"fetch" must be a function/],
     [{ apiKey: 1 as unknown as string }, "TypeError", /"apiKey" must be a string/],
+    [
+      { reasoningEffort: "max" as "high" },
+      "TypeError",
+      /"reasoningEffort" must be low, medium, high or null, got "max"/,
+    ],
+    [{ reasoningEffort: 2 as unknown as "high" }, "TypeError", /"reasoningEffort" must be .*, got number/],
   ];
   for (const [override, name, message] of cases) {
     assert.throws(

@@ -2,7 +2,7 @@ import { fc } from "./_dev_deps.ts";
 import assert from "node:assert/strict";
 import { buildContext } from "../src/agent/context.ts";
 import { buildRequestBody, serializeRequestBody } from "../src/llm/openai.ts";
-import type { Message, ResponseFormat, ToolSchema } from "../src/types.ts";
+import { type Message, REASONING_EFFORTS, type ResponseFormat, type ToolSchema } from "../src/types.ts";
 
 /** A message frozen with its tool calls, as the store and the loop hand them out. */
 function freezeMessage<T extends Message>(message: T): T {
@@ -50,20 +50,33 @@ Deno.test("serializeRequestBody() is byte-identical to JSON.stringify(buildReque
       fc.boolean(),
       fc.boolean(),
       fc.constantFrom(...FORMATS),
-      (drawn, withTools, stream, responseFormat) => {
+      fc.constantFrom(null, ...REASONING_EFFORTS),
+      (drawn, withTools, stream, responseFormat, reasoningEffort) => {
         const messages = drawn.map(([m, frozen]) => frozen ? freezeMessage(structuredClone(m)) : m);
         const tools = withTools ? TOOLS : [];
-        const built = buildRequestBody("gpt-test", messages, tools, { responseFormat });
+        const built = buildRequestBody("gpt-test", messages, tools, { responseFormat, reasoningEffort });
         const expected: Record<string, unknown> = { ...built };
         if (stream) Object.assign(expected, { stream: true, stream_options: { include_usage: true } });
-        const first = serializeRequestBody("gpt-test", messages, tools, { stream, responseFormat });
+        const options = { stream, responseFormat, reasoningEffort };
+        const first = serializeRequestBody("gpt-test", messages, tools, options);
         assert.equal(first, JSON.stringify(expected));
         // The second time the frozen parts come from the cache.
-        assert.equal(serializeRequestBody("gpt-test", messages, tools, { stream, responseFormat }), first);
+        assert.equal(serializeRequestBody("gpt-test", messages, tools, options), first);
       },
     ),
     { numRuns: 500 },
   );
+});
+
+Deno.test("serializeRequestBody() puts reasoning_effort after response_format and before stream, only when set", () => {
+  const format: ResponseFormat = { type: "json_object" };
+  assert.equal(
+    serializeRequestBody("m", [], [], { responseFormat: format, reasoningEffort: "high", stream: true }),
+    '{"model":"m","messages":[],"response_format":{"type":"json_object"},"reasoning_effort":"high",' +
+      '"stream":true,"stream_options":{"include_usage":true}}',
+  );
+  assert.equal(serializeRequestBody("m", [], [], { reasoningEffort: null }), '{"model":"m","messages":[]}');
+  assert.equal(serializeRequestBody("m", []), '{"model":"m","messages":[]}');
 });
 
 Deno.test("serializeRequestBody() serializes a message that is not frozen anew, so a change is never stale", () => {

@@ -4,6 +4,7 @@
  * @module
  */
 import { LlmError, type LlmErrorKind } from "../errors.ts";
+import type { ReasoningEffort } from "../types.ts";
 import { parseRetryAfter, providerErrorMessage, quoteBody } from "./wire.ts";
 
 /** What every attempt of one client shares: where and how it posts, what its failures name. */
@@ -16,6 +17,8 @@ export interface AttemptContext {
   /** Who answers (see `modelOrigin`): the provider state a reply keeps is tagged with it. */
   origin: string;
   apiKey: string;
+  /** Sent as `reasoning_effort` with every request, unless null. */
+  reasoningEffort: ReasoningEffort | null;
   stream: boolean;
   timeoutSeconds: number;
   idleTimeoutSeconds: number;
@@ -116,7 +119,19 @@ export function classify(thrown: Thrown, context: AttemptContext): Failure {
   return failure("network", message, error instanceof TypeError);
 }
 
-/** A non-2xx answer, with the provider's own message when it sent one, and its `Retry-After`. */
+/**
+ * Whether a 400 is the provider refusing the `reasoning_effort` the request sent: its body names the field
+ * (xAI spells it `reasoningEffort`). The body is read, not only the quoted message, since some put the
+ * field's name in `param` alone.
+ */
+function rejectsReasoningEffort(status: number, text: string, context: AttemptContext): boolean {
+  return status === 400 && context.reasoningEffort !== null && /reasoning[_ ]?effort/i.test(text);
+}
+
+/**
+ * A non-2xx answer, with the provider's own message when it sent one, and its `Retry-After`; a refused
+ * `reasoning_effort` also says which setting sent it.
+ */
 export function httpFailure(response: Response, text: string, context: AttemptContext): Failure {
   const { status } = response;
   let detail: string | null = null;
@@ -126,7 +141,11 @@ export function httpFailure(response: Response, text: string, context: AttemptCo
     // Not JSON (an HTML error page, a proxy's text): the text itself is quoted.
   }
   detail = quoteBody(detail ?? text) || response.statusText;
-  const said = detail === "" ? "" : `: ${detail}`;
+  let said = detail === "" ? "" : `: ${detail}`;
+  if (rejectsReasoningEffort(status, text, context)) {
+    said += ` (the provider rejected reasoning_effort "${context.reasoningEffort}": ` +
+      "unset AGENT_REASONING_EFFORT for this model)";
+  }
   const retryable = status === 408 || status === 409 || status === 429 || (status >= 500 && status < 600);
   const result = failure(
     "http",

@@ -10,7 +10,7 @@ import type { Config } from "../config.ts";
 import { LlmError } from "../errors.ts";
 import { redact } from "../redact.ts";
 import { chatSpan, inSpan, providerName, type SpanOptions } from "../telemetry.ts";
-import type { ChatReply, Message } from "../types.ts";
+import { type ChatReply, type Message, REASONING_EFFORTS, type ReasoningEffort } from "../types.ts";
 import { attempt, type AttemptContext } from "./_attempt.ts";
 import { ABORTED, type Failure } from "./_failure.ts";
 import type { ChatOptions, LLM, ModelInfo } from "./llm.ts";
@@ -41,6 +41,11 @@ export interface OpenAICompatibleLLMOptions {
   model: string;
   /** One attempt's deadline, request to last byte, never extended (kind `timeout`). @default {60} */
   timeoutSeconds?: number;
+  /**
+   * Sent as `reasoning_effort` with every request; a provider's 400 that names the field says to unset
+   * AGENT_REASONING_EFFORT. @default {null} (not sent)
+   */
+  reasoningEffort?: ReasoningEffort | null;
   /** Send `stream: true`, passing answer text to `onDelta` as it arrives; same reply. @default {false} */
   stream?: boolean;
   /** When streaming, the longest silence between chunks after the first. @default {timeoutSeconds} */
@@ -96,7 +101,7 @@ function requireNumber(
 }
 
 /**
- * An {@linkcode LLM} over HTTP: POSTs `{model, messages, tools?, response_format?}` to
+ * An {@linkcode LLM} over HTTP: POSTs `{model, messages, tools?, response_format?, reasoning_effort?}` to
  * `{baseUrl}/chat/completions`.
  *
  * Timeouts, network failures and HTTP 408/409/429/5xx are retried up to `retries` times with exponential
@@ -123,6 +128,7 @@ export class OpenAICompatibleLLM implements LLM {
       apiKey = "",
       model,
       timeoutSeconds = 60,
+      reasoningEffort = null,
       stream = false,
       idleTimeoutSeconds = timeoutSeconds,
       maxReplyBytes = 1_048_576,
@@ -143,6 +149,14 @@ export class OpenAICompatibleLLM implements LLM {
       throw new TypeError(`${CANNOT_CREATE}: "model" must be a non-empty string`);
     }
     requireNumber("timeoutSeconds", timeoutSeconds, "a number greater than 0", (n) => n > 0);
+    if (reasoningEffort !== null && !(REASONING_EFFORTS as readonly unknown[]).includes(reasoningEffort)) {
+      const got = typeof reasoningEffort === "string"
+        ? JSON.stringify(reasoningEffort)
+        : typeof reasoningEffort;
+      throw new TypeError(
+        `${CANNOT_CREATE}: "reasoningEffort" must be ${REASONING_EFFORTS.join(", ")} or null, got ${got}`,
+      );
+    }
     requireType("stream", stream, "boolean");
     requireNumber("idleTimeoutSeconds", idleTimeoutSeconds, "a number greater than 0", (n) => n > 0);
     const whole = (min: number) => (n: number) => Number.isInteger(n) && n >= min;
@@ -160,6 +174,7 @@ export class OpenAICompatibleLLM implements LLM {
       model,
       origin: modelOrigin(baseUrl, model),
       apiKey,
+      reasoningEffort,
       stream,
       timeoutSeconds,
       idleTimeoutSeconds,
@@ -185,9 +200,14 @@ export class OpenAICompatibleLLM implements LLM {
 
   async #chat(messages: Message[], options: ChatOptions): Promise<ChatReply> {
     const { tools = [], signal, onDelta, responseFormat = null } = options;
-    const { model, stream, origin } = this.#context;
+    const { model, stream, origin, reasoningEffort } = this.#context;
     // Built once: every attempt sends the same bytes.
-    const body = serializeRequestBody(model, messages, tools, { stream, responseFormat, origin });
+    const body = serializeRequestBody(model, messages, tools, {
+      stream,
+      responseFormat,
+      origin,
+      reasoningEffort,
+    });
     let retries = 0;
     try {
       const reply = await retry(async (number) => {
@@ -233,7 +253,8 @@ export class OpenAICompatibleLLM implements LLM {
 }
 
 /**
- * The client for a loaded configuration: its endpoint, key, model, timeout, reply size and retry settings.
+ * The client for a loaded configuration: its endpoint, key, model, reasoning effort, timeout, reply size and
+ * retry settings.
  * Streaming is the caller's choice (`options.stream`); tests may inject `fetch`, `sleep` and `now`.
  */
 export function createLlmFromConfig(
@@ -244,6 +265,7 @@ export function createLlmFromConfig(
     baseUrl: config.baseUrl,
     apiKey: config.apiKey,
     model: config.model,
+    reasoningEffort: config.reasoningEffort,
     timeoutSeconds: config.llmTimeoutSeconds,
     maxReplyBytes: config.llmMaxReplyBytes,
     retries: config.llmRetries,

@@ -10,6 +10,7 @@ import type {
   ChatReply,
   Message,
   ProviderState,
+  ReasoningEffort,
   ResponseFormat,
   ToolCall,
   ToolSchema,
@@ -87,6 +88,8 @@ export interface ChatCompletionRequestBody {
   tools?: WireTool[];
   /** Present only when the turn asks for structured output (and sends it natively). */
   response_format?: WireResponseFormat;
+  /** Present only when an effort is set: providers without reasoning models may reject it. */
+  reasoning_effort?: ReasoningEffort;
   /** With `stream_options` (asking for the final usage chunk), only on a streaming request. */
   stream?: true;
   stream_options?: { include_usage: boolean };
@@ -163,13 +166,15 @@ export interface BuildRequestOptions {
    * from it carry that state back; any other state is left out. @default {null} (no state is sent)
    */
   origin?: string | null;
+  /** Sent as `reasoning_effort`. @default {null} (the provider's own, not sent) */
+  reasoningEffort?: ReasoningEffort | null;
 }
 
 /**
  * Maps runtime messages and tools to a request body: `runtime` messages go out as `user`, an assistant
  * message with calls gets `tool_calls` (`content: null` when it has no text), `tools` is omitted when empty,
- * `response_format` unless there is one. Throws `TypeError` only for a malformed message (a tool message
- * without `toolCallId`, an unknown role).
+ * `response_format` and `reasoning_effort` unless they are set. Throws `TypeError` only for a malformed
+ * message (a tool message without `toolCallId`, an unknown role).
  */
 export function buildRequestBody(
   model: string,
@@ -177,11 +182,12 @@ export function buildRequestBody(
   tools: readonly ToolSchema[] = [],
   options: BuildRequestOptions = {},
 ): ChatCompletionRequestBody {
-  const { responseFormat = null, origin = null } = options;
+  const { responseFormat = null, origin = null, reasoningEffort = null } = options;
   const wire = messages.map((message, i) => toWireMessage(message, i, origin));
   const body: ChatCompletionRequestBody = { model, messages: wire };
   if (tools.length > 0) body.tools = toWireTools(tools);
   if (responseFormat !== null) body.response_format = toWireResponseFormat(responseFormat);
+  if (reasoningEffort !== null) body.reasoning_effort = reasoningEffort;
   return body;
 }
 
@@ -232,13 +238,14 @@ export function serializeRequestBody(
   tools: readonly ToolSchema[] = [],
   options: SerializeRequestOptions = {},
 ): string {
-  const { stream = false, responseFormat = null, origin = null } = options;
+  const { stream = false, responseFormat = null, origin = null, reasoningEffort = null } = options;
   const wire = messages.map((message, i) => wireMessageJson(message, i, origin)).join(",");
   let json = `{"model":${JSON.stringify(model)},"messages":[${wire}]`;
   if (tools.length > 0) json += `,"tools":${wireToolsJson(tools)}`;
   if (responseFormat !== null) {
     json += `,"response_format":${JSON.stringify(toWireResponseFormat(responseFormat))}`;
   }
+  if (reasoningEffort !== null) json += `,"reasoning_effort":${JSON.stringify(reasoningEffort)}`;
   if (stream) json += `,"stream":true,"stream_options":{"include_usage":true}`;
   return json + "}";
 }
