@@ -20,9 +20,19 @@ type Kind = "tool_call" | "answer" | "summary" | "echo";
 const BENCH_EXPRESSION = /[-+*/%().\d\s]*\d[-+*/%().\d\s]*[+*/%-][-+*/%().\d\s]*\d[)\s]*/;
 const RESULT = /"result":(-?[\d.eE+-]+)/g;
 
+/**
+ * The messages without the system blocks that end them (the recall of the user's memory comes after the
+ * history): what the model answers is the last message of the dialogue.
+ */
+function dialogue(messages: readonly WireMessage[]): WireMessage[] {
+  let end = messages.length;
+  while (end > 0 && messages[end - 1].role === "system") end--;
+  return messages.slice(0, end);
+}
+
 /** The bench's reply to a request body (summary, answer to a tool result, calculator call, echo). Pure. */
 export function answer(body: Record<string, unknown>): { kind: Kind; message: Record<string, unknown> } {
-  const messages = (Array.isArray(body.messages) ? body.messages : []) as WireMessage[];
+  const messages = dialogue((Array.isArray(body.messages) ? body.messages : []) as WireMessage[]);
   const last = messages.at(-1);
   if (requestKind(messages) === "summary") {
     // Keep the newest calculator result being cut, as a model would keep a result worth keeping.
@@ -290,7 +300,7 @@ export function startCrashProvider(options: CrashProviderOptions = {}): CrashPro
   async function exchange(request: Request): Promise<Response> {
     const body = await request.json();
     const index = requests++;
-    const messages = (body.messages ?? []) as WireMessage[];
+    const messages = dialogue((body.messages ?? []) as WireMessage[]);
     const stream = body.stream === true;
     const kind = requestKind(messages);
     await onMoment({ kind: "request", request: kind, index, stream });

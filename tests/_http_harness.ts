@@ -60,7 +60,8 @@ export class RuleLLM implements LLM {
       signal?.addEventListener("abort", onAbort, { once: true });
     });
     if (this.fail) throw this.fail;
-    const last = messages.at(-1)!;
+    // The recall of the user's memory may follow the history: the model answers the dialogue's last message.
+    const last = messages.findLast((m) => m.role !== "system")!;
     if (last.role === "tool") {
       const result = JSON.parse(last.content ?? "{}");
       const text = `The answer is ${result.data?.result}.`;

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { buildContext, CLIENT_INSTRUCTIONS_HEADER, SYSTEM_PROMPT } from "../src/agent/context.ts";
-import { parseSummary, RUNTIME_CONTEXT_HEADER } from "../src/memory/summary.ts";
+import { parseSummary, RUNTIME_CONTEXT_HEADER, runtimeContextText } from "../src/memory/summary.ts";
 import type { Message } from "../src/types.ts";
 
 const history: Message[] = [
@@ -60,4 +60,17 @@ Deno.test("buildContext() puts a client's instructions, marked, between the prom
   assert.ok(request[2].content!.startsWith(RUNTIME_CONTEXT_HEADER));
   assert.deepEqual(request.slice(3), history);
   assert.equal(buildContext(history, { instructions: null }).length, history.length + 1);
+});
+
+Deno.test("buildContext() puts recalled memory in a [RUNTIME CONTEXT] block after the messages, the summary before", () => {
+  const summary = '{"goals":["learn Deno"],"facts":[],"todos":[],"unresolved":[]}';
+  const userMemory = [{ id: 7, text: "User said: My dog is called Rex." }];
+  const request = buildContext(history, { summary, userMemory });
+  assert.deepEqual(request.slice(2, -1), history);
+  assert.equal(request[1].content, runtimeContextText(parseSummary(summary)));
+  assert.deepEqual(request.at(-1), { role: "system", content: runtimeContextText(null, userMemory) });
+  // Another recall changes the last message only: the request up to it keeps its bytes.
+  const other = buildContext(history, { summary, userMemory: [{ id: 8, text: "Lives in Oslo" }] });
+  assert.equal(JSON.stringify(other.slice(0, -1)), JSON.stringify(request.slice(0, -1)));
+  assert.deepEqual(buildContext(history, { userMemory }).slice(0, -1), buildContext(history));
 });

@@ -1,9 +1,13 @@
 /**
  * Builds the request messages: the static system prompt, the [CLIENT INSTRUCTIONS] block when an API client
  * sent system messages, the [RESPONSE FORMAT] block when the turn asks for structured output, the
- * [RUNTIME CONTEXT] block when the session has a summary or the user's memory recalled items, then the recent
- * messages.
+ * [RUNTIME CONTEXT] block when the session has a summary, the recent messages, then a [RUNTIME CONTEXT] block
+ * of the items recalled from the user's memory, if any.
  * Pure: it only reads what it is given.
+ *
+ * The order keeps provider prompt caches hitting: everything before the recent messages changes only at a
+ * compaction (or with what a client sends), and the recall, which may differ at every turn, comes last, so
+ * each request starts with the bytes of the one before, less its recall block.
  * @module
  */
 import { type MemoryEntry, parseSummary, runtimeContextText } from "../memory/summary.ts";
@@ -58,7 +62,7 @@ export interface BuildContextOptions {
    */
   responseFormat?: string | null;
   /**
-   * Items recalled from the user's memory, in the order of their ids: the block's `user_memory`.
+   * Items recalled from the user's memory, in the order of their ids: the last block's `user_memory`.
    * @default {[]}
    */
   userMemory?: readonly MemoryEntry[];
@@ -66,9 +70,10 @@ export interface BuildContextOptions {
 
 /**
  * The messages of one request: the system prompt, the [CLIENT INSTRUCTIONS] block if there are instructions,
- * the response format's block if there is one, the [RUNTIME CONTEXT] block if there is a valid summary or
- * recalled memory, then
- * `messages` as they are (the client sends only what the model reads of each). Pure; never throws.
+ * the response format's block if there is one, the [RUNTIME CONTEXT] block if there is a valid summary, then
+ * `messages` as they are (the client sends only what the model reads of each), then the [RUNTIME CONTEXT]
+ * block of `userMemory` if it holds any item: last, since a recall that changes must not change the bytes
+ * of the history before it. Pure; never throws.
  */
 export function buildContext(messages: readonly Message[], options: BuildContextOptions = {}): Message[] {
   const { summary = null, systemPrompt = SYSTEM_PROMPT, instructions = null, responseFormat = null } =
@@ -82,9 +87,8 @@ export function buildContext(messages: readonly Message[], options: BuildContext
   }
   if (responseFormat !== null) request.push({ role: "system", content: responseFormat });
   const parsed = summary === null ? null : parseSummary(summary);
-  if (parsed !== null || userMemory.length > 0) {
-    request.push({ role: "system", content: runtimeContextText(parsed, userMemory) });
-  }
+  if (parsed !== null) request.push({ role: "system", content: runtimeContextText(parsed) });
   request.push(...messages);
+  if (userMemory.length > 0) request.push({ role: "system", content: runtimeContextText(null, userMemory) });
   return request;
 }
