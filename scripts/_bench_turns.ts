@@ -167,6 +167,60 @@ function estimateBodyTokens(body: string): number {
   return estimateRequestTokens(messages, (parsed.tools ?? []).map((t) => t.function));
 }
 
+/** Bytes of the longest common prefix of `a` and `b`. Pure. */
+export function commonPrefixBytes(a: Uint8Array, b: Uint8Array): number {
+  const end = Math.min(a.length, b.length);
+  let i = 0;
+  while (i < end && a[i] === b[i]) i++;
+  return i;
+}
+
+/**
+ * How much of each request body repeats the one before it: what a provider's prompt cache, which matches a
+ * request's prefix, can find again. Fed one session's chat bodies in order.
+ */
+export class PrefixMeter {
+  #encoder = new TextEncoder();
+  #previous: { bytes: Uint8Array; tools: string } | null = null;
+  #total = 0;
+  #shared = 0;
+  #sharedTools = 0;
+  #shares: number[] = [];
+
+  /** Counts `body`, the session's next request. */
+  add(body: string): void {
+    const bytes = this.#encoder.encode(body);
+    const tools = JSON.stringify(JSON.parse(body).tools ?? null);
+    this.#total += bytes.length;
+    const previous = this.#previous;
+    this.#previous = { bytes, tools };
+    if (previous === null) return;
+    const shared = commonPrefixBytes(previous.bytes, bytes);
+    this.#shared += shared;
+    this.#shares.push(shared / bytes.length);
+    // The tools come after the messages in the body, but providers read them first (the same bytes again).
+    const tail = `,"tools":${tools}}`;
+    if (tools === previous.tools && body.endsWith(tail) && shared <= bytes.length - tail.length) {
+      this.#sharedTools += this.#encoder.encode(tail).length - 2;
+    }
+  }
+
+  /**
+   * `share`: the bytes of each body's common prefix with the one before, over all the bodies' bytes;
+   * `withTools`: the same counting an unchanged tool list as repeated; `perRequest`: each body's share.
+   */
+  result() {
+    const share = this.#total === 0 ? 0 : this.#shared / this.#total;
+    const withTools = this.#total === 0 ? 0 : (this.#shared + this.#sharedTools) / this.#total;
+    return {
+      requests: this.#shares.length + (this.#previous === null ? 0 : 1),
+      share,
+      withTools,
+      perRequest: distribution(this.#shares),
+    };
+  }
+}
+
 /** The turns over which growth counts model requests per turn (the target: at most 2.15). */
 const REQUESTS_PER_TURN_TURNS = 200;
 
@@ -365,10 +419,12 @@ export async function measureGrowth(options: { turns?: number } = {}) {
   // background one lands in the reference turn that follows; reference sessions never compact).
   const counted = Math.min(REQUESTS_PER_TURN_TURNS, turns);
   let requests = 0;
+  const prefix = new PrefixMeter();
   for (let i = 0; i < turns; i++) {
     const { ms, sent } = await timedTurn(runtime, "growth", i);
     times.push(ms);
     const chat = sent.filter((s) => !s.summary).map((s) => s.body);
+    for (const body of chat) prefix.add(body);
     const bytes = chat.map((body) => new TextEncoder().encode(body).byteLength);
     if (i === 0) first = bytes;
     last = bytes;
@@ -397,6 +453,7 @@ export async function measureGrowth(options: { turns?: number } = {}) {
       ok: runtime.compactions.ok - compactionsBefore.ok,
       failed: runtime.compactions.failed - compactionsBefore.failed,
     },
+    requestPrefix: prefix.result(),
     maxRequestTokens: maxTokens,
     maxCtxTokens: runtime.config.maxCtxTokens,
     underBudget: maxTokens <= runtime.config.maxCtxTokens,

@@ -62,7 +62,10 @@ in the HTTP section after a fixed 50 ms.
 2. Growth. One session of 1,000 turns (200 with --quick) at the default thresholds: median time of the
    last 50 turns against the first 50, request bytes, summary calls, model requests per turn (chat and
    summary calls) over the first 200 turns, and the largest request by the runtime's own token estimate
-   against AGENT_MAX_CTX_TOKENS. After every turn a reference turn runs
+   against AGENT_MAX_CTX_TOKENS. requestPrefix: of all the session's chat request bytes, the share that
+   repeats the previous request's prefix (the longest common prefix of consecutive bodies), what a
+   provider's prompt cache can find again; withTools also counts the unchanged tool list, which the body
+   carries after the messages but providers read first. After every turn a reference turn runs
    (turns 1-10 of short sessions, which never compact); "corrected for drift" divides by how those
    reference turns moved, to tell a slower machine from a growing session.
 3. HTTP. serve as a subprocess with the task's own permission flags. 1, 16 and 64 clients, each on its

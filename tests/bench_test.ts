@@ -8,6 +8,7 @@ import { parseSummaryPatch } from "../src/memory/summary.ts";
 import { SUMMARY_PROMPT } from "../src/memory/summarizer.ts";
 import { distribution, median, percentile } from "../scripts/_bench_process.ts";
 import { answer, completion } from "../scripts/_fake_provider.ts";
+import { commonPrefixBytes, PrefixMeter } from "../scripts/_bench_turns.ts";
 import {
   type BenchReport,
   formatReport,
@@ -47,6 +48,24 @@ Deno.test("bench provider answers a sum with a call, a result with an answer, a 
   assert.equal(summary.kind, "summary");
   const patch = parseSummaryPatch(String(summary.message.content));
   assert.deepEqual(patch.facts, ["The calculator returned 84."]);
+});
+
+Deno.test("PrefixMeter counts the bytes each body shares with the start of the one before", () => {
+  const encode = (text: string) => new TextEncoder().encode(text);
+  assert.equal(commonPrefixBytes(encode("abcd"), encode("abxy")), 2);
+  assert.equal(commonPrefixBytes(encode("ab"), encode("abc")), 2);
+  const body = (messages: string[]) => JSON.stringify({ model: "m", messages, tools: ["t"] });
+  const meter = new PrefixMeter();
+  const [a, b, c] = [body(["x"]), body(["x", "y"]), body(["z", "y"])];
+  for (const text of [a, b, c]) meter.add(text);
+  const result = meter.result();
+  assert.equal(result.requests, 3);
+  const shared = `{"model":"m","messages":["x"`.length + `{"model":"m","messages":["`.length;
+  assert.equal(result.share, shared / (a.length + b.length + c.length));
+  const tools = 2 * `"tools":["t"]`.length;
+  assert.equal(result.withTools, (shared + tools) / (a.length + b.length + c.length));
+  assert.equal(result.perRequest.count, 2);
+  assert.equal(new PrefixMeter().result().share, 0);
 });
 
 Deno.test("bench statistics give the nearest-rank percentile and the middle median", () => {
@@ -155,6 +174,14 @@ Deno.test("measureGrowth() over 43 turns compacts in batches at the default thre
   assert.equal(result.summaryCalls, 2);
   assert.equal(result.modelRequestsCountedTurns, 43);
   assert.equal(result.modelRequestsPerTurn, 88 / 43);
+  // Each request repeats the one before but for what was added, a compaction's changes and the recall.
+  assert.equal(result.requestPrefix.requests, 86);
+  assert.equal(result.requestPrefix.perRequest.count, 85);
+  assert.ok(
+    result.requestPrefix.share > 0.5 && result.requestPrefix.share < 1,
+    String(result.requestPrefix.share),
+  );
+  assert.ok(result.requestPrefix.withTools > result.requestPrefix.share);
   assert.equal(result.maxCtxTokens, 6000);
   assert.ok(result.underBudget);
   assert.ok(result.dbBytes > 0 && result.traceBytes > 0);

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { buildContext, CLIENT_INSTRUCTIONS_HEADER, SYSTEM_PROMPT } from "../src/agent/context.ts";
-import { parseSummary, RUNTIME_CONTEXT_HEADER } from "../src/memory/summary.ts";
+import { parseSummary, RUNTIME_CONTEXT_HEADER, runtimeContextText } from "../src/memory/summary.ts";
 import type { Message } from "../src/types.ts";
 
 const history: Message[] = [
@@ -60,4 +60,29 @@ Deno.test("buildContext() puts a client's instructions, marked, between the prom
   assert.ok(request[2].content!.startsWith(RUNTIME_CONTEXT_HEADER));
   assert.deepEqual(request.slice(3), history);
   assert.equal(buildContext(history, { instructions: null }).length, history.length + 1);
+});
+
+Deno.test("buildContext() puts recalled memory in a [RUNTIME CONTEXT] block before the turn's user message, the summary before the history", () => {
+  const summary = '{"goals":["learn Deno"],"facts":[],"todos":[],"unresolved":[]}';
+  const userMemory = [{ id: 7, text: "User said: My dog is called Rex." }];
+  const recall: Message = { role: "system", content: runtimeContextText(null, userMemory) };
+  const turns: Message[] = [...history, { role: "assistant", content: "3" }, ...history];
+  const question = 4; // the second "hi"
+  const request = buildContext(turns, { summary, userMemory });
+  assert.equal(request[1].content, runtimeContextText(parseSummary(summary)));
+  assert.deepEqual(request.slice(2), [...turns.slice(0, question), recall, ...turns.slice(question)]);
+  assert.equal(
+    request.at(-1)!.role,
+    "tool",
+    "the request ends as the dialogue does, never with a system message",
+  );
+  // Another recall changes that block only: the messages around it keep their bytes.
+  const other = buildContext(turns, { summary, userMemory: [{ id: 8, text: "Lives in Oslo" }] });
+  const at = 2 + question;
+  assert.notEqual(other[at].content, request[at].content);
+  assert.equal(JSON.stringify(other.toSpliced(at, 1)), JSON.stringify(request.toSpliced(at, 1)));
+  assert.deepEqual(request.toSpliced(at, 1), buildContext(turns, { summary }));
+  // No user message: the block goes before them all.
+  const answers = turns.filter((m) => m.role !== "user");
+  assert.deepEqual(buildContext(answers, { userMemory }).slice(1), [recall, ...answers]);
 });

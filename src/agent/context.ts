@@ -1,9 +1,15 @@
 /**
  * Builds the request messages: the static system prompt, the [CLIENT INSTRUCTIONS] block when an API client
  * sent system messages, the [RESPONSE FORMAT] block when the turn asks for structured output, the
- * [RUNTIME CONTEXT] block when the session has a summary or the user's memory recalled items, then the recent
- * messages.
+ * [RUNTIME CONTEXT] block when the session has a summary, then the recent messages, with a [RUNTIME CONTEXT]
+ * block of the items recalled from the user's memory, if any, just before the turn's user message.
  * Pure: it only reads what it is given.
+ *
+ * The order keeps provider prompt caches hitting: everything before the recent messages changes only at a
+ * compaction (or with what a client sends), and the recall, which may differ at every turn, comes as late as
+ * a provider takes a system message: before the turn's question, never after it (some providers refuse a
+ * request that ends with one). A request starts with the bytes of the one before up to its recall: all of
+ * them within a turn, all but the previous turn's messages from one turn to the next.
  * @module
  */
 import { type MemoryEntry, parseSummary, runtimeContextText } from "../memory/summary.ts";
@@ -58,7 +64,8 @@ export interface BuildContextOptions {
    */
   responseFormat?: string | null;
   /**
-   * Items recalled from the user's memory, in the order of their ids: the block's `user_memory`.
+   * Items recalled from the user's memory, in the order of their ids: the `user_memory` of the block before
+   * the turn's user message.
    * @default {[]}
    */
   userMemory?: readonly MemoryEntry[];
@@ -66,9 +73,11 @@ export interface BuildContextOptions {
 
 /**
  * The messages of one request: the system prompt, the [CLIENT INSTRUCTIONS] block if there are instructions,
- * the response format's block if there is one, the [RUNTIME CONTEXT] block if there is a valid summary or
- * recalled memory, then
- * `messages` as they are (the client sends only what the model reads of each). Pure; never throws.
+ * the response format's block if there is one, the [RUNTIME CONTEXT] block if there is a valid summary, then
+ * `messages` as they are (the client sends only what the model reads of each), with the [RUNTIME CONTEXT]
+ * block of `userMemory`, if it holds any item, before the last user message (or before them all when there is
+ * none): a recall that changes leaves the bytes of the history before that message as they were, and the
+ * request still ends with a user or tool message. Pure; never throws.
  */
 export function buildContext(messages: readonly Message[], options: BuildContextOptions = {}): Message[] {
   const { summary = null, systemPrompt = SYSTEM_PROMPT, instructions = null, responseFormat = null } =
@@ -82,9 +91,16 @@ export function buildContext(messages: readonly Message[], options: BuildContext
   }
   if (responseFormat !== null) request.push({ role: "system", content: responseFormat });
   const parsed = summary === null ? null : parseSummary(summary);
-  if (parsed !== null || userMemory.length > 0) {
-    request.push({ role: "system", content: runtimeContextText(parsed, userMemory) });
+  if (parsed !== null) request.push({ role: "system", content: runtimeContextText(parsed) });
+  if (userMemory.length === 0) {
+    request.push(...messages);
+    return request;
   }
-  request.push(...messages);
+  const question = Math.max(0, messages.findLastIndex((m) => m.role === "user"));
+  request.push(...messages.slice(0, question), {
+    role: "system",
+    content: runtimeContextText(null, userMemory),
+  });
+  request.push(...messages.slice(question));
   return request;
 }

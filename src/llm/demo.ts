@@ -15,7 +15,7 @@ export const DEMO_MODEL_NAME = "demo-rules";
 /** Options of {@linkcode DemoModel}. */
 export interface DemoModelOptions {
   /**
-   * Recall from the [RUNTIME CONTEXT] block too, its summary and its `user_memory` (`false` fails the memory
+   * Recall from the [RUNTIME CONTEXT] blocks too, the summary and the `user_memory` (`false` fails the memory
    * phases). @default {true}
    */
   readRuntimeContext?: boolean;
@@ -88,12 +88,15 @@ function lastUserText(messages: readonly Message[]): string {
 function evidence(messages: readonly Message[], readRuntimeContext: boolean): string[] {
   const texts = messages.filter((m) => m.role === "user").map((m) => m.content ?? "").reverse();
   if (!readRuntimeContext) return texts;
-  const block = messages.find((m) => m.role === "system" && m.content?.startsWith(RUNTIME_CONTEXT_HEADER));
-  const content = block?.content ?? "";
-  const json = content.includes("{") ? content.slice(content.indexOf("{")) : null;
-  const summary = parseSummary(json);
-  if (summary !== null) texts.push(...summary.facts, ...summary.goals);
-  return [...texts, ...recalledItems(json)];
+  // The summary's block comes before the history, the recall's after it.
+  const blocks = messages.filter((m) => m.role === "system" && m.content?.startsWith(RUNTIME_CONTEXT_HEADER));
+  const jsons = blocks.map(({ content }) =>
+    content!.includes("{") ? content!.slice(content!.indexOf("{")) : null
+  );
+  for (const summary of jsons.map(parseSummary)) {
+    if (summary !== null) texts.push(...summary.facts, ...summary.goals);
+  }
+  return [...texts, ...jsons.flatMap(recalledItems)];
 }
 
 /** The texts of the block's `user_memory`; none when the block has no such list or is not JSON. */

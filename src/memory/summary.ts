@@ -58,9 +58,10 @@ export interface MemoryEntry {
 }
 
 /**
- * The text of the [RUNTIME CONTEXT] system message for a summary (null: none) and the items recalled from the
+ * The text of a [RUNTIME CONTEXT] system message for a summary (null: none) and the items recalled from the
  * user's memory (`user_memory`, last, only when there are some), with their keys in a fixed order: the same
- * data gives the same bytes.
+ * data gives the same bytes. A request carries the summary's block before its history and the recall's
+ * after it (see `buildContext`).
  */
 export function runtimeContextText(summary: Summary | null, memory: readonly MemoryEntry[] = []): string {
   const data: Record<string, unknown> = {};

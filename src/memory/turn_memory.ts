@@ -11,7 +11,7 @@ import type { Calibration, RecalledItem, SessionKey, SessionStore } from "../sto
 import type { Message, StoredMessage, ToolSchema } from "../types.ts";
 import { compactIfDue, type CompactionDeps, type CompactionResult, requestTokens } from "./compact.ts";
 import { defaultCompactBatch, estimateMessageTokens, estimateRequestTokens, overTurnLimit } from "./plan.ts";
-import { type MemoryEntry, parseSummary, runtimeContextText } from "./summary.ts";
+import { type MemoryEntry, runtimeContextText } from "./summary.ts";
 import type { Summarizer } from "./summarizer.ts";
 
 /** What the hooks need of the agent: its store, summarizer, thresholds and background runner. */
@@ -90,9 +90,8 @@ export class TurnMemory {
   #unsavedUse: number[] = [];
   /** What the turn's recall found, kept for its later requests until its memory changes; null: ask the store. */
   #found: RecalledItem[] | null = null;
-  /** Tokens the first n found items add to the block, by n, for the summary `#costsOf`. */
+  /** Tokens the block of the first n found items adds to the request, by n. */
   #costs: number[] = [];
-  #costsOf: string | null = null;
 
   constructor(
     state: {
@@ -231,20 +230,15 @@ export class TurnMemory {
   }
 
   /**
-   * Estimated tokens the first `count` found items add to the request: the block with them less the block
-   * without. Kept per count until the store is asked again or the summary changes (a compaction).
+   * Estimated tokens the first `count` found items add to the request: their block, a message of its own
+   * after the history. Kept per count until the store is asked again.
    */
   #blockTokens(count: number): number {
     if (count === 0) return 0;
-    if (this.#costsOf !== this.summary) [this.#costs, this.#costsOf] = [[], this.summary];
-    return this.#costs[count] ??= this.#measureBlock(this.#found!.slice(0, count));
-  }
-
-  #measureBlock(items: readonly MemoryEntry[]): number {
-    const summary = parseSummary(this.summary);
-    const tokens = (text: string) => estimateMessageTokens({ role: "system", content: text });
-    const without = summary === null ? 0 : tokens(runtimeContextText(summary));
-    return tokens(runtimeContextText(summary, items)) - without;
+    return this.#costs[count] ??= estimateMessageTokens({
+      role: "system",
+      content: runtimeContextText(null, this.#found!.slice(0, count)),
+    });
   }
 
   /**
