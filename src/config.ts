@@ -53,6 +53,8 @@ export interface Config {
   shutdownGraceSeconds: number;
   /** Stream answers token by token (REPL and SSE requests). */
   stream: boolean;
+  /** While a streamed reply's reasoning arrives, say "reasoning…" (REPL, SSE, page); never its text. */
+  showThinking: boolean;
   /** Largest model reply accepted, in bytes (streamed or whole); more ends the call as `too_large`. */
   llmMaxReplyBytes: number;
   /** Tool calls run per model reply; the rest get a tool error naming the limit. */
@@ -262,6 +264,12 @@ export const SETTINGS: Readonly<Record<string, Setting>> = {
     "flag",
     "1",
     "stream answers as they arrive (REPL, SSE): 1 or true; 0 or false turns it off",
+  ),
+  AGENT_SHOW_THINKING: setting(
+    "showThinking",
+    "flag",
+    "0",
+    'while a thinking model\'s reasoning streams in, show "reasoning…" (REPL, SSE reasoning events, the page); never its text: 1 or true; 0 or false (the default) shows the usual waiting line',
   ),
   AGENT_HOST: setting("host", "host", "127.0.0.1", "serve: address to listen on"),
   AGENT_PORT: setting("port", "port", "8787", "serve: port to listen on (0 picks one)"),

@@ -8,7 +8,7 @@ import { existsSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { taskPermissionFlags } from "../src/permissions.ts";
 import { type Browser, type Page, puppeteer } from "./_dev_deps.ts";
-import { type FakeProvider, startFakeProvider } from "./fixtures/fake_openai.ts";
+import { type FakeProvider, type FakeProviderOptions, startFakeProvider } from "./fixtures/fake_openai.ts";
 import { childEnv, ROOT, type ServeProcess, spawnServe, tempDir } from "./_harness.ts";
 
 const CANDIDATES = [
@@ -47,6 +47,8 @@ export interface WithPageOptions {
   policy?: unknown;
   /** More Chromium flags, such as `--host-resolver-rules`. @default {[]} */
   browserArgs?: string[];
+  /** How the fake provider behind the server answers. @default {{}} */
+  provider?: FakeProviderOptions;
   /** Console errors the test causes on purpose (a connection it cuts). @default {undefined} (none) */
   expectedConsole?: RegExp;
 }
@@ -59,7 +61,7 @@ export async function withPage(
 ): Promise<void> {
   const { policy, browserArgs = [], expectedConsole } = options;
   using dir = tempDir();
-  const provider = startFakeProvider();
+  const provider = startFakeProvider(options.provider);
   const probe = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const port = probe.addr.port;
   probe.close();

@@ -30,6 +30,7 @@ Deno.test("loadConfig() gives every documented default for an empty environment"
     maxBodyBytes: 65536,
     shutdownGraceSeconds: 10,
     stream: true,
+    showThinking: false,
     llmMaxReplyBytes: 1048576,
     maxToolCallsPerStep: 16,
     mcpConfig: "mcp.json",

@@ -345,6 +345,35 @@ Deno.test({
   },
 });
 
+Deno.test({
+  name:
+    "with AGENT_SHOW_THINKING the page says 'reasoning…' while the model's reasoning streams in, and never shows it",
+  ignore: reason !== null,
+  async fn() {
+    const thought = "PRIVATE-THOUGHT of the model";
+    const rest = held();
+    try {
+      await withPage({ AGENT_SHOW_THINKING: "1" }, async (page, url, { provider }) => {
+        await page.setViewport(WIDE);
+        await visit(page, `${url}/`);
+        await page.waitForSelector(".empty");
+        provider.hold = rest.promise;
+        await send(page, "say: Thought it through.");
+        await page.waitForFunction(() => document.querySelector(".progress")?.textContent === "reasoning…");
+        assert.equal(await page.$(".msg.assistant"), null, "no answer yet");
+        await screenshots(page, "progress_reasoning");
+        rest.release();
+        await page.waitForSelector(".run-end");
+        assert.deepEqual(await texts(page, ".msg.assistant .text"), ["Thought it through."]);
+        const shown = await page.evaluate(() => document.documentElement.outerHTML);
+        assert.ok(!shown.includes(thought), "the reasoning's text is nowhere on the page");
+      }, { provider: { reasoning: thought } });
+    } finally {
+      rest.release();
+    }
+  },
+});
+
 const MARKDOWN = [
   "## Shopping",
   "Buy **milk** and *eggs*, see [the shop](https://shop.example/milk) or <https://a.example>.",

@@ -85,6 +85,11 @@ export interface RunOptions {
   signal?: AbortSignal;
   /** Answer text as it streams, with its step: a live view, never traced. @default {undefined} */
   onDelta?: (text: string, step: number) => void;
+  /**
+   * Called as a step's reasoning streams in, with its step, never with its text (only from a client that
+   * reports reasoning: AGENT_SHOW_THINKING): a live view, never traced. @default {undefined}
+   */
+  onReasoning?: (step: number) => void;
   /** Tools the user allowed for the rest of the session ("always"): they need no approval. @default {none} */
   allowed?: ReadonlySet<string>;
 }

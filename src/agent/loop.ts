@@ -269,7 +269,7 @@ async function askModel(
   turn: Turn,
   step: number,
 ): Promise<{ reply: ChatReply; failure?: never } | { failure: TurnFailure }> {
-  const { signal, onDelta } = turn.run;
+  const { signal, onDelta, onReasoning: reasoning } = turn.run;
   const { history, summary, userMemory } = turn.memory;
   const { responseFormat: format, formatText, agent } = turn;
   const messages = buildContext(history, {
@@ -280,12 +280,19 @@ async function askModel(
   });
   // An answer with a response format is shown only once it is checked: it does not stream.
   const delta = onDelta === undefined || format !== null ? undefined : (text: string) => onDelta(text, step);
+  const onReasoning = reasoning === undefined ? undefined : () => reasoning(step);
   const responseFormat = (agent.responseFormatMode ?? "native") === "native" ? format : null;
   const requestTokens = turn.memory.requestTokens;
   const started = performance.now();
   let reply: ChatReply;
   try {
-    reply = await agent.llm.chat(messages, { tools: turn.tools, signal, onDelta: delta, responseFormat });
+    reply = await agent.llm.chat(messages, {
+      tools: turn.tools,
+      signal,
+      onDelta: delta,
+      onReasoning,
+      responseFormat,
+    });
   } catch (error) {
     if (signal?.aborted || (error instanceof LlmError && error.kind === "aborted")) {
       return { failure: abortFailure(signal) };

@@ -21,14 +21,21 @@ class Thinking {
   #style: Style;
   #timer: ReturnType<typeof setInterval> | undefined;
   #frame = 0;
+  #label = "thinking…";
 
   constructor(out: Writable, style: Style) {
     this.#out = out;
     this.#style = style;
   }
 
-  start(): void {
-    if (this.#timer !== undefined) return;
+  /** Starts the line, saying `label` (the model is asked, or its reasoning streams in). */
+  start(label = "thinking…"): void {
+    const changed = label !== this.#label;
+    this.#label = label;
+    if (this.#timer !== undefined) {
+      if (changed) this.#draw();
+      return;
+    }
     this.#draw();
     this.#timer = setInterval(() => this.#draw(), 100);
   }
@@ -41,7 +48,9 @@ class Thinking {
   }
 
   #draw(): void {
-    this.#out.write(`\r\x1b[2K${this.#style.dim(`${SPINNER[this.#frame++ % SPINNER.length]} thinking…`)}`);
+    this.#out.write(
+      `\r\x1b[2K${this.#style.dim(`${SPINNER[this.#frame++ % SPINNER.length]} ${this.#label}`)}`,
+    );
   }
 }
 
@@ -140,6 +149,10 @@ export class TurnView {
         emit: (event) => this.#show(event),
         signal: held,
         onDelta: (text, step) => interactive ? this.#delta(text) : this.#pipe(text, step),
+        // Only the spinner's word changes: reasoning's text is never shown.
+        onReasoning: () => {
+          if (interactive && this.#markdown === null) this.#thinking.start("reasoning…");
+        },
       });
     const onWait = () => {
       this.#thinking.stop();

@@ -25,7 +25,7 @@ import {
   usageChunk,
 } from "./openai_shape.ts";
 import { sseResponse, type SseSend } from "./sse.ts";
-import { type QueuedTurn, queueTurn } from "./turn_route.ts";
+import { type LiveView, type QueuedTurn, queueTurn } from "./turn_route.ts";
 
 /** A turn ready to run, and whether it keeps a session (the advice of a failure depends on it). */
 interface Prepared {
@@ -103,8 +103,7 @@ async function prepareEphemeral(
     const userMemory = memory === null ? null : { ...memory, store: deps.agent.store };
     const agent = { ...deps.agent, store, tools, compactions, approval, usageStore, userMemory };
     const run = await queueTurn(request.signal, input, deps, { agent });
-    const closing = (emit: EventSink, onDelta?: (text: string, step: number) => void) =>
-      run(emit, onDelta).finally(() => store.close());
+    const closing = (emit: EventSink, live?: LiveView) => run(emit, live).finally(() => store.close());
     return { run: Object.assign(closing, { runId: run.runId }), kept: false };
   } catch (error) {
     await store.close();
@@ -146,7 +145,7 @@ async function runSaying(
     if (event.event === "run_start") onStart(event.run_id);
     else if (event.event === "answer") text.answer(event.data.text, event.step!);
   };
-  const result = await prepared.run(emit, (piece, step) => text.delta(piece, step));
+  const result = await prepared.run(emit, { onDelta: (piece, step) => text.delta(piece, step) });
   // A turn that waits for approval has no answer event: what it says is the result's.
   if (result.outcome === "awaiting_approval") text.answer(result.answer, -1);
   return result;

@@ -1,10 +1,11 @@
 /**
  * `POST /v1/sessions/{id}/messages` and `/retry`: one user turn through the same `runTurn` the REPL uses,
  * answered as JSON or, with `Accept: text/event-stream`, as Server-Sent Events: one SSE event per run event
- * (the stream the trace is written from), plus `delta` events (`{"text"}`) while the answer streams.
+ * (the stream the trace is written from), plus `delta` events (`{"text"}`) while the answer streams and, with
+ * AGENT_SHOW_THINKING, a `reasoning` event (`{"step"}`) when a step's reasoning starts to stream.
  * @module
  */
-import { type Agent, runTurn, type TurnInput } from "../agent/loop.ts";
+import { type Agent, type RunOptions, runTurn, type TurnInput } from "../agent/loop.ts";
 import { approvalPending, nothingToRetry, unansweredMessage, usageData } from "../agent/agent.ts";
 import type { SessionKey } from "../store/store.ts";
 import type { EventSink } from "../events.ts";
@@ -19,15 +20,15 @@ import { RunEventIds } from "./run_events.ts";
 import { sseResponse, type SseSend } from "./sse.ts";
 import { checkDailyQuota } from "./quota.ts";
 
+/** What a client sees live of a run, never traced: answer text as it streams, reasoning's arrival. */
+export type LiveView = Pick<RunOptions, "onDelta" | "onReasoning">;
+
 /**
- * Runs a prepared turn, reporting to `emit` and, as the answer streams, to `onDelta`; `runId` is the id the
+ * Runs a prepared turn, reporting to `emit` and, as the answer streams, to `live`; `runId` is the id the
  * run will have, known before it starts.
  */
 export type QueuedTurn =
-  & ((
-    emit: EventSink,
-    onDelta?: (text: string, step: number) => void,
-  ) => Promise<TurnResult>)
+  & ((emit: EventSink, live?: LiveView) => Promise<TurnResult>)
   & { readonly runId: string };
 
 /** Options of {@linkcode queueTurn}. */
@@ -85,8 +86,8 @@ export async function queueTurn(
     : options.runId!;
   const agent = { ...given, newId: () => runId };
   const stop = resumable ? deps.shutdownSignal : AbortSignal.any([signal, deps.shutdownSignal]);
-  const run = (emit: EventSink, onDelta?: (text: string, step: number) => void) => {
-    const work = (held: AbortSignal) => runTurn(input, agent, { emit, signal: held, onDelta });
+  const run = (emit: EventSink, live: LiveView = {}) => {
+    const work = (held: AbortSignal) => runTurn(input, agent, { ...live, emit, signal: held });
     return deps.sessions.run(key, work, { signal: stop, leased, id: runId });
   };
   return Object.assign(run, { runId });
@@ -165,10 +166,19 @@ export async function respondTurn(request: Request, run: QueuedTurn, deps: Handl
   return sseResponse(
     async (send) => {
       const ids = new RunEventIds();
+      // Said once per step: the page shows "reasoning…" until the step's text or tool calls come.
+      let reasoning: number | null = null;
       const result = await run((event) => {
         deps.emit(event);
         send(JSON.stringify(event), event.event, ids.next(event) ?? undefined);
-      }, (text) => send(JSON.stringify({ text }), "delta"));
+      }, {
+        onDelta: (text) => send(JSON.stringify({ text }), "delta"),
+        onReasoning: (step) => {
+          if (reasoning === step) return;
+          reasoning = step;
+          send(JSON.stringify({ step }), "reasoning");
+        },
+      });
       if (result.failure !== undefined) frame(failedTurn(result), send);
     },
     (error, send) => frame(toHttpError(error, deps.log, "internal error"), send),

@@ -20,8 +20,12 @@ import {
 } from "./_failure.ts";
 
 export type { AttemptContext };
+import type { ChatOptions } from "./llm.ts";
 import { ReplyAssembler, SseParser } from "./stream.ts";
 import { invalidResponseError, parseCompletion, quoteBody } from "./wire.ts";
+
+/** What a streamed attempt reports as it reads: answer text and reasoning's arrival (see `ChatOptions`). */
+export type StreamProgress = Pick<ChatOptions, "onDelta" | "onReasoning">;
 
 /** The result of one attempt: a reply, or why there is none. */
 export type Attempt = { ok: true; reply: ChatReply } | { ok: false; failure: Failure };
@@ -124,8 +128,9 @@ export async function attempt(
   context: AttemptContext,
   body: string,
   signal: AbortSignal | undefined,
-  onDelta: ((text: string) => void) | undefined,
+  progress: StreamProgress,
 ): Promise<Attempt> {
+  const { onDelta } = progress;
   const { stream, apiKey, maxReplyBytes } = context;
   const deadlines = new Deadlines(context.timeoutSeconds);
   const combined = signal === undefined ? deadlines.signal : AbortSignal.any([signal, deadlines.signal]);
@@ -144,7 +149,7 @@ export async function attempt(
     }
     const json = (response.headers.get("content-type") ?? "").toLowerCase().includes("application/json");
     if (stream && response.ok && response.body !== null && !json) {
-      return await readEvents(context, response.body, deadlines, combined, signal, onDelta, thrown);
+      return await readEvents(context, response.body, deadlines, combined, signal, progress, thrown);
     }
     const limit = response.ok ? maxReplyBytes : Math.min(maxReplyBytes, MAX_ERROR_BODY_BYTES);
     let read: { text: string; over: boolean };
@@ -165,7 +170,8 @@ export async function attempt(
 }
 
 /**
- * Reads an event stream into a reply, passing answer text to `onDelta` as it arrives. Once the body flows,
+ * Reads an event stream into a reply, passing answer text to `onDelta` as it arrives and calling `onReasoning`
+ * for each chunk that carries reasoning (never with its text). Once the body flows,
  * each silence is bounded by `idleTimeoutSeconds`, restarted by any bytes (keep-alive comments included).
  */
 async function readEvents(
@@ -174,7 +180,7 @@ async function readEvents(
   deadlines: Deadlines,
   combined: AbortSignal,
   signal: AbortSignal | undefined,
-  onDelta: ((text: string) => void) | undefined,
+  { onDelta, onReasoning }: StreamProgress,
   thrown: (error: unknown, where: Pick<Thrown, "bytes">) => Attempt,
 ): Promise<Attempt> {
   const reader = chunkReader(body);
@@ -201,12 +207,14 @@ async function readEvents(
       }
       for (const event of chunk.done ? parser.end() : parser.push(chunk.value)) {
         let piece: string;
+        const reasoned = assembler.reasoningChunks;
         try {
           piece = assembler.add(event);
         } catch (error) {
           return fail(invalid(error));
         }
         if (signal?.aborted) return fail(ABORTED);
+        if (assembler.reasoningChunks > reasoned) onReasoning?.();
         if (piece !== "") onDelta?.(piece);
         if (assembler.done) break;
       }

@@ -16,6 +16,11 @@ export interface ChatOptions {
    * @default {undefined}
    */
   onDelta?: (text: string) => void;
+  /**
+   * Called for each streamed piece of reasoning as it arrives, never with its text: a view may show that the
+   * model is thinking. Only a client told to report reasoning calls it. Must not throw. @default {undefined}
+   */
+  onReasoning?: () => void;
   /** Sent to the provider as `response_format`: what the answer must be. @default {null} (plain text) */
   responseFormat?: ResponseFormat | null;
 }

@@ -48,6 +48,11 @@ export interface OpenAICompatibleLLMOptions {
   reasoningEffort?: ReasoningEffort | null;
   /** Send `stream: true`, passing answer text to `onDelta` as it arrives; same reply. @default {false} */
   stream?: boolean;
+  /**
+   * When streaming, call a request's `onReasoning` as reasoning arrives (AGENT_SHOW_THINKING), so a view can
+   * say the model is thinking; its text is never passed. @default {false}
+   */
+  reasoningProgress?: boolean;
   /** When streaming, the longest silence between chunks after the first. @default {timeoutSeconds} */
   idleTimeoutSeconds?: number;
   /** Largest reply body, counted as read (kind `too_large`); an error body keeps ≤ 16 KiB. @default {1048576} */
@@ -115,6 +120,7 @@ function requireNumber(
  */
 export class OpenAICompatibleLLM implements LLM {
   #context: AttemptContext;
+  #reasoningProgress: boolean;
   #retries: number;
   #retryBaseDelaySeconds: number;
   #sleep: (ms: number, signal?: AbortSignal) => Promise<void>;
@@ -130,6 +136,7 @@ export class OpenAICompatibleLLM implements LLM {
       timeoutSeconds = 60,
       reasoningEffort = null,
       stream = false,
+      reasoningProgress = false,
       idleTimeoutSeconds = timeoutSeconds,
       maxReplyBytes = 1_048_576,
       retries = 2,
@@ -158,6 +165,7 @@ export class OpenAICompatibleLLM implements LLM {
       );
     }
     requireType("stream", stream, "boolean");
+    requireType("reasoningProgress", reasoningProgress, "boolean");
     requireNumber("idleTimeoutSeconds", idleTimeoutSeconds, "a number greater than 0", (n) => n > 0);
     const whole = (min: number) => (n: number) => Number.isInteger(n) && n >= min;
     requireNumber("maxReplyBytes", maxReplyBytes, "a whole number of 1 or more", whole(1));
@@ -182,6 +190,7 @@ export class OpenAICompatibleLLM implements LLM {
       fetch,
       now,
     };
+    this.#reasoningProgress = reasoningProgress;
     this.#retries = retries;
     this.#retryBaseDelaySeconds = retryBaseDelaySeconds;
     this.#sleep = sleep;
@@ -199,7 +208,8 @@ export class OpenAICompatibleLLM implements LLM {
   }
 
   async #chat(messages: Message[], options: ChatOptions): Promise<ChatReply> {
-    const { tools = [], signal, onDelta, responseFormat = null } = options;
+    const { tools = [], signal, onDelta, onReasoning, responseFormat = null } = options;
+    const progress = { onDelta, onReasoning: this.#reasoningProgress ? onReasoning : undefined };
     const { model, stream, origin, reasoningEffort } = this.#context;
     // Built once: every attempt sends the same bytes.
     const body = serializeRequestBody(model, messages, tools, {
@@ -212,7 +222,7 @@ export class OpenAICompatibleLLM implements LLM {
     try {
       const reply = await retry(async (number) => {
         retries = number - 1;
-        const outcome = await attempt(this.#context, body, signal, onDelta);
+        const outcome = await attempt(this.#context, body, signal, progress);
         if (outcome.ok) return outcome.reply;
         throw new FailedAttempt(outcome.failure);
       }, {
@@ -253,8 +263,8 @@ export class OpenAICompatibleLLM implements LLM {
 }
 
 /**
- * The client for a loaded configuration: its endpoint, key, model, reasoning effort, timeout, reply size and
- * retry settings.
+ * The client for a loaded configuration: its endpoint, key, model, reasoning effort, whether it reports
+ * reasoning's arrival, timeout, reply size and retry settings.
  * Streaming is the caller's choice (`options.stream`); tests may inject `fetch`, `sleep` and `now`.
  */
 export function createLlmFromConfig(
@@ -266,6 +276,7 @@ export function createLlmFromConfig(
     apiKey: config.apiKey,
     model: config.model,
     reasoningEffort: config.reasoningEffort,
+    reasoningProgress: config.showThinking,
     timeoutSeconds: config.llmTimeoutSeconds,
     maxReplyBytes: config.llmMaxReplyBytes,
     retries: config.llmRetries,

@@ -129,6 +129,14 @@ interface PendingCall {
   extraContent?: Record<string, unknown>;
 }
 
+/** Whether a delta carries reasoning in one of the fields the dialects use. */
+function carriesReasoning(delta: Record<string, unknown>): boolean {
+  const text = (value: unknown) => typeof value === "string" && value !== "";
+  const details = delta.reasoning_details;
+  return text(delta.reasoning_content) || text(delta.reasoning) ||
+    (Array.isArray(details) && details.length > 0);
+}
+
 /** Fields of a `reasoning_details` entry whose pieces are joined across deltas; the others keep the first. */
 const JOINED_DETAIL_FIELDS = new Set(["text", "summary", "data"]);
 
@@ -169,6 +177,7 @@ export class ReplyAssembler {
   #sawChoice = false;
   #finishReason: string | null = null;
   #done = false;
+  #reasoningChunks = 0;
 
   constructor(options: ReplyAssemblerOptions = {}) {
     this.#options = options;
@@ -182,6 +191,14 @@ export class ReplyAssembler {
   /** The completion's `id` as the first chunk that carried one gave it, or null. */
   get responseId(): string | null {
     return this.#id;
+  }
+
+  /**
+   * How many chunks have carried reasoning (`reasoning_content`, `reasoning` or `reasoning_details`), kept
+   * or not: progress a view may show while the model thinks, never its text.
+   */
+  get reasoningChunks(): number {
+    return this.#reasoningChunks;
   }
 
   /** `[DONE]` has arrived: later events are not read. */
@@ -265,6 +282,7 @@ export class ReplyAssembler {
     if (!Array.isArray(rawCalls)) throw this.#invalid("choices[0].delta.tool_calls is not an array");
     this.#touched.clear();
     for (const fragment of rawCalls) this.#fragment(fragment);
+    if (carriesReasoning(delta)) this.#reasoningChunks++;
     if ((this.#options.origin ?? null) !== null) this.#state(delta);
 
     const where = "choices[0].delta.content";

@@ -152,7 +152,10 @@ export class LiveTurn {
 
   /** Draws one SSE frame. @param {{ event: string, data: any }} frame */
   onFrame({ event, data }) {
-    if (event === "delta") {
+    if (event === "reasoning") {
+      // The model's reasoning streams in (AGENT_SHOW_THINKING): only the progress line says so.
+      if (this.#text === null) this.#say("reasoning…");
+    } else if (event === "delta") {
       if (this.#text === null) {
         const bubble = answer("", undefined);
         bubble.classList.add("streaming");
