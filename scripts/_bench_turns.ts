@@ -3,7 +3,7 @@
  * growth, on a runtime built as `src/runtime.ts` builds it except that its `fetch` records every body it sends.
  * @module
  */
-import { BackgroundCompactions } from "../src/memory/background.ts";
+import { BackgroundCompactions } from "../src/session/background.ts";
 import { join } from "node:path";
 import { estimateRequestTokens } from "../src/memory/plan.ts";
 import { loadConfig } from "../src/config.ts";

@@ -3,13 +3,39 @@
  * token pairs. Private to `config.ts`, which owns the settings themselves.
  * @module
  */
-import { isValidId } from "./store/store.ts";
+import { isValidId, TOKENIZERS } from "./types.ts";
 import { ConfigError } from "./errors.ts";
-import { parseAllowedHosts } from "./http/host_guard.ts";
-import { parseDatabaseUrl } from "./store/database_url.ts";
+import { parseDatabaseUrl } from "./database_url.ts";
 import { parsePrices } from "./prices.ts";
-import { TOKENIZERS } from "./memory/tokenizer.ts";
 import { REASONING_EFFORTS } from "./types.ts";
+
+/** `host[:port]` as a URL's hostname (lowercased) and port (`""` when none), or null when it is not one. */
+export function authority(host: string): { hostname: string; port: string } | null {
+  if (host === "" || /[\s/?#@\\]/.test(host)) return null;
+  try {
+    const { hostname, port } = new URL(`http://${host}`);
+    // `new URL` drops :80 as http's default; keep it, so that a Host of `name:80` states its port.
+    return { hostname, port: /:80$/.test(host) ? "80" : port };
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Reads `AGENT_ALLOWED_HOSTS`: comma-separated names, each `name` or `name:port`, lowercased.
+ * @throws {TypeError} naming the entry that is not a host name with an optional port
+ */
+function parseAllowedHosts(raw: string): string[] {
+  if (raw.trim() === "") return [];
+  return raw.split(",").map((entry, index) => {
+    const name = entry.trim().toLowerCase();
+    const parsed = authority(name);
+    if (parsed === null || parsed.hostname === "") {
+      throw new TypeError(`entry ${index + 1} (${JSON.stringify(entry.trim())}) is not a host name[:port]`);
+    }
+    return parsed.port === "" ? parsed.hostname : `${parsed.hostname}:${parsed.port}`;
+  });
+}
 
 /** Shortest API token accepted: shorter ones can be guessed. */
 export const MIN_TOKEN_CHARS = 16;

@@ -3,16 +3,37 @@
  * @module
  */
 import { ConfigError } from "./errors.ts";
-import { defaultCompactBatch } from "./memory/plan.ts";
 import { type ApiToken, type Kind, MIN_TOKEN_CHARS, parseValue, type ValueRule } from "./_config_values.ts";
 import type { PriceTable } from "./prices.ts";
-import type { TokenizerName } from "./memory/tokenizer.ts";
-import type { ReasoningEffort } from "./types.ts";
+import type { ReasoningEffort, TokenizerName } from "./types.ts";
+import { fileURLToPath } from "node:url";
 
 export { type ApiToken, MIN_TOKEN_CHARS };
 
 /** Longest serialized tool result fed back to the model. */
 export const MAX_TOOL_RESULT_CHARS = 2000;
+
+/** The docs corpus that search_mock reads, next to the sources. */
+export const DOCS_DIR = fileURLToPath(new URL("../data/docs", import.meta.url));
+
+/** AGENT_COMPACT_BATCH when unset: half of AGENT_MAX_RAW_TURNS, at least 1. */
+export function defaultCompactBatch(maxRawTurns: number): number {
+  return Math.max(1, Math.floor(maxRawTurns / 2));
+}
+
+/**
+ * The variables `names` from the process environment, reading only those it is allowed to (an unreadable
+ * variable counts as unset; the task grants them all).
+ */
+export function readEnvironment(names: readonly string[]): Record<string, string | undefined> {
+  const env: Record<string, string | undefined> = {};
+  for (const name of names) {
+    if (Deno.permissions.querySync({ name: "env", variable: name }).state === "granted") {
+      env[name] = Deno.env.get(name);
+    }
+  }
+  return env;
+}
 
 /** The validated settings. */
 export interface Config {

@@ -23,7 +23,7 @@ import { serveMcpStdio } from "./mcp/stdio_endpoint.ts";
 import { createLlmFromConfig } from "./llm/openai.ts";
 import { listenNetHost, missingPermissions, readEnvironment, TERMINAL_VARIABLES } from "./permissions.ts";
 import { openRuntime, type OpenRuntimeOptions, type Runtime } from "./runtime.ts";
-import { DEMO_MODEL_NAME, DemoModel } from "./llm/demo.ts";
+import { DEMO_MODEL_NAME, DemoModel } from "./demo/model.ts";
 import { probeProvider } from "./llm/probe.ts";
 import { freshSessionId, lastSessionPath, readLastSession, rememberLastSession } from "./cli/last_session.ts";
 import { SqliteStore } from "./store/sqlite.ts";

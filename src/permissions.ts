@@ -5,15 +5,20 @@
  */
 import { dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { type Config, loadConfig, SETTINGS } from "./config.ts";
+import {
+  type Config,
+  DOCS_DIR,
+  loadConfig,
+  readEnvironment as readConfigEnvironment,
+  SETTINGS,
+} from "./config.ts";
 import { TELEMETRY_VARIABLES } from "./telemetry.ts";
 import { type McpFile, readMcpConfig } from "./mcp/config.ts";
 import { INHERITED_ENV } from "./mcp/stdio_transport.ts";
 import { POSTGRES_ENV } from "./store/postgres.ts";
-import { parseDatabaseUrl } from "./store/database_url.ts";
+import { parseDatabaseUrl } from "./database_url.ts";
 
-/** The docs corpus that search_mock reads, next to the sources. */
-export const DOCS_DIR = fileURLToPath(new URL("../data/docs", import.meta.url));
+export { DOCS_DIR };
 
 /**
  * The lock of the runtime's optional packages (the MCP SDK, `@opentelemetry/api`, `postgres`): a task that
@@ -186,18 +191,9 @@ export function missingPermissions(
   return missing;
 }
 
-/**
- * The runtime's variables (or the `names` given) from the process environment, reading only those it is
- * allowed to (an unreadable variable counts as unset; the task grants them all).
- */
+/** The runtime's variables (or the `names` given) from the process environment, as far as it may read them. */
 export function readEnvironment(
   names: readonly string[] = ENV_VARIABLES,
 ): Record<string, string | undefined> {
-  const env: Record<string, string | undefined> = {};
-  for (const name of names) {
-    if (Deno.permissions.querySync({ name: "env", variable: name }).state === "granted") {
-      env[name] = Deno.env.get(name);
-    }
-  }
-  return env;
+  return readConfigEnvironment(names);
 }

@@ -12,8 +12,7 @@
  */
 import type * as OtelApi from "npm:@opentelemetry/api@1.9.0";
 import { LlmError } from "./errors.ts";
-import type { ChatReply, ToolCall, ToolResult, TurnResult, UsageEntry } from "./types.ts";
-import type { ModelInfo } from "./llm/llm.ts";
+import type { ChatReply, ModelInfo, ToolCall, ToolResult, TurnResult, UsageEntry } from "./types.ts";
 
 /**
  * The API package, pinned. Imported through a variable: Deno tries to download a string-literal dynamic

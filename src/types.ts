@@ -132,6 +132,27 @@ export type ResponseFormat =
     description?: string;
   };
 
+/** The encodings AGENT_TOKENIZER accepts: GPT-4o and later (o200k_base), GPT-4 and GPT-3.5 (cl100k_base). */
+export const TOKENIZERS = ["o200k_base", "cl100k_base"] as const;
+
+/** One of {@linkcode TOKENIZERS}. */
+export type TokenizerName = typeof TOKENIZERS[number];
+
+/** Who serves a model and which one is asked for, as telemetry names them. */
+export interface ModelInfo {
+  /** `gen_ai.provider.name`: `openai`, `deepseek`, … */
+  provider: string;
+  /** `gen_ai.request.model`: the model name sent. */
+  model: string;
+}
+
+const ID = /^[A-Za-z0-9._:-]{1,128}$/;
+
+/** Whether `id` is 1–128 characters of `[A-Za-z0-9._:-]`: a session, user or run id. */
+export function isValidId(id: unknown): id is string {
+  return typeof id === "string" && ID.test(id);
+}
+
 /** The values of `reasoning_effort` that every provider taking the field accepts. */
 export const REASONING_EFFORTS = ["low", "medium", "high"] as const;
 

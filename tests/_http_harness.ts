@@ -1,12 +1,12 @@
 /** Builders for HTTP tests: handler dependencies around a store, a real trace file and a controllable model. */
-import { BackgroundCompactions } from "../src/memory/background.ts";
+import { BackgroundCompactions } from "../src/session/background.ts";
 import { LlmError } from "../src/errors.ts";
 import { Authenticator } from "../src/http/auth.ts";
 import { shuttingDown } from "../src/http/errors.ts";
 import type { HandlerDeps } from "../src/http/deps.ts";
 import { createHandler } from "../src/http/handler.ts";
 import { type RunningServer, serveHttp } from "../src/http/server.ts";
-import { SessionRunner } from "../src/store/session_runner.ts";
+import { SessionRunner } from "../src/session/runner.ts";
 import type { ChatOptions, LLM } from "../src/llm/llm.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { deterministicSummarizer, type Summarizer } from "../src/memory/summarizer.ts";

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
-import { DemoModel, extractExpression } from "../src/llm/demo.ts";
+import { DemoModel, extractExpression } from "../src/demo/model.ts";
 import { runDemo } from "../src/demo/demo.ts";
 import type { Summarizer } from "../src/memory/summarizer.ts";
 

@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { PassThrough } from "node:stream";
 import { runChat } from "../src/cli/chat.ts";
 import { abortable } from "../src/abort.ts";
-import { BackgroundCompactions } from "../src/memory/background.ts";
+import { BackgroundCompactions } from "../src/session/background.ts";
 import { runTurn } from "../src/agent/loop.ts";
 import { planCompaction } from "../src/memory/plan.ts";
 import { deterministicSummarizer, type Summarizer, type SummaryRequest } from "../src/memory/summarizer.ts";

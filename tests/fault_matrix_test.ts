@@ -5,13 +5,13 @@
  * next turn against a healthy provider is answered. A last test runs the faults with a sentinel key through
  * the loop, the HTTP handler and the chat task, and finds the key nowhere.
  */
-import { BackgroundCompactions } from "../src/memory/background.ts";
+import { BackgroundCompactions } from "../src/session/background.ts";
 import assert from "node:assert/strict";
 import { type Config, loadConfig } from "../src/config.ts";
 import { LlmError } from "../src/errors.ts";
 import { Authenticator } from "../src/http/auth.ts";
 import { createHandler } from "../src/http/handler.ts";
-import { SessionRunner } from "../src/store/session_runner.ts";
+import { SessionRunner } from "../src/session/runner.ts";
 import { createLlmFromConfig, OpenAICompatibleLLM } from "../src/llm/openai.ts";
 import { type Agent, EMPTY_ANSWER, EMPTY_REPLY_NUDGE, runTurn } from "../src/agent/loop.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";

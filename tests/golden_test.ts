@@ -5,14 +5,14 @@
  * difference in review. Only what cannot repeat is normalized: measured latencies, and the REPL's spinner
  * frames (drawn on a timer).
  */
-import { BackgroundCompactions } from "../src/memory/background.ts";
+import { BackgroundCompactions } from "../src/session/background.ts";
 import assert from "node:assert/strict";
 import { PassThrough } from "node:stream";
 import { runChat } from "../src/cli/chat.ts";
 import { LlmError } from "../src/errors.ts";
 import { Authenticator } from "../src/http/auth.ts";
 import { createHandler } from "../src/http/handler.ts";
-import { SessionRunner } from "../src/store/session_runner.ts";
+import { SessionRunner } from "../src/session/runner.ts";
 import type { Agent } from "../src/agent/loop.ts";
 import { ScriptedLLM, type ScriptStep } from "../src/llm/scripted.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";

@@ -7,8 +7,8 @@
 import assert from "node:assert/strict";
 import { parseApprovalPolicy } from "../src/approval/policy.ts";
 import { LlmError, StoreUnavailableError } from "../src/errors.ts";
-import { SessionLeases } from "../src/store/session_leases.ts";
-import { SessionRunner } from "../src/store/session_runner.ts";
+import { SessionLeases } from "../src/session/leases.ts";
+import { SessionRunner } from "../src/session/runner.ts";
 import { leaseStoreWith } from "./_harness.ts";
 import { FakeClock } from "./_fake_clock.ts";
 import { BUDGET_ANSWER } from "../src/agent/loop.ts";

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import { LlmError } from "../src/errors.ts";
 import { Authenticator } from "../src/http/auth.ts";
-import type { SessionRunner } from "../src/store/session_runner.ts";
+import type { SessionRunner } from "../src/session/runner.ts";
 import type { ChatOptions, LLM } from "../src/llm/llm.ts";
 import { readTrace } from "../src/trace/trace.ts";
 import type { ChatReply, Message, StoredMessage } from "../src/types.ts";

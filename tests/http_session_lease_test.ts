@@ -5,10 +5,10 @@
  */
 import assert from "node:assert/strict";
 import { PassThrough } from "node:stream";
-import { BackgroundCompactions } from "../src/memory/background.ts";
+import { BackgroundCompactions } from "../src/session/background.ts";
 import { runChat } from "../src/cli/chat.ts";
-import { SessionLeases } from "../src/store/session_leases.ts";
-import { SessionRunner } from "../src/store/session_runner.ts";
+import { SessionLeases } from "../src/session/leases.ts";
+import { SessionRunner } from "../src/session/runner.ts";
 import type { Summarizer } from "../src/memory/summarizer.ts";
 import { deterministicSummarizer } from "../src/memory/summarizer.ts";
 import { harness, keyOf, leaseStoreWith, textSink } from "./_harness.ts";

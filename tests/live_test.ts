@@ -2,7 +2,7 @@
  * Live tests against the configured provider. They run only with RUN_LIVE_TESTS=1 and OPENAI_API_KEY set
  * (and --allow-net for the provider's host); otherwise they are ignored and say why.
  */
-import { BackgroundCompactions } from "../src/memory/background.ts";
+import { BackgroundCompactions } from "../src/session/background.ts";
 import assert from "node:assert/strict";
 import { loadConfig } from "../src/config.ts";
 import { runTurn } from "../src/agent/loop.ts";

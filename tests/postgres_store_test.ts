@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { StoreUnavailableError } from "../src/errors.ts";
 import { migrate } from "../src/store/_postgres_schema.ts";
 import { connect } from "../src/store/_postgres_client.ts";
-import { parseDatabaseUrl } from "../src/store/database_url.ts";
+import { parseDatabaseUrl } from "../src/database_url.ts";
 import { PostgresStore } from "../src/store/postgres.ts";
 import { SCHEMA_VERSION } from "../src/store/store.ts";
 import { traceRow } from "../src/trace/shared_trace.ts";

@@ -3,7 +3,7 @@
  * while it runs, never when there is no mark; old marks of gone processes are swept, live ones never.
  */
 import assert from "node:assert/strict";
-import { ProcessMarks } from "../src/store/process_marks.ts";
+import { ProcessMarks } from "../src/session/process_marks.ts";
 import { tempDir } from "./_harness.ts";
 
 /** A child process that marks itself as `owner` in `folder`, then waits to be killed. */

@@ -12,7 +12,7 @@ import { MAX_PROVIDER_STATE_BYTES } from "../src/agent/loop.ts";
 import { runChat } from "../src/cli/chat.ts";
 import { parseApprovalPolicy } from "../src/approval/policy.ts";
 import { LlmError } from "../src/errors.ts";
-import { messageJson } from "../src/http/session_json.ts";
+import { messageJson } from "../src/session/session_json.ts";
 import { OpenAICompatibleLLM } from "../src/llm/openai.ts";
 import { modelOrigin, serializeRequestBody } from "../src/llm/wire.ts";
 import { createLlmSummarizer } from "../src/memory/summarizer.ts";

@@ -5,7 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { LeaseLostError } from "../src/errors.ts";
-import { SessionLeases, type SessionLeasesOptions } from "../src/store/session_leases.ts";
+import { SessionLeases, type SessionLeasesOptions } from "../src/session/leases.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { FakeClock, settle } from "./_fake_clock.ts";
 import { keyOf, leaseStoreWith } from "./_harness.ts";

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { QueueFullError } from "../src/errors.ts";
 import { toHttpError } from "../src/http/errors.ts";
-import { SessionQueue } from "../src/store/session_queue.ts";
+import { SessionQueue } from "../src/session/queue.ts";
 
 /** `error` as the HTTP API answers it. */
 const asHttp = (error: unknown) => toHttpError(error, (line) => assert.fail(`logged: ${line}`));

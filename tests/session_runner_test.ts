@@ -5,8 +5,8 @@
  */
 import assert from "node:assert/strict";
 import { LeaseLostError, QueueFullError } from "../src/errors.ts";
-import { type LeaseStore, SessionLeases } from "../src/store/session_leases.ts";
-import { SessionRunner } from "../src/store/session_runner.ts";
+import { type LeaseStore, SessionLeases } from "../src/session/leases.ts";
+import { SessionRunner } from "../src/session/runner.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { FakeClock, settle } from "./_fake_clock.ts";
 import { keyOf, leaseStoreWith } from "./_harness.ts";

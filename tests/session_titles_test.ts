@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { createHandler } from "../src/http/handler.ts";
 import type { SessionStore } from "../src/store/store.ts";
-import { givenTitle, titleFrom } from "../src/web/title.js";
+import { givenTitle, titleFrom } from "../src/text/title.js";
 import { keyOf, storedMessage as msg } from "./_harness.ts";
 import { httpHarness, postMessage } from "./_http_harness.ts";
 import { storeTest } from "./_store_backends.ts";

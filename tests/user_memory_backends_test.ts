@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { type Agent, runTurn } from "../src/agent/loop.ts";
 import type { TracedEvent } from "../src/events.ts";
 import { ScriptedLLM, type ScriptedRequest, type ScriptStep } from "../src/llm/scripted.ts";
-import { BackgroundCompactions } from "../src/memory/background.ts";
+import { BackgroundCompactions } from "../src/session/background.ts";
 import { estimateRequestTokens } from "../src/memory/plan.ts";
 import { deterministicSummarizer } from "../src/memory/summarizer.ts";
 import { RUNTIME_CONTEXT_HEADER } from "../src/memory/summary.ts";

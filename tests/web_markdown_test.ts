@@ -1,5 +1,5 @@
 /**
- * The one markdown parser (`src/web/markdown.js`), as a tree: what each construct parses to, that raw HTML
+ * The one markdown parser (`src/text/markdown.js`), as a tree: what each construct parses to, that raw HTML
  * and hostile links stay data (a link's URL is kept as written; `safeHref` of the page's renderer decides what
  * may open), that huge and deeply nested input is kept as text, and that random input never throws. The
  * terminal rendering of the same tree is tests/markdown_test.ts; the DOM rendering runs in Chromium
@@ -7,7 +7,7 @@
  */
 import { fc } from "./_dev_deps.ts";
 import assert from "node:assert/strict";
-import { newFenceState, parseInline, parseLine, parseMarkdown } from "../src/web/markdown.js";
+import { newFenceState, parseInline, parseLine, parseMarkdown } from "../src/text/markdown.js";
 import { safeHref } from "../src/web/markdown_view.js";
 
 const text = (t: string) => ({ type: "text", text: t });

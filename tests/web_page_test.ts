@@ -32,18 +32,25 @@ Deno.test("every file the page links to is served with its type; other names are
   const html = await (await h.handler(get("/"))).text();
   const linked = [...html.matchAll(/(?:src|href)="\/web\/([^"]+)"/g)].map((m) => m[1]);
   assert.deepEqual(linked.sort(), ["app.js", "style.css"]);
+  assert.deepEqual([...WEB_FILES.keys()].filter((path) => path.startsWith("text/")).sort(), [
+    "text/markdown.js",
+    "text/title.js",
+  ]);
   for (const [name, file] of WEB_FILES) {
-    const response = await h.handler(get(`/web/${name}`));
+    const response = await h.handler(get(`/${name}`));
     assert.equal(response.status, 200, name);
     assert.equal(response.headers.get("content-type"), file.type);
     assert.equal(response.headers.get("content-security-policy"), CONTENT_SECURITY_POLICY);
     const text = await response.text();
     // Every module the page imports is served too.
-    for (const [, imported] of text.matchAll(/from "\.\/([\w.]+)"/g)) {
-      assert.ok(WEB_FILES.has(imported), imported);
+    for (const [, imported] of text.matchAll(/from "(\.{1,2}\/[\w./]+)"/g)) {
+      const path = new URL(imported, `http://page/${name}`).pathname.slice(1);
+      assert.ok(WEB_FILES.has(path), `${name} imports ${imported}`);
     }
   }
-  for (const path of ["/web/missing.js", "/web/..%2Fmain.ts", "/web/index.html"]) {
+  for (
+    const path of ["/web/missing.js", "/web/..%2Fmain.ts", "/web/index.html", "/text/app.js", "/web/title.js"]
+  ) {
     const response = await h.handler(get(path));
     assert.equal(response.status, 404, path);
     await response.body?.cancel();

@@ -12,7 +12,7 @@ import type { SessionStore } from "../store/store.ts";
 import type { ApprovalPolicy } from "../approval/policy.ts";
 import type { Decision } from "../approval/decisions.ts";
 import type { ToolRegistry } from "../tools/registry.ts";
-import type { BackgroundCompactions } from "../memory/background.ts";
+import type { BackgroundCompactions } from "../memory/turn_memory.ts";
 import type { UserMemorySettings } from "../memory/turn_memory.ts";
 import type { ResponseFormatMode } from "./response_format.ts";
 import type { Clock } from "../clock.ts";

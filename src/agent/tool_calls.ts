@@ -6,6 +6,7 @@
  * error instead, so the model can correct itself. Never throws over a tool.
  * @module
  */
+import { INVALID_TOOL_CALL_NAME } from "../llm/wire.ts";
 import {
   quotedToolName,
   serializeToolResult,
@@ -22,11 +23,7 @@ export const MAX_TOOL_ARGUMENT_BYTES = 65_536;
 /** Characters of over-long arguments kept in the stored call, so the model can tell which call it was. */
 const CUT_PREFIX_CHARS = 200;
 
-/**
- * The name stored for a call the provider sent without a usable function name. Providers reject a stored
- * call with an empty name on the next request, so the history carries this placeholder; no tool has it.
- */
-export const INVALID_TOOL_CALL_NAME = "invalid_tool_call";
+export { INVALID_TOOL_CALL_NAME };
 
 /** Tool calls run per model reply unless the turn says otherwise (`Agent.maxToolCallsPerStep`). */
 export const DEFAULT_MAX_TOOL_CALLS_PER_STEP = 16;

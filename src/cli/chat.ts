@@ -6,7 +6,7 @@
 import { createInterface } from "node:readline";
 import type { Readable, Writable } from "node:stream";
 import type { Agent, TurnInput } from "../agent/loop.ts";
-import type { SessionRunner } from "../store/session_runner.ts";
+import type { SessionRunner } from "../session/runner.ts";
 import type { SessionKey } from "../store/store.ts";
 import { APPROVAL_PROMPT, askApprovals } from "./approval_prompt.ts";
 import type { RunEvent } from "../events.ts";

@@ -1,5 +1,5 @@
 /**
- * Answers as terminal markdown: the tree of the one markdown parser (`src/web/markdown.js`, which the web page
+ * Answers as terminal markdown: the tree of the one markdown parser (`src/text/markdown.js`, which the web page
  * renders as DOM nodes) drawn as styled text. The tree has a node per line and parsing hands only the open
  * code fence from one line to the next: so a streamed answer can show each line as it completes and the
  * result is exactly the whole-text rendering.
@@ -14,7 +14,7 @@ import {
   newFenceState,
   parseLine,
   parseMarkdown,
-} from "../web/markdown.js";
+} from "../text/markdown.js";
 
 /** Options for `renderMarkdown`. */
 export interface MarkdownOptions {

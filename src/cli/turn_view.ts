@@ -7,7 +7,7 @@ import type { Writable } from "node:stream";
 import { errorMessage, SessionError } from "../errors.ts";
 import { type Agent, type RunOptions, runTurn, type TurnInput } from "../agent/loop.ts";
 import type { RunEvent } from "../events.ts";
-import { SessionRunner } from "../store/session_runner.ts";
+import { SessionRunner } from "../session/runner.ts";
 import type { SessionKey } from "../store/store.ts";
 import type { TurnFailure, TurnResult } from "../types.ts";
 import { type MarkdownStream, markdownStream, renderMarkdown } from "./markdown.ts";

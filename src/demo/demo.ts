@@ -16,10 +16,10 @@ import { SqliteStore } from "../store/sqlite.ts";
 import { createLlmSummarizer, deterministicSummarizer, type Summarizer } from "../memory/summarizer.ts";
 import { createBuiltinTools } from "../tools/builtin.ts";
 import { JsonlTracer } from "../trace/trace.ts";
-import { BackgroundCompactions } from "../memory/background.ts";
+import { BackgroundCompactions } from "../session/background.ts";
 import type { Message } from "../types.ts";
 import type { RunEvent, TracedEvent } from "../events.ts";
-import { DemoModel } from "../llm/demo.ts";
+import { DemoModel } from "./model.ts";
 import { type Demo, DEMO_RAW_TURNS, PHASES, recordRequests, type Verdict } from "./_phases.ts";
 
 /** Options of {@linkcode runDemo}. */

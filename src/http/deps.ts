@@ -2,7 +2,7 @@
 import type { Agent } from "../agent/loop.ts";
 import type { TracePages } from "../trace/shared_trace.ts";
 import type { EventSink } from "../events.ts";
-import type { SessionRunner } from "../store/session_runner.ts";
+import type { SessionRunner } from "../session/runner.ts";
 import type { SessionStore } from "../store/store.ts";
 import type { ToolRegistry } from "../tools/registry.ts";
 import type { Authenticator } from "./auth.ts";

@@ -6,6 +6,7 @@
  * something (any method but GET and HEAD) from a page of another origin is refused.
  * @module
  */
+import { authority } from "../_config_values.ts";
 import { HttpError } from "./errors.ts";
 
 /** The rules of {@linkcode checkHostAndOrigin} besides whether tokens are configured. */
@@ -24,34 +25,6 @@ export interface HostRules {
 
 const LOOPBACK = new Set(["127.0.0.1", "localhost", "[::1]"]);
 const DEFAULT_PORT: Record<string, string> = { "http:": "80", "https:": "443" };
-
-/** `host[:port]` as a URL's hostname (lowercased) and port (`""` when none), or null when it is not one. */
-function authority(host: string): { hostname: string; port: string } | null {
-  if (host === "" || /[\s/?#@\\]/.test(host)) return null;
-  try {
-    const { hostname, port } = new URL(`http://${host}`);
-    // `new URL` drops :80 as http's default; keep it, so that a Host of `name:80` states its port.
-    return { hostname, port: /:80$/.test(host) ? "80" : port };
-  } catch {
-    return null;
-  }
-}
-
-/**
- * Reads `AGENT_ALLOWED_HOSTS`: comma-separated names, each `name` or `name:port`, lowercased.
- * @throws {TypeError} naming the entry that is not a host name with an optional port
- */
-export function parseAllowedHosts(raw: string): string[] {
-  if (raw.trim() === "") return [];
-  return raw.split(",").map((entry, index) => {
-    const name = entry.trim().toLowerCase();
-    const parsed = authority(name);
-    if (parsed === null || parsed.hostname === "") {
-      throw new TypeError(`entry ${index + 1} (${JSON.stringify(entry.trim())}) is not a host name[:port]`);
-    }
-    return parsed.port === "" ? parsed.hostname : `${parsed.hostname}:${parsed.port}`;
-  });
-}
 
 function forbidden(code: string, message: string): HttpError {
   return new HttpError(403, code, message);

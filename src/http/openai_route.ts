@@ -6,7 +6,7 @@
  * @module
  */
 import type { TurnInput } from "../agent/loop.ts";
-import { BackgroundCompactions } from "../memory/background.ts";
+import { BackgroundCompactions } from "../session/background.ts";
 import { askAsDeny, AUTO_POLICY } from "../approval/policy.ts";
 import { unansweredMessage } from "../agent/agent.ts";
 import type { EventSink, RunEvent } from "../events.ts";

@@ -333,6 +333,12 @@ export const OPENAPI = {
       parameters: [param("file", "path", str, "one of the page's scripts or its stylesheet")],
       get: op("A file of the web page", { description: "the file" }, [404], noAuth),
     },
+    "/text/{file}": {
+      parameters: [
+        param("file", "path", str, "a text rule the page shares with the server: markdown.js, title.js"),
+      ],
+      get: op("A module of the page's text rules", { description: "the file" }, [404], noAuth),
+    },
     "/v1/sessions": { get: op("The caller's sessions, newest first", json(sessionList), [401]) },
     "/v1/sessions/{id}": {
       parameters: [id],

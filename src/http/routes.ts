@@ -21,7 +21,7 @@ import { handleIndex, handleWebFile } from "./web_route.ts";
 import { handleUsage } from "./usage_route.ts";
 import { forgetMemory, listMemory } from "./memory_route.ts";
 import { handleRename } from "./rename_route.ts";
-import { messageJson, sessionListItem, todoJson } from "./session_json.ts";
+import { messageJson, sessionListItem, todoJson } from "../session/session_json.ts";
 
 /** One route: a method, a path template such as `/v1/sessions/{id}/messages`, and its handler. */
 export interface Route {
@@ -71,7 +71,8 @@ export function createRoutes(deps: HandlerDeps): Route[] {
     }),
     route("GET", "/openapi.json", () => Response.json(OPENAPI)),
     route("GET", "/", () => handleIndex()),
-    route("GET", "/web/{file}", (_request, params) => handleWebFile(params.file)),
+    route("GET", "/web/{file}", (_request, params) => handleWebFile(`web/${params.file}`)),
+    route("GET", "/text/{file}", (_request, params) => handleWebFile(`text/${params.file}`)),
     route("GET", "/v1/sessions", async (request) => {
       const sessions = await store.listSessions(user(request));
       return Response.json({ sessions: sessions.map(sessionListItem) });

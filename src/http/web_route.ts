@@ -1,5 +1,5 @@
 /**
- * `GET /` and `GET /web/{file}`: the web page, served by the same process. Its files are imported as text,
+ * `GET /`, `GET /web/{file}` and `GET /text/{file}`: the web page, served by the same process. Its files are imported as text,
  * so they are part of the module graph: read once when the server loads, embedded by `deno compile`, and
  * needing no `--allow-read` at run time. Every response carries a strict Content-Security-Policy.
  * @module
@@ -11,12 +11,12 @@ import APP from "../web/app.js" with { type: "text" };
 import APPROVALS from "../web/approvals.js" with { type: "text" };
 import CHAT from "../web/chat.js" with { type: "text" };
 import DOM from "../web/dom.js" with { type: "text" };
-import MARKDOWN from "../web/markdown.js" with { type: "text" };
+import MARKDOWN from "../text/markdown.js" with { type: "text" };
 import MARKDOWN_VIEW from "../web/markdown_view.js" with { type: "text" };
 import MEMORY from "../web/memory.js" with { type: "text" };
 import REMEMBERED from "../web/remembered.js" with { type: "text" };
 import TIMELINE from "../web/timeline.js" with { type: "text" };
-import TITLE from "../web/title.js" with { type: "text" };
+import TITLE from "../text/title.js" with { type: "text" };
 import { HttpError } from "./errors.ts";
 
 /** No inline script or style, nothing from another origin, no framing: the page runs only its own files. */
@@ -34,20 +34,23 @@ export const CONTENT_SECURITY_POLICY = [
 
 const JS = "text/javascript; charset=utf-8";
 
-/** The page's files by name under `/web/`, with their media types. */
+/**
+ * The page's files by path, `web/{file}` (the page) and `text/{file}` (the text rules the server shares with
+ * it), with their media types.
+ */
 export const WEB_FILES: ReadonlyMap<string, { body: string; type: string }> = new Map([
-  ["style.css", { body: STYLE, type: "text/css; charset=utf-8" }],
-  ["api.js", { body: API, type: JS }],
-  ["app.js", { body: APP, type: JS }],
-  ["approvals.js", { body: APPROVALS, type: JS }],
-  ["chat.js", { body: CHAT, type: JS }],
-  ["dom.js", { body: DOM, type: JS }],
-  ["markdown.js", { body: MARKDOWN, type: JS }],
-  ["markdown_view.js", { body: MARKDOWN_VIEW, type: JS }],
-  ["memory.js", { body: MEMORY, type: JS }],
-  ["remembered.js", { body: REMEMBERED, type: JS }],
-  ["timeline.js", { body: TIMELINE, type: JS }],
-  ["title.js", { body: TITLE, type: JS }],
+  ["web/style.css", { body: STYLE, type: "text/css; charset=utf-8" }],
+  ["web/api.js", { body: API, type: JS }],
+  ["web/app.js", { body: APP, type: JS }],
+  ["web/approvals.js", { body: APPROVALS, type: JS }],
+  ["web/chat.js", { body: CHAT, type: JS }],
+  ["web/dom.js", { body: DOM, type: JS }],
+  ["text/markdown.js", { body: MARKDOWN, type: JS }],
+  ["web/markdown_view.js", { body: MARKDOWN_VIEW, type: JS }],
+  ["web/memory.js", { body: MEMORY, type: JS }],
+  ["web/remembered.js", { body: REMEMBERED, type: JS }],
+  ["web/timeline.js", { body: TIMELINE, type: JS }],
+  ["text/title.js", { body: TITLE, type: JS }],
 ]);
 
 function page(body: string, type: string): Response {
@@ -68,9 +71,9 @@ export function handleIndex(): Response {
   return page(INDEX, "text/html; charset=utf-8");
 }
 
-/** One of {@linkcode WEB_FILES}. @throws {HttpError} 404 for any other name. */
-export function handleWebFile(name: string): Response {
-  const file = WEB_FILES.get(name);
-  if (file === undefined) throw new HttpError(404, "not_found", `No web file "${name.slice(0, 60)}"`);
+/** One of {@linkcode WEB_FILES}, by its path. @throws {HttpError} 404 for any other path. */
+export function handleWebFile(path: string): Response {
+  const file = WEB_FILES.get(path);
+  if (file === undefined) throw new HttpError(404, "not_found", `No web file "${path.slice(0, 60)}"`);
   return page(file.body, file.type);
 }

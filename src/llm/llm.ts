@@ -2,7 +2,7 @@
  * The one interface every model client implements.
  * @module
  */
-import type { ChatReply, Message, ResponseFormat, ToolSchema } from "../types.ts";
+import type { ChatReply, Message, ModelInfo, ResponseFormat, ToolSchema } from "../types.ts";
 
 /** Options of {@linkcode LLM.chat}. */
 export interface ChatOptions {
@@ -25,13 +25,7 @@ export interface ChatOptions {
   responseFormat?: ResponseFormat | null;
 }
 
-/** Who serves a model and which one is asked for, as telemetry names them. */
-export interface ModelInfo {
-  /** `gen_ai.provider.name`: `openai`, `deepseek`, … */
-  provider: string;
-  /** `gen_ai.request.model`: the model name sent. */
-  model: string;
-}
+export type { ModelInfo };
 
 /** A chat model: messages and tools in, one reply out. Fails only with `LlmError`. */
 export interface LLM {

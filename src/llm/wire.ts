@@ -5,7 +5,6 @@
  */
 import { LlmError } from "../errors.ts";
 import { shorten } from "../shorten.ts";
-import { INVALID_TOOL_CALL_NAME } from "../agent/tool_calls.ts";
 import type {
   ChatReply,
   Message,
@@ -17,6 +16,12 @@ import type {
   Usage,
 } from "../types.ts";
 import { deepFreeze, isRecord } from "../_json.ts";
+
+/**
+ * The name stored for a call the provider sent without a usable function name. Providers reject a stored
+ * call with an empty name on the next request, so the history carries this placeholder; no tool has it.
+ */
+export const INVALID_TOOL_CALL_NAME = "invalid_tool_call";
 
 /**
  * A tool call as the request body carries it inside an assistant message, with what its provider sent beside

@@ -18,7 +18,7 @@ import { approvalPending } from "../agent/agent.ts";
 import { approvalCalls } from "../approval/decisions.ts";
 import { parseSummary } from "../memory/summary.ts";
 import { isValidId, type SessionKey, validateId } from "../store/store.ts";
-import { messageJson, sessionListItem, todoJson } from "../http/session_json.ts";
+import { messageJson, sessionListItem, todoJson } from "../session/session_json.ts";
 import type { TurnResult } from "../types.ts";
 import { failedTurn, toHttpError } from "../http/errors.ts";
 import { queueTurn, type TurnDeps } from "../http/turn_route.ts";

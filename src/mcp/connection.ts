@@ -13,7 +13,7 @@ import { shorten } from "../shorten.ts";
 import type { McpServerConfig } from "./config.ts";
 import type { CallResult } from "./call_result.ts";
 import type { McpSdk } from "./sdk.ts";
-import { readEnvironment } from "../permissions.ts";
+import { readEnvironment } from "../config.ts";
 import { DenoStdioTransport, INHERITED_ENV } from "./stdio_transport.ts";
 
 /** Restarts allowed within {@linkcode RESTART_WINDOW_MS}. */

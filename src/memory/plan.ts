@@ -4,6 +4,7 @@
  * @module
  */
 import type { Message, ToolSchema } from "../types.ts";
+import { defaultCompactBatch } from "../config.ts";
 import type { TextCounter } from "./tokenizer.ts";
 
 /**
@@ -120,10 +121,7 @@ export function summaryReserve(maxCtxTokens: number): number {
   return Math.min(MAX_SUMMARY_TOKENS, Math.floor(maxCtxTokens / 4));
 }
 
-/** AGENT_COMPACT_BATCH when unset: half of AGENT_MAX_RAW_TURNS, at least 1. */
-export function defaultCompactBatch(maxRawTurns: number): number {
-  return Math.max(1, Math.floor(maxRawTurns / 2));
-}
+export { defaultCompactBatch };
 
 /** Whether `messages` hold more than `maxRawTurns + compactBatch` user turns: the turn trigger. */
 export function overTurnLimit(

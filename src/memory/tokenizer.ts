@@ -4,6 +4,7 @@
  * @module
  */
 import type { Tiktoken } from "npm:js-tiktoken@1.0.21/lite";
+import { type TokenizerName, TOKENIZERS } from "../types.ts";
 
 /**
  * The package, pinned. Imported through a variable: Deno tries to download a string-literal dynamic import at
@@ -11,11 +12,7 @@ import type { Tiktoken } from "npm:js-tiktoken@1.0.21/lite";
  */
 const PACKAGE = "npm:js-tiktoken@1.0.21";
 
-/** The encodings AGENT_TOKENIZER accepts: GPT-4o and later (o200k_base), GPT-4 and GPT-3.5 (cl100k_base). */
-export const TOKENIZERS = ["o200k_base", "cl100k_base"] as const;
-
-/** One of {@linkcode TOKENIZERS}. */
-export type TokenizerName = typeof TOKENIZERS[number];
+export { type TokenizerName, TOKENIZERS };
 
 /** How a request's texts are counted: its texts' tokens, and the tokens a provider adds around each message. */
 export interface TextCounter {

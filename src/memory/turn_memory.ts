@@ -5,7 +5,6 @@
  * trigger, in the background). The loop owns no compaction state; this does.
  * @module
  */
-import type { BackgroundCompactions } from "./background.ts";
 import type { EventSink } from "../events.ts";
 import type { Calibration, RecalledItem, SessionKey, SessionStore } from "../store/store.ts";
 import type { Message, StoredMessage, ToolSchema } from "../types.ts";
@@ -13,6 +12,23 @@ import { compactIfDue, type CompactionDeps, type CompactionResult, requestTokens
 import { defaultCompactBatch, estimateMessageTokens, estimateRequestTokens, overTurnLimit } from "./plan.ts";
 import { type MemoryEntry, runtimeContextText } from "./summary.ts";
 import type { Summarizer } from "./summarizer.ts";
+
+/** One background compaction: given where to report and what stops it; it must not reject. */
+export type BackgroundJob = (emit: EventSink, signal: AbortSignal) => Promise<void>;
+
+/**
+ * Where the after-answer hook starts a compaction: it runs `job` for the session later, or says false (one
+ * runs already, or shutdown has begun). `src/session/background.ts` is the one the runtime gives.
+ */
+export interface BackgroundCompactions {
+  start(key: SessionKey, job: BackgroundJob): boolean;
+  /** How many compactions are running. */
+  readonly running: number;
+  /** Resolves once no compaction is running, including any started meanwhile. */
+  idle(): Promise<void>;
+  /** Takes no more work and waits for what runs; after `graceMs` it aborts them. */
+  close(graceMs?: number): Promise<void>;
+}
 
 /** What the hooks need of the agent: its store, summarizer, thresholds and background runner. */
 export interface MemorySettings {

@@ -6,8 +6,8 @@
 import type postgres from "npm:postgres@3.4.9";
 import { StoreUnavailableError } from "../errors.ts";
 import { backoffDelay, type BackoffOptions } from "../retry.ts";
-import type { DatabaseUrl } from "./database_url.ts";
-import { withoutPassword } from "./database_url.ts";
+import type { DatabaseUrl } from "../database_url.ts";
+import { withoutPassword } from "../database_url.ts";
 
 /** A connection pool, as the client types it. */
 export type Sql = postgres.Sql;

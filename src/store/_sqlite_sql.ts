@@ -20,7 +20,7 @@ import {
   toUsage,
 } from "./_rows.ts";
 import type { HistoryCache } from "./_history_cache.ts";
-import { memoryWords } from "../memory/memory_text.ts";
+import { memoryWords } from "./memory_text.ts";
 import type { IdleCursor, SessionSql } from "./sql_store.ts";
 import {
   type Calibration,

@@ -11,7 +11,7 @@ import { ConfigError, errorMessage } from "../errors.ts";
 import { PostgresStore } from "./postgres.ts";
 import { SqliteStore } from "./sqlite.ts";
 import type { SessionStore } from "./store.ts";
-import { parseDatabaseUrl, withoutPassword } from "./database_url.ts";
+import { parseDatabaseUrl, withoutPassword } from "../database_url.ts";
 import { SharedTrace, type TraceTable } from "../trace/shared_trace.ts";
 import { Retention, type RetentionOptions } from "./retention.ts";
 

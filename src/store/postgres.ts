@@ -9,7 +9,7 @@ import { connect, type ConnectOptions, POSTGRES_ENV, type Sql, storeFailure } fr
 import { migrate } from "./_postgres_schema.ts";
 import { PostgresSql } from "./_postgres_sql.ts";
 import { PostgresTraceTable } from "./_postgres_trace.ts";
-import { type DatabaseUrl, parseDatabaseUrl } from "./database_url.ts";
+import { type DatabaseUrl, parseDatabaseUrl } from "../database_url.ts";
 import { type SessionSql, type SqlDialect, SqlStore } from "./sql_store.ts";
 import type { SessionKey } from "./store.ts";
 

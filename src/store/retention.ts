@@ -16,7 +16,7 @@
  */
 import { type Clock, SYSTEM_CLOCK } from "../clock.ts";
 import type { TraceTable } from "../trace/shared_trace.ts";
-import { processOwner } from "./session_leases.ts";
+import { processOwner } from "./store.ts";
 import type { IdleCursor, SqlStore } from "./sql_store.ts";
 
 /** A day in milliseconds. */

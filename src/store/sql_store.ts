@@ -10,8 +10,8 @@
  */
 import type { StoredMessage, UsageEntry } from "../types.ts";
 import { type MessageRow, toRow } from "./_rows.ts";
-import { memoryKey, recallTerms } from "../memory/memory_text.ts";
-import { givenTitle, titleFrom } from "../web/title.js";
+import { memoryKey, recallTerms } from "./memory_text.ts";
+import { givenTitle, titleFrom } from "../text/title.js";
 import {
   type AcquireLeaseOptions,
   type Calibration,

@@ -5,7 +5,13 @@
  * @module
  */
 import { SessionError } from "../errors.ts";
-import type { ProviderState, StoredMessage, ToolCall, UsageEntry } from "../types.ts";
+import {
+  isValidId,
+  type ProviderState,
+  type StoredMessage,
+  type ToolCall,
+  type UsageEntry,
+} from "../types.ts";
 
 /** Which session: ids are per user, so two users' sessions of the same id never see each other. */
 export interface SessionKey {
@@ -62,6 +68,22 @@ export type LeaseTake = { taken: true } | { taken: false; holder: string };
  * finds its lease under `owner + CANCEL_MARK` at its next renewal, and takes it back under `owner`.
  */
 export const CANCEL_MARK = "!cancel";
+
+/** The host part of an owner when this process may not read its host name: it judges no other process. */
+export const UNKNOWN_HOST = "host";
+
+/**
+ * This process's id among the holders of leases, `host:pid:start:random`: its host name (when the permission
+ * allows, else `host`), its pid, when it started (ms since the epoch) and a random part, so a restarted
+ * process with the same pid is someone else.
+ */
+export function processOwner(): string {
+  const host = Deno.permissions.querySync({ name: "sys", kind: "hostname" }).state === "granted"
+    ? Deno.hostname().replaceAll(":", "_")
+    : UNKNOWN_HOST;
+  const start = Math.round(performance.timeOrigin);
+  return `${host}:${Deno.pid}:${start}:${crypto.randomUUID().slice(0, 8)}`;
+}
 
 /** A session's todo. */
 export interface Todo {
@@ -271,12 +293,7 @@ export interface SessionStore {
   close(): Promise<void>;
 }
 
-const ID = /^[A-Za-z0-9._:-]{1,128}$/;
-
-/** Whether `id` is 1–128 characters of `[A-Za-z0-9._:-]`: a session, user or run id. */
-export function isValidId(id: unknown): id is string {
-  return typeof id === "string" && ID.test(id);
-}
+export { isValidId };
 
 /** `id` if it is 1–128 characters of `[A-Za-z0-9._:-]`, else a `SessionError`; `what` names it in the message. */
 export function validateId(id: unknown, what = "session id"): string {

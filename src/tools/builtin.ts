@@ -2,7 +2,7 @@
  * The runtime's built-in tools, in the order the model is offered them.
  * @module
  */
-import { DOCS_DIR } from "../permissions.ts";
+import { DOCS_DIR } from "../config.ts";
 import type { SessionStore } from "../store/store.ts";
 import { calculatorTool } from "./calculator.ts";
 import { ToolRegistry, type ToolSource, type ToolSpec } from "./registry.ts";

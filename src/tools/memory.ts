@@ -4,7 +4,7 @@
  * Scoped to the calling user, like `todo` to its session.
  * @module
  */
-import { cleanMemoryText, MAX_MEMORY_ITEM_CHARS } from "../memory/memory_text.ts";
+import { cleanMemoryText, MAX_MEMORY_ITEM_CHARS } from "../store/memory_text.ts";
 import type { SessionStore } from "../store/store.ts";
 import type { ToolSpec } from "./registry.ts";
 

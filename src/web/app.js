@@ -12,7 +12,7 @@ import { LiveTurn, renderHistory } from "./chat.js";
 import { byId, clip, el } from "./dom.js";
 import { renderMemory } from "./memory.js";
 import { lastSession, rememberSession } from "./remembered.js";
-import { titleFrom } from "./title.js";
+import { titleFrom } from "../text/title.js";
 import { buildTimeline, groupRuns, renderTimeline } from "./timeline.js";
 
 /** @typedef {import("./timeline.js").TraceEvent} TraceEvent */

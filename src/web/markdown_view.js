@@ -8,10 +8,10 @@
  * @module
  */
 import { el } from "./dom.js";
-import { parseMarkdown } from "./markdown.js";
+import { parseMarkdown } from "../text/markdown.js";
 
-/** @typedef {import("./markdown.js").MarkdownInline} MarkdownInline */
-/** @typedef {import("./markdown.js").MarkdownLine} MarkdownLine */
+/** @typedef {import("../text/markdown.js").MarkdownInline} MarkdownInline */
+/** @typedef {import("../text/markdown.js").MarkdownLine} MarkdownLine */
 
 const SAFE_SCHEME = /^(https?|mailto):/i;
 

@@ -7,7 +7,7 @@ import { LlmError } from "../errors.ts";
 import { estimateRequestTokens, estimateTokens } from "../memory/plan.ts";
 import { parseSummary, RUNTIME_CONTEXT_HEADER } from "../memory/summary.ts";
 import type { ChatReply, Message, ToolCall } from "../types.ts";
-import type { ChatOptions, LLM } from "./llm.ts";
+import type { ChatOptions, LLM } from "../llm/llm.ts";
 
 /** The `model` name the demo model reports in replies (and so in the trace's `llm_call` events). */
 export const DEMO_MODEL_NAME = "demo-rules";

@@ -3,7 +3,7 @@
  * must grant, and how the URL may be shown (never with its password).
  * @module
  */
-import { redact } from "../redact.ts";
+import { redact } from "./redact.ts";
 
 /** A PostgreSQL URL taken apart. */
 export interface DatabaseUrl {

@@ -6,11 +6,11 @@
  */
 import { delay } from "../abort.ts";
 import type { EventSink } from "../events.ts";
-import { SessionRunner } from "../store/session_runner.ts";
+import { SessionRunner } from "./runner.ts";
 import { type SessionKey, sessionName } from "../store/store.ts";
+import type { BackgroundCompactions as Compactions, BackgroundJob } from "../memory/turn_memory.ts";
 
-/** One background compaction: given where to report and what stops it; it must not reject. */
-export type BackgroundJob = (emit: EventSink, signal: AbortSignal) => Promise<void>;
+export type { BackgroundJob };
 
 /** Options of {@linkcode BackgroundCompactions}. */
 export interface BackgroundCompactionsOptions {
@@ -23,7 +23,7 @@ export interface BackgroundCompactionsOptions {
 }
 
 /** Runs each session's background compaction; `src/runtime.ts` closes it before the store. */
-export class BackgroundCompactions {
+export class BackgroundCompactions implements Compactions {
   readonly #emit: EventSink;
   readonly #sessions: Pick<SessionRunner, "run">;
   readonly #running = new Map<string, Promise<void>>();

@@ -6,9 +6,9 @@
  * @module
  */
 import { type QueueFullError, TurnCancelledError } from "../errors.ts";
-import { SessionQueue, type SessionQueueOptions } from "./session_queue.ts";
-import type { SessionLeases } from "./session_leases.ts";
-import { type SessionKey, sessionName } from "./store.ts";
+import { SessionQueue, type SessionQueueOptions } from "./queue.ts";
+import type { SessionLeases } from "./leases.ts";
+import { type SessionKey, sessionName } from "../store/store.ts";
 
 /** Options of {@linkcode SessionRunner}. */
 export interface SessionRunnerOptions {

@@ -7,7 +7,16 @@
 import { abortable, abortError } from "../abort.ts";
 import { type Clock, SYSTEM_CLOCK } from "../clock.ts";
 import { LeaseLostError } from "../errors.ts";
-import { CANCEL_MARK, type SessionKey, sessionName, type SessionStore } from "./store.ts";
+import {
+  CANCEL_MARK,
+  processOwner,
+  type SessionKey,
+  sessionName,
+  type SessionStore,
+  UNKNOWN_HOST,
+} from "../store/store.ts";
+
+export { processOwner };
 
 /** Options of {@linkcode SessionLeases}. */
 export interface SessionLeasesOptions {
@@ -81,22 +90,6 @@ interface Held {
   renewing?: Promise<void>;
   /** The `onCancel` of the works running on it. */
   cancels: Set<() => void>;
-}
-
-/** The host part of an owner when this process may not read its host name: it judges no other process. */
-const UNKNOWN_HOST = "host";
-
-/**
- * This process's id among the holders of leases, `host:pid:start:random`: its host name (when the permission
- * allows, else `host`), its pid, when it started (ms since the epoch) and a random part, so a restarted
- * process with the same pid is someone else.
- */
-export function processOwner(): string {
-  const host = Deno.permissions.querySync({ name: "sys", kind: "hostname" }).state === "granted"
-    ? Deno.hostname().replaceAll(":", "_")
-    : UNKNOWN_HOST;
-  const start = Math.round(performance.timeOrigin);
-  return `${host}:${Deno.pid}:${start}:${crypto.randomUUID().slice(0, 8)}`;
 }
 
 /** A lease holder's process (its owner without the acquisition number) and host; null when not one of ours. */
