@@ -105,6 +105,18 @@ export class TurnCancelledError extends Error {
  * (`scope` `session`; HTTP answers 429) or the process as many sessions with works in line (`process`; 503).
  * Nothing was started; the same call may work after `retryAfterSeconds`.
  */
+/** A user has spent their daily tokens (AGENT_USER_DAILY_TOKENS): no turn starts until the next UTC day. */
+export class QuotaExceededError extends Error {
+  override name = "QuotaExceededError";
+  /** Whole seconds to the next UTC midnight, when the quota starts again. */
+  readonly retryAfterSeconds: number;
+
+  constructor(message: string, retryAfterSeconds: number) {
+    super(message);
+    this.retryAfterSeconds = retryAfterSeconds;
+  }
+}
+
 export class QueueFullError extends Error {
   override name = "QueueFullError";
   readonly scope: "session" | "process";

@@ -8,7 +8,7 @@ import type { EventSink, RunEventData } from "../events.ts";
 import type { ResponseFormat, StoredMessage, ToolCall, Usage } from "../types.ts";
 import type { LLM } from "../llm/llm.ts";
 import type { Summarizer } from "../memory/summarizer.ts";
-import type { SessionStore } from "../store/store.ts";
+import type { SessionStore, UsageStore } from "../store/store.ts";
 import type { ApprovalPolicy } from "../approval/policy.ts";
 import type { Decision } from "../approval/decisions.ts";
 import type { ToolRegistry } from "../tools/registry.ts";
@@ -66,7 +66,7 @@ export interface Agent {
    * Where model calls' tokens are counted when `store` does not keep them for the user (a request's private
    * session): each turn adds its own at its end. @default {undefined} (`store`, with what each call produced)
    */
-  usageStore?: Pick<SessionStore, "recordUsage">;
+  usageStore?: Pick<UsageStore, "recordUsage">;
   /** Dollars per million tokens by model (AGENT_PRICES): `run_end` carries the turn's cost. @default {none} */
   prices?: PriceTable;
   /** Where a turn's deadline waits. @default {SYSTEM_CLOCK} */

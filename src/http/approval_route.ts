@@ -8,7 +8,8 @@ import type { SessionKey } from "../store/store.ts";
 import { readJsonBody } from "./body.ts";
 import type { HandlerDeps } from "./deps.ts";
 import { HttpError } from "./errors.ts";
-import { queueTurn, respondTurn, resumable } from "./turn_route.ts";
+import { respondTurn, resumable } from "./turn_route.ts";
+import { queueTurn } from "../session/turn.ts";
 
 /**
  * Resumes the turn of `key` that waits for approval. Checked before anything runs: the body (400), that a

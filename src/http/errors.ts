@@ -3,7 +3,13 @@
  * `{"error": {"code": "payload_too_large", "message": "Cannot read request body: …"}}`.
  * @module
  */
-import { QueueFullError, SessionError, StoreUnavailableError, TurnCancelledError } from "../errors.ts";
+import {
+  QueueFullError,
+  QuotaExceededError,
+  SessionError,
+  StoreUnavailableError,
+  TurnCancelledError,
+} from "../errors.ts";
 import { listed } from "../agent/response_format.ts";
 import type { TurnResult } from "../types.ts";
 
@@ -91,6 +97,10 @@ export function toHttpError(
     }
     const retry = error.reason === "nothing_to_retry";
     return new HttpError(retry ? 409 : 400, retry ? "nothing_to_retry" : "invalid_session_id", error.message);
+  }
+  if (error instanceof QuotaExceededError) {
+    const headers = { "Retry-After": String(error.retryAfterSeconds) };
+    return new HttpError(429, "quota_exceeded", error.message, { headers });
   }
   if (error instanceof QueueFullError) {
     const [status, code] = error.scope === "session" ? [429, "too_many_requests"] : [503, "server_busy"];

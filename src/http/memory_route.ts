@@ -4,7 +4,7 @@
  * touch the memory.
  * @module
  */
-import type { MemoryItem, SessionStore } from "../store/store.ts";
+import type { MemoryItem, MemoryStore } from "../store/store.ts";
 import { HttpError } from "./errors.ts";
 
 /** An item in the API's spelling. */
@@ -21,7 +21,7 @@ function itemBody(item: MemoryItem): Record<string, unknown> {
 }
 
 /** `GET /v1/memory`: the user's items, oldest first. */
-export async function listMemory(store: SessionStore, userId: string): Promise<Response> {
+export async function listMemory(store: MemoryStore, userId: string): Promise<Response> {
   const items = await store.listMemory(userId);
   return Response.json({ user_id: userId, items: items.map(itemBody) });
 }
@@ -30,7 +30,7 @@ export async function listMemory(store: SessionStore, userId: string): Promise<R
  * `DELETE /v1/memory/{id}` (`id` given) or `DELETE /v1/memory`: 204 once the item is gone, 404 when the user has
  * no such item, 400 for an id that is not a whole number; erasing all answers 200 `{deleted}`.
  */
-export async function forgetMemory(store: SessionStore, userId: string, id?: string): Promise<Response> {
+export async function forgetMemory(store: MemoryStore, userId: string, id?: string): Promise<Response> {
   if (id === undefined) return Response.json({ deleted: await store.forgetMemory(userId) });
   const n = Number(id);
   if (!/^\d{1,10}$/.test(id) || n < 1) {

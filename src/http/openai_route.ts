@@ -25,7 +25,7 @@ import {
   usageChunk,
 } from "./openai_shape.ts";
 import { sseResponse, type SseSend } from "./sse.ts";
-import { type LiveView, type QueuedTurn, queueTurn } from "./turn_route.ts";
+import { type LiveView, type QueuedTurn, queueTurn } from "../session/turn.ts";
 
 /** A turn ready to run, and whether it keeps a session (the advice of a failure depends on it). */
 interface Prepared {

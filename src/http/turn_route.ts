@@ -5,11 +5,9 @@
  * AGENT_SHOW_THINKING, a `reasoning` event (`{"step"}`) when a step's reasoning starts to stream.
  * @module
  */
-import { type Agent, type RunOptions, runTurn, type TurnInput } from "../agent/loop.ts";
 import { approvalPending, nothingToRetry, unansweredMessage, usageData } from "../agent/agent.ts";
 import type { SessionKey } from "../store/store.ts";
-import type { EventSink } from "../events.ts";
-import type { ResponseFormat, TurnResult } from "../types.ts";
+import type { ResponseFormat } from "../types.ts";
 import { messageField, readJsonBody } from "./body.ts";
 import { parseResponseFormat } from "../agent/response_format.ts";
 import { ResponseFormatError } from "../errors.ts";
@@ -18,31 +16,7 @@ import type { HandlerDeps } from "./deps.ts";
 import { failedTurn, HttpError, toHttpError } from "./errors.ts";
 import { RunEventIds } from "./run_events.ts";
 import { sseResponse, type SseSend } from "./sse.ts";
-import { checkDailyQuota } from "./quota.ts";
-
-/** What a client sees live of a run, never traced: answer text as it streams, reasoning's arrival. */
-export type LiveView = Pick<RunOptions, "onDelta" | "onReasoning">;
-
-/**
- * Runs a prepared turn, reporting to `emit` and, as the answer streams, to `live`; `runId` is the id the
- * run will have, known before it starts.
- */
-export type QueuedTurn =
-  & ((emit: EventSink, live?: LiveView) => Promise<TurnResult>)
-  & { readonly runId: string };
-
-/** Options of {@linkcode queueTurn}. */
-export interface QueueTurnOptions {
-  /** What runs the turn. @default {deps.agent} */
-  agent?: Agent;
-  /**
-   * Whether the client may go and come back ({@linkcode resumable}): then its disconnect does not abort the
-   * turn; a cancel, the shutdown or a lost lease still do. @default {false}
-   */
-  resumable?: boolean;
-  /** The run's id when `input` resumes one (decisions): the waiting step's. Required then. */
-  runId?: string;
-}
+import { type QueuedTurn, queueTurn } from "../session/turn.ts";
 
 /**
  * Whether `request` asks for a turn that outlives its connection: an SSE request with `Prefer: resumable`
@@ -54,43 +28,6 @@ export function resumable(request: Request): boolean {
 
 function acceptsSse(request: Request): boolean {
   return (request.headers.get("accept") ?? "").toLowerCase().includes("text/event-stream");
-}
-
-/** What {@linkcode queueTurn} runs a turn with: the handler's, or the MCP server's over stdio. */
-export type TurnDeps = Pick<HandlerDeps, "agent" | "sessions" | "dailyTokens" | "shutdownSignal">;
-
-/**
- * `input` (a new message, a retry or decisions on a waiting turn) ready to run on `agent` through the
- * session runner: first in its session's queue, then under its lease (unless `agent` has a private store,
- * whose session is this request's alone); aborted when `signal` aborts, the client's (unless resumable), when
- * it is cancelled (`POST …/cancel`, by its run id) or when the shutdown grace period ends. Its run id is taken
- * now (a resumed run keeps its own). Throws the user's spent daily quota (429 `quota_exceeded`) or the queue's
- * refusal now, while the response can still carry its status.
- */
-export async function queueTurn(
-  signal: AbortSignal,
-  input: TurnInput,
-  deps: TurnDeps,
-  options: QueueTurnOptions = {},
-): Promise<QueuedTurn> {
-  const { agent: given = deps.agent, resumable = false } = options;
-  const key = { userId: input.userId, sessionId: input.sessionId };
-  const leased = given.store === deps.agent.store;
-  const now = (deps.agent.now ?? (() => new Date()))();
-  await checkDailyQuota(deps.agent.store, input.userId, deps.dailyTokens ?? null, now);
-  const full = deps.sessions.rejection(key);
-  if (full !== null) throw full;
-  // Taken before the turn starts, so the response's headers can name the run a client may come back to.
-  const runId = input.decisions === undefined
-    ? (given.newId ?? (() => crypto.randomUUID()))()
-    : options.runId!;
-  const agent = { ...given, newId: () => runId };
-  const stop = resumable ? deps.shutdownSignal : AbortSignal.any([signal, deps.shutdownSignal]);
-  const run = (emit: EventSink, live: LiveView = {}) => {
-    const work = (held: AbortSignal) => runTurn(input, agent, { ...live, emit, signal: held });
-    return deps.sessions.run(key, work, { signal: stop, leased, id: runId });
-  };
-  return Object.assign(run, { runId });
 }
 
 /** Options of {@linkcode handleTurn}. */

@@ -6,7 +6,7 @@
 import type { UsageEntry } from "../types.ts";
 import type { HandlerDeps } from "./deps.ts";
 import { HttpError } from "./errors.ts";
-import { utcDay } from "./quota.ts";
+import { utcDay } from "../session/quota.ts";
 import { costOf, type PriceTable } from "../prices.ts";
 
 /** Days a page covers unless `from` says otherwise: the 30 up to `to`. */

@@ -21,7 +21,7 @@ import { isValidId, type SessionKey, validateId } from "../store/store.ts";
 import { messageJson, sessionListItem, todoJson } from "../session/session_json.ts";
 import type { TurnResult } from "../types.ts";
 import { failedTurn, toHttpError } from "../http/errors.ts";
-import { queueTurn, type TurnDeps } from "../http/turn_route.ts";
+import { queueTurn, type TurnDeps } from "../session/turn.ts";
 import type { McpServerSdk } from "./sdk.ts";
 
 /** What the server runs turns with and reports to. */

@@ -15,7 +15,7 @@ import {
   SUMMARY_FIELDS,
 } from "./summary.ts";
 import { errorMessage } from "../errors.ts";
-import type { MemoryWritten, SessionKey, SessionStore } from "../store/store.ts";
+import type { MemoryWritten, SessionKey, TranscriptStore } from "../store/store.ts";
 import { compactionSpan, inSpan } from "../telemetry.ts";
 import type { CompactData } from "../events.ts";
 import type { Summarizer } from "./summarizer.ts";
@@ -23,7 +23,7 @@ import type { Message, StoredMessage, ToolSchema, Usage } from "../types.ts";
 
 /** What compaction needs besides the session's state. */
 export interface CompactionDeps {
-  store: SessionStore;
+  store: TranscriptStore;
   summarizer: Summarizer;
   /** AGENT_MAX_RAW_TURNS */
   maxRawTurns: number;

@@ -6,7 +6,7 @@
  * @module
  */
 import type { EventSink } from "../events.ts";
-import type { Calibration, RecalledItem, SessionKey, SessionStore } from "../store/store.ts";
+import type { Calibration, MemoryStore, RecalledItem, SessionKey, TranscriptStore } from "../store/store.ts";
 import type { Message, StoredMessage, ToolSchema } from "../types.ts";
 import { compactIfDue, type CompactionDeps, type CompactionResult, requestTokens } from "./compact.ts";
 import { defaultCompactBatch, estimateMessageTokens, estimateRequestTokens, overTurnLimit } from "./plan.ts";
@@ -32,7 +32,7 @@ export interface BackgroundCompactions {
 
 /** What the hooks need of the agent: its store, summarizer, thresholds and background runner. */
 export interface MemorySettings {
-  store: SessionStore;
+  store: TranscriptStore & Pick<MemoryStore, "recallMemory">;
   summarizer: Summarizer;
   /** AGENT_MAX_RAW_TURNS */
   maxRawTurns: number;
@@ -56,7 +56,7 @@ export interface UserMemorySettings {
    * Where the memory is recalled from, when not the session's store (a request's private session reads the
    * server's). @default {the session's store}
    */
-  store?: Pick<SessionStore, "recallMemory">;
+  store?: Pick<MemoryStore, "recallMemory">;
 }
 
 /** What a recall found for the next request, and what of it the request carries. */

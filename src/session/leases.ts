@@ -1,7 +1,7 @@
 /**
  * A process's hold on sessions: work on a session (a turn, its resumption, a delete, a compaction) runs only
  * while this process holds the session's lease in the store, so two processes never interleave one session.
- * Built on the three lease methods of {@linkcode SessionStore} alone, so every store works the same.
+ * Built on the three lease methods of {@linkcode LeaseStore} alone, so every store works the same.
  * @module
  */
 import { abortable, abortError } from "../abort.ts";
@@ -9,10 +9,10 @@ import { type Clock, SYSTEM_CLOCK } from "../clock.ts";
 import { LeaseLostError } from "../errors.ts";
 import {
   CANCEL_MARK,
+  type LeaseStore,
   processOwner,
   type SessionKey,
   sessionName,
-  type SessionStore,
   UNKNOWN_HOST,
 } from "../store/store.ts";
 
@@ -63,7 +63,7 @@ export interface HoldOptions {
 }
 
 /** What leases need of a store. */
-export type LeaseStore = Pick<SessionStore, "acquireLease" | "renewLease" | "releaseLease" | "cancelLease">;
+export type { LeaseStore };
 
 /** One lease this process holds or is taking, shared by everything of this process on that session. */
 interface Held {

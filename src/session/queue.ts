@@ -1,7 +1,7 @@
 /**
  * One work per session at a time in this process, in arrival order; sessions run concurrently. The wait line
  * is bounded, so is the number of sessions with works in it, and a waiting work whose client went away is
- * dropped before it starts. Used through {@linkcode SessionRunner} (`session_runner.ts`).
+ * dropped before it starts. Used through {@linkcode SessionRunner} (`runner.ts`).
  * @module
  */
 import { abortError } from "../abort.ts";

@@ -54,17 +54,17 @@ export interface Session {
   updatedAt: string;
 }
 
-/** Options of {@linkcode SessionStore.acquireLease}. */
+/** Options of {@linkcode LeaseStore.acquireLease}. */
 export interface AcquireLeaseOptions {
   /** An owner whose lease may be taken before it expires (its process is gone). @default {undefined} */
   from?: string;
 }
 
-/** What {@linkcode SessionStore.acquireLease} did: took the lease, or found it held by `holder`. */
+/** What {@linkcode LeaseStore.acquireLease} did: took the lease, or found it held by `holder`. */
 export type LeaseTake = { taken: true } | { taken: false; holder: string };
 
 /**
- * What {@linkcode SessionStore.cancelLease} appends to a lease's owner: the holder, asked to cancel its work,
+ * What {@linkcode LeaseStore.cancelLease} appends to a lease's owner: the holder, asked to cancel its work,
  * finds its lease under `owner + CANCEL_MARK` at its next renewal, and takes it back under `owner`.
  */
 export const CANCEL_MARK = "!cancel";
@@ -158,7 +158,7 @@ export interface UsageOptions {
   usage?: readonly UsageEntry[];
 }
 
-/** Options of {@linkcode SessionStore.userUsage}: the days, inclusive, as `YYYY-MM-DD`. */
+/** Options of {@linkcode UsageStore.userUsage}: the days, inclusive, as `YYYY-MM-DD`. */
 export interface UsageRange {
   /** @default {the first day} */
   from?: string;
@@ -166,11 +166,8 @@ export interface UsageRange {
   to?: string;
 }
 
-/**
- * Where sessions live. Every method validates its key (`SessionError` for a malformed id) and every write
- * is one transaction: it happens whole or not at all.
- */
-export interface SessionStore {
+/** A user's sessions and their transcripts: messages, the summary compaction leaves, the step that waits for approval. Every method validates its key (`SessionError` for a malformed id). */
+export interface TranscriptStore {
   /** The session, or null when the user has none of that id. */
   get(key: SessionKey): Promise<Session | null>;
   /** The user's session, created if new. */
@@ -189,7 +186,7 @@ export interface SessionStore {
    * Appends messages and resolves to how many were new. Idempotent: an id already stored is skipped. Each
    * new `user` message adds one to `turnCount`, and a session without a title is named from its first stored
    * question (`titleFrom`); `calibration` is stored with them, and a recall of the user's
-   * items `memoryUsed` counted (as {@linkcode SessionStore.useMemory}), in the same transaction.
+   * items `memoryUsed` counted (as {@linkcode MemoryStore.useMemory}), in the same transaction.
    * `TypeError` for a field of the wrong type.
    */
   append(
@@ -214,15 +211,6 @@ export interface SessionStore {
   discardMessages(key: SessionKey, ids: readonly string[]): Promise<number>;
   /** Stores the session's pending step; rejects, changing nothing, if the session already has one. */
   savePending(key: SessionKey, step: PendingStep, options?: UsageOptions): Promise<void>;
-  /**
-   * Adds model calls' tokens to the user's days and, if the session exists, to its totals, in one transaction
-   * (for calls whose tokens no other write carried). Usage is never taken back: a discard leaves it.
-   */
-  recordUsage(key: SessionKey, usage: readonly UsageEntry[]): Promise<void>;
-  /** The user's tokens by day and model, oldest day first, then by model; days without calls are left out. */
-  userUsage(userId: string, range?: UsageRange): Promise<UsageEntry[]>;
-  /** The session's tokens by model (`day` is its last day of use); empty when it has none or does not exist. */
-  sessionUsage(key: SessionKey): Promise<UsageEntry[]>;
   /** The session's pending step, or null. */
   pendingStep(key: SessionKey): Promise<PendingStep | null>;
   /**
@@ -232,6 +220,10 @@ export interface SessionStore {
   resolvePending(key: SessionKey, runId: string, messages: readonly StoredMessage[]): Promise<boolean>;
   /** Deletes the session with its messages, todos, summary and pending step; true if it existed. */
   deleteSession(key: SessionKey): Promise<boolean>;
+}
+
+/** The todos of a session (the `todo` tool). Every method validates its key (`SessionError` for a malformed id). */
+export interface TodoStore {
   /**
    * Adds an open todo to the session. With `callId` (the tool call that adds it), a todo that call already
    * added is returned instead and nothing is added: a call run again adds nothing.
@@ -241,6 +233,10 @@ export interface SessionStore {
   listTodos(key: SessionKey): Promise<Todo[]>;
   /** Marks the todo done (keeping its first completion time); null when the session has no such todo. */
   completeTodo(key: SessionKey, id: number): Promise<Todo | null>;
+}
+
+/** What the runtime remembers of a user across sessions. Every method validates its key (`SessionError` for a malformed id). */
+export interface MemoryStore {
   /**
    * Merges `write.items` into the user's memory in one transaction (a folded item keeps its first spelling and
    * source, and is seen again now), then keeps at most `write.limit` items. `sessionId` is the new items'
@@ -262,6 +258,23 @@ export interface SessionStore {
   listMemory(userId: string): Promise<MemoryItem[]>;
   /** Deletes the user's item `id`, or with no id every item of the user; resolves to how many went. */
   forgetMemory(userId: string, id?: number): Promise<number>;
+}
+
+/** Model calls' tokens, by user, day and model, and by session. Every method validates its key (`SessionError` for a malformed id). */
+export interface UsageStore {
+  /**
+   * Adds model calls' tokens to the user's days and, if the session exists, to its totals, in one transaction
+   * (for calls whose tokens no other write carried). Usage is never taken back: a discard leaves it.
+   */
+  recordUsage(key: SessionKey, usage: readonly UsageEntry[]): Promise<void>;
+  /** The user's tokens by day and model, oldest day first, then by model; days without calls are left out. */
+  userUsage(userId: string, range?: UsageRange): Promise<UsageEntry[]>;
+  /** The session's tokens by model (`day` is its last day of use); empty when it has none or does not exist. */
+  sessionUsage(key: SessionKey): Promise<UsageEntry[]>;
+}
+
+/** The session leases that let processes share a database (`src/session/leases.ts`). Every method validates its key (`SessionError` for a malformed id). */
+export interface LeaseStore {
   /**
    * Takes the session's lease for `owner` until now + ttlMs when it is free, expired or already `owner`'s, or
    * held by `options.from` (a holder the caller knows is gone; a compare-and-set on exactly that owner, so of
@@ -287,11 +300,22 @@ export interface SessionStore {
    * True when a live lease now carries the mark; false when none is held.
    */
   cancelLease(key: SessionKey): Promise<boolean>;
+}
+
+/** The database itself. Every method validates its key (`SessionError` for a malformed id). */
+export interface HealthStore {
   /** True when the database answers; never rejects. */
   ping(): Promise<boolean>;
   /** Releases the database; the store is unusable afterwards. */
   close(): Promise<void>;
 }
+
+/**
+ * Where sessions live: every role in one. Every write is one transaction: it happens whole or not at all.
+ * A consumer takes only the role it uses; `SqlStore` implements them all over SQLite and PostgreSQL.
+ */
+export interface SessionStore
+  extends TranscriptStore, TodoStore, MemoryStore, UsageStore, LeaseStore, HealthStore {}
 
 export { isValidId };
 

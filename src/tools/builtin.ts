@@ -3,7 +3,7 @@
  * @module
  */
 import { DOCS_DIR } from "../config.ts";
-import type { SessionStore } from "../store/store.ts";
+import type { MemoryStore, TodoStore } from "../store/store.ts";
 import { calculatorTool } from "./calculator.ts";
 import { ToolRegistry, type ToolSource, type ToolSpec } from "./registry.ts";
 import { createSearchTool, loadCorpus } from "./search.ts";
@@ -27,14 +27,17 @@ export interface BuiltinToolsOptions {
    * Where `remember` and `forget` keep the memory, when not in the registry's store (a request's private
    * store is dropped after it; the memory is the server's). @default {the registry's store}
    */
-  memoryStore?: SessionStore;
+  memoryStore?: MemoryStore;
 }
 
 /**
  * A registry of `calculator`, `search_mock` (over the docs corpus), `todo` (over `store`) and, with
  * `memoryItems`, `remember` and `forget`.
  */
-export function createBuiltinTools(store: SessionStore, options: BuiltinToolsOptions = {}): ToolRegistry {
+export function createBuiltinTools(
+  store: TodoStore & MemoryStore,
+  options: BuiltinToolsOptions = {},
+): ToolRegistry {
   return builtinToolsFor(options)(store);
 }
 
@@ -42,7 +45,9 @@ export function createBuiltinTools(store: SessionStore, options: BuiltinToolsOpt
  * What {@linkcode createBuiltinTools} makes, for any store: the corpus is read and indexed once, and each call
  * binds a new registry's `todo` tool to its `store` (a request's private store, say).
  */
-export function builtinToolsFor(options: BuiltinToolsOptions = {}): (store: SessionStore) => ToolRegistry {
+export function builtinToolsFor(
+  options: BuiltinToolsOptions = {},
+): (store: TodoStore & MemoryStore) => ToolRegistry {
   const { docsDir = DOCS_DIR, extra = [], sources = [], memoryItems = null, memoryStore } = options;
   const search = createSearchTool(loadCorpus(docsDir));
   return (store) => {

@@ -5,11 +5,11 @@
  * @module
  */
 import { cleanMemoryText, MAX_MEMORY_ITEM_CHARS } from "../store/memory_text.ts";
-import type { SessionStore } from "../store/store.ts";
+import type { MemoryStore } from "../store/store.ts";
 import type { ToolSpec } from "./registry.ts";
 
 /** The two tools over `store`, keeping at most `limit` items per user (AGENT_USER_MEMORY_ITEMS). */
-export function createMemoryTools(store: SessionStore, limit: number): ToolSpec[] {
+export function createMemoryTools(store: MemoryStore, limit: number): ToolSpec[] {
   const remember: ToolSpec = {
     name: "remember",
     description: "Keep a fact or preference the user asked you to remember, for this and their later " +

@@ -2,14 +2,14 @@
  * The `todo` tool: a session's task list, kept in the store's `todos` table (the source of truth).
  * @module
  */
-import type { SessionStore } from "../store/store.ts";
+import type { TodoStore } from "../store/store.ts";
 import type { ToolSpec } from "./registry.ts";
 
 /** Longest todo text accepted. */
 export const MAX_TODO_TEXT_CHARS = 500;
 
 /** The `todo` tool over `store`, scoped to the calling session. */
-export function createTodoTool(store: SessionStore): ToolSpec {
+export function createTodoTool(store: TodoStore): ToolSpec {
   return {
     name: "todo",
     description:
@@ -24,7 +24,7 @@ export function createTodoTool(store: SessionStore): ToolSpec {
       required: ["action"],
       additionalProperties: false,
     },
-    // A repeated call id adds nothing (see SessionStore.addTodo); list reads; complete keeps its first time.
+    // A repeated call id adds nothing (see TodoStore.addTodo); list reads; complete keeps its first time.
     safeToRepeat: true,
     async handler(args, { sessionId, userId, callId }) {
       const key = { userId, sessionId };

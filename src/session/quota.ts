@@ -4,8 +4,8 @@
  * 429 `quota_exceeded`, with `Retry-After` at the next UTC midnight.
  * @module
  */
-import type { SessionStore } from "../store/store.ts";
-import { HttpError } from "./errors.ts";
+import { QuotaExceededError } from "../errors.ts";
+import type { UsageStore } from "../store/store.ts";
 
 /** The UTC day of `at`, `YYYY-MM-DD`, as the store counts it. */
 export function utcDay(at: Date): string {
@@ -23,7 +23,7 @@ export function secondsToNextUtcDay(at: Date): number {
  * over every model.
  */
 export async function tokensOfDay(
-  store: Pick<SessionStore, "userUsage">,
+  store: Pick<UsageStore, "userUsage">,
   userId: string,
   at: Date,
 ): Promise<number> {
@@ -38,7 +38,7 @@ export async function tokensOfDay(
  * by what one turn spends (AGENT_MAX_TURN_TOKENS bounds that).
  */
 export async function checkDailyQuota(
-  store: Pick<SessionStore, "userUsage">,
+  store: Pick<UsageStore, "userUsage">,
   userId: string,
   limit: number | null,
   at: Date,
@@ -49,5 +49,5 @@ export async function checkDailyQuota(
   const wait = secondsToNextUtcDay(at);
   const message = `Cannot start a turn: user "${userId}" has spent ${spent} tokens today (UTC), ` +
     `the daily quota is ${limit} (AGENT_USER_DAILY_TOKENS); it starts again at 00:00 UTC, in ${wait} s`;
-  throw new HttpError(429, "quota_exceeded", message, { headers: { "Retry-After": String(wait) } });
+  throw new QuotaExceededError(message, wait);
 }
