@@ -127,7 +127,8 @@ Deno.test("runTurn() ends with error when the reply is cut off again, keeping th
   assert.equal(result.failure?.kind, "invalid_response");
   assert.equal(result.failure?.message, message);
   assert.match(result.answer, /cut off twice .* raise the model's output limit or ask for less at once/);
-  assert.match(result.answer, /retry it with POST \/v1\/sessions\/s1\/retry/);
+  // The loop names no surface's way to retry: each surface words its own (HTTP: its route).
+  assert.match(result.answer, /Your message is saved; retry it, without sending it again\.$/);
   const error = h.events.find((e) => e.event === "error")!;
   assert.deepEqual(error.data, { kind: "invalid_response", status: null, retries: 0, message });
   assert.deepEqual(

@@ -1,4 +1,5 @@
 /** Retrying a turn that ended in error, and taking back a cancelled one, through `runTurn` itself. */
+import { failedTurn } from "../src/http/errors.ts";
 import assert from "node:assert/strict";
 import { LlmError, SessionError } from "../src/errors.ts";
 import { runTurn } from "../src/agent/loop.ts";
@@ -18,7 +19,8 @@ Deno.test("runTurn() with retry answers the question of a failed turn, keeping i
   ]);
   const failed = await runTurn({ ...key, message: "what is 6*7?" }, h.agent, h.run);
   assert.equal(failed.outcome, "error");
-  assert.match(failed.answer, /retry it with POST \/v1\/sessions\/s1\/retry, without/);
+  assert.match(failed.answer, /Your message is saved; retry it, without sending it again\.$/);
+  assert.match(failedTurn(failed).message, /retry it with POST \/v1\/sessions\/s1\/retry, without/);
   // The completed tool step stays: the retry goes on from it.
   assert.deepEqual((await h.store.messages(keyOf("s1", "u1"))).map((m) => m.role), [
     "user",

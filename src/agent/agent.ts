@@ -9,6 +9,7 @@ import type { ResponseFormat, StoredMessage, ToolCall, Usage } from "../types.ts
 import type { LLM } from "../llm/llm.ts";
 import type { Summarizer } from "../memory/summarizer.ts";
 import type { SessionStore, UsageStore } from "../store/store.ts";
+import type { TurnJournal } from "./journal.ts";
 import type { ApprovalPolicy } from "../approval/policy.ts";
 import type { Decision } from "../approval/decisions.ts";
 import type { ToolRegistry } from "../tools/registry.ts";
@@ -90,6 +91,11 @@ export interface RunOptions {
    * reports reasoning: AGENT_SHOW_THINKING): a live view, never traced. @default {undefined}
    */
   onReasoning?: (step: number) => void;
+  /**
+   * Where the turn's writes go (its messages, a pause, an abort's rollback, tokens no write carried).
+   * @default {storeJournal(store, key, usageStore ?? store)} (the session in the agent's store)
+   */
+  journal?: TurnJournal;
   /** Tools the user allowed for the rest of the session ("always"): they need no approval. @default {none} */
   allowed?: ReadonlySet<string>;
 }

@@ -1,7 +1,8 @@
 /**
  * runTurn(): the bounded tool-calling loop, the runtime's only control flow. Each step asks the model and acts
  * on its native `tool_calls`; limits are checked before every model call; stopping is an outcome. Every write
- * to the store is a call in this file; memory and approval plug in (`turn.memory`, `../approval/`).
+ * of a turn is a call of its journal in this file (`./journal.ts`); memory and approval plug in
+ * (`turn.memory`, `../approval/`).
  * @module
  */
 import { LeaseLostError, LlmError, StoreUnavailableError } from "../errors.ts";
@@ -399,7 +400,7 @@ async function resumeStep(turn: Turn, paused: PausedStep): Promise<boolean> {
       toolCalls: stored,
       ...stateOf(providerState),
     }]);
-    if (!await turn.agent.store.resolvePending(turn.key, pending.runId, [message])) {
+    if (!await turn.journal.resume(pending.runId, [message])) {
       throw noPendingApproval(turn.key.sessionId); // resolved meanwhile: nothing stored, nothing run
     }
     turn.stored([message], { kept: true });
@@ -451,7 +452,7 @@ async function append(
   // answers it.
   const calibration = turn.memory.takeCalibration();
   const memoryUsed = turn.memory.takeMemoryUse();
-  await turn.agent.store.append(turn.key, stamped, { calibration, usage: turn.usageToStore(), memoryUsed });
+  await turn.journal.append(stamped, { calibration, usage: turn.usageToStore(), memoryUsed });
   turn.stored(stamped, options);
   return stamped[0];
 }
@@ -529,7 +530,7 @@ async function pause(
     asked,
     createdAt: turn.now().toISOString(),
   };
-  await turn.agent.store.savePending(key, pending, { usage: turn.usageToStore() });
+  await turn.journal.pause(pending, { usage: turn.usageToStore() });
   const calls = approvalCalls(pending);
   turn.event("approval_requested", step, { calls });
   return { ...turn.end("awaiting_approval", waitingAnswer(calls, key.sessionId)), approval: { calls } };
@@ -541,7 +542,7 @@ async function pause(
  * stored, and the trace's error event says so.
  */
 async function aborted(turn: Turn, step: number): Promise<TurnResult> {
-  const discarded = await turn.agent.store.discardMessages(turn.key, turn.saved);
+  const discarded = await turn.journal.discard(turn.saved);
   const failure = abortFailure(turn.run.signal);
   const { kind, status, retries, message } = failure;
   turn.event("error", step, { kind, status, retries, message, discarded_messages: discarded });
@@ -553,15 +554,25 @@ async function aborted(turn: Turn, step: number): Promise<TurnResult> {
 function failed(turn: Turn, step: number | null, failure: TurnFailure): TurnResult {
   const { kind, status, retries, message } = failure;
   turn.event("error", step, { kind, status, retries, message });
-  const sessionId = turn.key.sessionId;
-  // Worded for an HTTP client: the chat says its own line, with its own way to retry (`/retry`).
-  const answer = kind === "store"
-    ? `Sorry, I could not finish: ${message}. Retry once it is back (POST /v1/sessions/${sessionId}/retry).`
-    : `Sorry, I could not get an answer from the model: ${
-      kind === "internal" ? "an internal error occurred" : message
-    }. ` +
-      `Your message is saved; retry it with POST /v1/sessions/${sessionId}/retry, without sending it again.`;
-  return turn.end("error", answer, failure);
+  return turn.end("error", failedAnswer(failure), failure);
+}
+
+/**
+ * The answer of a failed turn, `retry` saying how to send it again (each surface names its own way: the chat
+ * `/retry`, HTTP its route). An internal error is said by name only: its details are in the trace.
+ */
+export function failedAnswer(failure: TurnFailure, retry = "retry it"): string {
+  const { kind, message } = failure;
+  if (kind === "store") {
+    return `Sorry, I could not finish: ${message}. ${capitalized(retry)} once it is back.`;
+  }
+  const what = kind === "internal" ? "an internal error occurred" : message;
+  return `Sorry, I could not get an answer from the model: ${what}. ` +
+    `Your message is saved; ${retry}, without sending it again.`;
+}
+
+function capitalized(text: string): string {
+  return text.charAt(0).toUpperCase() + text.slice(1);
 }
 
 /**
@@ -572,8 +583,7 @@ function failed(turn: Turn, step: number | null, failure: TurnFailure): TurnResu
 async function storeUsageLeft(turn: Turn): Promise<void> {
   const left = turn.unstoredUsage();
   if (left.length === 0) return;
-  const { usageStore = turn.agent.store } = turn.agent;
-  await usageStore.recordUsage(turn.key, left).catch(() => {});
+  await turn.journal.recordUsage(left).catch(() => {});
 }
 
 /**

@@ -4,6 +4,7 @@
  * it can be seen.
  * @module
  */
+import { storeJournal, type TurnJournal } from "./journal.ts";
 import type { EventSink, RunEventData, RunEventName } from "../events.ts";
 import { checkDecisions, type Decision, noPendingApproval } from "../approval/decisions.ts";
 import { TurnMemory } from "../memory/turn_memory.ts";
@@ -56,6 +57,8 @@ export class Turn {
   /** The system message saying the response format, or null without one. */
   readonly formatText: string | null;
   readonly memory: TurnMemory;
+  /** Where the turn's writes go: `run.journal`, else the session in `agent.store`. */
+  readonly journal: TurnJournal;
   readonly calls: TurnToolCall[] = [];
   readonly usage: Usage = {
     promptTokens: null,
@@ -95,6 +98,7 @@ export class Turn {
     this.agent = agent;
     this.run = run;
     this.key = session.key;
+    this.journal = run.journal ?? storeJournal(agent.store, session.key, agent.usageStore ?? agent.store);
     this.instructions = instructions;
     this.responseFormat = responseFormat;
     this.formatText = responseFormat === null

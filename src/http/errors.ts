@@ -11,6 +11,7 @@ import {
   TurnCancelledError,
 } from "../errors.ts";
 import { listed } from "../agent/response_format.ts";
+import { failedAnswer } from "../agent/loop.ts";
 import type { TurnResult } from "../types.ts";
 
 /** Options of {@linkcode HttpError}. */
@@ -133,13 +134,14 @@ export function clientClosed(): HttpError {
  * `message` words a model or store failure (each API gives its own advice); the body carries the run id.
  * An `invalid_output` is worded here, the same on both APIs.
  */
-export function failedTurn(result: TurnResult, message: string = result.answer): HttpError {
+export function failedTurn(result: TurnResult, message?: string): HttpError {
   const { failure, runId, sessionId } = result;
   if (failure === undefined) {
     throw new TypeError(
       `Cannot map turn ${runId} to an error: it ended ${result.outcome}, without a failure`,
     );
   }
+  message ??= failedAnswer(failure, `retry it with POST /v1/sessions/${sessionId}/retry`);
   const details = { run_id: runId };
   const { kind, cause } = failure;
   if (kind === "aborted" && cause instanceof TurnCancelledError) {
