@@ -6,9 +6,10 @@
 
 /**
  * Writes one frame: `data` (one line: JSON or a marker such as `[DONE]`), with an `event:` line if named and an
- * `id:` line if given (the id a client sends back as `Last-Event-ID` to resume after it).
+ * `id:` line if given (the id a client sends back as `Last-Event-ID` to resume after it). False when it was
+ * dropped: the client has gone or was let go.
  */
-export type SseSend = (data: string, event?: string, id?: string) => void;
+export type SseSend = (data: string, event?: string, id?: string) => boolean;
 
 /** The headers of every SSE response: no caching, and no buffering in a reverse proxy. */
 export const SSE_HEADERS: Readonly<Record<string, string>> = Object.freeze({
@@ -17,16 +18,30 @@ export const SSE_HEADERS: Readonly<Record<string, string>> = Object.freeze({
   "x-accel-buffering": "no",
 });
 
+/** Bytes of frames a response holds for a client that does not read them before it cuts the client off. */
+export const MAX_UNREAD_SSE_BYTES = 1_048_576;
+
+/** Options of {@linkcode sseResponse}. */
+export interface SseResponseOptions {
+  /** Frames held for a client that stops reading, in bytes, past which it is cut. @default {MAX_UNREAD_SSE_BYTES} */
+  maxUnreadBytes?: number;
+}
+
 /**
  * A 200 SSE response whose body is what `produce` sends. A rejection of `produce` goes to `onError` (which may
  * still send, say an error frame); the stream closes after either. Once the client cancels the body, sends
- * are dropped: the route learns of the disconnect from `request.signal`. `headers` go with `SSE_HEADERS`.
+ * are dropped: the route learns of the disconnect from `request.signal`. A client that stops reading is
+ * held at most `maxUnreadBytes` of frames (and the frame that crossed them): then its stream ends in an error, the frames held are freed
+ * and later sends are dropped, while the work goes on (a turn ends and is kept as if its client had stayed).
+ * `headers` go with `SSE_HEADERS`.
  */
 export function sseResponse(
   produce: (send: SseSend) => Promise<void>,
   onError: (error: unknown, send: SseSend) => void,
   headers: Record<string, string> = {},
+  options: SseResponseOptions = {},
 ): Response {
+  const { maxUnreadBytes = MAX_UNREAD_SSE_BYTES } = options;
   const encoder = new TextEncoder();
   let open = true;
   const stream = new ReadableStream<Uint8Array>({
@@ -35,7 +50,16 @@ export function sseResponse(
       const send: SseSend = (data, event, id) => {
         const named = event === undefined ? "" : `event: ${event}\n`;
         const frame = `${id === undefined ? "" : `id: ${id}\n`}${named}data: ${data}\n\n`;
-        if (open) controller.enqueue(encoder.encode(frame));
+        if (!open) return false;
+        // The queue holds what the client has not read. Over the bound (by at most the frame that crossed
+        // it), the client is let go: a turn is never buffered whole for a client that stopped reading.
+        if ((controller.desiredSize ?? 0) < 0) {
+          open = false;
+          controller.error(new Error(`the client left over ${maxUnreadBytes} bytes of frames unread`));
+          return false;
+        }
+        controller.enqueue(encoder.encode(frame));
+        return true;
       };
       produce(send).catch((error) => onError(error, send)).finally(() => {
         if (open) controller.close();
@@ -47,6 +71,6 @@ export function sseResponse(
       // even when the request's body came after its headers).
       open = false;
     },
-  });
+  }, new ByteLengthQueuingStrategy({ highWaterMark: maxUnreadBytes }));
   return new Response(stream, { headers: { ...SSE_HEADERS, ...headers } });
 }
