@@ -8,7 +8,7 @@ import { tempDir } from "./_harness.ts";
 
 /** A child process that marks itself as `owner` in `folder`, then waits to be killed. */
 async function markingChild(folder: string, owner: string): Promise<Deno.ChildProcess> {
-  const url = new URL("../src/store/process_marks.ts", import.meta.url).href;
+  const url = new URL("../src/session/process_marks.ts", import.meta.url).href;
   const code = `import { ProcessMarks } from ${JSON.stringify(url)};
     console.log(new ProcessMarks(${JSON.stringify(folder)}).mark(${JSON.stringify(owner)}));
     setInterval(() => {}, 60_000);`;
