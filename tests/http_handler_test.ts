@@ -50,12 +50,13 @@ Deno.test("GET /openapi.json describes every route the router serves", async () 
   const routes = createRoutes(h.deps);
   assert.ok(routes.length >= 8);
   for (const route of routes) {
-    const path = (OPENAPI.paths as Record<string, Record<string, unknown>>)[route.path];
+    const path = (OPENAPI.paths as Record<string, Record<string, { security?: unknown[] }>>)[route.path];
     assert.ok(path !== undefined, `${route.path} is not described`);
-    assert.ok(
-      path[route.method.toLowerCase()] !== undefined,
-      `${route.method} ${route.path} is not described`,
-    );
+    const operation = path[route.method.toLowerCase()];
+    assert.ok(operation !== undefined, `${route.method} ${route.path} is not described`);
+    // The route's one auth declaration is what the document says of it.
+    const open = Array.isArray(operation.security) && operation.security.length === 0;
+    assert.equal(open, route.auth === "none", `${route.method} ${route.path}: auth ${route.auth}`);
   }
   const described = Object.entries(doc.paths).flatMap(([path, item]) =>
     Object.keys(item as object).filter((k) => k !== "parameters").map((m) => `${m.toUpperCase()} ${path}`)
@@ -276,4 +277,21 @@ Deno.test("Accept: text/event-stream streams the run's events as SSE, the same e
   const events = frames.filter((f) => f.event !== "delta");
   assert.ok(events.every((f) => f.data.event === f.event));
   assert.deepEqual(events.map((f) => f.data), readTrace(h.tracePath), "deltas are never traced");
+});
+
+Deno.test("with tokens, every route declared auth: user answers 401 without one, and no route declared none does", async () => {
+  using h = httpHarness({ tokens: TOKENS });
+  const routes = createRoutes(h.deps);
+  const concrete = (path: string) =>
+    path.replace(/\{(\w+)\}/g, (_, name) => (name === "file" ? "app.js" : "x"));
+  for (const route of routes) {
+    const path = route.path === "/text/{file}" ? "/text/title.js" : concrete(route.path);
+    const response = await h.handler(get(path, { "content-type": "application/json" }, route.method));
+    await response.body?.cancel();
+    assert.equal(
+      response.status === 401,
+      route.auth === "user",
+      `${route.method} ${path}: ${response.status}`,
+    );
+  }
 });

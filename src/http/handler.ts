@@ -26,7 +26,9 @@ export function createHandler(deps: HandlerDeps): (request: Request) => Promise<
       if (deps.isShuttingDown()) throw shuttingDown({ headers: { "Retry-After": "5" } });
       checkHostAndOrigin(request, deps.hosts ?? {}, deps.authenticator.enabled);
       if ("error" in found) throw found.error;
-      response = await found.route.handle(request, found.params);
+      // Declared by the route, done here once: a route of `auth: "user"` runs only for an authenticated caller.
+      const userId = found.route.auth === "user" ? deps.authenticator.authenticate(request) : "";
+      response = await found.route.handle(request, found.params, userId);
     } catch (error) {
       const failure = toHttpError(error, deps.log);
       // In the shape of the path's routes (the OpenAI-compatible ones have their own), even for a 405.
@@ -53,27 +55,27 @@ type Match =
   | { route: Route | undefined; error: HttpError };
 
 /**
- * A matcher over the `METHOD /path/{param}` table, in order: parameters come URI-decoded and `HEAD` matches
- * `GET` (in `Allow` too). It never throws: an unknown path matches with a 404 error, another method with a 405.
+ * A matcher over the `METHOD /path/{param}` table, in order, each template a `URLPattern` (`{id}` is one path
+ * segment): parameters come URI-decoded and `HEAD` matches `GET` (in `Allow` too). It never throws: an unknown
+ * path matches with a 404 error, another method with a 405.
  */
 function compile(routes: readonly Route[]): (method: string, pathname: string) => Match {
   const compiled = routes.map((route) => {
-    const names: string[] = [];
-    const escaped = route.path.replace(/[.*+?^$()|[\]\\]/g, "\\$&");
-    const source = escaped.replace(/\{(\w+)\}/g, (_, name: string) => {
-      names.push(name);
-      return "([^/]+)";
-    });
-    return { route, pattern: new RegExp(`^${source}$`), names };
+    const pathname = route.path.replace(/\{(\w+)\}/g, (_, name: string) => `:${name}([^/]+)`);
+    return { route, pattern: new URLPattern({ pathname }) };
   });
   return (method, pathname) => {
     const allow: string[] = [];
     let other: Route | undefined;
-    for (const { route, pattern, names } of compiled) {
-      const found = pattern.exec(pathname);
+    for (const { route, pattern } of compiled) {
+      const found = pattern.exec({ pathname });
       if (found === null) continue;
       if (route.method === (method === "HEAD" ? "GET" : method)) {
-        return { route, params: Object.fromEntries(names.map((name, i) => [name, decode(found[i + 1])])) };
+        const groups = Object.entries(found.pathname.groups);
+        return {
+          route,
+          params: Object.fromEntries(groups.map(([name, value]) => [name, decode(value ?? "")])),
+        };
       }
       other ??= route;
       allow.push(...(route.method === "GET" ? ["GET", "HEAD"] : [route.method]));

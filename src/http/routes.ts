@@ -1,6 +1,7 @@
 /**
- * The route table. Every `/v1` route authenticates first and works on the caller's own sessions only: ids are
- * per user, so another user's session of the same id is simply not the caller's (404, as if unused).
+ * The route table. Each route declares who may call it; every `/v1` route and `/mcp` authenticate first (the
+ * handler does, before the route runs) and work on the caller's own sessions only: ids are per user, so
+ * another user's session of the same id is simply not the caller's (404, as if unused).
  * @module
  */
 import { parseSummary } from "../memory/summary.ts";
@@ -23,40 +24,61 @@ import { forgetMemory, listMemory } from "./memory_route.ts";
 import { handleRename } from "./rename_route.ts";
 import { messageJson, sessionListItem, todoJson } from "../session/session_json.ts";
 
-/** One route: a method, a path template such as `/v1/sessions/{id}/messages`, and its handler. */
+/**
+ * One route: a method, a path template such as `/v1/sessions/{id}/messages`, who may call it, and its
+ * handler.
+ */
 export interface Route {
   method: "GET" | "POST" | "PATCH" | "DELETE";
   path: string;
-  /** Answers `request`, given the template's parameters (URI-decoded). */
-  handle(request: Request, params: Record<string, string>): Promise<Response> | Response;
+  /**
+   * `user`: the handler authenticates the caller before the route runs (401 without a valid token when
+   * tokens are configured), and `handle` gets the caller's user id; `none`: anyone, and the id is "".
+   */
+  auth: "user" | "none";
+  /** Answers `request`, given the template's parameters (URI-decoded) and the caller. */
+  handle(request: Request, params: Record<string, string>, userId: string): Promise<Response> | Response;
   /** Writes an error of this path as a response. @default {(error) => error.response()} */
   errorResponse?(error: HttpError): Response;
+}
+
+/** Options of {@linkcode route}. */
+interface RouteOptions {
+  /** @default {"user"} */
+  auth?: Route["auth"];
+  errorResponse?: Route["errorResponse"];
 }
 
 function route(
   method: Route["method"],
   path: string,
   handle: Route["handle"],
-  errorResponse?: Route["errorResponse"],
+  options: RouteOptions = {},
 ): Route {
-  return errorResponse === undefined ? { method, path, handle } : { method, path, handle, errorResponse };
+  const { auth = "user", errorResponse } = options;
+  return errorResponse === undefined
+    ? { method, path, auth, handle }
+    : { method, path, auth, handle, errorResponse };
 }
+
+/** A route anyone may call: no auth. */
+const NONE: RouteOptions = { auth: "none" };
+/** An OpenAI-compatible route: its errors in OpenAI's shape. */
+const OPENAI: RouteOptions = { errorResponse: openaiErrorResponse };
 
 /** The routes the server serves, in matching order (a test checks OpenAPI describes each). */
 export function createRoutes(deps: HandlerDeps): Route[] {
   const { store } = deps.agent;
-  const user = (request: Request) => deps.authenticator.authenticate(request);
   /** The caller's session `id`: 400 for a malformed id, 404 when the caller has none. */
-  const own = async (request: Request, id: string): Promise<Session> => {
-    const session = await store.get({ userId: user(request), sessionId: id });
+  const own = async (userId: string, id: string): Promise<Session> => {
+    const session = await store.get({ userId, sessionId: id });
     if (session === null) throw new HttpError(404, "not_found", `Session "${id}" not found`);
     return session;
   };
   const keyOf = (session: Session) => ({ userId: session.userId, sessionId: session.id });
   const trace = deps.trace ?? traceTableOf(store);
   /** `/mcp` of the caller, when the agent is served over MCP. */
-  const mcp = (request: Request) => {
-    const userId = user(request);
+  const mcp = (request: Request, _params: Record<string, string>, userId: string) => {
     if (deps.mcp === undefined) {
       throw new HttpError(404, "not_found", "MCP is not served here: start serve with AGENT_SERVE_MCP=true");
     }
@@ -68,17 +90,17 @@ export function createRoutes(deps: HandlerDeps): Route[] {
       const mcp = deps.mcpHealth?.();
       const body = { ok: db, model: deps.model, db: db ? "ok" : "unavailable", ...(mcp ? { mcp } : {}) };
       return Response.json(body, { status: db ? 200 : 503 });
-    }),
-    route("GET", "/openapi.json", () => Response.json(OPENAPI)),
-    route("GET", "/", () => handleIndex()),
-    route("GET", "/web/{file}", (_request, params) => handleWebFile(`web/${params.file}`)),
-    route("GET", "/text/{file}", (_request, params) => handleWebFile(`text/${params.file}`)),
-    route("GET", "/v1/sessions", async (request) => {
-      const sessions = await store.listSessions(user(request));
+    }, NONE),
+    route("GET", "/openapi.json", () => Response.json(OPENAPI), NONE),
+    route("GET", "/", () => handleIndex(), NONE),
+    route("GET", "/web/{file}", (_request, params) => handleWebFile(`web/${params.file}`), NONE),
+    route("GET", "/text/{file}", (_request, params) => handleWebFile(`text/${params.file}`), NONE),
+    route("GET", "/v1/sessions", async (_request, _params, userId) => {
+      const sessions = await store.listSessions(userId);
       return Response.json({ sessions: sessions.map(sessionListItem) });
     }),
-    route("GET", "/v1/sessions/{id}", async (request, params) => {
-      const session = await own(request, params.id);
+    route("GET", "/v1/sessions/{id}", async (request, params, userId) => {
+      const session = await own(userId, params.id);
       const messages = (await store.messages(keyOf(session))).map(messageJson);
       const { id: session_id, title, turnCount: turn_count, createdAt: created_at, updatedAt: updated_at } =
         session;
@@ -101,60 +123,56 @@ export function createRoutes(deps: HandlerDeps): Route[] {
         pending_approval,
       });
     }),
-    route("PATCH", "/v1/sessions/{id}", async (request, params) => {
-      return await handleRename(request, await own(request, params.id), deps);
+    route("PATCH", "/v1/sessions/{id}", async (request, params, userId) => {
+      return await handleRename(request, await own(userId, params.id), deps);
     }),
-    route("DELETE", "/v1/sessions/{id}", async (request, params) => {
-      const key = keyOf(await own(request, params.id));
+    route("DELETE", "/v1/sessions/{id}", async (request, params, userId) => {
+      const key = keyOf(await own(userId, params.id));
       // Through the session's queue and lease, so a delete never lands in the middle of a running turn,
       // this server's or another's.
       await deps.sessions.run(key, () => store.deleteSession(key), { signal: request.signal });
       return new Response(null, { status: 204 });
     }),
-    route("POST", "/v1/sessions/{id}/messages", (request, params) => {
-      return handleTurn(request, { userId: user(request), sessionId: validateId(params.id) }, deps);
+    route("POST", "/v1/sessions/{id}/messages", (request, params, userId) => {
+      return handleTurn(request, { userId, sessionId: validateId(params.id) }, deps);
     }),
-    route("POST", "/v1/sessions/{id}/retry", async (request, params) => {
-      return handleTurn(request, keyOf(await own(request, params.id)), deps, { retry: true });
+    route("POST", "/v1/sessions/{id}/retry", async (request, params, userId) => {
+      return handleTurn(request, keyOf(await own(userId, params.id)), deps, { retry: true });
     }),
-    route("POST", "/v1/sessions/{id}/approvals", async (request, params) => {
-      return handleApproval(request, keyOf(await own(request, params.id)), deps);
+    route("POST", "/v1/sessions/{id}/approvals", async (request, params, userId) => {
+      return handleApproval(request, keyOf(await own(userId, params.id)), deps);
     }),
-    route("POST", "/v1/sessions/{id}/cancel", async (request, params) => {
-      return handleCancel(request, await own(request, params.id), deps);
+    route("POST", "/v1/sessions/{id}/cancel", async (request, params, userId) => {
+      return handleCancel(request, await own(userId, params.id), deps);
     }),
-    route("GET", "/v1/sessions/{id}/runs/{run_id}/events", async (request, params) => {
-      const session = await own(request, params.id);
+    route("GET", "/v1/sessions/{id}/runs/{run_id}/events", async (request, params, userId) => {
+      const session = await own(userId, params.id);
       return handleRunEvents(request, { session, runId: validateId(params.run_id, "run id") }, deps);
     }),
-    route("GET", "/v1/sessions/{id}/todos", async (request, params) => {
-      const session = await own(request, params.id);
+    route("GET", "/v1/sessions/{id}/todos", async (request, params, userId) => {
+      const session = await own(userId, params.id);
       const todos = (await store.listTodos(keyOf(session))).map(todoJson);
       return Response.json({ session_id: session.id, todos });
     }),
-    route("GET", "/v1/usage", (request) => handleUsage(request, user(request), deps)),
-    route("GET", "/v1/memory", (request) => listMemory(store, user(request))),
-    route("DELETE", "/v1/memory", (request) => forgetMemory(store, user(request))),
-    route("DELETE", "/v1/memory/{id}", (request, params) => forgetMemory(store, user(request), params.id)),
-    route("GET", "/v1/sessions/{id}/trace", async (request, params) => {
-      return handleTrace(request, await own(request, params.id), trace);
+    route("GET", "/v1/usage", (request, _params, userId) => handleUsage(request, userId, deps)),
+    route("GET", "/v1/memory", (_request, _params, userId) => listMemory(store, userId)),
+    route("DELETE", "/v1/memory", (_request, _params, userId) => forgetMemory(store, userId)),
+    route("DELETE", "/v1/memory/{id}", (request, params, userId) => forgetMemory(store, userId, params.id)),
+    route("GET", "/v1/sessions/{id}/trace", async (request, params, userId) => {
+      return handleTrace(request, await own(userId, params.id), trace);
     }),
     // The agent as an MCP server (Streamable HTTP): JSON-RPC in, JSON or SSE out.
     route("POST", "/mcp", mcp),
     route("GET", "/mcp", mcp),
     route("DELETE", "/mcp", mcp),
     // OpenAI-compatible: the agent as the model `mini-agent`, errors in OpenAI's shape.
-    route("GET", "/v1/models", (request) => {
-      user(request);
-      return Response.json(modelList());
-    }, openaiErrorResponse),
-    route("GET", "/v1/models/{model}", (request, params) => {
-      user(request);
+    route("GET", "/v1/models", () => Response.json(modelList()), OPENAI),
+    route("GET", "/v1/models/{model}", (_request, params) => {
       if (params.model !== AGENT_MODEL) throw modelNotFound(params.model, null);
       return Response.json(modelObject());
-    }, openaiErrorResponse),
-    route("POST", "/v1/chat/completions", (request) => {
-      return handleChatCompletion(request, user(request), deps);
-    }, openaiErrorResponse),
+    }, OPENAI),
+    route("POST", "/v1/chat/completions", (request, _params, userId) => {
+      return handleChatCompletion(request, userId, deps);
+    }, OPENAI),
   ];
 }
