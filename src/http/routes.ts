@@ -99,7 +99,7 @@ export function createRoutes(deps: HandlerDeps): Route[] {
       const sessions = await store.listSessions(userId);
       return Response.json({ sessions: sessions.map(sessionListItem) });
     }),
-    route("GET", "/v1/sessions/{id}", async (request, params, userId) => {
+    route("GET", "/v1/sessions/{id}", async (_request, params, userId) => {
       const session = await own(userId, params.id);
       const messages = (await store.messages(keyOf(session))).map(messageJson);
       const { id: session_id, title, turnCount: turn_count, createdAt: created_at, updatedAt: updated_at } =
@@ -149,7 +149,7 @@ export function createRoutes(deps: HandlerDeps): Route[] {
       const session = await own(userId, params.id);
       return handleRunEvents(request, { session, runId: validateId(params.run_id, "run id") }, deps);
     }),
-    route("GET", "/v1/sessions/{id}/todos", async (request, params, userId) => {
+    route("GET", "/v1/sessions/{id}/todos", async (_request, params, userId) => {
       const session = await own(userId, params.id);
       const todos = (await store.listTodos(keyOf(session))).map(todoJson);
       return Response.json({ session_id: session.id, todos });
@@ -157,7 +157,7 @@ export function createRoutes(deps: HandlerDeps): Route[] {
     route("GET", "/v1/usage", (request, _params, userId) => handleUsage(request, userId, deps)),
     route("GET", "/v1/memory", (_request, _params, userId) => listMemory(store, userId)),
     route("DELETE", "/v1/memory", (_request, _params, userId) => forgetMemory(store, userId)),
-    route("DELETE", "/v1/memory/{id}", (request, params, userId) => forgetMemory(store, userId, params.id)),
+    route("DELETE", "/v1/memory/{id}", (_request, params, userId) => forgetMemory(store, userId, params.id)),
     route("GET", "/v1/sessions/{id}/trace", async (request, params, userId) => {
       return handleTrace(request, await own(userId, params.id), trace);
     }),
