@@ -100,11 +100,6 @@ export class TurnCancelledError extends Error {
   }
 }
 
-/**
- * Work on a session cannot even wait its turn: the session already has as many works waiting as allowed
- * (`scope` `session`; HTTP answers 429) or the process as many sessions with works in line (`process`; 503).
- * Nothing was started; the same call may work after `retryAfterSeconds`.
- */
 /** A user has spent their daily tokens (AGENT_USER_DAILY_TOKENS): no turn starts until the next UTC day. */
 export class QuotaExceededError extends Error {
   override name = "QuotaExceededError";
@@ -117,6 +112,11 @@ export class QuotaExceededError extends Error {
   }
 }
 
+/**
+ * Work on a session cannot even wait its turn: the session already has as many works waiting as allowed
+ * (`scope` `session`; HTTP answers 429) or the process as many sessions with works in line (`process`; 503).
+ * Nothing was started; the same call may work after `retryAfterSeconds`.
+ */
 export class QueueFullError extends Error {
   override name = "QueueFullError";
   readonly scope: "session" | "process";
