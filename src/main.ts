@@ -26,7 +26,6 @@ import { openRuntime, type OpenRuntimeOptions, type Runtime } from "./runtime.ts
 import { DEMO_MODEL_NAME, DemoModel } from "./demo/model.ts";
 import { probeProvider } from "./llm/probe.ts";
 import { freshSessionId, lastSessionPath, readLastSession, rememberLastSession } from "./cli/last_session.ts";
-import { SqliteStore } from "./store/sqlite.ts";
 import { enableTelemetry, TELEMETRY_VARIABLES } from "./telemetry.ts";
 import { type SessionKey, validateId } from "./store/store.ts";
 import { createLlmSummarizer, deterministicSummarizer } from "./memory/summarizer.ts";
@@ -202,10 +201,7 @@ async function serve(config: Readonly<Config>): Promise<number> {
     const server = listen(() =>
       serveHttp({
         agent: runtime.agent,
-        openEphemeral: () => {
-          const store = new SqliteStore(":memory:");
-          return { store, tools: runtime.toolsFor(store) };
-        },
+        requestTools: (todos) => runtime.toolsFor(todos),
         emit: (event) => runtime.tracer.write(event),
         authenticator: new Authenticator(config.apiTokens),
         hosts: { allowed: config.allowedHosts },

@@ -17,7 +17,7 @@ import { processOwner, SessionLeases } from "./session/leases.ts";
 import { SessionRunner } from "./session/runner.ts";
 import { ProcessMarks } from "./session/process_marks.ts";
 import { openSessionStore, retentionOf, sharedTraceOf } from "./store/open.ts";
-import type { SessionStore } from "./store/store.ts";
+import type { SessionStore, TodoStore } from "./store/store.ts";
 import { createLlmSummarizer, type Summarizer } from "./memory/summarizer.ts";
 import type { LLM } from "./llm/llm.ts";
 import { builtinToolsFor } from "./tools/builtin.ts";
@@ -38,8 +38,8 @@ export interface Runtime {
   /** Where the trace route reads: the database's trace table, which every process on it writes. */
   trace: TracePages | undefined;
   agent: Agent;
-  /** The agent's tools bound to another store (a request's private one). */
-  toolsFor(store: SessionStore): ToolRegistry;
+  /** The agent's tools with `todo` over other todos (a request's private ones). */
+  toolsFor(todos: TodoStore): ToolRegistry;
   /** The MCP servers started from AGENT_MCP_CONFIG, if any. */
   mcp: McpTools | null;
   /** Runs every turn, delete and compaction on the database: in the session's queue, under its lease. */

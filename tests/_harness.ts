@@ -8,8 +8,8 @@ import { ScriptedLLM, type ScriptStep } from "../src/llm/scripted.ts";
 import type { LeaseStore } from "../src/session/leases.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { StoreUnavailableError } from "../src/errors.ts";
-import { type SessionKey } from "../src/store/store.ts";
-import { createBuiltinTools } from "../src/tools/builtin.ts";
+import type { SessionKey, TodoStore } from "../src/store/store.ts";
+import { builtinToolsFor, createBuiltinTools } from "../src/tools/builtin.ts";
 import type { ToolRegistry, ToolSource, ToolSpec } from "../src/tools/registry.ts";
 import { deterministicSummarizer, type Summarizer } from "../src/memory/summarizer.ts";
 import type { TracedEvent } from "../src/events.ts";
@@ -64,10 +64,9 @@ export function realTools(
   return createBuiltinTools(store, { docsDir: DOCS, extra, sources });
 }
 
-/** A private in-memory store with the real tools bound to it, as `HandlerDeps.openEphemeral` opens in a test. */
-export function openEphemeral(): { store: SqliteStore; tools: ToolRegistry } {
-  const store = new SqliteStore(":memory:");
-  return { store, tools: realTools(store) };
+/** The real tools with `todo` over a request's private todos, as `HandlerDeps.requestTools` gives them. */
+export function requestTools(todos: TodoStore): ToolRegistry {
+  return builtinToolsFor({ docsDir: DOCS })(todos);
 }
 
 /** Turn dependencies around a scripted model and an in-memory (or given) store. */

@@ -9,11 +9,12 @@ import { type RunningServer, serveHttp } from "../src/http/server.ts";
 import { SessionRunner } from "../src/session/runner.ts";
 import type { ChatOptions, LLM } from "../src/llm/llm.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
+import type { TodoStore } from "../src/store/store.ts";
 import { deterministicSummarizer, type Summarizer } from "../src/memory/summarizer.ts";
 import { JsonlTracer } from "../src/trace/trace.ts";
 import { SharedTrace } from "../src/trace/shared_trace.ts";
 import type { ChatReply, Message } from "../src/types.ts";
-import { openEphemeral, realTools } from "./_harness.ts";
+import { realTools, requestTools } from "./_harness.ts";
 
 /**
  * A model that answers by rule (arithmetic → calculator call, tool result → "The answer is N.", else an
@@ -100,8 +101,8 @@ export interface HttpHarness {
   handler: (request: Request) => Promise<Response>;
   llm: RuleLLM;
   store: SqliteStore;
-  /** The private stores self-contained chat completions opened, in order. */
-  ephemeral: SqliteStore[];
+  /** The private todos of self-contained chat completions, in order. */
+  requestTodos: TodoStore[];
   tracePath: string;
   tracer: JsonlTracer;
   /** The store's trace table the tracer ships to and the trace route reads. */
@@ -137,7 +138,7 @@ export function httpHarness(
   });
   const llm = new RuleLLM(options.delayMs ?? 0);
   const logs: string[] = [];
-  const ephemeral: SqliteStore[] = [];
+  const requestTodos: TodoStore[] = [];
   const turns = new AbortController();
   const shutdown = { abort: () => turns.abort(shuttingDown()), signal: turns.signal };
   let stopping = false;
@@ -153,10 +154,9 @@ export function httpHarness(
       compactions: new BackgroundCompactions((event) => tracer.write(event)),
       maxCtxTokens: 6000,
     },
-    openEphemeral: () => {
-      const opened = openEphemeral();
-      ephemeral.push(opened.store);
-      return opened;
+    requestTools: (todos) => {
+      requestTodos.push(todos);
+      return requestTools(todos);
     },
     emit: (event) => tracer.write(event),
     authenticator: new Authenticator(options.tokens ?? []),
@@ -175,7 +175,7 @@ export function httpHarness(
     handler: createHandler(deps),
     llm,
     store,
-    ephemeral,
+    requestTodos,
     tracePath,
     tracer,
     trace,

@@ -20,7 +20,7 @@ import { SharedTrace } from "../src/trace/shared_trace.ts";
 import { JsonlTracer, readTrace } from "../src/trace/trace.ts";
 import type { EventSink, TracedEvent } from "../src/events.ts";
 import type { StoredMessage, TurnResult } from "../src/types.ts";
-import { keyOf, openEphemeral, realTools, runProcess } from "./_harness.ts";
+import { keyOf, realTools, requestTools, runProcess } from "./_harness.ts";
 import {
   type Behaviour,
   completion,
@@ -718,7 +718,7 @@ function handlerFor(rig: Rig, logs: string[]): (request: Request) => Promise<Res
   const { emit, agent } = rig;
   return createHandler({
     agent,
-    openEphemeral,
+    requestTools,
     emit,
     authenticator: new Authenticator([]),
     hosts: { allowed: ["agent.test"] },

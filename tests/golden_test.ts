@@ -19,7 +19,7 @@ import { SqliteStore } from "../src/store/sqlite.ts";
 import { deterministicSummarizer } from "../src/memory/summarizer.ts";
 import { JsonlTracer } from "../src/trace/trace.ts";
 import { SharedTrace } from "../src/trace/shared_trace.ts";
-import { counterIds, openEphemeral, realTools, steppingClock, tempDir, textSink } from "./_harness.ts";
+import { counterIds, realTools, requestTools, steppingClock, tempDir, textSink } from "./_harness.ts";
 
 const GOLDEN = new URL("./fixtures/golden/", import.meta.url);
 const UPDATE = Deno.env.get("GOLDEN_UPDATE") === "1";
@@ -251,7 +251,7 @@ Deno.test("golden: the HTTP API's responses to a scripted session are unchanged"
   const shutdown = new AbortController();
   const handler = createHandler({
     agent: w.agent,
-    openEphemeral,
+    requestTools,
     emit: (event) => w.tracer.write(event),
     authenticator: new Authenticator([
       { token: "golden-token-alice-0001", userId: "alice" },

@@ -78,14 +78,13 @@ Deno.test("without a session id nothing is kept: the client's messages are the h
     { role: "user", content: "again" },
   ]);
   assert.deepEqual(await h.store.listSessions("local"), [], "nothing in the configured database");
-  assert.equal(h.ephemeral.length, 1);
-  assert.equal(await h.ephemeral[0].ping(), false, "the private store is closed");
+  assert.equal(h.requestTodos.length, 1, "one private session, its todos in memory");
   const trace = readTrace(h.tracePath);
   assert.match(trace[0].session_id, /^ephemeral-/);
   assert.ok(trace.every((e) => e.user_id === "local" && e.session_id === trace[0].session_id));
 });
 
-Deno.test("without a session id the todo tool writes to the private store, never the configured one", async () => {
+Deno.test("without a session id the todo tool writes to the request's private todos, never the configured store", async () => {
   using h = httpHarness();
   h.deps.agent.llm = new ScriptedLLM([
     { toolCalls: [{ name: "todo", arguments: { action: "add", text: "buy milk" } }] },
@@ -101,8 +100,10 @@ Deno.test("without a session id the todo tool writes to the private store, never
   const trace = readTrace(h.tracePath);
   const result = trace.find((e) => e.event === "tool_result")!;
   assert.equal(result.data.ok, true, JSON.stringify(result.data));
-  assert.deepEqual(await h.store.listTodos(keyOf(trace[0].session_id, "local")), []);
+  const key = keyOf(trace[0].session_id, "local");
+  assert.deepEqual(await h.store.listTodos(key), []);
   assert.deepEqual(await h.store.listSessions("local"), []);
+  assert.deepEqual((await h.requestTodos[0].listTodos(key)).map((t) => t.text), ["buy milk"]);
 });
 
 Deno.test("a long history without a session id starts no background compaction of the dropped session", async () => {
@@ -125,7 +126,6 @@ Deno.test("a long history without a session id starts no background compaction o
   });
   await compactions.idle();
   assert.deepEqual(started, []);
-  assert.equal(await h.ephemeral[0].ping(), false);
   assert.ok(readTrace(h.tracePath).every((e) => e.event !== "compact"));
 });
 
@@ -178,7 +178,7 @@ Deno.test("with X-Session-Id the session is stored and only the last user messag
     "echo: my name is Ada",
     "what is my name?",
   ]);
-  assert.deepEqual(h.ephemeral, []);
+  assert.deepEqual(h.requestTodos, []);
 });
 
 Deno.test("stream: true yields chat.completion.chunk events: role, content deltas, finish, usage", async () => {

@@ -40,6 +40,10 @@ function recording(
       log.push(`usage:${usage.length}`);
       return inner.recordUsage(usage);
     },
+    compact: (summary, cutIds, turns, options) => {
+      log.push(`compact:${cutIds.length}`);
+      return inner.compact(summary, cutIds, turns, options);
+    },
   };
   return { journal, log, mark: (what) => log.push(what) };
 }
@@ -136,10 +140,26 @@ Deno.test("a journal that keeps nothing runs the same turn and leaves no message
     resume: () => Promise.resolve(true),
     discard: () => Promise.resolve(0),
     recordUsage: () => Promise.resolve(),
+    compact: () => Promise.resolve(null),
   };
   const result = await runTurn({ ...KEY, message: "what is 6*7?" }, h.agent, { ...h.run, journal });
   assert.equal(result.outcome, "answered");
   assert.equal(result.answer, "42");
   assert.deepEqual(kept, ["user", "assistant", "tool", "assistant"]);
   assert.deepEqual(await h.store.messages(KEY), []);
+});
+
+Deno.test("a compaction the token budget makes due within a turn is kept through the journal, before the turn's request", async () => {
+  const long = (n: number) => `turn ${n} ` + "lorem ipsum ".repeat(150);
+  using h = harness(Array.from({ length: 6 }, (_, i) => ({ content: `ok ${i}` })), { maxCtxTokens: 1500 });
+  const { journal, log } = recording(storeJournal(h.store, KEY, h.store));
+  for (let i = 0; i < 6; i++) await runTurn({ ...KEY, message: long(i) }, h.agent, { ...h.run, journal });
+  const compacts = log.filter((line) => line.startsWith("compact:"));
+  assert.ok(compacts.length > 0, log.join(" "));
+  // Each is kept after the turn's question and before its answer: within the turn, as its step's.
+  const first = log.indexOf(compacts[0]);
+  assert.deepEqual([log[first - 1], log[first + 1]], ["append:user", "append:assistant"]);
+  const kept = h.events.filter((e) => e.event === "compact" && e.data.ok === true);
+  assert.equal(kept.length, compacts.length);
+  assert.notEqual((await h.store.get(KEY))!.summary, null, "the store journal kept the summary");
 });

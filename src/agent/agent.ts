@@ -9,7 +9,7 @@ import type { ResponseFormat, StoredMessage, ToolCall, Usage } from "../types.ts
 import type { LLM } from "../llm/llm.ts";
 import type { Summarizer } from "../memory/summarizer.ts";
 import type { SessionStore, UsageStore } from "../store/store.ts";
-import type { TurnJournal } from "./journal.ts";
+import type { TurnJournal, TurnReads } from "./journal.ts";
 import type { ApprovalPolicy } from "../approval/policy.ts";
 import type { Decision } from "../approval/decisions.ts";
 import type { ToolRegistry } from "../tools/registry.ts";
@@ -96,6 +96,8 @@ export interface RunOptions {
    * @default {storeJournal(store, key, usageStore ?? store)} (the session in the agent's store)
    */
   journal?: TurnJournal;
+  /** Where the turn reads its session when it opens. @default {store} (the agent's store) */
+  reads?: TurnReads;
   /** Tools the user allowed for the rest of the session ("always"): they need no approval. @default {none} */
   allowed?: ReadonlySet<string>;
 }

@@ -2,11 +2,20 @@
  * A turn's journal: every write of a turn goes through it, so the loop owns no storage. The writes are the
  * durability rules themselves: a step's messages in one transaction (the calls before any of them runs, each
  * result as its call ends), the paused step instead of calls without results, the resumed step's calls in
- * place of the pause, the exact messages an aborted turn takes back, and the tokens no write carried.
- * {@linkcode storeJournal} writes them to the session's store; a caller may pass another (`RunOptions`).
+ * place of the pause, the exact messages an aborted turn takes back, the tokens no write carried, and a
+ * compaction the token budget made due within the turn. {@linkcode storeJournal} writes them to the session's
+ * store; a caller may pass another (`RunOptions`), with the reads the turn opens from ({@linkcode TurnReads}).
  * @module
  */
-import type { Calibration, PendingStep, SessionKey, TranscriptStore, UsageStore } from "../store/store.ts";
+import type {
+  Calibration,
+  MemoryWrite,
+  MemoryWritten,
+  PendingStep,
+  SessionKey,
+  TranscriptStore,
+  UsageStore,
+} from "../store/store.ts";
 import type { StoredMessage, UsageEntry } from "../types.ts";
 
 /** What goes with a step's messages in their transaction. */
@@ -31,12 +40,26 @@ export interface TurnJournal {
   discard(ids: readonly string[]): Promise<number>;
   /** Counts model calls' tokens that no other write carried. */
   recordUsage(usage: readonly UsageEntry[]): Promise<void>;
+  /**
+   * Keeps `summary` in place of the messages `cutIds` (`turns` user turns), merging `memory` into the user's
+   * memory; rejects, keeping nothing, when the kept summary is no longer `previous`. Resolves to what the
+   * memory write did (null without one).
+   */
+  compact(
+    summary: string,
+    cutIds: readonly string[],
+    turns: number,
+    options: { previous?: string | null; memory?: MemoryWrite },
+  ): Promise<MemoryWritten | null>;
 }
+
+/** What a turn reads of its session when it opens: the session, its messages, the step that waits. */
+export type TurnReads = Pick<TranscriptStore, "get" | "getOrCreate" | "messages" | "pendingStep">;
 
 /** The transcript methods a store journal writes with. */
 export type JournalStore = Pick<
   TranscriptStore,
-  "append" | "savePending" | "resolvePending" | "discardMessages"
+  "append" | "savePending" | "resolvePending" | "discardMessages" | "applyCompaction"
 >;
 
 /**
@@ -54,5 +77,6 @@ export function storeJournal(
     resume: (runId, messages) => store.resolvePending(key, runId, messages),
     discard: (ids) => store.discardMessages(key, ids),
     recordUsage: (entries) => usage.recordUsage(key, entries),
+    compact: (summary, cutIds, turns, options) => store.applyCompaction(key, summary, cutIds, turns, options),
   };
 }

@@ -111,7 +111,12 @@ export class Turn {
     this.tools = agent.tools.schemas();
     const system = buildContext([], { instructions, responseFormat: this.formatText });
     const fixed = { system, tools: this.tools };
-    this.memory = new TurnMemory(session, fixed, agent, () => this.now());
+    const journal = this.journal;
+    const kept = {
+      applyCompaction: (_key: SessionKey, ...write: Parameters<TurnJournal["compact"]>) =>
+        journal.compact(...write),
+    };
+    this.memory = new TurnMemory(session, fixed, agent, () => this.now(), kept);
   }
 
   /** The number of the next message id: a paused step stores it, so the resumed run goes on from it. */
@@ -274,7 +279,7 @@ export async function openTurn(
 ): Promise<{ turn: Turn; paused: PausedStep | null; question: Message | null }> {
   const { message, retry = false, decisions } = input;
   const key = { userId: input.userId, sessionId: input.sessionId };
-  const { store } = agent;
+  const store = run.reads ?? agent.store;
   if (decisions !== undefined) {
     const pending = await store.pendingStep(key);
     if (pending === null) throw noPendingApproval(key.sessionId);

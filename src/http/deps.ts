@@ -3,7 +3,7 @@ import type { Agent } from "../agent/loop.ts";
 import type { TracePages } from "../trace/shared_trace.ts";
 import type { EventSink } from "../events.ts";
 import type { SessionRunner } from "../session/runner.ts";
-import type { SessionStore } from "../store/store.ts";
+import type { TodoStore } from "../store/store.ts";
 import type { ToolRegistry } from "../tools/registry.ts";
 import type { Authenticator } from "./auth.ts";
 import type { HostRules } from "./host_guard.ts";
@@ -13,10 +13,10 @@ export interface HandlerDeps {
   /** What runs a turn, with the session store. */
   agent: Agent;
   /**
-   * Opens an empty in-memory store with the agent's tools bound to it, for a request that keeps no session
-   * (`POST /v1/chat/completions` without a session id); the route closes it once the request is done.
+   * The agent's tools with `todo` over `todos`, for a request that keeps no session (`POST
+   * /v1/chat/completions` without a session id: its todos live as long as it does).
    */
-  openEphemeral(): { store: SessionStore; tools: ToolRegistry };
+  requestTools(todos: TodoStore): ToolRegistry;
   /** Receives every run event (the trace). */
   emit: EventSink;
   authenticator: Authenticator;

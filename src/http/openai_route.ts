@@ -2,14 +2,14 @@
  * `POST /v1/chat/completions`: one agent turn (the whole tool loop, tools run here) answered as OpenAI's
  * `chat.completion`, or with `stream: true` as `chat.completion.chunk` events ending in `data: [DONE]`. With a
  * session id the turn continues that stored session; without, the client's messages are the history of a
- * private in-memory session that is gone once the request is (its events still reach the trace).
+ * private session kept nowhere, gone once the request is (its events still reach the trace).
  * @module
  */
 import type { TurnInput } from "../agent/loop.ts";
 import { BackgroundCompactions } from "../session/background.ts";
 import { askAsDeny, AUTO_POLICY } from "../approval/policy.ts";
 import { unansweredMessage } from "../agent/agent.ts";
-import type { EventSink, RunEvent } from "../events.ts";
+import type { RunEvent } from "../events.ts";
 import type { SessionKey } from "../store/store.ts";
 import type { TurnResult } from "../types.ts";
 import { readJsonBody } from "./body.ts";
@@ -25,7 +25,9 @@ import {
   usageChunk,
 } from "./openai_shape.ts";
 import { sseResponse, type SseSend } from "./sse.ts";
-import { type LiveView, type QueuedTurn, queueTurn } from "../session/turn.ts";
+import { type QueuedTurn, queueTurn } from "../session/turn.ts";
+import { requestSession } from "../session/request_session.ts";
+import { RequestTodos } from "../tools/todo.ts";
 
 /** A turn ready to run, and whether it keeps a session (the advice of a failure depends on it). */
 interface Prepared {
@@ -72,8 +74,8 @@ async function prepareKept(
 }
 
 /**
- * A turn on a private in-memory store seeded with the client's history, with the agent's tools bound to it
- * (a todo added there stays there); the store is closed once the turn has ended.
+ * A turn on a private session of the client's messages, kept nowhere (`request_session.ts`), its todos in
+ * memory: nothing of it outlives the request but the tokens it spent (counted for the user) and its events.
  */
 async function prepareEphemeral(
   request: Request,
@@ -81,34 +83,21 @@ async function prepareEphemeral(
   chat: ChatRequest,
   deps: HandlerDeps,
 ): Promise<Prepared> {
-  const { store, tools } = deps.openEphemeral();
-  try {
-    const newId = deps.agent.newId ?? (() => crypto.randomUUID());
-    const key = { userId, sessionId: `ephemeral-${newId()}` };
-    await store.getOrCreate(key);
-    const createdAt = (deps.agent.now ?? (() => new Date()))().toISOString();
-    await store.append(key, chat.history.map((m, i) => ({ ...m, id: `history:${i}`, createdAt })));
-    const { question: message, instructions, responseFormat } = chat;
-    const input: TurnInput = { ...key, message, instructions, responseFormat };
-    // The session is dropped after the turn: a compaction due by the turn trigger, which runs after the
-    // answer, would only cost a model call. One due by the token budget still runs within the turn.
-    const compactions = new BackgroundCompactions(deps.emit);
-    await compactions.close();
-    // Nobody can approve a call of a session dropped after the request: a tool that asks is refused.
-    const approval = askAsDeny(deps.agent.approval ?? AUTO_POLICY);
-    // The user's tokens are counted in the server's store, where the daily quota reads them.
-    const usageStore = deps.agent.store;
-    // And their memory is there: recalled from it (the tools write to it too, see `openEphemeral`).
-    const memory = deps.agent.userMemory ?? null;
-    const userMemory = memory === null ? null : { ...memory, store: deps.agent.store };
-    const agent = { ...deps.agent, store, tools, compactions, approval, usageStore, userMemory };
-    const run = await queueTurn(request.signal, input, deps, { agent });
-    const closing = (emit: EventSink, live?: LiveView) => run(emit, live).finally(() => store.close());
-    return { run: Object.assign(closing, { runId: run.runId }), kept: false };
-  } catch (error) {
-    await store.close();
-    throw error;
-  }
+  const now = deps.agent.now ?? (() => new Date());
+  const newId = deps.agent.newId ?? (() => crypto.randomUUID());
+  const key = { userId, sessionId: `ephemeral-${newId()}` };
+  const session = requestSession(key, chat.history, { usage: deps.agent.store, now });
+  const { question: message, instructions, responseFormat } = chat;
+  const input: TurnInput = { ...key, message, instructions, responseFormat };
+  // The session is dropped after the turn: a compaction due by the turn trigger, which runs after the
+  // answer, would only cost a model call. One due by the token budget still runs within the turn.
+  const compactions = new BackgroundCompactions(deps.emit);
+  await compactions.close();
+  // Nobody can approve a call of a session dropped after the request: a tool that asks is refused.
+  const approval = askAsDeny(deps.agent.approval ?? AUTO_POLICY);
+  const tools = deps.requestTools(new RequestTodos(now));
+  const agent = { ...deps.agent, tools, compactions, approval };
+  return { run: await queueTurn(request.signal, input, deps, { agent, session }), kept: false };
 }
 
 function idsOf(runId: string, created: number): CompletionIds {

@@ -23,7 +23,8 @@ import type { Message, StoredMessage, ToolSchema, Usage } from "../types.ts";
 
 /** What compaction needs besides the session's state. */
 export interface CompactionDeps {
-  store: TranscriptStore;
+  /** Where the compaction is kept: the session's store, or (within a turn) the turn's journal. */
+  store: Pick<TranscriptStore, "applyCompaction">;
   summarizer: Summarizer;
   /** AGENT_MAX_RAW_TURNS */
   maxRawTurns: number;

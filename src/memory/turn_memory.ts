@@ -109,6 +109,8 @@ export class TurnMemory {
   /** Tokens the block of the first n found items adds to the request, by n. */
   #costs: number[] = [];
 
+  /** Where a compaction within the turn is kept (the turn's journal); one after the answer goes to the store. */
+  readonly #kept: Pick<TranscriptStore, "applyCompaction">;
   constructor(
     state: {
       key: SessionKey;
@@ -119,7 +121,9 @@ export class TurnMemory {
     fixed: FixedRequest,
     settings: MemorySettings,
     now: () => Date,
+    compactions: Pick<TranscriptStore, "applyCompaction"> = settings.store,
   ) {
+    this.#kept = compactions;
     this.key = state.key;
     this.summary = state.summary;
     this.history = state.history;
@@ -185,7 +189,8 @@ export class TurnMemory {
     if (!this.#compacting || this.#tokens <= this.#settings.maxCtxTokens) return null;
     // Cut by what the provider counts: the estimates scaled to its count of this very request.
     const scale = Math.max(0.25, this.#tokens / Math.max(1, requestTokens(this, this.#fixed)));
-    const compaction = await compactIfDue(this, this.#fixed, { ...this.#deps(signal, true), scale });
+    const deps = { ...this.#deps(signal, true), store: this.#kept, scale };
+    const compaction = await compactIfDue(this, this.#fixed, deps);
     if (compaction === null) return null;
     this.summary = compaction.state.summary;
     this.history = compaction.state.history;

@@ -32,6 +32,12 @@ export interface QueueTurnOptions {
   resumable?: boolean;
   /** The run's id when `input` resumes one (decisions): the waiting step's. Required then. */
   runId?: string;
+  /**
+   * Where the turn reads and writes its session when not in the agent's store (a request's private session,
+   * see `request_session.ts`): then it runs in the session's queue but under no lease, being this request's
+   * alone. @default {the session in the agent's store}
+   */
+  session?: Pick<RunOptions, "reads" | "journal">;
 }
 
 /** What {@linkcode queueTurn} runs a turn with: the HTTP handler's, or the MCP server's over stdio. */
@@ -54,8 +60,8 @@ export interface TurnDeps {
 
 /**
  * `input` (a new message, a retry or decisions on a waiting turn) ready to run on `agent` through the
- * session runner: first in its session's queue, then under its lease (unless `agent` has a private store,
- * whose session is this request's alone); aborted when `signal` aborts, the client's (unless resumable), when
+ * session runner: first in its session's queue, then under its lease (unless `options.session` is a request's
+ * private session, this request's alone); aborted when `signal` aborts, the client's (unless resumable), when
  * it is cancelled (`POST …/cancel`, by its run id) or when the shutdown grace period ends. Its run id is taken
  * now (a resumed run keeps its own). Throws the user's spent daily quota (`QuotaExceededError`) or the queue's
  * refusal (`QueueFullError`) now, while a response can still carry its status.
@@ -66,9 +72,9 @@ export async function queueTurn(
   deps: TurnDeps,
   options: QueueTurnOptions = {},
 ): Promise<QueuedTurn> {
-  const { agent: given = deps.agent, resumable = false } = options;
+  const { agent: given = deps.agent, resumable = false, session = {} } = options;
   const key = { userId: input.userId, sessionId: input.sessionId };
-  const leased = given.store === deps.agent.store;
+  const leased = options.session === undefined;
   const now = (deps.agent.now ?? (() => new Date()))();
   await checkDailyQuota(deps.agent.store, input.userId, deps.dailyTokens ?? null, now);
   const full = deps.sessions.rejection(key);
@@ -80,7 +86,7 @@ export async function queueTurn(
   const agent = { ...given, newId: () => runId };
   const stop = resumable ? deps.shutdownSignal : AbortSignal.any([signal, deps.shutdownSignal]);
   const run = (emit: EventSink, live: LiveView = {}) => {
-    const work = (held: AbortSignal) => runTurn(input, agent, { ...live, emit, signal: held });
+    const work = (held: AbortSignal) => runTurn(input, agent, { ...live, ...session, emit, signal: held });
     return deps.sessions.run(key, work, { signal: stop, leased, id: runId });
   };
   return Object.assign(run, { runId });

@@ -24,8 +24,8 @@ export interface BuiltinToolsOptions {
    */
   memoryItems?: number | null;
   /**
-   * Where `remember` and `forget` keep the memory, when not in the registry's store (a request's private
-   * store is dropped after it; the memory is the server's). @default {the registry's store}
+   * Where `remember` and `forget` keep the memory (the server's store, also for a request's private session).
+   * Required with `memoryItems` for {@linkcode builtinToolsFor}. @default {the store of createBuiltinTools}
    */
   memoryStore?: MemoryStore;
 }
@@ -38,22 +38,21 @@ export function createBuiltinTools(
   store: TodoStore & MemoryStore,
   options: BuiltinToolsOptions = {},
 ): ToolRegistry {
-  return builtinToolsFor(options)(store);
+  return builtinToolsFor({ memoryStore: store, ...options })(store);
 }
 
 /**
- * What {@linkcode createBuiltinTools} makes, for any store: the corpus is read and indexed once, and each call
- * binds a new registry's `todo` tool to its `store` (a request's private store, say).
+ * What {@linkcode createBuiltinTools} makes, for any todos: the corpus is read and indexed once, and each call
+ * binds a new registry's `todo` tool to its `todos` (a request's private ones, say).
+ * @throws {TypeError} for `memoryItems` without `memoryStore`
  */
-export function builtinToolsFor(
-  options: BuiltinToolsOptions = {},
-): (store: TodoStore & MemoryStore) => ToolRegistry {
+export function builtinToolsFor(options: BuiltinToolsOptions = {}): (todos: TodoStore) => ToolRegistry {
   const { docsDir = DOCS_DIR, extra = [], sources = [], memoryItems = null, memoryStore } = options;
+  if (memoryItems !== null && memoryStore === undefined) {
+    throw new TypeError("Cannot build the built-in tools: memoryItems needs the memoryStore they keep to");
+  }
   const search = createSearchTool(loadCorpus(docsDir));
-  return (store) => {
-    const memory = memoryItems === null ? [] : createMemoryTools(memoryStore ?? store, memoryItems);
-    return new ToolRegistry([calculatorTool, search, createTodoTool(store), ...memory, ...extra], {
-      sources,
-    });
-  };
+  const memory = memoryItems === null ? [] : createMemoryTools(memoryStore!, memoryItems);
+  return (todos) =>
+    new ToolRegistry([calculatorTool, search, createTodoTool(todos), ...memory, ...extra], { sources });
 }

@@ -1,8 +1,9 @@
 /**
- * The `todo` tool: a session's task list, kept in the store's `todos` table (the source of truth).
+ * The `todo` tool: a session's task list, kept in the store's `todos` table (the source of truth), or for a
+ * request's private session in memory.
  * @module
  */
-import type { TodoStore } from "../store/store.ts";
+import type { SessionKey, Todo, TodoStore } from "../store/store.ts";
 import type { ToolSpec } from "./registry.ts";
 
 /** Longest todo text accepted. */
@@ -56,4 +57,50 @@ export function createTodoTool(store: TodoStore): ToolSpec {
       }
     },
   };
+}
+
+/**
+ * The todos of a request's private session (the OpenAI-compatible route without a session id), kept in memory
+ * and dropped with it, by the store's rules: a call id adds once, a completion keeps its first time.
+ */
+export class RequestTodos implements TodoStore {
+  readonly #todos: (Todo & { callId: string | null })[] = [];
+  readonly #now: () => Date;
+
+  /** @param now The clock of the todos' times. @default {() => new Date()} */
+  constructor(now: () => Date = () => new Date()) {
+    this.#now = now;
+  }
+
+  addTodo(_key: SessionKey, text: string, options: { callId?: string } = {}): Promise<Todo> {
+    const { callId = null } = options;
+    const known = callId === null ? undefined : this.#todos.find((todo) => todo.callId === callId);
+    if (known !== undefined) return Promise.resolve(copy(known));
+    const todo = {
+      id: this.#todos.length + 1,
+      text,
+      completed: false,
+      createdAt: this.#now().toISOString(),
+      completedAt: null,
+      callId,
+    };
+    this.#todos.push(todo);
+    return Promise.resolve(copy(todo));
+  }
+
+  listTodos(_key: SessionKey): Promise<Todo[]> {
+    return Promise.resolve(this.#todos.map(copy));
+  }
+
+  completeTodo(_key: SessionKey, id: number): Promise<Todo | null> {
+    const todo = this.#todos.find((known) => known.id === id);
+    if (todo === undefined) return Promise.resolve(null);
+    todo.completed = true;
+    todo.completedAt ??= this.#now().toISOString();
+    return Promise.resolve(copy(todo));
+  }
+}
+
+function copy({ id, text, completed, createdAt, completedAt }: Todo): Todo {
+  return { id, text, completed, createdAt, completedAt };
 }
