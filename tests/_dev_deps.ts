@@ -1,7 +1,8 @@
 /**
  * The test-only npm packages, pinned in this one place. They are imported by full `npm:` specifier from
  * here, never through `deno.json`'s import map: `chat`, `serve` and `demo` must start with nothing from a
- * registry, and an import-map entry would make Deno install these for them too.
+ * registry, and an import-map entry would make Deno install these for them too. Tests take `fc` from
+ * `tests/_fast_check.ts`, which seeds it.
  * @module
  */
 export { default as fc } from "npm:fast-check@4.11.0";

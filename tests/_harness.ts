@@ -171,6 +171,11 @@ export interface ServeProcess {
   listening: Promise<void>;
   /** What it printed on stderr so far. */
   stderr(): string;
+  /**
+   * The port of its "listening on" line: start it with `AGENT_PORT=0` so it takes a free port itself, which
+   * no other process can take between asking and binding. Throws when it printed no such line.
+   */
+  port(): number;
   /** Sends SIGTERM (if it still runs) and resolves to its exit code once its stderr is read to the end. */
   stop(): Promise<number>;
 }
@@ -214,6 +219,13 @@ export function spawnServe(
     child,
     listening,
     stderr: () => stderr,
+    port: () => {
+      const listening = stderr.match(/listening on http:\/\/[^\s]*:(\d+)/);
+      if (listening === null) {
+        throw new Error(`Cannot read the port of serve: it printed no "listening on" line: ${stderr}`);
+      }
+      return Number(listening[1]);
+    },
     stop: async () => {
       try {
         child.kill("SIGTERM");

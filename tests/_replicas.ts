@@ -37,7 +37,7 @@ export const SQLITE_BACKEND: ReplicaBackend = {
 };
 
 /**
- * A PostgreSQL database at `url` (a schema of its own on the test file's cluster), shared by every replica;
+ * A PostgreSQL database at `url` (a schema of its own on the run's cluster), shared by every replica;
  * the invariants are checked on every session of the user the tests run as, and on the trace file.
  */
 export function postgresBackend(url: string): ReplicaBackend {
@@ -97,7 +97,7 @@ export async function startReplicas(
   return serves.map((serve, i) => ({ serve, url: urls[i]! }));
 }
 
-/** The backends replicas run on: SQLite always, PostgreSQL where the calling file's throwaway cluster starts. */
+/** The backends replicas run on: SQLite always, PostgreSQL where the run's throwaway cluster starts. */
 export async function replicaBackends(): Promise<
   { name: string; ignore: boolean; make(): Promise<ReplicaBackend> }[]
 > {

@@ -1,6 +1,6 @@
 /**
  * The store suite's backends: each test declared with {@linkcode storeTest} runs once per backend, as
- * `SqliteStore…` (a file in a temp folder) and `PostgresStore…` (a schema of its own in this file's throwaway
+ * `SqliteStore…` (a file in a temp folder) and `PostgresStore…` (a schema of its own in the run's throwaway
  * cluster). Where no cluster can be started the PostgreSQL runs are ignored and the reason printed once.
  * @module
  */

@@ -53,7 +53,7 @@ export interface WithPageOptions {
   expectedConsole?: RegExp;
 }
 
-/** A served page: `serve` (its real permissions) on a free port, and a browser page on it. */
+/** A served page: `serve` (its real permissions) on a port it picks, and a browser page on it. */
 export async function withPage(
   env: Record<string, string>,
   fn: (page: Page, url: string, context: PageContext) => Promise<void>,
@@ -62,10 +62,8 @@ export async function withPage(
   const { policy, browserArgs = [], expectedConsole } = options;
   using dir = tempDir();
   const provider = startFakeProvider(options.provider);
-  const probe = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = probe.addr.port;
-  probe.close();
-  const base = { AGENT_PORT: String(port), OPENAI_BASE_URL: provider.url, NO_COLOR: "1", ...env };
+  // Port 0: the server takes a free port itself and prints it.
+  const base = { AGENT_PORT: "0", OPENAI_BASE_URL: provider.url, NO_COLOR: "1", ...env };
   let serve: ServeProcess;
   if (policy === undefined) {
     serve = spawnServe(["task", "serve"], childEnv(dir.path, base));
@@ -103,7 +101,7 @@ export async function withPage(
       if (message.type() === "error" && !expected) problems.push(message.text());
     });
     page.on("pageerror", (error) => problems.push(String(error)));
-    await fn(page, `http://127.0.0.1:${port}`, { serve, provider, dialogs });
+    await fn(page, `http://127.0.0.1:${serve.port()}`, { serve, provider, dialogs });
     // A policy violation or a script error shows up here (Chromium logs both as console errors).
     assert.deepEqual(problems, []);
   } finally {

@@ -3,7 +3,7 @@
  * an exact rational reference, random garbage that must fail only with `CalculatorError`, linear work on
  * worst-case inputs, and the length and nesting limits.
  */
-import { fc } from "./_dev_deps.ts";
+import { fc } from "./_fast_check.ts";
 import assert from "node:assert/strict";
 import {
   CalculatorError,

@@ -2,7 +2,7 @@
  * Property-based tests of compaction over random, well-formed sessions: the pure planner, the summary
  * schema and merge, and `compactIfDue()` end to end on an in-memory SqliteStore.
  */
-import { fc } from "./_dev_deps.ts";
+import { fc } from "./_fast_check.ts";
 import assert from "node:assert/strict";
 import {
   estimateMessageTokens,

@@ -25,13 +25,6 @@ const REFUSED_PAUSE_MS = 20;
 const ANSWER_WITHIN_MS = 1000;
 const PARTIAL_REQUEST = new TextEncoder().encode("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ");
 
-function freePort(): number {
-  const probe = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const { port } = probe.addr;
-  probe.close();
-  return port;
-}
-
 /** One connection that sent `PARTIAL_REQUEST`, or null when it was refused or reset on the way. */
 async function partialConnection(port: number): Promise<Deno.TcpConn | null> {
   let conn: Deno.TcpConn | null = null;
@@ -73,12 +66,11 @@ Deno.test({
   ignore: Deno.build.os !== "linux",
   async fn() {
     using dir = tempDir();
-    const port = freePort();
     const env = childEnv(dir.path, {
       NO_COLOR: "1",
       // Never called: /healthz needs no model.
       OPENAI_BASE_URL: "http://127.0.0.1:9/v1",
-      AGENT_PORT: String(port),
+      AGENT_PORT: "0",
     });
     const flags = taskPermissionFlags(env, { task: "serve" });
     const serve = spawnServe(["run", "--no-prompt", ...flags, "src/main.ts", "serve"], env);
@@ -87,6 +79,7 @@ Deno.test({
     try {
       await serve.listening;
       assert.match(serve.stderr(), /listening on/, serve.stderr());
+      const port = serve.port();
       // After start-up: Deno raises its soft limit to the hard one when it starts, so `ulimit -S` would not do.
       const limit = await new Deno.Command("prlimit", {
         args: ["--pid", String(serve.child.pid), `--nofile=${SERVE_FILE_LIMIT}:${SERVE_FILE_LIMIT}`],

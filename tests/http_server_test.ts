@@ -687,20 +687,18 @@ Deno.test("serve refuses a non-loopback AGENT_HOST without AGENT_API_TOKENS, wit
 Deno.test("deno task serve listens, answers /healthz, and stops cleanly with exit 0 on SIGTERM", async () => {
   using dir = tempDir();
   const provider = startFakeProvider();
-  const probe = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const port = probe.addr.port;
-  probe.close();
   try {
     const serve = spawnServe(
       ["task", "serve"],
       childEnv(dir.path, {
-        AGENT_PORT: String(port),
+        AGENT_PORT: "0",
         OPENAI_BASE_URL: provider.url,
         NO_COLOR: "1",
       }),
     );
     try {
       await serve.listening;
+      const port = serve.port();
       assert.match(
         serve.stderr(),
         new RegExp(`listening on http://127\\.0\\.0\\.1:${port} \\(no auth`),

@@ -3,7 +3,8 @@
  * `const`, `pattern`, schema-valued `additionalProperties`; and, on random values, the same verdict as ajv.
  */
 import assert from "node:assert/strict";
-import { Ajv2020, fc } from "./_dev_deps.ts";
+import { Ajv2020 } from "./_dev_deps.ts";
+import { fc } from "./_fast_check.ts";
 import { type JsonSchema, schemaProblems, validateJsonSchema } from "../src/tools/json_schema.ts";
 
 /** Shapes as zod-to-json-schema and hand-written MCP servers produce them. */

@@ -3,7 +3,7 @@
  * text) and on (a tagging style shows which piece got which style), the streamed rendering against the whole
  * one on a simulated terminal, and random input that must never throw.
  */
-import { fc } from "./_dev_deps.ts";
+import { fc } from "./_fast_check.ts";
 import assert from "node:assert/strict";
 import { markdownStream, renderMarkdown } from "../src/cli/markdown.ts";
 import { createStyle, type Style } from "../src/cli/render.ts";

@@ -26,12 +26,29 @@ function freePort(): number {
 }
 
 /**
- * Starts the reference server over HTTP on a free port, Streamable HTTP (`/mcp`) or the older HTTP+SSE
- * transport (`/sse`); resolves once it listens.
+ * Starts the reference server over HTTP on `port`, or a free port, Streamable HTTP (`/mcp`) or the older
+ * HTTP+SSE transport (`/sse`); resolves once it listens. A free port another process took before the server
+ * bound it is replaced by another.
  */
 async function httpEverything(
   transport: "streamableHttp" | "sse" = "streamableHttp",
-  port = freePort(),
+  port?: number,
+): Promise<{ url: string; port: number; stop(): Promise<void> }> {
+  for (let attempt = 1;; attempt++) {
+    try {
+      return await startEverything(transport, port ?? freePort());
+    } catch (error) {
+      if (
+        port !== undefined || attempt >= 5 ||
+        !/EADDRINUSE|AddrInUse|address already in use/i.test(String(error))
+      ) throw error;
+    }
+  }
+}
+
+async function startEverything(
+  transport: "streamableHttp" | "sse",
+  port: number,
 ): Promise<{ url: string; port: number; stop(): Promise<void> }> {
   const child = new Deno.Command("deno", {
     args: denoServerArgs(EVERYTHING, [transport]),
@@ -44,7 +61,10 @@ async function httpEverything(
   let seen = "";
   while (!/(listening|running) on port/.test(seen)) {
     const { done, value } = await reader.read();
-    if (done) throw new Error(`the HTTP server did not start: ${seen}`);
+    if (done) {
+      await child.status;
+      throw new Error(`the HTTP server did not start: ${seen}`);
+    }
     seen += value;
   }
   const drained = (async () => {

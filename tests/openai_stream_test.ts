@@ -1,4 +1,5 @@
-import { Ajv2020, fc } from "./_dev_deps.ts";
+import { Ajv2020 } from "./_dev_deps.ts";
+import { fc } from "./_fast_check.ts";
 import assert from "node:assert/strict";
 import { loadConfig } from "../src/config.ts";
 import { LlmError } from "../src/errors.ts";

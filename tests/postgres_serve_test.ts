@@ -1,7 +1,8 @@
 /**
- * `deno task serve` on PostgreSQL (this file's throwaway cluster), with the task's own permission flags: a
- * database down at start-up, a database that goes away in the middle of a turn and comes back, and two
- * replicas that share sessions and traces. A sentinel password is in every URL and must show nowhere.
+ * `deno task serve` on PostgreSQL (a throwaway cluster of this file's own, since it stops and starts it), with
+ * the task's own permission flags: a database down at start-up, a database that goes away in the middle of a
+ * turn and comes back, and two replicas that share sessions and traces. A sentinel password is in every URL and
+ * must show nowhere.
  */
 import assert from "node:assert/strict";
 import { PostgresStore } from "../src/store/postgres.ts";
@@ -10,7 +11,7 @@ import { startFakeProvider } from "./fixtures/fake_openai.ts";
 import { childEnv, keyOf, type ServeProcess, spawnServe, tempDir } from "./_harness.ts";
 import { postgresCluster } from "./_postgres.ts";
 
-const cluster = await postgresCluster();
+const cluster = await postgresCluster({ own: true });
 const ignore = typeof cluster === "string";
 const SENTINEL = "pw-SENTINEL-4711";
 
@@ -43,13 +44,12 @@ async function until(check: () => boolean, what: string): Promise<void> {
   }
 }
 
-/** A replica: `deno task serve` on `url`, its trace in `dir`. */
-async function replica(dir: string, url: string, provider: string): Promise<ServeProcess & { port: number }> {
-  const port = freePort();
+/** A replica: `deno task serve` on `url` and a port it picks, its trace in `dir`. */
+async function replica(dir: string, url: string, provider: string): Promise<ServeProcess> {
   const serve = spawnServe(
     ["task", "serve"],
     childEnv(dir, {
-      AGENT_PORT: String(port),
+      AGENT_PORT: "0",
       OPENAI_BASE_URL: provider,
       AGENT_DATABASE_URL: url,
       NO_COLOR: "1",
@@ -57,7 +57,7 @@ async function replica(dir: string, url: string, provider: string): Promise<Serv
   );
   await serve.listening;
   assert.match(serve.stderr(), /listening on/, serve.stderr());
-  return Object.assign(serve, { port });
+  return serve;
 }
 
 Deno.test("deno task serve with AGENT_DATABASE_URL of a database that is down exits 2 with one line", async () => {
@@ -66,7 +66,7 @@ Deno.test("deno task serve with AGENT_DATABASE_URL of a database that is down ex
   const serve = spawnServe(
     ["task", "serve"],
     childEnv(dir.path, {
-      AGENT_PORT: String(freePort()),
+      AGENT_PORT: "0",
       OPENAI_BASE_URL: "http://127.0.0.1:9/v1",
       AGENT_DATABASE_URL: `postgres://agent:${SENTINEL}@127.0.0.1:${port}/agent`,
       NO_COLOR: "1",
@@ -93,7 +93,7 @@ Deno.test({
     const url = await databaseUrl();
     const serve = await replica(dir.path, url, provider.url);
     try {
-      const first = await post(serve.port, "s", "what is 6*7?");
+      const first = await post(serve.port(), "s", "what is 6*7?");
       assert.equal(first.status, 200);
       assert.equal((await first.json()).answer, "The answer is 42.");
 
@@ -101,7 +101,7 @@ Deno.test({
       let release!: () => void;
       provider.hold = new Promise((resolve) => release = resolve);
       const asked = provider.requests.length;
-      const pending = post(serve.port, "s", "say: too late");
+      const pending = post(serve.port(), "s", "say: too late");
       await until(() => provider.requests.length > asked, "the model call");
       await cluster.stop();
       release();
@@ -116,17 +116,17 @@ Deno.test({
       );
       assert.ok(body.error.run_id);
 
-      const health = await fetch(`http://127.0.0.1:${serve.port}/healthz`);
+      const health = await fetch(`http://127.0.0.1:${serve.port()}/healthz`);
       assert.equal(health.status, 503);
       assert.equal((await health.json()).db, "unavailable");
-      const refused = await post(serve.port, "s", "anyone there?");
+      const refused = await post(serve.port(), "s", "anyone there?");
       assert.equal(refused.status, 503);
       assert.equal((await refused.json()).error.code, "store_unavailable");
 
       await cluster.start();
-      const healthy = await fetch(`http://127.0.0.1:${serve.port}/healthz`);
+      const healthy = await fetch(`http://127.0.0.1:${serve.port()}/healthz`);
       assert.deepEqual([healthy.status, (await healthy.json()).db], [200, "ok"]);
-      const after = await post(serve.port, "s", "what is 2*3?");
+      const after = await post(serve.port(), "s", "what is 2*3?");
       assert.equal(after.status, 200);
       assert.equal((await after.json()).answer, "The answer is 6.");
 
@@ -172,13 +172,13 @@ Deno.test({
     const a = await replica(dirA.path, url, provider.url);
     const b = await replica(dirB.path, url, provider.url);
     try {
-      const one = await (await post(a.port, "shared", "what is 6*7?")).json();
-      const two = await (await post(b.port, "shared", "say: second turn, other replica")).json();
+      const one = await (await post(a.port(), "shared", "what is 6*7?")).json();
+      const two = await (await post(b.port(), "shared", "say: second turn, other replica")).json();
       assert.deepEqual([one.turn, two.turn], [1, 2]);
-      const session = await (await fetch(`http://127.0.0.1:${a.port}/v1/sessions/shared`)).json();
+      const session = await (await fetch(`http://127.0.0.1:${a.port()}/v1/sessions/shared`)).json();
       assert.equal(session.turn_count, 2);
       assert.equal(session.messages.at(-1).content, "second turn, other replica");
-      for (const port of [a.port, b.port]) {
+      for (const port of [a.port(), b.port()]) {
         const trace = await (await fetch(`http://127.0.0.1:${port}/v1/sessions/shared/trace`)).json();
         const runs = trace.events.filter((e: { event: string }) => e.event === "run_end")
           .map((e: { run_id: string }) => e.run_id);
@@ -186,9 +186,9 @@ Deno.test({
       }
       // A cursor from one replica goes on at the other.
       const base = "/v1/sessions/shared/trace";
-      const all = await (await fetch(`http://127.0.0.1:${a.port}${base}`)).json();
-      const paged = await (await fetch(`http://127.0.0.1:${b.port}${base}?limit=2`)).json();
-      const rest = await (await fetch(`http://127.0.0.1:${a.port}${base}?cursor=${paged.next_cursor}`))
+      const all = await (await fetch(`http://127.0.0.1:${a.port()}${base}`)).json();
+      const paged = await (await fetch(`http://127.0.0.1:${b.port()}${base}?limit=2`)).json();
+      const rest = await (await fetch(`http://127.0.0.1:${a.port()}${base}?cursor=${paged.next_cursor}`))
         .json();
       assert.deepEqual([...paged.events, ...rest.events], all.events);
     } finally {

@@ -1,4 +1,4 @@
-import { fc } from "./_dev_deps.ts";
+import { fc } from "./_fast_check.ts";
 import assert from "node:assert/strict";
 import { buildContext } from "../src/agent/context.ts";
 import { buildRequestBody, serializeRequestBody } from "../src/llm/openai.ts";

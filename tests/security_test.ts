@@ -3,7 +3,7 @@
  * parameterization under hostile text, constant-time token comparison and per-user session isolation over
  * HTTP, and least privilege under each task's real permission flags.
  */
-import { fc } from "./_dev_deps.ts";
+import { fc } from "./_fast_check.ts";
 import assert from "node:assert/strict";
 import { DatabaseSync } from "node:sqlite";
 import { fileURLToPath } from "node:url";

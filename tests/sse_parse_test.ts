@@ -1,4 +1,4 @@
-import { fc } from "./_dev_deps.ts";
+import { fc } from "./_fast_check.ts";
 import assert from "node:assert/strict";
 import { type SseEvent, SseParser, type SseParserOptions } from "../src/llm/stream.ts";
 import { cutBytes } from "./_openai_stubs.ts";

@@ -1,4 +1,4 @@
-import { fc } from "./_dev_deps.ts";
+import { fc } from "./_fast_check.ts";
 import assert from "node:assert/strict";
 import type { StoredMessage } from "../src/types.ts";
 import { keyOf, storedMessage } from "./_harness.ts";

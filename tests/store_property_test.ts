@@ -1,9 +1,9 @@
 /**
- * Property-based tests of both stores, each run on fresh databases: saving is
- * idempotent by message id, turn counts follow distinct user messages, and compaction keeps
- * `turnCount === compactedTurns + stored user messages`.
+ * Property-based tests of both stores: saving is idempotent by message id, turn counts follow distinct user
+ * messages, and compaction keeps `turnCount === compactedTurns + stored user messages`. Each property migrates
+ * its databases once; every case works under users and message ids of its own, so no case sees another's rows.
  */
-import { fc } from "./_dev_deps.ts";
+import { fc } from "./_fast_check.ts";
 import assert from "node:assert/strict";
 import { type Session, type SessionKey, type SessionStore } from "../src/store/store.ts";
 import type { Role, StoredMessage, ToolCall } from "../src/types.ts";
@@ -174,6 +174,11 @@ function model(batches: Batch[]): Map<string, StoredMessage[]> {
   return sessions;
 }
 
+/** The plan with its users and message ids made this case's own (`c<n>.…`), for a database cases share. */
+function ownedBy(plan: Plan, n: number): Plan {
+  return { ...plan, users: plan.users.map((user) => `c${n}.${user}`), idPrefix: `c${n}.${plan.idPrefix}` };
+}
+
 /** The key of one of the plan's sessions, under the user the plan gives it. */
 function planKey(plan: Plan, sessionId: string): SessionKey {
   return keyOf(sessionId, plan.users[plan.sessions.indexOf(sessionId)]);
@@ -199,13 +204,14 @@ async function snapshot(plan: Plan, store: SessionStore) {
 
 storeTest(
   "$Store.append() saving any sequence of states twice equals saving it once",
-  async (_db, backend) => {
+  async (onceDb, backend) => {
+    await using twiceDb = await backend.fresh();
+    await using sequenceDb = await backend.fresh();
+    let cases = 0;
     await fc.assert(
-      fc.asyncProperty(PLAN, async (plan) => {
+      fc.asyncProperty(PLAN, async (generated) => {
+        const plan = ownedBy(generated, ++cases);
         const batches = batchesOf(plan);
-        await using onceDb = await backend.fresh();
-        await using twiceDb = await backend.fresh();
-        await using sequenceDb = await backend.fresh();
         // One clock each: a repeated save that added nothing must not even touch updated_at.
         const once = await onceDb.open({ now: steppingClock() });
         const twiceInARow = await twiceDb.open({ now: steppingClock() });
@@ -269,7 +275,9 @@ const FIXED = new Date("2026-03-04T05:06:07.000Z");
 
 storeTest(
   "$Store.append() of a prefix then the full list equals appending the full list",
-  async (_db, backend) => {
+  async (directDb, backend) => {
+    await using stepwiseDb = await backend.fresh();
+    let cases = 0;
     await fc.assert(
       fc.asyncProperty(
         SESSION_ID,
@@ -278,7 +286,8 @@ storeTest(
         fc.nat(),
         fc.array(fc.nat(), { maxLength: 6 }),
         async (sessionId, idPrefix, drafts, cut, repeats) => {
-          const unique = drafts.map((d, i) => ({ ...d, id: `${idPrefix}#${i}` }));
+          const user = `c${++cases}`;
+          const unique = drafts.map((d, i) => ({ ...d, id: `${user}/${idPrefix}#${i}` }));
           // Some ids appear twice in the list itself: only their first occurrence counts.
           const full = [...unique];
           if (unique.length > 0) {
@@ -287,31 +296,29 @@ storeTest(
           const k = cut % (full.length + 1);
           const users = new Set(full.filter((m) => m.role === "user").map((m) => m.id));
 
-          await using stepwiseDb = await backend.fresh();
-          await using directDb = await backend.fresh();
           const stepwise = await stepwiseDb.open({ now: () => FIXED });
           const direct = await directDb.open({ now: () => FIXED });
           try {
-            for (const store of [stepwise, direct]) await store.getOrCreate(keyOf(sessionId, "alice"));
-            const first = await stepwise.append(keyOf(sessionId, "alice"), full.slice(0, k));
-            const second = await stepwise.append(keyOf(sessionId, "alice"), full);
-            const all = await direct.append(keyOf(sessionId, "alice"), full);
+            for (const store of [stepwise, direct]) await store.getOrCreate(keyOf(sessionId, user));
+            const first = await stepwise.append(keyOf(sessionId, user), full.slice(0, k));
+            const second = await stepwise.append(keyOf(sessionId, user), full);
+            const all = await direct.append(keyOf(sessionId, user), full);
             assert.equal(all, unique.length);
             assert.equal(first + second, all);
             assert.equal(first, new Set(full.slice(0, k).map((m) => m.id)).size);
             assert.deepEqual(
-              await stepwise.messages(keyOf(sessionId, "alice")),
-              await direct.messages(keyOf(sessionId, "alice")),
+              await stepwise.messages(keyOf(sessionId, user)),
+              await direct.messages(keyOf(sessionId, user)),
             );
             assert.deepEqual(
-              await stepwise.get(keyOf(sessionId, "alice")),
-              await direct.get(keyOf(sessionId, "alice")),
+              await stepwise.get(keyOf(sessionId, user)),
+              await direct.get(keyOf(sessionId, user)),
             );
-            assert.deepEqual(await stepwise.listSessions("alice"), await direct.listSessions("alice"));
+            assert.deepEqual(await stepwise.listSessions(user), await direct.listSessions(user));
             // turnCount counts distinct user-message ids, however often they were appended.
-            assert.equal((await direct.get(keyOf(sessionId, "alice")))!.turnCount, users.size);
+            assert.equal((await direct.get(keyOf(sessionId, user)))!.turnCount, users.size);
             assert.deepEqual(
-              await direct.messages(keyOf(sessionId, "alice")),
+              await direct.messages(keyOf(sessionId, user)),
               model([{ sessionId, messages: full }]).get(sessionId),
             );
           } finally {
@@ -351,50 +358,51 @@ const STEP: fc.Arbitrary<Step> = fc.oneof(
   }),
 );
 
-async function assertTurnInvariant(store: SessionStore, sessionId: string): Promise<Session> {
-  const session = (await store.get(keyOf(sessionId, "alice")))!;
-  const users = (await store.messages(keyOf(sessionId, "alice"))).filter((m) => m.role === "user").length;
+async function assertTurnInvariant(store: SessionStore, key: SessionKey): Promise<Session> {
+  const session = (await store.get(key))!;
+  const users = (await store.messages(key)).filter((m) => m.role === "user").length;
   assert.equal(session.turnCount, session.compactedTurns + users, JSON.stringify(session));
   return session;
 }
 
 storeTest(
   "$Store.applyCompaction() with random cut prefixes keeps turnCount = compactedTurns + users",
-  async (_db, backend) => {
+  async (db, backend) => {
+    let cases = 0;
     await fc.assert(
       fc.asyncProperty(fc.array(STEP, { minLength: 1, maxLength: 25 }), async (steps) => {
-        await using db = await backend.fresh();
+        const user = `c${++cases}`;
         const store = await db.open({ now: steppingClock() });
         const ids = ["s-a", "s-b"];
         let counter = 0;
         try {
-          for (const id of ids) await store.getOrCreate(keyOf(id, "alice"));
+          for (const id of ids) await store.getOrCreate(keyOf(id, user));
           for (const step of steps) {
             const sessionId = ids[step.session];
-            const before = await store.messages(keyOf(sessionId, "alice"));
+            const before = await store.messages(keyOf(sessionId, user));
             if (step.kind === "append") {
               await store.append(
-                keyOf(sessionId, "alice"),
-                step.drafts.map((d) => ({ ...d, id: `m${counter++}` })),
+                keyOf(sessionId, user),
+                step.drafts.map((d) => ({ ...d, id: `${user}/m${counter++}` })),
               );
             } else if (step.kind === "compact") {
               const k = step.cut % (before.length + 1);
               const cut = before.slice(0, k);
-              const old = (await store.get(keyOf(sessionId, "alice")))!;
+              const old = (await store.get(keyOf(sessionId, user)))!;
               const turns = cut.filter((m) => m.role === "user").length;
               await store.applyCompaction(
-                keyOf(sessionId, "alice"),
+                keyOf(sessionId, user),
                 step.summary,
                 cut.map((m) => m.id),
                 turns,
               );
-              const now = (await store.get(keyOf(sessionId, "alice")))!;
+              const now = (await store.get(keyOf(sessionId, user)))!;
               assert.equal(now.summary, step.summary);
               assert.equal(now.compactedTurns, old.compactedTurns + turns);
               assert.equal(now.turnCount, old.turnCount, "compaction never changes the turn count");
-              assert.deepEqual(await store.messages(keyOf(sessionId, "alice")), before.slice(k));
+              assert.deepEqual(await store.messages(keyOf(sessionId, user)), before.slice(k));
             } else {
-              const other = await store.messages(keyOf(ids[1 - step.session], "alice"));
+              const other = await store.messages(keyOf(ids[1 - step.session], user));
               const k = step.cut % (before.length + 1);
               const cut = before.slice(0, k).map((m) => m.id);
               const intruder = step.how === "unknown"
@@ -404,19 +412,19 @@ storeTest(
                 : cut[0] ?? "no-such-message";
               cut.splice(step.cut % (cut.length + 1), 0, intruder);
               const old = {
-                session: await store.get(keyOf(sessionId, "alice")),
-                other: await store.messages(keyOf(ids[1 - step.session], "alice")),
+                session: await store.get(keyOf(sessionId, user)),
+                other: await store.messages(keyOf(ids[1 - step.session], user)),
               };
               await assert.rejects(
-                async () => await store.applyCompaction(keyOf(sessionId, "alice"), "{}", cut, 1),
+                async () => await store.applyCompaction(keyOf(sessionId, user), "{}", cut, 1),
                 /Cannot compact session/,
               );
               // All or nothing: not one message or counter changed, in either session.
-              assert.deepEqual(await store.get(keyOf(sessionId, "alice")), old.session);
-              assert.deepEqual(await store.messages(keyOf(sessionId, "alice")), before);
-              assert.deepEqual(await store.messages(keyOf(ids[1 - step.session], "alice")), old.other);
+              assert.deepEqual(await store.get(keyOf(sessionId, user)), old.session);
+              assert.deepEqual(await store.messages(keyOf(sessionId, user)), before);
+              assert.deepEqual(await store.messages(keyOf(ids[1 - step.session], user)), old.other);
             }
-            for (const id of ids) await assertTurnInvariant(store, id);
+            for (const id of ids) await assertTurnInvariant(store, keyOf(id, user));
           }
         } finally {
           await store.close();

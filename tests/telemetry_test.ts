@@ -28,12 +28,11 @@ function freePort(): number {
 }
 
 /**
- * `deno task serve` on `port` with telemetry exported to `endpoint`. The batch delay is a minute, so spans
+ * `deno task serve` on a port it picks (read it with `port()` once it listens) with telemetry exported to `endpoint`. The batch delay is a minute, so spans
  * reach the receiver during the test only through the flush at shutdown.
  */
 function startServe(
   dir: string,
-  port: number,
   { providerUrl, endpoint, extra = {} }: {
     providerUrl: string;
     endpoint: string;
@@ -45,7 +44,7 @@ function startServe(
     childEnv(dir, {
       ...extra,
       NO_COLOR: "1",
-      AGENT_PORT: String(port),
+      AGENT_PORT: "0",
       OPENAI_BASE_URL: providerUrl,
       OPENAI_API_KEY: KEY,
       MODEL,
@@ -109,11 +108,11 @@ Deno.test("serve with OTEL_DENO=true exports a calculator turn as invoke_agent >
   // Each reply says 4 of its 10 prompt tokens came from the provider's cache.
   const provider = startFakeProvider({ reasoning: THOUGHT, cachedTokens: 4 });
   const receiver = startOtlpReceiver();
-  const port = freePort();
-  const serve = startServe(dir.path, port, { providerUrl: provider.url, endpoint: receiver.url });
+  const serve = startServe(dir.path, { providerUrl: provider.url, endpoint: receiver.url });
   let body: Record<string, unknown>;
   try {
     await serve.listening;
+    const port = serve.port();
     body = await post(port, "otel-1", `what is 12*(3+4)? ${MARKER}`);
     assert.equal(body.answer, "The answer is 84.");
     assert.equal(receiver.spans().length, 0, "nothing is exported before the batch delay or shutdown");
@@ -222,16 +221,16 @@ Deno.test("a turn that waited behind another of its session is a child of its ow
   using dir = tempDir();
   const provider = startFakeProvider();
   const receiver = startOtlpReceiver();
-  const port = freePort();
   // One raw turn kept and no batch: the second turn's answer starts a compaction of the first, in the
   // background; its span is still the second turn's child.
   const extra = { AGENT_MAX_RAW_TURNS: "1", AGENT_COMPACT_BATCH: "0" };
-  const serve = startServe(dir.path, port, { providerUrl: provider.url, endpoint: receiver.url, extra });
+  const serve = startServe(dir.path, { providerUrl: provider.url, endpoint: receiver.url, extra });
   let release!: () => void;
   provider.hold = new Promise((resolve) => (release = resolve));
   const runIds: unknown[] = [];
   try {
     await serve.listening;
+    const port = serve.port();
     // The calculator fails on this one: its span is marked failed, and the tool's error text stays home.
     const first = post(port, "queued", "what is 6/0?");
     // The first turn's answer is held mid-stream: the second request has to wait for it.

@@ -5,7 +5,7 @@
  * terminal rendering of the same tree is tests/markdown_test.ts; the DOM rendering runs in Chromium
  * (tests/web_chat_browser_test.ts).
  */
-import { fc } from "./_dev_deps.ts";
+import { fc } from "./_fast_check.ts";
 import assert from "node:assert/strict";
 import { newFenceState, parseInline, parseLine, parseMarkdown } from "../src/text/markdown.js";
 import { safeHref } from "../src/web/markdown_view.js";
