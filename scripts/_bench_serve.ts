@@ -19,8 +19,15 @@ import {
 import { delay } from "./_fake_provider.ts";
 import { floorTurn, openBenchRuntime, turnMessage } from "./_bench_turns.ts";
 
-const TASKS: Record<string, string> =
-  JSON.parse(Deno.readTextFileSync(new URL("../deno.json", import.meta.url))).tasks;
+/** Each task's command line, whether deno.json writes it as a string or as `{description, command}`. */
+const TASKS: Record<string, string> = Object.fromEntries(
+  Object.entries(
+    JSON.parse(Deno.readTextFileSync(new URL("../deno.json", import.meta.url))).tasks as Record<
+      string,
+      string | { command: string }
+    >,
+  ).map(([name, task]) => [name, typeof task === "string" ? task : task.command]),
+);
 
 function spawnAgent(command: "chat" | "serve", dir: string, baseUrl: string, extra = {}): ManagedProcess {
   const env = {
