@@ -5,7 +5,8 @@
  * @module
  */
 import { tmpdir } from "node:os";
-import { ENV_VARIABLES, readEnvironment, taskPermissionFlags } from "../src/permissions.ts";
+import { ENV_VARIABLES, taskPermissionFlags } from "../src/permissions.ts";
+import { readEnvironment } from "../src/config.ts";
 import { TELEMETRY_VARIABLES } from "../src/telemetry.ts";
 
 const task = Deno.args[0] ?? "chat";

@@ -11,7 +11,7 @@ import { type ChatOptions, oneShotMessage, runChat, schemaFormat } from "./cli/c
 import { colorWanted } from "./cli/render.ts";
 import { FileHistory } from "./cli/history.ts";
 import { helpText } from "./cli/help.ts";
-import { type Config, isLoopbackHost, loadConfig, requireApiKey } from "./config.ts";
+import { type Config, isLoopbackHost, loadConfig, readEnvironment, requireApiKey } from "./config.ts";
 import { ConfigError, errorMessage, SessionError } from "./errors.ts";
 import { Authenticator } from "./http/auth.ts";
 import { BatchedLog, writeStderr } from "./http/batched_log.ts";
@@ -21,7 +21,7 @@ import { listenFailure } from "./http/listen_failure.ts";
 import { McpEndpoint } from "./mcp/http_endpoint.ts";
 import { serveMcpStdio } from "./mcp/stdio_endpoint.ts";
 import { createLlmFromConfig } from "./llm/openai.ts";
-import { listenNetHost, missingPermissions, readEnvironment, TERMINAL_VARIABLES } from "./permissions.ts";
+import { ENV_VARIABLES, listenNetHost, missingPermissions, TERMINAL_VARIABLES } from "./permissions.ts";
 import { openRuntime, type OpenRuntimeOptions, type Runtime } from "./runtime.ts";
 import { DEMO_MODEL_NAME, DemoModel } from "./demo/model.ts";
 import { probeProvider } from "./llm/probe.ts";
@@ -264,7 +264,7 @@ async function mcp(config: Readonly<Config>, userId: string): Promise<number> {
 
 function loadChecked(check: (config: Readonly<Config>) => void, needsKey = true): Readonly<Config> {
   try {
-    const config = loadConfig(readEnvironment());
+    const config = loadConfig(readEnvironment(ENV_VARIABLES));
     if (needsKey) requireApiKey(config);
     check(config);
     return config;

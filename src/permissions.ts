@@ -5,20 +5,12 @@
  */
 import { dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import {
-  type Config,
-  DOCS_DIR,
-  loadConfig,
-  readEnvironment as readConfigEnvironment,
-  SETTINGS,
-} from "./config.ts";
+import { type Config, DOCS_DIR, loadConfig, SETTINGS } from "./config.ts";
 import { TELEMETRY_VARIABLES } from "./telemetry.ts";
 import { type McpFile, readMcpConfig } from "./mcp/config.ts";
 import { INHERITED_ENV } from "./mcp/stdio_transport.ts";
 import { POSTGRES_ENV } from "./store/postgres.ts";
 import { parseDatabaseUrl } from "./database_url.ts";
-
-export { DOCS_DIR };
 
 /**
  * The lock of the runtime's optional packages (the MCP SDK, `@opentelemetry/api`, `postgres`): a task that
@@ -189,11 +181,4 @@ export function missingPermissions(
     missing.push(`--allow-read=${DOCS_DIR}`);
   }
   return missing;
-}
-
-/** The runtime's variables (or the `names` given) from the process environment, as far as it may read them. */
-export function readEnvironment(
-  names: readonly string[] = ENV_VARIABLES,
-): Record<string, string | undefined> {
-  return readConfigEnvironment(names);
 }

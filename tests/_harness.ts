@@ -5,7 +5,7 @@ import { fileURLToPath } from "node:url";
 import type { Agent, RunOptions } from "../src/agent/loop.ts";
 import { BackgroundCompactions } from "../src/session/background.ts";
 import { ScriptedLLM, type ScriptStep } from "../src/llm/scripted.ts";
-import type { LeaseStore } from "../src/session/leases.ts";
+import type { LeaseStore } from "../src/store/store.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { StoreUnavailableError } from "../src/errors.ts";
 import type { SessionKey, TodoStore } from "../src/store/store.ts";

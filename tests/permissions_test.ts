@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import { loadConfig } from "../src/config.ts";
-import { DOCS_DIR, missingPermissions, taskPermissionFlags } from "../src/permissions.ts";
+import { missingPermissions, taskPermissionFlags } from "../src/permissions.ts";
+import { DOCS_DIR } from "../src/config.ts";
 import { tempDir } from "./_harness.ts";
 
 const PROBE = fileURLToPath(new URL("./fixtures/permission_probe.ts", import.meta.url));

@@ -4,7 +4,8 @@
  * store's clock stands still unless the test moves it, so only a take from the holder can end a wait early.
  */
 import assert from "node:assert/strict";
-import { type LeaseStore, SessionLeases } from "../src/session/leases.ts";
+import { SessionLeases } from "../src/session/leases.ts";
+import type { LeaseStore } from "../src/store/store.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { keyOf, leaseStoreWith } from "./_harness.ts";
 import { until } from "./_http_harness.ts";

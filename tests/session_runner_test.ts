@@ -5,7 +5,8 @@
  */
 import assert from "node:assert/strict";
 import { LeaseLostError, QueueFullError } from "../src/errors.ts";
-import { type LeaseStore, SessionLeases } from "../src/session/leases.ts";
+import { SessionLeases } from "../src/session/leases.ts";
+import type { LeaseStore } from "../src/store/store.ts";
 import { SessionRunner } from "../src/session/runner.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { FakeClock, settle } from "./_fake_clock.ts";

@@ -23,8 +23,6 @@ export const MAX_TOOL_ARGUMENT_BYTES = 65_536;
 /** Characters of over-long arguments kept in the stored call, so the model can tell which call it was. */
 const CUT_PREFIX_CHARS = 200;
 
-export { INVALID_TOOL_CALL_NAME };
-
 /** Tool calls run per model reply unless the turn says otherwise (`Agent.maxToolCallsPerStep`). */
 export const DEFAULT_MAX_TOOL_CALLS_PER_STEP = 16;
 

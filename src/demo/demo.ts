@@ -6,12 +6,12 @@
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { createStyle, renderEvent } from "../cli/render.ts";
-import { type Config, loadConfig, requireApiKey } from "../config.ts";
+import { type Config, loadConfig, readEnvironment, requireApiKey } from "../config.ts";
 import { llmNetHost } from "../permissions.ts";
 import { ConfigError, errorMessage } from "../errors.ts";
 import type { LLM } from "../llm/llm.ts";
 import { createLlmFromConfig, type RetryInfo } from "../llm/openai.ts";
-import { ENV_VARIABLES, readEnvironment } from "../permissions.ts";
+import { ENV_VARIABLES } from "../permissions.ts";
 import { SqliteStore } from "../store/sqlite.ts";
 import { createLlmSummarizer, deterministicSummarizer, type Summarizer } from "../memory/summarizer.ts";
 import { createBuiltinTools } from "../tools/builtin.ts";
@@ -55,7 +55,7 @@ function liveModel(log: (reason: string) => void): { config: Readonly<Config>; l
       `Cannot run the live demo: missing permission --allow-env=${ENV_VARIABLES.join(",")}`,
     );
   }
-  const config = loadConfig(readEnvironment());
+  const config = loadConfig(readEnvironment(ENV_VARIABLES));
   requireApiKey(config);
   const host = llmNetHost(config.baseUrl);
   if (Deno.permissions.querySync({ name: "net", host }).state !== "granted") {
@@ -89,7 +89,10 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
   const style = createStyle(color);
   const provider = live && options.llm === undefined
     ? liveModel((reason) => out(style.dim(`    … ${reason}`)))
-    : { config: live ? loadConfig(readEnvironment()) : loadConfig({}), llm: options.llm ?? new DemoModel() };
+    : {
+      config: live ? loadConfig(readEnvironment(ENV_VARIABLES)) : loadConfig({}),
+      llm: options.llm ?? new DemoModel(),
+    };
   const { config } = provider;
   const summarizer = options.summarizer ??
     (live ? createLlmSummarizer(provider.llm) : deterministicSummarizer);

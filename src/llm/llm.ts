@@ -25,8 +25,6 @@ export interface ChatOptions {
   responseFormat?: ResponseFormat | null;
 }
 
-export type { ModelInfo };
-
 /** A chat model: messages and tools in, one reply out. Fails only with `LlmError`. */
 export interface LLM {
   chat(messages: Message[], options?: ChatOptions): Promise<ChatReply>;

@@ -13,7 +13,8 @@ import { chatSpan, inSpan, providerName, type SpanOptions } from "../telemetry.t
 import { type ChatReply, type Message, REASONING_EFFORTS, type ReasoningEffort } from "../types.ts";
 import { attempt, type AttemptContext } from "./_attempt.ts";
 import { ABORTED, type Failure } from "./_failure.ts";
-import type { ChatOptions, LLM, ModelInfo } from "./llm.ts";
+import type { ChatOptions, LLM } from "./llm.ts";
+import type { ModelInfo } from "../types.ts";
 import { modelOrigin, serializeRequestBody } from "./wire.ts";
 
 export { buildRequestBody, parseCompletion, serializeRequestBody } from "./wire.ts";

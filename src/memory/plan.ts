@@ -4,7 +4,6 @@
  * @module
  */
 import type { Message, ToolSchema } from "../types.ts";
-import { defaultCompactBatch } from "../config.ts";
 import type { TextCounter } from "./tokenizer.ts";
 
 /**
@@ -120,8 +119,6 @@ export const MAX_SUMMARY_TOKENS = 1000;
 export function summaryReserve(maxCtxTokens: number): number {
   return Math.min(MAX_SUMMARY_TOKENS, Math.floor(maxCtxTokens / 4));
 }
-
-export { defaultCompactBatch };
 
 /** Whether `messages` hold more than `maxRawTurns + compactBatch` user turns: the turn trigger. */
 export function overTurnLimit(

@@ -4,15 +4,13 @@
  * @module
  */
 import type { Tiktoken } from "npm:js-tiktoken@1.0.21/lite";
-import { type TokenizerName, TOKENIZERS } from "../types.ts";
+import type { TokenizerName } from "../types.ts";
 
 /**
  * The package, pinned. Imported through a variable: Deno tries to download a string-literal dynamic import at
  * start-up even when it never runs.
  */
 const PACKAGE = "npm:js-tiktoken@1.0.21";
-
-export { type TokenizerName, TOKENIZERS };
 
 /** How a request's texts are counted: its texts' tokens, and the tokens a provider adds around each message. */
 export interface TextCounter {

@@ -9,7 +9,8 @@ import type { EventSink } from "../events.ts";
 import type { Calibration, MemoryStore, RecalledItem, SessionKey, TranscriptStore } from "../store/store.ts";
 import type { Message, StoredMessage, ToolSchema } from "../types.ts";
 import { compactIfDue, type CompactionDeps, type CompactionResult, requestTokens } from "./compact.ts";
-import { defaultCompactBatch, estimateMessageTokens, estimateRequestTokens, overTurnLimit } from "./plan.ts";
+import { estimateMessageTokens, estimateRequestTokens, overTurnLimit } from "./plan.ts";
+import { defaultCompactBatch } from "../config.ts";
 import { type MemoryEntry, runtimeContextText } from "./summary.ts";
 import type { Summarizer } from "./summarizer.ts";
 

@@ -10,8 +10,6 @@ import { SessionRunner } from "./runner.ts";
 import { type SessionKey, sessionName } from "../store/store.ts";
 import type { BackgroundCompactions as Compactions, BackgroundJob } from "../memory/turn_memory.ts";
 
-export type { BackgroundJob };
-
 /** Options of {@linkcode BackgroundCompactions}. */
 export interface BackgroundCompactionsOptions {
   /**

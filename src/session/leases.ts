@@ -16,8 +16,6 @@ import {
   UNKNOWN_HOST,
 } from "../store/store.ts";
 
-export { processOwner };
-
 /** Options of {@linkcode SessionLeases}. */
 export interface SessionLeasesOptions {
   /** How long a lease lasts unless renewed, in milliseconds (AGENT_SESSION_LEASE_SECONDS). @default {30000} */
@@ -63,7 +61,6 @@ export interface HoldOptions {
 }
 
 /** What leases need of a store. */
-export type { LeaseStore };
 
 /** One lease this process holds or is taking, shared by everything of this process on that session. */
 interface Held {

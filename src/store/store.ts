@@ -317,8 +317,6 @@ export interface HealthStore {
 export interface SessionStore
   extends TranscriptStore, TodoStore, MemoryStore, UsageStore, LeaseStore, HealthStore {}
 
-export { isValidId };
-
 /** `id` if it is 1–128 characters of `[A-Za-z0-9._:-]`, else a `SessionError`; `what` names it in the message. */
 export function validateId(id: unknown, what = "session id"): string {
   if (isValidId(id)) return id;
