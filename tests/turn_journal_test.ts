@@ -70,7 +70,7 @@ Deno.test("a tool turn writes through its journal: the question, the calls befor
     { toolCalls: [{ name: "probe", arguments: {} }] },
     { content: "done" },
   ], { extraTools: [tool.spec] });
-  const { journal, log, mark } = recording(storeJournal(h.store, KEY, h.store));
+  const { journal, log, mark } = recording(storeJournal(h.store, KEY));
   tool.log.mark = mark;
   const result = await runTurn({ ...KEY, message: "go" }, h.agent, { ...h.run, journal });
   assert.equal(result.outcome, "answered");
@@ -89,7 +89,7 @@ Deno.test("a turn that waits for approval writes a pause, not calls without resu
     { content: "added" },
   ]);
   h.agent.approval = parseApprovalPolicy({ tools: { todo: "ask" } });
-  const { journal, log } = recording(storeJournal(h.store, KEY, h.store));
+  const { journal, log } = recording(storeJournal(h.store, KEY));
   const first = await runTurn({ ...KEY, message: "add milk" }, h.agent, { ...h.run, journal });
   assert.equal(first.outcome, "awaiting_approval");
   assert.deepEqual(log, ["append:user", "pause:todo"]);
@@ -107,7 +107,7 @@ Deno.test("an aborted turn's journal takes back exactly what the turn appended",
     { toolCalls: [{ name: "probe", arguments: {} }] },
     { content: "never" },
   ], { extraTools: [tool.spec] });
-  const { journal, log, mark } = recording(storeJournal(h.store, KEY, h.store));
+  const { journal, log, mark } = recording(storeJournal(h.store, KEY));
   tool.log.mark = mark;
   const result = await runTurn({ ...KEY, message: "go" }, h.agent, {
     ...h.run,
@@ -152,7 +152,7 @@ Deno.test("a journal that keeps nothing runs the same turn and leaves no message
 Deno.test("a compaction the token budget makes due within a turn is kept through the journal, before the turn's request", async () => {
   const long = (n: number) => `turn ${n} ` + "lorem ipsum ".repeat(150);
   using h = harness(Array.from({ length: 6 }, (_, i) => ({ content: `ok ${i}` })), { maxCtxTokens: 1500 });
-  const { journal, log } = recording(storeJournal(h.store, KEY, h.store));
+  const { journal, log } = recording(storeJournal(h.store, KEY));
   for (let i = 0; i < 6; i++) await runTurn({ ...KEY, message: long(i) }, h.agent, { ...h.run, journal });
   const compacts = log.filter((line) => line.startsWith("compact:"));
   assert.ok(compacts.length > 0, log.join(" "));

@@ -8,7 +8,7 @@ import type { EventSink, RunEventData } from "../events.ts";
 import type { ResponseFormat, StoredMessage, ToolCall, Usage } from "../types.ts";
 import type { LLM } from "../llm/llm.ts";
 import type { Summarizer } from "../memory/summarizer.ts";
-import type { SessionStore, UsageStore } from "../store/store.ts";
+import type { SessionStore } from "../store/store.ts";
 import type { TurnJournal, TurnReads } from "./journal.ts";
 import type { ApprovalPolicy } from "../approval/policy.ts";
 import type { Decision } from "../approval/decisions.ts";
@@ -63,11 +63,6 @@ export interface Agent {
    * back and ends `timeout`. @default {null} (no deadline)
    */
   turnTimeoutSeconds?: number | null;
-  /**
-   * Where model calls' tokens are counted when `store` does not keep them for the user (a request's private
-   * session): each turn adds its own at its end. @default {undefined} (`store`, with what each call produced)
-   */
-  usageStore?: Pick<UsageStore, "recordUsage">;
   /** Dollars per million tokens by model (AGENT_PRICES): `run_end` carries the turn's cost. @default {none} */
   prices?: PriceTable;
   /** Where a turn's deadline waits. @default {SYSTEM_CLOCK} */
@@ -93,7 +88,7 @@ export interface RunOptions {
   onReasoning?: (step: number) => void;
   /**
    * Where the turn's writes go (its messages, a pause, an abort's rollback, tokens no write carried).
-   * @default {storeJournal(store, key, usageStore ?? store)} (the session in the agent's store)
+   * @default {storeJournal(store, key)} (the session in the agent's store)
    */
   journal?: TurnJournal;
   /** Where the turn reads its session when it opens. @default {store} (the agent's store) */

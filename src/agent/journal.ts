@@ -56,27 +56,19 @@ export interface TurnJournal {
 /** What a turn reads of its session when it opens: the session, its messages, the step that waits. */
 export type TurnReads = Pick<TranscriptStore, "get" | "getOrCreate" | "messages" | "pendingStep">;
 
-/** The transcript methods a store journal writes with. */
-export type JournalStore = Pick<
-  TranscriptStore,
-  "append" | "savePending" | "resolvePending" | "discardMessages" | "applyCompaction"
->;
+/** The store methods a store journal writes with. */
+export type JournalStore =
+  & Pick<TranscriptStore, "append" | "savePending" | "resolvePending" | "discardMessages" | "applyCompaction">
+  & Pick<UsageStore, "recordUsage">;
 
-/**
- * The journal of session `key` in `store`; tokens no message carried go to `usage` (a request's private
- * session counts its user's tokens in the real store).
- */
-export function storeJournal(
-  store: JournalStore,
-  key: SessionKey,
-  usage: Pick<UsageStore, "recordUsage">,
-): TurnJournal {
+/** The journal of session `key` in `store`. */
+export function storeJournal(store: JournalStore, key: SessionKey): TurnJournal {
   return {
     append: async (messages, options) => void await store.append(key, messages, options),
     pause: (step, options) => store.savePending(key, step, options),
     resume: (runId, messages) => store.resolvePending(key, runId, messages),
     discard: (ids) => store.discardMessages(key, ids),
-    recordUsage: (entries) => usage.recordUsage(key, entries),
+    recordUsage: (entries) => store.recordUsage(key, entries),
     compact: (summary, cutIds, turns, options) => store.applyCompaction(key, summary, cutIds, turns, options),
   };
 }

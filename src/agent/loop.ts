@@ -452,7 +452,7 @@ async function append(
   // answers it.
   const calibration = turn.memory.takeCalibration();
   const memoryUsed = turn.memory.takeMemoryUse();
-  await turn.journal.append(stamped, { calibration, usage: turn.usageToStore(), memoryUsed });
+  await turn.journal.append(stamped, { calibration, usage: turn.unstoredUsage(), memoryUsed });
   turn.stored(stamped, options);
   return stamped[0];
 }
@@ -530,7 +530,7 @@ async function pause(
     asked,
     createdAt: turn.now().toISOString(),
   };
-  await turn.journal.pause(pending, { usage: turn.usageToStore() });
+  await turn.journal.pause(pending, { usage: turn.unstoredUsage() });
   const calls = approvalCalls(pending);
   turn.event("approval_requested", step, { calls });
   return { ...turn.end("awaiting_approval", waitingAnswer(calls, key.sessionId)), approval: { calls } };
@@ -576,9 +576,8 @@ function capitalized(text: string): string {
 }
 
 /**
- * Counts the tokens of the turn's calls that no write carried (a reply the turn was stopped after, or a
- * request's private session, whose user's counts are in `agent.usageStore`). A store gone meanwhile loses
- * them: the turn has ended already and says so by its outcome.
+ * Counts the tokens of the turn's calls that no write carried (a reply the turn was stopped after). A store
+ * gone meanwhile loses them: the turn has ended already and says so by its outcome.
  */
 async function storeUsageLeft(turn: Turn): Promise<void> {
   const left = turn.unstoredUsage();

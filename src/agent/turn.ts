@@ -98,7 +98,7 @@ export class Turn {
     this.agent = agent;
     this.run = run;
     this.key = session.key;
-    this.journal = run.journal ?? storeJournal(agent.store, session.key, agent.usageStore ?? agent.store);
+    this.journal = run.journal ?? storeJournal(agent.store, session.key);
     this.instructions = instructions;
     this.responseFormat = responseFormat;
     this.formatText = responseFormat === null
@@ -182,15 +182,7 @@ export class Turn {
     return entry;
   }
 
-  /**
-   * The calls' tokens to store with the session's next write, taken off the list: none when the agent counts
-   * them in another store (see {@linkcode Agent.usageStore}); {@linkcode Turn.unstoredUsage} takes those.
-   */
-  usageToStore(): UsageEntry[] {
-    return this.agent.usageStore === undefined ? this.unstoredUsage() : [];
-  }
-
-  /** Every call's tokens not stored yet, taken off the list. */
+  /** Every call's tokens not stored yet, taken off the list: they go with the turn's next write. */
   unstoredUsage(): UsageEntry[] {
     return this.#unstored.splice(0);
   }
