@@ -31,9 +31,9 @@ export interface SseResponseOptions {
  * A 200 SSE response whose body is what `produce` sends. A rejection of `produce` goes to `onError` (which may
  * still send, say an error frame); the stream closes after either. Once the client cancels the body, sends
  * are dropped: the route learns of the disconnect from `request.signal`. A client that stops reading is
- * held at most `maxUnreadBytes` of frames (and the frame that crossed them): then its stream ends in an error, the frames held are freed
- * and later sends are dropped, while the work goes on (a turn ends and is kept as if its client had stayed).
- * `headers` go with `SSE_HEADERS`.
+ * held at most `maxUnreadBytes` of frames (and the frame that crossed them): then its stream ends in an error,
+ * the frames held are freed and later sends are dropped, while the work goes on (a turn ends and is kept as
+ * if its client had stayed). `headers` go with `SSE_HEADERS`.
  */
 export function sseResponse(
   produce: (send: SseSend) => Promise<void>,
