@@ -56,11 +56,12 @@ export type SessionErrorReason =
   | "invalid_id"
   | "nothing_to_retry"
   | "approval_pending"
-  | "no_pending_approval";
+  | "no_pending_approval"
+  | "invalid_decisions";
 
 /**
- * A session or user id is malformed, a retry found no unanswered message, or the session's last turn waits
- * for approval.
+ * A session or user id is malformed, a retry found no unanswered message, the session's last turn waits
+ * for approval, or decisions do not match the calls of the turn that waits.
  */
 export class SessionError extends Error {
   override name = "SessionError";

@@ -15,7 +15,7 @@ import { parsePrices } from "../src/prices.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { readTrace } from "../src/trace/trace.ts";
 import type { ChatReply, ToolSchema } from "../src/types.ts";
-import { formatCost } from "../src/web/timeline.js";
+import { formatCost } from "../src/text/cost.js";
 import { type Dialect, DIALECTS, MARKER, readDialects, replayProvider } from "./_dialects.ts";
 import { harness, keyOf, steppingClock, tempDir } from "./_harness.ts";
 import { httpHarness, postMessage } from "./_http_harness.ts";

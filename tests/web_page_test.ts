@@ -33,6 +33,7 @@ Deno.test("every file the page links to is served with its type; other names are
   const linked = [...html.matchAll(/(?:src|href)="\/web\/([^"]+)"/g)].map((m) => m[1]);
   assert.deepEqual(linked.sort(), ["app.js", "style.css"]);
   assert.deepEqual([...WEB_FILES.keys()].filter((path) => path.startsWith("text/")).sort(), [
+    "text/cost.js",
     "text/markdown.js",
     "text/title.js",
   ]);

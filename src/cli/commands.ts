@@ -13,7 +13,7 @@ import type { StoredMessage, Usage, UsageEntry } from "../types.ts";
 import { plural } from "./render.ts";
 import { costOf, type PriceTable } from "../prices.ts";
 // The page's formatter, pure: chat and the page write a cost alike.
-import { formatCost } from "../web/timeline.js";
+import { formatCost } from "../text/cost.js";
 
 /** Tokens counted over some turns. */
 export interface TokenCount {

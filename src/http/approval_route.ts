@@ -3,7 +3,7 @@
  * resumes, answered like a turn (JSON, or SSE with `Accept: text/event-stream`).
  * @module
  */
-import { checkDecisions, noPendingApproval } from "../approval/decisions.ts";
+import type { Decision } from "../approval/decisions.ts";
 import type { SessionKey } from "../store/store.ts";
 import { readJsonBody } from "./body.ts";
 import type { HandlerDeps } from "./deps.ts";
@@ -12,8 +12,9 @@ import { respondTurn, resumable } from "./turn_route.ts";
 import { queueTurn } from "../session/turn.ts";
 
 /**
- * Resumes the turn of `key` that waits for approval. Checked before anything runs: the body (400), that a
- * turn waits (409 `no_pending_approval`), and that the decisions name exactly its waiting calls (400).
+ * Resumes the turn of `key` that waits for approval. Checked before anything runs: the body (400), then by
+ * the session layer that a turn waits (409 `no_pending_approval`) and that the decisions name exactly its
+ * waiting calls (400 `invalid_body`).
  */
 export async function handleApproval(
   request: Request,
@@ -21,23 +22,14 @@ export async function handleApproval(
   deps: HandlerDeps,
 ): Promise<Response> {
   const body = await readJsonBody(request, { maxBytes: deps.maxBodyBytes, signal: request.signal });
-  const invalid = (why: string) => new HttpError(400, "invalid_body", why);
   if (typeof body !== "object" || body === null || Array.isArray(body) || !Object.hasOwn(body, "decisions")) {
-    throw invalid('Cannot resume: the body must be a JSON object with "decisions"');
+    throw new HttpError(
+      400,
+      "invalid_body",
+      'Cannot resume: the body must be a JSON object with "decisions"',
+    );
   }
-  const decisions = (body as { decisions: unknown }).decisions;
-  const pending = await deps.agent.store.pendingStep(key);
-  if (pending === null) throw noPendingApproval(key.sessionId);
-  try {
-    checkDecisions(pending, decisions);
-  } catch (error) {
-    if (error instanceof TypeError) throw invalid(error.message);
-    throw error;
-  }
-  const input = { ...key, decisions: decisions as Record<string, "approve" | "deny"> };
-  const run = await queueTurn(request.signal, input, deps, {
-    resumable: resumable(request),
-    runId: pending.runId,
-  });
+  const decisions = (body as { decisions: Record<string, Decision> }).decisions;
+  const run = await queueTurn(request.signal, { ...key, decisions }, deps, { resumable: resumable(request) });
   return await respondTurn(request, run, deps);
 }

@@ -67,8 +67,8 @@ export interface HandlerDeps {
 
 /** What serves `/mcp` (`McpEndpoint` of `src/mcp/http_endpoint.ts`), as the routes and the server use it. */
 export interface McpRoute {
-  /** Answers a request of `/mcp` from `userId`, the session's turns run with `deps`. */
-  handle(request: Request, userId: string, deps: HandlerDeps): Promise<Response>;
+  /** Answers a request of `/mcp` from `userId` (a POST's `body` read), the session's turns run with `deps`. */
+  handle(request: Request, userId: string, deps: HandlerDeps, body?: unknown): Promise<Response>;
   /** Ends the open streams of server messages, so a shutdown does not wait for them. */
   closeStreams(): void;
   /** Closes every MCP session. */

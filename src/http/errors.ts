@@ -10,8 +10,7 @@ import {
   StoreUnavailableError,
   TurnCancelledError,
 } from "../errors.ts";
-import { listed } from "../agent/response_format.ts";
-import { failedAnswer } from "../agent/loop.ts";
+import { failureMessage } from "../session/failure.ts";
 import type { TurnResult } from "../types.ts";
 
 /** Options of {@linkcode HttpError}. */
@@ -82,7 +81,7 @@ export function storeUnavailable(message: string, options?: HttpErrorOptions): H
 
 /**
  * Any thrown value as the `HttpError` to answer with: itself; a `SessionError` as 400 (409 with nothing to
- * retry or an approval pending); a full session queue as 429 (`too_many_requests`), a full process queue as
+ * retry or an approval pending or none; decisions that do not match as `invalid_body`); a full session queue as 429 (`too_many_requests`), a full process queue as
  * 503 (`server_busy`), both with `Retry-After`; an unreachable session database as 503 (`store_unavailable`);
  * an `AbortError` as 499 (the client is gone); anything else, logged, as a 500 saying `internal`.
  */
@@ -96,6 +95,7 @@ export function toHttpError(
     if (error.reason === "approval_pending" || error.reason === "no_pending_approval") {
       return new HttpError(409, error.reason, error.message);
     }
+    if (error.reason === "invalid_decisions") return new HttpError(400, "invalid_body", error.message);
     const retry = error.reason === "nothing_to_retry";
     return new HttpError(retry ? 409 : 400, retry ? "nothing_to_retry" : "invalid_session_id", error.message);
   }
@@ -131,8 +131,9 @@ export function clientClosed(): HttpError {
  *   response format asked for, even after a repair request; the turn is stored, there is nothing to retry)
  * - `deadline` (outcome `timeout`): 504 `turn_timeout` (nothing of the turn was kept)
  *
- * `message` words a model or store failure (each API gives its own advice); the body carries the run id.
- * An `invalid_output` is worded here, the same on both APIs.
+ * The words are the session layer's ({@linkcode failureMessage}), with this API's routes to retry and cancel;
+ * `message` words a model or store failure instead (each API gives its own advice). The body carries the
+ * run id.
  */
 export function failedTurn(result: TurnResult, message?: string): HttpError {
   const { failure, runId, sessionId } = result;
@@ -141,34 +142,30 @@ export function failedTurn(result: TurnResult, message?: string): HttpError {
       `Cannot map turn ${runId} to an error: it ended ${result.outcome}, without a failure`,
     );
   }
-  message ??= failedAnswer(failure, `retry it with POST /v1/sessions/${sessionId}/retry`);
+  const advice = {
+    retry: `retry it with POST /v1/sessions/${sessionId}/retry`,
+    cancel: `POST /v1/sessions/${sessionId}/cancel`,
+  };
+  const why = failureMessage({ ...result, failure }, advice);
   const details = { run_id: runId };
   const { kind, cause } = failure;
   if (kind === "aborted" && cause instanceof TurnCancelledError) {
-    const why = `The turn was cancelled (POST /v1/sessions/${sessionId}/cancel); nothing of it was kept`;
     return new HttpError(409, "turn_cancelled", why, { details });
   }
   if (kind === "aborted") return cause instanceof HttpError ? cause : clientClosed();
   if (kind === "lease") {
-    const why = `Cannot finish the turn: this server lost the lease of session "${sessionId}" ` +
-      "(it stalled past AGENT_SESSION_LEASE_SECONDS); nothing of the turn was kept, send it again";
     return new HttpError(503, "session_lease_lost", why, { details, headers: { "Retry-After": "1" } });
   }
-  if (kind === "store") return storeUnavailable(message, { details });
+  if (kind === "store") return storeUnavailable(message ?? why, { details });
   if (kind === "invalid_output") {
-    const errors = failure.errors ?? [];
-    const why = "The model's answer does not match the response format, even after a repair request: " +
-      `${listed(errors)}. The answer is stored with the session all the same (run ${runId})`;
-    return new HttpError(502, "invalid_output", why, { details: { ...details, errors } });
+    return new HttpError(502, "invalid_output", why, {
+      details: { ...details, errors: failure.errors ?? [] },
+    });
   }
-  if (kind === "deadline") {
-    const why =
-      `Cannot finish the turn on session "${sessionId}": ${
-        failure.message.replace(/^the turn was stopped: /, "")
-      }; ` +
-      "nothing of the turn was kept, send it again or ask for less at once";
-    return new HttpError(504, "turn_timeout", why, { details });
-  }
+  if (kind === "deadline") return new HttpError(504, "turn_timeout", why, { details });
   const [status, code] = kind === "timeout" ? [504, "llm_timeout"] : [502, "llm_error"];
-  return new HttpError(status, code, message, { details, headers: { "content-type": "application/json" } });
+  return new HttpError(status, code, message ?? why, {
+    details,
+    headers: { "content-type": "application/json" },
+  });
 }

@@ -8,7 +8,6 @@
 import type { TurnInput } from "../agent/loop.ts";
 import { BackgroundCompactions } from "../session/background.ts";
 import { askAsDeny, AUTO_POLICY } from "../approval/policy.ts";
-import { unansweredMessage } from "../agent/agent.ts";
 import type { RunEvent } from "../events.ts";
 import type { SessionKey } from "../store/store.ts";
 import type { TurnResult } from "../types.ts";
@@ -66,11 +65,9 @@ async function prepareKept(
   chat: ChatRequest,
   deps: HandlerDeps,
 ): Promise<Prepared> {
-  const pending = unansweredMessage(await deps.agent.store.messages(key));
-  const retry = pending !== null && pending.content === chat.question;
   const { question: message, instructions, responseFormat } = chat;
-  const input: TurnInput = { ...key, message, retry, instructions, responseFormat };
-  return { run: await queueTurn(request.signal, input, deps), kept: true };
+  const input: TurnInput = { ...key, message, instructions, responseFormat };
+  return { run: await queueTurn(request.signal, input, deps, { retryIfResent: true }), kept: true };
 }
 
 /**

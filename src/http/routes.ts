@@ -7,6 +7,7 @@
 import { parseSummary } from "../memory/summary.ts";
 import { type Session, validateId } from "../store/store.ts";
 import { traceTableOf } from "../store/open.ts";
+import { readJsonBody } from "./body.ts";
 import type { HandlerDeps } from "./deps.ts";
 import { HttpError } from "./errors.ts";
 import { OPENAPI } from "./openapi.ts";
@@ -78,11 +79,14 @@ export function createRoutes(deps: HandlerDeps): Route[] {
   const keyOf = (session: Session) => ({ userId: session.userId, sessionId: session.id });
   const trace = deps.trace ?? traceTableOf(store);
   /** `/mcp` of the caller, when the agent is served over MCP. */
-  const mcp = (request: Request, _params: Record<string, string>, userId: string) => {
+  const mcp = async (request: Request, _params: Record<string, string>, userId: string) => {
     if (deps.mcp === undefined) {
       throw new HttpError(404, "not_found", "MCP is not served here: start serve with AGENT_SERVE_MCP=true");
     }
-    return deps.mcp.handle(request, userId, deps);
+    const body = request.method === "POST"
+      ? await readJsonBody(request, { maxBytes: deps.maxBodyBytes, signal: request.signal })
+      : undefined;
+    return await deps.mcp.handle(request, userId, deps, body);
   };
   return [
     route("GET", "/healthz", async () => {

@@ -5,7 +5,7 @@
  * AGENT_SHOW_THINKING, a `reasoning` event (`{"step"}`) when a step's reasoning starts to stream.
  * @module
  */
-import { approvalPending, nothingToRetry, unansweredMessage, usageData } from "../agent/agent.ts";
+import { usageData } from "../agent/agent.ts";
 import type { SessionKey } from "../store/store.ts";
 import type { ResponseFormat } from "../types.ts";
 import { messageField, readJsonBody } from "./body.ts";
@@ -39,7 +39,8 @@ export interface HandleTurnOptions {
 /**
  * Handles one turn on `key` (created if new; with `retry` the route has checked it exists): the body's
  * `message`, and its `response_format` when it asks for structured output. Whatever can reject the request
- * (body, nothing to retry, a full queue) is checked before anything is written.
+ * (the body, then in the session layer a turn waiting for approval, nothing to retry, a full queue) is
+ * checked before anything is written or a stream starts.
  */
 export async function handleTurn(
   request: Request,
@@ -48,17 +49,11 @@ export async function handleTurn(
   options: HandleTurnOptions = {},
 ): Promise<Response> {
   const { retry = false } = options;
-  // Before the body is read: a session whose turn waits for approval takes no new turn.
-  if (await deps.agent.store.pendingStep(key) !== null) throw approvalPending(key.sessionId);
   const body = retry
     ? undefined
     : await readJsonBody(request, { maxBytes: deps.maxBodyBytes, signal: request.signal });
   const message = retry ? undefined : messageField(body);
   const responseFormat = responseFormatField(body);
-  // Checked here too, before an SSE response starts: the 409 cannot come once it streams.
-  if (retry && unansweredMessage(await deps.agent.store.messages(key)) === null) {
-    throw nothingToRetry(key.sessionId);
-  }
   const run = await queueTurn(request.signal, { ...key, message, retry, responseFormat }, deps, {
     resumable: resumable(request),
   });

@@ -10,6 +10,7 @@ import API from "../web/api.js" with { type: "text" };
 import APP from "../web/app.js" with { type: "text" };
 import APPROVALS from "../web/approvals.js" with { type: "text" };
 import CHAT from "../web/chat.js" with { type: "text" };
+import COST from "../text/cost.js" with { type: "text" };
 import DOM from "../web/dom.js" with { type: "text" };
 import MARKDOWN from "../text/markdown.js" with { type: "text" };
 import MARKDOWN_VIEW from "../web/markdown_view.js" with { type: "text" };
@@ -44,6 +45,7 @@ export const WEB_FILES: ReadonlyMap<string, { body: string; type: string }> = ne
   ["web/app.js", { body: APP, type: JS }],
   ["web/approvals.js", { body: APPROVALS, type: JS }],
   ["web/chat.js", { body: CHAT, type: JS }],
+  ["text/cost.js", { body: COST, type: JS }],
   ["web/dom.js", { body: DOM, type: JS }],
   ["text/markdown.js", { body: MARKDOWN, type: JS }],
   ["web/markdown_view.js", { body: MARKDOWN_VIEW, type: JS }],

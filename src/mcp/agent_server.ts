@@ -14,14 +14,13 @@ import type {
   ServerRequest,
 } from "npm:@modelcontextprotocol/sdk@1.32.2/types.js";
 import type { EventSink, RunEvent } from "../events.ts";
-import { approvalPending } from "../agent/agent.ts";
-import { approvalCalls } from "../approval/decisions.ts";
+import { QueueFullError, QuotaExceededError, SessionError, StoreUnavailableError } from "../errors.ts";
 import { parseSummary } from "../memory/summary.ts";
 import { type SessionKey, validateId } from "../store/store.ts";
 import { isValidId } from "../types.ts";
 import { messageJson, sessionListItem, todoJson } from "../session/session_json.ts";
 import type { TurnResult } from "../types.ts";
-import { failedTurn, toHttpError } from "../http/errors.ts";
+import { failureMessage } from "../session/failure.ts";
 import { queueTurn, type TurnDeps } from "../session/turn.ts";
 import type { McpServerSdk } from "./sdk.ts";
 
@@ -183,20 +182,24 @@ export function createAgentServer(
     }
     const sessionId = args.session_id === undefined ? `mcp-${newId()}` : validateId(args.session_id);
     const key: SessionKey = { userId, sessionId };
-    if (await store.pendingStep(key) !== null) {
-      return toolError(`${approvalPending(sessionId).message}. ${approveHint(sessionId)}`);
-    }
     const progress = { steps: 0 };
-    let result = await run(queueTurn(context.signal, { ...key, message }, deps), context, progress);
+    let result: TurnResult;
+    try {
+      result = await run(queueTurn(context.signal, { ...key, message }, deps), context, progress);
+    } catch (error) {
+      if (!(error instanceof SessionError) || error.reason !== "approval_pending") throw error;
+      return toolError(`${error.message}. ${approveHint(sessionId)}`);
+    }
     while (result.outcome === "awaiting_approval") {
       const decision = await elicit(result, context);
-      const pending = await store.pendingStep(key);
-      if (decision === null || pending === null) return waiting(result, approveHint(sessionId));
-      const decisions = Object.fromEntries(approvalCalls(pending).map((call) => [call.id, decision]));
-      const input = { ...key, decisions };
-      result = await run(queueTurn(context.signal, input, deps, { runId: pending.runId }), context, progress);
+      if (decision === null) return waiting(result, approveHint(sessionId));
+      const calls = result.approval?.calls ?? [];
+      const input = { ...key, decisions: Object.fromEntries(calls.map((call) => [call.id, decision])) };
+      result = await run(queueTurn(context.signal, input, deps), context, progress);
     }
-    if (result.failure !== undefined) return toolError(failedTurn(result).message);
+    if (result.failure !== undefined) {
+      return toolError(failureMessage({ ...result, failure: result.failure }, { retry: "ask again" }));
+    }
     const { runId: run_id, turn, outcome, answer, toolCalls: tool_calls } = result;
     return {
       content: [{ type: "text", text: answer }],
@@ -237,7 +240,7 @@ export function createAgentServer(
           );
       }
     } catch (error) {
-      return toolError(toHttpError(error, deps.log, "Internal error").message);
+      return toolError(refusal(error, deps.log));
     }
   };
   server.setRequestHandler(types.CallToolRequestSchema, (request: CallToolRequest, extra: CallContext) => {
@@ -307,4 +310,16 @@ function waiting(result: TurnResult, hint: string): CallToolResult {
       approval: { calls },
     },
   };
+}
+
+/**
+ * A thrown value as a tool error's text: the words of what refused the call (a session, the daily quota, a
+ * full queue, an unreachable store), a cancelled request's, else logged and "Internal error".
+ */
+function refusal(error: unknown, log: (line: string) => void): string {
+  const known = [SessionError, QuotaExceededError, QueueFullError, StoreUnavailableError];
+  if (known.some((type) => error instanceof type)) return (error as Error).message;
+  if (error instanceof DOMException && error.name === "AbortError") return "The request was cancelled";
+  log(`error: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);
+  return "Internal error";
 }

@@ -1,14 +1,12 @@
 /**
  * `/mcp` of `serve`: the agent's MCP server over Streamable HTTP, the SDK's web-standard transport behind the
- * handler's own checks (host guard, bearer token, body limit). Each MCP session belongs to the user whose
+ * handler's own checks (host guard, bearer token, the body read under its limit). Each MCP session belongs to the user whose
  * token opened it; the SDK is loaded on the first request.
  * @module
  */
 import type { Server } from "npm:@modelcontextprotocol/sdk@1.32.2/server/index.js";
 import type { WebStandardStreamableHTTPServerTransport } from "npm:@modelcontextprotocol/sdk@1.32.2/server/webStandardStreamableHttp.js";
 import { errorMessage } from "../errors.ts";
-import { readJsonBody } from "../http/body.ts";
-import { HttpError } from "../http/errors.ts";
 import { type AgentServerDeps, createAgentServer } from "./agent_server.ts";
 import { loadMcpServerSdk, type McpServerSdk } from "./sdk.ts";
 
@@ -51,22 +49,19 @@ export class McpEndpoint {
   }
 
   /**
-   * Answers a POST, GET or DELETE of `/mcp` from `userId` (authenticated by the caller), a new session's turns
-   * run with `deps`. A POST's body is read under the body limit first. A request without `Mcp-Session-Id` may only initialize a session (else 400);
-   * a session id unknown, or of another user, is a 404 (the client then initializes again). A client that
-   * disconnects from a POST cancels its request, as `notifications/cancelled` would.
-   * @throws {HttpError} the body's 4xx, or 503 `mcp_unavailable` when the SDK cannot be loaded
+   * Answers a POST, GET or DELETE of `/mcp` from `userId` (authenticated by the caller, who read a POST's
+   * `body` under the body limit), a new session's turns run with `deps`. A request without `Mcp-Session-Id`
+   * may only initialize a session (else 400); a session id unknown, or of another user, is a 404 (the client
+   * then initializes again); 503 while the SDK cannot be loaded. A client that disconnects from a POST
+   * cancels its request, as `notifications/cancelled` would.
    */
-  async handle(
-    request: Request,
-    userId: string,
-    deps: AgentServerDeps & { maxBodyBytes: number },
-  ): Promise<Response> {
-    const sdk = await this.#sdkLoaded();
-    const { maxBodyBytes } = deps;
-    const body = request.method === "POST"
-      ? await readJsonBody(request, { maxBytes: maxBodyBytes, signal: request.signal })
-      : undefined;
+  async handle(request: Request, userId: string, deps: AgentServerDeps, body?: unknown): Promise<Response> {
+    let sdk: McpServerSdk;
+    try {
+      sdk = await this.#sdkLoaded();
+    } catch (error) {
+      return rpcError(503, -32603, `Cannot serve MCP: the MCP SDK cannot be loaded (${errorMessage(error)})`);
+    }
     const id = request.headers.get("mcp-session-id");
     let session: McpSession;
     if (id === null) {
@@ -104,8 +99,7 @@ export class McpEndpoint {
   #sdkLoaded(): Promise<McpServerSdk> {
     this.#sdk ??= this.#loadSdk().catch((error) => {
       this.#sdk = null;
-      const why = `Cannot serve MCP: the MCP SDK cannot be loaded (${errorMessage(error)})`;
-      throw new HttpError(503, "mcp_unavailable", why);
+      throw error;
     });
     return this.#sdk;
   }

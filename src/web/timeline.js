@@ -6,6 +6,7 @@
  * `buildTimeline` is pure, so it is tested without a browser.
  * @module
  */
+import { formatCost } from "../text/cost.js";
 import { clip, el } from "./dom.js";
 
 /**
@@ -116,17 +117,6 @@ export function buildTimeline(events) {
     cost: end?.data.cost_usd,
     rows,
   };
-}
-
-/**
- * Dollars for people: `$0.0123`, three significant digits, two to eight decimals; `$?` when a model had no price.
- * @param {number | null} dollars
- */
-export function formatCost(dollars) {
-  if (dollars === null) return "$?";
-  if (dollars === 0) return "$0";
-  const decimals = Math.max(2, Math.min(8, 3 - Math.floor(Math.log10(dollars))));
-  return `$${dollars.toFixed(decimals)}`;
 }
 
 /**
