@@ -67,10 +67,11 @@ export function openBenchRuntime(dir: string, baseUrl: string, options: BenchRun
       if (event.event === "compact") compactions[event.data.ok ? "ok" : "failed"]++;
       tracer?.write(event);
     },
+    store,
   };
   const background = new BackgroundCompactions(run.emit);
   const agent: Agent = {
-    ...{ store, llm, tools, maxSteps, summarizer, maxRawTurns, maxCtxTokens },
+    ...{ llm, tools, maxSteps, summarizer, maxRawTurns, maxCtxTokens },
     ...{ compactBatch: config.compactBatch, compactions: background, userMemory },
   };
   return {

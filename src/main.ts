@@ -157,6 +157,7 @@ async function chat(config: Readonly<Config>, key: SessionKey, options: ChatChoi
       ...key,
       ...options,
       deps: runtime.agent,
+      store: runtime.store,
       emit: (event) => runtime.tracer.write(event),
       input: process.stdin,
       output: process.stdout,
@@ -201,6 +202,7 @@ async function serve(config: Readonly<Config>): Promise<number> {
     const server = listen(() =>
       serveHttp({
         agent: runtime.agent,
+        store: runtime.store,
         requestTools: (todos) => runtime.toolsFor(todos),
         emit: (event) => runtime.tracer.write(event),
         authenticator: new Authenticator(config.apiTokens),
@@ -246,6 +248,7 @@ async function mcp(config: Readonly<Config>, userId: string): Promise<number> {
   try {
     await serveMcpStdio({
       agent: runtime.agent,
+      store: runtime.store,
       emit: (event) => runtime.tracer.write(event),
       sessions: runtime.sessions,
       dailyTokens: config.userDailyTokens,

@@ -149,7 +149,6 @@ export async function openRuntime(
     mcp,
     sessions,
     agent: {
-      store,
       llm,
       tools: toolsFor(store),
       maxSteps: config.maxToolIters,

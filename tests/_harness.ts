@@ -46,7 +46,7 @@ export function counterIds(prefix = "id"): () => string {
 
 export interface Harness {
   agent: Agent;
-  /** Run options that record every event into `events`. */
+  /** Run options that record every event into `events`, the session in `store`. */
   run: RunOptions;
   llm: ScriptedLLM;
   store: SqliteStore;
@@ -88,7 +88,6 @@ export function harness(
   const llm = new ScriptedLLM(script);
   const events: TracedEvent[] = [];
   const agent: Agent = {
-    store,
     llm,
     tools: realTools(store, options.extraTools, options.toolSources),
     maxSteps: options.maxSteps ?? 8,
@@ -103,7 +102,7 @@ export function harness(
   };
   return {
     agent,
-    run: { emit: (event) => events.push(event) },
+    run: { emit: (event) => events.push(event), store },
     llm,
     store,
     events,
@@ -297,7 +296,7 @@ export function leaseStoreWith(store: LeaseStore, overrides: Partial<LeaseStore>
 export function stopAfterEffects(h: Harness): { on: boolean } {
   const failing = { on: true };
   const store = h.store;
-  h.agent.store = new Proxy(store, {
+  h.run.store = new Proxy(store, {
     get(target, property) {
       if (property === "append") {
         return (key: SessionKey, messages: readonly StoredMessage[]) =>

@@ -144,7 +144,6 @@ export function httpHarness(
   let stopping = false;
   const deps: HandlerDeps = {
     agent: {
-      store,
       llm,
       tools: realTools(store),
       maxSteps: 8,
@@ -154,6 +153,7 @@ export function httpHarness(
       compactions: new BackgroundCompactions((event) => tracer.write(event)),
       maxCtxTokens: 6000,
     },
+    store,
     requestTools: (todos) => {
       requestTodos.push(todos);
       return requestTools(todos);

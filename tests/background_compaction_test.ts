@@ -255,6 +255,7 @@ Deno.test("the piped REPL answers every line while a compaction it started still
     sessionId: "bg",
     userId: "u",
     deps: h.agent,
+    store: h.store,
     emit: h.run.emit,
     input,
     output: output.stream,

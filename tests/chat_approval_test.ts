@@ -17,6 +17,7 @@ async function pipedChat(h: Harness, lines: string): Promise<{ code: number; out
   const code = await runChat({
     ...keyOf("s"),
     deps: h.agent,
+    store: h.store,
     emit: () => {},
     input,
     output: output.stream,
@@ -60,7 +61,7 @@ Deno.test("chat: 'n' denies the call; 'a' allows the tool for the rest of the se
 Deno.test("chat settles a turn left waiting by an earlier run before reading a new message", async () => {
   using h = harness([{ toolCalls: [addTodo("milk", "t1")] }, { content: "Added milk." }, { content: "hi" }]);
   h.agent.approval = parseApprovalPolicy({ tools: { todo: "ask" } });
-  await runTurn({ ...keyOf("s"), message: "add milk" }, h.agent, { emit: () => {} });
+  await runTurn({ ...keyOf("s"), message: "add milk" }, h.agent, { ...h.run, emit: () => {} });
   const { output } = await pipedChat(h, "y\nhello\n");
   assert.match(output, /^Allow todo[^\n]*\nAdded milk\.\nhi\n$/);
 });

@@ -17,6 +17,7 @@ async function pipedChat(h: ReturnType<typeof harness>, sessionId: string, text:
     sessionId,
     userId: "u",
     deps: h.agent,
+    store: h.store,
     emit: h.run.emit,
     input,
     output: output.stream,

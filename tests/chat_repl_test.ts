@@ -47,6 +47,7 @@ function startRepl(h: Harness, sessionId: string, agent: Partial<Agent> = {}) {
     sessionId,
     userId: "local",
     deps: { ...h.agent, ...agent },
+    store: h.store,
     emit: h.run.emit,
     input,
     output: output.stream,

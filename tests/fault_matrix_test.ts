@@ -131,7 +131,6 @@ function openRig(script: Behaviour[], then: ScriptEnd = "ok", options: RigOption
   });
   const emit: EventSink = (event) => tracer.write(event);
   const agent: Agent = {
-    store,
     llm,
     tools: realTools(store),
     maxSteps: config.maxToolIters,
@@ -154,7 +153,7 @@ function openRig(script: Behaviour[], then: ScriptEnd = "ok", options: RigOption
     delays,
     // Each turn's background compaction, if any, is done before the next turn or assertion.
     turn: async (message, { sessionId = SESSION, onDelta } = {}) => {
-      const result = await runTurn({ sessionId, userId: USER, message }, agent, { emit, onDelta });
+      const result = await runTurn({ sessionId, userId: USER, message }, agent, { emit, onDelta, store });
       await agent.compactions.idle();
       return result;
     },
@@ -715,9 +714,10 @@ Deno.test("fault: a 408 is retried with backoff and the next attempt answers", a
 
 /** The HTTP handler around a rig's real client, store and trace file (the rig's `emit`). */
 function handlerFor(rig: Rig, logs: string[]): (request: Request) => Promise<Response> {
-  const { emit, agent } = rig;
+  const { emit, agent, store } = rig;
   return createHandler({
     agent,
+    store,
     requestTools,
     emit,
     authenticator: new Authenticator([]),

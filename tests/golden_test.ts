@@ -66,7 +66,6 @@ function world(dir: string, script: ScriptStep[], name: string) {
     onAppend: (event, line) => shared.add(event, line),
   });
   const agent: Agent = {
-    store,
     llm: new ScriptedLLM(script),
     tools: realTools(store),
     maxSteps: 4,
@@ -140,6 +139,7 @@ Deno.test("golden: the piped REPL's output and the trace of a scripted conversat
       sessionId: "cli",
       userId: "local",
       deps: w.agent,
+      store: w.store,
       emit: (event) => w.tracer.write(event),
       input,
       output: output.stream,
@@ -179,6 +179,7 @@ Deno.test("golden: the REPL on a terminal shows the same text, colours and comma
       sessionId: "tty",
       userId: "local",
       deps: w.agent,
+      store: w.store,
       emit: (event) => {
         w.tracer.write(event);
         if (event.event === "run_end") ended++;
@@ -251,6 +252,7 @@ Deno.test("golden: the HTTP API's responses to a scripted session are unchanged"
   const shutdown = new AbortController();
   const handler = createHandler({
     agent: w.agent,
+    store: w.store,
     requestTools,
     emit: (event) => w.tracer.write(event),
     authenticator: new Authenticator([

@@ -61,7 +61,7 @@ Deno.test("with X-Session-Id the turn waits, the answer says how to approve, and
 
 Deno.test("a session database that fails mid-turn on the OpenAI route is a 503 store_unavailable, in OpenAI's shape", async () => {
   using h = httpHarness();
-  const store = h.deps.agent.store;
+  const store = h.deps.store;
   const append = store.append.bind(store);
   let appends = 0;
   // The question is stored; the step after the model's reply finds the database gone.

@@ -131,6 +131,7 @@ Deno.test("chat waits for a session busy in another process, saying so, then run
   const exit = runChat({
     ...KEY,
     deps: h.agent,
+    store: h.store,
     emit: h.run.emit,
     input,
     output: output.stream,

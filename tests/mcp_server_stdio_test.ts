@@ -204,8 +204,8 @@ function servedOverStreams(h: HttpHarness, userId = "local") {
     pending = lines.pop()!;
     received.push(...lines.map((line) => JSON.parse(line)));
   });
-  const { agent, emit, sessions } = h.deps;
-  const served = serveMcpStdio({ agent, emit, sessions, log: () => {} }, { userId, input, output });
+  const { agent, store, emit, sessions } = h.deps;
+  const served = serveMcpStdio({ agent, store, emit, sessions, log: () => {} }, { userId, input, output });
   const send = (message: Record<string, unknown>) =>
     input.write(JSON.stringify({ jsonrpc: "2.0", ...message }) + "\n");
   const answer = async (id: number) => {

@@ -253,8 +253,8 @@ for (const dialect of CACHING) {
         const provider = replayProvider(dialect.replies);
         try {
           using h = httpHarness();
+          h.deps.store = store;
           Object.assign(h.deps.agent, {
-            store,
             llm: client(provider.url, stream),
             prices: parsePrices(`${model}=${IN}/${OUT}/${CACHED}`),
             now: () => new Date("2026-03-01T12:00:00Z"),

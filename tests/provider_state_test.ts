@@ -165,6 +165,7 @@ Deno.test("chat: a thinking provider's tool turns answer across questions and /m
       sessionId: "c",
       userId: "u",
       deps: h.agent,
+      store: h.store,
       emit: h.run.emit,
       input,
       output: output.stream,

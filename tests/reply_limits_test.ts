@@ -169,6 +169,7 @@ Deno.test("runTurn() ends with error too_large on an endless reply, stores nothi
       const shown: string[] = [];
       const input = { sessionId: "big", userId: "u1", message: "tell me everything" };
       const result = await runTurn(input, agent, {
+        ...h.run,
         emit,
         signal: guard.signal,
         onDelta: (text) => shown.push(text),
@@ -185,7 +186,7 @@ Deno.test("runTurn() ends with error too_large on an endless reply, stores nothi
       if (stream) assert.ok(shown.length > 0, "the stream was shown as it came");
 
       provider.setScript([ok()]);
-      const next = await runTurn({ ...input, message: "hello" }, agent, { emit });
+      const next = await runTurn({ ...input, message: "hello" }, agent, { ...h.run, emit });
       assert.equal(next.outcome, "answered");
       assert.equal(next.answer, "echo: hello");
     } finally {

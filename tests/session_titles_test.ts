@@ -100,7 +100,7 @@ storeTest("$Store stores a first question with NUL and a title cut at 80 charact
 /** A handler of the HTTP routes on `store`, with Alice's and Bob's tokens. */
 function handlerOn(store: SessionStore) {
   const h = httpHarness({ tokens: [ALICE, BOB] });
-  const handler = createHandler({ ...h.deps, agent: { ...h.deps.agent, store } });
+  const handler = createHandler({ ...h.deps, store });
   return { h, handler };
 }
 

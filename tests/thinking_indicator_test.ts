@@ -87,6 +87,7 @@ Deno.test("chat: while reasoning streams in, the waiting line says 'reasoning…
       sessionId: "c",
       userId: "u",
       deps: { ...h.agent, llm: client(provider, show) },
+      store: h.store,
       emit: h.run.emit,
       input,
       output: output.stream,

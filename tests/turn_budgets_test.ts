@@ -219,6 +219,7 @@ Deno.test("piped chat prints the budget's closing answer (exit 0) and a timeout'
       sessionId: "piped",
       userId: "u",
       deps: { ...h.agent, ...limits },
+      store: h.store,
       emit: h.run.emit,
       input: stdin,
       output: output.stream,

@@ -24,7 +24,6 @@ function agentOn(store: SessionStore, script: ScriptStep[], maxCtxTokens = 6000)
   const events: TracedEvent[] = [];
   const emit = (event: TracedEvent) => void events.push(event);
   const agent: Agent = {
-    store,
     llm,
     tools: createBuiltinTools(store, { docsDir: DOCS }),
     maxSteps: 8,
@@ -37,7 +36,7 @@ function agentOn(store: SessionStore, script: ScriptStep[], maxCtxTokens = 6000)
     now: steppingClock(),
   };
   const turn = async (userId: string, sessionId: string, message: string) => {
-    await runTurn({ userId, sessionId, message }, agent, { emit });
+    await runTurn({ userId, sessionId, message }, agent, { emit, store });
     await agent.compactions.idle();
   };
   return { llm, events, turn };

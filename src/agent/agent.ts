@@ -1,6 +1,7 @@
 /**
- * What a turn is run with: the agent (its store, model, tools, limits), the run's sinks and signal, the
- * turn's input; and the small rules about a session's turns that the loop and the routes share.
+ * What a turn is run with: the agent (its model, tools, limits: no storage), the run's store or journal,
+ * sinks and signal, the turn's input; and the small rules about a session's turns that the loop and the
+ * session layer share.
  * @module
  */
 import { SessionError } from "../errors.ts";
@@ -8,8 +9,8 @@ import type { EventSink, RunEventData } from "../events.ts";
 import type { ResponseFormat, StoredMessage, ToolCall, Usage } from "../types.ts";
 import type { LLM } from "../llm/llm.ts";
 import type { Summarizer } from "../memory/summarizer.ts";
-import type { SessionStore } from "../store/store.ts";
-import type { TurnJournal, TurnReads } from "./journal.ts";
+import type { MemoryStore } from "../store/store.ts";
+import type { JournalStore, TurnJournal, TurnReads } from "./journal.ts";
 import type { ApprovalPolicy } from "../approval/policy.ts";
 import type { Decision } from "../approval/decisions.ts";
 import type { ToolRegistry } from "../tools/registry.ts";
@@ -19,9 +20,17 @@ import type { ResponseFormatMode } from "./response_format.ts";
 import type { Clock } from "../clock.ts";
 import type { PriceTable } from "../prices.ts";
 
-/** What an agent is made of. Only `src/runtime.ts` builds the real ones; tests pass fakes. */
+/**
+ * The roles of the store a turn reads and writes its session with (through its journal), and recalls the
+ * user's memory from.
+ */
+export type TurnStore = TurnReads & JournalStore & Pick<MemoryStore, "recallMemory">;
+
+/**
+ * What an agent is made of: its model, tools and limits, never its storage (each run is given that). Only
+ * `src/runtime.ts` builds the real ones; tests pass fakes.
+ */
 export interface Agent {
-  store: SessionStore;
   llm: LLM;
   tools: ToolRegistry;
   summarizer: Summarizer;
@@ -87,11 +96,17 @@ export interface RunOptions {
    */
   onReasoning?: (step: number) => void;
   /**
-   * Where the turn's writes go (its messages, a pause, an abort's rollback, tokens no write carried).
-   * @default {storeJournal(store, key)} (the session in the agent's store)
+   * The store of the session: its journal and reads unless given apart, where the user's memory is recalled
+   * from (unless `userMemory.store`), what a compaction after the answer reads. Required unless `journal`
+   * and `reads` are given. @default {undefined}
+   */
+  store?: TurnStore;
+  /**
+   * Where the turn's writes go (its messages, a pause, an abort's rollback, tokens no write carried, a
+   * compaction). @default {storeJournal(store, key)} (the session in `store`)
    */
   journal?: TurnJournal;
-  /** Where the turn reads its session when it opens. @default {store} (the agent's store) */
+  /** Where the turn reads its session when it opens, and a compaction after its answer. @default {store} */
   reads?: TurnReads;
   /** Tools the user allowed for the rest of the session ("always"): they need no approval. @default {none} */
   allowed?: ReadonlySet<string>;

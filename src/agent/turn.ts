@@ -32,6 +32,7 @@ import {
   nothingToRetry,
   type RunOptions,
   type TurnInput,
+  type TurnStore,
   unansweredMessage,
   usageData,
 } from "./agent.ts";
@@ -57,7 +58,7 @@ export class Turn {
   /** The system message saying the response format, or null without one. */
   readonly formatText: string | null;
   readonly memory: TurnMemory;
-  /** Where the turn's writes go: `run.journal`, else the session in `agent.store`. */
+  /** Where the turn's writes go: `run.journal`, else the session in `run.store`. */
   readonly journal: TurnJournal;
   readonly calls: TurnToolCall[] = [];
   readonly usage: Usage = {
@@ -98,7 +99,7 @@ export class Turn {
     this.agent = agent;
     this.run = run;
     this.key = session.key;
-    this.journal = run.journal ?? storeJournal(agent.store, session.key);
+    this.journal = run.journal ?? storeJournal(storeOf(run), session.key);
     this.instructions = instructions;
     this.responseFormat = responseFormat;
     this.formatText = responseFormat === null
@@ -112,11 +113,15 @@ export class Turn {
     const system = buildContext([], { instructions, responseFormat: this.formatText });
     const fixed = { system, tools: this.tools };
     const journal = this.journal;
-    const kept = {
-      applyCompaction: (_key: SessionKey, ...write: Parameters<TurnJournal["compact"]>) =>
-        journal.compact(...write),
+    const storage = {
+      reads: run.reads ?? storeOf(run),
+      kept: {
+        applyCompaction: (_key: SessionKey, ...write: Parameters<TurnJournal["compact"]>) =>
+          journal.compact(...write),
+      },
+      recall: agent.userMemory?.store ?? run.store ?? null,
     };
-    this.memory = new TurnMemory(session, fixed, agent, () => this.now(), kept);
+    this.memory = new TurnMemory(session, fixed, agent, () => this.now(), storage);
   }
 
   /** The number of the next message id: a paused step stores it, so the resumed run goes on from it. */
@@ -271,7 +276,7 @@ export async function openTurn(
 ): Promise<{ turn: Turn; paused: PausedStep | null; question: Message | null }> {
   const { message, retry = false, decisions } = input;
   const key = { userId: input.userId, sessionId: input.sessionId };
-  const store = run.reads ?? agent.store;
+  const store = run.reads ?? storeOf(run);
   if (decisions !== undefined) {
     const pending = await store.pendingStep(key);
     if (pending === null) throw noPendingApproval(key.sessionId);
@@ -302,4 +307,10 @@ export async function openTurn(
   });
   // A retry's question is stored already; a new one is for the caller to store.
   return { turn, paused: null, question: retry ? null : { role: "user", content: question } };
+}
+
+/** The run's store; a `TypeError` when the run has none and not both its reads and journal. */
+function storeOf(run: RunOptions): TurnStore {
+  if (run.store !== undefined) return run.store;
+  throw new TypeError("Cannot run a turn: the run has no store, nor both its reads and its journal");
 }

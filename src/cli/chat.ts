@@ -7,7 +7,8 @@ import { createInterface } from "node:readline";
 import type { Readable, Writable } from "node:stream";
 import type { Agent, TurnInput } from "../agent/loop.ts";
 import type { SessionRunner } from "../session/runner.ts";
-import type { SessionKey } from "../store/store.ts";
+import type { TurnStore } from "../agent/agent.ts";
+import type { SessionKey, SessionStore } from "../store/store.ts";
 import { APPROVAL_PROMPT, askApprovals } from "./approval_prompt.ts";
 import type { RunEvent } from "../events.ts";
 import { parseResponseFormat } from "../agent/response_format.ts";
@@ -36,6 +37,8 @@ export interface ChatOptions {
   userId: string;
   /** Everything `runTurn` needs except `emit` and `signal`, which the REPL supplies per turn. */
   deps: Agent;
+  /** Where the sessions are kept: the turns' store, and what the commands list and show. */
+  store: SessionStore;
   /** Forwards each event elsewhere as well (the trace). */
   emit: (event: RunEvent) => void;
   /** Typed or piped input; a terminal is put in raw mode while the REPL reads. */
@@ -136,14 +139,24 @@ function failed(result: TurnResult | null): boolean {
  * so scripts notice.
  */
 export async function runChat(options: ChatOptions): Promise<number> {
-  const { interactive, color = interactive, output, status, emit, deps, sessionId, userId } = options;
+  const { interactive, color = interactive, output, status, emit, deps, store, sessionId, userId } = options;
   const style = createStyle(color);
   const { columns, sessions, responseFormat = null } = options;
   // Out of the REPL, a failed question is sent again from the REPL of its session.
   const retryHint = interactive
     ? "/retry sends it again"
     : `/retry in deno task chat --session ${sessionId} sends it again`;
-  const view = new TurnView({ output, status, style, interactive, emit, columns, sessions, retryHint });
+  const view = new TurnView({
+    store,
+    output,
+    status,
+    style,
+    interactive,
+    emit,
+    columns,
+    sessions,
+    retryHint,
+  });
   if (options.message !== undefined) {
     const result = await view.run(
       { sessionId, userId, message: options.message, responseFormat },
@@ -162,13 +175,14 @@ export async function runChat(options: ChatOptions): Promise<number> {
 async function settleApprovals(
   view: TurnView,
   deps: Agent,
+  store: TurnStore,
   key: SessionKey,
   ask: (question: string) => Promise<string | null>,
   allowed: Set<string>,
   signal: () => AbortSignal,
 ): Promise<boolean> {
   for (;;) {
-    const pending = await deps.store.pendingStep(key);
+    const pending = await store.pendingStep(key);
     if (pending === null) return true;
     const decisions = await askApprovals(pending, ask, allowed);
     if (decisions === null) return false;
@@ -183,12 +197,12 @@ class ChatRun {
   #allowed = new Map<string, Set<string>>();
 
   constructor(options: ChatOptions, clearScreen: () => void) {
-    const { userId, deps, output } = options;
+    const { userId, deps, store, output } = options;
     this.state = { sessionId: options.sessionId, userId, lastTurn: null };
     if (options.model !== undefined) this.state.model = options.model;
     this.commands = {
       state: this.state,
-      store: deps.store,
+      store,
       tools: deps.tools,
       prices: deps.prices,
       write: (text: string) => output.write(`${text}\n`),
@@ -241,7 +255,7 @@ async function piped(options: ChatOptions, view: TurnView): Promise<number> {
   const signal = () => new AbortController().signal;
   let anyFailed = false;
   // A turn left waiting (by an earlier run of the chat) is settled before anything new is sent.
-  while (await settleApprovals(view, deps, run.key, ask, run.allowed, signal)) {
+  while (await settleApprovals(view, deps, options.store, run.key, ask, run.allowed, signal)) {
     const raw = await next();
     if (raw === null) break;
     const text = raw.trim();
@@ -258,11 +272,11 @@ async function piped(options: ChatOptions, view: TurnView): Promise<number> {
 
 async function repl(options: ChatOptions, view: TurnView, style: Style): Promise<number> {
   const { userId, deps, output } = options;
-  const banner = await describeSession(deps.store, options.sessionId, userId);
+  const banner = await describeSession(options.store, options.sessionId, userId);
   const editor = new LineEditor(options.input, output, {
     style,
     ...(options.history ? { history: options.history } : {}),
-    complete: (line) => completeCommand(line, deps.store, userId),
+    complete: (line) => completeCommand(line, options.store, userId),
   });
   const run = new ChatRun(options, () => editor.clearScreen());
   let current: AbortController | null = null;
@@ -275,7 +289,7 @@ async function repl(options: ChatOptions, view: TurnView, style: Style): Promise
     return read.kind === "exit" ? null : read.text;
   };
   const settle = async () =>
-    await settleApprovals(view, deps, run.key, ask, run.allowed, () => {
+    await settleApprovals(view, deps, options.store, run.key, ask, run.allowed, () => {
       current = new AbortController();
       return current.signal;
     });

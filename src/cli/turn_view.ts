@@ -6,6 +6,7 @@
 import type { Writable } from "node:stream";
 import { errorMessage, SessionError } from "../errors.ts";
 import { type Agent, type RunOptions, runTurn, type TurnInput } from "../agent/loop.ts";
+import type { TurnStore } from "../agent/agent.ts";
 import type { RunEvent } from "../events.ts";
 import { SessionRunner } from "../session/runner.ts";
 import type { SessionKey } from "../store/store.ts";
@@ -56,6 +57,8 @@ class Thinking {
 
 /** Options of {@linkcode TurnView}. */
 export interface TurnViewOptions {
+  /** Where the turns read and write their sessions. */
+  store: TurnStore;
   /** Answers go here. */
   output: Writable;
   /** Progress, tool calls and errors go here (interactive only). */
@@ -131,7 +134,11 @@ export class TurnView {
     allowed?: ReadonlySet<string>,
   ): Promise<TurnResult | null> {
     const key: SessionKey = { userId: input.userId, sessionId: input.sessionId };
-    return await this.#run(key, (run) => runTurn(input, agent, { ...run, allowed }), signal);
+    return await this.#run(
+      key,
+      (run) => runTurn(input, agent, { ...run, store: this.#options.store, allowed }),
+      signal,
+    );
   }
 
   async #run(

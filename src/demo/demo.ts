@@ -118,7 +118,6 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
     const memoryItems = userMemory?.items ?? null;
     const [llm, tools] = [recordRequests(provider.llm, requests), createBuiltinTools(store, { memoryItems })];
     const agent = {
-      store,
       llm,
       tools,
       maxSteps,
@@ -128,7 +127,7 @@ export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
       userMemory,
       compactions,
     };
-    const demo: Demo = { store, out, style, tracePath, events, requests, agent, run: { emit } };
+    const demo: Demo = { store, out, style, tracePath, events, requests, agent, run: { emit, store } };
     out(style.bold(`mini-runtime-agent acceptance demo (${describeSetup(options, config)})`));
     out(style.dim(`database ${join(dir, "sessions.db")}, trace ${tracePath}`));
     for (const n of [...new Set(phases)].sort((a, b) => a - b)) {

@@ -17,7 +17,7 @@ import { HttpError } from "./errors.ts";
 export async function handleCancel(request: Request, session: Session, deps: HandlerDeps): Promise<Response> {
   const param = new URL(request.url).searchParams.get("run_id");
   const runId = param === null ? undefined : validateId(param, "run id");
-  const trace = deps.trace ?? traceTableOf(deps.agent.store);
+  const trace = deps.trace ?? traceTableOf(deps.store);
   const cancelled = await cancelTurn(session, runId, { sessions: deps.sessions, trace });
   if (cancelled !== null) {
     return Response.json({ session_id: session.id, run_id: cancelled }, { status: 202 });

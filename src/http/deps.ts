@@ -3,15 +3,17 @@ import type { Agent } from "../agent/loop.ts";
 import type { TracePages } from "../trace/shared_trace.ts";
 import type { EventSink } from "../events.ts";
 import type { SessionRunner } from "../session/runner.ts";
-import type { TodoStore } from "../store/store.ts";
+import type { SessionStore, TodoStore } from "../store/store.ts";
 import type { ToolRegistry } from "../tools/registry.ts";
 import type { Authenticator } from "./auth.ts";
 import type { HostRules } from "./host_guard.ts";
 
-/** The handler's dependencies; the store is `agent.store`. */
+/** The handler's dependencies. */
 export interface HandlerDeps {
-  /** What runs a turn, with the session store. */
+  /** What runs a turn. */
   agent: Agent;
+  /** Where the sessions are kept, with their todos, the users' memory and token counts. */
+  store: SessionStore;
   /**
    * The agent's tools with `todo` over `todos`, for a request that keeps no session (`POST
    * /v1/chat/completions` without a session id: its todos live as long as it does).

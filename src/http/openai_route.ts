@@ -83,7 +83,7 @@ async function prepareEphemeral(
   const now = deps.agent.now ?? (() => new Date());
   const newId = deps.agent.newId ?? (() => crypto.randomUUID());
   const key = { userId, sessionId: `ephemeral-${newId()}` };
-  const session = requestSession(key, chat.history, { usage: deps.agent.store, now });
+  const session = requestSession(key, chat.history, { usage: deps.store, now });
   const { question: message, instructions, responseFormat } = chat;
   const input: TurnInput = { ...key, message, instructions, responseFormat };
   // The session is dropped after the turn: a compaction due by the turn trigger, which runs after the

@@ -22,7 +22,7 @@ export async function handleRename(request: Request, session: Session, deps: Han
   const key = { userId: session.userId, sessionId: session.id };
   let renamed: Session | null;
   try {
-    renamed = await deps.agent.store.renameSession(key, (body as { title: string }).title);
+    renamed = await deps.store.renameSession(key, (body as { title: string }).title);
   } catch (error) {
     if (error instanceof TypeError || error instanceof RangeError) throw invalid(error.message);
     throw error;

@@ -69,7 +69,7 @@ const OPENAI: RouteOptions = { errorResponse: openaiErrorResponse };
 
 /** The routes the server serves, in matching order (a test checks OpenAPI describes each). */
 export function createRoutes(deps: HandlerDeps): Route[] {
-  const { store } = deps.agent;
+  const { store } = deps;
   /** The caller's session `id`: 400 for a malformed id, 404 when the caller has none. */
   const own = async (userId: string, id: string): Promise<Session> => {
     const session = await store.get({ userId, sessionId: id });

@@ -88,7 +88,7 @@ export async function handleRunEvents(
   deps: HandlerDeps,
 ): Promise<Response> {
   const { session, runId } = run;
-  const trace = deps.trace ?? traceTableOf(deps.agent.store);
+  const trace = deps.trace ?? traceTableOf(deps.store);
   if (trace === null) {
     throw new HttpError(
       501,

@@ -67,10 +67,10 @@ export async function handleUsage(request: Request, userId: string, deps: Handle
     throw new HttpError(400, "invalid_query", `Cannot read usage: from (${from}) is after to (${to})`);
   }
   const { prices } = deps.agent;
-  const rows = await deps.agent.store.userUsage(userId, { from, to });
+  const rows = await deps.store.userUsage(userId, { from, to });
   const days = new Map<string, UsageEntry[]>();
   for (const row of rows) days.set(row.day, [...(days.get(row.day) ?? []), row]);
-  const todays = await deps.agent.store.userUsage(userId, { from: today, to: today });
+  const todays = await deps.store.userUsage(userId, { from: today, to: today });
   const spent = tokens(todays);
   const limit = deps.dailyTokens ?? null;
   return Response.json({

@@ -16,7 +16,7 @@ import type {
 import type { EventSink, RunEvent } from "../events.ts";
 import { QueueFullError, QuotaExceededError, SessionError, StoreUnavailableError } from "../errors.ts";
 import { parseSummary } from "../memory/summary.ts";
-import { type SessionKey, validateId } from "../store/store.ts";
+import { type SessionKey, type SessionStore, validateId } from "../store/store.ts";
 import { isValidId } from "../types.ts";
 import { messageJson, sessionListItem, todoJson } from "../session/session_json.ts";
 import type { TurnResult } from "../types.ts";
@@ -26,6 +26,8 @@ import type { McpServerSdk } from "./sdk.ts";
 
 /** What the server runs turns with and reports to. */
 export interface AgentServerDeps extends TurnDeps {
+  /** Where the sessions are kept: the turns', and what the tools and resources read. */
+  store: SessionStore;
   /** Receives every run event (the trace). */
   emit: EventSink;
   /** Unexpected errors, one line each. Never receives tokens or message text. */
@@ -118,7 +120,7 @@ export function createAgentServer(
 ): Server {
   const { approveHint, track } = options;
   const { types } = sdk;
-  const { store } = deps.agent;
+  const { store } = deps;
   const server = new sdk.Server({ name: "mini-agent", version: "1.0.0" }, {
     capabilities: { tools: {}, resources: {} },
     instructions:

@@ -31,9 +31,8 @@ export interface BackgroundCompactions {
   close(graceMs?: number): Promise<void>;
 }
 
-/** What the hooks need of the agent: its store, summarizer, thresholds and background runner. */
+/** What the hooks need of the agent: its summarizer, thresholds and background runner. */
 export interface MemorySettings {
-  store: TranscriptStore & Pick<MemoryStore, "recallMemory">;
   summarizer: Summarizer;
   /** AGENT_MAX_RAW_TURNS */
   maxRawTurns: number;
@@ -53,11 +52,18 @@ export interface UserMemorySettings {
   items: number;
   /** AGENT_USER_MEMORY_RECALL: items recalled into each request, at most. */
   recall: number;
-  /**
-   * Where the memory is recalled from, when not the session's store (a request's private session reads the
-   * server's). @default {the session's store}
-   */
+  /** Where the memory is recalled from, when not the run's store. @default {the run's store} */
   store?: Pick<MemoryStore, "recallMemory">;
+}
+
+/** Where a turn's memory reads and keeps what it does. */
+export interface MemoryStorage {
+  /** The session as stored, which a compaction after the answer plans on. */
+  reads: Pick<TranscriptStore, "get" | "messages">;
+  /** Where a compaction is kept (the turn's journal). */
+  kept: Pick<TranscriptStore, "applyCompaction">;
+  /** Where the user's memory is recalled from; null: nowhere (a recall with memory on is a `TypeError`). */
+  recall: Pick<MemoryStore, "recallMemory"> | null;
 }
 
 /** What a recall found for the next request, and what of it the request carries. */
@@ -110,8 +116,7 @@ export class TurnMemory {
   /** Tokens the block of the first n found items adds to the request, by n. */
   #costs: number[] = [];
 
-  /** Where a compaction within the turn is kept (the turn's journal); one after the answer goes to the store. */
-  readonly #kept: Pick<TranscriptStore, "applyCompaction">;
+  readonly #storage: MemoryStorage;
   constructor(
     state: {
       key: SessionKey;
@@ -122,9 +127,9 @@ export class TurnMemory {
     fixed: FixedRequest,
     settings: MemorySettings,
     now: () => Date,
-    compactions: Pick<TranscriptStore, "applyCompaction"> = settings.store,
+    storage: MemoryStorage,
   ) {
-    this.#kept = compactions;
+    this.#storage = storage;
     this.key = state.key;
     this.summary = state.summary;
     this.history = state.history;
@@ -190,7 +195,7 @@ export class TurnMemory {
     if (!this.#compacting || this.#tokens <= this.#settings.maxCtxTokens) return null;
     // Cut by what the provider counts: the estimates scaled to its count of this very request.
     const scale = Math.max(0.25, this.#tokens / Math.max(1, requestTokens(this, this.#fixed)));
-    const deps = { ...this.#deps(signal, true), store: this.#kept, scale };
+    const deps = { ...this.#deps(signal, true), scale };
     const compaction = await compactIfDue(this, this.#fixed, deps);
     if (compaction === null) return null;
     this.summary = compaction.state.summary;
@@ -212,13 +217,16 @@ export class TurnMemory {
    * recall of the turn that finds something counts a use of what it keeps ({@linkcode TurnMemory.takeMemoryUse}).
    */
   async recall(): Promise<Recall | null> {
-    const { store, userMemory = null, maxCtxTokens } = this.#settings;
+    const { userMemory = null, maxCtxTokens } = this.#settings;
     if (userMemory === null) return null;
     // The turn's user message is the same at every request: the store is asked again only after a change.
     const asked = this.#found === null;
     if (this.#found === null) {
       const question = this.history.findLast((m) => m.role === "user")?.content ?? "";
-      const from = userMemory.store ?? store;
+      const from = this.#storage.recall;
+      if (from === null) {
+        throw new TypeError("Cannot recall the user's memory: the turn has no store to read it");
+      }
       this.#found = await from.recallMemory(this.key.userId, question, userMemory.recall);
       this.#costs = [];
     }
@@ -269,8 +277,8 @@ export class TurnMemory {
    * what it did to `report` with the sink its events go to (the trace).
    */
   afterAnswer(report: (compaction: CompactionResult, emit: EventSink) => void): void {
-    const { store, maxRawTurns, compactBatch = defaultCompactBatch(maxRawTurns), compactions } =
-      this.#settings;
+    const { maxRawTurns, compactBatch = defaultCompactBatch(maxRawTurns), compactions } = this.#settings;
+    const store = this.#storage.reads;
     if (!overTurnLimit(this.history, maxRawTurns, compactBatch)) return;
     const key = this.key;
     compactions.start(key, async (emit, signal) => {
@@ -283,9 +291,10 @@ export class TurnMemory {
   }
 
   #deps(signal: AbortSignal | undefined, tokensOnly: boolean): CompactionDeps {
-    const { store, summarizer, maxRawTurns, maxCtxTokens } = this.#settings;
+    const { summarizer, maxRawTurns, maxCtxTokens } = this.#settings;
     const { compactBatch = defaultCompactBatch(maxRawTurns), userMemory = null } = this.#settings;
     const memoryItems = userMemory?.items ?? null;
+    const store = this.#storage.kept;
     const deps = { store, summarizer, maxRawTurns, compactBatch, maxCtxTokens, memoryItems };
     return { ...deps, now: this.#now, signal, tokensOnly };
   }

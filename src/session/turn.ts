@@ -8,11 +8,12 @@
  */
 import { approvalPending, nothingToRetry, unansweredMessage } from "../agent/agent.ts";
 import { type Agent, type RunOptions, runTurn, type TurnInput } from "../agent/loop.ts";
+import type { TurnStore } from "../agent/agent.ts";
 import type { TurnReads } from "../agent/journal.ts";
 import { checkDecisions, noPendingApproval } from "../approval/decisions.ts";
 import { SessionError } from "../errors.ts";
 import { type EventSink, isBackgroundEvent } from "../events.ts";
-import type { Session } from "../store/store.ts";
+import type { Session, UsageStore } from "../store/store.ts";
 import type { TracePages } from "../trace/shared_trace.ts";
 import type { TurnResult } from "../types.ts";
 import { checkDailyQuota } from "./quota.ts";
@@ -44,17 +45,19 @@ export interface QueueTurnOptions {
    */
   retryIfResent?: boolean;
   /**
-   * Where the turn reads and writes its session when not in the agent's store (a request's private session,
-   * see `request_session.ts`): then it runs in the session's queue but under no lease, being this request's
-   * alone. @default {the session in the agent's store}
+   * Where the turn reads and writes its session when not in `deps.store` (a request's private session, see
+   * `request_session.ts`; the user's memory is still recalled from `deps.store`): then it runs in the
+   * session's queue but under no lease, being this request's alone. @default {the session in `deps.store`}
    */
   session?: Pick<RunOptions, "reads" | "journal">;
 }
 
 /** What {@linkcode queueTurn} runs a turn with: the HTTP handler's, or the MCP server's over stdio. */
 export interface TurnDeps {
-  /** What runs turns; its store keeps the sessions. */
+  /** What runs turns. */
   agent: Agent;
+  /** Where the sessions are kept, and the user's memory and token counts. */
+  store: TurnStore & Pick<UsageStore, "userUsage">;
   /**
    * Runs every turn of a session: in the session's queue (refused past its bounds), then under its lease when
    * it has leases, so two servers on one database never interleave a session.
@@ -88,9 +91,9 @@ export async function queueTurn(
   const { agent: given = deps.agent, resumable = false, session = {}, retryIfResent = false } = options;
   const key = { userId: input.userId, sessionId: input.sessionId };
   const leased = options.session === undefined;
-  const { input: asked, waiting } = await checkInput(input, session.reads ?? deps.agent.store, retryIfResent);
+  const { input: asked, waiting } = await checkInput(input, session.reads ?? deps.store, retryIfResent);
   const now = (deps.agent.now ?? (() => new Date()))();
-  await checkDailyQuota(deps.agent.store, input.userId, deps.dailyTokens ?? null, now);
+  await checkDailyQuota(deps.store, input.userId, deps.dailyTokens ?? null, now);
   const full = deps.sessions.rejection(key);
   if (full !== null) throw full;
   // Taken before the turn starts, so the response's headers can name the run a client may come back to.
@@ -98,7 +101,8 @@ export async function queueTurn(
   const agent = { ...given, newId: () => runId };
   const stop = resumable ? deps.shutdownSignal : AbortSignal.any([signal, deps.shutdownSignal]);
   const run = (emit: EventSink, live: LiveView = {}) => {
-    const work = (held: AbortSignal) => runTurn(asked, agent, { ...live, ...session, emit, signal: held });
+    const storage = { store: deps.store, ...session };
+    const work = (held: AbortSignal) => runTurn(asked, agent, { ...live, ...storage, emit, signal: held });
     return deps.sessions.run(key, work, { signal: stop, leased, id: runId });
   };
   return Object.assign(run, { runId });
