@@ -33,17 +33,18 @@ export async function tokensOfDay(
 }
 
 /**
- * Throws the 429 `quota_exceeded` when `userId` has spent `limit` tokens or more on the UTC day of `at`
- * (null: no quota). A turn that starts under the limit runs to its end, so a day's total can pass the limit
+ * Throws the 429 `quota_exceeded` when `userId` has spent `limit` tokens or more on the UTC day it is now
+ * (null: no quota, and the clock is not read). A turn that starts under the limit runs to its end, so a day's total can pass the limit
  * by what one turn spends (AGENT_MAX_TURN_TOKENS bounds that).
  */
 export async function checkDailyQuota(
   store: Pick<UsageStore, "userUsage">,
   userId: string,
   limit: number | null,
-  at: Date,
+  now: () => Date,
 ): Promise<void> {
   if (limit === null) return;
+  const at = now();
   const spent = await tokensOfDay(store, userId, at);
   if (spent < limit) return;
   const wait = secondsToNextUtcDay(at);
