@@ -5,11 +5,10 @@
  */
 import type { Writable } from "node:stream";
 import { errorMessage, SessionError } from "../errors.ts";
-import { type Agent, type RunOptions, runTurn, type TurnInput } from "../agent/loop.ts";
-import type { TurnStore } from "../agent/agent.ts";
+import type { Agent, TurnInput } from "../agent/loop.ts";
 import type { RunEvent } from "../events.ts";
 import { SessionRunner } from "../session/runner.ts";
-import type { SessionKey } from "../store/store.ts";
+import { queueTurn, type TurnDeps } from "../session/turn.ts";
 import type { TurnFailure, TurnResult } from "../types.ts";
 import { type MarkdownStream, markdownStream, renderMarkdown } from "./markdown.ts";
 import { invalidOutputText, renderEvent, statsLine, type Style } from "./render.ts";
@@ -58,7 +57,7 @@ class Thinking {
 /** Options of {@linkcode TurnView}. */
 export interface TurnViewOptions {
   /** Where the turns read and write their sessions. */
-  store: TurnStore;
+  store: TurnDeps["store"];
   /** Answers go here. */
   output: Writable;
   /** Progress, tool calls and errors go here (interactive only). */
@@ -125,7 +124,7 @@ export class TurnView {
   /**
    * Runs one turn (a new message, a retry, or decisions on the turn waiting for approval) and shows it; null
    * when there was nothing to retry or resume, or a turn waits for approval (said on the output). Any other
-   * error of `runTurn` is rethrown. `allowed`: tools the user allowed for the session.
+   * error of `queueTurn` or the turn is rethrown. `allowed`: tools the user allowed for the session.
    */
   async run(
     input: TurnInput,
@@ -133,41 +132,26 @@ export class TurnView {
     signal: AbortSignal,
     allowed?: ReadonlySet<string>,
   ): Promise<TurnResult | null> {
-    const key: SessionKey = { userId: input.userId, sessionId: input.sessionId };
-    return await this.#run(
-      key,
-      (run) => runTurn(input, agent, { ...run, store: this.#options.store, allowed }),
-      signal,
-    );
-  }
-
-  async #run(
-    key: SessionKey,
-    start: (run: RunOptions) => Promise<TurnResult>,
-    signal: AbortSignal,
-  ): Promise<TurnResult | null> {
     const { output, status, interactive, style, columns } = this.#options;
     if (interactive) this.#thinking.start();
     this.#modelCalls = 0;
     const started = performance.now();
     let result: TurnResult;
-    const work = (held: AbortSignal) =>
-      start({
-        emit: (event) => this.#show(event),
-        signal: held,
+    const onWait = () => {
+      this.#thinking.stop();
+      status.write(`${style.dim(`waiting for session ${input.sessionId}, busy in another process…`)}\n`);
+      if (interactive) this.#thinking.start();
+    };
+    const deps = { agent, store: this.#options.store, sessions: this.#sessions };
+    try {
+      const run = await queueTurn(signal, input, deps, { allowed, onWait });
+      result = await run((event) => this.#show(event), {
         onDelta: (text, step) => interactive ? this.#delta(text) : this.#pipe(text, step),
         // Only the spinner's word changes: reasoning's text is never shown.
         onReasoning: () => {
           if (interactive && this.#markdown === null) this.#thinking.start("reasoning…");
         },
       });
-    const onWait = () => {
-      this.#thinking.stop();
-      status.write(`${style.dim(`waiting for session ${key.sessionId}, busy in another process…`)}\n`);
-      if (interactive) this.#thinking.start();
-    };
-    try {
-      result = await this.#sessions.run(key, work, { signal, onWait });
     } catch (error) {
       // Nothing to retry is an answer to the command, not a failure of the REPL.
       const said = ["nothing_to_retry", "approval_pending", "no_pending_approval"];

@@ -1,6 +1,6 @@
 /**
- * Queueing a turn on a session, the one way every surface runs one (the sessions API, the OpenAI route, the
- * MCP server): what it asks checked against the session (a retry needs an unanswered message, decisions a
+ * Queueing a turn on a session, the one way every surface runs one (chat, the sessions API, the OpenAI
+ * route, the MCP server): what it asks checked against the session (a retry needs an unanswered message, decisions a
  * waiting turn, a new message none), the user's daily quota checked, the run's id taken, then the turn run
  * in the session's queue and under its lease, stopped by the client, a cancel or the shutdown; and the
  * cancel of a running turn, wherever it runs.
@@ -44,6 +44,10 @@ export interface QueueTurnOptions {
    * retries it rather than asking twice. @default {false}
    */
   retryIfResent?: boolean;
+  /** Tools the user allowed for the rest of the session ("always"): they need no approval. @default {none} */
+  allowed?: ReadonlySet<string>;
+  /** Called once if the session's lease is held by another process, before waiting for it. @default {none} */
+  onWait?: () => void;
   /**
    * Where the turn reads and writes its session when not in `deps.store` (a request's private session, see
    * `request_session.ts`; the user's memory is still recalled from `deps.store`): then it runs in the
@@ -52,7 +56,7 @@ export interface QueueTurnOptions {
   session?: Pick<RunOptions, "reads" | "journal">;
 }
 
-/** What {@linkcode queueTurn} runs a turn with: the HTTP handler's, or the MCP server's over stdio. */
+/** What {@linkcode queueTurn} runs a turn with: chat's, the HTTP handler's, or the MCP server's over stdio. */
 export interface TurnDeps {
   /** What runs turns. */
   agent: Agent;
@@ -68,8 +72,8 @@ export interface TurnDeps {
    * tokens included, counted in the store; past them no turn starts. @default {null} (no quota)
    */
   dailyTokens?: number | null;
-  /** Aborts every running turn when the shutdown grace period is over. */
-  shutdownSignal: AbortSignal;
+  /** Aborts every running turn when the shutdown grace period is over. @default {never} */
+  shutdownSignal?: AbortSignal;
 }
 
 /**
@@ -89,21 +93,24 @@ export async function queueTurn(
   options: QueueTurnOptions = {},
 ): Promise<QueuedTurn> {
   const { agent: given = deps.agent, resumable = false, session = {}, retryIfResent = false } = options;
+  const { allowed, onWait } = options;
   const key = { userId: input.userId, sessionId: input.sessionId };
   const leased = options.session === undefined;
   const { input: asked, waiting } = await checkInput(input, session.reads ?? deps.store, retryIfResent);
-  const now = (deps.agent.now ?? (() => new Date()))();
+  const now = deps.agent.now ?? (() => new Date());
   await checkDailyQuota(deps.store, input.userId, deps.dailyTokens ?? null, now);
   const full = deps.sessions.rejection(key);
   if (full !== null) throw full;
   // Taken before the turn starts, so the response's headers can name the run a client may come back to.
   const runId = waiting ?? (given.newId ?? (() => crypto.randomUUID()))();
   const agent = { ...given, newId: () => runId };
-  const stop = resumable ? deps.shutdownSignal : AbortSignal.any([signal, deps.shutdownSignal]);
+  const { shutdownSignal = new AbortController().signal } = deps;
+  const stop = resumable ? shutdownSignal : AbortSignal.any([signal, shutdownSignal]);
   const run = (emit: EventSink, live: LiveView = {}) => {
     const storage = { store: deps.store, ...session };
-    const work = (held: AbortSignal) => runTurn(asked, agent, { ...live, ...storage, emit, signal: held });
-    return deps.sessions.run(key, work, { signal: stop, leased, id: runId });
+    const work = (held: AbortSignal) =>
+      runTurn(asked, agent, { ...live, ...storage, allowed, emit, signal: held });
+    return deps.sessions.run(key, work, { signal: stop, leased, id: runId, onWait });
   };
   return Object.assign(run, { runId });
 }
