@@ -314,7 +314,9 @@ Deno.test("readJsonBody() behind Deno.serve stops a chunked upload past the limi
 
 Deno.test("readJsonBody() behind Deno.serve rejects with AbortError when the client leaves", async () => {
   const { promise: outcome, resolve } = Promise.withResolvers<unknown>();
+  const { promise: reading, resolve: read } = Promise.withResolvers<void>();
   await using server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, async (request) => {
+    read();
     try {
       resolve(await readJsonBody(request, { maxBytes: LIMIT }));
     } catch (error) {
@@ -326,7 +328,8 @@ Deno.test("readJsonBody() behind Deno.serve rejects with AbortError when the cli
   const head =
     "POST / HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n";
   await connection.write(new TextEncoder().encode(head + '{"message": "half'));
-  await new Promise((resolve) => setTimeout(resolve, 20));
+  // The client leaves once the handler has the request, while its body is still read.
+  await reading;
   connection.close();
   const error = await outcome;
   assert.ok(error instanceof DOMException, `expected a DOMException, got ${error}`);
