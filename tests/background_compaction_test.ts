@@ -168,8 +168,10 @@ Deno.test("BackgroundCompactions.close() waits for a running compaction, or aban
     await runTurn(input("one"), h.agent, h.run);
     await runTurn(input("two"), h.agent, h.run);
     await new Promise((resolve) => setTimeout(resolve, 0));
-    if (grace === Infinity) setTimeout(gated.release, 30);
-    await h.agent.compactions.close(grace);
+    const closing = h.agent.compactions.close(grace);
+    // Released only once close() waits on it: it waits for a compaction that ends after it was called.
+    if (grace === Infinity) gated.release();
+    await closing;
     assert.equal(h.agent.compactions.running, 0);
     const compact = h.events.at(-1)!;
     const contents = (await h.store.messages(KEY)).map((m) => m.content);

@@ -1,24 +1,49 @@
 import assert from "node:assert/strict";
 import { BatchedLog } from "../src/http/batched_log.ts";
 
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
+/**
+ * A log's writes, and `next()`: the next write, as a promise, so a test waits on the write itself. Its
+ * failsafe timer fails a write that never comes, and keeps the event loop running meanwhile (the log's own
+ * timer is unref'd).
+ */
+function recorder(): { writes: string[]; write: (text: string) => void; next: () => Promise<string> } {
+  const writes: string[] = [];
+  let waiting: ((text: string) => void) | undefined;
+  return {
+    writes,
+    write(text) {
+      writes.push(text);
+      waiting?.(text);
+      waiting = undefined;
+    },
+    next: () =>
+      new Promise((resolve, reject) => {
+        const failsafe = setTimeout(() => reject(new Error("no write within 10 s")), 10_000);
+        waiting = (text) => {
+          clearTimeout(failsafe);
+          resolve(text);
+        };
+      }),
+  };
 }
 
 Deno.test("BatchedLog writes the lines of one flush period together, in order, once the period is over", async () => {
-  const writes: string[] = [];
-  const log = new BatchedLog((text) => writes.push(text), { flushMs: 30 });
+  const { writes, write, next } = recorder();
+  const log = new BatchedLog(write, { flushMs: 30 });
   try {
+    const first = next();
     log.line("GET /healthz 200 0ms");
     log.line("POST /v1/sessions/a/messages 200 104ms");
     log.line("error: something");
     assert.deepEqual(writes, [], "nothing is written before the period ends");
-    await sleep(80);
-    assert.deepEqual(writes, [
+    assert.equal(
+      await first,
       "GET /healthz 200 0ms\nPOST /v1/sessions/a/messages 200 104ms\nerror: something\n",
-    ]);
+    );
+    const second = next();
     log.line("next");
-    await sleep(80);
+    assert.equal(writes.length, 1, "a later line waits for a period of its own");
+    assert.equal(await second, "next\n");
     assert.deepEqual(writes.slice(1), ["next\n"], "a later line starts a new period");
   } finally {
     log.close();

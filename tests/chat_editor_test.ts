@@ -4,8 +4,12 @@ import { PassThrough } from "node:stream";
 import { LineEditor, PASTE_OFF, PASTE_ON, type ReadResult } from "../src/cli/editor.ts";
 import { MemoryHistory } from "../src/cli/history.ts";
 import { KeyDecoder } from "../src/cli/keys.ts";
+import { FakeClock, settle } from "./_fake_clock.ts";
 
-/** A terminal in memory: type into it, read what was drawn, see the raw-mode switches. */
+/**
+ * A terminal in memory: type into it, read what was drawn, see the raw-mode switches. The editor's Esc delay
+ * passes on `clock` alone, so keys typed in chunks are never taken apart by a slow machine.
+ */
 function fakeTty(
   options: { history?: string[]; complete?: (line: string) => string[]; escapeDelay?: number } = {},
 ) {
@@ -19,8 +23,10 @@ function fakeTty(
   let drawn = "";
   output.on("data", (chunk: Uint8Array) => (drawn += new TextDecoder().decode(chunk)));
   const history = new MemoryHistory(options.history ?? []);
+  const clock = new FakeClock();
   const editor = new LineEditor(input, output, {
     history,
+    clock,
     ...(options.complete ? { complete: options.complete } : {}),
     ...(options.escapeDelay !== undefined ? { escapeDelay: options.escapeDelay } : {}),
   });
@@ -29,6 +35,7 @@ function fakeTty(
     editor,
     input,
     history,
+    clock,
     drawn: () => drawn,
     /** Types `keys` (each string one chunk) and resolves with the entry they complete. */
     async enter(...keys: string[]): Promise<ReadResult> {
@@ -37,6 +44,11 @@ function fakeTty(
       return await bounded(entry);
     },
   };
+}
+
+/** Settles until `condition` holds, 100 rounds at most: the input's chunks arrive on later ticks. */
+async function settledUntil(condition: () => boolean): Promise<void> {
+  for (let round = 0; round < 100 && !condition(); round++) await settle();
 }
 
 function bounded<T>(promise: Promise<T>): Promise<T> {
@@ -127,7 +139,7 @@ Deno.test("LineEditor hands Ctrl-C to onInterrupt while no entry is read, and ke
   let interrupts = 0;
   tty.editor.onInterrupt(() => interrupts++);
   tty.input.write("\x03typed ahead\r");
-  await new Promise((resolve) => setTimeout(resolve, 10));
+  await settledUntil(() => interrupts > 0);
   assert.equal(interrupts, 1);
   assert.deepEqual(await tty.enter(), { kind: "line", text: "typed ahead" });
   tty.editor.close();
@@ -182,9 +194,13 @@ Deno.test("LineEditor ends a lone Esc after its delay, so the next key is typed,
   const tty = fakeTty({ escapeDelay: 5 });
   const entry = tty.editor.read();
   tty.input.write("a\x1b");
-  await new Promise((resolve) => setTimeout(resolve, 50));
+  await settledUntil(() => tty.clock.pending === 1);
+  assert.equal(tty.clock.pending, 1, "the lone Esc waits for the rest of a sequence");
+  await tty.clock.advance(5);
   tty.input.write("b\r");
   assert.deepEqual(await bounded(entry), { kind: "line", text: "ab" });
   tty.input.write("\x1b");
-  tty.editor.close(); // the sanitizer fails the test if the Esc's timer outlives the editor
+  await settledUntil(() => tty.clock.pending === 1);
+  tty.editor.close();
+  assert.equal(tty.clock.pending, 0, "the Esc's wait does not outlive the editor");
 });

@@ -6,7 +6,7 @@ import { OPENAPI } from "../src/http/openapi.ts";
 import { createRoutes } from "../src/http/routes.ts";
 import { readTrace } from "../src/trace/trace.ts";
 import { keyOf } from "./_harness.ts";
-import { httpHarness, parseSse, postMessage } from "./_http_harness.ts";
+import { httpHarness, parseSse, postMessage, until } from "./_http_harness.ts";
 
 const TOKENS = [{ token: "tok-alice-0123456789", userId: "alice" }, {
   token: "tok-bob-9876543210",
@@ -232,8 +232,8 @@ Deno.test("a session's queue holds 8 waiting turns; the next one gets 429 with R
     { length: 9 },
     (_, i) => h.handler(postMessage("busy", { message: `turn ${i}` })),
   );
-  // Let the first turn start and the others queue.
-  await new Promise((resolve) => setTimeout(resolve, 20));
+  // The first turn runs and the other eight wait in the queue.
+  await until(() => h.deps.sessions.waiting(keyOf("busy", "local")) === 8, "eight turns to queue");
   const rejected = await h.handler(postMessage("busy", { message: "one too many" }));
   assert.equal(rejected.status, 429);
   assert.ok(Number(rejected.headers.get("retry-after")) >= 1);

@@ -11,25 +11,44 @@ import { SessionLeases } from "../src/session/leases.ts";
 import { SessionRunner } from "../src/session/runner.ts";
 import type { Summarizer } from "../src/memory/summarizer.ts";
 import { deterministicSummarizer } from "../src/memory/summarizer.ts";
+import type { LeaseStore } from "../src/store/store.ts";
 import { harness, keyOf, leaseStoreWith, textSink } from "./_harness.ts";
-import { httpHarness, postMessage } from "./_http_harness.ts";
+import { httpHarness, postMessage, until } from "./_http_harness.ts";
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const fast = { minPollMs: 5, maxPollMs: 20 };
 const KEY = keyOf("s", "local");
 
-/** Whether `promise` is still pending after `ms`. */
-async function pendingAfter(promise: Promise<unknown>, ms: number): Promise<boolean> {
-  const marker = Symbol();
-  return await Promise.race([promise, sleep(ms).then(() => marker)]) === marker;
+/** `store`'s leases, counting the takes it refused (`refused()`): a wait the test can see. */
+function countingRefusals(store: LeaseStore): { store: LeaseStore; refused(): number } {
+  let refused = 0;
+  const counted = leaseStoreWith(store, {
+    acquireLease: async (...args) => {
+      const take = await store.acquireLease(...args);
+      if (!take.taken) refused++;
+      return take;
+    },
+  });
+  return { store: counted, refused: () => refused };
+}
+
+/** Whether `promise` has settled, as of now. */
+function settledFlag(promise: Promise<unknown>): () => boolean {
+  let settled = false;
+  promise.then(() => (settled = true), () => (settled = true));
+  return () => settled;
 }
 
 Deno.test("POST /messages waits while another process holds the session's lease, then runs the turn", async () => {
   using h = httpHarness();
-  h.deps.sessions = new SessionRunner({ leases: new SessionLeases(h.store, { owner: "here", ...fast }) });
+  const leases = countingRefusals(h.store);
+  h.deps.sessions = new SessionRunner({
+    leases: new SessionLeases(leases.store, { owner: "here", ...fast }),
+  });
   (await h.store.acquireLease(KEY, "elsewhere", 60_000)).taken;
   const answered = h.handler(postMessage("s", { message: "hello" }));
-  assert.ok(await pendingAfter(answered, 100), "the turn waits");
+  const settled = settledFlag(answered);
+  await until(() => leases.refused() >= 2, "the lease to be found busy twice");
+  assert.equal(settled(), false, "the turn waits");
   assert.equal(h.llm.calls, 0);
   assert.equal(await h.store.get(KEY), null, "nothing written meanwhile");
   await h.store.releaseLease(KEY, "elsewhere");
@@ -46,7 +65,7 @@ Deno.test("turns waiting for a busy lease wait in the session's queue: one more 
   (await h.store.acquireLease(KEY, "elsewhere", 60_000)).taken;
   const first = h.handler(postMessage("s", { message: "one" }));
   const second = h.handler(postMessage("s", { message: "two" }));
-  await sleep(20);
+  await until(() => h.deps.sessions.waiting(KEY) === 1, "the second turn to wait behind the first");
   const third = await h.handler(postMessage("s", { message: "three" }));
   assert.equal(third.status, 429);
   assert.ok(Number(third.headers.get("retry-after")) >= 1);
@@ -67,7 +86,7 @@ Deno.test("a turn whose lease is lost answers 503 session_lease_lost and keeps n
   });
   h.llm.hold = true;
   const answered = h.handler(postMessage("s", { message: "hello" }));
-  while (h.llm.calls === 0) await sleep(5);
+  await until(() => h.llm.calls > 0, "the model call");
   lose = true;
   const response = await answered;
   h.llm.release();
@@ -81,11 +100,16 @@ Deno.test("a turn whose lease is lost answers 503 session_lease_lost and keeps n
 
 Deno.test("DELETE /v1/sessions/{id} waits while another process holds the session's lease", async () => {
   using h = httpHarness();
-  h.deps.sessions = new SessionRunner({ leases: new SessionLeases(h.store, { owner: "here", ...fast }) });
+  const leases = countingRefusals(h.store);
+  h.deps.sessions = new SessionRunner({
+    leases: new SessionLeases(leases.store, { owner: "here", ...fast }),
+  });
   assert.equal((await h.handler(postMessage("s", { message: "hello" }))).status, 200);
   (await h.store.acquireLease(KEY, "elsewhere", 60_000)).taken;
   const deleted = h.handler(new Request("http://agent.test/v1/sessions/s", { method: "DELETE" }));
-  assert.ok(await pendingAfter(deleted, 80), "the delete waits");
+  const settled = settledFlag(deleted);
+  await until(() => leases.refused() >= 2, "the lease to be found busy twice");
+  assert.equal(settled(), false, "the delete waits");
   assert.notEqual(await h.store.get(KEY), null);
   await h.store.releaseLease(KEY, "elsewhere");
   assert.equal((await deleted).status, 204);
@@ -110,7 +134,7 @@ Deno.test("a background compaction keeps the turn's lease until it ends: no othe
   for (const message of ["one", "two"]) {
     assert.equal((await h.handler(postMessage("s", { message }))).status, 200);
   }
-  while (asked === 0) await sleep(5);
+  await until(() => asked > 0, "the summary call");
   assert.equal((await h.store.acquireLease(KEY, "elsewhere", 1000)).taken, false, "held for the compaction");
   // A turn of this process goes on alongside, as it did without leases.
   const third = await h.handler(postMessage("s", { message: "three" }));
@@ -140,8 +164,8 @@ Deno.test("chat waits for a session busy in another process, saying so, then run
     sessions: new SessionRunner({ leases }),
   });
   input.end("hello\n");
-  await sleep(80);
-  assert.match(status.text(), /waiting for session s, busy in another process…/);
+  const waiting = /waiting for session s, busy in another process…/;
+  await until(() => waiting.test(status.text()), "the chat to say it waits");
   assert.equal(output.text(), "", "no answer yet");
   await h.store.releaseLease(KEY, "elsewhere");
   assert.equal(await exit, 0);

@@ -795,11 +795,10 @@ Deno.test("OpenAICompatibleLLM({stream: true}) fails with timeout, without retry
     const source = body(OK_EVENTS.slice(0, 2), "stall");
     const { fetch, sent } = stubFetch(sseStep(source));
     const deltas: string[] = [];
-    const started = performance.now();
+    // The message names the deadline that ended the stream: the idle one, not the whole call's 5 s.
     const error = await llmError(
       makeClient(fetch, options).llm.chat(HELLO, { onDelta: (t) => deltas.push(t) }),
     );
-    assert.ok(performance.now() - started < 2000, "the idle deadline, not the 5 s one");
     assert.equal(error.kind, "timeout");
     assert.equal(error.retries, 0);
     assert.match(error.message, message);

@@ -918,35 +918,51 @@ Deno.test("OpenAICompatibleLLM.chat() sends nothing when the signal is already a
 Deno.test("OpenAICompatibleLLM.chat() stops a real backoff wait when the caller aborts", async () => {
   const controller = new AbortController();
   let abortTimer: ReturnType<typeof setTimeout> | undefined;
+  let failsafe: ReturnType<typeof setTimeout> | undefined;
   const { fetch, sent } = stubFetch(respond(500, "boom"), OK);
+  // An hour's backoff: a wait the abort did not end would hold the test, and the failsafe fails it instead;
+  // one it ended but left running fails the ops sanitizer.
   const llm = new OpenAICompatibleLLM({
     baseUrl: BASE,
     apiKey: KEY,
     model: MODEL,
     fetch,
-    retryBaseDelaySeconds: 30,
+    retryBaseDelaySeconds: 3600,
     onRetry: () => {
       abortTimer = setTimeout(() => controller.abort(), 10);
     },
   });
-  const started = performance.now();
+  const hung = new Promise<never>((_, reject) => {
+    failsafe = setTimeout(() => reject(new Error("the abort did not end the backoff wait")), 30_000);
+  });
   try {
-    const error = await llmError(llm.chat(HELLO, { signal: controller.signal }));
+    const error = await llmError(Promise.race([llm.chat(HELLO, { signal: controller.signal }), hung]));
     assert.equal(error.kind, "aborted");
     assert.equal(error.retries, 0);
   } finally {
     clearTimeout(abortTimer);
+    clearTimeout(failsafe);
   }
   assert.equal(sent.length, 1);
-  assert.ok(performance.now() - started < 5000, "did not wait out the 30 s backoff");
 });
 
 Deno.test("OpenAICompatibleLLM.chat() really waits the backoff with the default sleep", async () => {
-  const { fetch, sent } = stubFetch(respond(500, "boom"), OK);
+  // Timers fire in the order they fall due: a 10 ms one, set before the call, fires before the 20 ms backoff
+  // set after it. A client that did not wait would retry before any timer fired.
+  let fired = false;
+  const shorter = setTimeout(() => (fired = true), 10);
+  let firedByRetry: boolean | undefined;
+  const { fetch, sent } = stubFetch(respond(500, "boom"), (signal) => {
+    firedByRetry = fired;
+    return OK(signal);
+  });
   const llm = new OpenAICompatibleLLM({ baseUrl: BASE, model: MODEL, fetch, retryBaseDelaySeconds: 0.02 });
-  const started = performance.now();
-  assert.equal((await llm.chat(HELLO)).content, "ok");
-  assert.ok(performance.now() - started >= 15, "waited about 20 ms");
+  try {
+    assert.equal((await llm.chat(HELLO)).content, "ok");
+  } finally {
+    clearTimeout(shorter);
+  }
+  assert.equal(firedByRetry, true, "the retry came after a timer due before the backoff ended");
   assert.equal(sent.length, 2);
 });
 

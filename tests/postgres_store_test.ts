@@ -235,13 +235,16 @@ Deno.test({
       assert.equal(await b.cancelLease(key), true, "marked anew");
       await a.releaseLease(key, "replica-a");
       assert.equal(await b.cancelLease(key), false, "released while marked: none to mark");
-      assert.equal((await b.acquireLease(key, "replica-b", 50)).taken, true, "free once released");
+      assert.equal((await b.acquireLease(key, "replica-b", 60_000)).taken, true, "free once released");
       assert.equal(
         (await a.acquireLease(keyOf("s", "other-user"), "replica-a", 60_000)).taken,
         true,
         "per user",
       );
-      await new Promise((resolve) => setTimeout(resolve, 120));
+      // A minute passes for b's lease: its expiry, on the database's clock, moves a minute back.
+      await withPool(url, (sql) =>
+        sql`UPDATE session_leases SET expires_at = expires_at - interval '1 minute'
+          WHERE user_id = ${key.userId} AND session_id = ${key.sessionId}`);
       assert.equal((await a.acquireLease(key, "replica-a", 60_000)).taken, true, "free once expired");
       assert.equal(await b.renewLease(key, "replica-b", 60_000), false, "lost: expired and taken");
       await assert.rejects(a.acquireLease(key, "replica-a", 0), RangeError);

@@ -4,7 +4,9 @@
  */
 import assert from "node:assert/strict";
 import { keyOf } from "./_harness.ts";
-import { storeTest } from "./_store_backends.ts";
+import { connect } from "../src/store/_postgres_client.ts";
+import { parseDatabaseUrl } from "../src/database_url.ts";
+import { type StoreBackend, type StoreDatabase, storeTest } from "./_store_backends.ts";
 
 const KEY = keyOf("leased");
 
@@ -36,16 +38,39 @@ storeTest(
   },
 );
 
-storeTest("$Store.acquireLease() over an expired lease takes it unwanted", async (db) => {
-  const store = await db.open();
+/**
+ * A store of `db` whose leases see time pass only through `elapse(ms)`: SQLite's store reads the test's
+ * clock; PostgreSQL keeps leases on the database's own clock, so there every lease's expiry moves back by
+ * `ms` instead, which is the same to a lease.
+ */
+async function onTestTime(db: StoreDatabase, backend: StoreBackend) {
+  let ms = Date.parse("2026-01-01T00:00:00Z");
+  const store = await db.open({ now: () => new Date(ms) });
+  async function elapse(by: number): Promise<void> {
+    if (backend.name === "SqliteStore") {
+      ms += by;
+      return;
+    }
+    const sql = await connect(parseDatabaseUrl(db.location));
+    try {
+      await sql`UPDATE session_leases SET expires_at = expires_at - ${by} * interval '1 millisecond'`;
+    } finally {
+      await sql.end();
+    }
+  }
+  return { store, elapse };
+}
+
+storeTest("$Store.acquireLease() over an expired lease takes it unwanted", async (db, backend) => {
+  const { store, elapse } = await onTestTime(db, backend);
   try {
-    assert.equal((await store.acquireLease(KEY, "a", 500)).taken, true);
+    assert.equal((await store.acquireLease(KEY, "a", 60_000)).taken, true);
     assert.equal(
       (await store.acquireLease(KEY, "c", 60_000)).taken,
       false,
       "held by a: c's try marks it wanted",
     );
-    await new Promise((resolve) => setTimeout(resolve, 700));
+    await elapse(60_000);
     assert.equal((await store.acquireLease(KEY, "b", 60_000)).taken, true, "expired: b takes it");
     assert.equal(await store.releaseLease(KEY, "b"), false, "what was asked of a is not b's");
   } finally {

@@ -67,6 +67,24 @@ async function post(port: number, session: string, message: string): Promise<Rec
   return body;
 }
 
+/**
+ * Posts a turn as SSE and resolves once the response's headers arrive: the server sends them only once the
+ * turn is in its session's queue, so a turn running there is still ahead of it. `stream` is the whole body.
+ */
+async function postQueued(
+  port: number,
+  session: string,
+  message: string,
+): Promise<{ runId: string; stream: Promise<string> }> {
+  const response = await fetch(`http://127.0.0.1:${port}/v1/sessions/${session}/messages`, {
+    method: "POST",
+    headers: { "content-type": "application/json", accept: "text/event-stream" },
+    body: JSON.stringify({ message }),
+  });
+  assert.equal(response.status, 200);
+  return { runId: response.headers.get("x-run-id")!, stream: response.text() };
+}
+
 /** Polls `condition` every few milliseconds; fails naming `what` after `timeoutMs`. */
 async function until(condition: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
   const deadline = performance.now() + timeoutMs;
@@ -235,10 +253,12 @@ Deno.test("a turn that waited behind another of its session is a child of its ow
     const first = post(port, "queued", "what is 6/0?");
     // The first turn's answer is held mid-stream: the second request has to wait for it.
     await until(() => provider.requests.length === 2, "the first turn's answer to be asked for");
-    const second = post(port, "queued", "hello");
-    await new Promise((resolve) => setTimeout(resolve, 300));
+    // Queued behind it, as its response's headers say, before the first turn goes on.
+    const second = await postQueued(port, "queued", "hello");
     release();
-    runIds.push(...(await Promise.all([first, second])).map((b) => b.run_id));
+    const [answered, streamed] = await Promise.all([first, second.stream]);
+    assert.match(streamed, /event: run_end/);
+    runIds.push(answered.run_id, second.runId);
   } finally {
     release();
     const code = await serve.stop();

@@ -112,6 +112,13 @@ Deno.test({
   async fn() {
     await Deno.mkdir(ARTIFACTS, { recursive: true });
     await withPage({}, async (page, url, { provider, dialogs }) => {
+      // The bodies of the decisions the page sends, in order.
+      const sent: string[] = [];
+      page.on("request", (request) => {
+        if (request.method() === "POST" && request.url().endsWith("/approvals")) {
+          sent.push(request.postData() ?? "");
+        }
+      });
       await page.goto(`${url}/`, { waitUntil: "load" });
       await page.waitForSelector("#input");
       const payload = "<img src=x onerror=alert(1)>";
@@ -123,13 +130,21 @@ Deno.test({
       assert.equal(await page.$$eval("#approvals img", (nodes) => nodes.length), 0, "arguments are text");
 
       // One call decided: nothing is sent yet (the server wants a decision on every waiting call).
+      // The click's handler marks the call and would send in the same task: once the mark shows, it is done.
       await page.click("#approvals .approval-call:first-child button.deny");
-      await new Promise((resolve) => setTimeout(resolve, 300));
+      await page.waitForFunction(() =>
+        document.querySelector<HTMLElement>("#approvals .approval-call:first-child")?.dataset.decision ===
+          "deny"
+      );
       assert.deepEqual((await shownCalls(page)).map((c) => c.decision), ["deny", ""]);
+      assert.equal(await page.$eval("#approvals", (n) => n.classList.contains("sending")), false);
       assert.equal(provider.requests.length, 1);
 
       await page.click("#approvals .approval-call:last-child button.deny");
       await answerShown(page, "The tool failed: denied by the user");
+      // One request, sent after the last decision, carries both: none went out after the first alone.
+      assert.equal(sent.length, 1, JSON.stringify(sent));
+      assert.deepEqual(Object.values(JSON.parse(sent[0]).decisions), ["deny", "deny"]);
       await page.waitForFunction(() => document.querySelector<HTMLElement>("#approvals")!.hidden);
       assert.deepEqual(
         lastToolMessages(provider.requests).map((content) => {

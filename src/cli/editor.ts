@@ -5,6 +5,7 @@
  * @module
  */
 import type { Readable, Writable } from "node:stream";
+import { type Clock, SYSTEM_CLOCK } from "../clock.ts";
 import { type Key, KeyDecoder } from "./keys.ts";
 import { type InputHistory, MemoryHistory } from "./history.ts";
 import { createStyle, type Style } from "./render.ts";
@@ -38,6 +39,8 @@ export interface LineEditorOptions {
   complete?: (line: string) => string[] | Promise<string[]>;
   /** Milliseconds a lone `\x1b` waits for the rest of a sequence before it is the Esc key. @default {50} */
   escapeDelay?: number;
+  /** The wait of `escapeDelay`. @default {SYSTEM_CLOCK} */
+  clock?: Clock;
 }
 
 /** A raw-mode line editor on `input`, drawing on `output`. Call `start()`, then `read()` per entry. */
@@ -48,7 +51,9 @@ export class LineEditor {
   #history: InputHistory;
   #complete: (line: string) => string[] | Promise<string[]>;
   #escapeDelay: number;
-  #escapeTimer: ReturnType<typeof setTimeout> | undefined;
+  #clock: Clock;
+  /** Ends the wait of `escapeDelay` under way. */
+  #escapeWait: AbortController | undefined;
   #decoder = new KeyDecoder();
   #text = new TextDecoder();
   #queue: Key[] = [];
@@ -78,6 +83,7 @@ export class LineEditor {
   constructor(input: EditorInput, output: Writable, options: LineEditorOptions = {}) {
     const { style = createStyle(false), history = new MemoryHistory(), complete = () => [] } = options;
     this.#escapeDelay = options.escapeDelay ?? 50;
+    this.#clock = options.clock ?? SYSTEM_CLOCK;
     this.#input = input;
     this.#output = output;
     this.#style = style;
@@ -123,7 +129,7 @@ export class LineEditor {
   close(): void {
     this.#input.off("data", this.#onData);
     this.#input.off("end", this.#onEnd);
-    clearTimeout(this.#escapeTimer);
+    this.#escapeWait?.abort();
     this.#input.setRawMode?.(false);
     this.#input.pause();
     this.#write(PASTE_OFF + (this.#atLineStart ? "" : "\r\n"));
@@ -137,10 +143,14 @@ export class LineEditor {
 
   #receive(chunk: Uint8Array | string): void {
     const text = typeof chunk === "string" ? chunk : this.#text.decode(chunk, { stream: true });
-    clearTimeout(this.#escapeTimer);
+    this.#escapeWait?.abort();
     this.#accept(this.#decoder.push(text));
     if (!this.#decoder.pending) return;
-    this.#escapeTimer = setTimeout(() => this.#accept(this.#decoder.flush()), this.#escapeDelay);
+    const wait = this.#escapeWait = new AbortController();
+    this.#clock.sleep(this.#escapeDelay, wait.signal).then(
+      () => this.#accept(this.#decoder.flush()),
+      () => {},
+    );
   }
 
   #accept(keys: Key[]): void {
