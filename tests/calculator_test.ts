@@ -257,12 +257,10 @@ Deno.test("evaluate() throws TypeError for a non-string input", () => {
   }
 });
 
-Deno.test("evaluate() runs in linear time on long inputs", () => {
+// That the work is linear in the input is counted, not timed: see calculator_property_test.ts.
+Deno.test("evaluate() sums a long expression nested 50 deep", () => {
   const expression = "(".repeat(50) + "1" + "+1".repeat(199) + ")".repeat(50);
   assert.ok(expression.length <= 500);
-  const started = performance.now();
-  for (let i = 0; i < 200; i++) evaluate(expression);
-  assert.ok(performance.now() - started < 2000);
   assert.equal(evaluate(expression), 200);
 });
 
