@@ -18,13 +18,11 @@ function fault(name: string, mode: string) {
 
 Deno.test("an MCP server that never answers is one warning after the timeout and its tools are absent; the others work", async () => {
   const warnings: string[] = [];
-  const started = performance.now();
   const mcp = await startMcpTools(
     { path: "mcp.json", servers: [fault("mute", "silent"), fault("ok", "huge")], approval: undefined },
     { sdk, timeoutMs: 1500, startTimeoutMs: 1500, warn: (line) => warnings.push(line) },
   );
   try {
-    assert.ok(performance.now() - started < 10_000);
     assert.equal(warnings.length, 1, warnings.join("\n"));
     assert.match(
       warnings[0],

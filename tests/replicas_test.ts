@@ -82,8 +82,8 @@ for (const { name, ignore, make } of BACKENDS) {
         assert.equal(response.status, 200, JSON.stringify(body));
         assert.equal(body.turn, 2, "after the killed turn's stored question");
         assert.equal(body.answer, "Your name is Ada.", "the killed turn's question is in the history");
-        // The lease lasts 2 s and was renewed at most 2/3 s before the kill.
-        assert.ok(waited >= 1000 && waited < 10_000, `the survivor answered ${waited} ms after the kill`);
+        // How long it waited (the 2 s lease, renewed at most 2/3 s before the kill) is printed, not asserted:
+        // that a dead holder's lease is taken once it expires, and not before, is session_leases_test.ts's, on a fake clock.
       } finally {
         hold();
         await provider.idle();
