@@ -5,6 +5,7 @@
  */
 import { MAX_TOOL_RESULT_CHARS } from "../config.ts";
 import { errorMessage } from "../errors.ts";
+import { deepFreeze } from "../_json.ts";
 import type { RunEventData } from "../events.ts";
 import type { ToolCall, ToolResult, ToolSchema } from "../types.ts";
 import { type JsonSchema, validateJsonSchema } from "./json_schema.ts";
@@ -69,14 +70,6 @@ function fit(result: ToolResult, limit: number): ToolResult {
     else hi = mid - 1;
   }
   return cut(lo);
-}
-
-function deepFreeze<T>(value: T): T {
-  if (typeof value === "object" && value !== null && !Object.isFrozen(value)) {
-    for (const item of Object.values(value)) deepFreeze(item);
-    Object.freeze(value);
-  }
-  return value;
 }
 
 function failure(error: string): ToolResult {
@@ -157,11 +150,6 @@ export class ToolRegistry {
     return this.#schemas;
   }
 
-  /** The registered tool names, in order. */
-  names(): string[] {
-    return [...this.#current().keys()];
-  }
-
   /** Every tool with its server, in order, for `/tools`. */
   list(): ToolListing[] {
     return [...this.#current().values()].map(({ name, server, description }) => ({
@@ -193,7 +181,7 @@ export class ToolRegistry {
     const tool = this.#current().get(call.name);
     const name = quotedToolName(call.name);
     if (tool === undefined) {
-      return failure(`Unknown tool ${name}; available tools: ${this.names().join(", ")}`);
+      return failure(`Unknown tool ${name}; available tools: ${[...this.#current().keys()].join(", ")}`);
     }
     let args: unknown;
     try {
