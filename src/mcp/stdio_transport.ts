@@ -106,20 +106,21 @@ export class DenoStdioTransport implements Transport {
     const child = this.#child;
     if (child === null) return;
     this.#child = null;
+    await this.#stop(child, "SIGKILL");
+    this.onclose?.();
+  }
+
+  /** Closes the child's stdin and waits for its exit, sending it `signal` if it still runs after 2 s. */
+  async #stop(child: Deno.ChildProcess, signal: Deno.Signal): Promise<void> {
     await this.#writer?.close().catch(() => {});
     this.#writer = null;
-    const exited = child.status.then(() => true);
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const late = new Promise<false>((resolve) => timer = setTimeout(() => resolve(false), EXIT_GRACE_MS));
-    const inTime = await Promise.race([exited, late]);
-    clearTimeout(timer);
-    if (!inTime) {
+    const timer = setTimeout(() => {
       try {
-        child.kill("SIGKILL");
+        child.kill(signal);
       } catch { /* exited meanwhile */ }
-      await child.status;
-    }
-    this.onclose?.();
+    }, EXIT_GRACE_MS);
+    await child.status;
+    clearTimeout(timer);
   }
 
   /** Writes one message as a line. Rejects when the server has gone. */
@@ -133,15 +134,7 @@ export class DenoStdioTransport implements Transport {
     this.#closed = true;
     const child = this.#child;
     if (child !== null) {
-      await this.#writer?.close().catch(() => {});
-      this.#writer = null;
-      const timer = setTimeout(() => {
-        try {
-          child.kill("SIGTERM");
-        } catch { /* exited meanwhile */ }
-      }, EXIT_GRACE_MS);
-      await child.status;
-      clearTimeout(timer);
+      await this.#stop(child, "SIGTERM");
       // A grandchild (npx's node) may hold stdout open after the child exited: stop reading it.
       await this.#reader?.cancel().catch(() => {});
     }
