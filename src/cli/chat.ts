@@ -28,8 +28,6 @@ import type { InputHistory } from "./history.ts";
 import { createStyle, type Style } from "./render.ts";
 import { TurnView } from "./turn_view.ts";
 
-export { REPL_HELP } from "./commands.ts";
-
 /** Options of {@linkcode runChat}. */
 export interface ChatOptions {
   sessionId: string;

@@ -5,7 +5,7 @@
  */
 import type { Writable } from "node:stream";
 import { errorMessage, SessionError } from "../errors.ts";
-import { type Agent, type RunOptions, runTurn, type TurnInput } from "../agent/loop.ts";
+import { type Agent, runTurn, type TurnInput } from "../agent/loop.ts";
 import type { RunEvent } from "../events.ts";
 import { SessionRunner } from "../session/runner.ts";
 import type { SessionKey } from "../store/store.ts";
@@ -131,21 +131,13 @@ export class TurnView {
     allowed?: ReadonlySet<string>,
   ): Promise<TurnResult | null> {
     const key: SessionKey = { userId: input.userId, sessionId: input.sessionId };
-    return await this.#run(key, (run) => runTurn(input, agent, { ...run, allowed }), signal);
-  }
-
-  async #run(
-    key: SessionKey,
-    start: (run: RunOptions) => Promise<TurnResult>,
-    signal: AbortSignal,
-  ): Promise<TurnResult | null> {
     const { output, status, interactive, style, columns } = this.#options;
     if (interactive) this.#thinking.start();
     this.#modelCalls = 0;
     const started = performance.now();
     let result: TurnResult;
     const work = (held: AbortSignal) =>
-      start({
+      runTurn(input, agent, {
         emit: (event) => this.#show(event),
         signal: held,
         onDelta: (text, step) => interactive ? this.#delta(text) : this.#pipe(text, step),
@@ -153,6 +145,7 @@ export class TurnView {
         onReasoning: () => {
           if (interactive && this.#markdown === null) this.#thinking.start("reasoning…");
         },
+        allowed,
       });
     const onWait = () => {
       this.#thinking.stop();
@@ -211,7 +204,7 @@ export class TurnView {
    */
   #endPipedLine(result: TurnResult): void {
     const { output } = this.#options;
-    // An answer not in the response format, or an error, leaves its line empty; the status says why (#run).
+    // An answer not in the response format, or an error, leaves its line empty; the status says why (run).
     const printable = result.outcome !== "invalid_output" && result.outcome !== "error";
     if (printable && (this.#pipedStep === null || result.outcome !== "answered")) {
       output.write(`${this.#separator()}${result.answer}`);
