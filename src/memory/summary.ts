@@ -42,11 +42,9 @@ export function parseSummary(text: string | null): Summary | null {
   }
   if (typeof value !== "object" || value === null) return null;
   const record = value as Record<string, unknown>;
-  const goals = stringList(record.goals);
-  const facts = stringList(record.facts);
-  const todos = stringList(record.todos);
-  const unresolved = stringList(record.unresolved);
-  if (goals === null || facts === null || todos === null || unresolved === null) return null;
+  const lists = SUMMARY_FIELDS.map((field) => stringList(record[field]));
+  if (lists.includes(null)) return null;
+  const [goals, facts, todos, unresolved] = lists as string[][];
   const updatedAt = typeof record.updated_at === "string" ? record.updated_at : "";
   return { goals, facts, todos, unresolved, updated_at: updatedAt };
 }
@@ -141,13 +139,10 @@ export function mergeSummary(old: Summary | null, patch: SummaryPatch, now: Date
     }
     return items;
   };
-  return {
-    goals: merge("goals"),
-    facts: merge("facts"),
-    todos: merge("todos"),
-    unresolved: merge("unresolved"),
-    updated_at: now.toISOString(),
-  };
+  const summary = {} as Summary;
+  for (const field of SUMMARY_FIELDS) summary[field] = merge(field);
+  summary.updated_at = now.toISOString();
+  return summary;
 }
 
 /**
