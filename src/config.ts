@@ -357,11 +357,6 @@ export const SETTINGS: Readonly<Record<string, Setting>> = {
   ),
 };
 
-/** Settings whose default follows from others, when unset. */
-const DERIVED: Partial<Record<keyof Config, (config: Config) => unknown>> = {
-  compactBatch: (config) => defaultCompactBatch(config.maxRawTurns),
-};
-
 /**
  * Reads and validates every setting from `env`. Unset or empty variables take their defaults.
  *
@@ -372,10 +367,10 @@ export function loadConfig(env: Record<string, string | undefined>): Readonly<Co
   for (const [name, setting] of Object.entries(SETTINGS)) {
     const raw = env[name];
     const value = raw === undefined || raw === "" ? setting.default : raw;
-    if (value === "" && setting.key in DERIVED) continue;
+    if (value === "" && setting.key === "compactBatch") continue;
     config[setting.key] = parseValue(name, setting, value);
   }
-  for (const [key, derive] of Object.entries(DERIVED)) config[key] ??= derive(config as unknown as Config);
+  config.compactBatch ??= defaultCompactBatch(config.maxRawTurns as number);
   return Object.freeze(config as unknown as Config);
 }
 
