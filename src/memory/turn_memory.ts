@@ -9,6 +9,7 @@ import type { EventSink } from "../events.ts";
 import type { Calibration, MemoryStore, RecalledItem, SessionKey, TranscriptStore } from "../store/store.ts";
 import type { Message, StoredMessage, ToolSchema } from "../types.ts";
 import { compactIfDue, type CompactionDeps, type CompactionResult, requestTokens } from "./compact.ts";
+import type { MemoryState } from "./compact.ts";
 import { estimateMessageTokens, estimateRequestTokens, overTurnLimit } from "./plan.ts";
 import { defaultCompactBatch } from "../config.ts";
 import { type MemoryEntry, runtimeContextText } from "./summary.ts";
@@ -113,12 +114,7 @@ export class TurnMemory {
   /** Where a compaction within the turn is kept (the turn's journal); one after the answer goes to the store. */
   readonly #kept: Pick<TranscriptStore, "applyCompaction">;
   constructor(
-    state: {
-      key: SessionKey;
-      summary: string | null;
-      history: StoredMessage[];
-      calibration?: Calibration | null;
-    },
+    state: MemoryState & { calibration?: Calibration | null },
     fixed: FixedRequest,
     settings: MemorySettings,
     now: () => Date,
