@@ -109,14 +109,10 @@ export function recordUsage(state: ChatState, usage: Usage): void {
  * were estimated.
  */
 function storedTokens(rows: readonly UsageEntry[], prices?: PriceTable): string {
-  const sum = (pick: (row: UsageEntry) => number) => rows.reduce((n, row) => n + pick(row), 0);
-  const [prompt, cached, completion, calls, estimated] = [
-    sum((r) => r.promptTokens),
-    sum((r) => r.cachedTokens),
-    sum((r) => r.completionTokens),
-    sum((r) => r.calls),
-    sum((r) => r.estimatedCalls),
-  ];
+  const fields = ["promptTokens", "cachedTokens", "completionTokens", "calls", "estimatedCalls"] as const;
+  const [prompt, cached, completion, calls, estimated] = fields.map((f) =>
+    rows.reduce((n, r) => n + r[f], 0)
+  );
   if (calls === 0) return "no model calls yet";
   const guessed = estimated > 0 ? `; ${plural(estimated, "call")} without counts, estimated` : "";
   const cost = prices === undefined || prices.size === 0 ? "" : `, ${costText(costOf(prices, rows))}`;
