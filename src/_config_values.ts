@@ -40,27 +40,6 @@ function parseAllowedHosts(raw: string): string[] {
 /** Shortest API token accepted: shorter ones can be guessed. */
 export const MIN_TOKEN_CHARS = 16;
 
-/** How a variable's raw value is read: the rule {@linkcode parseValue} checks it against. */
-export type Kind =
-  | "string"
-  | "url"
-  | "positive"
-  | "positiveOrUnset"
-  | "positiveIntOrUnset"
-  | "nonnegative"
-  | "positiveInt"
-  | "nonnegativeInt"
-  | "flag"
-  | "host"
-  | "port"
-  | "tokens"
-  | "hosts"
-  | "database"
-  | "formatMode"
-  | "tokenizer"
-  | "effort"
-  | "prices";
-
 /** What {@linkcode parseValue} needs of a setting: the field it sets, its kind, its least value. */
 export interface ValueRule {
   /** The field of the config it sets (`apiKey` alone may be an empty string). */
@@ -76,7 +55,8 @@ export interface ApiToken {
   userId: string;
 }
 
-const EXPECTED: Record<Kind, string> = {
+/** What a raw value of each kind must be: the kinds {@linkcode parseValue} reads, as its messages say. */
+const EXPECTED = {
   string: "a string",
   url: "an http:// or https:// URL",
   positive: "a number greater than 0",
@@ -96,6 +76,9 @@ const EXPECTED: Record<Kind, string> = {
   effort: `${REASONING_EFFORTS.slice(0, -1).join(", ")} or ${REASONING_EFFORTS.at(-1)}, or unset`,
   prices: "comma-separated model=in/out or model=in/out/cached, dollars per million tokens",
 };
+
+/** How a variable's raw value is read: the rule {@linkcode parseValue} checks it against. */
+export type Kind = keyof typeof EXPECTED;
 
 /** The pairs of AGENT_API_TOKENS. A message names a pair by its position and user, never by its token. */
 function parseTokens(raw: string, fail: (detail?: string) => ConfigError): ApiToken[] {
