@@ -118,10 +118,9 @@ export function parseValue(name: string, setting: ValueRule, raw: string): unkno
     case "host":
       if (!/^[A-Za-z0-9.:\[\]-]+$/.test(raw)) throw fail();
       return raw;
-    case "port": {
+    case "port":
       if (!/^\d{1,5}$/.test(raw.trim()) || Number(raw) > 65535) throw fail();
       return Number(raw);
-    }
     case "tokens":
       return parseTokens(raw, fail);
     case "hosts":
