@@ -3,11 +3,16 @@
  * token pairs. Private to `config.ts`, which owns the settings themselves.
  * @module
  */
-import { isValidId, TOKENIZERS } from "./types.ts";
+import {
+  isValidId,
+  REASONING_EFFORTS,
+  type ReasoningEffort,
+  type TokenizerName,
+  TOKENIZERS,
+} from "./types.ts";
 import { ConfigError } from "./errors.ts";
 import { parseDatabaseUrl } from "./database_url.ts";
-import { parsePrices } from "./prices.ts";
-import { REASONING_EFFORTS } from "./types.ts";
+import { parsePrices, type PriceTable } from "./prices.ts";
 
 /** `host[:port]` as a URL's hostname (lowercased) and port (`""` when none), or null when it is not one. */
 export function authority(host: string): { hostname: string; port: string } | null {
@@ -55,8 +60,33 @@ export interface ApiToken {
   userId: string;
 }
 
-/** What a raw value of each kind must be: the kinds {@linkcode parseValue} reads, as its messages say. */
-const EXPECTED = {
+/** The value a setting of each kind holds once read: the kinds {@linkcode parseValue} reads. */
+export interface KindValue {
+  string: string;
+  url: string;
+  positive: number;
+  positiveOrUnset: number | null;
+  positiveIntOrUnset: number | null;
+  nonnegative: number;
+  positiveInt: number;
+  nonnegativeInt: number;
+  flag: boolean;
+  host: string;
+  port: number;
+  tokens: readonly ApiToken[];
+  hosts: readonly string[];
+  database: string;
+  formatMode: "native" | "prompt";
+  tokenizer: TokenizerName | "";
+  effort: ReasoningEffort | null;
+  prices: PriceTable;
+}
+
+/** How a variable's raw value is read: the rule {@linkcode parseValue} checks it against. */
+export type Kind = keyof KindValue;
+
+/** What a raw value of each kind must be, as the messages say. */
+const EXPECTED: Record<Kind, string> = {
   string: "a string",
   url: "an http:// or https:// URL",
   positive: "a number greater than 0",
@@ -76,9 +106,6 @@ const EXPECTED = {
   effort: `${REASONING_EFFORTS.slice(0, -1).join(", ")} or ${REASONING_EFFORTS.at(-1)}, or unset`,
   prices: "comma-separated model=in/out or model=in/out/cached, dollars per million tokens",
 };
-
-/** How a variable's raw value is read: the rule {@linkcode parseValue} checks it against. */
-export type Kind = keyof typeof EXPECTED;
 
 /** The pairs of AGENT_API_TOKENS. A message names a pair by its position and user, never by its token. */
 function parseTokens(raw: string, fail: (detail?: string) => ConfigError): ApiToken[] {
