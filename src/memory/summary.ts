@@ -4,6 +4,7 @@
  * the model reads. Pure.
  * @module
  */
+import { memoryKey } from "../store/memory_text.ts";
 
 /** Most items a summary field keeps. */
 export const MAX_SUMMARY_ITEMS = 5;
@@ -117,10 +118,6 @@ export function parseSummaryPatch(text: string): SummaryPatch {
   return patch;
 }
 
-function dedupeKey(item: string): string {
-  return item.toLowerCase().replace(/\s+/g, " ").trim();
-}
-
 /**
  * Merges a new patch into the old summary: per field, new items first, then old ones, duplicates removed
  * (case- and whitespace-insensitive, the first spelling wins), at most MAX_SUMMARY_ITEMS. An old item the
@@ -131,7 +128,7 @@ export function mergeSummary(old: Summary | null, patch: SummaryPatch, now: Date
     const seen = new Set<string>();
     const items: string[] = [];
     for (const item of [...patch[field], ...(old?.[field] ?? [])]) {
-      const key = dedupeKey(item);
+      const key = memoryKey(item);
       if (key === "" || seen.has(key)) continue;
       seen.add(key);
       items.push(item);
