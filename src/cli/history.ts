@@ -4,6 +4,7 @@
  */
 import { mkdirSync } from "node:fs";
 import { dirname } from "node:path";
+import { parseLine } from "../trace/trace.ts";
 
 /** Entries the line editor recalls with the up arrow; `add` remembers a submitted entry. */
 export interface InputHistory {
@@ -115,14 +116,6 @@ function readEntries(path: string): string[] {
   } catch {
     return [];
   }
-  const entries: string[] = [];
-  for (const line of text.split("\n")) {
-    try {
-      const entry = JSON.parse(line);
-      if (typeof entry === "string") entries.push(entry);
-    } catch {
-      // A line that is not ours (or cut short) is skipped.
-    }
-  }
-  return entries;
+  // A line that is not ours (or cut short) is skipped.
+  return text.split("\n").map(parseLine).filter((entry): entry is string => typeof entry === "string");
 }
