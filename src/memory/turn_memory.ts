@@ -13,7 +13,6 @@ import type { MemoryState } from "./compact.ts";
 import { estimateMessageTokens, estimateRequestTokens, overTurnLimit } from "./plan.ts";
 import { defaultCompactBatch } from "../config.ts";
 import { type MemoryEntry, runtimeContextText } from "./summary.ts";
-import type { Summarizer } from "./summarizer.ts";
 
 /** One background compaction: given where to report and what stops it; it must not reject. */
 export type BackgroundJob = (emit: EventSink, signal: AbortSignal) => Promise<void>;
@@ -33,15 +32,10 @@ export interface BackgroundCompactions {
 }
 
 /** What the hooks need of the agent: its store, summarizer, thresholds and background runner. */
-export interface MemorySettings {
+export interface MemorySettings extends Pick<CompactionDeps, "summarizer" | "maxRawTurns" | "maxCtxTokens"> {
   store: TranscriptStore & Pick<MemoryStore, "recallMemory">;
-  summarizer: Summarizer;
-  /** AGENT_MAX_RAW_TURNS */
-  maxRawTurns: number;
   /** AGENT_COMPACT_BATCH. @default {defaultCompactBatch(maxRawTurns)} */
   compactBatch?: number;
-  /** AGENT_MAX_CTX_TOKENS */
-  maxCtxTokens: number;
   /** Where a compaction due by the turn trigger runs, after the answer. */
   compactions: BackgroundCompactions;
   /** The user's memory across sessions; null or absent: off (AGENT_USER_MEMORY=0). @default {null} */
