@@ -3,6 +3,7 @@
  * Every other module speaks in these types; none of them carries behaviour.
  * @module
  */
+import type { LlmErrorKind } from "./errors.ts";
 
 /** One function call the model asked for, exactly as it arrived (arguments are a JSON string). */
 export interface ToolCall {
@@ -184,19 +185,7 @@ export type TurnOutcome =
  * turn's response format (the answer is stored, but it is not one a client asked for); `deadline`: the turn
  * passed its time limit.
  */
-export type FailureKind =
-  | "timeout"
-  | "network"
-  | "http"
-  | "invalid_response"
-  | "too_large"
-  | "script"
-  | "internal"
-  | "store"
-  | "lease"
-  | "aborted"
-  | "invalid_output"
-  | "deadline";
+export type FailureKind = LlmErrorKind | "internal" | "store" | "lease" | "invalid_output" | "deadline";
 
 /**
  * The failure of a turn that ended `error` (a model or store problem), `aborted` (stopped, a lease lost),
