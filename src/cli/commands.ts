@@ -149,62 +149,51 @@ function tokens(count: TokenCount): string {
 
 /** Runs a line for which {@linkcode isCommand} holds. Never throws for a bad argument: it says so. */
 export async function runCommand(line: string, context: CommandContext): Promise<CommandOutcome> {
+  const name = line.trim().split(/\s+/)[0];
+  if (name === "/exit" || name === "/quit") return "exit";
+  if (name === "/retry") return "retry";
+  if (name === "/clear") context.clearScreen();
+  else context.write(await answer(line, context));
+  return "done";
+}
+
+/** What a command other than `/exit`, `/retry` and `/clear` answers. */
+async function answer(line: string, context: CommandContext): Promise<string> {
   const [name, ...args] = line.trim().split(/\s+/);
   const arg = args[0];
-  const { state, store, write } = context;
+  const { state, store } = context;
   const key = { userId: state.userId, sessionId: state.sessionId };
   switch (name) {
-    case "/exit":
-    case "/quit":
-      return "exit";
-    case "/retry":
-      return "retry";
     case "/help":
-      write(REPL_HELP);
-      break;
+      return REPL_HELP;
     case "/session":
-      write(await describeSession(store, state.sessionId, state.userId));
-      break;
+      return await describeSession(store, state.sessionId, state.userId);
     case "/todos": {
       const todos = await store.listTodos(key);
-      write(
-        todos.length === 0
-          ? "no todos in this session"
-          : todos.map((t) => `  ${t.completed ? "[x]" : "[ ]"} ${t.id}. ${t.text}`).join("\n"),
-      );
-      break;
+      return todos.length === 0
+        ? "no todos in this session"
+        : todos.map((t) => `  ${t.completed ? "[x]" : "[ ]"} ${t.id}. ${t.text}`).join("\n");
     }
     case "/memory":
-      write(memoryText(await store.listMemory(state.userId)));
-      break;
+      return memoryText(await store.listMemory(state.userId));
     case "/forget":
-      write(await forget(store, state.userId, arg));
-      break;
+      return await forget(store, state.userId, arg);
     case "/tools":
-      write(toolsText(context.tools));
-      break;
-    case "/clear":
-      context.clearScreen();
-      break;
+      return toolsText(context.tools);
     case "/new":
     case "/switch":
-      write(await changeSession(name, arg, context));
-      break;
+      return await changeSession(name, arg, context);
     case "/sessions":
-      write(await listSessions(store, state));
-      break;
+      return await listSessions(store, state);
     case "/rename":
-      write(await rename(store, state, line.trim().slice(name.length)));
-      break;
+      return await rename(store, state, line.trim().slice(name.length));
     case "/history": {
       const n = arg === undefined ? 5 : Number(arg);
-      if (!Number.isInteger(n) || n < 1) write(`Cannot show history: n must be a whole number of 1 or more`);
-      else write(await history(store, state, n));
-      break;
+      if (!Number.isInteger(n) || n < 1) return `Cannot show history: n must be a whole number of 1 or more`;
+      return await history(store, state, n);
     }
     case "/summary":
-      write(summaryText((await store.get(key))?.summary ?? null));
-      break;
+      return summaryText((await store.get(key))?.summary ?? null);
     case "/usage": {
       const stored = storedTokens(await store.sessionUsage(key), context.prices);
       // After /switch, the last turn of the session left is not this one's.
@@ -212,19 +201,14 @@ export async function runCommand(line: string, context: CommandContext): Promise
         state.lastTurn !== null && (state.lastTurn.sessionId ?? state.sessionId) === state.sessionId
           ? state.lastTurn
           : null;
-      write(
-        `this session (${state.sessionId}): ${stored}, as stored (every process's turns)\n` +
-          `last turn: ${last ? tokens(last) : "none yet in this session"}`,
-      );
-      break;
+      return `this session (${state.sessionId}): ${stored}, as stored (every process's turns)\n` +
+        `last turn: ${last ? tokens(last) : "none yet in this session"}`;
     }
     case "/model":
-      write(changeModel(arg, context));
-      break;
+      return changeModel(arg, context);
     default:
-      write(`Unknown command ${name}; /help lists the commands.`);
+      return `Unknown command ${name}; /help lists the commands.`;
   }
-  return "done";
 }
 
 async function changeSession(
