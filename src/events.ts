@@ -3,7 +3,7 @@
  * trace writes it, the REPL shows it, HTTP streams it; all of them read it through these types.
  * @module
  */
-import type { ApprovalCall, FailureKind, TurnOutcome } from "./types.ts";
+import type { ApprovalCall, FailureKind, ToolResult, TurnOutcome } from "./types.ts";
 
 /** Why the runtime wrote the answer itself: a second empty reply, the step limit, the token budget. */
 export type Closing = "empty" | "max_steps" | "budget";
@@ -30,22 +30,19 @@ export const RUN_EVENT_NAMES = [
 /** One of {@linkcode RUN_EVENT_NAMES}. */
 export type RunEventName = (typeof RUN_EVENT_NAMES)[number];
 
-/** Token counts in the trace's and the API's spelling; null where the provider gave none. */
-export interface UsageData {
+/** Token counts in the trace's spelling, null where none was given (a type alias: event data are records). */
+export type UsageData = {
   prompt_tokens: number | null;
   completion_tokens: number | null;
   total_tokens: number | null;
-}
+};
 
 /** The data of each event, by name. */
 export interface RunEventData {
   run_start: { user_id: string; message: string; retry?: true };
-  llm_call: {
+  llm_call: UsageData & {
     model: string;
     latency_ms: number;
-    prompt_tokens: number | null;
-    completion_tokens: number | null;
-    total_tokens: number | null;
     /** Of `prompt_tokens`, those the provider read from its prompt cache; null when it did not say. */
     cached_tokens: number | null;
     tool_call_count: number;
@@ -69,14 +66,7 @@ export interface RunEventData {
     error: string | null;
   };
   tool_call: { id: string; name: string; arguments: string };
-  tool_result: {
-    id: string;
-    name: string;
-    ok: boolean;
-    data: unknown;
-    error: string | null;
-    truncated: boolean;
-  };
+  tool_result: { id: string; name: string } & ToolResult;
   /** The turn pauses: these calls wait for the user (the reply's other calls wait with them). */
   approval_requested: { calls: ApprovalCall[] };
   /** The user decided; the paused step runs, resuming the same run. */

@@ -66,13 +66,13 @@ export interface ToolSchema {
   parameters: Record<string, unknown>;
 }
 
-/** The outcome of one tool call, serialized into the tool message the model reads. */
-export interface ToolResult {
+/** A tool call's outcome, serialized as the tool message the model reads (a type alias: it is event data). */
+export type ToolResult = {
   ok: boolean;
   data: unknown;
   error: string | null;
   truncated: boolean;
-}
+};
 
 /** Token counts as the provider reported them; the runtime never invents them. */
 export interface Usage {
