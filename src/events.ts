@@ -161,16 +161,10 @@ export type RunEvent = { [N in RunEventName]: RunEventOf<N> }[RunEventName];
  * An event as read back from a trace file: its envelope as written, its data unchecked (lines written by
  * another release, or before `user_id` existed, may differ).
  */
-export interface TracedEvent {
-  ts: string;
-  session_id: string;
+export type TracedEvent = Omit<RunEventOf<RunEventName>, "user_id" | "data"> & {
   user_id?: string;
-  run_id: string;
-  turn: number;
-  event: RunEventName;
-  step: number | null;
   data: Record<string, unknown>;
-}
+};
 
 /** Receives every event of a run as it happens. Must not throw. */
 export type EventSink = (event: RunEvent) => void;
