@@ -349,7 +349,6 @@ export async function main(args: string[]): Promise<number> {
     fail(`--schema is a chat option; ${command} takes none (an HTTP client sends response_format instead).`);
   }
   if (command === "mcp") {
-    const { user } = parsed.values;
     const config = loadChecked(() => validateId(user, "user id"));
     requirePermissions(config, "mcp");
     return await mcp(config, user);
