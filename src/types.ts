@@ -231,8 +231,4 @@ export interface TurnResult {
 }
 
 /** A tool call that waits for the user's approval, as events and the API show it. */
-export interface ApprovalCall {
-  id: string;
-  name: string;
-  arguments: string;
-}
+export type ApprovalCall = Pick<ToolCall, "id" | "name" | "arguments">;
