@@ -5,6 +5,7 @@
  * @module
  */
 import { memoryKey } from "../store/memory_text.ts";
+import type { MemoryItem } from "../store/store.ts";
 
 /** Most items a summary field keeps. */
 export const MAX_SUMMARY_ITEMS = 5;
@@ -51,10 +52,7 @@ export function parseSummary(text: string | null): Summary | null {
 }
 
 /** An item of the user's memory as the [RUNTIME CONTEXT] block carries it. */
-export interface MemoryEntry {
-  id: number;
-  text: string;
-}
+export type MemoryEntry = Pick<MemoryItem, "id" | "text">;
 
 /**
  * The text of a [RUNTIME CONTEXT] system message for a summary (null: none) and the items recalled from the
