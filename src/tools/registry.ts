@@ -95,11 +95,7 @@ export interface ToolRegistryOptions {
 }
 
 /** One tool as listed for people: its name, the server it comes from (null: built in), its description. */
-export interface ToolListing {
-  name: string;
-  server: string | null;
-  description: string;
-}
+export type ToolListing = Pick<ToolSpec, "name" | "description"> & { server: string | null };
 
 /** Holds the tools of a run and executes calls. `execute` never throws. */
 export class ToolRegistry {
