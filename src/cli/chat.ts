@@ -4,12 +4,10 @@
  * @module
  */
 import { createInterface } from "node:readline";
-import type { Readable, Writable } from "node:stream";
+import type { Readable } from "node:stream";
 import type { Agent } from "../agent/loop.ts";
-import type { SessionRunner } from "../session/runner.ts";
 import type { SessionKey } from "../store/store.ts";
 import { APPROVAL_PROMPT, askApprovals } from "./approval_prompt.ts";
-import type { RunEvent } from "../events.ts";
 import { parseResponseFormat } from "../agent/response_format.ts";
 import { schemaProblems } from "../tools/json_schema.ts";
 import type { ResponseFormat, TurnResult } from "../types.ts";
@@ -26,24 +24,17 @@ import { freshSessionId } from "./last_session.ts";
 import { LineEditor } from "./editor.ts";
 import type { InputHistory } from "./history.ts";
 import { createStyle, type Style } from "./render.ts";
-import { TurnView } from "./turn_view.ts";
+import { TurnView, type TurnViewOptions } from "./turn_view.ts";
 
-/** Options of {@linkcode runChat}. */
-export interface ChatOptions {
+/** Options of {@linkcode runChat}: those of its {@linkcode TurnView}, and the chat's own. */
+export interface ChatOptions
+  extends Pick<TurnViewOptions, "output" | "status" | "interactive" | "emit" | "columns" | "sessions"> {
   sessionId: string;
   userId: string;
   /** Everything `runTurn` needs except `emit` and `signal`, which the REPL supplies per turn. */
   deps: Agent;
-  /** Forwards each event elsewhere as well (the trace). */
-  emit: (event: RunEvent) => void;
   /** Typed or piped input; a terminal is put in raw mode while the REPL reads. */
   input: Readable;
-  /** Answers go here. */
-  output: Writable;
-  /** Progress, tool calls and errors go here. */
-  status: Writable;
-  /** Interactive terminal mode: prompt, line editing, history, thinking indicator. */
-  interactive: boolean;
   /**
    * One-shot: send this as the only turn, print its answer and return; `input` is not read.
    * @default {undefined}
@@ -74,16 +65,6 @@ export interface ChatOptions {
    * @default {freshSessionId}
    */
   newSessionId?: () => string;
-  /**
-   * The terminal's width, for rendering answers as markdown.
-   * @default {80}
-   */
-  columns?: number;
-  /**
-   * Runs each turn under the session's lease, so the chat and a server (or another chat) on the same database
-   * never interleave a session's turns. @default {new SessionRunner()} (no lease)
-   */
-  sessions?: SessionRunner;
   /**
    * What every answer must be (`--schema`): an answer is printed once checked; one still invalid after the
    * repair request ends the turn `invalid_output`, its errors on the status stream. @default {null}

@@ -58,10 +58,10 @@ class Thinking {
 export interface TurnViewOptions {
   /** Answers go here. */
   output: Writable;
-  /** Progress, tool calls and errors go here (interactive only). */
+  /** Errors go here, and on a terminal progress and tool calls. */
   status: Writable;
   style: Style;
-  /** Show the prompt-side decorations: "agent>", the thinking line, tool calls, "cancelled". */
+  /** A terminal: "agent>", the thinking line, tool calls, "cancelled" (and the chat's line editor). */
   interactive: boolean;
   /** Forwards each event elsewhere as well (the trace). */
   emit: (event: RunEvent) => void;
@@ -72,8 +72,8 @@ export interface TurnViewOptions {
   columns?: number;
   /**
    * Runs each turn under the session's lease when it has leases, so a turn never interleaves with another
-   * process's on the same session; while the lease is busy the status says so. @default {new SessionRunner()}
-   * (no lease)
+   * process's (a server's, another chat's) on the same database; while the lease is busy the status says so.
+   * @default {new SessionRunner()} (no lease)
    */
   sessions?: SessionRunner;
   /**
