@@ -21,14 +21,15 @@ import {
   runCommand,
 } from "./commands.ts";
 import { freshSessionId } from "./last_session.ts";
-import { LineEditor } from "./editor.ts";
-import type { InputHistory } from "./history.ts";
+import { LineEditor, type LineEditorOptions } from "./editor.ts";
 import { createStyle, type Style } from "./render.ts";
 import { TurnView, type TurnViewOptions } from "./turn_view.ts";
 
-/** Options of {@linkcode runChat}: those of its {@linkcode TurnView}, and the chat's own. */
+/** Options of {@linkcode runChat}: those of its {@linkcode TurnView} and line editor, and the chat's own. */
 export interface ChatOptions
-  extends Pick<TurnViewOptions, "output" | "status" | "interactive" | "emit" | "columns" | "sessions"> {
+  extends
+    Pick<TurnViewOptions, "output" | "status" | "interactive" | "emit" | "columns" | "sessions">,
+    Pick<LineEditorOptions, "history"> {
   sessionId: string;
   userId: string;
   /** Everything `runTurn` needs except `emit` and `signal`, which the REPL supplies per turn. */
@@ -45,11 +46,6 @@ export interface ChatOptions
    * @default {interactive}
    */
   color?: boolean;
-  /**
-   * The REPL's input history.
-   * @default {an in-memory history}
-   */
-  history?: InputHistory;
   /**
    * The model in use, shown by `/model`.
    * @default {undefined}
