@@ -7,6 +7,7 @@
  */
 import type { JSONRPCMessage } from "npm:@modelcontextprotocol/sdk@1.32.2/types.js";
 import type { Transport } from "npm:@modelcontextprotocol/sdk@1.32.2/shared/transport.js";
+import type { StdioServerConfig } from "./config.ts";
 
 /** Variables a server inherits from this process when they are set and readable (as the SDK's default). */
 export const INHERITED_ENV: readonly string[] = ["HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER"];
@@ -17,13 +18,10 @@ export const MAX_LINE_BYTES = 16 * 1024 * 1024;
 /** How long a server may take to exit after its stdin is closed, before it is killed. */
 const EXIT_GRACE_MS = 2000;
 
-/** What to start, and with which environment. */
-export interface DenoStdioParameters {
-  command: string;
-  args: readonly string[];
-  /** The child's whole environment. */
+/** What to start (a server entry's command and args), and the child's whole environment. */
+export type DenoStdioParameters = Pick<StdioServerConfig, "command" | "args"> & {
   env: Record<string, string>;
-}
+};
 
 /** An MCP client transport over a child process's stdin and stdout. */
 export class DenoStdioTransport implements Transport {
