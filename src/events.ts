@@ -3,7 +3,7 @@
  * trace writes it, the REPL shows it, HTTP streams it; all of them read it through these types.
  * @module
  */
-import type { ApprovalCall, FailureKind, ToolResult, TurnOutcome } from "./types.ts";
+import type { ApprovalCall, ToolResult, TurnFailure, TurnOutcome } from "./types.ts";
 
 /** Why the runtime wrote the answer itself: a second empty reply, the step limit, the token budget. */
 export type Closing = "empty" | "max_steps" | "budget";
@@ -96,11 +96,7 @@ export interface RunEventData {
    */
   output_invalid: { text: string; errors: string[]; repair: boolean };
   answer: { text: string; closing?: Closing };
-  error: {
-    kind: FailureKind;
-    status: number | null;
-    retries: number;
-    message: string;
+  error: Pick<TurnFailure, "kind" | "status" | "retries" | "message"> & {
     /** On an abort: how many stored messages of the turn were taken back. */
     discarded_messages?: number;
   };
