@@ -3,7 +3,7 @@
  * trace writes it, the REPL shows it, HTTP streams it; all of them read it through these types.
  * @module
  */
-import type { ApprovalCall, ToolResult, TurnFailure, TurnOutcome } from "./types.ts";
+import type { ApprovalCall, ToolCall, ToolResult, TurnFailure, TurnOutcome } from "./types.ts";
 
 /** Why the runtime wrote the answer itself: a second empty reply, the step limit, the token budget. */
 export type Closing = "empty" | "max_steps" | "budget";
@@ -58,12 +58,8 @@ export interface RunEventData {
    * Before the turn's first model call: a call a stopped process left running (stored, no result) is
    * resolved, run again when its tool is safe to repeat, else answered as interrupted.
    */
-  tool_recovered: {
-    id: string;
-    name: string;
+  tool_recovered: Pick<ToolCall, "id" | "name"> & Pick<ToolResult, "ok" | "error"> & {
     decision: "ran_again" | "interrupted";
-    ok: boolean;
-    error: string | null;
   };
   tool_call: { id: string; name: string; arguments: string };
   tool_result: { id: string; name: string } & ToolResult;
