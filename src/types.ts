@@ -205,12 +205,8 @@ export interface TurnFailure {
   errors?: string[];
 }
 
-/** A tool call as reported back to the caller of a turn. */
-export interface TurnToolCall {
-  name: string;
-  arguments: string;
-  ok: boolean;
-}
+/** A tool call as reported back to the caller of a turn: what was called, and whether it succeeded. */
+export type TurnToolCall = Pick<ToolCall, "name" | "arguments"> & Pick<ToolResult, "ok">;
 
 /** What one user turn produced. */
 export interface TurnResult {
