@@ -7,7 +7,7 @@
 import { SessionError } from "../errors.ts";
 import { parseSummary, SUMMARY_FIELDS } from "../memory/summary.ts";
 import { shorten } from "../shorten.ts";
-import { type MemoryItem, type SessionStore, validateId } from "../store/store.ts";
+import { type MemoryItem, type SessionKey, type SessionStore, validateId } from "../store/store.ts";
 import type { ToolRegistry } from "../tools/registry.ts";
 import type { StoredMessage, Usage, UsageEntry } from "../types.ts";
 import { plural } from "./render.ts";
@@ -186,11 +186,11 @@ async function answer(line: string, context: CommandContext): Promise<string> {
     case "/sessions":
       return await listSessions(store, state);
     case "/rename":
-      return await rename(store, state, line.trim().slice(name.length));
+      return await rename(store, key, line.trim().slice(name.length));
     case "/history": {
       const n = arg === undefined ? 5 : Number(arg);
       if (!Number.isInteger(n) || n < 1) return `Cannot show history: n must be a whole number of 1 or more`;
-      return await history(store, state, n);
+      return await history(store, key, n);
     }
     case "/summary":
       return summaryText((await store.get(key))?.summary ?? null);
@@ -250,12 +250,11 @@ async function listSessions(store: SessionStore, state: ChatState): Promise<stri
 }
 
 /** Gives the current session `title` (blank: its first question's), as the page's rename does. */
-async function rename(store: SessionStore, state: ChatState, title: string): Promise<string> {
-  const key = { userId: state.userId, sessionId: state.sessionId };
+async function rename(store: SessionStore, key: SessionKey, title: string): Promise<string> {
   try {
     // Not stored before its first turn: there is nothing to rename yet.
     const session = await store.get(key) === null ? null : await store.renameSession(key, title);
-    if (session === null) return `Cannot rename session ${state.sessionId}: it has no turns yet`;
+    if (session === null) return `Cannot rename session ${key.sessionId}: it has no turns yet`;
     return session.title === null
       ? `session ${session.id} has no title until its first question`
       : `session ${session.id} is now titled: ${session.title}`;
@@ -266,8 +265,7 @@ async function rename(store: SessionStore, state: ChatState, title: string): Pro
 }
 
 /** The last `n` exchanges: the question, each tool call in brief, the answer. */
-async function history(store: SessionStore, state: ChatState, n: number): Promise<string> {
-  const key = { userId: state.userId, sessionId: state.sessionId };
+async function history(store: SessionStore, key: SessionKey, n: number): Promise<string> {
   const exchanges: StoredMessage[][] = [];
   for (const message of await store.messages(key)) {
     if (message.role === "user") exchanges.push([message]);
