@@ -161,7 +161,6 @@ async function chat(config: Readonly<Config>, key: SessionKey, options: ChatChoi
       input: process.stdin,
       output: process.stdout,
       status: process.stderr,
-      interactive,
       sessions: runtime.sessions,
       history: interactive ? new FileHistory(resolve(config.historyPath), { onError }) : undefined,
       model: demo ? DEMO_MODEL_NAME : config.model,
