@@ -43,6 +43,12 @@ export interface CompactionDeps
   signal?: AbortSignal;
 }
 
+/** What every request of a turn carries besides the history and the summary. */
+export interface FixedRequest {
+  system: readonly Message[];
+  tools: readonly ToolSchema[];
+}
+
 /** The session as the loop holds it during a turn. */
 export interface MemoryState {
   key: SessionKey;
@@ -86,7 +92,7 @@ function sizes(summary: Summary): Record<string, number> {
 /** Estimated tokens of the next request: the fixed parts, the summary block and the raw history. */
 export function requestTokens(
   state: MemoryState,
-  fixed: { system: readonly Message[]; tools: readonly ToolSchema[] },
+  fixed: FixedRequest,
 ): number {
   return estimateRequestTokens(fixed.system, fixed.tools) + summaryTokens(parseSummary(state.summary)) +
     estimateRequestTokens(state.history);
@@ -99,7 +105,7 @@ export function requestTokens(
  */
 export async function compactIfDue(
   state: MemoryState,
-  fixed: { system: readonly Message[]; tools: readonly ToolSchema[] },
+  fixed: FixedRequest,
   deps: CompactionDeps,
 ): Promise<CompactionResult | null> {
   const { store, summarizer, maxRawTurns, maxCtxTokens, compactBatch, now, signal, scale = 1 } = deps;

@@ -7,9 +7,9 @@
  */
 import type { EventSink } from "../events.ts";
 import type { Calibration, MemoryStore, RecalledItem, SessionKey, TranscriptStore } from "../store/store.ts";
-import type { Message, StoredMessage, ToolSchema } from "../types.ts";
+import type { StoredMessage, ToolSchema } from "../types.ts";
 import { compactIfDue, type CompactionDeps, type CompactionResult, requestTokens } from "./compact.ts";
-import type { MemoryState } from "./compact.ts";
+import type { FixedRequest, MemoryState } from "./compact.ts";
 import { estimateMessageTokens, estimateRequestTokens, overTurnLimit } from "./plan.ts";
 import { defaultCompactBatch } from "../config.ts";
 import { type MemoryEntry, runtimeContextText } from "./summary.ts";
@@ -63,12 +63,6 @@ export interface Recall {
   kept: number;
   /** Whether this differs from the turn's previous request: the store was asked, or the budget kept others. */
   changed: boolean;
-}
-
-/** What every request of the turn carries besides the history and the summary. */
-export interface FixedRequest {
-  system: readonly Message[];
-  tools: readonly ToolSchema[];
 }
 
 /** One turn's view of its session's memory. */
