@@ -116,14 +116,14 @@ function storedTokens(rows: readonly UsageEntry[], prices?: PriceTable): string 
   if (calls === 0) return "no model calls yet";
   const guessed = estimated > 0 ? `; ${plural(estimated, "call")} without counts, estimated` : "";
   const cost = prices === undefined || prices.size === 0 ? "" : `, ${costText(costOf(prices, rows))}`;
-  return `${plural(prompt + completion, "token")} (${promptText(prompt, cached)} + ` +
-    `${completion.toLocaleString("en-US")} completion) over ${plural(calls, "model call")}${guessed}${cost}`;
+  return `${plural(prompt + completion, "token")} (${countsText(prompt, cached, completion)}) over ` +
+    `${plural(calls, "model call")}${guessed}${cost}`;
 }
 
-/** "1,100 prompt", with ", 800 of them cached," when the provider read some from its cache. */
-function promptText(prompt: number, cached: number): string {
+/** "1,100 prompt + 50 completion", with ", 800 of them cached," when the provider read some from cache. */
+function countsText(prompt: number, cached: number, completion: number): string {
   const of = cached > 0 ? `, ${cached.toLocaleString("en-US")} of them cached,` : "";
-  return `${prompt.toLocaleString("en-US")} prompt${of}`;
+  return `${prompt.toLocaleString("en-US")} prompt${of} + ${completion.toLocaleString("en-US")} completion`;
 }
 
 function costText(dollars: number | null): string {
@@ -143,8 +143,8 @@ export async function describeSession(
 function tokens(count: TokenCount): string {
   if (count.turns === count.unreported) return "tokens not reported by the provider";
   const unreported = count.unreported > 0 ? `; ${plural(count.unreported, "turn")} without counts` : "";
-  return `${plural(count.total, "token")} (${promptText(count.prompt, count.cached)} + ` +
-    `${count.completion.toLocaleString("en-US")} completion${unreported})`;
+  const counts = countsText(count.prompt, count.cached, count.completion);
+  return `${plural(count.total, "token")} (${counts}${unreported})`;
 }
 
 /** Runs a line for which {@linkcode isCommand} holds. Never throws for a bad argument: it says so. */
