@@ -3,11 +3,16 @@
  * token pairs. Private to `config.ts`, which owns the settings themselves.
  * @module
  */
-import { isValidId, TOKENIZERS } from "./types.ts";
+import {
+  isValidId,
+  REASONING_EFFORTS,
+  type ReasoningEffort,
+  type TokenizerName,
+  TOKENIZERS,
+} from "./types.ts";
 import { ConfigError } from "./errors.ts";
 import { parseDatabaseUrl } from "./database_url.ts";
-import { parsePrices } from "./prices.ts";
-import { REASONING_EFFORTS } from "./types.ts";
+import { parsePrices, type PriceTable } from "./prices.ts";
 
 /** `host[:port]` as a URL's hostname (lowercased) and port (`""` when none), or null when it is not one. */
 export function authority(host: string): { hostname: string; port: string } | null {
@@ -40,27 +45,6 @@ function parseAllowedHosts(raw: string): string[] {
 /** Shortest API token accepted: shorter ones can be guessed. */
 export const MIN_TOKEN_CHARS = 16;
 
-/** How a variable's raw value is read: the rule {@linkcode parseValue} checks it against. */
-export type Kind =
-  | "string"
-  | "url"
-  | "positive"
-  | "positiveOrUnset"
-  | "positiveIntOrUnset"
-  | "nonnegative"
-  | "positiveInt"
-  | "nonnegativeInt"
-  | "flag"
-  | "host"
-  | "port"
-  | "tokens"
-  | "hosts"
-  | "database"
-  | "formatMode"
-  | "tokenizer"
-  | "effort"
-  | "prices";
-
 /** What {@linkcode parseValue} needs of a setting: the field it sets, its kind, its least value. */
 export interface ValueRule {
   /** The field of the config it sets (`apiKey` alone may be an empty string). */
@@ -76,6 +60,32 @@ export interface ApiToken {
   userId: string;
 }
 
+/** The value a setting of each kind holds once read: the kinds {@linkcode parseValue} reads. */
+export interface KindValue {
+  string: string;
+  url: string;
+  positive: number;
+  positiveOrUnset: number | null;
+  positiveIntOrUnset: number | null;
+  nonnegative: number;
+  positiveInt: number;
+  nonnegativeInt: number;
+  flag: boolean;
+  host: string;
+  port: number;
+  tokens: readonly ApiToken[];
+  hosts: readonly string[];
+  database: string;
+  formatMode: "native" | "prompt";
+  tokenizer: TokenizerName | "";
+  effort: ReasoningEffort | null;
+  prices: PriceTable;
+}
+
+/** How a variable's raw value is read: the rule {@linkcode parseValue} checks it against. */
+export type Kind = keyof KindValue;
+
+/** What a raw value of each kind must be, as the messages say. */
 const EXPECTED: Record<Kind, string> = {
   string: "a string",
   url: "an http:// or https:// URL",
@@ -135,10 +145,9 @@ export function parseValue(name: string, setting: ValueRule, raw: string): unkno
     case "host":
       if (!/^[A-Za-z0-9.:\[\]-]+$/.test(raw)) throw fail();
       return raw;
-    case "port": {
+    case "port":
       if (!/^\d{1,5}$/.test(raw.trim()) || Number(raw) > 65535) throw fail();
       return Number(raw);
-    }
     case "tokens":
       return parseTokens(raw, fail);
     case "hosts":

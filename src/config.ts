@@ -3,9 +3,14 @@
  * @module
  */
 import { ConfigError } from "./errors.ts";
-import { type ApiToken, type Kind, MIN_TOKEN_CHARS, parseValue, type ValueRule } from "./_config_values.ts";
-import type { PriceTable } from "./prices.ts";
-import type { ReasoningEffort, TokenizerName } from "./types.ts";
+import {
+  type ApiToken,
+  type Kind,
+  type KindValue,
+  MIN_TOKEN_CHARS,
+  parseValue,
+  type ValueRule,
+} from "./_config_values.ts";
 import { fileURLToPath } from "node:url";
 
 export { type ApiToken, MIN_TOKEN_CHARS };
@@ -35,97 +40,27 @@ export function readEnvironment(names: readonly string[]): Record<string, string
   return env;
 }
 
-/** The validated settings. */
-export interface Config {
-  apiKey: string;
-  baseUrl: string;
-  model: string;
-  llmTimeoutSeconds: number;
-  llmRetries: number;
-  llmRetryBaseDelay: number;
-  maxToolIters: number;
-  maxRawTurns: number;
-  /** Turns past `maxRawTurns` before the turn trigger compacts them all at once. */
-  compactBatch: number;
-  maxCtxTokens: number;
-  /** Memory across a user's sessions: written at compaction and by `remember`, recalled into every request. */
-  userMemory: boolean;
-  /** Items of memory kept per user, the least recently used leaving first. */
-  userMemoryItems: number;
-  /** Items of memory recalled into a request, at most (fewer when the token budget is short). */
-  userMemoryRecall: number;
-  dbPath: string;
-  /** PostgreSQL's `postgres://user@host:port/db`; empty means SQLite at `dbPath`. */
-  databaseUrl: string;
-  tracePath: string;
-  /** The chat REPL's input history file. */
-  historyPath: string;
-  traceMaxPayloadChars: number;
-  runLiveTests: boolean;
-  host: string;
-  port: number;
-  /** Bearer tokens and the user each stands for; empty means no auth (loopback only). */
-  apiTokens: readonly ApiToken[];
-  /** Host names served without tokens besides loopback ones, each `name` or `name:port` (a proxy's). */
-  allowedHosts: readonly string[];
-  maxBodyBytes: number;
-  /** serve: the agent's own MCP server at `/mcp` (loads the MCP SDK). */
-  serveMcp: boolean;
-  shutdownGraceSeconds: number;
-  /** Stream answers token by token (REPL and SSE requests). */
-  stream: boolean;
-  /** While a streamed reply's reasoning arrives, say "reasoning…" (REPL, SSE, page); never its text. */
-  showThinking: boolean;
-  /** Largest model reply accepted, in bytes (streamed or whole); more ends the call as `too_large`. */
-  llmMaxReplyBytes: number;
-  /** Tool calls run per model reply; the rest get a tool error naming the limit. */
-  maxToolCallsPerStep: number;
-  /** Size at which the trace file is rotated, in bytes. */
-  traceMaxBytes: number;
-  /** Trace events the database's trace table keeps, the newest (the older stay in the trace files). */
-  traceTableMaxEvents: number;
-  /** Days the database's trace table keeps an event (the trace files rotate by size instead). */
-  traceRetentionDays: number;
-  /** Days a session may go without a write before it is deleted whole; null keeps sessions forever. */
-  sessionRetentionDays: number | null;
-  /** The MCP servers' configuration file; absent means no MCP. */
-  mcpConfig: string;
-  /** Deadline of each MCP tool call (its progress notifications start it again, up to 10 times in all). */
-  mcpTimeoutSeconds: number;
-  /** Deadline of an MCP server's start and tool listing: a cold `npx` fetches its package first. */
-  mcpStartTimeoutSeconds: number;
-  /** How long a session's lease lasts unless renewed: how soon another process continues after a crash. */
-  sessionLeaseSeconds: number;
-  /** How a turn's response format reaches the provider: `response_format`, or the system message only. */
-  responseFormatMode: "native" | "prompt";
-  /** Sent as `reasoning_effort` with every model call; null: not sent, the provider's default. */
-  reasoningEffort: ReasoningEffort | null;
-  /** Tokens a turn may spend over its model calls; null: no budget. */
-  maxTurnTokens: number | null;
-  /** Seconds a whole turn may take, model calls and tools; null: no deadline. */
-  turnTimeoutSeconds: number | null;
-  /** Tokens a user may spend per UTC day (serve), counted in the store; null: no quota. */
-  userDailyTokens: number | null;
-  /** Dollars per million prompt and completion tokens, by model; empty: no costs shown. */
-  prices: PriceTable;
-  /** The exact tokenizer requests are counted with; empty: the per-script estimate. */
-  tokenizer: TokenizerName | "";
-}
-
 /** One variable: the field it sets, its kind, its default and its meaning. */
-export interface Setting extends ValueRule {
-  key: keyof Config;
+export interface Setting<K extends string = string, T extends Kind = Kind> extends ValueRule {
+  key: K;
+  kind: T;
   default: string;
   meaning: string;
 }
 
 /** One row of {@linkcode SETTINGS}. */
-function setting(key: keyof Config, kind: Kind, value: string, meaning: string, min?: number): Setting {
+function setting<K extends string, T extends Kind>(
+  key: K,
+  kind: T,
+  value: string,
+  meaning: string,
+  min?: number,
+): Setting<K, T> {
   return { key, kind, default: value, meaning, ...(min === undefined ? {} : { min }) };
 }
 
 /** Each variable, its default and its meaning: the source of the README table and `--help`. */
-export const SETTINGS: Readonly<Record<string, Setting>> = {
+export const SETTINGS = {
   OPENAI_API_KEY: setting(
     "apiKey",
     "string",
@@ -355,12 +290,10 @@ export const SETTINGS: Readonly<Record<string, Setting>> = {
     "30",
     "a session's lease (one process at a time runs its turns), renewed while they run; a crashed holder's: free at once on its host",
   ),
-};
+} as const satisfies Readonly<Record<string, Setting>>;
 
-/** Settings whose default follows from others, when unset. */
-const DERIVED: Partial<Record<keyof Config, (config: Config) => unknown>> = {
-  compactBatch: (config) => defaultCompactBatch(config.maxRawTurns),
-};
+/** The validated settings: a field for each variable of {@linkcode SETTINGS}, the value of its kind. */
+export type Config = { [S in (typeof SETTINGS)[keyof typeof SETTINGS] as S["key"]]: KindValue[S["kind"]] };
 
 /**
  * Reads and validates every setting from `env`. Unset or empty variables take their defaults.
@@ -372,10 +305,10 @@ export function loadConfig(env: Record<string, string | undefined>): Readonly<Co
   for (const [name, setting] of Object.entries(SETTINGS)) {
     const raw = env[name];
     const value = raw === undefined || raw === "" ? setting.default : raw;
-    if (value === "" && setting.key in DERIVED) continue;
+    if (value === "" && setting.key === "compactBatch") continue;
     config[setting.key] = parseValue(name, setting, value);
   }
-  for (const [key, derive] of Object.entries(DERIVED)) config[key] ??= derive(config as unknown as Config);
+  config.compactBatch ??= defaultCompactBatch(config.maxRawTurns as number);
   return Object.freeze(config as unknown as Config);
 }
 

@@ -3,7 +3,7 @@
  * trace writes it, the REPL shows it, HTTP streams it; all of them read it through these types.
  * @module
  */
-import type { ApprovalCall, FailureKind, TurnOutcome } from "./types.ts";
+import type { ApprovalCall, ToolCall, ToolResult, TurnFailure, TurnOutcome } from "./types.ts";
 
 /** Why the runtime wrote the answer itself: a second empty reply, the step limit, the token budget. */
 export type Closing = "empty" | "max_steps" | "budget";
@@ -30,22 +30,19 @@ export const RUN_EVENT_NAMES = [
 /** One of {@linkcode RUN_EVENT_NAMES}. */
 export type RunEventName = (typeof RUN_EVENT_NAMES)[number];
 
-/** Token counts in the trace's and the API's spelling; null where the provider gave none. */
-export interface UsageData {
+/** Token counts in the trace's spelling, null where none was given (a type alias: event data are records). */
+export type UsageData = {
   prompt_tokens: number | null;
   completion_tokens: number | null;
   total_tokens: number | null;
-}
+};
 
 /** The data of each event, by name. */
 export interface RunEventData {
   run_start: { user_id: string; message: string; retry?: true };
-  llm_call: {
+  llm_call: UsageData & {
     model: string;
     latency_ms: number;
-    prompt_tokens: number | null;
-    completion_tokens: number | null;
-    total_tokens: number | null;
     /** Of `prompt_tokens`, those the provider read from its prompt cache; null when it did not say. */
     cached_tokens: number | null;
     tool_call_count: number;
@@ -61,22 +58,11 @@ export interface RunEventData {
    * Before the turn's first model call: a call a stopped process left running (stored, no result) is
    * resolved, run again when its tool is safe to repeat, else answered as interrupted.
    */
-  tool_recovered: {
-    id: string;
-    name: string;
+  tool_recovered: Pick<ToolCall, "id" | "name"> & Pick<ToolResult, "ok" | "error"> & {
     decision: "ran_again" | "interrupted";
-    ok: boolean;
-    error: string | null;
   };
   tool_call: { id: string; name: string; arguments: string };
-  tool_result: {
-    id: string;
-    name: string;
-    ok: boolean;
-    data: unknown;
-    error: string | null;
-    truncated: boolean;
-  };
+  tool_result: { id: string; name: string } & ToolResult;
   /** The turn pauses: these calls wait for the user (the reply's other calls wait with them). */
   approval_requested: { calls: ApprovalCall[] };
   /** The user decided; the paused step runs, resuming the same run. */
@@ -106,11 +92,7 @@ export interface RunEventData {
    */
   output_invalid: { text: string; errors: string[]; repair: boolean };
   answer: { text: string; closing?: Closing };
-  error: {
-    kind: FailureKind;
-    status: number | null;
-    retries: number;
-    message: string;
+  error: Pick<TurnFailure, "kind" | "status" | "retries" | "message"> & {
     /** On an abort: how many stored messages of the turn were taken back. */
     discarded_messages?: number;
   };
@@ -171,16 +153,10 @@ export type RunEvent = { [N in RunEventName]: RunEventOf<N> }[RunEventName];
  * An event as read back from a trace file: its envelope as written, its data unchecked (lines written by
  * another release, or before `user_id` existed, may differ).
  */
-export interface TracedEvent {
-  ts: string;
-  session_id: string;
+export type TracedEvent = Omit<RunEventOf<RunEventName>, "user_id" | "data"> & {
   user_id?: string;
-  run_id: string;
-  turn: number;
-  event: RunEventName;
-  step: number | null;
   data: Record<string, unknown>;
-}
+};
 
 /** Receives every event of a run as it happens. Must not throw. */
 export type EventSink = (event: RunEvent) => void;

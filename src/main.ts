@@ -162,7 +162,6 @@ async function chat(config: Readonly<Config>, key: SessionKey, options: ChatChoi
       input: process.stdin,
       output: process.stdout,
       status: process.stderr,
-      interactive,
       sessions: runtime.sessions,
       history: interactive ? new FileHistory(resolve(config.historyPath), { onError }) : undefined,
       model: demo ? DEMO_MODEL_NAME : config.model,
@@ -352,7 +351,6 @@ export async function main(args: string[]): Promise<number> {
     fail(`--schema is a chat option; ${command} takes none (an HTTP client sends response_format instead).`);
   }
   if (command === "mcp") {
-    const { user } = parsed.values;
     const config = loadChecked(() => validateId(user, "user id"));
     requirePermissions(config, "mcp");
     return await mcp(config, user);

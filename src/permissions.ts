@@ -156,29 +156,20 @@ export function missingPermissions(
   options: { listen?: boolean; history?: boolean; model?: boolean } = {},
 ): string[] {
   const missing: string[] = [];
+  const want = (descriptor: Deno.PermissionDescriptor, value: string) => {
+    if (Deno.permissions.querySync(descriptor).state !== "granted") {
+      missing.push(`--allow-${descriptor.name}=${value}`);
+    }
+  };
   const { model = true } = options;
   const hosts = [...(model ? [llmNetHost(config.baseUrl)] : []), ...databaseGrants(config).net];
   if (options.listen) hosts.push(listenNetHost(config));
-  for (const host of hosts) {
-    if (Deno.permissions.querySync({ name: "net", host }).state !== "granted") {
-      missing.push(`--allow-net=${host}`);
-    }
-  }
-  for (const variable of databaseGrants(config).env) {
-    if (Deno.permissions.querySync({ name: "env", variable }).state !== "granted") {
-      missing.push(`--allow-env=${variable}`);
-    }
-  }
+  for (const host of hosts) want({ name: "net", host }, host);
+  for (const variable of databaseGrants(config).env) want({ name: "env", variable }, variable);
   for (const path of folders(config, options.history)) {
-    if (Deno.permissions.querySync({ name: "read", path }).state !== "granted") {
-      missing.push(`--allow-read=${path}`);
-    }
-    if (Deno.permissions.querySync({ name: "write", path }).state !== "granted") {
-      missing.push(`--allow-write=${path}`);
-    }
+    want({ name: "read", path }, path);
+    want({ name: "write", path }, path);
   }
-  if (Deno.permissions.querySync({ name: "read", path: DOCS_DIR }).state !== "granted") {
-    missing.push(`--allow-read=${DOCS_DIR}`);
-  }
+  want({ name: "read", path: DOCS_DIR }, DOCS_DIR);
   return missing;
 }

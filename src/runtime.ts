@@ -52,23 +52,19 @@ export interface Runtime {
   close(): Promise<void>;
 }
 
-/** Runs `open`, or fails with one line: what could not be done to `path`, why, and what to do. */
-function opening<T>(variable: string, action: string, path: string, open: () => T): T {
-  try {
-    return open();
-  } catch (error) {
-    const advice = `make it and its folder writable, or set ${variable} to another file`;
-    throw new ConfigError(variable, `Cannot ${action} ${path}: ${errorMessage(error)}; ${advice}`);
-  }
-}
-
-/** Fails with a `ConfigError` naming the file unless the trace can be appended to (created if new). */
+/** Fails with a `ConfigError` naming the file, why and what to do, unless the trace can be appended to. */
 function requireWritableTrace(tracePath: string): void {
   const path = resolve(tracePath);
-  opening("AGENT_TRACE_PATH", "write the trace file", path, () => {
+  try {
     mkdirSync(dirname(path), { recursive: true });
     Deno.openSync(path, { append: true, create: true }).close();
-  });
+  } catch (error) {
+    const advice = "make it and its folder writable, or set AGENT_TRACE_PATH to another file";
+    throw new ConfigError(
+      "AGENT_TRACE_PATH",
+      `Cannot write the trace file ${path}: ${errorMessage(error)}; ${advice}`,
+    );
+  }
 }
 
 /** The exact tokenizer AGENT_TOKENIZER names, or a `ConfigError` saying why it cannot be loaded. */

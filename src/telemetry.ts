@@ -57,39 +57,10 @@ let tracer: OtelApi.Tracer | null = null;
 /** The GenAI client metrics, once telemetry is on. */
 let metrics: { tokens: OtelApi.Histogram; duration: OtelApi.Histogram } | null = null;
 
-// The bucket boundaries the GenAI semantic conventions advise for each metric.
-const TOKEN_BUCKETS = [
-  1,
-  4,
-  16,
-  64,
-  256,
-  1024,
-  4096,
-  16384,
-  65536,
-  262144,
-  1048576,
-  4194304,
-  16777216,
-  67108864,
-];
-const DURATION_BUCKETS = [
-  0.01,
-  0.02,
-  0.04,
-  0.08,
-  0.16,
-  0.32,
-  0.64,
-  1.28,
-  2.56,
-  5.12,
-  10.24,
-  20.48,
-  40.96,
-  81.92,
-];
+// The bucket boundaries the GenAI semantic conventions advise for each metric: tokens 1 to 4^13 by powers of 4,
+// seconds 0.01 to 81.92 by powers of 2.
+const TOKEN_BUCKETS = Array.from({ length: 14 }, (_, i) => 4 ** i);
+const DURATION_BUCKETS = Array.from({ length: 14 }, (_, i) => 0.01 * 2 ** i);
 
 /**
  * Records spans from now on when `env` turns Deno's exporter on (`OTEL_DENO=true`, the only "on" value Deno

@@ -3,6 +3,7 @@
  * Every other module speaks in these types; none of them carries behaviour.
  * @module
  */
+import type { LlmErrorKind } from "./errors.ts";
 
 /** One function call the model asked for, exactly as it arrived (arguments are a JSON string). */
 export interface ToolCall {
@@ -65,13 +66,13 @@ export interface ToolSchema {
   parameters: Record<string, unknown>;
 }
 
-/** The outcome of one tool call, serialized into the tool message the model reads. */
-export interface ToolResult {
+/** A tool call's outcome, serialized as the tool message the model reads (a type alias: it is event data). */
+export type ToolResult = {
   ok: boolean;
   data: unknown;
   error: string | null;
   truncated: boolean;
-}
+};
 
 /** Token counts as the provider reported them; the runtime never invents them. */
 export interface Usage {
@@ -184,19 +185,7 @@ export type TurnOutcome =
  * turn's response format (the answer is stored, but it is not one a client asked for); `deadline`: the turn
  * passed its time limit.
  */
-export type FailureKind =
-  | "timeout"
-  | "network"
-  | "http"
-  | "invalid_response"
-  | "too_large"
-  | "script"
-  | "internal"
-  | "store"
-  | "lease"
-  | "aborted"
-  | "invalid_output"
-  | "deadline";
+export type FailureKind = LlmErrorKind | "internal" | "store" | "lease" | "invalid_output" | "deadline";
 
 /**
  * The failure of a turn that ended `error` (a model or store problem), `aborted` (stopped, a lease lost),
@@ -216,12 +205,8 @@ export interface TurnFailure {
   errors?: string[];
 }
 
-/** A tool call as reported back to the caller of a turn. */
-export interface TurnToolCall {
-  name: string;
-  arguments: string;
-  ok: boolean;
-}
+/** A tool call as reported back to the caller of a turn: what was called, and whether it succeeded. */
+export type TurnToolCall = Pick<ToolCall, "name" | "arguments"> & Pick<ToolResult, "ok">;
 
 /** What one user turn produced. */
 export interface TurnResult {
@@ -242,8 +227,4 @@ export interface TurnResult {
 }
 
 /** A tool call that waits for the user's approval, as events and the API show it. */
-export interface ApprovalCall {
-  id: string;
-  name: string;
-  arguments: string;
-}
+export type ApprovalCall = Pick<ToolCall, "id" | "name" | "arguments">;

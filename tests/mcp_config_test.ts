@@ -89,7 +89,6 @@ Deno.test("exposedToolName() keeps <server>__<tool> when valid and shortens othe
   assert.notEqual(dotted, exposedToolName("my_server", "get data"));
   const names = new ToolNames();
   assert.equal(names.add("a", "b"), "a__b");
-  assert.deepEqual(names.resolve("a__b"), { server: "a", tool: "b" });
 });
 
 /** `deno task chat hello` with the MCP file at `path`, its files in `dir`, and a model nobody answers at. */

@@ -7,6 +7,7 @@ import { type ApprovalPolicy, AUTO_POLICY, decide } from "./policy.ts";
 import { SessionError } from "../errors.ts";
 import { quotedToolName } from "../tools/registry.ts";
 import type { ApprovalCall, ToolCall } from "../types.ts";
+import type { PendingStep } from "../store/store.ts";
 
 /** The user's word on one call. */
 export type Decision = "approve" | "deny";
@@ -14,12 +15,8 @@ export type Decision = "approve" | "deny";
 /** The tool result of a call the user denied. */
 export const DENIED_BY_USER = "denied by the user";
 
-/** What a pending step holds that the decisions are checked against. */
-export interface WaitingCalls {
-  toolCalls: readonly ToolCall[];
-  /** Ids of the calls that wait for a decision. */
-  asked: readonly string[];
-}
+/** What a pending step holds that the decisions are checked against: its calls, and the ids of those asked. */
+export type WaitingCalls = Pick<PendingStep, "toolCalls" | "asked">;
 
 /** The error of decisions sent for a session whose turn waits for none. */
 export function noPendingApproval(sessionId: string): SessionError {

@@ -5,6 +5,7 @@
  * Pure.
  * @module
  */
+import { stripVTControlCharacters } from "node:util";
 
 /** The wide and fullwidth ranges (East_Asian_Width W and F) outside the emoji, as inclusive pairs. */
 const WIDE = [
@@ -32,8 +33,6 @@ const WIDE = [
 const EMOJI = /^\p{Emoji_Presentation}$/u;
 // Combining marks, format characters (zero-width space and joiner, bidi marks) and Hangul medial vowels.
 const ZERO = /^[\p{Mn}\p{Me}\p{Cf}\u1160-\u11ff]$/u;
-// deno-lint-ignore no-control-regex
-const ESCAPE_CODES = /\x1b\[[0-9;]*m/g;
 
 /** The columns one character (one code point) takes: 0, 1 or 2. Control characters take 0. */
 export function charWidth(char: string): number {
@@ -46,12 +45,12 @@ export function charWidth(char: string): number {
 }
 
 /**
- * The columns `text` takes: colour codes (`\x1b[…m`) take none, a tab at most 8 (where it ends depends on
- * where it starts, so it errs wide), other control characters none.
+ * The columns `text` takes: escape codes (colour's `\x1b[…m`) take none, a tab at most 8 (where it ends
+ * depends on where it starts, so it errs wide), other control characters none.
  */
 export function displayWidth(text: string): number {
   let columns = 0;
-  for (const char of text.replace(ESCAPE_CODES, "")) columns += char === "\t" ? 8 : charWidth(char);
+  for (const char of stripVTControlCharacters(text)) columns += char === "\t" ? 8 : charWidth(char);
   return columns;
 }
 

@@ -4,13 +4,10 @@
  * @module
  */
 import { createInterface } from "node:readline";
-import type { Readable, Writable } from "node:stream";
-import type { Agent, TurnInput } from "../agent/loop.ts";
-import type { SessionRunner } from "../session/runner.ts";
-import type { TurnStore } from "../agent/agent.ts";
+import type { Readable } from "node:stream";
+import type { Agent } from "../agent/loop.ts";
 import type { SessionKey, SessionStore } from "../store/store.ts";
 import { APPROVAL_PROMPT, askApprovals } from "./approval_prompt.ts";
-import type { RunEvent } from "../events.ts";
 import { parseResponseFormat } from "../agent/response_format.ts";
 import { schemaProblems } from "../tools/json_schema.ts";
 import type { ResponseFormat, TurnResult } from "../types.ts";
@@ -24,31 +21,23 @@ import {
   runCommand,
 } from "./commands.ts";
 import { freshSessionId } from "./last_session.ts";
-import { LineEditor } from "./editor.ts";
-import type { InputHistory } from "./history.ts";
+import { LineEditor, type LineEditorOptions } from "./editor.ts";
 import { createStyle, type Style } from "./render.ts";
-import { TurnView } from "./turn_view.ts";
+import { TurnView, type TurnViewOptions } from "./turn_view.ts";
 
-export { REPL_HELP } from "./commands.ts";
-
-/** Options of {@linkcode runChat}. */
-export interface ChatOptions {
+/** Options of {@linkcode runChat}: those of its {@linkcode TurnView} and line editor, and the chat's own. */
+export interface ChatOptions
+  extends
+    Pick<TurnViewOptions, "output" | "status" | "interactive" | "emit" | "columns" | "sessions">,
+    Pick<LineEditorOptions, "history"> {
   sessionId: string;
   userId: string;
   /** Everything `runTurn` needs except `emit` and `signal`, which the REPL supplies per turn. */
   deps: Agent;
   /** Where the sessions are kept: the turns' store, and what the commands list and show. */
   store: SessionStore;
-  /** Forwards each event elsewhere as well (the trace). */
-  emit: (event: RunEvent) => void;
   /** Typed or piped input; a terminal is put in raw mode while the REPL reads. */
   input: Readable;
-  /** Answers go here. */
-  output: Writable;
-  /** Progress, tool calls and errors go here. */
-  status: Writable;
-  /** Interactive terminal mode: prompt, line editing, history, thinking indicator. */
-  interactive: boolean;
   /**
    * One-shot: send this as the only turn, print its answer and return; `input` is not read.
    * @default {undefined}
@@ -59,11 +48,6 @@ export interface ChatOptions {
    * @default {interactive}
    */
   color?: boolean;
-  /**
-   * The REPL's input history.
-   * @default {an in-memory history}
-   */
-  history?: InputHistory;
   /**
    * The model in use, shown by `/model`.
    * @default {undefined}
@@ -79,16 +63,6 @@ export interface ChatOptions {
    * @default {freshSessionId}
    */
   newSessionId?: () => string;
-  /**
-   * The terminal's width, for rendering answers as markdown.
-   * @default {80}
-   */
-  columns?: number;
-  /**
-   * Runs each turn under the session's lease, so the chat and a server (or another chat) on the same database
-   * never interleave a session's turns. @default {new SessionRunner()} (no lease)
-   */
-  sessions?: SessionRunner;
   /**
    * What every answer must be (`--schema`): an answer is printed once checked; one still invalid after the
    * repair request ends the turn `invalid_output`, its errors on the status stream. @default {null}
@@ -146,17 +120,7 @@ export async function runChat(options: ChatOptions): Promise<number> {
   const retryHint = interactive
     ? "/retry sends it again"
     : `/retry in deno task chat --session ${sessionId} sends it again`;
-  const view = new TurnView({
-    store,
-    output,
-    status,
-    style,
-    interactive,
-    emit,
-    columns,
-    sessions,
-    retryHint,
-  });
+  const view = new TurnView({ store, output, status, style, interactive, emit, columns, sessions, retryHint });
   if (options.message !== undefined) {
     const result = await view.run(
       { sessionId, userId, message: options.message, responseFormat },
@@ -168,41 +132,22 @@ export async function runChat(options: ChatOptions): Promise<number> {
   return interactive ? await repl(options, view, style) : await piped(options, view);
 }
 
-/**
- * Settles the session's turn that waits for approval, if any: asks about each waiting call and resumes the
- * run, until nothing waits. False when input ended first (the turn keeps waiting, stored).
- */
-async function settleApprovals(
-  view: TurnView,
-  deps: Agent,
-  store: TurnStore,
-  key: SessionKey,
-  ask: (question: string) => Promise<string | null>,
-  allowed: Set<string>,
-  signal: () => AbortSignal,
-): Promise<boolean> {
-  for (;;) {
-    const pending = await store.pendingStep(key);
-    if (pending === null) return true;
-    const decisions = await askApprovals(pending, ask, allowed);
-    if (decisions === null) return false;
-    await view.run({ ...key, decisions }, deps, signal(), allowed);
-  }
-}
-
 /** What REPL and piped input share: the session the next turn goes to, the commands, the allowed tools. */
 class ChatRun {
   readonly state: ChatState;
   readonly commands: CommandContext;
   #allowed = new Map<string, Set<string>>();
+  #options: ChatOptions;
+  #view: TurnView;
 
-  constructor(options: ChatOptions, clearScreen: () => void) {
-    const { userId, deps, store, output } = options;
+  constructor(options: ChatOptions, view: TurnView, clearScreen: () => void) {
+    const { userId, deps, output } = options;
+    [this.#options, this.#view] = [options, view];
     this.state = { sessionId: options.sessionId, userId, lastTurn: null };
     if (options.model !== undefined) this.state.model = options.model;
     this.commands = {
       state: this.state,
-      store,
+      store: options.store,
       tools: deps.tools,
       prices: deps.prices,
       write: (text: string) => output.write(`${text}\n`),
@@ -223,16 +168,37 @@ class ChatRun {
   }
 
   /**
-   * The turn an entry asks for: a command is run here (null: nothing to send; `exit`: leave), `/retry` or any
-   * other text is a turn of the current session.
+   * Settles the session's turn that waits for approval, if any: asks about each waiting call (`ask` resolves
+   * to null when input ended) and resumes the run, until nothing waits. False when input ended first (the turn
+   * keeps waiting, stored).
    */
-  async turnFor(text: string, responseFormat: ResponseFormat | null): Promise<TurnInput | "exit" | null> {
+  async settle(
+    ask: (question: string) => Promise<string | null>,
+    signal: () => AbortSignal,
+  ): Promise<boolean> {
+    const { deps, store } = this.#options;
+    for (;;) {
+      const pending = await store.pendingStep(this.key);
+      if (pending === null) return true;
+      const decisions = await askApprovals(pending, ask, this.allowed);
+      if (decisions === null) return false;
+      await this.#view.run({ ...this.key, decisions }, deps, signal(), this.allowed);
+    }
+  }
+
+  /**
+   * Runs an entry: a command here (null: no turn ran; `exit`: leave), `/retry` or any other text as a turn of
+   * the current session, under `signal()`.
+   */
+  async send(text: string, signal: () => AbortSignal): Promise<TurnResult | "exit" | null> {
     const command = isCommand(text) ? await runCommand(text, this.commands) : null;
     if (command === "exit") return "exit";
     if (command === "done") return null;
-    return command === "retry"
-      ? { ...this.key, retry: true, responseFormat }
-      : { ...this.key, message: text, responseFormat };
+    const { deps, responseFormat = null } = this.#options;
+    const turn = command === "retry" ? { ...this.key, retry: true } : { ...this.key, message: text };
+    const result = await this.#view.run({ ...turn, responseFormat }, deps, signal(), this.allowed);
+    if (result !== null) recordUsage(this.state, result.usage);
+    return result;
   }
 }
 
@@ -241,30 +207,26 @@ class ChatRun {
  * run as one, as in the REPL (`/clear` does nothing: there is no screen).
  */
 async function piped(options: ChatOptions, view: TurnView): Promise<number> {
-  const { deps, output, responseFormat = null } = options;
-  const run = new ChatRun(options, () => {});
+  const run = new ChatRun(options, view, () => {});
   const lines = createInterface({ input: options.input, terminal: false })[Symbol.asyncIterator]();
   const next = async () => {
     const line = await lines.next();
     return line.done ? null : line.value;
   };
   const ask = (question: string) => {
-    output.write(`${question}\n`);
+    options.output.write(`${question}\n`);
     return next();
   };
   const signal = () => new AbortController().signal;
   let anyFailed = false;
   // A turn left waiting (by an earlier run of the chat) is settled before anything new is sent.
-  while (await settleApprovals(view, deps, options.store, run.key, ask, run.allowed, signal)) {
+  while (await run.settle(ask, signal)) {
     const raw = await next();
     if (raw === null) break;
     const text = raw.trim();
     if (text === "") continue;
-    const input = await run.turnFor(text, responseFormat);
-    if (input === "exit") break;
-    if (input === null) continue;
-    const result = await view.run(input, deps, signal(), run.allowed);
-    if (result !== null) recordUsage(run.state, result.usage);
+    const result = await run.send(text, signal);
+    if (result === "exit") break;
     if (failed(result)) anyFailed = true;
   }
   return anyFailed ? 1 : 0;
@@ -278,8 +240,9 @@ async function repl(options: ChatOptions, view: TurnView, style: Style): Promise
     ...(options.history ? { history: options.history } : {}),
     complete: (line) => completeCommand(line, options.store, userId),
   });
-  const run = new ChatRun(options, () => editor.clearScreen());
+  const run = new ChatRun(options, view, () => editor.clearScreen());
   let current: AbortController | null = null;
+  const signal = () => (current = new AbortController()).signal;
   editor.onInterrupt(() => current?.abort());
   editor.start();
   output.write(style.dim(`mini-runtime-agent — ${banner}. /help for commands.`) + "\n");
@@ -288,25 +251,15 @@ async function repl(options: ChatOptions, view: TurnView, style: Style): Promise
     const read = await editor.read(APPROVAL_PROMPT);
     return read.kind === "exit" ? null : read.text;
   };
-  const settle = async () =>
-    await settleApprovals(view, deps, options.store, run.key, ask, run.allowed, () => {
-      current = new AbortController();
-      return current.signal;
-    });
   try {
     for (;;) {
-      if (!await settle()) break;
+      if (!await run.settle(ask, signal)) break;
       const read = await editor.read();
       if (read.kind === "exit") break;
       const text = read.text.trim();
       if (text === "") continue;
-      const input = await run.turnFor(text, options.responseFormat ?? null);
-      if (input === "exit") break;
-      if (input === null) continue;
-      current = new AbortController();
       try {
-        const result = await view.run(input, deps, current.signal, run.allowed);
-        if (result !== null) recordUsage(run.state, result.usage);
+        if (await run.send(text, signal) === "exit") break;
       } finally {
         current = null;
       }

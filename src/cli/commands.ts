@@ -7,7 +7,7 @@
 import { SessionError } from "../errors.ts";
 import { parseSummary, SUMMARY_FIELDS } from "../memory/summary.ts";
 import { shorten } from "../shorten.ts";
-import { type MemoryItem, type SessionStore, validateId } from "../store/store.ts";
+import { type MemoryItem, type SessionKey, type SessionStore, validateId } from "../store/store.ts";
 import type { ToolRegistry } from "../tools/registry.ts";
 import type { StoredMessage, Usage, UsageEntry } from "../types.ts";
 import { plural } from "./render.ts";
@@ -109,25 +109,21 @@ export function recordUsage(state: ChatState, usage: Usage): void {
  * were estimated.
  */
 function storedTokens(rows: readonly UsageEntry[], prices?: PriceTable): string {
-  const sum = (pick: (row: UsageEntry) => number) => rows.reduce((n, row) => n + pick(row), 0);
-  const [prompt, cached, completion, calls, estimated] = [
-    sum((r) => r.promptTokens),
-    sum((r) => r.cachedTokens),
-    sum((r) => r.completionTokens),
-    sum((r) => r.calls),
-    sum((r) => r.estimatedCalls),
-  ];
+  const fields = ["promptTokens", "cachedTokens", "completionTokens", "calls", "estimatedCalls"] as const;
+  const [prompt, cached, completion, calls, estimated] = fields.map((f) =>
+    rows.reduce((n, r) => n + r[f], 0)
+  );
   if (calls === 0) return "no model calls yet";
   const guessed = estimated > 0 ? `; ${plural(estimated, "call")} without counts, estimated` : "";
   const cost = prices === undefined || prices.size === 0 ? "" : `, ${costText(costOf(prices, rows))}`;
-  return `${plural(prompt + completion, "token")} (${promptText(prompt, cached)} + ` +
-    `${completion.toLocaleString("en-US")} completion) over ${plural(calls, "model call")}${guessed}${cost}`;
+  return `${plural(prompt + completion, "token")} (${countsText(prompt, cached, completion)}) over ` +
+    `${plural(calls, "model call")}${guessed}${cost}`;
 }
 
-/** "1,100 prompt", with ", 800 of them cached," when the provider read some from its cache. */
-function promptText(prompt: number, cached: number): string {
+/** "1,100 prompt + 50 completion", with ", 800 of them cached," when the provider read some from cache. */
+function countsText(prompt: number, cached: number, completion: number): string {
   const of = cached > 0 ? `, ${cached.toLocaleString("en-US")} of them cached,` : "";
-  return `${prompt.toLocaleString("en-US")} prompt${of}`;
+  return `${prompt.toLocaleString("en-US")} prompt${of} + ${completion.toLocaleString("en-US")} completion`;
 }
 
 function costText(dollars: number | null): string {
@@ -147,68 +143,57 @@ export async function describeSession(
 function tokens(count: TokenCount): string {
   if (count.turns === count.unreported) return "tokens not reported by the provider";
   const unreported = count.unreported > 0 ? `; ${plural(count.unreported, "turn")} without counts` : "";
-  return `${plural(count.total, "token")} (${promptText(count.prompt, count.cached)} + ` +
-    `${count.completion.toLocaleString("en-US")} completion${unreported})`;
+  const counts = countsText(count.prompt, count.cached, count.completion);
+  return `${plural(count.total, "token")} (${counts}${unreported})`;
 }
 
 /** Runs a line for which {@linkcode isCommand} holds. Never throws for a bad argument: it says so. */
 export async function runCommand(line: string, context: CommandContext): Promise<CommandOutcome> {
+  const name = line.trim().split(/\s+/)[0];
+  if (name === "/exit" || name === "/quit") return "exit";
+  if (name === "/retry") return "retry";
+  if (name === "/clear") context.clearScreen();
+  else context.write(await answer(line, context));
+  return "done";
+}
+
+/** What a command other than `/exit`, `/retry` and `/clear` answers. */
+async function answer(line: string, context: CommandContext): Promise<string> {
   const [name, ...args] = line.trim().split(/\s+/);
   const arg = args[0];
-  const { state, store, write } = context;
+  const { state, store } = context;
   const key = { userId: state.userId, sessionId: state.sessionId };
   switch (name) {
-    case "/exit":
-    case "/quit":
-      return "exit";
-    case "/retry":
-      return "retry";
     case "/help":
-      write(REPL_HELP);
-      break;
+      return REPL_HELP;
     case "/session":
-      write(await describeSession(store, state.sessionId, state.userId));
-      break;
+      return await describeSession(store, state.sessionId, state.userId);
     case "/todos": {
       const todos = await store.listTodos(key);
-      write(
-        todos.length === 0
-          ? "no todos in this session"
-          : todos.map((t) => `  ${t.completed ? "[x]" : "[ ]"} ${t.id}. ${t.text}`).join("\n"),
-      );
-      break;
+      return todos.length === 0
+        ? "no todos in this session"
+        : todos.map((t) => `  ${t.completed ? "[x]" : "[ ]"} ${t.id}. ${t.text}`).join("\n");
     }
     case "/memory":
-      write(memoryText(await store.listMemory(state.userId)));
-      break;
+      return memoryText(await store.listMemory(state.userId));
     case "/forget":
-      write(await forget(store, state.userId, arg));
-      break;
+      return await forget(store, state.userId, arg);
     case "/tools":
-      write(toolsText(context.tools));
-      break;
-    case "/clear":
-      context.clearScreen();
-      break;
+      return toolsText(context.tools);
     case "/new":
     case "/switch":
-      write(await changeSession(name, arg, context));
-      break;
+      return await changeSession(name, arg, context);
     case "/sessions":
-      write(await listSessions(store, state));
-      break;
+      return await listSessions(store, state);
     case "/rename":
-      write(await rename(store, state, line.trim().slice(name.length)));
-      break;
+      return await rename(store, key, line.trim().slice(name.length));
     case "/history": {
       const n = arg === undefined ? 5 : Number(arg);
-      if (!Number.isInteger(n) || n < 1) write(`Cannot show history: n must be a whole number of 1 or more`);
-      else write(await history(store, state, n));
-      break;
+      if (!Number.isInteger(n) || n < 1) return `Cannot show history: n must be a whole number of 1 or more`;
+      return await history(store, key, n);
     }
     case "/summary":
-      write(summaryText((await store.get(key))?.summary ?? null));
-      break;
+      return summaryText((await store.get(key))?.summary ?? null);
     case "/usage": {
       const stored = storedTokens(await store.sessionUsage(key), context.prices);
       // After /switch, the last turn of the session left is not this one's.
@@ -216,19 +201,14 @@ export async function runCommand(line: string, context: CommandContext): Promise
         state.lastTurn !== null && (state.lastTurn.sessionId ?? state.sessionId) === state.sessionId
           ? state.lastTurn
           : null;
-      write(
-        `this session (${state.sessionId}): ${stored}, as stored (every process's turns)\n` +
-          `last turn: ${last ? tokens(last) : "none yet in this session"}`,
-      );
-      break;
+      return `this session (${state.sessionId}): ${stored}, as stored (every process's turns)\n` +
+        `last turn: ${last ? tokens(last) : "none yet in this session"}`;
     }
     case "/model":
-      write(changeModel(arg, context));
-      break;
+      return changeModel(arg, context);
     default:
-      write(`Unknown command ${name}; /help lists the commands.`);
+      return `Unknown command ${name}; /help lists the commands.`;
   }
-  return "done";
 }
 
 async function changeSession(
@@ -270,12 +250,11 @@ async function listSessions(store: SessionStore, state: ChatState): Promise<stri
 }
 
 /** Gives the current session `title` (blank: its first question's), as the page's rename does. */
-async function rename(store: SessionStore, state: ChatState, title: string): Promise<string> {
-  const key = { userId: state.userId, sessionId: state.sessionId };
+async function rename(store: SessionStore, key: SessionKey, title: string): Promise<string> {
   try {
     // Not stored before its first turn: there is nothing to rename yet.
     const session = await store.get(key) === null ? null : await store.renameSession(key, title);
-    if (session === null) return `Cannot rename session ${state.sessionId}: it has no turns yet`;
+    if (session === null) return `Cannot rename session ${key.sessionId}: it has no turns yet`;
     return session.title === null
       ? `session ${session.id} has no title until its first question`
       : `session ${session.id} is now titled: ${session.title}`;
@@ -286,8 +265,7 @@ async function rename(store: SessionStore, state: ChatState, title: string): Pro
 }
 
 /** The last `n` exchanges: the question, each tool call in brief, the answer. */
-async function history(store: SessionStore, state: ChatState, n: number): Promise<string> {
-  const key = { userId: state.userId, sessionId: state.sessionId };
+async function history(store: SessionStore, key: SessionKey, n: number): Promise<string> {
   const exchanges: StoredMessage[][] = [];
   for (const message of await store.messages(key)) {
     if (message.role === "user") exchanges.push([message]);

@@ -4,6 +4,7 @@
  */
 import { mkdirSync } from "node:fs";
 import { dirname } from "node:path";
+import { parseLine } from "../trace/trace.ts";
 
 /** Entries the line editor recalls with the up arrow; `add` remembers a submitted entry. */
 export interface InputHistory {
@@ -30,10 +31,12 @@ export class MemoryHistory implements InputHistory {
     return this.#entries;
   }
 
-  add(entry: string): void {
-    if (entry.trim() === "" || this.#entries.at(-1) === entry) return;
+  /** Whether `entry` was added: not blank, and not a repeat of the newest entry. */
+  add(entry: string): boolean {
+    if (entry.trim() === "" || this.#entries.at(-1) === entry) return false;
     this.#entries.push(entry);
     if (this.#entries.length > this.#max) this.#entries.splice(0, this.#entries.length - this.#max);
+    return true;
   }
 }
 
@@ -82,9 +85,7 @@ export class FileHistory implements InputHistory {
   }
 
   add(entry: string): void {
-    const fresh = entry.trim() !== "" && this.#memory.entries.at(-1) !== entry;
-    this.#memory.add(entry);
-    if (!fresh || entry.startsWith(" ")) return;
+    if (!this.#memory.add(entry) || entry.startsWith(" ")) return;
     try {
       mkdirSync(dirname(this.#path), { recursive: true });
       Deno.writeTextFileSync(this.#path, JSON.stringify(entry) + "\n", { append: true, mode: 0o600 });
@@ -115,14 +116,6 @@ function readEntries(path: string): string[] {
   } catch {
     return [];
   }
-  const entries: string[] = [];
-  for (const line of text.split("\n")) {
-    try {
-      const entry = JSON.parse(line);
-      if (typeof entry === "string") entries.push(entry);
-    } catch {
-      // A line that is not ours (or cut short) is skipped.
-    }
-  }
-  return entries;
+  // A line that is not ours (or cut short) is skipped.
+  return text.split("\n").map(parseLine).filter((entry): entry is string => typeof entry === "string");
 }

@@ -60,10 +60,10 @@ export interface TurnViewOptions {
   store: TurnDeps["store"];
   /** Answers go here. */
   output: Writable;
-  /** Progress, tool calls and errors go here (interactive only). */
+  /** Errors go here, and on a terminal progress and tool calls. */
   status: Writable;
   style: Style;
-  /** Show the prompt-side decorations: "agent>", the thinking line, tool calls, "cancelled". */
+  /** A terminal: "agent>", the thinking line, tool calls, "cancelled" (and the chat's line editor). */
   interactive: boolean;
   /** Forwards each event elsewhere as well (the trace). */
   emit: (event: RunEvent) => void;
@@ -74,8 +74,8 @@ export interface TurnViewOptions {
   columns?: number;
   /**
    * Runs each turn under the session's lease when it has leases, so a turn never interleaves with another
-   * process's on the same session; while the lease is busy the status says so. @default {new SessionRunner()}
-   * (no lease)
+   * process's (a server's, another chat's) on the same database; while the lease is busy the status says so.
+   * @default {new SessionRunner()} (no lease)
    */
   sessions?: SessionRunner;
   /**
@@ -202,7 +202,7 @@ export class TurnView {
    */
   #endPipedLine(result: TurnResult): void {
     const { output } = this.#options;
-    // An answer not in the response format, or an error, leaves its line empty; the status says why (#run).
+    // An answer not in the response format, or an error, leaves its line empty; the status says why (run).
     const printable = result.outcome !== "invalid_output" && result.outcome !== "error";
     if (printable && (this.#pipedStep === null || result.outcome !== "answered")) {
       output.write(`${this.#separator()}${result.answer}`);

@@ -300,8 +300,7 @@ async function recallPhase(demo: Demo): Promise<Verdict> {
 function tracePhase(demo: Demo): Verdict {
   const { out, style } = demo;
   const events = readTrace(demo.tracePath);
-  const runs = new Map<string, TracedEvent[]>();
-  for (const e of events) runs.set(e.run_id, [...(runs.get(e.run_id) ?? []), e]);
+  const runs = Map.groupBy(events, (e) => e.run_id);
   out(style.dim(`  ${demo.tracePath}: ${events.length} events in ${runs.size} runs`));
   const start = events.length === 0 ? 0 : Date.parse(events[0].ts);
   out(style.bold(timelineHeader()));

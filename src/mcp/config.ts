@@ -31,16 +31,11 @@ export interface StdioServerConfig {
  * A server reached over HTTP: Streamable HTTP, or the older HTTP+SSE transport (`"type": "sse"`). `headers`
  * may hold tokens: never print or trace them.
  */
-export interface HttpServerConfig {
-  name: string;
+export type HttpServerConfig = Pick<StdioServerConfig, "name" | "scope" | "safeToRepeat"> & {
   transport: "http" | "sse";
   url: string;
   headers: Readonly<Record<string, string>>;
-  /** One client session per user, or one for all. */
-  scope?: "user" | "shared";
-  /** Per tool (the server's own name): safe to repeat or not, over what the tool's annotations say. */
-  safeToRepeat?: Readonly<Record<string, boolean>>;
-}
+};
 
 /** One entry of `mcpServers`. */
 export type McpServerConfig = StdioServerConfig | HttpServerConfig;

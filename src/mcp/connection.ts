@@ -103,10 +103,7 @@ export class McpConnection {
   #restarts: number[] = [];
   #starting: Promise<boolean> | null = null;
   /** The next background try of a server that failed to start, and how many came before it. */
-  #retry: { timer: ReturnType<typeof setTimeout> | undefined; tries: number } = {
-    timer: undefined,
-    tries: 0,
-  };
+  #retry: { timer?: ReturnType<typeof setTimeout>; tries: number } = { tries: 0 };
 
   constructor(config: McpServerConfig, options: McpConnectionOptions) {
     const { sdk, timeoutMs = 10_000, onToolsChanged = () => {}, warn = () => {}, now = Date.now } = options;

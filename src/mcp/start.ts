@@ -7,7 +7,7 @@ import { type ApprovalPolicy, autoApproving, parseApprovalPolicy } from "../appr
 import type { Config } from "../config.ts";
 import { ConfigError, errorMessage } from "../errors.ts";
 import { type McpFile, readMcpConfig } from "./config.ts";
-import { McpTools } from "./mcp_tools.ts";
+import { type McpTools, startMcpTools } from "./mcp_tools.ts";
 import { loadMcpSdk } from "./sdk.ts";
 
 /**
@@ -30,11 +30,10 @@ export async function openToolConfig(
 }
 
 /**
- * The started servers of the configured MCP file, or null when there is none (or it names no server).
- * Throws `ConfigError` for a malformed file (the caller exits with code 2); a server that does not start,
- * or an SDK that cannot be loaded, is one `warn` line, never a failure.
+ * The started servers of the MCP file, or null when there is none (or it names no server). A server that does
+ * not start, or an SDK that cannot be loaded, is one `warn` line, never a failure.
  */
-export async function openMcp(
+async function openMcp(
   file: McpFile | null,
   config: Pick<Config, "mcpTimeoutSeconds" | "mcpStartTimeoutSeconds" | "apiTokens">,
   warn: (line: string) => void,
@@ -47,7 +46,7 @@ export async function openMcp(
     warn(`Cannot load the MCP SDK, so no MCP server starts: ${errorMessage(error).split("\n")[0]}`);
     return null;
   }
-  const tools = new McpTools(file, {
+  return await startMcpTools(file, {
     sdk,
     timeoutMs: config.mcpTimeoutSeconds * 1000,
     startTimeoutMs: config.mcpStartTimeoutSeconds * 1000,
@@ -55,6 +54,4 @@ export async function openMcp(
     defaultScope: new Set(config.apiTokens.map((token) => token.userId)).size > 1 ? "user" : "shared",
     warn,
   });
-  await tools.start();
-  return tools;
 }

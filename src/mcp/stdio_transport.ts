@@ -7,6 +7,7 @@
  */
 import type { JSONRPCMessage } from "npm:@modelcontextprotocol/sdk@1.32.2/types.js";
 import type { Transport } from "npm:@modelcontextprotocol/sdk@1.32.2/shared/transport.js";
+import type { StdioServerConfig } from "./config.ts";
 
 /** Variables a server inherits from this process when they are set and readable (as the SDK's default). */
 export const INHERITED_ENV: readonly string[] = ["HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER"];
@@ -17,13 +18,10 @@ export const MAX_LINE_BYTES = 16 * 1024 * 1024;
 /** How long a server may take to exit after its stdin is closed, before it is killed. */
 const EXIT_GRACE_MS = 2000;
 
-/** What to start, and with which environment. */
-export interface DenoStdioParameters {
-  command: string;
-  args: readonly string[];
-  /** The child's whole environment. */
+/** What to start (a server entry's command and args), and the child's whole environment. */
+export type DenoStdioParameters = Pick<StdioServerConfig, "command" | "args"> & {
   env: Record<string, string>;
-}
+};
 
 /** An MCP client transport over a child process's stdin and stdout. */
 export class DenoStdioTransport implements Transport {
@@ -106,20 +104,21 @@ export class DenoStdioTransport implements Transport {
     const child = this.#child;
     if (child === null) return;
     this.#child = null;
+    await this.#stop(child, "SIGKILL");
+    this.onclose?.();
+  }
+
+  /** Closes the child's stdin and waits for its exit, sending it `signal` if it still runs after 2 s. */
+  async #stop(child: Deno.ChildProcess, signal: Deno.Signal): Promise<void> {
     await this.#writer?.close().catch(() => {});
     this.#writer = null;
-    const exited = child.status.then(() => true);
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const late = new Promise<false>((resolve) => timer = setTimeout(() => resolve(false), EXIT_GRACE_MS));
-    const inTime = await Promise.race([exited, late]);
-    clearTimeout(timer);
-    if (!inTime) {
+    const timer = setTimeout(() => {
       try {
-        child.kill("SIGKILL");
+        child.kill(signal);
       } catch { /* exited meanwhile */ }
-      await child.status;
-    }
-    this.onclose?.();
+    }, EXIT_GRACE_MS);
+    await child.status;
+    clearTimeout(timer);
   }
 
   /** Writes one message as a line. Rejects when the server has gone. */
@@ -133,15 +132,7 @@ export class DenoStdioTransport implements Transport {
     this.#closed = true;
     const child = this.#child;
     if (child !== null) {
-      await this.#writer?.close().catch(() => {});
-      this.#writer = null;
-      const timer = setTimeout(() => {
-        try {
-          child.kill("SIGTERM");
-        } catch { /* exited meanwhile */ }
-      }, EXIT_GRACE_MS);
-      await child.status;
-      clearTimeout(timer);
+      await this.#stop(child, "SIGTERM");
       // A grandchild (npx's node) may hold stdout open after the child exited: stop reading it.
       await this.#reader?.cancel().catch(() => {});
     }

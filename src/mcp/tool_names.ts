@@ -36,7 +36,7 @@ export function exposedToolName(server: string, tool: string): string {
   return `${cleaned.slice(0, MAX_TOOL_NAME_CHARS - suffix.length)}${suffix}`;
 }
 
-/** The map from exposed names back to the server and the tool's own name. */
+/** The exposed names taken so far, each with the server and tool it stands for. */
 export class ToolNames {
   #byName = new Map<string, { server: string; tool: string }>();
 
@@ -50,10 +50,5 @@ export class ToolNames {
     if (taken !== undefined && (taken.server !== server || taken.tool !== tool)) return null;
     this.#byName.set(name, { server, tool });
     return name;
-  }
-
-  /** The server and tool an exposed name stands for, or undefined. */
-  resolve(name: string): { server: string; tool: string } | undefined {
-    return this.#byName.get(name);
   }
 }

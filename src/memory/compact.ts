@@ -5,6 +5,7 @@
  * @module
  */
 import { estimateMessageTokens, estimateRequestTokens, planCompaction, summaryReserve } from "./plan.ts";
+import type { PlanOptions } from "./plan.ts";
 import {
   fitSummary,
   mergeSummary,
@@ -21,27 +22,17 @@ import type { CompactData } from "../events.ts";
 import type { Summarizer } from "./summarizer.ts";
 import type { Message, StoredMessage, ToolSchema, Usage } from "../types.ts";
 
-/** What compaction needs besides the session's state. */
-export interface CompactionDeps {
+/** What compaction needs besides the session's state: the plan's thresholds, and what it works with. */
+export interface CompactionDeps
+  extends Pick<PlanOptions, "maxRawTurns" | "compactBatch" | "maxCtxTokens" | "scale"> {
   /** Where the compaction is kept: the session's store, or (within a turn) the turn's journal. */
   store: Pick<TranscriptStore, "applyCompaction">;
   summarizer: Summarizer;
-  /** AGENT_MAX_RAW_TURNS */
-  maxRawTurns: number;
-  /** AGENT_COMPACT_BATCH: turns beyond `maxRawTurns` before the turn trigger fires. @default {0} */
-  compactBatch?: number;
   /**
    * Compact only when the request would not fit AGENT_MAX_CTX_TOKENS: a compaction due by the turn trigger
    * alone is left for after the turn (null here). @default {false}
    */
   tokensOnly?: boolean;
-  /** AGENT_MAX_CTX_TOKENS */
-  maxCtxTokens: number;
-  /**
-   * The provider's count of the request against the estimate of it (see `TurnMemory`): estimates are scaled
-   * by it, so the plan cuts by what the provider counts. @default {1}
-   */
-  scale?: number;
   /**
    * AGENT_USER_MEMORY_ITEMS: the summary's facts and goals are merged into the user's memory, in the
    * compaction's transaction, keeping at most this many items; null when memory across sessions is off.
@@ -50,6 +41,12 @@ export interface CompactionDeps {
   memoryItems?: number | null;
   now: () => Date;
   signal?: AbortSignal;
+}
+
+/** What every request of a turn carries besides the history and the summary. */
+export interface FixedRequest {
+  system: readonly Message[];
+  tools: readonly ToolSchema[];
 }
 
 /** The session as the loop holds it during a turn. */
@@ -95,7 +92,7 @@ function sizes(summary: Summary): Record<string, number> {
 /** Estimated tokens of the next request: the fixed parts, the summary block and the raw history. */
 export function requestTokens(
   state: MemoryState,
-  fixed: { system: readonly Message[]; tools: readonly ToolSchema[] },
+  fixed: FixedRequest,
 ): number {
   return estimateRequestTokens(fixed.system, fixed.tools) + summaryTokens(parseSummary(state.summary)) +
     estimateRequestTokens(state.history);
@@ -108,7 +105,7 @@ export function requestTokens(
  */
 export async function compactIfDue(
   state: MemoryState,
-  fixed: { system: readonly Message[]; tools: readonly ToolSchema[] },
+  fixed: FixedRequest,
   deps: CompactionDeps,
 ): Promise<CompactionResult | null> {
   const { store, summarizer, maxRawTurns, maxCtxTokens, compactBatch, now, signal, scale = 1 } = deps;

@@ -4,7 +4,7 @@
  * model) for tests and the offline demo. Both return raw text; the runtime validates and merges it.
  * @module
  */
-import type { Summary } from "./summary.ts";
+import { type Summary, SUMMARY_FIELDS, type SummaryPatch } from "./summary.ts";
 import { shorten } from "../shorten.ts";
 import type { LLM } from "../llm/llm.ts";
 import type { Message, Usage } from "../types.ts";
@@ -66,12 +66,8 @@ export function renderTranscript(messages: readonly Message[]): string {
 /** A summarizer that asks `llm` (with no tools) using {@linkcode SUMMARY_PROMPT}. */
 export function createLlmSummarizer(llm: LLM): Summarizer {
   return async ({ previous, messages }, signal) => {
-    const memory = previous === null ? "{}" : JSON.stringify({
-      goals: previous.goals,
-      facts: previous.facts,
-      todos: previous.todos,
-      unresolved: previous.unresolved,
-    });
+    const fields = previous === null ? {} : Object.fromEntries(SUMMARY_FIELDS.map((f) => [f, previous[f]]));
+    const memory = JSON.stringify(fields);
     const reply = await llm.chat([
       { role: "system", content: SUMMARY_PROMPT },
       {
@@ -99,12 +95,7 @@ const GOAL = /^(i want|i'd like|i would like|my goal|help me|i need|i'm trying|i
  * first. Deterministic; never rejects.
  */
 export const deterministicSummarizer: Summarizer = ({ messages }) => {
-  const patch = {
-    goals: [] as string[],
-    facts: [] as string[],
-    todos: [] as string[],
-    unresolved: [] as string[],
-  };
+  const patch: SummaryPatch = { goals: [], facts: [], todos: [], unresolved: [] };
   let question: string | null = null;
   for (const m of messages) {
     if (m.role === "user") {

@@ -4,6 +4,8 @@
  * the model reads. Pure.
  * @module
  */
+import { memoryKey } from "../store/memory_text.ts";
+import type { MemoryItem } from "../store/store.ts";
 
 /** Most items a summary field keeps. */
 export const MAX_SUMMARY_ITEMS = 5;
@@ -42,20 +44,15 @@ export function parseSummary(text: string | null): Summary | null {
   }
   if (typeof value !== "object" || value === null) return null;
   const record = value as Record<string, unknown>;
-  const goals = stringList(record.goals);
-  const facts = stringList(record.facts);
-  const todos = stringList(record.todos);
-  const unresolved = stringList(record.unresolved);
-  if (goals === null || facts === null || todos === null || unresolved === null) return null;
+  const lists = SUMMARY_FIELDS.map((field) => stringList(record[field]));
+  if (lists.includes(null)) return null;
+  const [goals, facts, todos, unresolved] = lists as string[][];
   const updatedAt = typeof record.updated_at === "string" ? record.updated_at : "";
   return { goals, facts, todos, unresolved, updated_at: updatedAt };
 }
 
 /** An item of the user's memory as the [RUNTIME CONTEXT] block carries it. */
-export interface MemoryEntry {
-  id: number;
-  text: string;
-}
+export type MemoryEntry = Pick<MemoryItem, "id" | "text">;
 
 /**
  * The text of a [RUNTIME CONTEXT] system message for a summary (null: none) and the items recalled from the
@@ -119,10 +116,6 @@ export function parseSummaryPatch(text: string): SummaryPatch {
   return patch;
 }
 
-function dedupeKey(item: string): string {
-  return item.toLowerCase().replace(/\s+/g, " ").trim();
-}
-
 /**
  * Merges a new patch into the old summary: per field, new items first, then old ones, duplicates removed
  * (case- and whitespace-insensitive, the first spelling wins), at most MAX_SUMMARY_ITEMS. An old item the
@@ -133,7 +126,7 @@ export function mergeSummary(old: Summary | null, patch: SummaryPatch, now: Date
     const seen = new Set<string>();
     const items: string[] = [];
     for (const item of [...patch[field], ...(old?.[field] ?? [])]) {
-      const key = dedupeKey(item);
+      const key = memoryKey(item);
       if (key === "" || seen.has(key)) continue;
       seen.add(key);
       items.push(item);
@@ -141,13 +134,10 @@ export function mergeSummary(old: Summary | null, patch: SummaryPatch, now: Date
     }
     return items;
   };
-  return {
-    goals: merge("goals"),
-    facts: merge("facts"),
-    todos: merge("todos"),
-    unresolved: merge("unresolved"),
-    updated_at: now.toISOString(),
-  };
+  const summary = {} as Summary;
+  for (const field of SUMMARY_FIELDS) summary[field] = merge(field);
+  summary.updated_at = now.toISOString();
+  return summary;
 }
 
 /**

@@ -7,12 +7,12 @@
  */
 import type { EventSink } from "../events.ts";
 import type { Calibration, MemoryStore, RecalledItem, SessionKey, TranscriptStore } from "../store/store.ts";
-import type { Message, StoredMessage, ToolSchema } from "../types.ts";
+import type { StoredMessage, ToolSchema } from "../types.ts";
 import { compactIfDue, type CompactionDeps, type CompactionResult, requestTokens } from "./compact.ts";
+import type { FixedRequest, MemoryState } from "./compact.ts";
 import { estimateMessageTokens, estimateRequestTokens, overTurnLimit } from "./plan.ts";
 import { defaultCompactBatch } from "../config.ts";
 import { type MemoryEntry, runtimeContextText } from "./summary.ts";
-import type { Summarizer } from "./summarizer.ts";
 
 /** One background compaction: given where to report and what stops it; it must not reject. */
 export type BackgroundJob = (emit: EventSink, signal: AbortSignal) => Promise<void>;
@@ -32,14 +32,9 @@ export interface BackgroundCompactions {
 }
 
 /** What the hooks need of the agent: its summarizer, thresholds and background runner. */
-export interface MemorySettings {
-  summarizer: Summarizer;
-  /** AGENT_MAX_RAW_TURNS */
-  maxRawTurns: number;
+export interface MemorySettings extends Pick<CompactionDeps, "summarizer" | "maxRawTurns" | "maxCtxTokens"> {
   /** AGENT_COMPACT_BATCH. @default {defaultCompactBatch(maxRawTurns)} */
   compactBatch?: number;
-  /** AGENT_MAX_CTX_TOKENS */
-  maxCtxTokens: number;
   /** Where a compaction due by the turn trigger runs, after the answer. */
   compactions: BackgroundCompactions;
   /** The user's memory across sessions; null or absent: off (AGENT_USER_MEMORY=0). @default {null} */
@@ -74,12 +69,6 @@ export interface Recall {
   kept: number;
   /** Whether this differs from the turn's previous request: the store was asked, or the budget kept others. */
   changed: boolean;
-}
-
-/** What every request of the turn carries besides the history and the summary. */
-export interface FixedRequest {
-  system: readonly Message[];
-  tools: readonly ToolSchema[];
 }
 
 /** One turn's view of its session's memory. */
@@ -118,12 +107,7 @@ export class TurnMemory {
 
   readonly #storage: MemoryStorage;
   constructor(
-    state: {
-      key: SessionKey;
-      summary: string | null;
-      history: StoredMessage[];
-      calibration?: Calibration | null;
-    },
+    state: MemoryState & { calibration?: Calibration | null },
     fixed: FixedRequest,
     settings: MemorySettings,
     now: () => Date,

@@ -215,21 +215,11 @@ function parseBlock(line, depth) {
   const quote = depth < MAX_DEPTH ? QUOTE.exec(line) : null;
   if (quote !== null) return { type: "quote", line: parseBlock(quote[1], depth + 1) };
   const bullet = BULLET.exec(line);
-  if (bullet !== null) {
-    const [, indent, marker, text] = bullet;
-    return {
-      type: "item",
-      ordered: false,
-      indent,
-      level: level(indent),
-      marker,
-      children: parseInline(text),
-    };
-  }
-  const numbered = NUMBERED.exec(line);
-  if (numbered !== null) {
-    const [, indent, marker, text] = numbered;
-    return { type: "item", ordered: true, indent, level: level(indent), marker, children: parseInline(text) };
+  const item = bullet ?? NUMBERED.exec(line);
+  if (item !== null) {
+    const [, indent, marker, text] = item;
+    const ordered = bullet === null;
+    return { type: "item", ordered, indent, level: level(indent), marker, children: parseInline(text) };
   }
   return { type: "paragraph", children: parseInline(line) };
 }

@@ -5,19 +5,17 @@
 import { DOCS_DIR } from "../config.ts";
 import type { MemoryStore, TodoStore } from "../store/store.ts";
 import { calculatorTool } from "./calculator.ts";
-import { ToolRegistry, type ToolSource, type ToolSpec } from "./registry.ts";
+import { ToolRegistry, type ToolRegistryOptions, type ToolSpec } from "./registry.ts";
 import { createSearchTool, loadCorpus } from "./search.ts";
 import { createTodoTool } from "./todo.ts";
 import { createMemoryTools } from "./memory.ts";
 
-/** Options of {@linkcode createBuiltinTools}. */
-export interface BuiltinToolsOptions {
+/** Options of {@linkcode createBuiltinTools}: the registry's `sources` (MCP servers'), and the built-ins'. */
+export interface BuiltinToolsOptions extends Pick<ToolRegistryOptions, "sources"> {
   /** The folder of Markdown documents `search_mock` searches. @default {DOCS_DIR} */
   docsDir?: string;
   /** More tools, offered after the built-in ones. @default {[]} */
   extra?: ToolSpec[];
-  /** Tools that may change while the process runs (MCP servers'), offered last. @default {[]} */
-  sources?: readonly ToolSource[];
   /**
    * AGENT_USER_MEMORY_ITEMS when the user's memory is on: `remember` and `forget` are offered after `todo`,
    * keeping at most this many items per user. @default {null} (off: not offered)

@@ -5,6 +5,7 @@
  */
 import { MAX_TOOL_RESULT_CHARS } from "../config.ts";
 import { errorMessage } from "../errors.ts";
+import { deepFreeze } from "../_json.ts";
 import type { RunEventData } from "../events.ts";
 import type { ToolCall, ToolResult, ToolSchema } from "../types.ts";
 import { type JsonSchema, validateJsonSchema } from "./json_schema.ts";
@@ -71,14 +72,6 @@ function fit(result: ToolResult, limit: number): ToolResult {
   return cut(lo);
 }
 
-function deepFreeze<T>(value: T): T {
-  if (typeof value === "object" && value !== null && !Object.isFrozen(value)) {
-    for (const item of Object.values(value)) deepFreeze(item);
-    Object.freeze(value);
-  }
-  return value;
-}
-
 function failure(error: string): ToolResult {
   return { ok: false, data: null, error, truncated: false };
 }
@@ -102,11 +95,7 @@ export interface ToolRegistryOptions {
 }
 
 /** One tool as listed for people: its name, the server it comes from (null: built in), its description. */
-export interface ToolListing {
-  name: string;
-  server: string | null;
-  description: string;
-}
+export type ToolListing = Pick<ToolSpec, "name" | "description"> & { server: string | null };
 
 /** Holds the tools of a run and executes calls. `execute` never throws. */
 export class ToolRegistry {
@@ -157,11 +146,6 @@ export class ToolRegistry {
     return this.#schemas;
   }
 
-  /** The registered tool names, in order. */
-  names(): string[] {
-    return [...this.#current().keys()];
-  }
-
   /** Every tool with its server, in order, for `/tools`. */
   list(): ToolListing[] {
     return [...this.#current().values()].map(({ name, server, description }) => ({
@@ -193,7 +177,7 @@ export class ToolRegistry {
     const tool = this.#current().get(call.name);
     const name = quotedToolName(call.name);
     if (tool === undefined) {
-      return failure(`Unknown tool ${name}; available tools: ${this.names().join(", ")}`);
+      return failure(`Unknown tool ${name}; available tools: ${[...this.#current().keys()].join(", ")}`);
     }
     let args: unknown;
     try {

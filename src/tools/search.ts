@@ -15,13 +15,8 @@ export interface SearchDoc {
   body: string;
 }
 
-/** One ranked result: about {@linkcode SNIPPET_CHARS} of the body around the first match, a score > 0. */
-export interface SearchHit {
-  id: string;
-  title: string;
-  snippet: string;
-  score: number;
-}
+/** One ranked result: its document's id and title, a snippet of {@linkcode SNIPPET_CHARS}, a score > 0. */
+export type SearchHit = Pick<SearchDoc, "id" | "title"> & { snippet: string; score: number };
 
 /** Options of {@linkcode search} and {@linkcode SearchIndex.search}. */
 export interface SearchOptions {

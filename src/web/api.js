@@ -183,34 +183,21 @@ async function streamPost(sessionId, path, body, onFrame, onRun) {
 }
 
 /**
- * Posts a turn (`message`, or a retry when undefined) as SSE and hands each frame to `onFrame` as it arrives.
+ * Posts a turn as SSE and hands each frame to `onFrame` as it arrives: a new `message`, a `retry` of the last
+ * unanswered one, or the user's `decisions` on the calls a paused turn waits for (one for every call), which
+ * resume it like a turn.
  * @param {string} sessionId
- * @param {string | undefined} message
+ * @param {{ message: string } | { retry: true } | { decisions: Record<string, "approve" | "deny"> }} turn
  * @param {(frame: Frame) => void} onFrame
  * @param {(runId: string) => void} onRun gets the run's id once the turn is accepted
  * @returns {Promise<void>}
- * @throws {ApiError} when the turn is refused before it streams (401, 409, 429, …)
+ * @throws {ApiError} when the turn is refused before it streams (401, 409, 429, decisions not matching, …)
  */
-export function streamTurn(sessionId, message, onFrame, onRun) {
+export function streamTurn(sessionId, turn, onFrame, onRun) {
   const id = encodeURIComponent(sessionId);
-  if (message === undefined) {
-    return streamPost(sessionId, `/v1/sessions/${id}/retry`, undefined, onFrame, onRun);
-  }
-  return streamPost(sessionId, `/v1/sessions/${id}/messages`, { message }, onFrame, onRun);
-}
-
-/**
- * Posts the user's `decisions` on the calls a paused turn waits for, and streams the resumed run like a turn.
- * @param {string} sessionId
- * @param {Record<string, "approve" | "deny">} decisions one for every waiting call
- * @param {(frame: Frame) => void} onFrame
- * @param {(runId: string) => void} onRun gets the run's id once the decisions are accepted
- * @returns {Promise<void>}
- * @throws {ApiError} when refused before it streams (400 decisions not matching, 409 nothing waits, …)
- */
-export function streamApproval(sessionId, decisions, onFrame, onRun) {
-  const path = `/v1/sessions/${encodeURIComponent(sessionId)}/approvals`;
-  return streamPost(sessionId, path, { decisions }, onFrame, onRun);
+  if ("retry" in turn) return streamPost(sessionId, `/v1/sessions/${id}/retry`, undefined, onFrame, onRun);
+  const route = "decisions" in turn ? "approvals" : "messages";
+  return streamPost(sessionId, `/v1/sessions/${id}/${route}`, turn, onFrame, onRun);
 }
 
 /**

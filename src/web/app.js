@@ -6,7 +6,7 @@
  * memory and approval panels on the open session.
  * @module
  */
-import { ApiError, cancelTurn, getToken, request, setToken, streamApproval, streamTurn } from "./api.js";
+import { ApiError, cancelTurn, getToken, request, setToken, streamTurn } from "./api.js";
 import { renderApprovals } from "./approvals.js";
 import { LiveTurn, renderHistory } from "./chat.js";
 import { byId, clip, el } from "./dom.js";
@@ -162,7 +162,8 @@ async function refreshSession() {
  * @param {import("./approvals.js").PendingApproval | null} pending
  */
 function showApprovals(pending) {
-  renderApprovals(byId("approvals"), pending, decide);
+  // The decisions on every waiting call resume the run, drawn like a turn.
+  renderApprovals(byId("approvals"), pending, (decisions) => streamRun(undefined, { decisions }));
   const note = byId("composer-note");
   note.hidden = pending === null;
   note.textContent = pending === null
@@ -246,29 +247,15 @@ function send(message) {
     state.title = titleFrom(message);
     showTitle();
   }
-  return streamRun(
-    message,
-    (onFrame, onRun) => streamTurn(state.session, message, onFrame, onRun),
-    () => send(message),
-  );
-}
-
-/** Sends the decisions on every waiting call and draws the resumed run like a turn. @param {Record<string, "approve" | "deny">} decisions */
-function decide(decisions) {
-  return streamRun(
-    undefined,
-    (onFrame, onRun) => streamApproval(state.session, decisions, onFrame, onRun),
-    () => decide(decisions),
-  );
+  return streamRun(message, message === undefined ? { retry: true } : { message });
 }
 
 /**
  * Runs one streamed request (a turn, a retry, or decisions) into a live turn, then refreshes the panels.
  * @param {string | undefined} message the user's message to show first, if any
- * @param {(onFrame: (frame: import("./api.js").Frame) => void, onRun: (runId: string) => void) => Promise<void>} start
- * @param {() => void} again what the Retry button of a refused request does
+ * @param {Parameters<typeof streamTurn>[1]} posted what to post; a refused one's Retry posts it again
  */
-async function streamRun(message, start, again) {
+async function streamRun(message, posted) {
   if (state.busy) return;
   state.busy = true;
   state.runId = null;
@@ -294,7 +281,7 @@ async function streamRun(message, start, again) {
     }
   };
   try {
-    await start(onFrame, (runId) => {
+    await streamTurn(session, posted, onFrame, (runId) => {
       state.runId = runId;
       // The session is stored from its first accepted turn on: the list shows it while the turn runs.
       if (!state.known.has(session)) guarded(async () => void await loadSessions());
@@ -306,7 +293,7 @@ async function streamRun(message, start, again) {
         : `network: ${String(error)}`;
       // Refused before it ran (busy, bad input, a turn waiting for approval): nothing was saved, so a retry
       // sends the same request again.
-      turn.showError(cause, again);
+      turn.showError(cause, () => streamRun(message, posted));
     }
   } finally {
     turn.end();

@@ -34,6 +34,17 @@ export function buildTimeline(events) {
   const at = (/** @type {TraceEvent} */ e) => Date.parse(e.ts) - t0;
   /** @type {TimelineRow[]} */
   const rows = [];
+  /**
+   * A row for `e` ending at its time, starting `latency` ms before it.
+   * @param {TraceEvent} e @param {string} kind @param {string} label @param {string} detail
+   * @param {string} status @param {number} [latency]
+   */
+  const row = (e, kind, label, detail, status, latency = 0) => {
+    const from = Math.max(0, at(e) - latency);
+    const added = { kind, label, detail, start: from, end: at(e), status, step: e.step };
+    rows.push(added);
+    return added;
+  };
   /** @type {Map<string, TimelineRow>} */
   const open = new Map();
   let start = null;
@@ -45,61 +56,26 @@ export function buildTimeline(events) {
     else if (e.event === "llm_call") {
       const used = `${tokens(d.prompt_tokens)} → ${tokens(d.completion_tokens)} tokens`;
       const calls = d.tool_call_count > 0 ? `, ${d.tool_call_count} tool call(s)` : "";
-      rows.push({
-        kind: "llm",
-        label: `model ${d.model}`,
-        detail: `${d.latency_ms} ms, ${used}${calls}${d.retries > 0 ? `, ${d.retries} retries` : ""}`,
-        start: Math.max(0, at(e) - d.latency_ms),
-        end: at(e),
-        status: "ok",
-        step: e.step,
-      });
+      const detail = `${d.latency_ms} ms, ${used}${calls}${d.retries > 0 ? `, ${d.retries} retries` : ""}`;
+      row(e, "llm", `model ${d.model}`, detail, "ok", d.latency_ms);
     } else if (e.event === "tool_call") {
-      const row = {
-        kind: "tool",
-        label: `${d.name}`,
-        detail: clip(String(d.arguments), 80),
-        start: at(e),
-        end: at(e),
-        status: "running",
-        step: e.step,
-      };
-      open.set(String(d.id), row);
-      rows.push(row);
+      open.set(String(d.id), row(e, "tool", `${d.name}`, clip(String(d.arguments), 80), "running"));
     } else if (e.event === "tool_result") {
-      const row = open.get(String(d.id));
-      if (row === undefined) continue;
-      row.end = at(e);
-      row.status = d.ok ? "ok" : "error";
-      row.detail = `${row.end - row.start} ms, ${d.ok ? "ok" : `error: ${clip(String(d.error), 80)}`}`;
+      const call = open.get(String(d.id));
+      if (call === undefined) continue;
+      call.end = at(e);
+      call.status = d.ok ? "ok" : "error";
+      call.detail = `${call.end - call.start} ms, ${d.ok ? "ok" : `error: ${clip(String(d.error), 80)}`}`;
     } else if (e.event === "compact") {
       const detail = d.ok
         ? `${d.turns_removed} turn(s) folded, ${d.tokens_before} → ${d.tokens_after} tokens`
         : `not compacted: ${d.reason}`;
-      const latency = d.ok ? d.latency_ms : 0;
-      rows.push({
-        kind: "compact",
-        label: d.background ? "compaction (background)" : "compaction",
-        detail,
-        start: Math.max(0, at(e) - latency),
-        end: at(e),
-        status: d.ok ? "ok" : "error",
-        step: e.step,
-      });
+      const label = d.background ? "compaction (background)" : "compaction";
+      row(e, "compact", label, detail, d.ok ? "ok" : "error", d.ok ? d.latency_ms : 0);
     } else if (e.event === "error") {
-      const row = { kind: "error", label: `error ${d.kind}`, detail: String(d.message), status: "error" };
-      rows.push({ ...row, start: at(e), end: at(e), step: e.step });
+      row(e, "error", `error ${d.kind}`, String(d.message), "error");
     } else if (e.event === "answer") {
-      const label = d.closing ? `closing (${d.closing})` : "answer";
-      rows.push({
-        kind: "answer",
-        label,
-        detail: clip(String(d.text), 80),
-        start: at(e),
-        end: at(e),
-        status: "ok",
-        step: e.step,
-      });
+      row(e, "answer", d.closing ? `closing (${d.closing})` : "answer", clip(String(d.text), 80), "ok");
     }
   }
   const last = events.length === 0 ? 0 : Math.max(...events.map(at));
