@@ -8,14 +8,12 @@ import { SessionError } from "../errors.ts";
 import type { EventSink, RunEventData } from "../events.ts";
 import type { ResponseFormat, StoredMessage, ToolCall, Usage } from "../types.ts";
 import type { LLM } from "../llm/llm.ts";
-import type { Summarizer } from "../memory/summarizer.ts";
 import type { MemoryStore } from "../store/store.ts";
 import type { JournalStore, TurnJournal, TurnReads } from "./journal.ts";
 import type { ApprovalPolicy } from "../approval/policy.ts";
 import type { Decision } from "../approval/decisions.ts";
 import type { ToolRegistry } from "../tools/registry.ts";
-import type { BackgroundCompactions } from "../memory/turn_memory.ts";
-import type { UserMemorySettings } from "../memory/turn_memory.ts";
+import type { MemorySettings } from "../memory/turn_memory.ts";
 import type { ResponseFormatMode } from "./response_format.ts";
 import type { Clock } from "../clock.ts";
 import type { PriceTable } from "../prices.ts";
@@ -30,28 +28,11 @@ export type TurnStore = TurnReads & JournalStore & Pick<MemoryStore, "recallMemo
  * What an agent is made of: its model, tools and limits, never its storage (each run is given that). Only
  * `src/runtime.ts` builds the real ones; tests pass fakes.
  */
-export interface Agent {
+export interface Agent extends MemorySettings {
   llm: LLM;
   tools: ToolRegistry;
-  summarizer: Summarizer;
   /** Loop steps per user turn (AGENT_MAX_TOOL_ITERS). */
   maxSteps: number;
-  /** Raw user turns kept before compaction (AGENT_MAX_RAW_TURNS). */
-  maxRawTurns: number;
-  /**
-   * Turns past `maxRawTurns` before the turn trigger compacts (AGENT_COMPACT_BATCH).
-   * @default {defaultCompactBatch(maxRawTurns)}
-   */
-  compactBatch?: number;
-  /** Where a compaction due by the turn trigger runs, after the answer. */
-  compactions: BackgroundCompactions;
-  /** Estimated token budget of a request (AGENT_MAX_CTX_TOKENS). */
-  maxCtxTokens: number;
-  /**
-   * The user's memory across sessions (AGENT_USER_MEMORY_ITEMS, AGENT_USER_MEMORY_RECALL): written at
-   * compaction, recalled into every request. @default {null} (off)
-   */
-  userMemory?: UserMemorySettings | null;
   /** Tool calls run per model reply (AGENT_MAX_TOOL_CALLS_PER_STEP); the rest get a tool error. @default {16} */
   maxToolCallsPerStep?: number;
   /** Which tool calls wait for the user's approval or are refused. @default {AUTO_POLICY} */

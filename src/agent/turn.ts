@@ -8,6 +8,7 @@ import { storeJournal, type TurnJournal } from "./journal.ts";
 import type { EventSink, RunEventData, RunEventName } from "../events.ts";
 import { checkDecisions, type Decision, noPendingApproval } from "../approval/decisions.ts";
 import { TurnMemory } from "../memory/turn_memory.ts";
+import type { MemoryState } from "../memory/compact.ts";
 import type { Calibration, PendingStep, SessionKey } from "../store/store.ts";
 import { countTokens } from "../memory/plan.ts";
 import { costOf } from "../prices.ts";
@@ -85,12 +86,7 @@ export class Turn {
   constructor(
     agent: Agent,
     run: RunOptions,
-    session: {
-      key: SessionKey;
-      summary: string | null;
-      history: StoredMessage[];
-      calibration?: Calibration | null;
-    },
+    session: MemoryState & { calibration?: Calibration | null },
     number: number,
     options: { instructions?: string | null; responseFormat?: ResponseFormat | null; resumed?: PendingStep } =
       {},

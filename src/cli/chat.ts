@@ -120,7 +120,17 @@ export async function runChat(options: ChatOptions): Promise<number> {
   const retryHint = interactive
     ? "/retry sends it again"
     : `/retry in deno task chat --session ${sessionId} sends it again`;
-  const view = new TurnView({ store, output, status, style, interactive, emit, columns, sessions, retryHint });
+  const view = new TurnView({
+    store,
+    output,
+    status,
+    style,
+    interactive,
+    emit,
+    columns,
+    sessions,
+    retryHint,
+  });
   if (options.message !== undefined) {
     const result = await view.run(
       { sessionId, userId, message: options.message, responseFormat },
