@@ -10,6 +10,7 @@ import type { StatementSync } from "node:sqlite";
 import type { StoredMessage, UsageEntry } from "../types.ts";
 import type { MessageRow } from "./_rows.ts";
 import {
+  insertedMessage,
   stateColumn,
   text,
   toMemoryItem,
@@ -19,7 +20,7 @@ import {
   toTodo,
   toUsage,
 } from "./_rows.ts";
-import type { HistoryCache } from "./_history_cache.ts";
+import type { HistoryCache, ReadMessage } from "./_history_cache.ts";
 import { memoryWords } from "./memory_text.ts";
 import type { IdleCursor, SessionSql } from "./sql_store.ts";
 import {
@@ -173,7 +174,9 @@ export function transaction<T>(sql: Pick<Statements, "begin" | "commit" | "rollb
 
 /**
  * The statements on one connection. Messages are read through the history cache: a turn reads only what is
- * new, and hands on the same message objects, whose request JSON is then built once.
+ * new, and hands on the same message objects, whose request JSON is then built once. What this connection
+ * stores goes into the cache as it commits, so while no other connection commits (`PRAGMA data_version`), a
+ * kept list is whole and read without a query.
  */
 export class SqliteSql implements SessionSql {
   readonly #sql: Statements;
@@ -181,15 +184,24 @@ export class SqliteSql implements SessionSql {
   #dataVersion = -1;
   /** Messages the open transaction deleted: they leave the cached lists once it commits. */
   #deleted = new Map<string, { rowid: number; id: string }[]>();
+  /** Messages the open transaction inserted into kept lists (null: one that reads back otherwise). */
+  #inserted = new Map<string, ReadMessage[] | null>();
 
   constructor(sql: Statements, history: HistoryCache) {
     this.#sql = sql;
     this.#history = history;
   }
 
-  /** The open transaction ended: what it deleted leaves the cache if it committed. */
+  /** The open transaction ended: if it committed, what it inserted joins the cache, then what it deleted leaves. */
   ended(committed: boolean): void {
-    if (committed) { for (const [name, rows] of this.#deleted) this.#history.drop(name, rows); }
+    if (committed) {
+      for (const [name, rows] of this.#inserted) {
+        if (rows === null) this.#history.delete(name);
+        else this.#history.extend(name, rows);
+      }
+      for (const [name, rows] of this.#deleted) this.#history.drop(name, rows);
+    }
+    this.#inserted.clear();
     this.#deleted.clear();
   }
 
@@ -209,22 +221,40 @@ export class SqliteSql implements SessionSql {
   async messages(key: SessionKey): Promise<StoredMessage[]> {
     // Another connection committed since the last look: it may have deleted anything.
     const version = this.#sql.dataVersion.get()!.data_version as number;
-    if (version !== this.#dataVersion) this.#history.clear();
+    const unchanged = version === this.#dataVersion;
+    if (!unchanged) this.#history.clear();
     this.#dataVersion = version;
+    const name = sessionName(key);
+    // Nobody else committed since the last look: a kept list has every row this connection stored.
+    if (unchanged && this.#history.has(name)) return this.#history.messages(name, () => []);
     const readAfter = (rowid: number) =>
       this.#sql.messagesAfter.all(key.userId, key.sessionId, rowid).map((row) => ({
         message: toMessage(row),
         rowid: row.rowid as number,
       }));
-    return this.#history.messages(sessionName(key), readAfter);
+    return this.#history.messages(name, readAfter);
   }
 
-  async insertMessages({ userId, sessionId }: SessionKey, rows: readonly MessageRow[]): Promise<string[]> {
+  async insertMessages(key: SessionKey, rows: readonly MessageRow[]): Promise<string[]> {
     const roles: string[] = [];
+    const name = sessionName(key);
+    const kept = this.#history.has(name);
     for (const row of rows) {
-      if (this.#sql.insertMessage.run(userId, sessionId, ...row).changes === 1) roles.push(row[1]);
+      const result = this.#sql.insertMessage.run(key.userId, key.sessionId, ...row);
+      if (result.changes !== 1) continue;
+      roles.push(row[1]);
+      if (kept) this.#insertedInto(name, insertedMessage(row), Number(result.lastInsertRowid));
     }
     return roles;
+  }
+
+  /** Notes a message inserted into the kept list `name`, to add once the transaction commits. */
+  #insertedInto(name: string, message: StoredMessage | null, rowid: number): void {
+    const rows = this.#inserted.get(name);
+    if (rows === null) return;
+    if (message === null) this.#inserted.set(name, null);
+    else if (rows === undefined) this.#inserted.set(name, [{ message, rowid }]);
+    else rows.push({ message, rowid });
   }
 
   async setCalibration({ userId, sessionId }: SessionKey, calibration: Calibration): Promise<void> {
