@@ -296,9 +296,27 @@ export class TurnMemory {
  * the tools offered and the summary. A calibration counted with other parts does not describe the next request.
  */
 function fingerprint(fixed: FixedRequest, summary: string | null): string {
-  const text = JSON.stringify([fixed.system.map((m) => m.content), toolsPrint(fixed.tools), summary]);
-  return fnv1a(text);
+  const contents = fixed.system.map((m) => m.content);
+  const last = lastPrint;
+  if (
+    last !== null && last.tools === fixed.tools && last.summary === summary &&
+    last.contents.length === contents.length && last.contents.every((content, i) => content === contents[i])
+  ) {
+    return last.print;
+  }
+  const print = fnv1a(JSON.stringify([contents, toolsPrint(fixed.tools), summary]));
+  // Only a frozen tool list is known not to change under the same array (see toolsPrint).
+  lastPrint = Object.isFrozen(fixed.tools) ? { contents, tools: fixed.tools, summary, print } : null;
+  return print;
 }
+
+/** The last fingerprint made, with its parts: a session's next turn (and its compactions) has the same ones. */
+let lastPrint: {
+  contents: readonly (string | null)[];
+  tools: readonly ToolSchema[];
+  summary: string | null;
+  print: string;
+} | null = null;
 
 /** The tools' part of a fingerprint, kept per frozen list (the registry's): not serialized every turn. */
 const toolsPrints = new WeakMap<readonly ToolSchema[], string>();
