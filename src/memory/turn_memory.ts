@@ -98,7 +98,7 @@ export class TurnMemory {
   /** A count the provider reported this turn, not yet stored: it goes with the next append. */
   #unsaved: Calibration | null = null;
   /** Items of the user's memory the next request carries (the block's `user_memory`), in the order of ids. */
-  userMemory: MemoryEntry[] = [];
+  userMemory: readonly MemoryEntry[] = [];
   /** Estimated tokens those items add to the request; `#tokens` counts the request without them. */
   #memoryTokens = 0;
   /** Whether this turn counted a use of what it recalled: once a turn, not once a request. */
@@ -227,9 +227,9 @@ export class TurnMemory {
     while (kept > 0 && this.#tokens + this.#blockTokens(kept) > maxCtxTokens) kept--;
     const same = !asked && kept === this.userMemory.length;
     if (!same) {
-      this.userMemory = found.slice(0, kept).map(({ id, text }) => ({ id, text })).sort((a, b) =>
-        a.id - b.id
-      );
+      // Frozen, so the requests that carry the same items reuse one block (see buildContext).
+      const items = found.slice(0, kept).map(({ id, text }) => Object.freeze({ id, text }));
+      this.userMemory = Object.freeze(items.sort((a, b) => a.id - b.id));
     }
     this.#memoryTokens = this.#blockTokens(kept);
     if (!this.#memoryUsed && kept > 0) {
