@@ -62,9 +62,9 @@ export const SQL = {
     "WHERE user_id = ? AND session_id = ? AND role = 'user' ORDER BY rowid LIMIT 1",
   nameSession: "UPDATE sessions SET title = ? WHERE user_id = ? AND id = ? AND title IS NULL",
   setTitle: "UPDATE sessions SET title = ? WHERE user_id = ? AND id = ?",
-  touchSession:
-    "UPDATE sessions SET turn_count = turn_count + ?, updated_at = ? WHERE user_id = ? AND id = ? " +
-    "RETURNING title IS NULL AS untitled",
+  // A null calibration (?5) keeps the stored one.
+  touchSession: "UPDATE sessions SET turn_count = turn_count + ?1, updated_at = ?2, " +
+    "calibration = coalesce(?5, calibration) WHERE user_id = ?3 AND id = ?4 RETURNING title IS NULL AS untitled",
   deleteMessage: "DELETE FROM messages WHERE user_id = ? AND session_id = ? AND id = ? " +
     "RETURNING rowid, CAST(id AS BLOB) AS id, role",
   setSummary: "UPDATE sessions SET summary = ?, compacted_turns = compacted_turns + ?, updated_at = ? " +
@@ -274,8 +274,14 @@ export class SqliteSql implements SessionSql {
     return this.#sql.setTitle.run(title, userId, sessionId).changes === 1;
   }
 
-  async touchSession({ userId, sessionId }: SessionKey, turns: number, stamp: string): Promise<boolean> {
-    return this.#sql.touchSession.get(turns, stamp, userId, sessionId)?.untitled === 1;
+  async touchSession(
+    { userId, sessionId }: SessionKey,
+    turns: number,
+    stamp: string,
+    calibration?: Calibration,
+  ): Promise<boolean> {
+    const calibrated = calibration === undefined ? null : JSON.stringify(calibration);
+    return this.#sql.touchSession.get(turns, stamp, userId, sessionId, calibrated)?.untitled === 1;
   }
 
   async deleteMessage(key: SessionKey, id: string): Promise<string | null> {
