@@ -137,13 +137,13 @@ export const SQL = {
   trimMemory: "DELETE FROM user_memory WHERE id IN (SELECT id FROM user_memory WHERE user_id = ?1 " +
     "ORDER BY last_used DESC, id DESC LIMIT -1 OFFSET ?2)",
   listMemory: `SELECT ${MEMORY_COLUMNS} FROM user_memory WHERE user_id = ? ORDER BY id`,
-  // ?1 the match expression (any of the user's tokens), ?2 the user, ?3 the limit: ranked in the index first
-  // (bm25 is lower for better), then only the best read from the table (CROSS JOIN keeps that order; the
-  // planner would otherwise scan all the user's items to join them).
-  recallMemory: "WITH r AS MATERIALIZED (SELECT rowid, -bm25(user_memory_words) AS score " +
-    "FROM user_memory_words WHERE user_memory_words MATCH ?1 ORDER BY score DESC, rowid LIMIT ?3) " +
-    "SELECT m.id, CAST(m.text AS BLOB) AS text, r.score FROM r CROSS JOIN user_memory AS m ON m.id = r.rowid " +
-    "WHERE m.user_id = ?2 ORDER BY r.score DESC, m.id",
+  // ?1 the match expression (any of the user's tokens), ?2 the limit: ranked in the index alone (bm25 is
+  // lower for better); then only the best are read from the table, one by one (`memoryText`), in one read
+  // transaction with it. One statement joining the two took longer, most when nothing matched.
+  rankMemory: "SELECT rowid AS id, -bm25(user_memory_words) AS score FROM user_memory_words " +
+    "WHERE user_memory_words MATCH ?1 ORDER BY score DESC, rowid LIMIT ?2",
+  memoryText: "SELECT CAST(text AS BLOB) AS text FROM user_memory WHERE id = ? AND user_id = ?",
+  beginRead: "BEGIN",
   useMemory: "UPDATE user_memory SET use_count = use_count + 1, last_used = ?1 WHERE user_id = ?2 " +
     "AND id IN (SELECT value FROM json_each(?3))",
   // Merges up to 64 pages of the index's segments: FTS5 otherwise leaves one segment per write transaction
@@ -417,11 +417,20 @@ export class SqliteSql implements SessionSql {
   async recallMemory(userId: string, terms: readonly string[], limit: number): Promise<RecalledItem[]> {
     // Tokens are letters and digits only, so quoting each makes it a plain word, never query syntax.
     const match = memoryTokens(userId, terms).map((token) => `"${token}"`).join(" OR ");
-    return this.#sql.recallMemory.all(match, userId, limit).map((row) => ({
-      id: row.id as number,
-      text: text(row.text),
-      score: row.score as number,
-    }));
+    // One snapshot for the ranking and the texts, as one statement would see.
+    this.#sql.beginRead.run();
+    try {
+      const recalled: RecalledItem[] = [];
+      for (const row of this.#sql.rankMemory.all(match, limit)) {
+        const id = row.id as number;
+        // Never another user's: their tokens differ (see memoryTokens).
+        const item = this.#sql.memoryText.get(id, userId);
+        if (item !== undefined) recalled.push({ id, text: text(item.text), score: row.score as number });
+      }
+      return recalled;
+    } finally {
+      this.#sql.commit.run();
+    }
   }
 
   async lockMemory(): Promise<void> {
