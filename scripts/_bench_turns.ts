@@ -347,6 +347,8 @@ export async function measureOverhead(options: { rounds?: number; turns?: number
   };
 }
 
+const ENCODER = new TextEncoder();
+
 /**
  * A model answered inside the process, by the bench provider's rules, for `fetch`: `stubMs()` is the time it
  * took itself, to be taken out of what the runtime is timed for.
@@ -358,7 +360,13 @@ export function inProcessModel(): { fetch: typeof fetch; stubMs: () => number } 
     const text = String(init?.body ?? "{}");
     const body = JSON.parse(text);
     const reply = JSON.stringify(completion(String(body.model), answer(body).message, text.length));
-    const response = new Response(reply, { headers: { "Content-Type": "application/json" } });
+    // With its length, as the fake provider's HTTP replies come (and a provider's), so the client reads
+    // the body as it does over a socket.
+    const headers = {
+      "Content-Type": "application/json",
+      "Content-Length": String(ENCODER.encode(reply).length),
+    };
+    const response = new Response(reply, { headers });
     stubMs += performance.now() - started;
     return Promise.resolve(response);
   };
