@@ -107,7 +107,7 @@ export class PostgresSql implements SessionSql {
     const rows = await this.#db`UPDATE sessions SET turn_count = turn_count + ${turns}, updated_at = ${stamp},
       calibration = coalesce(${calibrated}::text, calibration)
       WHERE user_id = ${userId} AND id = ${sessionId} RETURNING title IS NULL AS untitled`;
-    return rows[0]?.untitled === true;
+    return turns > 0 && rows[0]?.untitled === true;
   }
 
   async deleteMessage({ userId, sessionId }: SessionKey, id: string): Promise<string | null> {

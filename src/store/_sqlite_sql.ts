@@ -62,8 +62,11 @@ export const SQL = {
     "WHERE user_id = ? AND session_id = ? AND role = 'user' ORDER BY rowid LIMIT 1",
   nameSession: "UPDATE sessions SET title = ? WHERE user_id = ? AND id = ? AND title IS NULL",
   setTitle: "UPDATE sessions SET title = ? WHERE user_id = ? AND id = ?",
-  // A null calibration (?5) keeps the stored one.
+  // A null calibration (?5) keeps the stored one. Whether the session has a title matters only to an append
+  // that adds a user turn (it may name the session): that one asks (touchSessionTitled), the others do not.
   touchSession: "UPDATE sessions SET turn_count = turn_count + ?1, updated_at = ?2, " +
+    "calibration = coalesce(?5, calibration) WHERE user_id = ?3 AND id = ?4",
+  touchSessionTitled: "UPDATE sessions SET turn_count = turn_count + ?1, updated_at = ?2, " +
     "calibration = coalesce(?5, calibration) WHERE user_id = ?3 AND id = ?4 RETURNING title IS NULL AS untitled",
   deleteMessage: "DELETE FROM messages WHERE user_id = ? AND session_id = ? AND id = ? " +
     "RETURNING rowid, CAST(id AS BLOB) AS id, role",
@@ -281,7 +284,11 @@ export class SqliteSql implements SessionSql {
     calibration?: Calibration,
   ): Promise<boolean> {
     const calibrated = calibration === undefined ? null : JSON.stringify(calibration);
-    return this.#sql.touchSession.get(turns, stamp, userId, sessionId, calibrated)?.untitled === 1;
+    if (turns <= 0) {
+      this.#sql.touchSession.run(turns, stamp, userId, sessionId, calibrated);
+      return false;
+    }
+    return this.#sql.touchSessionTitled.get(turns, stamp, userId, sessionId, calibrated)?.untitled === 1;
   }
 
   async deleteMessage(key: SessionKey, id: string): Promise<string | null> {

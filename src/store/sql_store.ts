@@ -58,7 +58,7 @@ export interface SessionSql {
   setTitle(key: SessionKey, title: string | null): Promise<boolean>;
   /**
    * Adds `turns` (negative: removes) to the session's turn count and stamps it updated, storing `calibration`
-   * when given; true when it has no title.
+   * when given; true when it added turns (`turns` > 0) to a session that has no title.
    */
   touchSession(key: SessionKey, turns: number, stamp: string, calibration?: Calibration): Promise<boolean>;
   /** Deletes message `id`; resolves to its role, or null when it is not stored. */
