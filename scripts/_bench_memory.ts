@@ -6,7 +6,7 @@
  * @module
  */
 import { distribution, makeTempDir, median } from "./_bench_process.ts";
-import { inProcessModel, openBenchRuntime, timed, timedTurn, turnMessage } from "./_bench_turns.ts";
+import { answeredTurn, inProcessModel, openBenchRuntime, timed, turnMessage } from "./_bench_turns.ts";
 import { createBuiltinTools } from "../src/tools/builtin.ts";
 
 /** Words the generated items are made of: common enough that recall finds some for every question. */
@@ -84,11 +84,11 @@ export async function measureRecall(options: RecallOptions = {}) {
   for (let r = -1; r < rounds; r++) {
     const userId = `user-${Math.floor(next() * users)}`;
     for (let i = 0; i < turns; i++) {
-      const a = await own(() => timedTurn(on, `recall-${r}`, i, { userId }));
+      const a = await own(() => answeredTurn(on, `recall-${r}`, i, { userId }));
       await on.idle();
-      const b = await own(() => timedTurn(on, `plain-${r}`, i, { userId, variant: off }));
+      const b = await own(() => answeredTurn(on, `plain-${r}`, i, { userId, variant: off }));
       await on.idle();
-      const c = await own(() => timedTurn(on, `tools-${r}`, i, { userId, variant: noRecall }));
+      const c = await own(() => answeredTurn(on, `tools-${r}`, i, { userId, variant: noRecall }));
       await on.idle();
       on.takeRequests();
       if (r < 0) continue; // the warm-up round

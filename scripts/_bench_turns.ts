@@ -238,10 +238,20 @@ export async function timedTurn(
   as: { userId?: string; variant?: Partial<Agent> } = {},
 ) {
   const started = performance.now();
-  const { outcome } = await runtime.turn(sessionId, turnMessage(i), as.userId, as.variant);
+  await answeredTurn(runtime, sessionId, i, as);
   const ms = performance.now() - started;
-  if (outcome !== "answered") throw new Error(`Turn ${i + 1} of ${sessionId} ended ${outcome}`);
   return { ms, sent: runtime.takeRequests() };
+}
+
+/** Runs turn `i` (as {@linkcode timedTurn}) and fails unless it is answered; takes none of the bodies it sent. */
+export async function answeredTurn(
+  runtime: ReturnType<typeof openBenchRuntime>,
+  sessionId: string,
+  i: number,
+  as: { userId?: string; variant?: Partial<Agent> } = {},
+): Promise<void> {
+  const { outcome } = await runtime.turn(sessionId, turnMessage(i), as.userId, as.variant);
+  if (outcome !== "answered") throw new Error(`Turn ${i + 1} of ${sessionId} ended ${outcome}`);
 }
 
 export async function timed(work: () => Promise<unknown>): Promise<number> {
@@ -338,6 +348,8 @@ export async function measureOverhead(options: { rounds?: number; turns?: number
   };
 }
 
+const ENCODER = new TextEncoder();
+
 /**
  * A model answered inside the process, by the bench provider's rules, for `fetch`: `stubMs()` is the time it
  * took itself, to be taken out of what the runtime is timed for.
@@ -349,7 +361,13 @@ export function inProcessModel(): { fetch: typeof fetch; stubMs: () => number } 
     const text = String(init?.body ?? "{}");
     const body = JSON.parse(text);
     const reply = JSON.stringify(completion(String(body.model), answer(body).message, text.length));
-    const response = new Response(reply, { headers: { "Content-Type": "application/json" } });
+    // With its length, as the fake provider's HTTP replies come (and a provider's), so the client reads
+    // the body as it does over a socket.
+    const headers = {
+      "Content-Type": "application/json",
+      "Content-Length": String(ENCODER.encode(reply).length),
+    };
+    const response = new Response(reply, { headers });
     stubMs += performance.now() - started;
     return Promise.resolve(response);
   };
@@ -377,13 +395,15 @@ export async function measureRuntimeWork(options: { rounds?: number; turns?: num
   };
   for (let r = -1; r < rounds; r++) {
     for (let i = 0; i < turns; i++) {
-      const turn = await own(() => timedTurn(runtime, `work-${r}`, i));
+      // The turn alone: the bodies it sent are classified after (takeRequests), outside the time.
+      const turn = await own(() => answeredTurn(runtime, `work-${r}`, i));
       // With the model in-process nothing yields to the timer that starts a background compaction, so the
       // one a turn started runs here, timed on its own.
       const compaction = await own(() => runtime.idle());
+      const compacted = runtime.takeRequests().some((s) => s.summary);
       if (r < 0) continue; // the warm-up round
       all.push(turn);
-      if (runtime.takeRequests().some((s) => s.summary)) compactions.push(compaction);
+      if (compacted) compactions.push(compaction);
     }
   }
   return {

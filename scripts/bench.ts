@@ -52,8 +52,9 @@ in the HTTP section after a fixed 50 ms.
    into the summary after the answer, in the background: "besideCompaction" are the turns it ran beside,
    "plain" the others. The section runs twice: the model answering at once, and after --latency-ms.
 1b. The runtime's own work: the same turns with the model answered inside the process (no socket), the
-   stub's own time subtracted. Far less noisy than a loopback round trip; in microseconds. Nothing yields
-   to a timer there, so each background compaction runs after its turn and is timed on its own.
+   stub's own time subtracted, and the bench's own bookkeeping (the bodies sent are classified after the
+   turn). Far less noisy than a loopback round trip; in microseconds. Nothing yields to a timer there, so
+   each background compaction runs after its turn and is timed on its own.
 1c. Recall of the user's memory. One SQLite database with 1,000 users of 200 items each (100 users with
    --quick), then calculator turns of those users, the model in-process as in 1b, in turn with
    AGENT_USER_MEMORY on, with recall alone off (remember and forget still offered) and off: the runtime's

@@ -68,6 +68,36 @@ Deno.test("serializeRequestBody() is byte-identical to JSON.stringify(buildReque
   );
 });
 
+Deno.test("serializeRequestBody() stays byte-identical when each request starts with the one before's messages", () => {
+  fc.assert(
+    fc.property(
+      fc.array(fc.tuple(MESSAGE, fc.boolean()), { maxLength: 8 }),
+      fc.array(fc.tuple(fc.nat(8), fc.array(fc.tuple(MESSAGE, fc.boolean()), { maxLength: 4 })), {
+        maxLength: 5,
+      }),
+      TEXT,
+      (first, steps, changed) => {
+        let messages = first.map(([m, frozen]) => frozen ? freezeMessage(structuredClone(m)) : m);
+        const check = () =>
+          assert.equal(
+            serializeRequestBody("m", messages, TOOLS, { origin: "o" }),
+            JSON.stringify(buildRequestBody("m", messages, TOOLS, { origin: "o" })),
+          );
+        check();
+        for (const [keep, added] of steps) {
+          // The next request keeps a prefix of the same objects, then others; an unfrozen one may change.
+          const more = added.map(([m, frozen]) => frozen ? freezeMessage(structuredClone(m)) : m);
+          messages = [...messages.slice(0, keep), ...more];
+          const open = messages.find((m) => !Object.isFrozen(m));
+          if (open !== undefined) open.content = changed;
+          check();
+        }
+      },
+    ),
+    { numRuns: 300 },
+  );
+});
+
 Deno.test("serializeRequestBody() puts reasoning_effort after response_format and before stream, only when set", () => {
   const format: ResponseFormat = { type: "json_object" };
   assert.equal(

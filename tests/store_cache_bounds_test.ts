@@ -88,3 +88,19 @@ Deno.test("SqliteStore frees the bytes of the messages compaction cut from a ses
     await store.close();
   }
 });
+
+Deno.test("SqliteStore keeps a session's own appends in memory within the bound, the oldest session leaving", async () => {
+  const store = new SqliteStore(":memory:", { cacheBytes: 10_500 });
+  try {
+    // About 5.0 and 4.6 kB, both kept.
+    const [a] = await readSessions(store, ["a", "b"], 2000);
+    // b's own append joins its kept list at once, so that list is the newest: past the bound, a leaves.
+    await store.append(keyOf("b"), [msg("b:1", "assistant", "y".repeat(1000))]);
+    assert.equal(await kept(store, "a", a), false);
+    const b = await store.messages(keyOf("b"));
+    assert.deepEqual(b.map((m) => m.id), ["b:0", "b:1"]);
+    assert.ok(await kept(store, "b", b));
+  } finally {
+    await store.close();
+  }
+});

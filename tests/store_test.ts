@@ -75,6 +75,26 @@ storeTest("$Store.append() is idempotent: saving the same state twice adds nothi
   await store.close();
 });
 
+storeTest("$Store.append() keeps its calibration whether or not it adds a message", async (db) => {
+  const store = await db.open();
+  try {
+    const key = keyOf("s");
+    await store.getOrCreate(key);
+    const first = { tokens: 10, through: "r:0", fixed: "aaaaaaaa" };
+    await store.append(key, [storedMessage("r:0", "user", "hi")], { calibration: first });
+    assert.deepEqual((await store.get(key))!.calibration, first);
+    // A repeated save adds no message: its calibration is stored all the same.
+    const again = { tokens: 12, through: "r:0", fixed: "bbbbbbbb" };
+    await store.append(key, [storedMessage("r:0", "user", "hi")], { calibration: again });
+    assert.deepEqual((await store.get(key))!.calibration, again);
+    // Without one, the stored calibration stays.
+    await store.append(key, [storedMessage("r:1", "assistant", "yo")]);
+    assert.deepEqual((await store.get(key))!.calibration, again);
+  } finally {
+    await store.close();
+  }
+});
+
 storeTest("$Store.append() commits all of a tool turn or none of it", async (db) => {
   const store = await db.open();
   await store.getOrCreate(keyOf("s"));

@@ -4,6 +4,7 @@
  * session, so a restart or another process estimates the next request from it.
  */
 import assert from "node:assert/strict";
+import { fc } from "./_fast_check.ts";
 import { runTurn } from "../src/agent/loop.ts";
 import { estimateRequestTokens, estimateTokens, useTokenizer } from "../src/memory/plan.ts";
 import { loadTokenizer } from "../src/memory/tokenizer.ts";
@@ -56,6 +57,64 @@ Deno.test("estimateTokens() is within 15% of o200k_base on English, Chinese, JSO
   }
   assert.equal(estimateTokens(""), 0);
   assert.equal(estimateTokens("123456789"), 3, "digits in threes");
+});
+
+/** estimateTokens() as it was first written, by a regular expression: the one pass must count exactly so. */
+const SCRIPT_RUNS =
+  /([A-Za-z]+)|([0-9]+)|([\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uf900-\ufaff])|(\s+)|([^\sA-Za-z0-9\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uf900-\ufaff]+)/gu;
+
+function regexEstimate(text: string): number {
+  let tokens = 0;
+  for (const [, word, digits, cjk, space, other] of text.matchAll(SCRIPT_RUNS)) {
+    if (word !== undefined) tokens += 1.05 + 0.3 * Math.max(0, word.length - 6);
+    else if (digits !== undefined) tokens += Math.ceil(digits.length / 3);
+    else if (cjk !== undefined) tokens += 0.7;
+    else if (space !== undefined) tokens += space.includes("\n") || space.length > 1 ? 1 : 0;
+    else if (other !== undefined) {
+      tokens += 0.2;
+      for (const char of other) tokens += char.charCodeAt(0) < 128 ? 0.3 : 0.5;
+    }
+  }
+  return Math.ceil(tokens);
+}
+
+Deno.test("estimateTokens() counts any text exactly as the per-script regular expression does", () => {
+  for (const { text } of COUNTED) assert.equal(estimateTokens(text), regexEstimate(text));
+  const odd = [
+    "\ud800",
+    "a\udc00b",
+    "😀\ud83d",
+    " \n",
+    "\u3000\u00a0\ufeff\u2028x",
+    "ab12\u4e00\u4e01 \t\n!?",
+  ];
+  for (const text of odd) assert.equal(estimateTokens(text), regexEstimate(text), JSON.stringify(text));
+  const unit = fc.oneof(
+    fc.constantFrom(
+      " ",
+      "\n",
+      "\t",
+      "\u00a0",
+      "\u3000",
+      "\ufeff",
+      "\u2029",
+      "\u0085",
+      "\ud800",
+      "\udfff",
+      "é",
+      "中",
+      "한",
+      "ア",
+    ),
+    fc.constantFrom(...'aZ09_-{}":,.'),
+    fc.string({ unit: "binary", minLength: 1, maxLength: 1 }),
+  );
+  fc.assert(
+    fc.property(fc.string({ unit, maxLength: 60 }), (text) => {
+      assert.equal(estimateTokens(text), regexEstimate(text));
+    }),
+    { numRuns: 2000 },
+  );
 });
 
 Deno.test("the provider's prompt count is kept with the session and budgets the next request, after a restart too", async () => {

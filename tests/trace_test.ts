@@ -5,6 +5,9 @@ import type { RunEvent } from "../src/events.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { SharedTrace } from "../src/trace/shared_trace.ts";
 import { childEnv, tempDir } from "./_harness.ts";
+import { fc } from "./_fast_check.ts";
+import { redact } from "../src/redact.ts";
+import { shorten } from "../src/shorten.ts";
 
 const event = (n: number, data: Record<string, unknown> = {}): RunEvent => ({
   ts: "2026-01-01T00:00:00.000Z",
@@ -59,6 +62,54 @@ Deno.test("JsonlTracer cuts long strings and redacts secrets", () => {
   assert.equal(e.data.text, "xxxxxxxxxx…[15 more chars]");
   assert.equal((e.data.nested as { key: string }[])[0].key, "uses [reda…[10 more chars]");
   assert.deepEqual(clip({ n: 1, b: true, z: null }, 1), { n: 1, b: true, z: null });
+});
+
+/** clip() as it was written first: every value copied. Its JSON is what a trace line must stay. */
+function copyingClip(value: unknown, max: number, secrets: readonly string[]): unknown {
+  if (typeof value === "string") {
+    return shorten(redact(value, secrets), max, { marker: (cut) => `…[${cut} more chars]` });
+  }
+  if (Array.isArray(value)) return value.map((item) => copyingClip(item, max, secrets));
+  if (typeof value !== "object" || value === null) return value;
+  const out: Record<string, unknown> = {};
+  for (const [key, item] of Object.entries(value)) out[key] = copyingClip(item, max, secrets);
+  return out;
+}
+
+Deno.test("clip() hands back what it leaves whole, and its JSON is a full copy's", () => {
+  const whole = { text: "short", list: [1, "two", { three: null }] };
+  assert.equal(clip(whole, 10), whole);
+  const cut = clip({ keep: whole.list, text: "x".repeat(12) }, 10) as Record<string, unknown>;
+  assert.equal(cut.keep, whole.list);
+  assert.equal(cut.text, "xxxxxxxxxx…[2 more chars]");
+  class Point {
+    x = 1;
+    toJSON() {
+      return "a point";
+    }
+  }
+  const odd = [
+    new Date(0),
+    new Point(),
+    JSON.parse('{"__proto__": {"a": 1}, "b": "sk-SECRET"}'),
+    Object.assign(Object.create(null), { a: "b" }),
+    [1, , 3], // a hole
+    { nested: [new Map([[1, 2]]), undefined, () => 1] },
+  ];
+  for (const value of odd) {
+    for (const secrets of [[], ["sk-SECRET"]]) {
+      assert.equal(JSON.stringify(clip(value, 3, secrets)), JSON.stringify(copyingClip(value, 3, secrets)));
+    }
+  }
+  fc.assert(
+    fc.property(fc.jsonValue(), fc.integer({ min: 1, max: 8 }), fc.boolean(), (value, max, secret) => {
+      const secrets = secret ? ["a"] : [];
+      assert.equal(
+        JSON.stringify(clip(value, max, secrets)),
+        JSON.stringify(copyingClip(value, max, secrets)),
+      );
+    }),
+  );
 });
 
 Deno.test("JsonlTracer warns once and keeps going when the trace cannot be written", () => {

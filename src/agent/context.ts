@@ -90,17 +90,42 @@ export function buildContext(messages: readonly Message[], options: BuildContext
     request.push({ role: "system", content: `${CLIENT_INSTRUCTIONS_HEADER}\n\n${instructions}` });
   }
   if (responseFormat !== null) request.push({ role: "system", content: responseFormat });
-  const parsed = summary === null ? null : parseSummary(summary);
-  if (parsed !== null) request.push({ role: "system", content: runtimeContextText(parsed) });
+  const block = summary === null ? null : summaryMessage(summary);
+  if (block !== null) request.push(block);
   if (userMemory.length === 0) {
     request.push(...messages);
     return request;
   }
   const question = Math.max(0, messages.findLastIndex((m) => m.role === "user"));
-  request.push(...messages.slice(0, question), {
-    role: "system",
-    content: runtimeContextText(null, userMemory),
-  });
+  request.push(...messages.slice(0, question), memoryMessage(userMemory));
   request.push(...messages.slice(question));
   return request;
+}
+
+/** The summary block last built, with its summary: every request of a session until it compacts has it. */
+let lastSummary: { summary: string; message: Message | null } | null = null;
+
+/** The [RUNTIME CONTEXT] block of a stored summary, frozen (its JSON is then built once); null: none valid. */
+function summaryMessage(summary: string): Message | null {
+  if (lastSummary?.summary === summary) return lastSummary.message;
+  const parsed = parseSummary(summary);
+  const message = parsed === null
+    ? null
+    : Object.freeze({ role: "system" as const, content: runtimeContextText(parsed) });
+  lastSummary = { summary, message };
+  return message;
+}
+
+/** Blocks of recalled items, by a frozen list of frozen items (a turn's requests share theirs). */
+const memoryMessages = new WeakMap<readonly MemoryEntry[], Message>();
+
+/** The [RUNTIME CONTEXT] block of recalled items, frozen, made once for a frozen list. */
+function memoryMessage(userMemory: readonly MemoryEntry[]): Message {
+  const known = memoryMessages.get(userMemory);
+  if (known !== undefined) return known;
+  const message = Object.freeze({ role: "system" as const, content: runtimeContextText(null, userMemory) });
+  if (Object.isFrozen(userMemory) && userMemory.every(Object.isFrozen)) {
+    memoryMessages.set(userMemory, message);
+  }
+  return message;
 }

@@ -25,7 +25,8 @@ export interface TurnDeadlineOptions {
 export class TurnDeadline {
   /** Aborts the turn: its own signal's abort, or the deadline's. */
   readonly signal: AbortSignal | undefined;
-  readonly #cancel = new AbortController();
+  /** Cancels the wait; none without a deadline. */
+  readonly #cancel: AbortController | null = null;
 
   /** @throws {RangeError} when `seconds` is neither null nor a finite number > 0. */
   constructor(seconds: number | null, options: TurnDeadlineOptions = {}) {
@@ -42,6 +43,7 @@ export class TurnDeadline {
     const passed = new AbortController();
     this.signal = signal === undefined ? passed.signal : AbortSignal.any([signal, passed.signal]);
     const why = `it passed its time limit of ${seconds} s (AGENT_TURN_TIMEOUT_SECONDS)`;
+    this.#cancel = new AbortController();
     clock.sleep(seconds * 1000, this.#cancel.signal).then(
       () => passed.abort(new DOMException(why, DEADLINE_REASON)),
       () => {}, // cancelled: the turn ended first
@@ -49,9 +51,13 @@ export class TurnDeadline {
   }
 
   [Symbol.dispose](): void {
-    this.#cancel.abort();
+    // With a reason of its own: an abort without one builds a DOMException, and nobody reads this one.
+    this.#cancel?.abort(TURN_ENDED);
   }
 }
+
+/** Why the wait of a deadline is cancelled: the turn ended first. */
+const TURN_ENDED = "the turn ended";
 
 /** Whether `reason` (an abort signal's) is a passed deadline's. */
 export function isDeadline(reason: unknown): reason is DOMException {

@@ -162,9 +162,11 @@ export class Turn {
     this.addUsage(reply.usage);
     const { usage } = reply;
     const reported = reportedTokens(usage);
-    const text = (reply.content ?? "") + reply.toolCalls.map((call) => call.name + call.arguments).join("");
+    // The reply's text is counted only when the provider reported nothing.
+    const text = () =>
+      (reply.content ?? "") + reply.toolCalls.map((call) => call.name + call.arguments).join("");
     const [prompt, completion] = reported === null || usage === null
-      ? [requestTokens, countTokens(text)]
+      ? [requestTokens, countTokens(text())]
       : [usage.promptTokens ?? reported - (usage.completionTokens ?? 0), usage.completionTokens ?? 0];
     if (reported === null) this.spent += prompt + completion;
     const promptTokens = Math.max(0, prompt);

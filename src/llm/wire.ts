@@ -202,19 +202,58 @@ export function buildRequestBody(
 const messageJson = new WeakMap<Message, { origin: string | null; json: string }>();
 const toolsJson = new WeakMap<readonly ToolSchema[], string>();
 
+/** Whether `message` is frozen as far as its JSON reads it, so that its JSON can be kept. */
+function isFrozenMessage(message: Message): boolean {
+  const calls = message.toolCalls;
+  const frozen = calls === undefined || (Object.isFrozen(calls) && calls.every(Object.isFrozen));
+  // A provider state is frozen all the way by whoever made it (see `replyFromMessage`, the store).
+  const state = message.providerState;
+  return frozen && Object.isFrozen(message) && (state === undefined || Object.isFrozen(state));
+}
+
 function wireMessageJson(message: Message, index: number, origin: string | null): string {
   const cached = messageJson.get(message);
   if (cached !== undefined && (cached.origin === origin || message.providerState === undefined)) {
     return cached.json;
   }
   const json = JSON.stringify(toWireMessage(message, index, origin));
-  const calls = message.toolCalls;
-  const frozen = calls === undefined || (Object.isFrozen(calls) && calls.every(Object.isFrozen));
-  // A provider state is frozen all the way by whoever made it (see `replyFromMessage`, the store).
-  const state = message.providerState;
-  if (frozen && Object.isFrozen(message) && (state === undefined || Object.isFrozen(state))) {
-    messageJson.set(message, { origin, json });
+  if (isFrozenMessage(message)) messageJson.set(message, { origin, json });
+  return json;
+}
+
+/**
+ * The last request's messages and their joined JSON, with where each of its frozen leading messages ends in
+ * it. The next request starts with the same message objects (the rest of the turn, the session's next
+ * turn), so that much of its JSON is taken as it was, without looking at those messages again.
+ */
+let lastMessages: {
+  messages: readonly Message[];
+  origin: string | null;
+  json: string;
+  ends: number[];
+} | null = null;
+
+/** The messages' JSON joined by commas: `messages.map(wireMessageJson).join(",")`. */
+function messagesJson(messages: readonly Message[], origin: string | null): string {
+  const last = lastMessages?.origin === origin ? lastMessages : null;
+  let same = 0;
+  if (last !== null) {
+    const max = Math.min(last.ends.length, messages.length);
+    while (same < max && messages[same] === last.messages[same]) same++;
   }
+  const ends = same === 0 ? [] : last!.ends.slice(0, same);
+  const parts = same === 0 ? [] : [last!.json.slice(0, ends[same - 1])];
+  let end = same === 0 ? -1 : ends[same - 1];
+  let frozen = true;
+  for (let i = same; i < messages.length; i++) {
+    const json = wireMessageJson(messages[i], i, origin);
+    parts.push(json);
+    end += 1 + json.length;
+    frozen &&= isFrozenMessage(messages[i]);
+    if (frozen) ends.push(end);
+  }
+  const json = parts.join(",");
+  lastMessages = { messages, origin, json, ends };
   return json;
 }
 
@@ -244,8 +283,7 @@ export function serializeRequestBody(
   options: SerializeRequestOptions = {},
 ): string {
   const { stream = false, responseFormat = null, origin = null, reasoningEffort = null } = options;
-  const wire = messages.map((message, i) => wireMessageJson(message, i, origin)).join(",");
-  let json = `{"model":${JSON.stringify(model)},"messages":[${wire}]`;
+  let json = `{"model":${JSON.stringify(model)},"messages":[${messagesJson(messages, origin)}]`;
   if (tools.length > 0) json += `,"tools":${wireToolsJson(tools)}`;
   if (responseFormat !== null) {
     json += `,"response_format":${JSON.stringify(toWireResponseFormat(responseFormat))}`;

@@ -7,33 +7,80 @@ import type { Message, ToolSchema } from "../types.ts";
 import type { TextCounter } from "./tokenizer.ts";
 
 /**
- * One run of a script class: a Latin word, digits, a CJK (or kana, hangul) character, white space, or other
- * characters (punctuation, JSON syntax, symbols, letters of other scripts).
- */
-const SCRIPT_RUNS =
-  /([A-Za-z]+)|([0-9]+)|([\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uf900-\ufaff])|(\s+)|([^\sA-Za-z0-9\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uf900-\ufaff]+)/gu;
-
-/**
  * Estimated tokens of a text, per script class, as BPE tokenizers of current models split them: a Latin word
  * about one token (its leading space with it; 0.3 more per letter past six), digits in threes, a CJK character
  * 0.7, a run of white space with a line break one (a single space none, more spaces one), and other
  * characters 0.3 each ASCII, 0.5 each beyond, plus 0.2 a run. Weights fitted on English prose, Chinese, JSON
  * and TypeScript against o200k_base; `deno task bench --only tokens` measures them (docs/performance.md).
+ * Runs are the longest of one class: Latin letters, digits, white space (as `\s`), other characters (by
+ * code point); each CJK (or kana, hangul) character is a run of its own.
  */
 export function estimateTokens(text: string): number {
+  // One pass over the UTF-16 units, adding in the order of the runs (the sum is the same to the last bit).
   let tokens = 0;
-  for (const run of text.matchAll(SCRIPT_RUNS)) {
-    const [, word, digits, cjk, space, other] = run;
-    if (word !== undefined) tokens += 1.05 + 0.3 * Math.max(0, word.length - 6);
-    else if (digits !== undefined) tokens += Math.ceil(digits.length / 3);
-    else if (cjk !== undefined) tokens += 0.7;
-    else if (space !== undefined) tokens += space.includes("\n") || space.length > 1 ? 1 : 0;
-    else if (other !== undefined) {
-      tokens += 0.2;
-      for (const char of other) tokens += char.charCodeAt(0) < 128 ? 0.3 : 0.5;
+  const n = text.length;
+  let i = 0;
+  while (i < n) {
+    const kind = scriptOf(text.charCodeAt(i));
+    if (kind === CJK) {
+      tokens += 0.7;
+      i += 1;
+      continue;
     }
+    let j = i + 1;
+    if (kind === OTHER) {
+      tokens += 0.2;
+      for (j = i; j < n;) {
+        const unit = text.charCodeAt(j);
+        if (scriptOf(unit) !== OTHER) break;
+        tokens += unit < 128 ? 0.3 : 0.5;
+        // A surrogate pair is one character.
+        const pair = unit >= 0xd800 && unit <= 0xdbff && j + 1 < n && isLowSurrogate(text.charCodeAt(j + 1));
+        j += pair ? 2 : 1;
+      }
+      i = j;
+      continue;
+    }
+    while (j < n && scriptOf(text.charCodeAt(j)) === kind) j++;
+    const length = j - i;
+    if (kind === WORD) tokens += 1.05 + 0.3 * Math.max(0, length - 6);
+    else if (kind === DIGITS) tokens += Math.ceil(length / 3);
+    else tokens += length > 1 || text.charCodeAt(i) === 0x0a ? 1 : 0;
+    i = j;
   }
   return Math.ceil(tokens);
+}
+
+const [WORD, DIGITS, CJK, SPACE, OTHER] = [1, 2, 3, 4, 5];
+
+/** The script class of a UTF-16 unit; a surrogate is other (no class holds a character beyond the BMP). */
+function scriptOf(unit: number): number {
+  if (unit < 128) return ASCII_CLASSES[unit];
+  if (
+    (unit >= 0x3040 && unit <= 0x30ff) || (unit >= 0x3400 && unit <= 0x9fff) ||
+    (unit >= 0xac00 && unit <= 0xd7af) || (unit >= 0xf900 && unit <= 0xfaff)
+  ) {
+    return CJK;
+  }
+  return isSpace(unit) ? SPACE : OTHER;
+}
+
+/** The class of each ASCII unit. */
+const ASCII_CLASSES = Uint8Array.from({ length: 128 }, (_, unit) => {
+  if ((unit >= 65 && unit <= 90) || (unit >= 97 && unit <= 122)) return WORD;
+  if (unit >= 48 && unit <= 57) return DIGITS;
+  return isSpace(unit) ? SPACE : OTHER;
+});
+
+/** Whether a UTF-16 unit is white space as a regular expression's `\s` matches it. */
+function isSpace(unit: number): boolean {
+  return (unit >= 0x09 && unit <= 0x0d) || unit === 0x20 || unit === 0xa0 || unit === 0x1680 ||
+    (unit >= 0x2000 && unit <= 0x200a) || unit === 0x2028 || unit === 0x2029 || unit === 0x202f ||
+    unit === 0x205f || unit === 0x3000 || unit === 0xfeff;
+}
+
+function isLowSurrogate(unit: number): boolean {
+  return unit >= 0xdc00 && unit <= 0xdfff;
 }
 
 /** The tokens a provider adds around each message (its role and separators), by the per-script estimate. */

@@ -93,7 +93,7 @@ export class TurnMemory {
   /** A count the provider reported this turn, not yet stored: it goes with the next append. */
   #unsaved: Calibration | null = null;
   /** Items of the user's memory the next request carries (the block's `user_memory`), in the order of ids. */
-  userMemory: MemoryEntry[] = [];
+  userMemory: readonly MemoryEntry[] = [];
   /** Estimated tokens those items add to the request; `#tokens` counts the request without them. */
   #memoryTokens = 0;
   /** Whether this turn counted a use of what it recalled: once a turn, not once a request. */
@@ -219,9 +219,9 @@ export class TurnMemory {
     while (kept > 0 && this.#tokens + this.#blockTokens(kept) > maxCtxTokens) kept--;
     const same = !asked && kept === this.userMemory.length;
     if (!same) {
-      this.userMemory = found.slice(0, kept).map(({ id, text }) => ({ id, text })).sort((a, b) =>
-        a.id - b.id
-      );
+      // Frozen, so the requests that carry the same items reuse one block (see buildContext).
+      const items = found.slice(0, kept).map(({ id, text }) => Object.freeze({ id, text }));
+      this.userMemory = Object.freeze(items.sort((a, b) => a.id - b.id));
     }
     this.#memoryTokens = this.#blockTokens(kept);
     if (!this.#memoryUsed && kept > 0) {
@@ -289,9 +289,27 @@ export class TurnMemory {
  * the tools offered and the summary. A calibration counted with other parts does not describe the next request.
  */
 function fingerprint(fixed: FixedRequest, summary: string | null): string {
-  const text = JSON.stringify([fixed.system.map((m) => m.content), toolsPrint(fixed.tools), summary]);
-  return fnv1a(text);
+  const contents = fixed.system.map((m) => m.content);
+  const last = lastPrint;
+  if (
+    last !== null && last.tools === fixed.tools && last.summary === summary &&
+    last.contents.length === contents.length && last.contents.every((content, i) => content === contents[i])
+  ) {
+    return last.print;
+  }
+  const print = fnv1a(JSON.stringify([contents, toolsPrint(fixed.tools), summary]));
+  // Only a frozen tool list is known not to change under the same array (see toolsPrint).
+  lastPrint = Object.isFrozen(fixed.tools) ? { contents, tools: fixed.tools, summary, print } : null;
+  return print;
 }
+
+/** The last fingerprint made, with its parts: a session's next turn (and its compactions) has the same ones. */
+let lastPrint: {
+  contents: readonly (string | null)[];
+  tools: readonly ToolSchema[];
+  summary: string | null;
+  print: string;
+} | null = null;
 
 /** The tools' part of a fingerprint, kept per frozen list (the registry's): not serialized every turn. */
 const toolsPrints = new WeakMap<readonly ToolSchema[], string>();

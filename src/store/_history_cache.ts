@@ -82,11 +82,32 @@ export class HistoryCache {
     }
     this.#entries.set(name, entry);
     this.#bytes += entry.bytes;
-    for (const [oldest] of this.#entries) {
-      if (this.#entries.size <= this.#maxSessions && this.#bytes <= this.#maxBytes) break;
-      this.#delete(oldest);
-    }
+    this.#evict();
     return entry.list.slice();
+  }
+
+  /** Whether `name`'s list is kept. */
+  has(name: string): boolean {
+    return this.#entries.has(name);
+  }
+
+  /**
+   * Adds to `name`'s list, when it is kept, messages just stored after the last one it holds (`rows`: each
+   * with its rowid, oldest first), so the next read finds them without asking the database; a rowid not past
+   * the last one makes the list be read afresh.
+   */
+  extend(name: string, rows: readonly ReadMessage[]): void {
+    const entry = this.#entries.get(name);
+    if (entry === undefined) return;
+    for (const { message, rowid } of rows) {
+      if (rowid <= entry.rowid) return this.#delete(name);
+      const bytes = messageBytes(message);
+      entry.list.push(message);
+      entry.rowid = rowid;
+      entry.bytes += bytes;
+      this.#bytes += bytes;
+    }
+    this.#evict();
   }
 
   /** Takes messages deleted from the database (`rows`: their rowids and ids) out of `name`'s list. */
@@ -116,6 +137,14 @@ export class HistoryCache {
   clear(): void {
     this.#entries.clear();
     this.#bytes = 0;
+  }
+
+  /** The least recently used leave while either bound is passed. */
+  #evict(): void {
+    for (const [oldest] of this.#entries) {
+      if (this.#entries.size <= this.#maxSessions && this.#bytes <= this.#maxBytes) break;
+      this.#delete(oldest);
+    }
   }
 
   #delete(name: string): void {

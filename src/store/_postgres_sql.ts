@@ -96,10 +96,18 @@ export class PostgresSql implements SessionSql {
     return rows.length === 1;
   }
 
-  async touchSession({ userId, sessionId }: SessionKey, turns: number, stamp: string): Promise<boolean> {
-    const rows = await this.#db`UPDATE sessions SET turn_count = turn_count + ${turns}, updated_at = ${stamp}
+  async touchSession(
+    { userId, sessionId }: SessionKey,
+    turns: number,
+    stamp: string,
+    calibration?: Calibration,
+  ): Promise<boolean> {
+    // A null calibration keeps the stored one: one round trip either way.
+    const calibrated = calibration === undefined ? null : JSON.stringify(calibration);
+    const rows = await this.#db`UPDATE sessions SET turn_count = turn_count + ${turns}, updated_at = ${stamp},
+      calibration = coalesce(${calibrated}::text, calibration)
       WHERE user_id = ${userId} AND id = ${sessionId} RETURNING title IS NULL AS untitled`;
-    return rows[0]?.untitled === true;
+    return turns > 0 && rows[0]?.untitled === true;
   }
 
   async deleteMessage({ userId, sessionId }: SessionKey, id: string): Promise<string | null> {

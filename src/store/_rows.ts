@@ -38,17 +38,35 @@ export function toSession(row: Row): Session {
 }
 
 export function toMessage(row: Row): StoredMessage {
-  const message: StoredMessage = {
-    id: text(row.id),
-    role: row.role as Role,
-    content: row.content === null ? null : text(row.content),
-    createdAt: text(row.created_at),
-  };
-  if (row.tool_calls !== null) message.toolCalls = JSON.parse(row.tool_calls as string) as ToolCall[];
-  if (row.tool_call_id !== null) message.toolCallId = text(row.tool_call_id);
-  const state = providerState(row);
-  if (state !== undefined) message.providerState = state;
-  // Frozen: the store's cache hands the same objects to every turn.
+  const content = row.content === null ? null : text(row.content);
+  const toolCallId = row.tool_call_id === null ? null : text(row.tool_call_id);
+  const fields = [
+    text(row.id),
+    row.role as string,
+    content,
+    row.tool_calls as string | null,
+    toolCallId,
+  ] as const;
+  return messageOf([...fields, text(row.created_at), row.provider_state as string | null]);
+}
+
+/**
+ * The message a read of `row` (as inserted) returns, or null when one of its texts is not well-formed UTF-16:
+ * stored as UTF-8, a lone surrogate comes back as U+FFFD.
+ */
+export function insertedMessage(row: MessageRow): StoredMessage | null {
+  const [id, , content, , toolCallId, createdAt] = row;
+  const texts = [id, content, toolCallId, createdAt];
+  return texts.every((value) => value === null || value.isWellFormed()) ? messageOf(row) : null;
+}
+
+/** The message of a row's values, its texts decoded: frozen, as the store's cache hands it to every turn. */
+function messageOf(row: MessageRow): StoredMessage {
+  const [id, role, content, toolCalls, toolCallId, createdAt, state] = row;
+  const message: StoredMessage = { id, role: role as Role, content, createdAt };
+  if (toolCalls !== null) message.toolCalls = JSON.parse(toolCalls) as ToolCall[];
+  if (toolCallId !== null) message.toolCallId = toolCallId;
+  if (typeof state === "string") message.providerState = deepFreeze(JSON.parse(state) as ProviderState);
   if (message.toolCalls !== undefined) {
     Object.freeze(message.toolCalls).forEach((call) => Object.freeze(call));
   }

@@ -10,6 +10,7 @@ import type { StatementSync } from "node:sqlite";
 import type { StoredMessage, UsageEntry } from "../types.ts";
 import type { MessageRow } from "./_rows.ts";
 import {
+  insertedMessage,
   stateColumn,
   text,
   toMemoryItem,
@@ -19,7 +20,7 @@ import {
   toTodo,
   toUsage,
 } from "./_rows.ts";
-import type { HistoryCache } from "./_history_cache.ts";
+import type { HistoryCache, ReadMessage } from "./_history_cache.ts";
 import { memoryWords } from "./memory_text.ts";
 import type { IdleCursor, SessionSql } from "./sql_store.ts";
 import {
@@ -61,9 +62,12 @@ export const SQL = {
     "WHERE user_id = ? AND session_id = ? AND role = 'user' ORDER BY rowid LIMIT 1",
   nameSession: "UPDATE sessions SET title = ? WHERE user_id = ? AND id = ? AND title IS NULL",
   setTitle: "UPDATE sessions SET title = ? WHERE user_id = ? AND id = ?",
-  touchSession:
-    "UPDATE sessions SET turn_count = turn_count + ?, updated_at = ? WHERE user_id = ? AND id = ? " +
-    "RETURNING title IS NULL AS untitled",
+  // A null calibration (?5) keeps the stored one. Whether the session has a title matters only to an append
+  // that adds a user turn (it may name the session): that one asks (touchSessionTitled), the others do not.
+  touchSession: "UPDATE sessions SET turn_count = turn_count + ?1, updated_at = ?2, " +
+    "calibration = coalesce(?5, calibration) WHERE user_id = ?3 AND id = ?4",
+  touchSessionTitled: "UPDATE sessions SET turn_count = turn_count + ?1, updated_at = ?2, " +
+    "calibration = coalesce(?5, calibration) WHERE user_id = ?3 AND id = ?4 RETURNING title IS NULL AS untitled",
   deleteMessage: "DELETE FROM messages WHERE user_id = ? AND session_id = ? AND id = ? " +
     "RETURNING rowid, CAST(id AS BLOB) AS id, role",
   setSummary: "UPDATE sessions SET summary = ?, compacted_turns = compacted_turns + ?, updated_at = ? " +
@@ -136,13 +140,13 @@ export const SQL = {
   trimMemory: "DELETE FROM user_memory WHERE id IN (SELECT id FROM user_memory WHERE user_id = ?1 " +
     "ORDER BY last_used DESC, id DESC LIMIT -1 OFFSET ?2)",
   listMemory: `SELECT ${MEMORY_COLUMNS} FROM user_memory WHERE user_id = ? ORDER BY id`,
-  // ?1 the match expression (any of the user's tokens), ?2 the user, ?3 the limit: ranked in the index first
-  // (bm25 is lower for better), then only the best read from the table (CROSS JOIN keeps that order; the
-  // planner would otherwise scan all the user's items to join them).
-  recallMemory: "WITH r AS MATERIALIZED (SELECT rowid, -bm25(user_memory_words) AS score " +
-    "FROM user_memory_words WHERE user_memory_words MATCH ?1 ORDER BY score DESC, rowid LIMIT ?3) " +
-    "SELECT m.id, CAST(m.text AS BLOB) AS text, r.score FROM r CROSS JOIN user_memory AS m ON m.id = r.rowid " +
-    "WHERE m.user_id = ?2 ORDER BY r.score DESC, m.id",
+  // ?1 the match expression (any of the user's tokens), ?2 the limit: ranked in the index alone (bm25 is
+  // lower for better); then only the best are read from the table, one by one (`memoryText`), in one read
+  // transaction with it. One statement joining the two took longer, most when nothing matched.
+  rankMemory: "SELECT rowid AS id, -bm25(user_memory_words) AS score FROM user_memory_words " +
+    "WHERE user_memory_words MATCH ?1 ORDER BY score DESC, rowid LIMIT ?2",
+  memoryText: "SELECT CAST(text AS BLOB) AS text FROM user_memory WHERE id = ? AND user_id = ?",
+  beginRead: "BEGIN",
   useMemory: "UPDATE user_memory SET use_count = use_count + 1, last_used = ?1 WHERE user_id = ?2 " +
     "AND id IN (SELECT value FROM json_each(?3))",
   // Merges up to 64 pages of the index's segments: FTS5 otherwise leaves one segment per write transaction
@@ -173,7 +177,9 @@ export function transaction<T>(sql: Pick<Statements, "begin" | "commit" | "rollb
 
 /**
  * The statements on one connection. Messages are read through the history cache: a turn reads only what is
- * new, and hands on the same message objects, whose request JSON is then built once.
+ * new, and hands on the same message objects, whose request JSON is then built once. What this connection
+ * stores goes into the cache as it commits, so while no other connection commits (`PRAGMA data_version`), a
+ * kept list is whole and read without a query.
  */
 export class SqliteSql implements SessionSql {
   readonly #sql: Statements;
@@ -181,15 +187,24 @@ export class SqliteSql implements SessionSql {
   #dataVersion = -1;
   /** Messages the open transaction deleted: they leave the cached lists once it commits. */
   #deleted = new Map<string, { rowid: number; id: string }[]>();
+  /** Messages the open transaction inserted into kept lists (null: one that reads back otherwise). */
+  #inserted = new Map<string, ReadMessage[] | null>();
 
   constructor(sql: Statements, history: HistoryCache) {
     this.#sql = sql;
     this.#history = history;
   }
 
-  /** The open transaction ended: what it deleted leaves the cache if it committed. */
+  /** The open transaction ended: if it committed, what it inserted joins the cache, then what it deleted leaves. */
   ended(committed: boolean): void {
-    if (committed) { for (const [name, rows] of this.#deleted) this.#history.drop(name, rows); }
+    if (committed) {
+      for (const [name, rows] of this.#inserted) {
+        if (rows === null) this.#history.delete(name);
+        else this.#history.extend(name, rows);
+      }
+      for (const [name, rows] of this.#deleted) this.#history.drop(name, rows);
+    }
+    this.#inserted.clear();
     this.#deleted.clear();
   }
 
@@ -209,22 +224,40 @@ export class SqliteSql implements SessionSql {
   async messages(key: SessionKey): Promise<StoredMessage[]> {
     // Another connection committed since the last look: it may have deleted anything.
     const version = this.#sql.dataVersion.get()!.data_version as number;
-    if (version !== this.#dataVersion) this.#history.clear();
+    const unchanged = version === this.#dataVersion;
+    if (!unchanged) this.#history.clear();
     this.#dataVersion = version;
+    const name = sessionName(key);
+    // Nobody else committed since the last look: a kept list has every row this connection stored.
+    if (unchanged && this.#history.has(name)) return this.#history.messages(name, () => []);
     const readAfter = (rowid: number) =>
       this.#sql.messagesAfter.all(key.userId, key.sessionId, rowid).map((row) => ({
         message: toMessage(row),
         rowid: row.rowid as number,
       }));
-    return this.#history.messages(sessionName(key), readAfter);
+    return this.#history.messages(name, readAfter);
   }
 
-  async insertMessages({ userId, sessionId }: SessionKey, rows: readonly MessageRow[]): Promise<string[]> {
+  async insertMessages(key: SessionKey, rows: readonly MessageRow[]): Promise<string[]> {
     const roles: string[] = [];
+    const name = sessionName(key);
+    const kept = this.#history.has(name);
     for (const row of rows) {
-      if (this.#sql.insertMessage.run(userId, sessionId, ...row).changes === 1) roles.push(row[1]);
+      const result = this.#sql.insertMessage.run(key.userId, key.sessionId, ...row);
+      if (result.changes !== 1) continue;
+      roles.push(row[1]);
+      if (kept) this.#insertedInto(name, insertedMessage(row), Number(result.lastInsertRowid));
     }
     return roles;
+  }
+
+  /** Notes a message inserted into the kept list `name`, to add once the transaction commits. */
+  #insertedInto(name: string, message: StoredMessage | null, rowid: number): void {
+    const rows = this.#inserted.get(name);
+    if (rows === null) return;
+    if (message === null) this.#inserted.set(name, null);
+    else if (rows === undefined) this.#inserted.set(name, [{ message, rowid }]);
+    else rows.push({ message, rowid });
   }
 
   async setCalibration({ userId, sessionId }: SessionKey, calibration: Calibration): Promise<void> {
@@ -244,8 +277,18 @@ export class SqliteSql implements SessionSql {
     return this.#sql.setTitle.run(title, userId, sessionId).changes === 1;
   }
 
-  async touchSession({ userId, sessionId }: SessionKey, turns: number, stamp: string): Promise<boolean> {
-    return this.#sql.touchSession.get(turns, stamp, userId, sessionId)?.untitled === 1;
+  async touchSession(
+    { userId, sessionId }: SessionKey,
+    turns: number,
+    stamp: string,
+    calibration?: Calibration,
+  ): Promise<boolean> {
+    const calibrated = calibration === undefined ? null : JSON.stringify(calibration);
+    if (turns <= 0) {
+      this.#sql.touchSession.run(turns, stamp, userId, sessionId, calibrated);
+      return false;
+    }
+    return this.#sql.touchSessionTitled.get(turns, stamp, userId, sessionId, calibrated)?.untitled === 1;
   }
 
   async deleteMessage(key: SessionKey, id: string): Promise<string | null> {
@@ -381,11 +424,20 @@ export class SqliteSql implements SessionSql {
   async recallMemory(userId: string, terms: readonly string[], limit: number): Promise<RecalledItem[]> {
     // Tokens are letters and digits only, so quoting each makes it a plain word, never query syntax.
     const match = memoryTokens(userId, terms).map((token) => `"${token}"`).join(" OR ");
-    return this.#sql.recallMemory.all(match, userId, limit).map((row) => ({
-      id: row.id as number,
-      text: text(row.text),
-      score: row.score as number,
-    }));
+    // One snapshot for the ranking and the texts, as one statement would see.
+    this.#sql.beginRead.run();
+    try {
+      const recalled: RecalledItem[] = [];
+      for (const row of this.#sql.rankMemory.all(match, limit)) {
+        const id = row.id as number;
+        // Never another user's: their tokens differ (see memoryTokens).
+        const item = this.#sql.memoryText.get(id, userId);
+        if (item !== undefined) recalled.push({ id, text: text(item.text), score: row.score as number });
+      }
+      return recalled;
+    } finally {
+      this.#sql.commit.run();
+    }
   }
 
   async lockMemory(): Promise<void> {

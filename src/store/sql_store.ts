@@ -56,8 +56,11 @@ export interface SessionSql {
   nameSession(key: SessionKey, title: string): Promise<void>;
   /** Sets the session's title (null: none); false when there is no such session. */
   setTitle(key: SessionKey, title: string | null): Promise<boolean>;
-  /** Adds `turns` (negative: removes) to the session's turn count and stamps it updated; true when it has no title. */
-  touchSession(key: SessionKey, turns: number, stamp: string): Promise<boolean>;
+  /**
+   * Adds `turns` (negative: removes) to the session's turn count and stamps it updated, storing `calibration`
+   * when given; true when it added turns (`turns` > 0) to a session that has no title.
+   */
+  touchSession(key: SessionKey, turns: number, stamp: string, calibration?: Calibration): Promise<boolean>;
   /** Deletes message `id`; resolves to its role, or null when it is not stored. */
   deleteMessage(key: SessionKey, id: string): Promise<string | null>;
   /** Sets the summary and adds `turns` to the compacted turns; false when there is no such session. */
@@ -292,8 +295,10 @@ export class SqlStore implements SessionStore {
   ): Promise<number> {
     const used = (options.memoryUsed ?? []).filter((id) => isRowId(id));
     return this.#write("append", key, async (sql, key) => {
-      const added = await this.#insert(sql, key, messages);
-      if (options.calibration !== undefined) await sql.setCalibration(key, options.calibration);
+      const { calibration } = options;
+      const added = await this.#insert(sql, key, messages, calibration);
+      // With messages, the calibration went with the session's update; without, it is stored alone.
+      if (added === 0 && calibration !== undefined) await sql.setCalibration(key, calibration);
       if (used.length > 0) {
         await sql.lockMemory(key.userId);
         await sql.useMemory(key.userId, used, this.#stamp());
@@ -303,12 +308,20 @@ export class SqlStore implements SessionStore {
     });
   }
 
-  /** Inserts the new ones of `messages` inside the caller's transaction, counting the user turns they add. */
-  async #insert(sql: SessionSql, key: SessionKey, messages: readonly StoredMessage[]): Promise<number> {
+  /**
+   * Inserts the new ones of `messages` inside the caller's transaction, counting the user turns they add, and
+   * stores `calibration` with the session's update when any was new.
+   */
+  async #insert(
+    sql: SessionSql,
+    key: SessionKey,
+    messages: readonly StoredMessage[],
+    calibration?: Calibration,
+  ): Promise<number> {
     // All checked before the first insert: a malformed message changes nothing.
     const roles = await sql.insertMessages(key, messages.map(toRow));
     const turns = roles.filter((role) => role === "user").length;
-    const untitled = roles.length > 0 && await sql.touchSession(key, turns, this.#stamp());
+    const untitled = roles.length > 0 && await sql.touchSession(key, turns, this.#stamp(), calibration);
     if (turns > 0 && untitled) {
       const title = await firstQuestionTitle(sql, key);
       if (title !== null) await sql.nameSession(key, title);

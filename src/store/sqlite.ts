@@ -86,8 +86,11 @@ class SqliteConnection implements SqlDialect {
         this.#sql.ended(true);
         return result;
       } catch (error) {
-        rollback.run();
-        this.#sql.ended(false);
+        try {
+          rollback.run();
+        } finally {
+          this.#sql.ended(false);
+        }
         throw error;
       }
     });

@@ -175,25 +175,26 @@ export class ToolRegistry {
 
   async #run(call: ToolCall, context: ToolContext): Promise<ToolResult> {
     const tool = this.#current().get(call.name);
-    const name = quotedToolName(call.name);
+    // Only a failure names the tool.
+    const name = () => quotedToolName(call.name);
     if (tool === undefined) {
-      return failure(`Unknown tool ${name}; available tools: ${[...this.#current().keys()].join(", ")}`);
+      return failure(`Unknown tool ${name()}; available tools: ${[...this.#current().keys()].join(", ")}`);
     }
     let args: unknown;
     try {
       args = JSON.parse(call.arguments === "" ? "{}" : call.arguments);
     } catch (error) {
-      return failure(`Cannot run tool ${name}: arguments are not valid JSON (${(error as Error).message})`);
+      return failure(`Cannot run tool ${name()}: arguments are not valid JSON (${(error as Error).message})`);
     }
     const problems = validateJsonSchema(tool.parameters, args);
     if (problems.length > 0) {
-      return failure(`Cannot run tool ${name}: invalid arguments: ${problems.join("; ")}`);
+      return failure(`Cannot run tool ${name()}: invalid arguments: ${problems.join("; ")}`);
     }
     try {
       const data = await tool.handler(args as Record<string, unknown>, context);
       return { ok: true, data: data ?? null, error: null, truncated: false };
     } catch (error) {
-      return failure(`Tool ${name} failed: ${errorMessage(error)}`);
+      return failure(`Tool ${name()} failed: ${errorMessage(error)}`);
     }
   }
 }

@@ -8,16 +8,47 @@ import { redact } from "../redact.ts";
 import { shorten } from "../shorten.ts";
 import type { RunEvent, TracedEvent } from "../events.ts";
 
-/** Cuts every string in `value` to `max` characters (marking the cut) and replaces each secret. */
+/** How a cut string ends: the number of characters cut off. */
+function cutMarker(cut: number): string {
+  return `…[${cut} more chars]`;
+}
+
+/**
+ * Cuts every string in `value` to `max` characters (marking the cut) and replaces each secret. What it leaves
+ * as it was is handed back as is, not copied: the JSON of the result is the same either way.
+ */
 export function clip(value: unknown, max: number, secrets: readonly string[] = []): unknown {
   if (typeof value === "string") {
-    return shorten(redact(value, secrets), max, { marker: (cut) => `…[${cut} more chars]` });
+    if (secrets.length === 0 && value.length <= max) return value;
+    return shorten(redact(value, secrets), max, { marker: cutMarker });
   }
-  if (Array.isArray(value)) return value.map((item) => clip(item, max, secrets));
   if (typeof value !== "object" || value === null) return value;
-  const out: Record<string, unknown> = {};
-  for (const [key, item] of Object.entries(value)) out[key] = clip(item, max, secrets);
-  return out;
+  if (Array.isArray(value)) {
+    let out: unknown[] | undefined;
+    for (let i = 0; i < value.length; i++) {
+      const item = value[i];
+      const cut = clip(item, max, secrets);
+      if (out === undefined && cut !== item) out = value.slice(0, i);
+      out?.push(cut);
+    }
+    return out ?? value;
+  }
+  // Anything but a plain object is copied as its own enumerable fields, which is what its JSON was before
+  // (a `toJSON` of its prototype is not called); so is a "__proto__" field, which the copy drops.
+  const proto = Object.getPrototypeOf(value);
+  const plain = (proto === Object.prototype || proto === null) && !Object.hasOwn(value, "__proto__");
+  const entries = Object.entries(value);
+  let out: Record<string, unknown> | undefined = plain ? undefined : {};
+  for (let i = 0; i < entries.length; i++) {
+    const [key, item] = entries[i];
+    const cut = clip(item, max, secrets);
+    if (out === undefined && cut !== item) {
+      out = {};
+      for (let j = 0; j < i; j++) out[entries[j][0]] = entries[j][1];
+    }
+    if (out !== undefined) out[key] = cut;
+  }
+  return out ?? value;
 }
 
 /**
@@ -98,9 +129,10 @@ export class JsonlTracer {
   #file: Deno.FsFile | null = null;
   #ino = 0;
   /**
-   * Where this writer's last line ended (or the size when it opened the file): the file is at least this
-   * long. Rotation goes by it, so a write costs no stat of the file; with several writers a file may grow
-   * past `maxBytes` by about a line of each before one of them rotates it.
+   * How long the file is at least: its size when this writer last looked at the path (before each line,
+   * for the inode), plus the line it wrote then. Rotation goes by it, so a write costs no other look at the
+   * file; with several writers a file may grow past `maxBytes` by about a line of each before one of them
+   * rotates it.
    */
   #end = 0;
   #failed = false;
@@ -138,16 +170,14 @@ export class JsonlTracer {
       const file = this.#fileFor(bytes.length);
       // Under a shared lock: a process opening the file meanwhile must not take this line for a torn one.
       file.lockSync(false);
-      let end: number;
       try {
         let written = 0;
         while (written < bytes.length) written += file.writeSync(bytes.subarray(written));
-        // In append mode the handle's position is the end of this write, whoever else appended before it.
-        end = file.seekSync(0, Deno.SeekMode.Current);
       } finally {
         file.unlockSync();
       }
-      this.#end = end;
+      // In append mode the line went after whatever was there: the file is at least this long now.
+      this.#end += bytes.length;
       this.#onAppend?.(clipped, json);
     } catch (error) {
       this.#failed = true;
@@ -171,9 +201,16 @@ export class JsonlTracer {
     this.#file = null;
   }
 
-  /** The handle to append `length` bytes to: the path's current file, rotated first if the line would not fit. */
+  /**
+   * The handle to append `length` bytes to: the path's current file, rotated first if the line would not fit.
+   * One look at the path tells both whether another writer rotated the file and how long it has grown.
+   */
   #fileFor(length: number): Deno.FsFile {
-    if (this.#file !== null && this.#pathInode() !== this.#ino) this.close();
+    if (this.#file !== null) {
+      const info = this.#pathInfo();
+      if (info === null || inodeOf(info) !== this.#ino) this.close();
+      else this.#end = Math.max(this.#end, info.size);
+    }
     if (this.#file === null) this.#open();
     if (this.#end > 0 && this.#end + length > this.#maxBytes) {
       this.#rotate(length);
@@ -203,14 +240,20 @@ export class JsonlTracer {
     this.#file = file;
   }
 
-  /** The inode at the path now, or -1 when there is no file (another writer is between rename and create). */
-  #pathInode(): number {
+  /** What is at the path now, or null when there is no file (another writer is between rename and create). */
+  #pathInfo(): Deno.FileInfo | null {
     try {
-      return inodeOf(Deno.statSync(this.#path));
+      return Deno.statSync(this.#path);
     } catch (error) {
-      if (error instanceof Deno.errors.NotFound) return -1;
+      if (error instanceof Deno.errors.NotFound) return null;
       throw error;
     }
+  }
+
+  /** The inode at the path now, or -1 when there is no file. */
+  #pathInode(): number {
+    const info = this.#pathInfo();
+    return info === null ? -1 : inodeOf(info);
   }
 
   /** Shifts `<path>` → `.1` → … → `.5`, unless another writer rotated this file while we waited for the lock. */
