@@ -6,7 +6,7 @@ import type { McpFile } from "../src/mcp/config.ts";
 import { McpTools, startMcpTools } from "../src/mcp/mcp_tools.ts";
 import { loadMcpSdk } from "../src/mcp/sdk.ts";
 import { harness, lastToolResult, tempDir } from "./_harness.ts";
-import { denoServer, EVERYTHING, mcpTest } from "./_mcp_servers.ts";
+import { denoEnvironment, denoServer, denoServerArgs, EVERYTHING, mcpTest } from "./_mcp_servers.ts";
 
 const sdk = await loadMcpSdk();
 
@@ -23,6 +23,10 @@ async function withServers<T>(servers: McpFile["servers"], fn: (mcp: McpTools) =
   });
   try {
     return await fn(mcp);
+  } catch (error) {
+    // What the servers warned of says why a tool was missing or a call failed.
+    if (warnings.length > 0) console.error(warnings.join("\n"));
+    throw error;
   } finally {
     await mcp.close();
   }
@@ -81,8 +85,9 @@ mcpTest(
       name: "everything",
       transport: "stdio" as const,
       command: "sh",
-      args: ["-c", `echo $$ >> '${pids}'; exec deno run -A --quiet ${EVERYTHING} stdio`],
-      env: {},
+      // Locked and with this process's cache, certificates and proxies, as every test server runs.
+      args: ["-c", `echo $$ >> '${pids}'; exec deno ${denoServerArgs(EVERYTHING, ["stdio"]).join(" ")}`],
+      env: denoEnvironment(),
     };
     await withServers([server], async (mcp) => {
       const serverPid = () => Number(Deno.readTextFileSync(pids).trim().split("\n").at(-1));
