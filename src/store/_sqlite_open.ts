@@ -5,7 +5,8 @@
  */
 import { DatabaseSync } from "node:sqlite";
 import { retrySync } from "../retry.ts";
-import { migrate, SCHEMA_VERSION } from "./_sqlite_schema.ts";
+import { migrate } from "./_sqlite_schema.ts";
+import { SCHEMA_VERSION } from "./store.ts";
 import { SQL, type Statements, transaction } from "./_sqlite_sql.ts";
 
 /**
