@@ -57,16 +57,6 @@ export class HistoryCache {
     this.#maxBytes = maxBytes;
   }
 
-  /** Sessions kept now. */
-  get sessions(): number {
-    return this.#entries.size;
-  }
-
-  /** About how many bytes the kept messages take now. */
-  get bytes(): number {
-    return this.#bytes;
-  }
-
   /**
    * `name`'s messages, brought up to date by `readAfter` (the rows after the last one read, oldest first),
    * kept as the most recently used; then the least recently used leave while either bound is passed (this
@@ -74,7 +64,7 @@ export class HistoryCache {
    */
   messages(name: string, readAfter: (rowid: number) => ReadMessage[]): StoredMessage[] {
     const entry = this.#entries.get(name) ?? { list: [], rowid: 0, bytes: name.length + OVERHEAD_BYTES };
-    this.#delete(name);
+    this.delete(name);
     for (const { message, rowid } of readAfter(entry.rowid)) {
       entry.list.push(message);
       entry.rowid = rowid;
@@ -100,7 +90,7 @@ export class HistoryCache {
     const entry = this.#entries.get(name);
     if (entry === undefined) return;
     for (const { message, rowid } of rows) {
-      if (rowid <= entry.rowid) return this.#delete(name);
+      if (rowid <= entry.rowid) return this.delete(name);
       const bytes = messageBytes(message);
       entry.list.push(message);
       entry.rowid = rowid;
@@ -115,7 +105,7 @@ export class HistoryCache {
     const entry = this.#entries.get(name);
     if (entry === undefined || rows.length === 0) return;
     // SQLite may hand out the rowid of a deleted last row again: then the list is read afresh.
-    if (rows.some((row) => row.rowid === entry.rowid)) return this.#delete(name);
+    if (rows.some((row) => row.rowid === entry.rowid)) return this.delete(name);
     const gone = new Set(rows.map((row) => row.id));
     const kept: StoredMessage[] = [];
     let freed = 0;
@@ -128,11 +118,6 @@ export class HistoryCache {
     this.#bytes -= freed;
   }
 
-  /** Forgets `name`'s list. */
-  delete(name: string): void {
-    this.#delete(name);
-  }
-
   /** Forgets every list. */
   clear(): void {
     this.#entries.clear();
@@ -143,11 +128,12 @@ export class HistoryCache {
   #evict(): void {
     for (const [oldest] of this.#entries) {
       if (this.#entries.size <= this.#maxSessions && this.#bytes <= this.#maxBytes) break;
-      this.#delete(oldest);
+      this.delete(oldest);
     }
   }
 
-  #delete(name: string): void {
+  /** Forgets `name`'s list. */
+  delete(name: string): void {
     const entry = this.#entries.get(name);
     if (entry === undefined) return;
     this.#entries.delete(name);

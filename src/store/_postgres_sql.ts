@@ -158,9 +158,8 @@ export class PostgresSql implements SessionSql {
     stamp: string,
     callId: string | null,
   ): Promise<Todo> {
-    const call = callId === null ? null : bytes(callId);
     const rows = await this.#db`INSERT INTO todos (user_id, session_id, text, created_at, call_id)
-      VALUES (${userId}, ${sessionId}, ${bytes(text)}, ${stamp}, ${call})
+      VALUES (${userId}, ${sessionId}, ${bytes(text)}, ${stamp}, ${bytes(callId)})
       RETURNING id, text, completed, created_at, completed_at`;
     return toTodo(rows[0]);
   }

@@ -5,13 +5,9 @@
  */
 import { DatabaseSync } from "node:sqlite";
 import { retrySync } from "../retry.ts";
-import { migrate, SCHEMA_VERSION } from "./_sqlite_schema.ts";
+import { migrate } from "./_sqlite_schema.ts";
+import { SCHEMA_VERSION } from "./store.ts";
 import { SQL, type Statements, transaction } from "./_sqlite_sql.ts";
-
-/** Whether `error` is SQLite's "database is locked", which some lock changes return without waiting. */
-function isLocked(error: unknown): boolean {
-  return error instanceof Error && /database is locked/i.test(error.message);
-}
 
 /**
  * Opens (creating or migrating if needed) the database at `path` with every statement prepared. Throws when
@@ -28,7 +24,8 @@ export function openDatabase(path: string, busyTimeoutMs: number): { db: Databas
     multiplier: 2,
     maxTimeout: 100,
     jitter: 0.5,
-    isRetriable: isLocked,
+    // SQLite's "database is locked", which some lock changes return without waiting.
+    isRetriable: (error) => error instanceof Error && /database is locked/i.test(error.message),
   });
 }
 

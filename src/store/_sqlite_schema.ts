@@ -7,8 +7,6 @@
 import type { DatabaseSync } from "node:sqlite";
 import { migrationPath, type MigrationStep, SCHEMA_VERSION } from "./store.ts";
 
-export { SCHEMA_VERSION };
-
 // Version 3: at most one step per session waits for approval; it goes with its session.
 const PENDING_TABLE = `
 CREATE TABLE pending_steps (

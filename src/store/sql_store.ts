@@ -16,6 +16,7 @@ import {
   type AcquireLeaseOptions,
   type Calibration,
   CANCEL_MARK,
+  type HealthStore,
   leaseFrom,
   type LeaseTake,
   leaseTtl,
@@ -145,7 +146,7 @@ export type IdleCursor = Pick<Session, "updatedAt" | "userId" | "id">;
 const FIRST_IDLE: IdleCursor = { updatedAt: "", userId: "", id: "" };
 
 /** Where the statements run. `action` says what is being done, for the dialect's error messages. */
-export interface SqlDialect {
+export interface SqlDialect extends HealthStore {
   /** `work` outside a transaction: each statement on its own. */
   read<T>(action: string, work: (sql: SessionSql) => Promise<T>): Promise<T>;
   /**
@@ -153,10 +154,6 @@ export interface SqlDialect {
    * ends.
    */
   write<T>(action: string, key: SessionKey | null, work: (sql: SessionSql) => Promise<T>): Promise<T>;
-  /** True when the database answers; never rejects. */
-  ping(): Promise<boolean>;
-  /** Releases the database. */
-  close(): Promise<void>;
 }
 
 /** Adds each of `usage` inside the caller's transaction; a `TypeError` for an entry that is not counts. */
@@ -256,12 +253,8 @@ export class SqlStore implements SessionStore {
 
   /** `work` on the key, checked first, in one transaction that holds the session. */
   async #write<T>(action: string, key: SessionKey, work: (sql: SessionSql, key: SessionKey) => Promise<T>) {
-    const checked = validateKey(key);
-    return await this.#db.write(
-      `${action} of session "${key.sessionId}"`,
-      checked,
-      (sql) => work(sql, checked),
-    );
+    validateKey(key);
+    return await this.#db.write(`${action} of session "${key.sessionId}"`, key, (sql) => work(sql, key));
   }
 
   get(key: SessionKey): Promise<Session | null> {
@@ -279,9 +272,7 @@ export class SqlStore implements SessionStore {
   }
 
   listSessions(userId: string): Promise<Session[]> {
-    return this.#db.read(`list the sessions of user "${userId}"`, async (sql) => {
-      return await sql.sessions(validateId(userId, "user id"));
-    });
+    return this.#readUser("list the sessions", userId, (sql, userId) => sql.sessions(userId));
   }
 
   messages(key: SessionKey): Promise<StoredMessage[]> {
@@ -351,9 +342,7 @@ export class SqlStore implements SessionStore {
 
   userUsage(userId: string, range: UsageRange = {}): Promise<UsageEntry[]> {
     const { from = "0000-00-00", to = "9999-99-99" } = range;
-    return this.#db.read(`read the token counts of user "${userId}"`, async (sql) => {
-      return await sql.userUsage(validateId(userId, "user id"), from, to);
-    });
+    return this.#readUser("read the token counts", userId, (sql, userId) => sql.userUsage(userId, from, to));
   }
 
   sessionUsage(key: SessionKey): Promise<UsageEntry[]> {

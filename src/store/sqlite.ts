@@ -6,11 +6,10 @@
  */
 import type { DatabaseSync } from "node:sqlite";
 import { HISTORY_CACHE_BYTES, HISTORY_CACHE_SESSIONS, HistoryCache } from "./_history_cache.ts";
-import { SCHEMA_VERSION } from "./_sqlite_schema.ts";
 import { openDatabase } from "./_sqlite_open.ts";
 import { SqliteSql, type Statements } from "./_sqlite_sql.ts";
 import { SqliteTraceTable } from "./_sqlite_trace.ts";
-import type { SessionKey } from "./store.ts";
+import { SCHEMA_VERSION, type SessionKey } from "./store.ts";
 import { type SessionSql, type SqlDialect, SqlStore } from "./sql_store.ts";
 
 export { HISTORY_CACHE_BYTES, HISTORY_CACHE_SESSIONS, SCHEMA_VERSION };

@@ -250,18 +250,15 @@ export class JsonlTracer {
     }
   }
 
-  /** The inode at the path now, or -1 when there is no file. */
-  #pathInode(): number {
-    const info = this.#pathInfo();
-    return info === null ? -1 : inodeOf(info);
-  }
-
   /** Shifts `<path>` → `.1` → … → `.5`, unless another writer rotated this file while we waited for the lock. */
   #rotate(length: number): void {
     const file = this.#file!;
     file.lockSync(true);
     try {
-      if (this.#pathInode() !== this.#ino || file.statSync().size + length <= this.#maxBytes) return;
+      const info = this.#pathInfo();
+      if (info === null || inodeOf(info) !== this.#ino || file.statSync().size + length <= this.#maxBytes) {
+        return;
+      }
       for (let i = ROTATED_FILES - 1; i >= 1; i--) {
         try {
           Deno.renameSync(`${this.#path}.${i}`, `${this.#path}.${i + 1}`);
