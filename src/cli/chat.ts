@@ -113,24 +113,13 @@ function failed(result: TurnResult | null): boolean {
  * so scripts notice.
  */
 export async function runChat(options: ChatOptions): Promise<number> {
-  const { interactive, color = interactive, output, status, emit, deps, store, sessionId, userId } = options;
+  const { interactive, color = interactive, deps, sessionId, userId, responseFormat = null } = options;
   const style = createStyle(color);
-  const { columns, sessions, responseFormat = null } = options;
   // Out of the REPL, a failed question is sent again from the REPL of its session.
   const retryHint = interactive
     ? "/retry sends it again"
     : `/retry in deno task chat --session ${sessionId} sends it again`;
-  const view = new TurnView({
-    store,
-    output,
-    status,
-    style,
-    interactive,
-    emit,
-    columns,
-    sessions,
-    retryHint,
-  });
+  const view = new TurnView({ ...options, style, retryHint });
   if (options.message !== undefined) {
     const result = await view.run(
       { sessionId, userId, message: options.message, responseFormat },
