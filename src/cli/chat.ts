@@ -142,8 +142,7 @@ class ChatRun {
   constructor(options: ChatOptions, view: TurnView, clearScreen: () => void) {
     const { userId, deps, output } = options;
     [this.#options, this.#view] = [options, view];
-    this.state = { sessionId: options.sessionId, userId, lastTurn: null };
-    if (options.model !== undefined) this.state.model = options.model;
+    this.state = { sessionId: options.sessionId, userId, lastTurn: null, model: options.model };
     this.commands = {
       state: this.state,
       store: options.store,

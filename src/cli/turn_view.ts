@@ -192,11 +192,10 @@ export class TurnView {
   /**
    * Piped: ends the turn's answer line. Text streamed before tool calls is already on it, so an answer that was
    * not streamed (a closing answer, an error) continues the line rather than starting another. An answer not
-   * in the response format is left off it.
+   * in the response format, or an error, leaves its line empty; the status says why (run).
    */
   #endPipedLine(result: TurnResult): void {
     const { output } = this.#options;
-    // An answer not in the response format, or an error, leaves its line empty; the status says why (run).
     const printable = result.outcome !== "invalid_output" && result.outcome !== "error";
     if (printable && (this.#pipedStep === null || result.outcome !== "answered")) {
       output.write(`${this.#separator()}${result.answer}`);
