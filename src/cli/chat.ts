@@ -232,7 +232,7 @@ async function piped(options: ChatOptions, view: TurnView): Promise<number> {
 
 async function repl(options: ChatOptions, view: TurnView, style: Style): Promise<number> {
   const { userId, output } = options;
-  const banner = await describeSession(options.store, options.sessionId, userId);
+  const banner = await describeSession(options.store, { sessionId: options.sessionId, userId });
   const editor = new LineEditor(options.input, output, {
     style,
     ...(options.history ? { history: options.history } : {}),

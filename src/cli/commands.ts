@@ -111,13 +111,9 @@ function costText(dollars: number | null): string {
 }
 
 /** "session s (user u), 3 turns". */
-export async function describeSession(
-  store: SessionStore,
-  sessionId: string,
-  userId: string,
-): Promise<string> {
-  const session = await store.get({ userId, sessionId });
-  return `session ${sessionId} (user ${userId}), ${plural(session?.turnCount ?? 0, "turn")}`;
+export async function describeSession(store: SessionStore, key: SessionKey): Promise<string> {
+  const session = await store.get(key);
+  return `session ${key.sessionId} (user ${key.userId}), ${plural(session?.turnCount ?? 0, "turn")}`;
 }
 
 function tokens(usage: Usage): string {
@@ -146,7 +142,7 @@ async function answer(line: string, context: CommandContext): Promise<string> {
     case "/help":
       return REPL_HELP;
     case "/session":
-      return await describeSession(store, state.sessionId, state.userId);
+      return await describeSession(store, key);
     case "/todos": {
       const todos = await store.listTodos(key);
       return todos.length === 0
@@ -203,12 +199,13 @@ async function changeSession(
     if (error instanceof SessionError) return error.message;
     throw error;
   }
-  const existing = await store.get({ userId: state.userId, sessionId: id });
+  const target = { userId: state.userId, sessionId: id };
+  const existing = await store.get(target);
   if (name === "/new" && existing !== null) return `Session ${id} already exists; /switch ${id} continues it`;
   if (name === "/switch" && existing === null) return `You have no session ${id}; /new ${id} starts it`;
-  if (existing === null) await store.getOrCreate({ userId: state.userId, sessionId: id });
+  if (existing === null) await store.getOrCreate(target);
   state.sessionId = id;
-  return `now in ${await describeSession(store, id, state.userId)}`;
+  return `now in ${await describeSession(store, target)}`;
 }
 
 async function listSessions(store: SessionStore, state: ChatState): Promise<string> {
