@@ -113,24 +113,13 @@ function failed(result: TurnResult | null): boolean {
  * so scripts notice.
  */
 export async function runChat(options: ChatOptions): Promise<number> {
-  const { interactive, color = interactive, output, status, emit, deps, store, sessionId, userId } = options;
+  const { interactive, color = interactive, deps, sessionId, userId, responseFormat = null } = options;
   const style = createStyle(color);
-  const { columns, sessions, responseFormat = null } = options;
   // Out of the REPL, a failed question is sent again from the REPL of its session.
   const retryHint = interactive
     ? "/retry sends it again"
     : `/retry in deno task chat --session ${sessionId} sends it again`;
-  const view = new TurnView({
-    store,
-    output,
-    status,
-    style,
-    interactive,
-    emit,
-    columns,
-    sessions,
-    retryHint,
-  });
+  const view = new TurnView({ ...options, style, retryHint });
   if (options.message !== undefined) {
     const result = await view.run(
       { sessionId, userId, message: options.message, responseFormat },
@@ -153,8 +142,7 @@ class ChatRun {
   constructor(options: ChatOptions, view: TurnView, clearScreen: () => void) {
     const { userId, deps, output } = options;
     [this.#options, this.#view] = [options, view];
-    this.state = { sessionId: options.sessionId, userId, lastTurn: null };
-    if (options.model !== undefined) this.state.model = options.model;
+    this.state = { sessionId: options.sessionId, userId, lastTurn: null, model: options.model };
     this.commands = {
       state: this.state,
       store: options.store,
@@ -244,7 +232,7 @@ async function piped(options: ChatOptions, view: TurnView): Promise<number> {
 
 async function repl(options: ChatOptions, view: TurnView, style: Style): Promise<number> {
   const { userId, output } = options;
-  const banner = await describeSession(options.store, options.sessionId, userId);
+  const banner = await describeSession(options.store, { sessionId: options.sessionId, userId });
   const editor = new LineEditor(options.input, output, {
     style,
     ...(options.history ? { history: options.history } : {}),

@@ -15,24 +15,12 @@ import { costOf, type PriceTable } from "../prices.ts";
 // The page's formatter, pure: chat and the page write a cost alike.
 import { formatCost } from "../text/cost.js";
 
-/** Tokens counted over some turns. */
-export interface TokenCount {
-  prompt: number;
-  /** Of `prompt`, the tokens the provider read from its cache. */
-  cached: number;
-  completion: number;
-  total: number;
-  turns: number;
-  /** Turns whose provider reported no token counts (counted as 0 above). */
-  unreported: number;
-}
-
 /** What the commands read and change: the current session, and the last turn's tokens. */
 export interface ChatState {
   sessionId: string;
   readonly userId: string;
-  /** The tokens of this process's last turn, and the session it ran in. */
-  lastTurn: (TokenCount & { sessionId?: string }) | null;
+  /** The tokens of this process's last turn, as its provider reported them, and the session it ran in. */
+  lastTurn: (Usage & { sessionId: string }) | null;
   /** The model in use, when known. */
   model?: string;
 }
@@ -92,15 +80,7 @@ export function isCommand(line: string): boolean {
 
 /** Makes a turn's tokens, as its provider reported them, the last turn's, in the current session. */
 export function recordUsage(state: ChatState, usage: Usage): void {
-  state.lastTurn = {
-    sessionId: state.sessionId,
-    prompt: usage.promptTokens ?? 0,
-    cached: usage.cachedTokens ?? 0,
-    completion: usage.completionTokens ?? 0,
-    total: usage.totalTokens ?? 0,
-    turns: 1,
-    unreported: usage.totalTokens === null ? 1 : 0,
-  };
+  state.lastTurn = { ...usage, sessionId: state.sessionId };
 }
 
 /**
@@ -131,20 +111,15 @@ function costText(dollars: number | null): string {
 }
 
 /** "session s (user u), 3 turns". */
-export async function describeSession(
-  store: SessionStore,
-  sessionId: string,
-  userId: string,
-): Promise<string> {
-  const session = await store.get({ userId, sessionId });
-  return `session ${sessionId} (user ${userId}), ${plural(session?.turnCount ?? 0, "turn")}`;
+export async function describeSession(store: SessionStore, key: SessionKey): Promise<string> {
+  const session = await store.get(key);
+  return `session ${key.sessionId} (user ${key.userId}), ${plural(session?.turnCount ?? 0, "turn")}`;
 }
 
-function tokens(count: TokenCount): string {
-  if (count.turns === count.unreported) return "tokens not reported by the provider";
-  const unreported = count.unreported > 0 ? `; ${plural(count.unreported, "turn")} without counts` : "";
-  const counts = countsText(count.prompt, count.cached, count.completion);
-  return `${plural(count.total, "token")} (${counts}${unreported})`;
+function tokens(usage: Usage): string {
+  if (usage.totalTokens === null) return "tokens not reported by the provider";
+  const counts = countsText(usage.promptTokens ?? 0, usage.cachedTokens ?? 0, usage.completionTokens ?? 0);
+  return `${plural(usage.totalTokens, "token")} (${counts})`;
 }
 
 /** Runs a line for which {@linkcode isCommand} holds. Never throws for a bad argument: it says so. */
@@ -167,7 +142,7 @@ async function answer(line: string, context: CommandContext): Promise<string> {
     case "/help":
       return REPL_HELP;
     case "/session":
-      return await describeSession(store, state.sessionId, state.userId);
+      return await describeSession(store, key);
     case "/todos": {
       const todos = await store.listTodos(key);
       return todos.length === 0
@@ -197,10 +172,7 @@ async function answer(line: string, context: CommandContext): Promise<string> {
     case "/usage": {
       const stored = storedTokens(await store.sessionUsage(key), context.prices);
       // After /switch, the last turn of the session left is not this one's.
-      const last =
-        state.lastTurn !== null && (state.lastTurn.sessionId ?? state.sessionId) === state.sessionId
-          ? state.lastTurn
-          : null;
+      const last = state.lastTurn?.sessionId === state.sessionId ? state.lastTurn : null;
       return `this session (${state.sessionId}): ${stored}, as stored (every process's turns)\n` +
         `last turn: ${last ? tokens(last) : "none yet in this session"}`;
     }
@@ -227,12 +199,13 @@ async function changeSession(
     if (error instanceof SessionError) return error.message;
     throw error;
   }
-  const existing = await store.get({ userId: state.userId, sessionId: id });
+  const target = { userId: state.userId, sessionId: id };
+  const existing = await store.get(target);
   if (name === "/new" && existing !== null) return `Session ${id} already exists; /switch ${id} continues it`;
   if (name === "/switch" && existing === null) return `You have no session ${id}; /new ${id} starts it`;
-  if (existing === null) await store.getOrCreate({ userId: state.userId, sessionId: id });
+  if (existing === null) await store.getOrCreate(target);
   state.sessionId = id;
-  return `now in ${await describeSession(store, id, state.userId)}`;
+  return `now in ${await describeSession(store, target)}`;
 }
 
 async function listSessions(store: SessionStore, state: ChatState): Promise<string> {

@@ -136,7 +136,6 @@ export class LineEditor {
   }
 
   #write(text: string): void {
-    if (text === "") return;
     this.#output.write(text);
     this.#atLineStart = text.endsWith("\n");
   }

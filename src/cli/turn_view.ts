@@ -30,14 +30,10 @@ class Thinking {
 
   /** Starts the line, saying `label` (the model is asked, or its reasoning streams in). */
   start(label = "thinking…"): void {
-    const changed = label !== this.#label;
+    if (this.#timer !== undefined && label === this.#label) return;
     this.#label = label;
-    if (this.#timer !== undefined) {
-      if (changed) this.#draw();
-      return;
-    }
     this.#draw();
-    this.#timer = setInterval(() => this.#draw(), 100);
+    this.#timer ??= setInterval(() => this.#draw(), 100);
   }
 
   stop(): void {
@@ -102,9 +98,7 @@ export class TurnView {
   #options: TurnViewOptions;
   #sessions: SessionRunner;
   #thinking: Thinking;
-  /** True while streamed answer text is on the current output line. */
-  #streaming = false;
-  /** The streamed answer's markdown, on a terminal. */
+  /** The streamed answer's markdown, on a terminal: set while its text is on the output. */
   #markdown: MarkdownStream | null = null;
   /** Model calls of the running turn, for its stats line. */
   #modelCalls = 0;
@@ -174,7 +168,7 @@ export class TurnView {
       status.write(error);
       return result;
     }
-    const shown = this.#streaming && result.outcome === "answered";
+    const shown = this.#markdown !== null && result.outcome === "answered";
     this.#endStreamLine();
     // A streamed answer is already on screen, as it arrived; anything else is printed whole.
     if (result.outcome === "error") {
@@ -198,11 +192,10 @@ export class TurnView {
   /**
    * Piped: ends the turn's answer line. Text streamed before tool calls is already on it, so an answer that was
    * not streamed (a closing answer, an error) continues the line rather than starting another. An answer not
-   * in the response format is left off it.
+   * in the response format, or an error, leaves its line empty; the status says why (run).
    */
   #endPipedLine(result: TurnResult): void {
     const { output } = this.#options;
-    // An answer not in the response format, or an error, leaves its line empty; the status says why (run).
     const printable = result.outcome !== "invalid_output" && result.outcome !== "error";
     if (printable && (this.#pipedStep === null || result.outcome !== "answered")) {
       output.write(`${this.#separator()}${result.answer}`);
@@ -236,10 +229,8 @@ export class TurnView {
   }
 
   #endStreamLine(): void {
-    if (this.#markdown !== null) this.#markdown.end();
-    else if (this.#streaming) this.#options.output.write("\n");
+    this.#markdown?.end();
     this.#markdown = null;
-    this.#streaming = false;
   }
 
   /** On a terminal: the answer as markdown, redrawn line by line as it grows. */
@@ -247,7 +238,6 @@ export class TurnView {
     const { output, style, columns } = this.#options;
     if (this.#markdown === null) {
       this.#thinking.stop();
-      this.#streaming = true;
       const prefix = `${style.bold("agent>")} `;
       this.#markdown = markdownStream((chunk) => output.write(chunk), style, { columns, prefix });
     }
