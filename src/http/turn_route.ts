@@ -15,7 +15,7 @@ import { isRecord } from "../_json.ts";
 import type { HandlerDeps } from "./deps.ts";
 import { failedTurn, HttpError, toHttpError } from "./errors.ts";
 import { RunEventIds } from "./run_events.ts";
-import { sseResponse, type SseSend } from "./sse.ts";
+import { sendErrorFrame, sseResponse } from "./sse.ts";
 import { type QueuedTurn, queueTurn } from "../session/turn.ts";
 
 /**
@@ -87,12 +87,6 @@ export async function respondTurn(request: Request, run: QueuedTurn, deps: Handl
 
   // One frame per run event; deltas are a live view for this client only: never traced, the answer event
   // holds the full text. A turn without an answer ends with the error frame of the status JSON would have.
-  const frame = (error: HttpError, send: SseSend) => {
-    // A client gone is routine: no frame, nobody reads it.
-    if (error.status !== 499) {
-      send(JSON.stringify({ error: { ...error.body(), status: error.status } }), "error");
-    }
-  };
   const headers: Record<string, string> = { "x-run-id": run.runId };
   if (resumable(request)) headers["preference-applied"] = "resumable";
   return sseResponse(
@@ -111,9 +105,9 @@ export async function respondTurn(request: Request, run: QueuedTurn, deps: Handl
           send(JSON.stringify({ step }), "reasoning");
         },
       });
-      if (result.failure !== undefined) frame(failedTurn(result), send);
+      if (result.failure !== undefined) sendErrorFrame(failedTurn(result), send);
     },
-    (error, send) => frame(toHttpError(error, deps.log, "internal error"), send),
+    (error, send) => sendErrorFrame(toHttpError(error, deps.log, "internal error"), send),
     headers,
   );
 }
