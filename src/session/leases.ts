@@ -213,8 +213,7 @@ export class SessionLeases {
    * growing pause (jittered) until it is free.
    */
   #take(key: SessionKey, name: string, onWait?: () => void, after?: Promise<void>): Held {
-    let finished!: () => void;
-    const done = new Promise<void>((resolve) => (finished = resolve));
+    const { promise: done, resolve: finished } = Promise.withResolvers<void>();
     const held: Held = {
       key,
       owner: `${this.#owner}:${++this.#acquisitions}`,
