@@ -21,7 +21,7 @@ export async function handleApproval(
   key: SessionKey,
   deps: HandlerDeps,
 ): Promise<Response> {
-  const body = await readJsonBody(request, { maxBytes: deps.maxBodyBytes, signal: request.signal });
+  const body = await readJsonBody(request, { maxBytes: deps.maxBodyBytes });
   if (typeof body !== "object" || body === null || Array.isArray(body) || !Object.hasOwn(body, "decisions")) {
     throw new HttpError(
       400,

@@ -14,7 +14,7 @@ import { HttpError } from "./errors.ts";
  * from its first question again (null without one); 404 when the session went meanwhile.
  */
 export async function handleRename(request: Request, session: Session, deps: HandlerDeps): Promise<Response> {
-  const body = await readJsonBody(request, { maxBytes: deps.maxBodyBytes, signal: request.signal });
+  const body = await readJsonBody(request, { maxBytes: deps.maxBodyBytes });
   const invalid = (why: string) => new HttpError(400, "invalid_body", why);
   if (typeof body !== "object" || body === null || Array.isArray(body) || !Object.hasOwn(body, "title")) {
     throw invalid('Cannot rename the session: the body must be a JSON object with "title"');

@@ -57,9 +57,7 @@ function route(
   options: RouteOptions = {},
 ): Route {
   const { auth = "user", errorResponse } = options;
-  return errorResponse === undefined
-    ? { method, path, auth, handle }
-    : { method, path, auth, handle, errorResponse };
+  return { method, path, auth, handle, errorResponse };
 }
 
 /** A route anyone may call: no auth. */
@@ -84,7 +82,7 @@ export function createRoutes(deps: HandlerDeps): Route[] {
       throw new HttpError(404, "not_found", "MCP is not served here: start serve with AGENT_SERVE_MCP=true");
     }
     const body = request.method === "POST"
-      ? await readJsonBody(request, { maxBytes: deps.maxBodyBytes, signal: request.signal })
+      ? await readJsonBody(request, { maxBytes: deps.maxBodyBytes })
       : undefined;
     return await deps.mcp.handle(request, userId, deps, body);
   };
@@ -106,9 +104,6 @@ export function createRoutes(deps: HandlerDeps): Route[] {
     route("GET", "/v1/sessions/{id}", async (_request, params, userId) => {
       const session = await own(userId, params.id);
       const messages = (await store.messages(keyOf(session))).map(messageJson);
-      const { id: session_id, title, turnCount: turn_count, createdAt: created_at, updatedAt: updated_at } =
-        session;
-      const summary = parseSummary(session.summary);
       const pending = await store.pendingStep(keyOf(session));
       const pending_approval = pending === null ? null : {
         run_id: pending.runId,
@@ -117,12 +112,12 @@ export function createRoutes(deps: HandlerDeps): Route[] {
         created_at: pending.createdAt,
       };
       return Response.json({
-        session_id,
-        title,
-        turn_count,
-        summary,
-        created_at,
-        updated_at,
+        session_id: session.id,
+        title: session.title,
+        turn_count: session.turnCount,
+        summary: parseSummary(session.summary),
+        created_at: session.createdAt,
+        updated_at: session.updatedAt,
         messages,
         pending_approval,
       });

@@ -49,9 +49,7 @@ export async function handleTurn(
   options: HandleTurnOptions = {},
 ): Promise<Response> {
   const { retry = false } = options;
-  const body = retry
-    ? undefined
-    : await readJsonBody(request, { maxBytes: deps.maxBodyBytes, signal: request.signal });
+  const body = retry ? undefined : await readJsonBody(request, { maxBytes: deps.maxBodyBytes });
   const message = retry ? undefined : messageField(body);
   const responseFormat = responseFormatField(body);
   const run = await queueTurn(request.signal, { ...key, message, retry, responseFormat }, deps, {
