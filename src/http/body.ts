@@ -103,7 +103,8 @@ function tooLarge(size: string, maxBytes: number): HttpError {
   );
 }
 
-function describe(value: unknown): string {
+/** What a JSON value is, for a message: `null`, `array`, or its `typeof`. */
+export function describe(value: unknown): string {
   return value === null ? "null" : Array.isArray(value) ? "array" : typeof value;
 }
 

@@ -13,6 +13,7 @@ import type { TracePage } from "../trace/shared_trace.ts";
 import type { HandlerDeps } from "./deps.ts";
 import { HttpError, toHttpError } from "./errors.ts";
 import { sendErrorFrame, sseResponse, type SseSend } from "./sse.ts";
+import { noTraceTable } from "./trace_route.ts";
 
 /** An event id as its two numbers: the run's part (0, or the resumed step + 1) and the event's place in it. */
 type EventId = readonly [part: number, place: number];
@@ -82,13 +83,7 @@ export async function handleRunEvents(
 ): Promise<Response> {
   const { session, runId } = run;
   const trace = deps.trace ?? traceTableOf(deps.store);
-  if (trace === null) {
-    throw new HttpError(
-      501,
-      "trace_unavailable",
-      "Cannot follow the run: this session store keeps no trace table",
-    );
-  }
+  if (trace === null) throw noTraceTable("Cannot follow the run");
   const seen = lastEventId(request);
   const { userId, id: sessionId, createdAt: since } = session;
   const read = (cursor: number | null) =>
