@@ -15,7 +15,6 @@ import { handleChatCompletion } from "./openai_route.ts";
 import { AGENT_MODEL, modelList, modelNotFound, modelObject, openaiErrorResponse } from "./openai_shape.ts";
 import { handleTrace } from "./trace_route.ts";
 import { handleTurn } from "./turn_route.ts";
-import { handleApproval } from "./approval_route.ts";
 import { handleCancel } from "./cancel_route.ts";
 import { handleRunEvents } from "./run_events.ts";
 import { approvalCalls } from "../approval/decisions.ts";
@@ -139,7 +138,7 @@ export function createRoutes(deps: HandlerDeps): Route[] {
       return handleTurn(request, keyOf(await own(userId, params.id)), deps, { retry: true });
     }),
     route("POST", "/v1/sessions/{id}/approvals", async (request, params, userId) => {
-      return handleApproval(request, keyOf(await own(userId, params.id)), deps);
+      return handleTurn(request, keyOf(await own(userId, params.id)), deps, { decisions: true });
     }),
     route("POST", "/v1/sessions/{id}/cancel", async (request, params, userId) => {
       return handleCancel(request, await own(userId, params.id), deps);
