@@ -58,8 +58,8 @@ function errors(statuses: number[], schema = "Error", described = DESCRIPTIONS) 
 }
 
 /** An operation: `summary`, then `extra` (security, request body), then a 200 of `ok` and the errors. */
-function op(summary: string, ok: unknown, statuses: number[], extra = {}): Operation {
-  return { summary, ...extra, responses: { "200": ok, ...errors(statuses) } } as Operation;
+function op(summary: string, ok: unknown, statuses: number[], extra = {}, errorsOf = errors): Operation {
+  return { summary, ...extra, responses: { "200": ok, ...errorsOf(statuses) } } as Operation;
 }
 
 /** A turn's answer: JSON, or an SSE stream of its run events (each with its id, the run's in X-Run-Id). */
@@ -480,31 +480,29 @@ export const OPENAPI = {
     },
     "/v1/models/{model}": {
       parameters: [param("model", "path", str)],
-      get: {
-        summary: "OpenAI-compatible: one model",
-        responses: { "200": json(ref("Model")), ...openaiErrors([401, 404]) },
-      },
+      get: op("OpenAI-compatible: one model", json(ref("Model")), [401, 404], {}, openaiErrors),
     },
     "/v1/chat/completions": {
       parameters: [sessionHeader],
-      post: {
-        summary: "OpenAI-compatible: one agent turn (the whole tool loop, tools run on the server) as a " +
+      post: op(
+        "OpenAI-compatible: one agent turn (the whole tool loop, tools run on the server) as a " +
           "chat.completion, or with stream: true as chat.completion.chunk events ending in data: [DONE]",
-        requestBody: {
-          required: true,
-          content: { "application/json": { schema: ref("ChatCompletionRequest") } },
+        {
+          description:
+            "OpenAI's CreateChatCompletionResponse; streamed, CreateChatCompletionStreamResponse " +
+            'events (a failure mid-stream is a data: {"error": …} frame). finish_reason is stop, or length ' +
+            "when the turn reached its step limit or token budget; usage sums the turn's model calls",
+          content: { "application/json": { schema: anyObject }, "text/event-stream": { schema: str } },
         },
-        responses: {
-          "200": {
-            description:
-              "OpenAI's CreateChatCompletionResponse; streamed, CreateChatCompletionStreamResponse " +
-              'events (a failure mid-stream is a data: {"error": …} frame). finish_reason is stop, or length ' +
-              "when the turn reached its step limit or token budget; usage sums the turn's model calls",
-            content: { "application/json": { schema: anyObject }, "text/event-stream": { schema: str } },
+        [400, 401, 404, 413, 415, 429, 502, 503, 504],
+        {
+          requestBody: {
+            required: true,
+            content: { "application/json": { schema: ref("ChatCompletionRequest") } },
           },
-          ...openaiErrors([400, 401, 404, 413, 415, 429, 502, 503, 504]),
         },
-      },
+        openaiErrors,
+      ),
     },
   }),
 } as const;
