@@ -10,7 +10,7 @@ import { usageData } from "../agent/agent.ts";
 import type { Decision } from "../approval/decisions.ts";
 import type { SessionKey } from "../store/store.ts";
 import type { ResponseFormat } from "../types.ts";
-import { messageField, readJsonBody } from "./body.ts";
+import { bodyWith, messageField, readJsonBody } from "./body.ts";
 import { parseResponseFormat } from "../agent/response_format.ts";
 import { ResponseFormatError } from "../errors.ts";
 import { isRecord } from "../_json.ts";
@@ -60,22 +60,10 @@ export async function handleTurn(
   const { retry = false, decisions = false } = options;
   const body = retry ? undefined : await readJsonBody(request, { maxBytes: deps.maxBodyBytes });
   const asked = decisions
-    ? { decisions: decisionsField(body) }
+    ? { decisions: bodyWith(body, "decisions", "Cannot resume").decisions as Record<string, Decision> }
     : { message: retry ? undefined : messageField(body), retry, responseFormat: responseFormatField(body) };
   const run = await queueTurn(request.signal, { ...key, ...asked }, deps, { resumable: resumable(request) });
   return await respondTurn(request, run, deps);
-}
-
-/** The body's `decisions`; a 400 `invalid_body` unless the body is a JSON object that has them. */
-function decisionsField(body: unknown): Record<string, Decision> {
-  if (!isRecord(body) || !Object.hasOwn(body, "decisions")) {
-    throw new HttpError(
-      400,
-      "invalid_body",
-      'Cannot resume: the body must be a JSON object with "decisions"',
-    );
-  }
-  return body.decisions as Record<string, Decision>;
 }
 
 /** The body's `response_format` (see `parseResponseFormat`), or null; a 400 `invalid_body` saying what is wrong. */
