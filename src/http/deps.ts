@@ -1,7 +1,6 @@
 /** What the HTTP handler and its routes are built from; only `src/main.ts` builds the real ones. @module */
 import type { TracePages } from "../trace/shared_trace.ts";
 import type { EventSink } from "../events.ts";
-import type { SessionRunner } from "../session/runner.ts";
 import type { TurnDeps } from "../session/turn.ts";
 import type { SessionStore, TodoStore } from "../store/store.ts";
 import type { ToolRegistry } from "../tools/registry.ts";
@@ -9,7 +8,7 @@ import type { Authenticator } from "./auth.ts";
 import type { HostRules } from "./host_guard.ts";
 
 /** The handler's dependencies: those of a turn (see `TurnDeps`), and the routes'. */
-export interface HandlerDeps extends Pick<TurnDeps, "agent" | "dailyTokens"> {
+export interface HandlerDeps extends Pick<TurnDeps, "agent" | "dailyTokens" | "sessions"> {
   /** Where the sessions are kept, with their todos, the users' memory and token counts. */
   store: SessionStore;
   /**
@@ -25,11 +24,6 @@ export interface HandlerDeps extends Pick<TurnDeps, "agent" | "dailyTokens"> {
    * see `host_guard.ts`. @default {{}} (loopback names on any port)
    */
   hosts?: HostRules;
-  /**
-   * Runs every turn and delete of a session: in the session's queue (429 or 503 past its bounds), then under
-   * its lease when it has leases, so two servers on one database never interleave a session.
-   */
-  sessions: SessionRunner;
   maxBodyBytes: number;
   /**
    * Where the trace route reads: the session database's `trace_events` table, which the tracer's events are
