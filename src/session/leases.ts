@@ -350,21 +350,17 @@ export class SessionLeases {
       // A failed release is not an error of the work: the lease expires by itself.
       if (!taken || lost) return;
       const wanted = await this.#store.releaseLease(held.key, held.owner).catch(() => false);
-      this.#remember(name, held.streakStart, wanted);
+      const at = this.#clock.now();
+      this.#released.set(name, { at, streakStart: held.streakStart, wanted });
+      // Only the last moments matter: older entries go once there are many.
+      if (this.#released.size <= 256) return;
+      for (const [other, released] of this.#released) {
+        if (at - released.at > this.#maxPollMs) this.#released.delete(other);
+      }
     })().finally(held.finished);
     this.#releasing.set(name, release);
     return release.finally(() => {
       if (this.#releasing.get(name) === release) this.#releasing.delete(name);
     });
-  }
-
-  #remember(name: string, streakStart: number, wanted: boolean): void {
-    const at = this.#clock.now();
-    this.#released.set(name, { at, streakStart, wanted });
-    // Only the last moments matter: older entries go once there are many.
-    if (this.#released.size <= 256) return;
-    for (const [other, released] of this.#released) {
-      if (at - released.at > this.#maxPollMs) this.#released.delete(other);
-    }
   }
 }
