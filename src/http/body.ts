@@ -6,6 +6,7 @@
 import { abortable, abortError } from "../abort.ts";
 import { chunkReader, DEFAULT_CHUNK_BYTES } from "../chunk_reader.ts";
 import { HttpError } from "./errors.ts";
+import { isRecord } from "../_json.ts";
 
 /** Options of {@linkcode readJsonBody} and {@linkcode readMessageField}. */
 export interface ReadJsonBodyOptions {
@@ -91,6 +92,12 @@ export function messageField(body: unknown): string {
   return message;
 }
 
+/** `body` when it is a JSON object with `field`, else a 400 `invalid_body` that `action` (the route's) begins. */
+export function bodyWith(body: unknown, field: string, action: string): Record<string, unknown> {
+  if (isRecord(body) && Object.hasOwn(body, field)) return body;
+  throw new HttpError(400, "invalid_body", `${action}: the body must be a JSON object with "${field}"`);
+}
+
 function invalidJson(why: string, cause?: unknown): HttpError {
   return new HttpError(400, "invalid_json", `Cannot parse request body as JSON: ${why}`, { cause });
 }
@@ -103,7 +110,8 @@ function tooLarge(size: string, maxBytes: number): HttpError {
   );
 }
 
-function describe(value: unknown): string {
+/** What a JSON value is, for a message: `null`, `array`, or its `typeof`. */
+export function describe(value: unknown): string {
   return value === null ? "null" : Array.isArray(value) ? "array" : typeof value;
 }
 

@@ -1,17 +1,14 @@
 /** What the HTTP handler and its routes are built from; only `src/main.ts` builds the real ones. @module */
-import type { Agent } from "../agent/loop.ts";
 import type { TracePages } from "../trace/shared_trace.ts";
 import type { EventSink } from "../events.ts";
-import type { SessionRunner } from "../session/runner.ts";
+import type { TurnDeps } from "../session/turn.ts";
 import type { SessionStore, TodoStore } from "../store/store.ts";
 import type { ToolRegistry } from "../tools/registry.ts";
 import type { Authenticator } from "./auth.ts";
 import type { HostRules } from "./host_guard.ts";
 
-/** The handler's dependencies. */
-export interface HandlerDeps {
-  /** What runs a turn. */
-  agent: Agent;
+/** The handler's dependencies: those of a turn (see `TurnDeps`), and the routes'. */
+export interface HandlerDeps extends Pick<TurnDeps, "agent" | "dailyTokens" | "sessions"> {
   /** Where the sessions are kept, with their todos, the users' memory and token counts. */
   store: SessionStore;
   /**
@@ -27,17 +24,7 @@ export interface HandlerDeps {
    * see `host_guard.ts`. @default {{}} (loopback names on any port)
    */
   hosts?: HostRules;
-  /**
-   * Runs every turn and delete of a session: in the session's queue (429 or 503 past its bounds), then under
-   * its lease when it has leases, so two servers on one database never interleave a session.
-   */
-  sessions: SessionRunner;
   maxBodyBytes: number;
-  /**
-   * Tokens a user may spend per UTC day (AGENT_USER_DAILY_TOKENS), prompt + completion with cached prompt
-   * tokens included, counted in the store; past them a turn gets 429 `quota_exceeded`. @default {null} (no quota)
-   */
-  dailyTokens?: number | null;
   /**
    * Where the trace route reads: the session database's `trace_events` table, which the tracer's events are
    * shipped to (a `SharedTrace`, so a page first ships this process's queued ones). @default {the store's

@@ -9,6 +9,7 @@ import type { Message, ResponseFormat } from "../types.ts";
 import { parseResponseFormat } from "../agent/response_format.ts";
 import { AGENT_MODEL, modelNotFound, requestError } from "./openai_shape.ts";
 import { isRecord } from "../_json.ts";
+import { describe } from "./body.ts";
 
 /** A Chat Completions request, as one agent turn. */
 export interface ChatRequest {
@@ -166,8 +167,4 @@ function missing(param: string) {
 
 function invalid(message: string, param: string | null) {
   return requestError(400, "invalid_value", message, param);
-}
-
-function describe(value: unknown): string {
-  return value === null ? "null" : Array.isArray(value) ? "array" : typeof value;
 }

@@ -43,7 +43,7 @@ export async function handleChatCompletion(
   userId: string,
   deps: HandlerDeps,
 ): Promise<Response> {
-  const body = await readJsonBody(request, { maxBytes: deps.maxBodyBytes, signal: request.signal });
+  const body = await readJsonBody(request, { maxBytes: deps.maxBodyBytes });
   const chat = parseChatRequest(body, request.headers);
   const created = Math.floor((deps.agent.now ?? (() => new Date()))().getTime() / 1000);
   const prepared = chat.sessionId === null

@@ -37,9 +37,7 @@ export interface CompletionIds {
 }
 
 /** Usage as OpenAI writes it: whole numbers summed over the turn's model calls; 0 for a count never reported. */
-export function usageBody(
-  usage: Usage,
-): { prompt_tokens: number; completion_tokens: number; total_tokens: number } {
+function usageBody(usage: Usage) {
   return {
     prompt_tokens: usage.promptTokens ?? 0,
     completion_tokens: usage.completionTokens ?? 0,

@@ -52,14 +52,14 @@ const DESCRIPTIONS: Record<number, string> = {
 };
 
 /** The error responses of `statuses`, and the 403 of the host and origin rules, which every route has. */
-function errors(statuses: number[]) {
+function errors(statuses: number[], schema = "Error", described = DESCRIPTIONS) {
   const all = [...new Set([...statuses, 403])].sort();
-  return Object.fromEntries(all.map((status) => [status, json(ref("Error"), DESCRIPTIONS[status])]));
+  return Object.fromEntries(all.map((status) => [status, json(ref(schema), described[status])]));
 }
 
 /** An operation: `summary`, then `extra` (security, request body), then a 200 of `ok` and the errors. */
-function op(summary: string, ok: unknown, statuses: number[], extra = {}): Operation {
-  return { summary, ...extra, responses: { "200": ok, ...errors(statuses) } } as Operation;
+function op(summary: string, ok: unknown, statuses: number[], extra = {}, errorsOf = errors): Operation {
+  return { summary, ...extra, responses: { "200": ok, ...errorsOf(statuses) } } as Operation;
 }
 
 /** A turn's answer: JSON, or an SSE stream of its run events (each with its id, the run's in X-Run-Id). */
@@ -76,15 +76,13 @@ function turn(description: string) {
 }
 
 /** `Prefer: resumable` on an SSE turn: a disconnect does not cancel it. */
-const preferHeader = {
-  name: "Prefer",
-  in: "header",
-  required: false,
-  description:
-    "resumable (with Accept: text/event-stream): the turn outlives the connection; follow it again " +
+const preferHeader = param(
+  "Prefer",
+  "header",
+  str,
+  "resumable (with Accept: text/event-stream): the turn outlives the connection; follow it again " +
     "at GET /v1/sessions/{id}/runs/{run_id}/events, stop it with POST /v1/sessions/{id}/cancel",
-  schema: str,
-};
+);
 
 function param(name: string, where: "path" | "query" | "header", schema: unknown, description?: string) {
   return { name, in: where, required: where === "path", ...(description && { description }), schema };
@@ -95,24 +93,21 @@ const id = param("id", "path", idSchema, "1-128 characters of A-Z a-z 0-9 . _ : 
 
 /** The statuses of the OpenAI-compatible routes, with a body in OpenAI's error shape. */
 function openaiErrors(statuses: number[]) {
-  const described: Record<number, string> = {
+  return errors(statuses, "OpenAIError", {
     ...DESCRIPTIONS,
     400: "invalid JSON or parameters (`param` names which), a last message that is not a user message, " +
       "client tools, a response_format the runtime cannot use, or an invalid session id",
     404: "a model other than mini-agent (`model_not_found`)",
-  };
-  const all = [...new Set([...statuses, 403])].sort();
-  return Object.fromEntries(all.map((status) => [status, json(ref("OpenAIError"), described[status])]));
+  });
 }
 
-const sessionHeader = {
-  name: "X-Session-Id",
-  in: "header",
-  required: false,
-  description: "keep the conversation in this session of the caller's: only the last message is new. " +
+const sessionHeader = param(
+  "X-Session-Id",
+  "header",
+  idSchema,
+  "keep the conversation in this session of the caller's: only the last message is new. " +
     "Without it (or metadata.session_id) the request's messages are the whole history and nothing is stored.",
-  schema: idSchema,
-};
+);
 
 type Operation = {
   summary: string;
@@ -178,24 +173,14 @@ const usageRow = object({
   estimated_calls: { ...int, description: "calls whose provider reported no counts: estimated" },
   cost_usd: costUsd,
 });
+const dayTotals = { day: str, total_tokens: int, cached_tokens: cachedTokens, cost_usd: costUsd };
 const usagePage = object({
   user_id: str,
   from: str,
   to: str,
-  days: array(
-    object({
-      day: str,
-      total_tokens: int,
-      cached_tokens: cachedTokens,
-      cost_usd: costUsd,
-      models: array(usageRow),
-    }),
-  ),
+  days: array(object({ ...dayTotals, models: array(usageRow) })),
   today: object({
-    day: str,
-    total_tokens: int,
-    cached_tokens: cachedTokens,
-    cost_usd: costUsd,
+    ...dayTotals,
     daily_tokens: { ...intOrNull, description: "AGENT_USER_DAILY_TOKENS, null without a quota" },
     left: intOrNull,
   }),
@@ -495,31 +480,29 @@ export const OPENAPI = {
     },
     "/v1/models/{model}": {
       parameters: [param("model", "path", str)],
-      get: {
-        summary: "OpenAI-compatible: one model",
-        responses: { "200": json(ref("Model")), ...openaiErrors([401, 404]) },
-      },
+      get: op("OpenAI-compatible: one model", json(ref("Model")), [401, 404], {}, openaiErrors),
     },
     "/v1/chat/completions": {
       parameters: [sessionHeader],
-      post: {
-        summary: "OpenAI-compatible: one agent turn (the whole tool loop, tools run on the server) as a " +
+      post: op(
+        "OpenAI-compatible: one agent turn (the whole tool loop, tools run on the server) as a " +
           "chat.completion, or with stream: true as chat.completion.chunk events ending in data: [DONE]",
-        requestBody: {
-          required: true,
-          content: { "application/json": { schema: ref("ChatCompletionRequest") } },
+        {
+          description:
+            "OpenAI's CreateChatCompletionResponse; streamed, CreateChatCompletionStreamResponse " +
+            'events (a failure mid-stream is a data: {"error": …} frame). finish_reason is stop, or length ' +
+            "when the turn reached its step limit or token budget; usage sums the turn's model calls",
+          content: { "application/json": { schema: anyObject }, "text/event-stream": { schema: str } },
         },
-        responses: {
-          "200": {
-            description:
-              "OpenAI's CreateChatCompletionResponse; streamed, CreateChatCompletionStreamResponse " +
-              'events (a failure mid-stream is a data: {"error": …} frame). finish_reason is stop, or length ' +
-              "when the turn reached its step limit or token budget; usage sums the turn's model calls",
-            content: { "application/json": { schema: anyObject }, "text/event-stream": { schema: str } },
+        [400, 401, 404, 413, 415, 429, 502, 503, 504],
+        {
+          requestBody: {
+            required: true,
+            content: { "application/json": { schema: ref("ChatCompletionRequest") } },
           },
-          ...openaiErrors([400, 401, 404, 413, 415, 429, 502, 503, 504]),
         },
-      },
+        openaiErrors,
+      ),
     },
   }),
 } as const;

@@ -4,7 +4,7 @@
  * @module
  */
 import type { Session } from "../store/store.ts";
-import { readJsonBody } from "./body.ts";
+import { bodyWith, readJsonBody } from "./body.ts";
 import type { HandlerDeps } from "./deps.ts";
 import { HttpError } from "./errors.ts";
 
@@ -14,17 +14,16 @@ import { HttpError } from "./errors.ts";
  * from its first question again (null without one); 404 when the session went meanwhile.
  */
 export async function handleRename(request: Request, session: Session, deps: HandlerDeps): Promise<Response> {
-  const body = await readJsonBody(request, { maxBytes: deps.maxBodyBytes, signal: request.signal });
-  const invalid = (why: string) => new HttpError(400, "invalid_body", why);
-  if (typeof body !== "object" || body === null || Array.isArray(body) || !Object.hasOwn(body, "title")) {
-    throw invalid('Cannot rename the session: the body must be a JSON object with "title"');
-  }
+  const body = await readJsonBody(request, { maxBytes: deps.maxBodyBytes });
+  const { title } = bodyWith(body, "title", "Cannot rename the session");
   const key = { userId: session.userId, sessionId: session.id };
   let renamed: Session | null;
   try {
-    renamed = await deps.store.renameSession(key, (body as { title: string }).title);
+    renamed = await deps.store.renameSession(key, title as string);
   } catch (error) {
-    if (error instanceof TypeError || error instanceof RangeError) throw invalid(error.message);
+    if (error instanceof TypeError || error instanceof RangeError) {
+      throw new HttpError(400, "invalid_body", error.message);
+    }
     throw error;
   }
   if (renamed === null) throw new HttpError(404, "not_found", `Session "${session.id}" not found`);

@@ -15,7 +15,6 @@ import { handleChatCompletion } from "./openai_route.ts";
 import { AGENT_MODEL, modelList, modelNotFound, modelObject, openaiErrorResponse } from "./openai_shape.ts";
 import { handleTrace } from "./trace_route.ts";
 import { handleTurn } from "./turn_route.ts";
-import { handleApproval } from "./approval_route.ts";
 import { handleCancel } from "./cancel_route.ts";
 import { handleRunEvents } from "./run_events.ts";
 import { approvalCalls } from "../approval/decisions.ts";
@@ -57,9 +56,7 @@ function route(
   options: RouteOptions = {},
 ): Route {
   const { auth = "user", errorResponse } = options;
-  return errorResponse === undefined
-    ? { method, path, auth, handle }
-    : { method, path, auth, handle, errorResponse };
+  return { method, path, auth, handle, errorResponse };
 }
 
 /** A route anyone may call: no auth. */
@@ -84,7 +81,7 @@ export function createRoutes(deps: HandlerDeps): Route[] {
       throw new HttpError(404, "not_found", "MCP is not served here: start serve with AGENT_SERVE_MCP=true");
     }
     const body = request.method === "POST"
-      ? await readJsonBody(request, { maxBytes: deps.maxBodyBytes, signal: request.signal })
+      ? await readJsonBody(request, { maxBytes: deps.maxBodyBytes })
       : undefined;
     return await deps.mcp.handle(request, userId, deps, body);
   };
@@ -106,9 +103,6 @@ export function createRoutes(deps: HandlerDeps): Route[] {
     route("GET", "/v1/sessions/{id}", async (_request, params, userId) => {
       const session = await own(userId, params.id);
       const messages = (await store.messages(keyOf(session))).map(messageJson);
-      const { id: session_id, title, turnCount: turn_count, createdAt: created_at, updatedAt: updated_at } =
-        session;
-      const summary = parseSummary(session.summary);
       const pending = await store.pendingStep(keyOf(session));
       const pending_approval = pending === null ? null : {
         run_id: pending.runId,
@@ -117,12 +111,12 @@ export function createRoutes(deps: HandlerDeps): Route[] {
         created_at: pending.createdAt,
       };
       return Response.json({
-        session_id,
-        title,
-        turn_count,
-        summary,
-        created_at,
-        updated_at,
+        session_id: session.id,
+        title: session.title,
+        turn_count: session.turnCount,
+        summary: parseSummary(session.summary),
+        created_at: session.createdAt,
+        updated_at: session.updatedAt,
         messages,
         pending_approval,
       });
@@ -144,7 +138,7 @@ export function createRoutes(deps: HandlerDeps): Route[] {
       return handleTurn(request, keyOf(await own(userId, params.id)), deps, { retry: true });
     }),
     route("POST", "/v1/sessions/{id}/approvals", async (request, params, userId) => {
-      return handleApproval(request, keyOf(await own(userId, params.id)), deps);
+      return handleTurn(request, keyOf(await own(userId, params.id)), deps, { decisions: true });
     }),
     route("POST", "/v1/sessions/{id}/cancel", async (request, params, userId) => {
       return handleCancel(request, await own(userId, params.id), deps);

@@ -12,14 +12,8 @@ import type { Session } from "../store/store.ts";
 import type { TracePage } from "../trace/shared_trace.ts";
 import type { HandlerDeps } from "./deps.ts";
 import { HttpError, toHttpError } from "./errors.ts";
-import { sseResponse, type SseSend } from "./sse.ts";
-
-/** How often a follower reads the table for new events, in milliseconds, unless the deps say. */
-export const FOLLOW_POLL_MS = 100;
-/** How long a reader waits for a run's first event to be stored before it answers 404, unless the deps say. */
-export const FOLLOW_FIRST_EVENT_MS = 5000;
-/** How long a follower waits for the run's next event before it ends the stream, unless the deps say. */
-export const FOLLOW_MAX_IDLE_MS = 300_000;
+import { sendErrorFrame, sseResponse, type SseSend } from "./sse.ts";
+import { noTraceTable } from "./trace_route.ts";
 
 /** An event id as its two numbers: the run's part (0, or the resumed step + 1) and the event's place in it. */
 type EventId = readonly [part: number, place: number];
@@ -89,19 +83,12 @@ export async function handleRunEvents(
 ): Promise<Response> {
   const { session, runId } = run;
   const trace = deps.trace ?? traceTableOf(deps.store);
-  if (trace === null) {
-    throw new HttpError(
-      501,
-      "trace_unavailable",
-      "Cannot follow the run: this session store keeps no trace table",
-    );
-  }
+  if (trace === null) throw noTraceTable("Cannot follow the run");
   const seen = lastEventId(request);
   const { userId, id: sessionId, createdAt: since } = session;
   const read = (cursor: number | null) =>
     trace.page({ userId, sessionId, since, runId, limit: 1000, cursor });
-  const { pollMs = FOLLOW_POLL_MS, maxIdleMs = FOLLOW_MAX_IDLE_MS, firstEventMs = FOLLOW_FIRST_EVENT_MS } =
-    deps.follow ?? {};
+  const { pollMs = 100, maxIdleMs = 300_000, firstEventMs = 5000 } = deps.follow ?? {};
   const signal = AbortSignal.any([request.signal, deps.shutdownSignal]);
   // The run's first event may still be on its way to the table from the process that runs it.
   let first = await read(null);
@@ -139,9 +126,7 @@ export async function handleRunEvents(
           const message = `No event of run "${runId}" for ${
             maxIdleMs / 1000
           } s; reconnect with Last-Event-ID to wait on`;
-          const error = new HttpError(504, "run_idle", message);
-          send(JSON.stringify({ error: { ...error.body(), status: error.status } }), "error");
-          return;
+          return sendErrorFrame(new HttpError(504, "run_idle", message), send);
         }
         await delay(pollMs, signal);
         idle++;
@@ -151,9 +136,7 @@ export async function handleRunEvents(
   };
   return sseResponse(follow, (error, send) => {
     const failure = toHttpError(error, deps.log, "internal error");
-    // The client gone or the shutdown: nobody reads it, or the stream just ends.
-    if (failure.status !== 499 && !signal.aborted) {
-      send(JSON.stringify({ error: { ...failure.body(), status: failure.status } }), "error");
-    }
+    // The client gone (no frame then) or the shutdown: nobody reads it, or the stream just ends.
+    if (!signal.aborted) sendErrorFrame(failure, send);
   });
 }

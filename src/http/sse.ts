@@ -3,6 +3,7 @@
  * runs, closed when the producer settles, and quiet once the client has gone.
  * @module
  */
+import type { HttpError } from "./errors.ts";
 
 /**
  * Writes one frame: `data` (one line: JSON or a marker such as `[DONE]`), with an `event:` line if named and an
@@ -10,6 +11,16 @@
  * dropped: the client has gone or was let go.
  */
 export type SseSend = (data: string, event?: string, id?: string) => boolean;
+
+/**
+ * Sends `error` as an `error` frame, `{"error": {code, message, …, status}}`, the body of the status a JSON
+ * answer would have had; none for a client gone (499), which is routine: nobody reads it.
+ */
+export function sendErrorFrame(error: HttpError, send: SseSend): void {
+  if (error.status !== 499) {
+    send(JSON.stringify({ error: { ...error.body(), status: error.status } }), "error");
+  }
+}
 
 /** The headers of every SSE response: no caching, and no buffering in a reverse proxy. */
 export const SSE_HEADERS: Readonly<Record<string, string>> = Object.freeze({

@@ -40,13 +40,7 @@ export async function handleTrace(
   session: Session,
   reader: TracePages | null,
 ): Promise<Response> {
-  if (reader === null) {
-    throw new HttpError(
-      501,
-      "trace_unavailable",
-      "Cannot read the trace: this session store keeps no trace table",
-    );
-  }
+  if (reader === null) throw noTraceTable("Cannot read the trace");
   const params = new URL(request.url).searchParams;
   const limit = parseLimit(params.get("limit"));
   const cursor = parseCursor(params.get("cursor"));
@@ -55,6 +49,11 @@ export async function handleTrace(
   const page = await reader.page({ userId, sessionId, since, runId: params.get("run_id"), limit, cursor });
   const next_cursor = page.nextCursor === null ? null : encodeTraceCursor(page.nextCursor);
   return Response.json({ session_id: session.id, events: page.events, next_cursor });
+}
+
+/** The 501 of a route that reads the trace table, on a store that keeps none; `action` says what failed. */
+export function noTraceTable(action: string): HttpError {
+  return new HttpError(501, "trace_unavailable", `${action}: this session store keeps no trace table`);
 }
 
 function parseLimit(text: string | null): number {

@@ -6,7 +6,7 @@
 import type { UsageEntry } from "../types.ts";
 import type { HandlerDeps } from "./deps.ts";
 import { HttpError } from "./errors.ts";
-import { utcDay } from "../session/quota.ts";
+import { spentTokens, utcDay } from "../session/quota.ts";
 import { costOf, type PriceTable } from "../prices.ts";
 
 /** Days a page covers unless `from` says otherwise: the 30 up to `to`. */
@@ -71,7 +71,7 @@ export async function handleUsage(request: Request, userId: string, deps: Handle
   const days = new Map<string, UsageEntry[]>();
   for (const row of rows) days.set(row.day, [...(days.get(row.day) ?? []), row]);
   const todays = await deps.store.userUsage(userId, { from: today, to: today });
-  const spent = tokens(todays);
+  const spent = spentTokens(todays);
   const limit = deps.dailyTokens ?? null;
   return Response.json({
     user_id: userId,
@@ -79,7 +79,7 @@ export async function handleUsage(request: Request, userId: string, deps: Handle
     to,
     days: [...days].map(([day, entries]) => ({
       day,
-      total_tokens: tokens(entries),
+      total_tokens: spentTokens(entries),
       cached_tokens: cachedTokens(entries),
       ...cost(entries, prices),
       models: entries.map((entry) => usageRow(entry, prices)),
@@ -93,11 +93,6 @@ export async function handleUsage(request: Request, userId: string, deps: Handle
       left: limit === null ? null : Math.max(0, limit - spent),
     },
   });
-}
-
-/** Prompt + completion tokens, cached ones included: what the daily quota counts. */
-function tokens(entries: readonly UsageEntry[]): number {
-  return entries.reduce((sum, e) => sum + e.promptTokens + e.completionTokens, 0);
 }
 
 function cachedTokens(entries: readonly UsageEntry[]): number {

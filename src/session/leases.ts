@@ -60,8 +60,6 @@ export interface HoldOptions {
   onCancel?: () => void;
 }
 
-/** What leases need of a store. */
-
 /** One lease this process holds or is taking, shared by everything of this process on that session. */
 interface Held {
   key: SessionKey;
@@ -151,11 +149,6 @@ export class SessionLeases {
     this.#host = host === UNKNOWN_HOST ? undefined : host;
   }
 
-  /** How long a lease lasts unless renewed, in milliseconds. */
-  get ttlMs(): number {
-    return this.#ttlMs;
-  }
-
   /** How many times this process paused to let a waiting process take a session it kept. */
   get stepsAside(): number {
     return this.#stepsAside;
@@ -177,13 +170,9 @@ export class SessionLeases {
     if (signal?.aborted) return Promise.reject(abortError(signal, "Waiting for the session's lease"));
     const name = sessionName(key);
     let held = this.#held.get(name);
-    // Kept too long through overlapping works: this one waits for a new take, after the running ones.
-    if (held !== undefined && held.count > 0 && this.#clock.now() - held.since >= this.#fairShareMs) {
-      const previous = held;
-      held = this.#take(key, name, onWait, previous.done);
-      this.#held.set(name, held);
-    } else if (held === undefined) {
-      held = this.#take(key, name, onWait);
+    // None yet, or kept too long through overlapping works: a new take, which waits for the running ones.
+    if (held === undefined || (held.count > 0 && this.#clock.now() - held.since >= this.#fairShareMs)) {
+      held = this.#take(key, name, onWait, held?.done);
       this.#held.set(name, held);
     } else if (held.waiting) onWait?.();
     // Counted at once, before any await: a compaction started by a running turn keeps its lease.
@@ -224,8 +213,7 @@ export class SessionLeases {
    * growing pause (jittered) until it is free.
    */
   #take(key: SessionKey, name: string, onWait?: () => void, after?: Promise<void>): Held {
-    let finished!: () => void;
-    const done = new Promise<void>((resolve) => (finished = resolve));
+    const { promise: done, resolve: finished } = Promise.withResolvers<void>();
     const held: Held = {
       key,
       owner: `${this.#owner}:${++this.#acquisitions}`,
@@ -362,21 +350,17 @@ export class SessionLeases {
       // A failed release is not an error of the work: the lease expires by itself.
       if (!taken || lost) return;
       const wanted = await this.#store.releaseLease(held.key, held.owner).catch(() => false);
-      this.#remember(name, held.streakStart, wanted);
+      const at = this.#clock.now();
+      this.#released.set(name, { at, streakStart: held.streakStart, wanted });
+      // Only the last moments matter: older entries go once there are many.
+      if (this.#released.size <= 256) return;
+      for (const [other, released] of this.#released) {
+        if (at - released.at > this.#maxPollMs) this.#released.delete(other);
+      }
     })().finally(held.finished);
     this.#releasing.set(name, release);
     return release.finally(() => {
       if (this.#releasing.get(name) === release) this.#releasing.delete(name);
     });
-  }
-
-  #remember(name: string, streakStart: number, wanted: boolean): void {
-    const at = this.#clock.now();
-    this.#released.set(name, { at, streakStart, wanted });
-    // Only the last moments matter: older entries go once there are many.
-    if (this.#released.size <= 256) return;
-    for (const [other, released] of this.#released) {
-      if (at - released.at > this.#maxPollMs) this.#released.delete(other);
-    }
   }
 }

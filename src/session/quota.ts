@@ -6,30 +6,16 @@
  */
 import { QuotaExceededError } from "../errors.ts";
 import type { UsageStore } from "../store/store.ts";
+import type { UsageEntry } from "../types.ts";
 
 /** The UTC day of `at`, `YYYY-MM-DD`, as the store counts it. */
 export function utcDay(at: Date): string {
   return at.toISOString().slice(0, 10);
 }
 
-/** Whole seconds from `at` to the next UTC midnight, at least 1. */
-export function secondsToNextUtcDay(at: Date): number {
-  const next = Date.UTC(at.getUTCFullYear(), at.getUTCMonth(), at.getUTCDate() + 1);
-  return Math.max(1, Math.ceil((next - at.getTime()) / 1000));
-}
-
-/**
- * The tokens (prompt + completion, cached prompt tokens included) `userId` has spent on the UTC day of `at`,
- * over every model.
- */
-export async function tokensOfDay(
-  store: Pick<UsageStore, "userUsage">,
-  userId: string,
-  at: Date,
-): Promise<number> {
-  const day = utcDay(at);
-  const rows = await store.userUsage(userId, { from: day, to: day });
-  return rows.reduce((sum, row) => sum + row.promptTokens + row.completionTokens, 0);
+/** Prompt + completion tokens of `entries`, cached prompt tokens included: what the daily quota counts. */
+export function spentTokens(entries: readonly UsageEntry[]): number {
+  return entries.reduce((sum, entry) => sum + entry.promptTokens + entry.completionTokens, 0);
 }
 
 /**
@@ -45,9 +31,12 @@ export async function checkDailyQuota(
 ): Promise<void> {
   if (limit === null) return;
   const at = now();
-  const spent = await tokensOfDay(store, userId, at);
+  const day = utcDay(at);
+  const spent = spentTokens(await store.userUsage(userId, { from: day, to: day }));
   if (spent < limit) return;
-  const wait = secondsToNextUtcDay(at);
+  // Whole seconds to the next UTC midnight, at least 1.
+  const next = Date.UTC(at.getUTCFullYear(), at.getUTCMonth(), at.getUTCDate() + 1);
+  const wait = Math.max(1, Math.ceil((next - at.getTime()) / 1000));
   const message = `Cannot start a turn: user "${userId}" has spent ${spent} tokens today (UTC), ` +
     `the daily quota is ${limit} (AGENT_USER_DAILY_TOKENS); it starts again at 00:00 UTC, in ${wait} s`;
   throw new QuotaExceededError(message, wait);

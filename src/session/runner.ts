@@ -7,7 +7,7 @@
  */
 import { type QueueFullError, TurnCancelledError } from "../errors.ts";
 import { SessionQueue, type SessionQueueOptions } from "./queue.ts";
-import type { SessionLeases } from "./leases.ts";
+import type { HoldOptions, SessionLeases } from "./leases.ts";
 import { type SessionKey, sessionName } from "../store/store.ts";
 
 /** Options of {@linkcode SessionRunner}. */
@@ -19,11 +19,9 @@ export interface SessionRunnerOptions {
 }
 
 /** Options of {@linkcode SessionRunner.run}. */
-export interface SessionRunOptions {
+export interface SessionRunOptions extends Pick<HoldOptions, "onWait"> {
   /** Drops the work while it waits (the run rejects with its reason); the work's signal follows it. */
   signal?: AbortSignal;
-  /** Called once if another process holds the lease, before waiting for it. @default {undefined} */
-  onWait?: () => void;
   /**
    * Whether the work waits its turn in the queue. A background compaction does not: it joins the lease of the
    * turn that started it, and the session's next turn does not wait for it. @default {true}

@@ -6,9 +6,8 @@
  * cancel of a running turn, wherever it runs.
  * @module
  */
-import { approvalPending, nothingToRetry, unansweredMessage } from "../agent/agent.ts";
+import { approvalPending, nothingToRetry, type TurnStore, unansweredMessage } from "../agent/agent.ts";
 import { type Agent, type RunOptions, runTurn, type TurnInput } from "../agent/loop.ts";
-import type { TurnStore } from "../agent/agent.ts";
 import type { TurnReads } from "../agent/journal.ts";
 import { checkDecisions, noPendingApproval } from "../approval/decisions.ts";
 import { SessionError } from "../errors.ts";
@@ -17,7 +16,7 @@ import type { Session, UsageStore } from "../store/store.ts";
 import type { TracePages } from "../trace/shared_trace.ts";
 import type { TurnResult } from "../types.ts";
 import { checkDailyQuota } from "./quota.ts";
-import type { SessionRunner } from "./runner.ts";
+import type { SessionRunner, SessionRunOptions } from "./runner.ts";
 
 /** What a client sees live of a run, never traced: answer text as it streams, reasoning's arrival. */
 export type LiveView = Pick<RunOptions, "onDelta" | "onReasoning">;
@@ -31,7 +30,7 @@ export type QueuedTurn =
   & { readonly runId: string };
 
 /** Options of {@linkcode queueTurn}. */
-export interface QueueTurnOptions {
+export interface QueueTurnOptions extends Pick<RunOptions, "allowed">, Pick<SessionRunOptions, "onWait"> {
   /** What runs the turn. @default {deps.agent} */
   agent?: Agent;
   /**
@@ -44,10 +43,6 @@ export interface QueueTurnOptions {
    * retries it rather than asking twice. @default {false}
    */
   retryIfResent?: boolean;
-  /** Tools the user allowed for the rest of the session ("always"): they need no approval. @default {none} */
-  allowed?: ReadonlySet<string>;
-  /** Called once if the session's lease is held by another process, before waiting for it. @default {none} */
-  onWait?: () => void;
   /**
    * Where the turn reads and writes its session when not in `deps.store` (a request's private session, see
    * `request_session.ts`; the user's memory is still recalled from `deps.store`): then it runs in the
