@@ -136,10 +136,6 @@ export class QueueFullError extends Error {
  */
 export class StoreUnavailableError extends Error {
   override name = "StoreUnavailableError";
-
-  constructor(message: string, options: { cause?: unknown } = {}) {
-    super(message, options);
-  }
 }
 
 /** What an error says, without the "Error: " a stack would add; anything thrown that is not an error, as text. */

@@ -8,6 +8,7 @@
  */
 import { INVALID_TOOL_CALL_NAME } from "../llm/wire.ts";
 import {
+  failure,
   quotedToolName,
   serializeToolResult,
   type ToolContext,
@@ -15,7 +16,7 @@ import {
 } from "../tools/registry.ts";
 import type { RunEventData } from "../events.ts";
 import { inSpan, toolSpan } from "../telemetry.ts";
-import type { Message, ToolCall, ToolResult, TurnToolCall } from "../types.ts";
+import type { Message, ToolCall, TurnToolCall } from "../types.ts";
 
 /** Largest tool-call `arguments` run or stored whole, in UTF-8 bytes (64 KiB). */
 export const MAX_TOOL_ARGUMENT_BYTES = 65_536;
@@ -68,10 +69,6 @@ export interface ToolCallsOutcome {
   results: Message[];
   /** The calls as the turn's result reports them. */
   reported: TurnToolCall[];
-}
-
-function failure(error: string): ToolResult {
-  return { ok: false, data: null, error, truncated: false };
 }
 
 function utf8Length(text: string): number {
