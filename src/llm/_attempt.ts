@@ -18,8 +18,6 @@ import {
   type Thrown,
   tooLarge,
 } from "./_failure.ts";
-
-export type { AttemptContext };
 import type { ChatOptions } from "./llm.ts";
 import { ReplyAssembler, SseParser } from "./stream.ts";
 import { invalidResponseError, parseCompletion, quoteBody } from "./wire.ts";
