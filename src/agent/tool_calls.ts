@@ -65,8 +65,6 @@ export interface ToolCallsOutcome {
    * nameless call, over-long arguments cut (see {@linkcode cutArguments}), no `problem`.
    */
   calls: ToolCall[];
-  /** One tool message per call, in the same order. */
-  results: Message[];
   /** The calls as the turn's result reports them. */
   reported: TurnToolCall[];
 }
@@ -95,10 +93,7 @@ export function callKey(messageId: string, callId: string): string {
   return `${messageId}/${callId}`;
 }
 
-/**
- * The call as the assistant message stores it: a placeholder name for a nameless call, over-long arguments
- * cut (see {@linkcode cutArguments}), no `problem`.
- */
+/** The call as the assistant message stores it (see {@linkcode ToolCallsOutcome.calls}). */
 function storedCall(call: ToolCall, bytes: number): ToolCall {
   return {
     id: call.id,
@@ -149,7 +144,6 @@ export async function runToolCalls(
   const sizes = calls.map((call) => utf8Length(call.arguments));
   const outcome: ToolCallsOutcome = {
     calls: calls.map((call, i) => storedCall(call, sizes[i])),
-    results: [],
     reported: [],
   };
   const messageId = await intent(outcome.calls);
@@ -165,7 +159,6 @@ export async function runToolCalls(
     emit("tool_result", { id: stored.id, name: stored.name, ...result });
     const message: Message = { role: "tool", content: serializeToolResult(result), toolCallId: stored.id };
     await store(message);
-    outcome.results.push(message);
     outcome.reported.push({ name: stored.name, arguments: stored.arguments, ok: result.ok });
   }
   return outcome;
