@@ -76,11 +76,9 @@ const CANNOT_CREATE = "Cannot create OpenAICompatibleLLM";
 
 /** One attempt's failure, thrown so the retry loop sees it; the client turns it into an `LlmError`. */
 class FailedAttempt extends Error {
-  readonly failure: Failure;
-  constructor(failure: Failure) {
+  constructor(readonly failure: Failure) {
     super(failure.message);
     this.name = "FailedAttempt";
-    this.failure = failure;
   }
 }
 
