@@ -451,11 +451,9 @@ function stateOf(
 }
 
 /** Options of {@linkcode contentText}. */
-export interface ContentTextOptions {
+export interface ContentTextOptions extends Pick<ParseCompletionOptions, "source"> {
   /** How error messages name the content, e.g. `choices[0].delta.content`. @default {"content"} */
   where?: string;
-  /** Where the body came from (the provider's host), named in error messages. @default {undefined} */
-  source?: string;
 }
 
 /**
