@@ -15,11 +15,7 @@ export interface ChunkReaderOptions {
 }
 
 /** A reader whose chunk is valid only until the next `read`: copy what must outlive it. */
-export interface ChunkReader {
-  read(): Promise<ReadableStreamReadResult<Uint8Array>>;
-  cancel(reason?: unknown): Promise<void>;
-  releaseLock(): void;
-}
+export type ChunkReader = Pick<ReadableStreamDefaultReader<Uint8Array>, "read" | "cancel" | "releaseLock">;
 
 /**
  * Locks `body` and reads it into one buffer of `bufferBytes`, reused for every read, when it is a byte stream;

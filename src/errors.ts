@@ -6,12 +6,10 @@
 /** A configuration value is missing or malformed. `main` prints the message and exits with code 2. */
 export class ConfigError extends Error {
   override name = "ConfigError";
-  /** The environment variable at fault. */
-  readonly variable: string;
 
-  constructor(variable: string, message: string) {
+  /** `variable`: the environment variable at fault. */
+  constructor(readonly variable: string, message: string) {
     super(message);
-    this.variable = variable;
   }
 }
 
@@ -65,11 +63,9 @@ export type SessionErrorReason =
  */
 export class SessionError extends Error {
   override name = "SessionError";
-  readonly reason: SessionErrorReason;
 
-  constructor(message: string, reason: SessionErrorReason) {
+  constructor(message: string, readonly reason: SessionErrorReason) {
     super(message);
-    this.reason = reason;
   }
 }
 
@@ -79,11 +75,9 @@ export class SessionError extends Error {
  */
 export class LeaseLostError extends Error {
   override name = "LeaseLostError";
-  readonly sessionId: string;
 
-  constructor(sessionId: string, options?: { cause?: unknown }) {
+  constructor(readonly sessionId: string, options?: { cause?: unknown }) {
     super(`lost the lease of session "${sessionId}" to another process`, options);
-    this.sessionId = sessionId;
   }
 }
 
@@ -93,23 +87,19 @@ export class LeaseLostError extends Error {
  */
 export class TurnCancelledError extends Error {
   override name = "TurnCancelledError";
-  readonly sessionId: string;
 
-  constructor(sessionId: string, options?: { cause?: unknown }) {
+  constructor(readonly sessionId: string, options?: { cause?: unknown }) {
     super(`the turn of session "${sessionId}" was cancelled`, options);
-    this.sessionId = sessionId;
   }
 }
 
 /** A user has spent their daily tokens (AGENT_USER_DAILY_TOKENS): no turn starts until the next UTC day. */
 export class QuotaExceededError extends Error {
   override name = "QuotaExceededError";
-  /** Whole seconds to the next UTC midnight, when the quota starts again. */
-  readonly retryAfterSeconds: number;
 
-  constructor(message: string, retryAfterSeconds: number) {
+  /** `retryAfterSeconds`: whole seconds to the next UTC midnight, when the quota starts again. */
+  constructor(message: string, readonly retryAfterSeconds: number) {
     super(message);
-    this.retryAfterSeconds = retryAfterSeconds;
   }
 }
 
@@ -120,13 +110,9 @@ export class QuotaExceededError extends Error {
  */
 export class QueueFullError extends Error {
   override name = "QueueFullError";
-  readonly scope: "session" | "process";
-  readonly retryAfterSeconds: number;
 
-  constructor(message: string, scope: "session" | "process", retryAfterSeconds: number) {
+  constructor(message: string, readonly scope: "session" | "process", readonly retryAfterSeconds: number) {
     super(message);
-    this.scope = scope;
-    this.retryAfterSeconds = retryAfterSeconds;
   }
 }
 
@@ -136,10 +122,6 @@ export class QueueFullError extends Error {
  */
 export class StoreUnavailableError extends Error {
   override name = "StoreUnavailableError";
-
-  constructor(message: string, options: { cause?: unknown } = {}) {
-    super(message, options);
-  }
 }
 
 /** What an error says, without the "Error: " a stack would add; anything thrown that is not an error, as text. */
@@ -153,11 +135,9 @@ export function errorMessage(error: unknown): string {
  */
 export class ResponseFormatError extends TypeError {
   override name = "ResponseFormatError";
-  /** The request parameter at fault, e.g. `response_format.json_schema.schema`. */
-  readonly param: string;
 
-  constructor(message: string, param: string) {
+  /** `param`: the request parameter at fault, e.g. `response_format.json_schema.schema`. */
+  constructor(message: string, readonly param: string) {
     super(message);
-    this.param = param;
   }
 }

@@ -181,7 +181,7 @@ export function providerName(hostname: string): string {
 
 /**
  * The span of one model call to `url` (every attempt, its waits and its `fetch` spans). The attempt that
- * answered adds `gen_ai.response.finish_reasons` ({@linkcode noteFinishReason}). Its usage is the reply's as
+ * answered adds `gen_ai.response.finish_reasons` ({@linkcode noteResponse}). Its usage is the reply's as
  * reported: `gen_ai.usage.input_tokens` counts the cached prompt tokens too, which
  * `gen_ai.usage.cache_read.input_tokens` gives when the provider said.
  */
@@ -211,21 +211,16 @@ export function chatSpan(url: URL, model: string): SpanOptions<ChatReply> {
 }
 
 /**
- * Sets `gen_ai.response.finish_reasons` on the active span (the model call's) when `reason` is the non-empty
- * string a provider sends as `finish_reason`. A reply does not carry it; the attempt that read it says it here.
+ * Sets `gen_ai.response.finish_reasons` and `gen_ai.response.id` on the active span (the model call's), each
+ * when it is the non-empty string a provider sends as `finish_reason` and as the completion's `id` (what its
+ * own logs know the call by). A reply does not carry them; the attempt that read them says them here.
  */
-export function noteFinishReason(reason: unknown): void {
-  if (api === null || typeof reason !== "string" || reason === "") return;
-  api.trace.getActiveSpan()?.setAttribute("gen_ai.response.finish_reasons", [reason]);
-}
-
-/**
- * Sets `gen_ai.response.id` on the active span (the model call's) when `id` is the non-empty string a provider
- * sends as the completion's `id`: what its own logs know the call by.
- */
-export function noteResponseId(id: unknown): void {
-  if (api === null || typeof id !== "string" || id === "") return;
-  api.trace.getActiveSpan()?.setAttribute("gen_ai.response.id", id);
+export function noteResponse(finishReason: unknown, id: unknown): void {
+  const span = api?.trace.getActiveSpan();
+  if (typeof finishReason === "string" && finishReason !== "") {
+    span?.setAttribute("gen_ai.response.finish_reasons", [finishReason]);
+  }
+  if (typeof id === "string" && id !== "") span?.setAttribute("gen_ai.response.id", id);
 }
 
 /**

@@ -123,8 +123,10 @@ async function runSteps(turn: Turn, paused: PausedStep | null): Promise<TurnResu
     const { content, toolCalls, providerState } = reply.reply;
     if (toolCalls.length > 0) {
       const calls = uniqueCallIds(toolCalls, `${turn.runId}:${step}`);
+      const intent = (stored: ToolCall[]) =>
+        append(turn, [{ role: "assistant", content, toolCalls: stored, ...stateOf(providerState) }]);
       if (isCutOff(reply.reply)) {
-        const ended = await refuseCutOff(turn, reply.reply, calls, step, !cutOff);
+        const ended = await refuseCutOff(turn, reply.reply, calls, step, !cutOff, intent);
         if (ended !== null) return ended;
         cutOff = true;
         continue;
@@ -132,8 +134,6 @@ async function runSteps(turn: Turn, paused: PausedStep | null): Promise<TurnResu
       // One reply's calls run together: if one waits for the user, all of them wait.
       const asked = askedCalls(calls, agent.approval, run.allowed);
       if (asked.length > 0) return await pause(turn, content, calls, asked, step, providerState);
-      const intent = (stored: ToolCall[]) =>
-        append(turn, [{ role: "assistant", content, toolCalls: stored, ...stateOf(providerState) }]);
       if (!await runTools(turn, calls, step, intent)) return await aborted(turn, step);
       continue;
     }
@@ -157,9 +157,9 @@ function isCutOff(reply: ChatReply): boolean {
 
 /**
  * Answers the calls of a cut-off reply without running them (nor asking for approval): their arguments may
- * be partial. The first time (`retry`) the calls and a {@linkcode CUT_OFF_ERROR} result for each are stored
- * like any step's and it returns null: the model is asked again. The second time the turn ends `error`, its
- * question kept for a retry. Either way `reply_cut_off` says why.
+ * be partial. The first time (`retry`) the calls (by `intent`, as any step's) and a {@linkcode CUT_OFF_ERROR}
+ * result for each are stored and it returns null: the model is asked again. The second time the turn ends
+ * `error`, its question kept for a retry. Either way `reply_cut_off` says why.
  */
 async function refuseCutOff(
   turn: Turn,
@@ -167,6 +167,7 @@ async function refuseCutOff(
   calls: readonly ToolCall[],
   step: number,
   retry: boolean,
+  intent: (stored: ToolCall[]) => Promise<StoredMessage>,
 ): Promise<TurnResult | null> {
   const finishReason = reply.finishReason ?? null;
   turn.event("reply_cut_off", step, { finish_reason: finishReason, tool_call_count: calls.length });
@@ -183,13 +184,6 @@ async function refuseCutOff(
       message,
     });
   }
-  const intent = (stored: ToolCall[]) =>
-    append(turn, [{
-      role: "assistant",
-      content: reply.content,
-      toolCalls: stored,
-      ...stateOf(reply.providerState),
-    }]);
   if (!await runTools(turn, calls, step, intent, undefined, () => CUT_OFF_ERROR)) {
     return await aborted(turn, step);
   }
@@ -605,17 +599,13 @@ async function unlessStoreFails(turn: Turn, steps: () => Promise<TurnResult>): P
 function abortFailure(signal: AbortSignal | undefined): TurnFailure {
   const reason = signal?.reason;
   const text = reason instanceof Error ? reason.message : typeof reason === "string" ? reason : "";
-  if (isDeadline(reason)) {
-    return {
-      kind: "deadline",
-      status: null,
-      retries: 0,
-      message: `the turn was stopped: ${text}`,
-      cause: reason,
-    };
-  }
-  const message = text === "" ? "the turn was aborted" : `the turn was aborted: ${text}`;
-  const kind = reason instanceof LeaseLostError ? "lease" : "aborted";
+  const deadline = isDeadline(reason);
+  const message = deadline
+    ? `the turn was stopped: ${text}`
+    : text === ""
+    ? "the turn was aborted"
+    : `the turn was aborted: ${text}`;
+  const kind = deadline ? "deadline" : reason instanceof LeaseLostError ? "lease" : "aborted";
   return { kind, status: null, retries: 0, message, cause: reason };
 }
 

@@ -5,7 +5,7 @@
  * @module
  */
 import { ResponseFormatError } from "../errors.ts";
-import { isRecord } from "../_json.ts";
+import { isRecord, jsonType } from "../_json.ts";
 import { shorten } from "../shorten.ts";
 import { schemaProblems, validateJsonSchema } from "../tools/json_schema.ts";
 import type { ResponseFormat } from "../types.ts";
@@ -36,7 +36,7 @@ const MAX_NAMED_ERRORS = 20;
  */
 export function parseResponseFormat(value: unknown, param = "response_format"): ResponseFormat | null {
   if (value === undefined || value === null) return null;
-  if (!isRecord(value)) throw invalid(`${param} must be an object, got ${describe(value)}`, param);
+  if (!isRecord(value)) throw invalid(`${param} must be an object, got ${jsonType(value)}`, param);
   const { type } = value;
   if (type === "text") return null;
   if (type === "json_object") return { type };
@@ -47,7 +47,7 @@ export function parseResponseFormat(value: unknown, param = "response_format"): 
   }
   const at = `${param}.json_schema`;
   const spec = value.json_schema;
-  if (!isRecord(spec)) throw invalid(`${at} must be an object, got ${describe(spec)}`, at);
+  if (!isRecord(spec)) throw invalid(`${at} must be an object, got ${jsonType(spec)}`, at);
   const { name = DEFAULT_SCHEMA_NAME, schema, strict, description } = spec;
   if (typeof name !== "string" || !/^[A-Za-z0-9_-]{1,64}$/.test(name)) {
     const message = `${at}.name must be 1-64 characters of a-z A-Z 0-9 _ -, got ${JSON.stringify(name)}`;
@@ -60,10 +60,10 @@ export function parseResponseFormat(value: unknown, param = "response_format"): 
     throw invalid(message, `${at}.schema`);
   }
   if (strict !== undefined && strict !== null && typeof strict !== "boolean") {
-    throw invalid(`${at}.strict must be a boolean, got ${describe(strict)}`, `${at}.strict`);
+    throw invalid(`${at}.strict must be a boolean, got ${jsonType(strict)}`, `${at}.strict`);
   }
   if (description !== undefined && typeof description !== "string") {
-    throw invalid(`${at}.description must be a string, got ${describe(description)}`, `${at}.description`);
+    throw invalid(`${at}.description must be a string, got ${jsonType(description)}`, `${at}.description`);
   }
   const format: ResponseFormat = { type, name, schema: schema as Record<string, unknown> };
   if (typeof strict === "boolean") format.strict = strict;
@@ -91,7 +91,7 @@ export function checkAnswer(format: ResponseFormat, text: string): AnswerCheck {
     ? validateJsonSchema(format.schema, value)
     : isRecord(value)
     ? []
-    : [`$: expected a JSON object, got ${describe(value)}`];
+    : [`$: expected a JSON object, got ${jsonType(value)}`];
   return errors.length === 0 ? { ok: true, json } : { ok: false, errors };
 }
 
@@ -141,8 +141,4 @@ function unfenced(text: string): string {
 
 function invalid(message: string, param: string): ResponseFormatError {
   return new ResponseFormatError(message, param);
-}
-
-function describe(value: unknown): string {
-  return value === null ? "null" : Array.isArray(value) ? "array" : typeof value;
 }

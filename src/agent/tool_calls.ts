@@ -8,6 +8,7 @@
  */
 import { INVALID_TOOL_CALL_NAME } from "../llm/wire.ts";
 import {
+  failure,
   quotedToolName,
   serializeToolResult,
   type ToolContext,
@@ -15,7 +16,7 @@ import {
 } from "../tools/registry.ts";
 import type { RunEventData } from "../events.ts";
 import { inSpan, toolSpan } from "../telemetry.ts";
-import type { Message, ToolCall, ToolResult, TurnToolCall } from "../types.ts";
+import type { Message, ToolCall, TurnToolCall } from "../types.ts";
 
 /** Largest tool-call `arguments` run or stored whole, in UTF-8 bytes (64 KiB). */
 export const MAX_TOOL_ARGUMENT_BYTES = 65_536;
@@ -64,14 +65,8 @@ export interface ToolCallsOutcome {
    * nameless call, over-long arguments cut (see {@linkcode cutArguments}), no `problem`.
    */
   calls: ToolCall[];
-  /** One tool message per call, in the same order. */
-  results: Message[];
   /** The calls as the turn's result reports them. */
   reported: TurnToolCall[];
-}
-
-function failure(error: string): ToolResult {
-  return { ok: false, data: null, error, truncated: false };
 }
 
 function utf8Length(text: string): number {
@@ -98,10 +93,7 @@ export function callKey(messageId: string, callId: string): string {
   return `${messageId}/${callId}`;
 }
 
-/**
- * The call as the assistant message stores it: a placeholder name for a nameless call, over-long arguments
- * cut (see {@linkcode cutArguments}), no `problem`.
- */
+/** The call as the assistant message stores it (see {@linkcode ToolCallsOutcome.calls}). */
 function storedCall(call: ToolCall, bytes: number): ToolCall {
   return {
     id: call.id,
@@ -152,7 +144,6 @@ export async function runToolCalls(
   const sizes = calls.map((call) => utf8Length(call.arguments));
   const outcome: ToolCallsOutcome = {
     calls: calls.map((call, i) => storedCall(call, sizes[i])),
-    results: [],
     reported: [],
   };
   const messageId = await intent(outcome.calls);
@@ -168,7 +159,6 @@ export async function runToolCalls(
     emit("tool_result", { id: stored.id, name: stored.name, ...result });
     const message: Message = { role: "tool", content: serializeToolResult(result), toolCallId: stored.id };
     await store(message);
-    outcome.results.push(message);
     outcome.reported.push({ name: stored.name, arguments: stored.arguments, ok: result.ok });
   }
   return outcome;

@@ -46,11 +46,8 @@ export interface PausedStep {
 
 /** A running turn: open it with {@linkcode openTurn}, end it with {@linkcode Turn.end}. */
 export class Turn {
-  readonly agent: Agent;
-  readonly run: RunOptions;
   readonly key: SessionKey;
   readonly runId: string;
-  readonly number: number;
   readonly tools: readonly ToolSchema[];
   /** The client's instructions of this turn (see {@linkcode TurnInput}). */
   readonly instructions: string | null;
@@ -84,16 +81,14 @@ export class Turn {
   readonly saved: string[] = [];
 
   constructor(
-    agent: Agent,
-    run: RunOptions,
+    readonly agent: Agent,
+    readonly run: RunOptions,
     session: MemoryState & { calibration?: Calibration | null },
-    number: number,
+    readonly number: number,
     options: { instructions?: string | null; responseFormat?: ResponseFormat | null; resumed?: PendingStep } =
       {},
   ) {
     const { instructions = null, responseFormat = null, resumed } = options;
-    this.agent = agent;
-    this.run = run;
     this.key = session.key;
     this.journal = run.journal ?? storeJournal(storeOf(run), session.key);
     this.instructions = instructions;
@@ -101,7 +96,6 @@ export class Turn {
     this.formatText = responseFormat === null
       ? null
       : formatInstructions(responseFormat, agent.responseFormatMode ?? "native");
-    this.number = number;
     this.runId = resumed?.runId ?? (agent.newId ?? (() => crypto.randomUUID()))();
     this.#seq = resumed?.seq ?? 0;
     this.steps = resumed === undefined ? 0 : resumed.step + 1;

@@ -5,7 +5,7 @@
  * @module
  */
 import { abortable } from "../abort.ts";
-import { noteFinishReason, noteResponseId } from "../telemetry.ts";
+import { noteResponse } from "../telemetry.ts";
 import { chunkReader } from "../chunk_reader.ts";
 import type { ChatReply } from "../types.ts";
 import {
@@ -18,8 +18,6 @@ import {
   type Thrown,
   tooLarge,
 } from "./_failure.ts";
-
-export type { AttemptContext };
 import type { ChatOptions } from "./llm.ts";
 import { ReplyAssembler, SseParser } from "./stream.ts";
 import { invalidResponseError, parseCompletion, quoteBody } from "./wire.ts";
@@ -111,8 +109,7 @@ function parseBody(text: string, { host, model, origin }: AttemptContext): Attem
       throw invalidResponseError(`body is not JSON: ${quoteBody(text)}`, host);
     }
     const reply = parseCompletion(json, { model, source: host, origin });
-    noteFinishReason(reply.finishReason);
-    noteResponseId((json as { id?: unknown }).id);
+    noteResponse(reply.finishReason, (json as { id?: unknown }).id);
     return { ok: true, reply };
   } catch (error) {
     return fail(invalid(error));
@@ -232,8 +229,7 @@ async function readEvents(
     // A cut stream's tool calls come back (`finishReason: null`) for the loop to refuse, so the turn can ask
     // again; a partial answer is never passed on as whole.
     if (!assembler.complete && reply.toolCalls.length === 0) return cut();
-    noteFinishReason(assembler.finishReason);
-    noteResponseId(assembler.responseId);
+    noteResponse(assembler.finishReason, assembler.responseId);
     return { ok: true, reply };
   } finally {
     // Frees the connection when the stream stops early ([DONE], an error); a no-op on a finished body.

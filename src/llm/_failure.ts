@@ -120,15 +120,6 @@ export function classify(thrown: Thrown, context: AttemptContext): Failure {
 }
 
 /**
- * Whether a 400 is the provider refusing the `reasoning_effort` the request sent: its body names the field
- * (xAI spells it `reasoningEffort`). The body is read, not only the quoted message, since some put the
- * field's name in `param` alone.
- */
-function rejectsReasoningEffort(status: number, text: string, context: AttemptContext): boolean {
-  return status === 400 && context.reasoningEffort !== null && /reasoning[_ ]?effort/i.test(text);
-}
-
-/**
  * A non-2xx answer, with the provider's own message when it sent one, and its `Retry-After`; a refused
  * `reasoning_effort` also says which setting sent it.
  */
@@ -142,7 +133,9 @@ export function httpFailure(response: Response, text: string, context: AttemptCo
   }
   detail = quoteBody(detail ?? text) || response.statusText;
   let said = detail === "" ? "" : `: ${detail}`;
-  if (rejectsReasoningEffort(status, text, context)) {
+  // A 400 whose body names the field (xAI spells it `reasoningEffort`) refuses the `reasoning_effort` sent.
+  // The body is read, not only the quoted message, since some put the field's name in `param` alone.
+  if (status === 400 && context.reasoningEffort !== null && /reasoning[_ ]?effort/i.test(text)) {
     said += ` (the provider rejected reasoning_effort "${context.reasoningEffort}": ` +
       "unset AGENT_REASONING_EFFORT for this model)";
   }

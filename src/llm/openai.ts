@@ -11,8 +11,8 @@ import { LlmError } from "../errors.ts";
 import { redact } from "../redact.ts";
 import { chatSpan, inSpan, providerName, type SpanOptions } from "../telemetry.ts";
 import { type ChatReply, type Message, REASONING_EFFORTS, type ReasoningEffort } from "../types.ts";
-import { attempt, type AttemptContext } from "./_attempt.ts";
-import { ABORTED, type Failure } from "./_failure.ts";
+import { attempt } from "./_attempt.ts";
+import { ABORTED, type AttemptContext, type Failure } from "./_failure.ts";
 import type { ChatOptions, LLM } from "./llm.ts";
 import type { ModelInfo } from "../types.ts";
 import { modelOrigin, serializeRequestBody } from "./wire.ts";
@@ -76,11 +76,9 @@ const CANNOT_CREATE = "Cannot create OpenAICompatibleLLM";
 
 /** One attempt's failure, thrown so the retry loop sees it; the client turns it into an `LlmError`. */
 class FailedAttempt extends Error {
-  readonly failure: Failure;
-  constructor(failure: Failure) {
+  constructor(readonly failure: Failure) {
     super(failure.message);
     this.name = "FailedAttempt";
-    this.failure = failure;
   }
 }
 

@@ -5,15 +5,12 @@
  */
 import { redact } from "../redact.ts";
 import { connectCause, describeThrown } from "./_failure.ts";
+import type { OpenAICompatibleLLMOptions } from "./openai.ts";
 
-/** Options of {@linkcode probeProvider}. */
-export interface ProbeOptions {
-  /** Sent as `Authorization: Bearer <key>`; empty sends none. @default {""} */
-  apiKey?: string;
+/** Options of {@linkcode probeProvider}: the key and fetch as the model client takes them, and a deadline. */
+export interface ProbeOptions extends Pick<OpenAICompatibleLLMOptions, "apiKey" | "fetch"> {
   /** How long the provider has to answer, in milliseconds. @default {2000} */
   timeoutMs?: number;
-  /** The fetch implementation; tests inject a stub. @default {globalThis.fetch} */
-  fetch?: typeof globalThis.fetch;
 }
 
 /**

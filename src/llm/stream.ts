@@ -250,14 +250,12 @@ export class ReplyAssembler {
       extra_content: this.#extraContent,
     };
     if (calls.length > 0) message.tool_calls = calls;
-    const { model = "", source, origin } = this.#options;
-    const where = "choices[0].delta";
+    const model = this.#model ?? this.#options.model ?? "";
     return replyFromMessage(message, {
+      ...this.#options,
       usage: this.#usage,
-      model: this.#model ?? model,
-      source,
-      where,
-      origin,
+      model,
+      where: "choices[0].delta",
     });
   }
 

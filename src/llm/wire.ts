@@ -15,7 +15,7 @@ import type {
   ToolSchema,
   Usage,
 } from "../types.ts";
-import { deepFreeze, isRecord } from "../_json.ts";
+import { deepFreeze, isRecord, jsonType } from "../_json.ts";
 
 /**
  * The name stored for a call the provider sent without a usable function name. Providers reject a stored
@@ -80,10 +80,7 @@ export interface WireTool {
 /** What the answer must be, in the provider's shape. */
 export type WireResponseFormat =
   | { type: "json_object" }
-  | {
-    type: "json_schema";
-    json_schema: { name: string; schema: Record<string, unknown>; strict?: boolean; description?: string };
-  };
+  | { type: "json_schema"; json_schema: Omit<Extract<ResponseFormat, { type: "json_schema" }>, "type"> };
 
 /** The JSON body POSTed to `/chat/completions`. */
 export interface ChatCompletionRequestBody {
@@ -299,10 +296,6 @@ export function invalidResponseError(reason: string, source?: string): LlmError 
   return new LlmError(`Invalid LLM response${from}: ${reason}`, { kind: "invalid_response" });
 }
 
-function describeType(value: unknown): string {
-  return Array.isArray(value) ? "array" : value === null ? "null" : typeof value;
-}
-
 /**
  * Never throws: a call that cannot run keeps its `problem`, so the reply's other calls still run. A missing
  * name becomes {@linkcode INVALID_TOOL_CALL_NAME} and bad arguments `"{}"`, because the call is stored and
@@ -312,7 +305,7 @@ function parseToolCall(raw: unknown): ToolCall {
   const call = isRecord(raw) ? raw : {};
   const fn = isRecord(call.function) ? call.function : {};
   const problems: string[] = [];
-  if (!isRecord(raw)) problems.push(`the call is ${describeType(raw)}, not an object`);
+  if (!isRecord(raw)) problems.push(`the call is ${jsonType(raw)}, not an object`);
   let name = typeof fn.name === "string" ? fn.name : "";
   if (name === "") {
     name = INVALID_TOOL_CALL_NAME;
@@ -324,7 +317,7 @@ function parseToolCall(raw: unknown): ToolCall {
   if (typeof args === "string" && args !== "") serialized = args;
   else if (isRecord(args)) serialized = JSON.stringify(args);
   else if (args !== undefined && args !== null && args !== "") {
-    problems.push(`its arguments must be a JSON string or object, got ${describeType(args)}`);
+    problems.push(`its arguments must be a JSON string or object, got ${jsonType(args)}`);
   }
   const parsed: ToolCall = { id: typeof call.id === "string" ? call.id : "", name, arguments: serialized };
   if (problems.length > 0) parsed.problem = problems.join("; ");
@@ -458,11 +451,9 @@ function stateOf(
 }
 
 /** Options of {@linkcode contentText}. */
-export interface ContentTextOptions {
+export interface ContentTextOptions extends Pick<ParseCompletionOptions, "source"> {
   /** How error messages name the content, e.g. `choices[0].delta.content`. @default {"content"} */
   where?: string;
-  /** Where the body came from (the provider's host), named in error messages. @default {undefined} */
-  source?: string;
 }
 
 /**
@@ -478,7 +469,7 @@ export function contentText(content: unknown, options: ContentTextOptions = {}):
   let text: string | null = null;
   for (const [i, part] of content.entries()) {
     if (!isRecord(part)) {
-      throw invalidResponseError(`${where}[${i}] is ${describeType(part)}, not a content part`, source);
+      throw invalidResponseError(`${where}[${i}] is ${jsonType(part)}, not a content part`, source);
     }
     if (part.type !== "text") continue;
     if (typeof part.text !== "string") {

@@ -94,7 +94,6 @@ type Client = InstanceType<McpSdk["Client"]>;
 
 /** A client for one server. `call` rejects with a message fit for a tool error; nothing else throws. */
 export class McpConnection {
-  readonly config: McpServerConfig;
   #options: Required<McpConnectionOptions>;
   #client: Client | null = null;
   #state: ServerState = "starting";
@@ -105,7 +104,7 @@ export class McpConnection {
   /** The next background try of a server that failed to start, and how many came before it. */
   #retry: { timer?: ReturnType<typeof setTimeout>; tries: number } = { tries: 0 };
 
-  constructor(config: McpServerConfig, options: McpConnectionOptions) {
+  constructor(readonly config: McpServerConfig, options: McpConnectionOptions) {
     const { sdk, timeoutMs = 10_000, onToolsChanged = () => {}, warn = () => {}, now = Date.now } = options;
     const { maxCallMs = PROGRESS_LIMIT * timeoutMs, startTimeoutMs = 60_000, retry = RETRY_BACKOFF } =
       options;
@@ -115,7 +114,6 @@ export class McpConnection {
     if (!(maxCallMs >= timeoutMs)) {
       throw new RangeError(`maxCallMs must be at least timeoutMs (${timeoutMs}), got ${maxCallMs}`);
     }
-    this.config = config;
     this.#options = { sdk, timeoutMs, startTimeoutMs, maxCallMs, onToolsChanged, warn, now, retry };
   }
 

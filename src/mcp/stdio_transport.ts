@@ -8,6 +8,7 @@
 import type { JSONRPCMessage } from "npm:@modelcontextprotocol/sdk@1.32.2/types.js";
 import type { Transport } from "npm:@modelcontextprotocol/sdk@1.32.2/shared/transport.js";
 import type { StdioServerConfig } from "./config.ts";
+import { isRecord } from "../_json.ts";
 
 /** Variables a server inherits from this process when they are set and readable (as the SDK's default). */
 export const INHERITED_ENV: readonly string[] = ["HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER"];
@@ -90,9 +91,7 @@ export class DenoStdioTransport implements Transport {
       this.onerror?.(new Error("the server printed a line that is not JSON-RPC; skipped"));
       return;
     }
-    if (
-      typeof message === "object" && message !== null && (message as { jsonrpc?: unknown }).jsonrpc === "2.0"
-    ) {
+    if (isRecord(message) && message.jsonrpc === "2.0") {
       this.onmessage?.(message as JSONRPCMessage);
     } else {
       this.onerror?.(new Error("the server printed JSON that is not JSON-RPC 2.0; skipped"));

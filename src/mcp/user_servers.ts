@@ -43,7 +43,6 @@ export function forUser(config: McpServerConfig, userId: string): McpServerConfi
 
 /** The instances of one user-scoped server. `call` rejects with one line fit for a tool error. */
 export class UserServers {
-  readonly config: McpServerConfig;
   readonly #lister: McpConnection;
   readonly #options: UserServersOptions & { maxUsers: number; idleMs: number; now: () => number };
   readonly #users = new Map<string, Instance>();
@@ -51,13 +50,12 @@ export class UserServers {
   /** Instances being stopped: `close` waits for them too. */
   readonly #stopping = new Set<Promise<void>>();
 
-  constructor(config: McpServerConfig, options: UserServersOptions) {
+  constructor(readonly config: McpServerConfig, options: UserServersOptions) {
     const { maxUsers = MAX_USERS, idleMs = USER_IDLE_MS, now = Date.now } = options;
     if (!Number.isInteger(maxUsers) || maxUsers < 1) {
       throw new RangeError(`maxUsers must be a whole number of 1 or more, got ${maxUsers}`);
     }
     if (!(idleMs > 0)) throw new RangeError(`idleMs must be over 0, got ${idleMs}`);
-    this.config = config;
     this.#options = { ...options, maxUsers, idleMs, now };
     this.#lister = new McpConnection(forUser(config, ""), options);
   }

@@ -6,6 +6,7 @@
  */
 import { memoryKey } from "../store/memory_text.ts";
 import type { MemoryItem } from "../store/store.ts";
+import { isRecord } from "../_json.ts";
 
 /** Most items a summary field keeps. */
 export const MAX_SUMMARY_ITEMS = 5;
@@ -15,19 +16,13 @@ export const MAX_SUMMARY_ITEM_CHARS = 200;
 export const SUMMARY_FIELDS = ["goals", "facts", "todos", "unresolved"] as const;
 
 /** What the summarizer returns: the four lists, before the runtime merges and stamps them. */
-export type SummaryPatch = Pick<Summary, (typeof SUMMARY_FIELDS)[number]>;
+export type SummaryPatch = Record<(typeof SUMMARY_FIELDS)[number], string[]>;
 
 /** The first line of the runtime-context block; only the runtime writes it. */
 export const RUNTIME_CONTEXT_HEADER = "[RUNTIME CONTEXT]";
 
-/** The structured memory compaction keeps for a session. */
-export interface Summary {
-  goals: string[];
-  facts: string[];
-  todos: string[];
-  unresolved: string[];
-  updated_at: string;
-}
+/** The structured memory compaction keeps for a session: the four lists, and when they were merged last. */
+export type Summary = SummaryPatch & { updated_at: string };
 
 function stringList(value: unknown): string[] | null {
   return Array.isArray(value) && value.every((item) => typeof item === "string") ? value : null;
@@ -42,12 +37,11 @@ export function parseSummary(text: string | null): Summary | null {
   } catch {
     return null;
   }
-  if (typeof value !== "object" || value === null) return null;
-  const record = value as Record<string, unknown>;
-  const lists = SUMMARY_FIELDS.map((field) => stringList(record[field]));
+  if (!isRecord(value)) return null;
+  const lists = SUMMARY_FIELDS.map((field) => stringList(value[field]));
   if (lists.includes(null)) return null;
   const [goals, facts, todos, unresolved] = lists as string[][];
-  const updatedAt = typeof record.updated_at === "string" ? record.updated_at : "";
+  const updatedAt = typeof value.updated_at === "string" ? value.updated_at : "";
   return { goals, facts, todos, unresolved, updated_at: updatedAt };
 }
 
@@ -85,18 +79,17 @@ function unfence(text: string): string {
  */
 export function parseSummaryPatch(text: string): SummaryPatch {
   const value: unknown = JSON.parse(unfence(text));
-  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+  if (!isRecord(value)) {
     throw new TypeError("Cannot accept summary: expected a JSON object");
   }
-  const record = value as Record<string, unknown>;
-  for (const key of Object.keys(record)) {
+  for (const key of Object.keys(value)) {
     if (!(SUMMARY_FIELDS as readonly string[]).includes(key)) {
       throw new TypeError(`Cannot accept summary: unknown key "${key}"`);
     }
   }
   const patch: SummaryPatch = { goals: [], facts: [], todos: [], unresolved: [] };
   for (const field of SUMMARY_FIELDS) {
-    const items = record[field] === undefined ? [] : record[field];
+    const items = value[field] === undefined ? [] : value[field];
     if (!Array.isArray(items)) throw new TypeError(`Cannot accept summary: "${field}" must be an array`);
     for (const [i, item] of items.entries()) {
       if (typeof item !== "string") {

@@ -72,7 +72,8 @@ function fit(result: ToolResult, limit: number): ToolResult {
   return cut(lo);
 }
 
-function failure(error: string): ToolResult {
+/** The result of a call that failed or was refused, as the model reads it. */
+export function failure(error: string): ToolResult {
   return { ok: false, data: null, error, truncated: false };
 }
 
