@@ -106,7 +106,10 @@ Deno.test("runDemo() keeps the temp directory with its database and trace when k
 });
 
 Deno.test("runDemo() rejects an unknown phase number before creating anything", async () => {
-  await assert.rejects(runDemo({ phases: [6], out: () => {} }), RangeError);
+  await assert.rejects(runDemo({ phases: [6], out: () => {} }), {
+    name: "RangeError",
+    message: "Cannot run the demo: no phase 6 (1-5)",
+  });
 });
 
 Deno.test("DemoModel answers from the request it is sent, not from a script", async () => {

@@ -1,10 +1,14 @@
 import assert from "node:assert/strict";
-import { readJsonBody, readMessageField } from "../src/http/body.ts";
+import { messageField, readJsonBody } from "../src/http/body.ts";
 import { HttpError, toHttpError } from "../src/http/errors.ts";
 import { SessionError } from "../src/errors.ts";
 
 const URL_ = "http://localhost/v1/sessions/s/turns";
 const LIMIT = 65_536;
+
+/** The body's `message` field, as the turn routes read it. */
+const readMessageField = async (request: Request, options: { maxBytes: number }) =>
+  messageField(await readJsonBody(request, options));
 
 function post(
   body: BodyInit | null,
@@ -145,7 +149,7 @@ Deno.test("readJsonBody() answers 400 for an empty body, invalid UTF-8 and malfo
   assert.ok(malformed.cause instanceof SyntaxError);
 });
 
-Deno.test("readMessageField() returns the message untrimmed, decoded across chunks", async () => {
+Deno.test("messageField() of a read body returns the message untrimmed, decoded across chunks", async () => {
   const bytes = new TextEncoder().encode(JSON.stringify({ message: " what is 12*(3+4)? 你好 ", extra: 1 }));
   const stream = new ReadableStream<Uint8Array>({
     start(controller) {
@@ -157,7 +161,7 @@ Deno.test("readMessageField() returns the message untrimmed, decoded across chun
   assert.equal(await readMessageField(post(stream), { maxBytes: LIMIT }), " what is 12*(3+4)? 你好 ");
 });
 
-Deno.test("readMessageField() answers 400 invalid_body naming what is wrong with the body", async () => {
+Deno.test("messageField() of a read body answers 400 invalid_body naming what is wrong with the body", async () => {
   const cases: [string, string][] = [
     ["[]", "Cannot read message: the request body must be a JSON object, got array"],
     ["null", "Cannot read message: the request body must be a JSON object, got null"],

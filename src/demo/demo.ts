@@ -82,9 +82,11 @@ function describeSetup(options: DemoOptions, config: Readonly<Config>): string {
  */
 export async function runDemo(options: DemoOptions = {}): Promise<DemoResult> {
   const { live = false, out = (line: string) => console.log(line), color = false, keep = false } = options;
-  const { phases = [1, 2, 3, 4, 5] } = options;
+  const { phases = PHASES.map((_, i) => i + 1) } = options;
   const unknown = phases.filter((n) => !Number.isInteger(n) || n < 1 || n > PHASES.length);
-  if (unknown.length > 0) throw new RangeError(`Cannot run the demo: no phase ${unknown.join(", ")} (1-4)`);
+  if (unknown.length > 0) {
+    throw new RangeError(`Cannot run the demo: no phase ${unknown.join(", ")} (1-${PHASES.length})`);
+  }
   const style = createStyle(color);
   const provider = live && options.llm === undefined
     ? liveModel((reason) => out(style.dim(`    … ${reason}`)))

@@ -6,9 +6,9 @@
 import { abortable, abortError } from "../abort.ts";
 import { chunkReader, DEFAULT_CHUNK_BYTES } from "../chunk_reader.ts";
 import { HttpError } from "./errors.ts";
-import { isRecord } from "../_json.ts";
+import { isRecord, jsonType } from "../_json.ts";
 
-/** Options of {@linkcode readJsonBody} and {@linkcode readMessageField}. */
+/** Options of {@linkcode readJsonBody}. */
 export interface ReadJsonBodyOptions {
   /** Largest body accepted, in bytes; one more byte is a 413. Required. */
   maxBytes: number;
@@ -67,26 +67,16 @@ export async function readJsonBody(request: Request, options: ReadJsonBodyOption
 }
 
 /**
- * The body's `message` field, untrimmed: rejects as {@linkcode readJsonBody} does, and with a 400
- * `invalid_body` unless the body is an object whose `message` is a string with more than whitespace.
- */
-export async function readMessageField(request: Request, options: ReadJsonBodyOptions): Promise<string> {
-  return messageField(await readJsonBody(request, options));
-}
-
-/**
  * The `message` field of a parsed body, untrimmed; a 400 `invalid_body` unless the body is an object whose
  * `message` is a string with more than whitespace.
  */
 export function messageField(body: unknown): string {
   const invalid = (why: string) => new HttpError(400, "invalid_body", `Cannot read message: ${why}`);
-  if (typeof body !== "object" || body === null || Array.isArray(body)) {
-    throw invalid(`the request body must be a JSON object, got ${describe(body)}`);
-  }
+  if (!isRecord(body)) throw invalid(`the request body must be a JSON object, got ${jsonType(body)}`);
   if (!Object.hasOwn(body, "message")) throw invalid('field "message" is missing');
-  const message = (body as Record<string, unknown>).message;
+  const message = body.message;
   if (typeof message !== "string") {
-    throw invalid(`field "message" must be a string, got ${describe(message)}`);
+    throw invalid(`field "message" must be a string, got ${jsonType(message)}`);
   }
   if (message.trim() === "") throw invalid('field "message" is empty');
   return message;
@@ -108,11 +98,6 @@ function tooLarge(size: string, maxBytes: number): HttpError {
     "payload_too_large",
     `Cannot read request body: ${size}, the limit is ${maxBytes}`,
   );
-}
-
-/** What a JSON value is, for a message: `null`, `array`, or its `typeof`. */
-export function describe(value: unknown): string {
-  return value === null ? "null" : Array.isArray(value) ? "array" : typeof value;
 }
 
 async function cancelBody(request: Request): Promise<void> {

@@ -8,8 +8,7 @@ import { validateId } from "../store/store.ts";
 import type { Message, ResponseFormat } from "../types.ts";
 import { parseResponseFormat } from "../agent/response_format.ts";
 import { AGENT_MODEL, modelNotFound, requestError } from "./openai_shape.ts";
-import { isRecord } from "../_json.ts";
-import { describe } from "./body.ts";
+import { isRecord, jsonType } from "../_json.ts";
 
 /** A Chat Completions request, as one agent turn. */
 export interface ChatRequest {
@@ -44,7 +43,7 @@ export function parseChatRequest(body: unknown, headers: Headers): ChatRequest {
   if (!isRecord(body)) throw invalid("The request body must be a JSON object", null);
   const { model, messages } = body;
   if (model === undefined) throw missing("model");
-  if (typeof model !== "string") throw invalid(`"model" must be a string, got ${describe(model)}`, "model");
+  if (typeof model !== "string") throw invalid(`"model" must be a string, got ${jsonType(model)}`, "model");
   if (model !== AGENT_MODEL) throw modelNotFound(model, "model");
   for (const name of ["tools", "functions"]) {
     const value = body[name];
@@ -58,7 +57,7 @@ export function parseChatRequest(body: unknown, headers: Headers): ChatRequest {
   }
   if (messages === undefined) throw missing("messages");
   if (!Array.isArray(messages) || messages.length === 0) {
-    throw invalid(`"messages" must be a non-empty array, got ${describe(messages)}`, "messages");
+    throw invalid(`"messages" must be a non-empty array, got ${jsonType(messages)}`, "messages");
   }
   const read = messages.map(readMessage);
   const last = read.at(-1)!;
@@ -96,10 +95,10 @@ function readResponseFormat(value: unknown): ResponseFormat | null {
 /** Message `index` as its role and text: text parts are joined by newlines. */
 function readMessage(message: unknown, index: number): { role: string; content: string } {
   const at = `messages[${index}]`;
-  if (!isRecord(message)) throw invalid(`${at} must be an object, got ${describe(message)}`, at);
+  if (!isRecord(message)) throw invalid(`${at} must be an object, got ${jsonType(message)}`, at);
   const { role, content } = message;
   if (typeof role !== "string") {
-    throw invalid(`${at}.role must be a string, got ${describe(role)}`, `${at}.role`);
+    throw invalid(`${at}.role must be a string, got ${jsonType(role)}`, `${at}.role`);
   }
   if (!ROLES.has(role)) {
     const why = role === "tool" || role === "function"
@@ -127,11 +126,11 @@ function readMessage(message: unknown, index: number): { role: string; content: 
 function readContent(content: unknown, param: string): string {
   if (typeof content === "string") return content;
   if (!Array.isArray(content)) {
-    throw invalid(`${param} must be a string or an array of text parts, got ${describe(content)}`, param);
+    throw invalid(`${param} must be a string or an array of text parts, got ${jsonType(content)}`, param);
   }
   return content.map((part, i) => {
     if (isRecord(part) && part.type === "text" && typeof part.text === "string") return part.text;
-    const type = isRecord(part) ? JSON.stringify(part.type) : describe(part);
+    const type = isRecord(part) ? JSON.stringify(part.type) : jsonType(part);
     const message = `${param}[${i}] must be a text part ({"type": "text", "text": …}), got type ${type}: ` +
       `${AGENT_MODEL} reads text only`;
     throw requestError(400, "unsupported_value", message, `${param}[${i}]`);
@@ -156,7 +155,7 @@ function sessionIdOf(body: Record<string, unknown>, headers: Headers): string | 
 function readFlag(value: unknown, param: string): boolean {
   if (value === undefined || value === null) return false;
   if (typeof value !== "boolean") {
-    throw invalid(`"${param}" must be a boolean, got ${describe(value)}`, param);
+    throw invalid(`"${param}" must be a boolean, got ${jsonType(value)}`, param);
   }
   return value;
 }
