@@ -76,16 +76,7 @@ function cutoff(now: number, days: number): string {
 /** Deletes, in the background, what the database keeps past its time. */
 export class Retention {
   readonly #target: RetentionTarget;
-  readonly #traceDays: number;
-  readonly #sessionDays: number | null;
-  readonly #intervalMs: number;
-  readonly #firstDelayMs: number;
-  readonly #batch: number;
-  readonly #owner: string;
-  readonly #leaseTtlMs: number;
-  readonly #clock: Clock;
-  readonly #random: () => number;
-  readonly #warn: (line: string) => void;
+  readonly #options: Required<RetentionOptions>;
   readonly #stop = new AbortController();
   #loop: Promise<void> | undefined;
   #failing = false;
@@ -111,16 +102,18 @@ export class Retention {
       throw new RangeError(`Cannot create Retention: batch must be an integer >= 1, got ${batch}`);
     }
     this.#target = target;
-    this.#traceDays = traceDays;
-    this.#sessionDays = sessionDays;
-    this.#intervalMs = intervalMs;
-    this.#firstDelayMs = firstDelayMs;
-    this.#batch = batch;
-    this.#owner = owner;
-    this.#leaseTtlMs = leaseTtlMs;
-    this.#clock = clock;
-    this.#random = random;
-    this.#warn = warn;
+    this.#options = {
+      traceDays,
+      sessionDays,
+      intervalMs,
+      firstDelayMs,
+      batch,
+      owner,
+      leaseTtlMs,
+      clock,
+      random,
+      warn,
+    };
   }
 
   /**
@@ -129,14 +122,14 @@ export class Retention {
    * leaving what it already deleted deleted.
    */
   async prune(signal?: AbortSignal): Promise<RetentionPass> {
-    const now = this.#clock.now();
+    const { clock, traceDays, sessionDays } = this.#options;
     const pass: RetentionPass = { traceEvents: 0, sessions: 0 };
     const { trace, sessions } = this.#target;
     if (trace !== null) {
-      pass.traceEvents = await this.#pruneTrace(trace, cutoff(now, this.#traceDays), signal);
+      pass.traceEvents = await this.#pruneTrace(trace, cutoff(clock.now(), traceDays), signal);
     }
-    if (sessions !== null && this.#sessionDays !== null) {
-      pass.sessions = await this.#pruneSessions(sessions, cutoff(now, this.#sessionDays), signal);
+    if (sessions !== null && sessionDays !== null) {
+      pass.sessions = await this.#pruneSessions(sessions, cutoff(clock.now(), sessionDays), signal);
     }
     return pass;
   }
@@ -152,7 +145,7 @@ export class Retention {
     let deleted = 0;
     for (let after = 0;;) {
       signal?.throwIfAborted();
-      const batch = await trace.pruneOlder(before, after, this.#batch);
+      const batch = await trace.pruneOlder(before, after, this.#options.batch);
       deleted += batch.deleted;
       if (batch.last === null || batch.deleted === 0) return deleted;
       after = batch.last;
@@ -161,17 +154,18 @@ export class Retention {
 
   /** Deletes the sessions last written before `before`, one transaction each, listed a page at a time. */
   async #pruneSessions(sessions: IdleSessions, before: string, signal?: AbortSignal) {
+    const { batch, owner, leaseTtlMs } = this.#options;
     let deleted = 0;
     let after: IdleCursor | undefined;
     for (;;) {
       signal?.throwIfAborted();
-      const page = await sessions.idleSessions(before, this.#batch, after);
+      const page = await sessions.idleSessions(before, batch, after);
       for (const session of page) {
         signal?.throwIfAborted();
         const key = { userId: session.userId, sessionId: session.id };
-        if (await sessions.deleteIdleSession(key, before, this.#owner, this.#leaseTtlMs)) deleted++;
+        if (await sessions.deleteIdleSession(key, before, owner, leaseTtlMs)) deleted++;
       }
-      if (page.length < this.#batch) return deleted;
+      if (page.length < batch) return deleted;
       after = page[page.length - 1];
     }
   }
@@ -182,14 +176,15 @@ export class Retention {
   }
 
   async #run(signal: AbortSignal): Promise<void> {
-    for (let wait = this.#firstDelayMs;; wait = this.#intervalMs) {
+    const { firstDelayMs, intervalMs, clock, random, warn } = this.#options;
+    for (let wait = firstDelayMs;; wait = intervalMs) {
       try {
-        await this.#clock.sleep(wait * (0.75 + this.#random() / 2), signal);
+        await clock.sleep(wait * (0.75 + random() / 2), signal);
         await this.prune(signal);
       } catch (error) {
         if (signal.aborted) return;
         if (!this.#failing) {
-          this.#warn(
+          warn(
             `warning: cannot delete expired trace events or idle sessions (${(error as Error).message}); ` +
               "trying again at the next pass",
           );
@@ -197,7 +192,7 @@ export class Retention {
         this.#failing = true;
         continue;
       }
-      if (this.#failing) this.#warn("expired trace events and idle sessions are deleted again");
+      if (this.#failing) warn("expired trace events and idle sessions are deleted again");
       this.#failing = false;
     }
   }
