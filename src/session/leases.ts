@@ -101,23 +101,16 @@ function holderProcess(holder: string): { host: string; process: string } | null
  */
 export class SessionLeases {
   readonly #store: LeaseStore;
-  readonly #ttlMs: number;
-  readonly #owner: string;
-  readonly #minPollMs: number;
-  readonly #maxPollMs: number;
+  readonly #options: Required<SessionLeasesOptions>;
   readonly #held = new Map<string, Held>();
-  readonly #fairShareMs: number;
   /** Releases under way, by session: a new acquisition waits for the last one's. */
   readonly #releasing = new Map<string, Promise<void>>();
-  /** Sessions released lately: when, and since when they had been held back to back. */
   #stepsAside = 0;
+  /** Sessions released lately: when, and since when they had been held back to back. */
   readonly #released = new Map<string, { at: number; streakStart: number; wanted: boolean }>();
   #acquisitions = 0;
-  readonly #processGone: (owner: string) => boolean;
   /** This process's host as its owner names it; undefined when unknown. */
   readonly #host: string | undefined;
-  readonly #clock: Clock;
-  readonly #random: () => number;
 
   /** @throws {RangeError} when a duration is not a finite number > 0, or the polls are out of order. */
   constructor(store: LeaseStore, options: SessionLeasesOptions = {}) {
@@ -137,14 +130,7 @@ export class SessionLeases {
       );
     }
     this.#store = store;
-    this.#ttlMs = ttlMs;
-    this.#owner = owner;
-    this.#minPollMs = minPollMs;
-    this.#maxPollMs = maxPollMs;
-    this.#fairShareMs = fairShareMs;
-    this.#processGone = processGone;
-    this.#clock = clock;
-    this.#random = random;
+    this.#options = { ttlMs, owner, minPollMs, maxPollMs, fairShareMs, processGone, clock, random };
     const host = /^([^:]+):\d+:\d+:[0-9a-f]{8}$/.exec(owner)?.[1];
     this.#host = host === UNKNOWN_HOST ? undefined : host;
   }
@@ -171,7 +157,10 @@ export class SessionLeases {
     const name = sessionName(key);
     let held = this.#held.get(name);
     // None yet, or kept too long through overlapping works: a new take, which waits for the running ones.
-    if (held === undefined || (held.count > 0 && this.#clock.now() - held.since >= this.#fairShareMs)) {
+    if (
+      held === undefined ||
+      (held.count > 0 && this.#options.clock.now() - held.since >= this.#options.fairShareMs)
+    ) {
       held = this.#take(key, name, onWait, held?.done);
       this.#held.set(name, held);
     } else if (held.waiting) onWait?.();
@@ -216,13 +205,13 @@ export class SessionLeases {
     const { promise: done, resolve: finished } = Promise.withResolvers<void>();
     const held: Held = {
       key,
-      owner: `${this.#owner}:${++this.#acquisitions}`,
+      owner: `${this.#options.owner}:${++this.#acquisitions}`,
       count: 0,
       taken: Promise.resolve(),
       stop: new AbortController(),
       waiting: false,
       expiresAt: 0,
-      streakStart: this.#clock.now(),
+      streakStart: this.#options.clock.now(),
       since: Number.POSITIVE_INFINITY,
       done,
       finished,
@@ -232,13 +221,13 @@ export class SessionLeases {
       await after;
       await this.#releasing.get(name);
       const streakGoesOn = await this.#stepAside(name, held);
-      let pause = this.#minPollMs;
+      let pause = this.#options.minPollMs;
       for (;;) {
-        const started = this.#clock.now();
-        const take = await this.#store.acquireLease(key, held.owner, this.#ttlMs);
+        const started = this.#options.clock.now();
+        const take = await this.#store.acquireLease(key, held.owner, this.#options.ttlMs);
         if (take.taken || await this.#takeFromGone(key, held.owner, take.holder)) {
-          held.expiresAt = started + this.#ttlMs;
-          held.since = this.#clock.now();
+          held.expiresAt = started + this.#options.ttlMs;
+          held.since = this.#options.clock.now();
           // A streak starts when the lease is taken, not when the wait for it began.
           if (!streakGoesOn) held.streakStart = held.since;
           held.renewing = this.#renew(name, held);
@@ -248,8 +237,8 @@ export class SessionLeases {
           held.waiting = true;
           onWait?.();
         }
-        await this.#clock.sleep(pause * (0.75 + this.#random() / 2), held.stop.signal);
-        pause = Math.min(pause * 2, this.#maxPollMs);
+        await this.#options.clock.sleep(pause * (0.75 + this.#options.random() / 2), held.stop.signal);
+        pause = Math.min(pause * 2, this.#options.maxPollMs);
       }
     })();
     // Awaited by every work; this only keeps a give-up nobody waits for from being reported as unhandled.
@@ -264,14 +253,14 @@ export class SessionLeases {
   async #takeFromGone(key: SessionKey, owner: string, holder: string): Promise<boolean> {
     const other = holderProcess(holder);
     // Our own process's other take (the one before a fair-share handover) is never gone.
-    if (other === null || other.host !== this.#host || other.process === this.#owner) return false;
+    if (other === null || other.host !== this.#host || other.process === this.#options.owner) return false;
     let gone = false;
     try {
-      gone = this.#processGone(other.process);
+      gone = this.#options.processGone(other.process);
     } catch {
       // Cannot tell: the lease expires.
     }
-    return gone && (await this.#store.acquireLease(key, owner, this.#ttlMs, { from: holder })).taken;
+    return gone && (await this.#store.acquireLease(key, owner, this.#options.ttlMs, { from: holder })).taken;
   }
 
   /**
@@ -282,14 +271,17 @@ export class SessionLeases {
   async #stepAside(name: string, held: Held): Promise<boolean> {
     const released = this.#released.get(name);
     this.#released.delete(name);
-    const now = this.#clock.now();
-    if (released === undefined || now - released.at > this.#maxPollMs) return false;
-    if (now - released.streakStart < this.#fairShareMs || !released.wanted) {
+    const now = this.#options.clock.now();
+    if (released === undefined || now - released.at > this.#options.maxPollMs) return false;
+    if (now - released.streakStart < this.#options.fairShareMs || !released.wanted) {
       held.streakStart = released.streakStart;
       return true;
     }
     this.#stepsAside++;
-    await this.#clock.sleep(this.#maxPollMs * 1.25 + this.#minPollMs, held.stop.signal);
+    await this.#options.clock.sleep(
+      this.#options.maxPollMs * 1.25 + this.#options.minPollMs,
+      held.stop.signal,
+    );
     return false;
   }
 
@@ -299,23 +291,23 @@ export class SessionLeases {
    * while it cannot have expired before the next try.
    */
   async #renew(name: string, held: Held): Promise<void> {
-    const every = this.#ttlMs / 3;
+    const every = this.#options.ttlMs / 3;
     for (;;) {
       try {
-        await this.#clock.sleep(every, held.stop.signal);
+        await this.#options.clock.sleep(every, held.stop.signal);
       } catch {
         return; // released or given up
       }
-      const started = this.#clock.now();
+      const started = this.#options.clock.now();
       let kept: boolean;
       let cause: unknown;
       try {
-        kept = await this.#store.renewLease(held.key, held.owner, this.#ttlMs) ||
+        kept = await this.#store.renewLease(held.key, held.owner, this.#options.ttlMs) ||
           await this.#takeBackCancelled(held);
-        if (kept) held.expiresAt = started + this.#ttlMs;
+        if (kept) held.expiresAt = started + this.#options.ttlMs;
       } catch (error) {
         cause = error;
-        kept = this.#clock.now() + every < held.expiresAt;
+        kept = this.#options.clock.now() + every < held.expiresAt;
       }
       if (held.stop.signal.aborted) return; // given up meanwhile
       if (kept) continue;
@@ -332,8 +324,8 @@ export class SessionLeases {
    */
   async #takeBackCancelled(held: Held): Promise<boolean> {
     const marked = held.owner + CANCEL_MARK;
-    if (!await this.#store.renewLease(held.key, marked, this.#ttlMs)) return false;
-    const take = await this.#store.acquireLease(held.key, held.owner, this.#ttlMs, { from: marked });
+    if (!await this.#store.renewLease(held.key, marked, this.#options.ttlMs)) return false;
+    const take = await this.#store.acquireLease(held.key, held.owner, this.#options.ttlMs, { from: marked });
     if (!take.taken) return false;
     for (const cancel of held.cancels) cancel();
     return true;
@@ -350,12 +342,12 @@ export class SessionLeases {
       // A failed release is not an error of the work: the lease expires by itself.
       if (!taken || lost) return;
       const wanted = await this.#store.releaseLease(held.key, held.owner).catch(() => false);
-      const at = this.#clock.now();
+      const at = this.#options.clock.now();
       this.#released.set(name, { at, streakStart: held.streakStart, wanted });
       // Only the last moments matter: older entries go once there are many.
       if (this.#released.size <= 256) return;
       for (const [other, released] of this.#released) {
-        if (at - released.at > this.#maxPollMs) this.#released.delete(other);
+        if (at - released.at > this.#options.maxPollMs) this.#released.delete(other);
       }
     })().finally(held.finished);
     this.#releasing.set(name, release);

@@ -29,9 +29,7 @@ export interface ProcessMarksOptions {
  */
 export class ProcessMarks {
   readonly #dir: string;
-  readonly #now: () => number;
-  readonly #touchEveryMs: number;
-  readonly #keepGoneMs: number;
+  readonly #options: Required<ProcessMarksOptions>;
   #own: { path: string; file: Deno.FsFile; timer: ReturnType<typeof setInterval> } | undefined;
 
   /** Marks live in `<folder>/.lease-owners`. @throws {RangeError} when a duration is not a finite number > 0. */
@@ -43,9 +41,7 @@ export class ProcessMarks {
       }
     }
     this.#dir = join(folder, ".lease-owners");
-    this.#now = now;
-    this.#touchEveryMs = touchEveryMs;
-    this.#keepGoneMs = keepGoneMs;
+    this.#options = { now, touchEveryMs, keepGoneMs };
   }
 
   /**
@@ -62,7 +58,7 @@ export class ProcessMarks {
       const path = join(this.#dir, fileOf(owner));
       file = Deno.openSync(path, { read: true, write: true, create: true });
       if (!file.tryLockSync(true)) throw new Error("locked by another process");
-      const timer = setInterval(() => this.#touch(), this.#touchEveryMs);
+      const timer = setInterval(() => this.#touch(), this.#options.touchEveryMs);
       Deno.unrefTimer(timer); // a mark never keeps the process running
       this.#own = { path, file, timer };
       this.#touch();
@@ -106,7 +102,7 @@ export class ProcessMarks {
 
   #touch(): void {
     if (this.#own === undefined) return;
-    const at = new Date(this.#now());
+    const at = new Date(this.#options.now());
     try {
       Deno.utimeSync(this.#own.path, at, at);
     } catch {
@@ -116,7 +112,7 @@ export class ProcessMarks {
 
   /** Removes marks nobody locks and nobody touched for `keepGoneMs`: their leases expired long ago. */
   #sweep(): void {
-    const before = this.#now() - this.#keepGoneMs;
+    const before = this.#options.now() - this.#options.keepGoneMs;
     for (const entry of Deno.readDirSync(this.#dir)) {
       if (!entry.isFile || !entry.name.endsWith(".lock")) continue;
       const path = join(this.#dir, entry.name);

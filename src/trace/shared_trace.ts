@@ -109,15 +109,11 @@ export interface SharedTraceOptions {
 /** Ships events to the shared table one batch at a time, in the order they were written. */
 export class SharedTrace implements TracePages {
   #table: TraceTable;
-  #delayMs: number;
-  #clock: Clock;
-  #maxEvents: number;
+  #options: Required<SharedTraceOptions>;
   /** Events shipped since the last prune. */
   #sincePrune = 0;
   /** Ends the wait of `delayMs` under way. */
   #window: AbortController | undefined;
-  #maxQueued: number;
-  #warn: (line: string) => void;
   #queue: TraceRow[] = [];
   #shipping: Promise<void> | null = null;
   #failing = false;
@@ -125,12 +121,9 @@ export class SharedTrace implements TracePages {
 
   constructor(table: TraceTable, options: SharedTraceOptions = {}) {
     const { delayMs = 0, maxQueued = 10_000, warn = (line: string) => console.warn(line) } = options;
+    const { clock = SYSTEM_CLOCK, maxEvents = 1_000_000 } = options;
     this.#table = table;
-    this.#delayMs = delayMs;
-    this.#clock = options.clock ?? SYSTEM_CLOCK;
-    this.#maxEvents = options.maxEvents ?? 1_000_000;
-    this.#maxQueued = maxQueued;
-    this.#warn = warn;
+    this.#options = { delayMs, maxQueued, warn, clock, maxEvents };
   }
 
   /**
@@ -140,15 +133,15 @@ export class SharedTrace implements TracePages {
   add(event: Record<string, unknown>, line?: string): void {
     const row = traceRow(event, line);
     if (row === null) return;
-    if (this.#queue.length >= this.#maxQueued) {
+    if (this.#queue.length >= this.#options.maxQueued) {
       this.#dropped += 1;
       return;
     }
     this.#queue.push(row);
-    if (this.#delayMs === 0) this.#start();
+    if (this.#options.delayMs === 0) this.#start();
     else if (this.#window === undefined) {
       const window = this.#window = new AbortController();
-      this.#clock.sleep(this.#delayMs, window.signal).then(() => this.#start(), () => {});
+      this.#options.clock.sleep(this.#options.delayMs, window.signal).then(() => this.#start(), () => {});
     }
   }
 
@@ -196,13 +189,13 @@ export class SharedTrace implements TracePages {
       try {
         await this.#table.write(batch);
         this.#sincePrune += batch.length;
-        if (this.#sincePrune >= Math.min(this.#maxEvents, 1000)) {
+        if (this.#sincePrune >= Math.min(this.#options.maxEvents, 1000)) {
           this.#sincePrune = 0;
-          await this.#table.prune(this.#maxEvents);
+          await this.#table.prune(this.#options.maxEvents);
         }
       } catch (error) {
         if (!this.#failing) {
-          this.#warn(
+          this.#options.warn(
             `warning: cannot ship trace events to the database (${(error as Error).message}); ` +
               "they are kept in memory and in the trace file, and shipped once it answers",
           );
@@ -213,7 +206,7 @@ export class SharedTrace implements TracePages {
       this.#queue.splice(0, batch.length);
       if (this.#failing || this.#dropped > 0) {
         const dropped = this.#dropped > 0 ? ` (${this.#dropped} events were dropped meanwhile)` : "";
-        this.#warn(`trace events reach the database again${dropped}`);
+        this.#options.warn(`trace events reach the database again${dropped}`);
         this.#failing = false;
         this.#dropped = 0;
       }
