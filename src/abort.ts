@@ -14,12 +14,18 @@ export function abortError(signal: AbortSignal, what = "the operation"): unknown
 
 /**
  * Settles as `promise` does, or rejects with the reason of the first of `signals` to abort. The promise is
- * left to settle on its own (cancel what it waits on, such as a stream reader, to free it).
+ * left to settle on its own (cancel what it waits on, such as a stream reader, to free it), its rejection
+ * handled.
  */
 export function abortable<T>(promise: Promise<T>, signals: readonly (AbortSignal | undefined)[]): Promise<T> {
   const watched = signals.filter((signal): signal is AbortSignal => signal !== undefined);
   const aborted = watched.find((signal) => signal.aborted);
-  if (aborted !== undefined) return Promise.reject(abortError(aborted));
+  if (aborted !== undefined) {
+    // Nobody awaits `promise` now: its own rejection (a read failing as the abort tears its stream down) must
+    // not go unhandled, which ends the process.
+    promise.catch(() => {});
+    return Promise.reject(abortError(aborted));
+  }
   if (watched.length === 0) return promise;
   return new Promise<T>((resolve, reject) => {
     const onAbort = (event: Event) => reject(abortError(event.target as AbortSignal));

@@ -31,6 +31,17 @@ Deno.test("abortable() settles as its promise does, or with the first signal's r
   );
 });
 
+Deno.test("abortable() on a signal aborted already leaves its promise's own later rejection handled", async () => {
+  const controller = new AbortController();
+  controller.abort("cancelled by the client");
+  // A read that fails once its stream is torn down by the same abort: nobody awaits it any more.
+  const { promise: read, reject } = Promise.withResolvers<never>();
+  await assert.rejects(abortable(read, [controller.signal]), (e) => e === "cancelled by the client");
+  reject(new Error("the stream was aborted"));
+  // An unhandled rejection would fail this test once the microtasks and this timer turn have run.
+  await delay(0);
+});
+
 Deno.test("redact() replaces every occurrence of each secret and ignores empty ones", () => {
   assert.equal(
     redact("key sk-1 and sk-1, tok", ["sk-1", "", "tok"]),
