@@ -9,7 +9,7 @@
  * @module
  */
 import { resolve } from "node:path";
-import { ConfigError } from "../errors.ts";
+import { ConfigError, errorMessage } from "../errors.ts";
 import { isRecord } from "../_json.ts";
 import { exposedToolName } from "./tool_names.ts";
 
@@ -232,20 +232,18 @@ export function readMcpConfig(path: string): McpFile | null {
   } catch (error) {
     // Not readable under the task's flags: they grant the file only when it existed as they were computed.
     if (error instanceof Deno.errors.NotFound || error instanceof Deno.errors.NotCapable) return null;
-    const reason = error instanceof Error ? error.message : String(error);
     throw new ConfigError(
       "AGENT_MCP_CONFIG",
-      `Cannot read MCP config ${absolute} (AGENT_MCP_CONFIG): ${reason}`,
+      `Cannot read MCP config ${absolute} (AGENT_MCP_CONFIG): ${errorMessage(error)}`,
     );
   }
   let raw: unknown;
   try {
     raw = JSON.parse(text);
   } catch (error) {
-    const reason = (error as Error).message;
     throw new ConfigError(
       "AGENT_MCP_CONFIG",
-      `Invalid MCP config ${absolute} (AGENT_MCP_CONFIG): not JSON (${reason})`,
+      `Invalid MCP config ${absolute} (AGENT_MCP_CONFIG): not JSON (${(error as Error).message})`,
     );
   }
   return parseMcpConfig(raw, absolute);

@@ -27,8 +27,7 @@ interface McpSession {
 
 /** The MCP sessions of `/mcp` and the requests to them. */
 export class McpEndpoint {
-  readonly #loadSdk: () => Promise<McpServerSdk>;
-  readonly #maxSessions: number;
+  readonly #options: Required<McpEndpointOptions>;
   #sdk: Promise<McpServerSdk> | null = null;
   /** By session id, the one used least recently first. */
   readonly #sessions = new Map<string, McpSession>();
@@ -39,8 +38,7 @@ export class McpEndpoint {
     if (!Number.isInteger(maxSessions) || maxSessions < 1) {
       throw new RangeError(`Cannot serve MCP: maxSessions must be a positive integer, got ${maxSessions}`);
     }
-    this.#loadSdk = loadSdk;
-    this.#maxSessions = maxSessions;
+    this.#options = { loadSdk, maxSessions };
   }
 
   /** MCP sessions open now. */
@@ -97,7 +95,7 @@ export class McpEndpoint {
   }
 
   #sdkLoaded(): Promise<McpServerSdk> {
-    this.#sdk ??= this.#loadSdk().catch((error) => {
+    this.#sdk ??= this.#options.loadSdk().catch((error) => {
       this.#sdk = null;
       throw error;
     });
@@ -112,7 +110,7 @@ export class McpEndpoint {
       sessionIdGenerator: () => crypto.randomUUID(),
       onsessioninitialized: (id: string) => {
         this.#sessions.set(id, session);
-        if (this.#sessions.size > this.#maxSessions) {
+        if (this.#sessions.size > this.#options.maxSessions) {
           const [oldest, entry] = this.#sessions.entries().next().value!;
           this.#sessions.delete(oldest);
           entry.server.close().catch(() => {});
