@@ -208,11 +208,9 @@ export class McpConnection {
     const { config } = this;
     if (config.transport === "stdio") {
       const { command, args, env } = config;
-      const child: Record<string, string> = {};
-      for (const [name, value] of Object.entries(readEnvironment(INHERITED_ENV))) {
-        if (value !== undefined) child[name] = value;
-      }
-      return new DenoStdioTransport({ command, args, env: { ...child, ...env } });
+      const inherited = Object.entries(readEnvironment(INHERITED_ENV))
+        .filter((entry): entry is [string, string] => entry[1] !== undefined);
+      return new DenoStdioTransport({ command, args, env: { ...Object.fromEntries(inherited), ...env } });
     }
     const requestInit = { headers: { ...config.headers } };
     return config.transport === "sse"
@@ -314,7 +312,6 @@ function sessionLost(error: unknown): boolean {
   return code === 404 || (code === 400 && /session/i.test(errorMessage(error)));
 }
 
-/** An error as one line of at most 300 characters. */
 function oneLine(error: unknown): string {
   return shorten(errorMessage(error), 300, { oneLine: true, withinMax: true });
 }

@@ -104,7 +104,6 @@ export class UserServers {
     await Promise.all(this.#stopping);
   }
 
-  /** Stops `userId`'s instance. */
   #stop(userId: string, instance: Instance): Promise<void> {
     this.#users.delete(userId);
     const stopped = instance.connection.close().finally(() => this.#stopping.delete(stopped));

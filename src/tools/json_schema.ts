@@ -220,9 +220,7 @@ class Checker {
  * {@linkcode schemaProblems} finds nothing wrong with.
  */
 export function validateJsonSchema(schema: JsonSchema, value: unknown): string[] {
-  const checker = new Checker(schema);
-  checker.check(schema, value, "$");
-  return checker.problems;
+  return new Checker(schema).trial(schema, value, "$", 0);
 }
 
 const TYPES: readonly string[] = ["object", "string", "number", "integer", "boolean", "array", "null"];
