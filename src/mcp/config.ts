@@ -117,11 +117,10 @@ function parseServer(
   if (type !== undefined && !types.includes(type as string)) {
     return at(`"type" must be ${types.map((t) => `"${t}"`).join(" or ")} for this entry`);
   }
-  const { scope } = entry;
+  const { scope, safeToRepeat } = entry;
   if (scope !== undefined && scope !== "user" && scope !== "shared") {
     return at(`"scope" must be "user" or "shared"`);
   }
-  const { safeToRepeat } = entry;
   if (
     safeToRepeat !== undefined &&
     (!isRecord(safeToRepeat) || Object.values(safeToRepeat).some((value) => typeof value !== "boolean"))

@@ -109,24 +109,20 @@ export class McpTools implements ToolSource {
   }
 }
 
-/**
- * Whether a call of `tool` left running by a stopped process may run again: the server entry's
- * `"safeToRepeat"` says so for the tool, else its annotations (`readOnlyHint` or `idempotentHint` true).
- */
-export function safeToRepeat(tool: ListedTool, overrides: Readonly<Record<string, boolean>> = {}): boolean {
-  if (Object.hasOwn(overrides, tool.name)) return overrides[tool.name];
-  const hints = tool.annotations ?? {};
-  return hints.readOnlyHint === true || hints.idempotentHint === true;
-}
-
 function toolSpec(name: string, listed: ListedTool, connection: Server): ToolSpec {
   const tool = listed.name;
+  // Whether a call left running by a stopped process may run again: the server entry's `"safeToRepeat"`
+  // says so for the tool, else its annotations (`readOnlyHint` or `idempotentHint` true).
+  const overrides = connection.config.safeToRepeat ?? {};
+  const hints = listed.annotations ?? {};
   return {
     name,
     description: listed.description ?? "",
     parameters: listed.inputSchema as JsonSchema,
     server: connection.config.name,
-    safeToRepeat: safeToRepeat(listed, connection.config.safeToRepeat),
+    safeToRepeat: Object.hasOwn(overrides, tool)
+      ? overrides[tool]
+      : hints.readOnlyHint === true || hints.idempotentHint === true,
     handler: async (args, context) => {
       const result = connection instanceof UserServers
         ? await connection.call(context.userId, tool, args, context.signal)

@@ -50,28 +50,6 @@ export function quotedToolName(name: string): string {
   return `"${name.slice(0, MAX_QUOTED_NAME_CHARS)}…" (${name.length} characters)`;
 }
 
-/**
- * Cuts a result whose serialized form is over `limit` characters: a success keeps a prefix of its data as
- * text, an error a prefix of its message; either is marked `truncated`.
- */
-function fit(result: ToolResult, limit: number): ToolResult {
-  if (serializeToolResult(result).length <= limit) return result;
-  const text = result.ok ? JSON.stringify(result.data) : result.error ?? "";
-  const cut = (keep: number): ToolResult =>
-    result.ok
-      ? { ok: true, data: text.slice(0, keep), error: null, truncated: true }
-      : { ok: false, data: null, error: `${text.slice(0, keep)}…`, truncated: true };
-  // Escaping makes the serialized cut longer than its text by a varying amount: search the longest prefix.
-  let lo = 0;
-  let hi = Math.min(text.length, limit);
-  while (lo < hi) {
-    const mid = Math.ceil((lo + hi) / 2);
-    if (serializeToolResult(cut(mid)).length <= limit) lo = mid;
-    else hi = mid - 1;
-  }
-  return cut(lo);
-}
-
 /** The result of a call that failed or was refused, as the model reads it. */
 export function failure(error: string): ToolResult {
   return { ok: false, data: null, error, truncated: false };
@@ -169,9 +147,27 @@ export class ToolRegistry {
     return this.fit(await this.#run(call, context));
   }
 
-  /** `result` cut to the result limit (marked `truncated` when cut): what any tool message may hold. */
+  /**
+   * `result` cut to the result limit: what any tool message may hold. A success over it keeps a prefix of its
+   * data as text, an error a prefix of its message; either is then marked `truncated`.
+   */
   fit(result: ToolResult): ToolResult {
-    return fit(result, this.#maxResultChars);
+    const limit = this.#maxResultChars;
+    if (serializeToolResult(result).length <= limit) return result;
+    const text = result.ok ? JSON.stringify(result.data) : result.error ?? "";
+    const cut = (keep: number): ToolResult =>
+      result.ok
+        ? { ok: true, data: text.slice(0, keep), error: null, truncated: true }
+        : { ok: false, data: null, error: `${text.slice(0, keep)}…`, truncated: true };
+    // Escaping makes the serialized cut longer than its text by a varying amount: search the longest prefix.
+    let lo = 0;
+    let hi = Math.min(text.length, limit);
+    while (lo < hi) {
+      const mid = Math.ceil((lo + hi) / 2);
+      if (serializeToolResult(cut(mid)).length <= limit) lo = mid;
+      else hi = mid - 1;
+    }
+    return cut(lo);
   }
 
   async #run(call: ToolCall, context: ToolContext): Promise<ToolResult> {
