@@ -208,9 +208,8 @@ export function createAgentServer(
     };
   };
 
-  const sessions = async (): Promise<CallToolResult> => {
-    return json({ sessions: (await store.listSessions(userId)).map(sessionListItem) });
-  };
+  const sessions = async (): Promise<CallToolResult> =>
+    json({ sessions: (await store.listSessions(userId)).map(sessionListItem) });
 
   const history = async (args: Record<string, unknown>): Promise<CallToolResult> => {
     const sessionId = validateId(args.session_id);

@@ -120,9 +120,8 @@ export class UserServers {
       return running;
     }
     if (this.#users.size >= this.#options.maxUsers) await this.#makeRoom();
-    const { maxUsers: _, idleMs: __, ...options } = this.#options;
     const connection = new McpConnection(forUser(this.config, userId), {
-      ...options,
+      ...this.#options,
       onToolsChanged: () => {},
     });
     const instance = { connection, started: connection.start(), calls: 0, lastUsed: this.#options.now() };
