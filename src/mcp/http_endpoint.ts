@@ -146,11 +146,10 @@ function cancelOnDisconnect(
   }
   const requestId = message.id;
   request.signal.addEventListener("abort", () => {
-    const reason = "the client disconnected";
     transport.onmessage?.({
       jsonrpc: "2.0",
       method: "notifications/cancelled",
-      params: { requestId, reason },
+      params: { requestId, reason: "the client disconnected" },
     });
   }, { once: true });
 }
