@@ -56,7 +56,11 @@ export class McpEndpoint {
   async handle(request: Request, userId: string, deps: AgentServerDeps, body?: unknown): Promise<Response> {
     let sdk: McpServerSdk;
     try {
-      sdk = await this.#sdkLoaded();
+      // A load that failed is forgotten, so the next request tries again.
+      sdk = await (this.#sdk ??= this.#options.loadSdk().catch((error) => {
+        this.#sdk = null;
+        throw error;
+      }));
     } catch (error) {
       return rpcError(503, -32603, `Cannot serve MCP: the MCP SDK cannot be loaded (${errorMessage(error)})`);
     }
@@ -92,14 +96,6 @@ export class McpEndpoint {
     const sessions = [...this.#sessions.values()];
     this.#sessions.clear();
     await Promise.all(sessions.map(({ server }) => server.close().catch(() => {})));
-  }
-
-  #sdkLoaded(): Promise<McpServerSdk> {
-    this.#sdk ??= this.#options.loadSdk().catch((error) => {
-      this.#sdk = null;
-      throw error;
-    });
-    return this.#sdk;
   }
 
   /** A new session of `userId`, kept once its initialize request succeeds. */
