@@ -6,7 +6,7 @@
  * leave together, as soon as the last call is decided.
  * @module
  */
-import { el } from "./dom.js";
+import { button, el } from "./dom.js";
 
 /** @typedef {"approve" | "deny"} Decision */
 /** @typedef {{ id: string, name: string, arguments: string }} ApprovalCall */
@@ -79,15 +79,11 @@ export function renderApprovals(container, pending, onDecide) {
   };
   for (const call of pending.calls) {
     /** @param {Decision} decision @param {string} label */
-    const button = (decision, label) =>
-      el("button", {
-        type: "button",
-        class: decision,
-        onclick: () => {
-          mark(call.id, decision);
-          sendIfComplete();
-        },
-      }, label);
+    const decide = (decision, label) =>
+      button(label, decision, () => {
+        mark(call.id, decision);
+        sendIfComplete();
+      });
     rows.set(
       call.id,
       el(
@@ -101,18 +97,14 @@ export function renderApprovals(container, pending, onDecide) {
           el("span", { class: "approval-status" }, "waiting"),
         ),
         el("pre", { class: "tool-args" }, formatArguments(call.arguments)),
-        el("div", { class: "approval-actions" }, button("approve", "Approve"), button("deny", "Deny")),
+        el("div", { class: "approval-actions" }, decide("approve", "Approve"), decide("deny", "Deny")),
       ),
     );
   }
-  const approveAll = pending.calls.length < 2 ? null : el("button", {
-    type: "button",
-    class: "approve-all",
-    onclick: () => {
-      for (const call of pending.calls) mark(call.id, "approve");
-      sendIfComplete();
-    },
-  }, "Approve all");
+  const approveAll = pending.calls.length < 2 ? null : button("Approve all", "approve-all", () => {
+    for (const call of pending.calls) mark(call.id, "approve");
+    sendIfComplete();
+  });
   const count = pending.calls.length;
   container.classList.remove("sending");
   container.replaceChildren(

@@ -6,7 +6,7 @@
  * decided; the runtime's fixed closings; errors with a retry button).
  * @module
  */
-import { el } from "./dom.js";
+import { button, el } from "./dom.js";
 import { markdownNodes } from "./markdown_view.js";
 
 /**
@@ -206,12 +206,8 @@ export class LiveTurn {
     } else if (event === "run_end") {
       this.#say(null);
       const runId = data.run_id;
-      const button = el(
-        "button",
-        { type: "button", class: "link", onclick: () => this.#onTimeline(runId) },
-        "timeline",
-      );
-      this.#add(el("li", { class: "run-end" }, `${data.data.outcome} · ${data.data.steps} step(s) `, button));
+      const link = button("timeline", "link", () => this.#onTimeline(runId));
+      this.#add(el("li", { class: "run-end" }, `${data.data.outcome} · ${data.data.steps} step(s) `, link));
     }
   }
 
@@ -226,9 +222,9 @@ export class LiveTurn {
    * @param {() => void} [retry]
    */
   showError(cause, retry = this.#onRetry) {
-    const button = el("button", { type: "button", class: "retry", onclick: () => retry() }, "Retry");
+    const again = button("Retry", "retry", () => retry());
     this.#add(
-      el("li", { class: "msg error", role: "alert" }, el("span", { class: "cause" }, cause), " ", button),
+      el("li", { class: "msg error", role: "alert" }, el("span", { class: "cause" }, cause), " ", again),
     );
   }
 }

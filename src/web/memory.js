@@ -6,7 +6,7 @@
  * @module
  */
 import { request } from "./api.js";
-import { el } from "./dom.js";
+import { button, el } from "./dom.js";
 
 const FIELDS = /** @type {const} */ (["goals", "facts", "todos", "unresolved"]);
 
@@ -68,19 +68,16 @@ async function loadUserMemory(/** @type {HTMLElement} */ box) {
         { class: "memory-item", "data-id": String(item.id) },
         el("span", { class: "memory-text" }, item.text),
         el("span", { class: "muted" }, ` (from ${item.source_session ?? "a tool"}) `),
-        el("button", {
-          type: "button",
-          class: "forget",
+        button("Delete", "forget", () => forget(box, `/v1/memory/${item.id}`), {
           title: "Erase this item from your memory",
-          onclick: () => forget(box, `/v1/memory/${item.id}`),
-        }, "Delete"),
+        }),
       )
     );
-    const all = el("button", {
-      type: "button",
-      class: "forget-all",
-      onclick: () => confirm("Erase all of your memory? Sessions stay.") && forget(box, "/v1/memory"),
-    }, "Delete all");
+    const all = button(
+      "Delete all",
+      "forget-all",
+      () => confirm("Erase all of your memory? Sessions stay.") && forget(box, "/v1/memory"),
+    );
     box.replaceChildren(el("ul", {}, ...rows), all);
   } catch (error) {
     box.replaceChildren(el("p", { class: "muted" }, `Cannot show your memory: ${String(error)}`));
