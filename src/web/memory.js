@@ -33,16 +33,10 @@ export function renderMemory(container, summary, todos) {
   parts.push(el("h3", {}, "Todos"));
   if (todos.length === 0) parts.push(el("p", { class: "muted" }, "No todos."));
   else {
-    const rows = todos.map((t) =>
-      el(
-        "tr",
-        {},
-        el("td", {}, String(t.id)),
-        el("td", {}, t.text),
-        el("td", {}, t.completed ? "done" : "open"),
-      )
-    );
-    const head = el("tr", {}, el("th", {}, "#"), el("th", {}, "todo"), el("th", {}, "status"));
+    /** @param {"th" | "td"} tag @param {string[]} cells */
+    const row = (tag, cells) => el("tr", {}, ...cells.map((cell) => el(tag, {}, cell)));
+    const rows = todos.map((t) => row("td", [String(t.id), t.text, t.completed ? "done" : "open"]));
+    const head = row("th", ["#", "todo", "status"]);
     parts.push(el("table", { class: "todos" }, el("thead", {}, head), el("tbody", {}, ...rows)));
   }
   const userMemory = el("div", { class: "user-memory" }, el("p", { class: "muted" }, "Loading…"));
