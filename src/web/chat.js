@@ -86,8 +86,7 @@ export function renderHistory(list, messages, options) {
 /** A turn being drawn from its frames into the chat list, with a line saying what runs now below it. */
 export class LiveTurn {
   #list;
-  #onRetry;
-  #onTimeline;
+  #actions;
   /** The streamed answer's text element and its markdown so far. @type {{ node: HTMLElement, text: string } | null} */
   #text = null;
   #drawPending = false;
@@ -105,8 +104,7 @@ export class LiveTurn {
    */
   constructor(list, message, actions) {
     this.#list = list;
-    this.#onRetry = actions.onRetry;
-    this.#onTimeline = actions.onTimeline;
+    this.#actions = actions;
     if (message !== undefined) this.#add(el("li", { class: "msg user" }, message));
     this.#say("thinking…");
   }
@@ -206,7 +204,7 @@ export class LiveTurn {
     } else if (event === "run_end") {
       this.#say(null);
       const runId = data.run_id;
-      const link = button("timeline", "link", () => this.#onTimeline(runId));
+      const link = button("timeline", "link", () => this.#actions.onTimeline(runId));
       this.#add(el("li", { class: "run-end" }, `${data.data.outcome} · ${data.data.steps} step(s) `, link));
     }
   }
@@ -221,7 +219,7 @@ export class LiveTurn {
    * @param {string} cause
    * @param {() => void} [retry]
    */
-  showError(cause, retry = this.#onRetry) {
+  showError(cause, retry = this.#actions.onRetry) {
     const again = button("Retry", "retry", () => retry());
     this.#add(
       el("li", { class: "msg error", role: "alert" }, el("span", { class: "cause" }, cause), " ", again),
