@@ -23,8 +23,8 @@ function toolCall(call) {
     el("pre", { class: "tool-args" }, call.arguments),
     result,
   );
-  /** @param {boolean} ok @param {string} text */
-  const settle = (ok, text) => {
+  /** @param {{ ok: boolean, text: string }} outcome */
+  const settle = ({ ok, text }) => {
     status.textContent = ok ? "ok" : "error";
     node.dataset.status = ok ? "ok" : "error";
     result.textContent = text;
@@ -64,7 +64,7 @@ export function compactionMarker(turns) {
 export function renderHistory(list, messages, options) {
   list.replaceChildren();
   if (options.compactedTurns > 0) list.append(compactionMarker(options.compactedTurns));
-  /** @type {Map<string, (ok: boolean, text: string) => void>} */
+  /** @type {Map<string, (outcome: { ok: boolean, text: string }) => void>} */
   const pending = new Map();
   for (const m of messages) {
     if (m.role === "user") list.append(el("li", { class: "msg user" }, m.content ?? ""));
@@ -77,8 +77,7 @@ export function renderHistory(list, messages, options) {
       }
     }
     if (m.role === "tool" && m.tool_call_id !== null) {
-      const outcome = toolOutcome(m.content ?? "");
-      pending.get(m.tool_call_id)?.(outcome.ok, outcome.text);
+      pending.get(m.tool_call_id)?.(toolOutcome(m.content ?? ""));
     }
   }
 }
@@ -90,7 +89,7 @@ export class LiveTurn {
   /** The streamed answer's text element and its markdown so far. @type {{ node: HTMLElement, text: string } | null} */
   #text = null;
   #drawPending = false;
-  /** @type {Map<string, (ok: boolean, text: string) => void>} */
+  /** @type {Map<string, (outcome: { ok: boolean, text: string }) => void>} */
   #calls = new Map();
   /** The calls of the running step without a result yet, by id: their names. @type {Map<string, string>} */
   #running = new Map();
@@ -175,7 +174,7 @@ export class LiveTurn {
       this.#say(this.#calling());
     } else if (event === "tool_result") {
       const d = data.data;
-      this.#calls.get(d.id)?.(d.ok, JSON.stringify(d.ok ? d.data : d.error, null, 1));
+      this.#calls.get(d.id)?.({ ok: d.ok, text: JSON.stringify(d.ok ? d.data : d.error, null, 1) });
       this.#running.delete(d.id);
       // With every result in, the model is asked again.
       this.#say(this.#running.size === 0 ? "thinking…" : this.#calling());
