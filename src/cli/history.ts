@@ -66,15 +66,13 @@ export class FileHistory implements InputHistory {
   #memory: MemoryHistory;
   /** Lines in the file as far as this process knows: what it read plus what it appended. */
   #lines: number;
-  #max: number;
-  #onError: (error: unknown) => void;
+  #options: Required<FileHistoryOptions>;
   #failed = false;
 
   constructor(path: string, options: FileHistoryOptions = {}) {
     const { max = MAX_HISTORY_ENTRIES, onError = () => {} } = options;
     this.#path = path;
-    this.#max = max;
-    this.#onError = onError;
+    this.#options = { max, onError };
     const saved = readEntries(path);
     this.#lines = saved.length;
     this.#memory = new MemoryHistory(saved.slice(-max), max);
@@ -91,16 +89,16 @@ export class FileHistory implements InputHistory {
       Deno.writeTextFileSync(this.#path, JSON.stringify(entry) + "\n", { append: true, mode: 0o600 });
       // The mode applies only when the file is created; one made by hand may have been readable by others.
       Deno.chmodSync(this.#path, 0o600);
-      if (++this.#lines > this.#max + Math.ceil(this.#max / 5)) this.#trim();
+      if (++this.#lines > this.#options.max + Math.ceil(this.#options.max / 5)) this.#trim();
     } catch (error) {
-      if (!this.#failed) this.#onError(error);
+      if (!this.#failed) this.#options.onError(error);
       this.#failed = true;
     }
   }
 
   /** Cuts the file back to its last `max` entries, whoever wrote them. */
   #trim(): void {
-    const kept = readEntries(this.#path).slice(-this.#max);
+    const kept = readEntries(this.#path).slice(-this.#options.max);
     const temporary = `${this.#path}.${crypto.randomUUID()}.tmp`;
     Deno.writeTextFileSync(temporary, kept.map((e) => JSON.stringify(e) + "\n").join(""), { mode: 0o600 });
     Deno.chmodSync(temporary, 0o600);

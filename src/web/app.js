@@ -9,7 +9,7 @@
 import { ApiError, cancelTurn, getToken, request, setToken, streamTurn } from "./api.js";
 import { renderApprovals } from "./approvals.js";
 import { LiveTurn, renderHistory } from "./chat.js";
-import { byId, clip, el } from "./dom.js";
+import { button, byId, clip, el } from "./dom.js";
 import { renderMemory } from "./memory.js";
 import { lastSession, rememberSession } from "./remembered.js";
 import { titleFrom } from "../text/title.js";
@@ -68,17 +68,10 @@ async function loadSessions() {
   state.known = new Set(sessions.map((/** @type {{id: string}} */ s) => s.id));
   const items = sessions.map((/** @type {{id: string, title: string | null, turn_count: number}} */ s) => {
     if (s.id === state.session && s.title !== null) state.title = s.title;
-    const open = el(
-      "button",
-      { type: "button", class: "open", title: s.id, onclick: () => openSession(s.id) },
-      s.title ?? s.id,
-    );
-    const remove = el("button", {
-      type: "button",
-      class: "delete",
+    const open = button(s.title ?? s.id, "open", () => openSession(s.id), { title: s.id });
+    const remove = button("✕", "delete", () => deleteSession(s.id), {
       "aria-label": `Delete session ${s.id}`,
-      onclick: () => deleteSession(s.id),
-    }, "✕");
+    });
     const current = s.id === state.session ? "session current" : "session";
     return el(
       "li",

@@ -6,7 +6,7 @@
  * leave together, as soon as the last call is decided.
  * @module
  */
-import { el } from "./dom.js";
+import { button, el } from "./dom.js";
 
 /** @typedef {"approve" | "deny"} Decision */
 /** @typedef {{ id: string, name: string, arguments: string }} ApprovalCall */
@@ -61,16 +61,16 @@ export function renderApprovals(container, pending, onDecide) {
   const chosen = new Map();
   /** @type {Map<string, HTMLElement>} */
   const rows = new Map();
-  /** @param {string} id @param {Decision} decision */
-  const mark = (id, decision) => {
-    chosen.set(id, decision);
-    const row = rows.get(id);
-    if (row === undefined) return;
-    row.dataset.decision = decision;
-    const status = row.querySelector(".approval-status");
-    if (status !== null) status.textContent = decision === "approve" ? "approved" : "denied";
-  };
-  const sendIfComplete = () => {
+  /** Marks `calls` with `decision`, and sends once every call has one. @param {ApprovalCall[]} calls @param {Decision} decision */
+  const mark = (calls, decision) => {
+    for (const call of calls) {
+      chosen.set(call.id, decision);
+      const row = rows.get(call.id);
+      if (row === undefined) continue;
+      row.dataset.decision = decision;
+      const status = row.querySelector(".approval-status");
+      if (status !== null) status.textContent = decision === "approve" ? "approved" : "denied";
+    }
     const decisions = completeDecisions(pending.calls, chosen);
     if (decisions === null) return;
     container.classList.add("sending");
@@ -79,15 +79,7 @@ export function renderApprovals(container, pending, onDecide) {
   };
   for (const call of pending.calls) {
     /** @param {Decision} decision @param {string} label */
-    const button = (decision, label) =>
-      el("button", {
-        type: "button",
-        class: decision,
-        onclick: () => {
-          mark(call.id, decision);
-          sendIfComplete();
-        },
-      }, label);
+    const decide = (decision, label) => button(label, decision, () => mark([call], decision));
     rows.set(
       call.id,
       el(
@@ -101,18 +93,13 @@ export function renderApprovals(container, pending, onDecide) {
           el("span", { class: "approval-status" }, "waiting"),
         ),
         el("pre", { class: "tool-args" }, formatArguments(call.arguments)),
-        el("div", { class: "approval-actions" }, button("approve", "Approve"), button("deny", "Deny")),
+        el("div", { class: "approval-actions" }, decide("approve", "Approve"), decide("deny", "Deny")),
       ),
     );
   }
-  const approveAll = pending.calls.length < 2 ? null : el("button", {
-    type: "button",
-    class: "approve-all",
-    onclick: () => {
-      for (const call of pending.calls) mark(call.id, "approve");
-      sendIfComplete();
-    },
-  }, "Approve all");
+  const approveAll = pending.calls.length < 2
+    ? null
+    : button("Approve all", "approve-all", () => mark(pending.calls, "approve"));
   const count = pending.calls.length;
   container.classList.remove("sending");
   container.replaceChildren(

@@ -6,7 +6,7 @@
  * decided; the runtime's fixed closings; errors with a retry button).
  * @module
  */
-import { el } from "./dom.js";
+import { button, el } from "./dom.js";
 import { markdownNodes } from "./markdown_view.js";
 
 /**
@@ -23,8 +23,8 @@ function toolCall(call) {
     el("pre", { class: "tool-args" }, call.arguments),
     result,
   );
-  /** @param {boolean} ok @param {string} text */
-  const settle = (ok, text) => {
+  /** @param {{ ok: boolean, text: string }} outcome */
+  const settle = ({ ok, text }) => {
     status.textContent = ok ? "ok" : "error";
     node.dataset.status = ok ? "ok" : "error";
     result.textContent = text;
@@ -64,7 +64,7 @@ export function compactionMarker(turns) {
 export function renderHistory(list, messages, options) {
   list.replaceChildren();
   if (options.compactedTurns > 0) list.append(compactionMarker(options.compactedTurns));
-  /** @type {Map<string, (ok: boolean, text: string) => void>} */
+  /** @type {Map<string, (outcome: { ok: boolean, text: string }) => void>} */
   const pending = new Map();
   for (const m of messages) {
     if (m.role === "user") list.append(el("li", { class: "msg user" }, m.content ?? ""));
@@ -77,8 +77,7 @@ export function renderHistory(list, messages, options) {
       }
     }
     if (m.role === "tool" && m.tool_call_id !== null) {
-      const outcome = toolOutcome(m.content ?? "");
-      pending.get(m.tool_call_id)?.(outcome.ok, outcome.text);
+      pending.get(m.tool_call_id)?.(toolOutcome(m.content ?? ""));
     }
   }
 }
@@ -86,12 +85,11 @@ export function renderHistory(list, messages, options) {
 /** A turn being drawn from its frames into the chat list, with a line saying what runs now below it. */
 export class LiveTurn {
   #list;
-  #onRetry;
-  #onTimeline;
+  #actions;
   /** The streamed answer's text element and its markdown so far. @type {{ node: HTMLElement, text: string } | null} */
   #text = null;
   #drawPending = false;
-  /** @type {Map<string, (ok: boolean, text: string) => void>} */
+  /** @type {Map<string, (outcome: { ok: boolean, text: string }) => void>} */
   #calls = new Map();
   /** The calls of the running step without a result yet, by id: their names. @type {Map<string, string>} */
   #running = new Map();
@@ -105,8 +103,7 @@ export class LiveTurn {
    */
   constructor(list, message, actions) {
     this.#list = list;
-    this.#onRetry = actions.onRetry;
-    this.#onTimeline = actions.onTimeline;
+    this.#actions = actions;
     if (message !== undefined) this.#add(el("li", { class: "msg user" }, message));
     this.#say("thinking…");
   }
@@ -177,7 +174,7 @@ export class LiveTurn {
       this.#say(this.#calling());
     } else if (event === "tool_result") {
       const d = data.data;
-      this.#calls.get(d.id)?.(d.ok, JSON.stringify(d.ok ? d.data : d.error, null, 1));
+      this.#calls.get(d.id)?.({ ok: d.ok, text: JSON.stringify(d.ok ? d.data : d.error, null, 1) });
       this.#running.delete(d.id);
       // With every result in, the model is asked again.
       this.#say(this.#running.size === 0 ? "thinking…" : this.#calling());
@@ -206,12 +203,8 @@ export class LiveTurn {
     } else if (event === "run_end") {
       this.#say(null);
       const runId = data.run_id;
-      const button = el(
-        "button",
-        { type: "button", class: "link", onclick: () => this.#onTimeline(runId) },
-        "timeline",
-      );
-      this.#add(el("li", { class: "run-end" }, `${data.data.outcome} · ${data.data.steps} step(s) `, button));
+      const link = button("timeline", "link", () => this.#actions.onTimeline(runId));
+      this.#add(el("li", { class: "run-end" }, `${data.data.outcome} · ${data.data.steps} step(s) `, link));
     }
   }
 
@@ -225,10 +218,10 @@ export class LiveTurn {
    * @param {string} cause
    * @param {() => void} [retry]
    */
-  showError(cause, retry = this.#onRetry) {
-    const button = el("button", { type: "button", class: "retry", onclick: () => retry() }, "Retry");
+  showError(cause, retry = this.#actions.onRetry) {
+    const again = button("Retry", "retry", () => retry());
     this.#add(
-      el("li", { class: "msg error", role: "alert" }, el("span", { class: "cause" }, cause), " ", button),
+      el("li", { class: "msg error", role: "alert" }, el("span", { class: "cause" }, cause), " ", again),
     );
   }
 }

@@ -52,3 +52,14 @@ export function byId(id) {
 export function clip(text, max) {
   return text.length <= max ? text : `${text.slice(0, max - 1)}…`;
 }
+
+/**
+ * A `<button type="button">` of class `className` showing `label`, calling `onClick`; `props` adds attributes.
+ * @param {string} label
+ * @param {string} className
+ * @param {() => unknown} onClick
+ * @param {Record<string, unknown>} [props]
+ */
+export function button(label, className, onClick, props = {}) {
+  return el("button", { type: "button", class: className, onclick: onClick, ...props }, label);
+}

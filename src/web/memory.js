@@ -6,7 +6,7 @@
  * @module
  */
 import { request } from "./api.js";
-import { el } from "./dom.js";
+import { button, el } from "./dom.js";
 
 const FIELDS = /** @type {const} */ (["goals", "facts", "todos", "unresolved"]);
 
@@ -33,16 +33,10 @@ export function renderMemory(container, summary, todos) {
   parts.push(el("h3", {}, "Todos"));
   if (todos.length === 0) parts.push(el("p", { class: "muted" }, "No todos."));
   else {
-    const rows = todos.map((t) =>
-      el(
-        "tr",
-        {},
-        el("td", {}, String(t.id)),
-        el("td", {}, t.text),
-        el("td", {}, t.completed ? "done" : "open"),
-      )
-    );
-    const head = el("tr", {}, el("th", {}, "#"), el("th", {}, "todo"), el("th", {}, "status"));
+    /** @param {"th" | "td"} tag @param {string[]} cells */
+    const row = (tag, cells) => el("tr", {}, ...cells.map((cell) => el(tag, {}, cell)));
+    const rows = todos.map((t) => row("td", [String(t.id), t.text, t.completed ? "done" : "open"]));
+    const head = row("th", ["#", "todo", "status"]);
     parts.push(el("table", { class: "todos" }, el("thead", {}, head), el("tbody", {}, ...rows)));
   }
   const userMemory = el("div", { class: "user-memory" }, el("p", { class: "muted" }, "Loading…"));
@@ -68,19 +62,16 @@ async function loadUserMemory(/** @type {HTMLElement} */ box) {
         { class: "memory-item", "data-id": String(item.id) },
         el("span", { class: "memory-text" }, item.text),
         el("span", { class: "muted" }, ` (from ${item.source_session ?? "a tool"}) `),
-        el("button", {
-          type: "button",
-          class: "forget",
+        button("Delete", "forget", () => forget(box, `/v1/memory/${item.id}`), {
           title: "Erase this item from your memory",
-          onclick: () => forget(box, `/v1/memory/${item.id}`),
-        }, "Delete"),
+        }),
       )
     );
-    const all = el("button", {
-      type: "button",
-      class: "forget-all",
-      onclick: () => confirm("Erase all of your memory? Sessions stay.") && forget(box, "/v1/memory"),
-    }, "Delete all");
+    const all = button(
+      "Delete all",
+      "forget-all",
+      () => confirm("Erase all of your memory? Sessions stay.") && forget(box, "/v1/memory"),
+    );
     box.replaceChildren(el("ul", {}, ...rows), all);
   } catch (error) {
     box.replaceChildren(el("p", { class: "muted" }, `Cannot show your memory: ${String(error)}`));
