@@ -5,7 +5,7 @@ import type { LLM } from "../llm/llm.ts";
 import { type Agent, type RunOptions, runTurn } from "../agent/loop.ts";
 import type { SessionKey, SessionStore } from "../store/store.ts";
 import { readTrace } from "../trace/trace.ts";
-import type { Message, StoredMessage, TurnResult } from "../types.ts";
+import type { Message, StoredMessage } from "../types.ts";
 import { isBackgroundEvent, type TracedEvent } from "../events.ts";
 import { timelineHeader, timelineLine } from "./_timeline.ts";
 
@@ -57,8 +57,6 @@ export interface Demo {
 
 /** A phase's verdict: `reason` is what was shown on PASS, or every failed check on FAIL. */
 export type Verdict = { ok: boolean; reason: string };
-/** One user turn and the requests the model was sent during it. */
-type Exchange = { result: TurnResult; requests: Message[][] };
 /** A tool call paired with the parsed tool message that answered it. */
 type AnsweredCall = { name: string; args: Record<string, unknown>; result: ToolResult };
 type ToolResult = { ok: boolean; data: Record<string, unknown> | null; error: string | null };
@@ -105,7 +103,7 @@ function mentionsNumber(text: string, value: number): boolean {
 
 /**
  * Runs one user turn (as the demo user, unless `userId`), printing the user message, (through `emit`) its tool
- * calls, and the answer.
+ * calls, and the answer. Returns its result and the requests the model was sent during it.
  */
 async function say(
   demo: Demo,
@@ -123,7 +121,7 @@ async function say(
   out(`  ${style.bold("agent ›")} ${result.answer}${outcome}`);
   // A compaction the turn left for the background runs now, before the next turn.
   await demo.agent.compactions.idle();
-  return { result, requests: demo.requests.slice(first) } satisfies Exchange;
+  return { result, requests: demo.requests.slice(first) };
 }
 
 /** Phase 1: an arithmetic question is answered with the calculator's own result. */
@@ -151,7 +149,7 @@ async function windowsPhase(demo: Demo): Promise<Verdict> {
   out(style.dim(`  window 1 = session ${WINDOW_1}`));
   for (const input of WINDOW_1_INPUTS) await say(demo, WINDOW_1, input);
   out(style.dim(`  window 2 = session ${WINDOW_2}, same user ${USER}`));
-  const window2: Exchange[] = [];
+  const window2 = [];
   for (const input of WINDOW_2_INPUTS) window2.push(await say(demo, WINDOW_2, input));
 
   const problems: string[] = [];

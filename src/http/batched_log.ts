@@ -20,8 +20,7 @@ export interface BatchedLogOptions {
  */
 export class BatchedLog {
   #write: (text: string) => void;
-  #flushMs: number;
-  #maxBufferedChars: number;
+  #options: Required<BatchedLogOptions>;
   #lines: string[] = [];
   #chars = 0;
   #timer: ReturnType<typeof setTimeout> | undefined;
@@ -34,17 +33,16 @@ export class BatchedLog {
       throw new RangeError(`maxBufferedChars must be positive, got ${maxBufferedChars}`);
     }
     this.#write = write;
-    this.#flushMs = flushMs;
-    this.#maxBufferedChars = maxBufferedChars;
+    this.#options = { flushMs, maxBufferedChars };
   }
 
   /** Buffers one line (without its newline); an `urgent` one is written at once, after those buffered. */
   line(text: string, urgent = false): void {
     this.#lines.push(text);
     this.#chars += text.length + 1;
-    if (urgent || this.#closed || this.#chars >= this.#maxBufferedChars) return this.flush();
+    if (urgent || this.#closed || this.#chars >= this.#options.maxBufferedChars) return this.flush();
     if (this.#timer !== undefined) return;
-    this.#timer = setTimeout(() => this.flush(), this.#flushMs);
+    this.#timer = setTimeout(() => this.flush(), this.#options.flushMs);
     Deno.unrefTimer(this.#timer);
   }
 

@@ -5,7 +5,7 @@
  * @module
  */
 import { delay } from "../abort.ts";
-import { retry } from "../retry.ts";
+import { retry, type RetryOptions } from "../retry.ts";
 import type { Config } from "../config.ts";
 import { LlmError } from "../errors.ts";
 import { redact } from "../redact.ts";
@@ -120,10 +120,8 @@ function requireNumber(
 export class OpenAICompatibleLLM implements LLM {
   #context: AttemptContext;
   #reasoningProgress: boolean;
-  #retries: number;
-  #retryBaseDelaySeconds: number;
-  #sleep: (ms: number, signal?: AbortSignal) => Promise<void>;
-  #onRetry: ((info: RetryInfo) => void) | undefined;
+  /** How `chat` retries, all but the caller's signal. */
+  #retry: RetryOptions;
   #span: SpanOptions<ChatReply>;
 
   /** Validates the options: `TypeError` for a wrong type or URL, `RangeError` for a number out of range. */
@@ -190,10 +188,22 @@ export class OpenAICompatibleLLM implements LLM {
       now,
     };
     this.#reasoningProgress = reasoningProgress;
-    this.#retries = retries;
-    this.#retryBaseDelaySeconds = retryBaseDelaySeconds;
-    this.#sleep = sleep;
-    this.#onRetry = onRetry;
+    this.#retry = {
+      maxAttempts: retries + 1,
+      minTimeout: retryBaseDelaySeconds * 1000,
+      multiplier: 2,
+      maxTimeout: Infinity,
+      isRetriable: (error) => error instanceof FailedAttempt && error.failure.retryable,
+      retryAfter: (error) => {
+        const { retryAfterMs } = (error as FailedAttempt).failure;
+        return retryAfterMs === null ? undefined : Math.min(retryAfterMs, MAX_RETRY_AFTER_MS);
+      },
+      onRetry: (error, number, delayMs) => {
+        const reason = this.#redact((error as FailedAttempt).failure.message);
+        onRetry?.({ attempt: number, delayMs, reason });
+      },
+      delay: sleep,
+    };
     this.#span = chatSpan(url, model);
     this.info = Object.freeze({ provider: providerName(url.hostname), model });
   }
@@ -224,23 +234,7 @@ export class OpenAICompatibleLLM implements LLM {
         const outcome = await attempt(this.#context, body, signal, progress);
         if (outcome.ok) return outcome.reply;
         throw new FailedAttempt(outcome.failure);
-      }, {
-        maxAttempts: this.#retries + 1,
-        minTimeout: this.#retryBaseDelaySeconds * 1000,
-        multiplier: 2,
-        maxTimeout: Infinity,
-        isRetriable: (error) => error instanceof FailedAttempt && error.failure.retryable,
-        retryAfter: (error) => {
-          const { retryAfterMs } = (error as FailedAttempt).failure;
-          return retryAfterMs === null ? undefined : Math.min(retryAfterMs, MAX_RETRY_AFTER_MS);
-        },
-        onRetry: (error, number, delayMs) => {
-          const reason = this.#redact((error as FailedAttempt).failure.message);
-          this.#onRetry?.({ attempt: number, delayMs, reason });
-        },
-        delay: this.#sleep,
-        signal,
-      });
+      }, { ...this.#retry, signal });
       return retries === 0 ? reply : { ...reply, retries };
     } catch (error) {
       if (error instanceof FailedAttempt) throw this.#error(error.failure, retries);

@@ -112,9 +112,6 @@ export class SseParser {
   }
 }
 
-/** Options of {@linkcode ReplyAssembler}: the model asked for, and the host named in errors. */
-export type ReplyAssemblerOptions = ParseCompletionOptions;
-
 /** One tool call as its fragments arrive: the first carries id, type and name, the rest more arguments. */
 interface PendingCall {
   /** Where the call sorts: its `index`, or (a server that omits it) one past the last call's. */
@@ -158,7 +155,7 @@ const JOINED_DETAIL_FIELDS = new Set(["text", "summary", "data"]);
  * second entry for the same call in one delta: arguments are never joined across calls.
  */
 export class ReplyAssembler {
-  #options: ReplyAssemblerOptions;
+  #options: ParseCompletionOptions;
   #content: string | null = null;
   #calls: PendingCall[] = [];
   /** The call each `index` now stands for. */
@@ -179,7 +176,7 @@ export class ReplyAssembler {
   #done = false;
   #reasoningChunks = 0;
 
-  constructor(options: ReplyAssemblerOptions = {}) {
+  constructor(options: ParseCompletionOptions = {}) {
     this.#options = options;
   }
 

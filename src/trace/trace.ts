@@ -121,11 +121,7 @@ function inodeOf(info: Deno.FileInfo): number {
  */
 export class JsonlTracer {
   #path: string;
-  #maxPayloadChars: number;
-  #maxBytes: number;
-  #secrets: string[];
-  #onAppend: ((event: Record<string, unknown>, line: string) => void) | undefined;
-  #warn: (message: string) => void;
+  #options: Required<JsonlTracerOptions>;
   #file: Deno.FsFile | null = null;
   #ino = 0;
   /**
@@ -141,18 +137,14 @@ export class JsonlTracer {
   #scratch = new Uint8Array(SCRATCH_BYTES);
 
   constructor(path: string, options: JsonlTracerOptions = {}) {
-    const { maxPayloadChars = 2000, secrets = [], maxBytes = 64 * 1024 * 1024, onAppend } = options;
-    const { warn = (message: string) => console.error(message) } = options;
+    const { maxPayloadChars = 2000, secrets = [], maxBytes = 64 * 1024 * 1024 } = options;
+    const { onAppend = () => {}, warn = (message: string) => console.error(message) } = options;
     if (!(maxPayloadChars > 0)) {
       throw new RangeError(`maxPayloadChars must be positive, got ${maxPayloadChars}`);
     }
     if (!(maxBytes > 0)) throw new RangeError(`maxBytes must be positive, got ${maxBytes}`);
     this.#path = path;
-    this.#maxPayloadChars = maxPayloadChars;
-    this.#maxBytes = maxBytes;
-    this.#secrets = secrets.filter((secret) => secret !== "");
-    this.#onAppend = onAppend;
-    this.#warn = warn;
+    this.#options = { maxPayloadChars, maxBytes, onAppend, warn, secrets: secrets.filter((s) => s !== "") };
   }
 
   /** Appends one event as one line, in a single write so a crash cannot interleave two events. */
@@ -161,9 +153,10 @@ export class JsonlTracer {
     try {
       // Only the data is cut: the envelope (time, ids) stays whole, so readers find the line; both are redacted.
       const { data, ...envelope } = event;
+      const { maxPayloadChars, secrets } = this.#options;
       const clipped = {
-        ...clip(envelope, Number.POSITIVE_INFINITY, this.#secrets) as Record<string, unknown>,
-        data: clip(data, this.#maxPayloadChars, this.#secrets),
+        ...clip(envelope, Number.POSITIVE_INFINITY, secrets) as Record<string, unknown>,
+        data: clip(data, maxPayloadChars, secrets),
       };
       const json = JSON.stringify(clipped);
       const bytes = this.#encode(json + "\n");
@@ -178,10 +171,10 @@ export class JsonlTracer {
       }
       // In append mode the line went after whatever was there: the file is at least this long now.
       this.#end += bytes.length;
-      this.#onAppend?.(clipped, json);
+      this.#options.onAppend(clipped, json);
     } catch (error) {
       this.#failed = true;
-      this.#warn(
+      this.#options.warn(
         `warning: cannot write the trace to ${this.#path} (${(error as Error).message}); ` +
           "the run goes on without a trace",
       );
@@ -212,7 +205,7 @@ export class JsonlTracer {
       else this.#end = Math.max(this.#end, info.size);
     }
     if (this.#file === null) this.#open();
-    if (this.#end > 0 && this.#end + length > this.#maxBytes) {
+    if (this.#end > 0 && this.#end + length > this.#options.maxBytes) {
       this.#rotate(length);
       this.close();
       this.#open();
@@ -256,7 +249,8 @@ export class JsonlTracer {
     file.lockSync(true);
     try {
       const info = this.#pathInfo();
-      if (info === null || inodeOf(info) !== this.#ino || file.statSync().size + length <= this.#maxBytes) {
+      const { maxBytes } = this.#options;
+      if (info === null || inodeOf(info) !== this.#ino || file.statSync().size + length <= maxBytes) {
         return;
       }
       for (let i = ROTATED_FILES - 1; i >= 1; i--) {
