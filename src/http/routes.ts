@@ -42,12 +42,8 @@ export interface Route {
   errorResponse?(error: HttpError): Response;
 }
 
-/** Options of {@linkcode route}. */
-interface RouteOptions {
-  /** @default {"user"} */
-  auth?: Route["auth"];
-  errorResponse?: Route["errorResponse"];
-}
+/** Options of {@linkcode route}: `auth` (@default {"user"}) and `errorResponse`. */
+type RouteOptions = Partial<Pick<Route, "auth" | "errorResponse">>;
 
 function route(
   method: Route["method"],

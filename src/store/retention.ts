@@ -102,18 +102,7 @@ export class Retention {
       throw new RangeError(`Cannot create Retention: batch must be an integer >= 1, got ${batch}`);
     }
     this.#target = target;
-    this.#options = {
-      traceDays,
-      sessionDays,
-      intervalMs,
-      firstDelayMs,
-      batch,
-      owner,
-      leaseTtlMs,
-      clock,
-      random,
-      warn,
-    };
+    this.#options = { ...positive, sessionDays, batch, owner, clock, random, warn };
   }
 
   /**
