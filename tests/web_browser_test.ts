@@ -108,6 +108,8 @@ Deno.test({
       await page.type("#token", TOKEN);
       await page.keyboard.press("Enter");
       await page.waitForSelector("#app:not([hidden])");
+      // The page opens a session once the list arrives; a message sent before that waits in the box.
+      await page.waitForFunction(() => document.querySelector("#session-id")?.textContent !== "");
       await page.type("#input", "hello");
       await page.keyboard.press("Enter");
       await page.waitForFunction(() =>

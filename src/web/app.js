@@ -315,7 +315,8 @@ function wire() {
   const input = /** @type {HTMLTextAreaElement} */ (byId("input"));
   const submit = () => {
     const text = input.value.trim();
-    if (text === "" || state.busy) return;
+    // Before a session is open (just signed in, the list still loading) the text stays for the next Enter.
+    if (text === "" || state.busy || state.session === "") return;
     input.value = "";
     send(text);
   };
