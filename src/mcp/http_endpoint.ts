@@ -56,11 +56,7 @@ export class McpEndpoint {
   async handle(request: Request, userId: string, deps: AgentServerDeps, body?: unknown): Promise<Response> {
     let sdk: McpServerSdk;
     try {
-      // A load that failed is forgotten, so the next request tries again.
-      sdk = await (this.#sdk ??= this.#options.loadSdk().catch((error) => {
-        this.#sdk = null;
-        throw error;
-      }));
+      sdk = await this.#sdkLoaded();
     } catch (error) {
       return rpcError(503, -32603, `Cannot serve MCP: the MCP SDK cannot be loaded (${errorMessage(error)})`);
     }
@@ -96,6 +92,15 @@ export class McpEndpoint {
     const sessions = [...this.#sessions.values()];
     this.#sessions.clear();
     await Promise.all(sessions.map(({ server }) => server.close().catch(() => {})));
+  }
+
+  /** The SDK, loaded once; a load that failed is forgotten, so the next request tries again. */
+  #sdkLoaded(): Promise<McpServerSdk> {
+    this.#sdk ??= this.#options.loadSdk().catch((error) => {
+      this.#sdk = null;
+      throw error;
+    });
+    return this.#sdk;
   }
 
   /** A new session of `userId`, kept once its initialize request succeeds. */

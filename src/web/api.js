@@ -194,9 +194,10 @@ async function streamPost(sessionId, path, body, onFrame, onRun) {
  * @throws {ApiError} when the turn is refused before it streams (401, 409, 429, decisions not matching, …)
  */
 export function streamTurn(sessionId, turn, onFrame, onRun) {
-  const route = "retry" in turn ? "retry" : "decisions" in turn ? "approvals" : "messages";
-  const path = `/v1/sessions/${encodeURIComponent(sessionId)}/${route}`;
-  return streamPost(sessionId, path, "retry" in turn ? undefined : turn, onFrame, onRun);
+  const id = encodeURIComponent(sessionId);
+  if ("retry" in turn) return streamPost(sessionId, `/v1/sessions/${id}/retry`, undefined, onFrame, onRun);
+  const route = "decisions" in turn ? "approvals" : "messages";
+  return streamPost(sessionId, `/v1/sessions/${id}/${route}`, turn, onFrame, onRun);
 }
 
 /**
