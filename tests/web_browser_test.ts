@@ -120,6 +120,9 @@ Deno.test({
       assert.ok(!page.url().includes(TOKEN));
       assert.ok(!serve.stderr().includes(TOKEN), "the token is never logged");
 
+      // The page re-reads the session once the turn ends (its run then in the run list): deleting it before
+      // that read is done would make the read a 404.
+      await page.waitForSelector("#run-select option");
       await page.waitForSelector(".session .delete");
       await page.click(".session .delete");
       await page.waitForFunction(() => document.querySelectorAll("#session-list .session").length === 0);
