@@ -7,7 +7,7 @@ import { BackgroundCompactions } from "../src/session/background.ts";
 import { join } from "node:path";
 import { estimateRequestTokens } from "../src/memory/plan.ts";
 import { loadConfig } from "../src/config.ts";
-import { createLlmFromConfig } from "../src/llm/openai.ts";
+import { createLlmFromConfig } from "../src/llm/client.ts";
 import { type Agent, runTurn } from "../src/agent/loop.ts";
 import type { RunEvent } from "../src/events.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";

@@ -5,6 +5,8 @@
  */
 import {
   isValidId,
+  LLM_APIS,
+  type LlmApi,
   REASONING_EFFORTS,
   type ReasoningEffort,
   type TokenizerName,
@@ -79,6 +81,7 @@ export interface KindValue {
   formatMode: "native" | "prompt";
   tokenizer: TokenizerName | "";
   effort: ReasoningEffort | null;
+  api: LlmApi;
   prices: PriceTable;
 }
 
@@ -103,6 +106,7 @@ const EXPECTED: Record<Kind, string> = {
   database: "postgres://user@host:port/database or unset",
   formatMode: "native or prompt",
   tokenizer: `${TOKENIZERS.join(" or ")}, or unset`,
+  api: LLM_APIS.join(", "),
   effort: `${REASONING_EFFORTS.slice(0, -1).join(", ")} or ${REASONING_EFFORTS.at(-1)}, or unset`,
   prices: "comma-separated model=in/out or model=in/out/cached, dollars per million tokens",
 };
@@ -170,7 +174,7 @@ export function parseValue(name: string, setting: ValueRule, raw: string): unkno
       }
       return raw.trim();
     case "string":
-      if (setting.key !== "apiKey" && raw.trim() === "") throw fail();
+      if (!/apiKey$/i.test(setting.key) && raw.trim() === "") throw fail();
       return raw;
     case "url": {
       let url: URL;
@@ -191,6 +195,11 @@ export function parseValue(name: string, setting: ValueRule, raw: string): unkno
       const name = raw.trim();
       if (name !== "" && !(TOKENIZERS as readonly string[]).includes(name)) throw fail();
       return name;
+    }
+    case "api": {
+      const api = raw.trim().toLowerCase();
+      if (!(LLM_APIS as readonly string[]).includes(api)) throw fail();
+      return api;
     }
     case "effort": {
       const effort = raw.trim().toLowerCase();

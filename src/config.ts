@@ -73,7 +73,38 @@ export const SETTINGS = {
     "https://api.openai.com/v1",
     "any OpenAI-compatible endpoint (DeepSeek, a local server)",
   ),
-  MODEL: setting("model", "string", "gpt-4o-mini", "model name"),
+  MODEL: setting("model", "string", "gpt-4o-mini", "model name (a claude-… name with LLM_API=anthropic)"),
+  LLM_API: setting(
+    "api",
+    "api",
+    "chat",
+    "wire format: chat (Chat Completions at OPENAI_BASE_URL), anthropic (Messages at ANTHROPIC_BASE_URL, with ANTHROPIC_API_KEY), responses (OpenAI Responses at OPENAI_BASE_URL)",
+  ),
+  ANTHROPIC_API_KEY: setting(
+    "anthropicApiKey",
+    "string",
+    "",
+    "LLM_API=anthropic: key for Anthropic, sent as x-api-key; required unless the base URL host is loopback",
+  ),
+  ANTHROPIC_BASE_URL: setting(
+    "anthropicBaseUrl",
+    "url",
+    "https://api.anthropic.com",
+    "LLM_API=anthropic: the Messages API root (/v1/messages is added)",
+  ),
+  AGENT_THINKING_BUDGET: setting(
+    "thinkingBudget",
+    "positiveIntOrUnset",
+    "",
+    "LLM_API=anthropic: tokens Claude may think for before it answers (extended thinking, 1024 or more); its thinking goes back to Anthropic with the tool calls it precedes, never to the trace; unset = off",
+    1024,
+  ),
+  AGENT_MAX_OUTPUT_TOKENS: setting(
+    "maxOutputTokens",
+    "positiveIntOrUnset",
+    "",
+    "most tokens of one model reply (max_tokens, max_output_tokens); unset = the provider's own, for Messages (which requires one) 8192 plus AGENT_THINKING_BUDGET",
+  ),
   LLM_TIMEOUT_SECONDS: setting(
     "llmTimeoutSeconds",
     "positive",
@@ -309,7 +340,60 @@ export function loadConfig(env: Record<string, string | undefined>): Readonly<Co
     config[setting.key] = parseValue(name, setting, value);
   }
   config.compactBatch ??= defaultCompactBatch(config.maxRawTurns as number);
+  if (config.api === "anthropic") {
+    // The endpoint in use: what the client, the network grant, the probe and redaction read.
+    config.baseUrl = config.anthropicBaseUrl;
+    config.apiKey = config.anthropicApiKey;
+  }
+  checkModelApi(config as unknown as Config);
   return Object.freeze(config as unknown as Config);
+}
+
+/** Hosts whose model names say which wire format they need. */
+const OPENAI_HOST = "api.openai.com";
+const ANTHROPIC_HOST = "api.anthropic.com";
+
+/**
+ * Fails with `ConfigError` for settings that cannot work together: a Claude model sent to OpenAI's or
+ * Anthropic's host as Chat Completions or Responses, another model sent to Anthropic's Messages, the thinking
+ * budget outside Messages, a reasoning effort to Messages, a budget not under the output limit.
+ */
+function checkModelApi(config: Config): void {
+  const { api, model, thinkingBudget, maxOutputTokens } = config;
+  const host = new URL(config.baseUrl).hostname;
+  const claude = /^claude-/i.test(model);
+  if (claude && api !== "anthropic" && (host === OPENAI_HOST || host === ANTHROPIC_HOST)) {
+    throw new ConfigError(
+      "LLM_API",
+      `MODEL=${model} is an Anthropic model: set LLM_API=anthropic and ANTHROPIC_API_KEY ` +
+        `(LLM_API=${api} sends it to ${host})`,
+    );
+  }
+  if (!claude && api === "anthropic" && host === ANTHROPIC_HOST) {
+    throw new ConfigError(
+      "MODEL",
+      `MODEL=${model} is not a Claude model: LLM_API=anthropic needs one, e.g. MODEL=claude-sonnet-4-5`,
+    );
+  }
+  if (thinkingBudget !== null && api !== "anthropic") {
+    throw new ConfigError(
+      "AGENT_THINKING_BUDGET",
+      `AGENT_THINKING_BUDGET is Anthropic's extended thinking: set LLM_API=anthropic, or unset it and use ` +
+        `AGENT_REASONING_EFFORT (LLM_API=${api})`,
+    );
+  }
+  if (config.reasoningEffort !== null && api === "anthropic") {
+    throw new ConfigError(
+      "AGENT_REASONING_EFFORT",
+      "AGENT_REASONING_EFFORT is not sent to Anthropic: unset it and set AGENT_THINKING_BUDGET (tokens)",
+    );
+  }
+  if (thinkingBudget !== null && maxOutputTokens !== null && thinkingBudget >= maxOutputTokens) {
+    throw new ConfigError(
+      "AGENT_THINKING_BUDGET",
+      `AGENT_THINKING_BUDGET=${thinkingBudget} must be less than AGENT_MAX_OUTPUT_TOKENS=${maxOutputTokens}`,
+    );
+  }
 }
 
 /** Whether a host name or address is loopback: `localhost`, `127.x.x.x` or `::1`. */
@@ -325,9 +409,10 @@ export function isLoopbackUrl(baseUrl: string): boolean {
 /** Fails with `ConfigError` when the key is missing for a provider that is not on loopback. */
 export function requireApiKey(config: Readonly<Config>): void {
   if (config.apiKey === "" && !isLoopbackUrl(config.baseUrl)) {
+    const name = config.api === "anthropic" ? "ANTHROPIC_API_KEY" : "OPENAI_API_KEY";
     throw new ConfigError(
-      "OPENAI_API_KEY",
-      `Missing OPENAI_API_KEY: ${config.baseUrl} is not a loopback address, so a key is required`,
+      name,
+      `Missing ${name}: ${config.baseUrl} is not a loopback address, so a key is required`,
     );
   }
 }

@@ -20,7 +20,7 @@ import { serveHttp } from "./http/server.ts";
 import { listenFailure } from "./http/listen_failure.ts";
 import { McpEndpoint } from "./mcp/http_endpoint.ts";
 import { serveMcpStdio } from "./mcp/stdio_endpoint.ts";
-import { createLlmFromConfig } from "./llm/openai.ts";
+import { createLlmFromConfig } from "./llm/client.ts";
 import { ENV_VARIABLES, listenNetHost, missingPermissions, TERMINAL_VARIABLES } from "./permissions.ts";
 import { openRuntime, type OpenRuntimeOptions, type Runtime } from "./runtime.ts";
 import { DEMO_MODEL_NAME, DemoModel } from "./demo/model.ts";

@@ -8,7 +8,7 @@ import { mkdirSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import type { Config } from "./config.ts";
 import { ConfigError, errorMessage } from "./errors.ts";
-import { createLlmFromConfig } from "./llm/openai.ts";
+import { createLlmFromConfig } from "./llm/client.ts";
 import type { Agent } from "./agent/loop.ts";
 import { BackgroundCompactions } from "./session/background.ts";
 import { useTokenizer } from "./memory/plan.ts";

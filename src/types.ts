@@ -81,6 +81,11 @@ export interface Usage {
   totalTokens: number | null;
   /** Input tokens the provider read from its prompt cache, a part of `promptTokens`; null when not reported. */
   cachedTokens: number | null;
+  /**
+   * Input tokens the provider wrote to its prompt cache (Anthropic's `cache_creation_input_tokens`), a part of
+   * `promptTokens`; null or absent when not reported.
+   */
+  cacheWriteTokens?: number | null;
 }
 
 /**
@@ -153,6 +158,12 @@ const ID = /^[A-Za-z0-9._:-]{1,128}$/;
 export function isValidId(id: unknown): id is string {
   return typeof id === "string" && ID.test(id);
 }
+
+/** The wire formats of `LLM_API`: Chat Completions, Anthropic Messages, OpenAI Responses. */
+export const LLM_APIS = ["chat", "anthropic", "responses"] as const;
+
+/** One of {@linkcode LLM_APIS}. */
+export type LlmApi = typeof LLM_APIS[number];
 
 /** The values of `reasoning_effort` that every provider taking the field accepts. */
 export const REASONING_EFFORTS = ["low", "medium", "high"] as const;

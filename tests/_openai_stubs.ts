@@ -1,7 +1,7 @@
 /** Stubs the LLM client tests share: a scripted fetch, a recording sleep, a client on them. */
 import assert from "node:assert/strict";
 import { LlmError } from "../src/errors.ts";
-import { OpenAICompatibleLLM, type OpenAICompatibleLLMOptions } from "../src/llm/openai.ts";
+import { HttpLLM, type HttpLLMOptions } from "../src/llm/client.ts";
 import type { Message } from "../src/types.ts";
 
 // The project's own copies (tests/fixtures/README.md says where they came from), resolved from this file.
@@ -61,10 +61,10 @@ export function recordingSleep(): { sleep: (ms: number) => Promise<void>; delays
 /** A client on `fetch` with the test key, base URL and model, and a recording sleep. */
 export function makeClient(
   fetch: typeof globalThis.fetch,
-  options: Partial<OpenAICompatibleLLMOptions> = {},
-): { llm: OpenAICompatibleLLM; delays: number[] } {
+  options: Partial<HttpLLMOptions> = {},
+): { llm: HttpLLM; delays: number[] } {
   const { sleep, delays } = recordingSleep();
-  const llm = new OpenAICompatibleLLM({ baseUrl: BASE, apiKey: KEY, model: MODEL, fetch, sleep, ...options });
+  const llm = new HttpLLM({ baseUrl: BASE, apiKey: KEY, model: MODEL, fetch, sleep, ...options });
   return { llm, delays };
 }
 

@@ -9,6 +9,11 @@ Deno.test("loadConfig() gives every documented default for an empty environment"
     apiKey: "",
     baseUrl: "https://api.openai.com/v1",
     model: "gpt-4o-mini",
+    api: "chat",
+    anthropicApiKey: "",
+    anthropicBaseUrl: "https://api.anthropic.com",
+    thinkingBudget: null,
+    maxOutputTokens: null,
     llmTimeoutSeconds: 60,
     llmRetries: 2,
     llmRetryBaseDelay: 0.5,
@@ -330,4 +335,52 @@ Deno.test("every setting is documented in the README and .env.example", () => {
       assert.ok(readme.includes(setting.default), `README lacks default of ${name}`);
     }
   }
+});
+
+Deno.test("loadConfig() with LLM_API=anthropic uses the Anthropic endpoint and key, and says which key is missing", () => {
+  const config = loadConfig({ LLM_API: "anthropic", MODEL: "claude-sonnet-4-5" });
+  assert.equal(config.baseUrl, "https://api.anthropic.com");
+  assert.throws(
+    () => requireApiKey(config),
+    /^ConfigError: Missing ANTHROPIC_API_KEY: https:\/\/api\.anthropic\.com/,
+  );
+  const keyed = loadConfig({ LLM_API: "anthropic", MODEL: "claude-sonnet-4-5", ANTHROPIC_API_KEY: "k-1" });
+  assert.equal(keyed.apiKey, "k-1");
+  assert.throws(
+    () => loadConfig({ LLM_API: "soap" }),
+    /Invalid LLM_API="soap": expected chat, anthropic, responses/,
+  );
+});
+
+Deno.test("loadConfig() refuses settings that cannot work together, each in one line naming the fix", () => {
+  const cases: [Record<string, string>, RegExp][] = [
+    [{ MODEL: "claude-sonnet-4-5" }, /MODEL=claude-sonnet-4-5 is an Anthropic model: set LLM_API=anthropic/],
+    [{ LLM_API: "responses", MODEL: "claude-opus-4-1" }, /is an Anthropic model/],
+    [{ LLM_API: "anthropic" }, /MODEL=gpt-4o-mini is not a Claude model/],
+    [
+      { AGENT_THINKING_BUDGET: "2048" },
+      /AGENT_THINKING_BUDGET is Anthropic's extended thinking: set LLM_API=anthropic/,
+    ],
+    [
+      { LLM_API: "anthropic", MODEL: "claude-sonnet-4-5", AGENT_REASONING_EFFORT: "high" },
+      /AGENT_REASONING_EFFORT is not sent to Anthropic/,
+    ],
+    [
+      {
+        LLM_API: "anthropic",
+        MODEL: "claude-sonnet-4-5",
+        AGENT_THINKING_BUDGET: "4096",
+        AGENT_MAX_OUTPUT_TOKENS: "4096",
+      },
+      /AGENT_THINKING_BUDGET=4096 must be less than AGENT_MAX_OUTPUT_TOKENS=4096/,
+    ],
+    [
+      { LLM_API: "anthropic", MODEL: "claude-sonnet-4-5", AGENT_THINKING_BUDGET: "512" },
+      /expected at least 1024/,
+    ],
+  ];
+  for (const [env, message] of cases) assert.throws(() => loadConfig(env), message, JSON.stringify(env));
+  // A local server may serve any name over any wire (a proxy in front of Claude).
+  const local = loadConfig({ MODEL: "claude-sonnet-4-5", OPENAI_BASE_URL: "http://127.0.0.1:4000/v1" });
+  assert.equal(local.api, "chat");
 });

@@ -4,7 +4,7 @@ import { CUT_OFF_ERROR, runTurn } from "../src/agent/loop.ts";
 import { parseApprovalPolicy } from "../src/approval/policy.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import type { ToolSpec } from "../src/tools/registry.ts";
-import { OpenAICompatibleLLM } from "../src/llm/openai.ts";
+import { HttpLLM } from "../src/llm/client.ts";
 import { harness, keyOf, steppingClock, tempDir } from "./_harness.ts";
 import { stubFetch } from "./_openai_stubs.ts";
 
@@ -191,7 +191,7 @@ function streamResponse(text: string): Promise<Response> {
   return Promise.resolve(new Response(text, { headers: { "content-type": "text/event-stream" } }));
 }
 
-Deno.test("runTurn() through OpenAICompatibleLLM refuses the tool calls of a stream cut mid-arguments", async () => {
+Deno.test("runTurn() through HttpLLM refuses the tool calls of a stream cut mid-arguments", async () => {
   const cut = sse({ role: "assistant", content: null }) +
     sse({
       tool_calls: [{ index: 0, id: "a", type: "function", function: { name: "write_file", arguments: "" } }],
@@ -201,7 +201,7 @@ Deno.test("runTurn() through OpenAICompatibleLLM refuses the tool calls of a str
   const { fetch, sent } = stubFetch(() => streamResponse(cut), () => streamResponse(answer));
   const tool = recordingTool();
   await using h = cutOffHarness([], tool);
-  const llm = new OpenAICompatibleLLM({
+  const llm = new HttpLLM({
     baseUrl: "https://api.example.com/v1",
     model: "test-model",
     stream: true,

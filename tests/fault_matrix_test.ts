@@ -1,5 +1,5 @@
 /**
- * The fault matrix: every way a provider can fail, through the real client (`OpenAICompatibleLLM`) over
+ * The fault matrix: every way a provider can fail, through the real client (`HttpLLM`) over
  * loopback to the fault provider, the real loop, store, tools and JSONL trace. Each case asserts the turn's
  * outcome, its trace events, how many requests (retries) it took, that the session is intact, and that the
  * next turn against a healthy provider is answered. A last test runs the faults with a sentinel key through
@@ -12,7 +12,7 @@ import { LlmError } from "../src/errors.ts";
 import { Authenticator } from "../src/http/auth.ts";
 import { createHandler } from "../src/http/handler.ts";
 import { SessionRunner } from "../src/session/runner.ts";
-import { createLlmFromConfig, OpenAICompatibleLLM } from "../src/llm/openai.ts";
+import { createLlmFromConfig, HttpLLM } from "../src/llm/client.ts";
 import { type Agent, EMPTY_ANSWER, EMPTY_REPLY_NUDGE, runTurn } from "../src/agent/loop.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { createLlmSummarizer, deterministicSummarizer } from "../src/memory/summarizer.ts";
@@ -78,7 +78,7 @@ interface RigOptions {
 
 interface Rig {
   provider: FaultProvider;
-  llm: OpenAICompatibleLLM;
+  llm: HttpLLM;
   store: SqliteStore;
   config: Readonly<Config>;
   agent: Agent;

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { Ajv2020 } from "./_dev_deps.ts";
 import { parseResponseFormat } from "../src/agent/response_format.ts";
 import { ScriptedLLM } from "../src/llm/scripted.ts";
-import { OpenAICompatibleLLM } from "../src/llm/openai.ts";
+import { HttpLLM } from "../src/llm/client.ts";
 import { startFakeProvider } from "./fixtures/fake_openai.ts";
 import { keyOf } from "./_harness.ts";
 import { httpHarness, parseSse, postMessage } from "./_http_harness.ts";
@@ -171,7 +171,7 @@ Deno.test("a provider that rejects response_format is answered through AGENT_RES
   const provider = startFakeProvider({ rejectResponseFormat: true });
   try {
     using h = httpHarness();
-    h.deps.agent.llm = new OpenAICompatibleLLM({ baseUrl: provider.url, model: "local", retries: 0 });
+    h.deps.agent.llm = new HttpLLM({ baseUrl: provider.url, model: "local", retries: 0 });
     const ask = () =>
       h.handler(
         completion({ messages: [{ role: "user", content: `say: ${VALID}` }], response_format: FORMAT }),

@@ -6,7 +6,7 @@ import { BackgroundCompactions } from "../src/session/background.ts";
 import assert from "node:assert/strict";
 import { loadConfig } from "../src/config.ts";
 import { runTurn } from "../src/agent/loop.ts";
-import { createLlmFromConfig } from "../src/llm/openai.ts";
+import { createLlmFromConfig } from "../src/llm/client.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { createLlmSummarizer } from "../src/memory/summarizer.ts";
 import { parseSummary, parseSummaryPatch } from "../src/memory/summary.ts";

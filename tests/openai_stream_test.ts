@@ -6,9 +6,9 @@ import { LlmError } from "../src/errors.ts";
 import { ReplyAssembler } from "../src/llm/stream.ts";
 import {
   createLlmFromConfig,
-  OpenAICompatibleLLM,
-  type OpenAICompatibleLLMOptions,
-} from "../src/llm/openai.ts";
+  HttpLLM,
+  type HttpLLMOptions,
+} from "../src/llm/client.ts";
 import type { ChatReply, ToolSchema } from "../src/types.ts";
 import {
   BASE,
@@ -70,7 +70,7 @@ function sseStep(source: Body | (() => Body), status = 200): Step {
 }
 
 /** A streaming client on `fetch` (`stream: false` for the whole-reply comparison). */
-function makeClient(fetch: typeof globalThis.fetch, options: Partial<OpenAICompatibleLLMOptions> = {}) {
+function makeClient(fetch: typeof globalThis.fetch, options: Partial<HttpLLMOptions> = {}) {
   return makeStubClient(fetch, { stream: true, ...options });
 }
 
@@ -316,7 +316,7 @@ Deno.test("the wire fixture folder holds the five recorded streams", () => {
 });
 
 for (const item of STREAM_CASES) {
-  Deno.test(`OpenAICompatibleLLM({stream: true}) reads ${item.label} from a real loopback server`, async () => {
+  Deno.test(`HttpLLM({stream: true}) reads ${item.label} from a real loopback server`, async () => {
     const received: { body: unknown; accept: string | null }[] = [];
     const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, async (request) => {
       received.push({ body: await request.json(), accept: request.headers.get("accept") });
@@ -325,7 +325,7 @@ for (const item of STREAM_CASES) {
       return new Response(body(pieces).stream, { headers: { "content-type": "text/event-stream" } });
     });
     try {
-      const llm = new OpenAICompatibleLLM({
+      const llm = new HttpLLM({
         baseUrl: `http://127.0.0.1:${server.addr.port}/v1`,
         apiKey: KEY,
         model: MODEL,
@@ -348,7 +348,7 @@ for (const item of STREAM_CASES) {
     }
   });
 
-  Deno.test(`OpenAICompatibleLLM({stream: true}) reassembles ${item.label} however it is cut (property)`, async () => {
+  Deno.test(`HttpLLM({stream: true}) reassembles ${item.label} however it is cut (property)`, async () => {
     const expected = SPOT_CHECKS[item.file];
     await fc.assert(
       fc.asyncProperty(
@@ -411,7 +411,7 @@ for (const [streamFile, nonstreamFile, shared] of PAIRS) {
   });
 }
 
-Deno.test("OpenAICompatibleLLM({stream: true}) decodes multi-byte text cut anywhere (property)", async () => {
+Deno.test("HttpLLM({stream: true}) decodes multi-byte text cut anywhere (property)", async () => {
   const pieces = ["Grüße", " 🌍", " 日本語", "", " naïve ✓"];
   const all = encoder.encode(
     sse(chunk({ role: "assistant", content: "" }), ...pieces.map((piece) => chunk({ content: piece }))) +
@@ -446,7 +446,7 @@ const TOOLS: ToolSchema[] = [{
   parameters: { type: "object", properties: { expression: { type: "string" } }, required: ["expression"] },
 }];
 
-Deno.test("OpenAICompatibleLLM({stream: true}) sends a schema-valid body with stream and stream_options", async () => {
+Deno.test("HttpLLM({stream: true}) sends a schema-valid body with stream and stream_options", async () => {
   const { fetch, sent } = stubFetch(sseStep(() => body(OK_EVENTS)));
   await makeClient(fetch).llm.chat(HELLO, { tools: TOOLS });
   const sentBody = sent[0].body;
@@ -469,7 +469,7 @@ Deno.test("OpenAICompatibleLLM({stream: true}) sends a schema-valid body with st
   assert.equal(validateRequest({ ...sentBody, stream: "true" }), false);
 });
 
-Deno.test("OpenAICompatibleLLM({stream: true}) sends reasoning_effort before stream when one is set, none otherwise", async () => {
+Deno.test("HttpLLM({stream: true}) sends reasoning_effort before stream when one is set, none otherwise", async () => {
   const effort = stubFetch(sseStep(() => body(OK_EVENTS)));
   const streaming = makeClient(effort.fetch, { reasoningEffort: "medium" }).llm;
   assert.deepEqual(await streaming.chat(HELLO), OK_REPLY);
@@ -494,14 +494,14 @@ Deno.test("OpenAICompatibleLLM({stream: true}) sends reasoning_effort before str
   assert.equal(Object.hasOwn(plain.sent[0].body, "reasoning_effort"), false);
 });
 
-Deno.test("OpenAICompatibleLLM() without stream sends today's body and never calls onDelta", async () => {
+Deno.test("HttpLLM() without stream sends today's body and never calls onDelta", async () => {
   const completion = {
     model: "served-model",
     choices: [{ index: 0, message: { role: "assistant", content: "ok" }, finish_reason: "stop" }],
     usage: { prompt_tokens: 3, completion_tokens: 2, total_tokens: 5 },
   };
   const { fetch, sent } = stubFetch(respond(200, JSON.stringify(completion)));
-  const llm = new OpenAICompatibleLLM({ baseUrl: BASE, apiKey: KEY, model: MODEL, fetch });
+  const llm = new HttpLLM({ baseUrl: BASE, apiKey: KEY, model: MODEL, fetch });
   const deltas: string[] = [];
   assert.deepEqual(await llm.chat(HELLO, { onDelta: (text) => deltas.push(text) }), OK_REPLY);
   assert.deepEqual(sent[0].body, { model: MODEL, messages: [{ role: "user", content: "hello" }] });
@@ -532,22 +532,22 @@ Deno.test("createLlmFromConfig() sends AGENT_REASONING_EFFORT as reasoning_effor
   }
 });
 
-Deno.test("new OpenAICompatibleLLM() rejects a malformed stream or idleTimeoutSeconds", () => {
+Deno.test("new HttpLLM() rejects a malformed stream or idleTimeoutSeconds", () => {
   const base = { baseUrl: BASE, model: MODEL };
-  assert.throws(() => new OpenAICompatibleLLM({ ...base, stream: "yes" as unknown as boolean }), {
+  assert.throws(() => new HttpLLM({ ...base, stream: "yes" as unknown as boolean }), {
     name: "TypeError",
-    message: 'Cannot create OpenAICompatibleLLM: "stream" must be a boolean, got string',
+    message: 'Cannot create HttpLLM: "stream" must be a boolean, got string',
   });
-  assert.throws(() => new OpenAICompatibleLLM({ ...base, idleTimeoutSeconds: 0 }), {
+  assert.throws(() => new HttpLLM({ ...base, idleTimeoutSeconds: 0 }), {
     name: "RangeError",
-    message: 'Cannot create OpenAICompatibleLLM: "idleTimeoutSeconds" must be a number greater than 0, got 0',
+    message: 'Cannot create HttpLLM: "idleTimeoutSeconds" must be a number greater than 0, got 0',
   });
 });
 
 // ---------------------------------------------------------------------------------------------------------
 // What a stream may carry
 
-Deno.test("OpenAICompatibleLLM({stream: true}) skips comments, pings and data after [DONE], and frees the body", async () => {
+Deno.test("HttpLLM({stream: true}) skips comments, pings and data after [DONE], and frees the body", async () => {
   const source = body([
     ": OPENROUTER PROCESSING\n\n",
     "event: ping\ndata: {}\n\n",
@@ -564,7 +564,7 @@ Deno.test("OpenAICompatibleLLM({stream: true}) skips comments, pings and data af
   assert.equal(source.cancelled(), 1, "the rest of the body was cancelled");
 });
 
-Deno.test("OpenAICompatibleLLM({stream: true}) reads a server that ignores stream and sends JSON", async () => {
+Deno.test("HttpLLM({stream: true}) reads a server that ignores stream and sends JSON", async () => {
   const completion = { model: "served-model", choices: [{ message: { content: "whole" } }] };
   const { fetch } = stubFetch(
     respond(200, JSON.stringify(completion), { "content-type": "application/json" }),
@@ -575,7 +575,7 @@ Deno.test("OpenAICompatibleLLM({stream: true}) reads a server that ignores strea
   assert.deepEqual(deltas, ["whole"]);
 });
 
-Deno.test("OpenAICompatibleLLM({stream: true}) keeps a stream whose silences stay under idleTimeoutSeconds", async () => {
+Deno.test("HttpLLM({stream: true}) keeps a stream whose silences stay under idleTimeoutSeconds", async () => {
   // Six chunks 40 ms apart: 240 ms in all, each silence far below the 150 ms idle deadline.
   const { fetch } = stubFetch(sseStep(body(OK_EVENTS, "close", 40)));
   const { llm } = makeClient(fetch, { timeoutSeconds: 30, idleTimeoutSeconds: 0.15 });
@@ -603,7 +603,7 @@ function pinging(first: string[], everyMs: number): Body {
   return { stream, cancelled: () => cancels };
 }
 
-Deno.test("OpenAICompatibleLLM({stream: true}) ends a stream of keep-alive pings at timeoutSeconds, naming the whole-call deadline", async () => {
+Deno.test("HttpLLM({stream: true}) ends a stream of keep-alive pings at timeoutSeconds, naming the whole-call deadline", async () => {
   const source = pinging(OK_EVENTS.slice(0, 2), 10);
   const { fetch, sent } = stubFetch(sseStep(source));
   const deltas: string[] = [];
@@ -634,7 +634,7 @@ Deno.test("OpenAICompatibleLLM({stream: true}) ends a stream of keep-alive pings
 // ---------------------------------------------------------------------------------------------------------
 // Failures
 
-Deno.test("OpenAICompatibleLLM({stream: true}) fails with invalid_response when the stream ends without [DONE] or finish_reason", async () => {
+Deno.test("HttpLLM({stream: true}) fails with invalid_response when the stream ends without [DONE] or finish_reason", async () => {
   const source = body(OK_EVENTS.slice(0, 3));
   const { fetch, sent } = stubFetch(sseStep(source));
   const deltas: string[] = [];
@@ -649,7 +649,7 @@ Deno.test("OpenAICompatibleLLM({stream: true}) fails with invalid_response when 
   assert.deepEqual(deltas, ["o", "k"]);
 });
 
-Deno.test("OpenAICompatibleLLM({stream: true}) returns the tool calls of a stream cut without [DONE] or finish_reason, finishReason null", async () => {
+Deno.test("HttpLLM({stream: true}) returns the tool calls of a stream cut without [DONE] or finish_reason, finishReason null", async () => {
   const source = body([
     sse(chunk({ role: "assistant", content: "Looking" })),
     sse(
@@ -673,7 +673,7 @@ Deno.test("OpenAICompatibleLLM({stream: true}) returns the tool calls of a strea
   assert.deepEqual(deltas, ["Looking"]);
 });
 
-Deno.test("OpenAICompatibleLLM({stream: true}) passes on the finish_reason of a stream, length included", async () => {
+Deno.test("HttpLLM({stream: true}) passes on the finish_reason of a stream, length included", async () => {
   const source = body([
     sse(
       chunk({
@@ -688,7 +688,7 @@ Deno.test("OpenAICompatibleLLM({stream: true}) passes on the finish_reason of a 
   assert.equal(reply.finishReason, "length");
 });
 
-Deno.test("OpenAICompatibleLLM({stream: true}) fails with the provider's message on an error chunk, without retry", async () => {
+Deno.test("HttpLLM({stream: true}) fails with the provider's message on an error chunk, without retry", async () => {
   for (
     const errorEvent of [
       sse({ error: { message: `Upstream overloaded for ${KEY}`, type: "server_error" } }),
@@ -709,7 +709,7 @@ Deno.test("OpenAICompatibleLLM({stream: true}) fails with the provider's message
   }
 });
 
-Deno.test("OpenAICompatibleLLM({stream: true}) fails with invalid_response on malformed JSON in a data line", async () => {
+Deno.test("HttpLLM({stream: true}) fails with invalid_response on malformed JSON in a data line", async () => {
   const source = body([
     OK_EVENTS[1],
     'data: {"choices": [{"delta": {"content": "x"\n\n',
@@ -726,7 +726,7 @@ Deno.test("OpenAICompatibleLLM({stream: true}) fails with invalid_response on ma
   assert.equal(source.cancelled(), 1);
 });
 
-Deno.test("OpenAICompatibleLLM({stream: true}) retries a 500 and a 429 that come before the body", async () => {
+Deno.test("HttpLLM({stream: true}) retries a 500 and a 429 that come before the body", async () => {
   const { fetch, sent } = stubFetch(
     respond(500, JSON.stringify({ error: { message: "boom" } })),
     respond(429, "slow down", { "Retry-After": "2" }),
@@ -743,7 +743,7 @@ Deno.test("OpenAICompatibleLLM({stream: true}) retries a 500 and a 429 that come
   assert.deepEqual(deltas, ["o", "k"], "each piece once");
 });
 
-Deno.test("OpenAICompatibleLLM({stream: true}) retries a body that breaks before its first byte", async () => {
+Deno.test("HttpLLM({stream: true}) retries a body that breaks before its first byte", async () => {
   const broken = body([], "error");
   const { fetch, sent } = stubFetch(sseStep(broken), sseStep(() => body(OK_EVENTS)));
   const { llm, delays } = makeClient(fetch);
@@ -752,7 +752,7 @@ Deno.test("OpenAICompatibleLLM({stream: true}) retries a body that breaks before
   assert.deepEqual(delays, [500]);
 });
 
-Deno.test("OpenAICompatibleLLM({stream: true}) retries when the first byte does not come within timeoutSeconds", async () => {
+Deno.test("HttpLLM({stream: true}) retries when the first byte does not come within timeoutSeconds", async () => {
   const silent = body([], "stall");
   const { fetch, sent } = stubFetch(sseStep(silent), sseStep(() => body(OK_EVENTS)));
   const { llm, delays } = makeClient(fetch, { timeoutSeconds: 0.05 });
@@ -763,7 +763,7 @@ Deno.test("OpenAICompatibleLLM({stream: true}) retries when the first byte does 
   assert.equal(silent.cancelled(), 1);
 });
 
-Deno.test("OpenAICompatibleLLM({stream: true}) fails without retry when the stream breaks after deltas", async () => {
+Deno.test("HttpLLM({stream: true}) fails without retry when the stream breaks after deltas", async () => {
   const { fetch, sent } = stubFetch(sseStep(() => body(OK_EVENTS.slice(1, 3), "error")));
   const deltas: string[] = [];
   const { llm, delays } = makeClient(fetch);
@@ -779,8 +779,8 @@ Deno.test("OpenAICompatibleLLM({stream: true}) fails without retry when the stre
   assert.deepEqual(deltas, ["o", "k"]);
 });
 
-Deno.test("OpenAICompatibleLLM({stream: true}) fails with timeout, without retry, when the stream stalls", async () => {
-  const cases: [Partial<OpenAICompatibleLLMOptions>, RegExp][] = [
+Deno.test("HttpLLM({stream: true}) fails with timeout, without retry, when the stream stalls", async () => {
+  const cases: [Partial<HttpLLMOptions>, RegExp][] = [
     [
       { timeoutSeconds: 5, idleTimeoutSeconds: 0.05 },
       /^LLM stream from api\.example\.com stalled: no data for 0\.05 s after \d+ bytes$/,
@@ -808,7 +808,7 @@ Deno.test("OpenAICompatibleLLM({stream: true}) fails with timeout, without retry
   }
 });
 
-Deno.test("OpenAICompatibleLLM({stream: true}) hangs up on a real loopback server whose stream stalls", async () => {
+Deno.test("HttpLLM({stream: true}) hangs up on a real loopback server whose stream stalls", async () => {
   let source: Body | undefined;
   const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, async (request) => {
     await request.body?.cancel();
@@ -816,7 +816,7 @@ Deno.test("OpenAICompatibleLLM({stream: true}) hangs up on a real loopback serve
     return new Response(source.stream, { headers: { "content-type": "text/event-stream" } });
   });
   try {
-    const llm = new OpenAICompatibleLLM({
+    const llm = new HttpLLM({
       baseUrl: `http://127.0.0.1:${server.addr.port}/v1`,
       model: MODEL,
       stream: true,
@@ -833,7 +833,7 @@ Deno.test("OpenAICompatibleLLM({stream: true}) hangs up on a real loopback serve
   assert.equal(source?.cancelled(), 1, "the server saw the client hang up");
 });
 
-Deno.test("OpenAICompatibleLLM({stream: true}) fails with aborted when the caller aborts mid-stream", async () => {
+Deno.test("HttpLLM({stream: true}) fails with aborted when the caller aborts mid-stream", async () => {
   const controller = new AbortController();
   const source = body(OK_EVENTS.slice(0, 3), "stall");
   const { fetch, sent } = stubFetch(sseStep(source));
@@ -854,7 +854,7 @@ Deno.test("OpenAICompatibleLLM({stream: true}) fails with aborted when the calle
   assert.equal(source.cancelled(), 1);
 });
 
-Deno.test("OpenAICompatibleLLM({stream: true}) stops handing out text once the caller aborted", async () => {
+Deno.test("HttpLLM({stream: true}) stops handing out text once the caller aborted", async () => {
   const controller = new AbortController();
   const { fetch } = stubFetch(sseStep(() => body([OK_EVENTS.join("")])));
   const deltas: string[] = [];
@@ -871,7 +871,7 @@ Deno.test("OpenAICompatibleLLM({stream: true}) stops handing out text once the c
   assert.deepEqual(deltas, ["o"]);
 });
 
-Deno.test("OpenAICompatibleLLM({stream: true}) lets an onDelta exception through, once, and frees the body", async () => {
+Deno.test("HttpLLM({stream: true}) lets an onDelta exception through, once, and frees the body", async () => {
   const source = body(OK_EVENTS);
   const { fetch, sent } = stubFetch(sseStep(source));
   const bug = new RangeError("renderer broke");

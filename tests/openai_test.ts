@@ -3,11 +3,11 @@ import assert from "node:assert/strict";
 import { LlmError } from "../src/errors.ts";
 import {
   buildRequestBody,
-  OpenAICompatibleLLM,
-  type OpenAICompatibleLLMOptions,
+  HttpLLM,
+  type HttpLLMOptions,
   parseCompletion,
   type RetryInfo,
-} from "../src/llm/openai.ts";
+} from "../src/llm/client.ts";
 import type { ChatReply, Message, ResponseFormat, ToolSchema } from "../src/types.ts";
 import {
   BASE,
@@ -183,7 +183,7 @@ Deno.test("the wire fixture folder holds the recorded non-streaming bodies", () 
 });
 
 for (const name of FIXTURE_NAMES) {
-  Deno.test(`OpenAICompatibleLLM.chat() reads the recorded body ${name}`, async () => {
+  Deno.test(`HttpLLM.chat() reads the recorded body ${name}`, async () => {
     const fixture = readFixture(name);
     assert.deepEqual(JSON.parse(fixture.http_body_raw), fixture.http_body, "raw and parsed fixture agree");
     const { fetch, sent } = stubFetch(respond(200, fixture.http_body_raw));
@@ -194,7 +194,7 @@ for (const name of FIXTURE_NAMES) {
   });
 }
 
-Deno.test("OpenAICompatibleLLM.chat() reads a recorded body from a real loopback server", async () => {
+Deno.test("HttpLLM.chat() reads a recorded body from a real loopback server", async () => {
   const fixture = readFixture("deepseek-toolcall-reasoning.nonstream.json");
   const received: { path: string; auth: string | null; type: string | null; body: unknown }[] = [];
   const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, async (request) => {
@@ -207,7 +207,7 @@ Deno.test("OpenAICompatibleLLM.chat() reads a recorded body from a real loopback
     return new Response(fixture.http_body_raw, { headers: { "content-type": "application/json" } });
   });
   try {
-    const llm = new OpenAICompatibleLLM({
+    const llm = new HttpLLM({
       baseUrl: `http://127.0.0.1:${server.addr.port}/v1`,
       apiKey: KEY,
       model: "deepseek-reasoner",
@@ -225,12 +225,12 @@ Deno.test("OpenAICompatibleLLM.chat() reads a recorded body from a real loopback
   }
 });
 
-Deno.test("OpenAICompatibleLLM.chat() names a loopback URL that refuses connections and does not retry it", async () => {
+Deno.test("HttpLLM.chat() names a loopback URL that refuses connections and does not retry it", async () => {
   const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, () => new Response("x"));
   const port = server.addr.port;
   await server.shutdown();
   const { sleep, delays } = recordingSleep();
-  const llm = new OpenAICompatibleLLM({
+  const llm = new HttpLLM({
     baseUrl: `http://127.0.0.1:${port}/v1`,
     apiKey: KEY,
     model: MODEL,
@@ -266,7 +266,7 @@ Deno.test("the OpenAI documentation has two non-streaming response examples", ()
 });
 
 for (const [name, body, raw] of docCompletions()) {
-  Deno.test(`OpenAICompatibleLLM.chat() reads the OpenAI documentation example "${name}"`, async () => {
+  Deno.test(`HttpLLM.chat() reads the OpenAI documentation example "${name}"`, async () => {
     const { fetch } = stubFetch(respond(200, raw));
     const reply = await makeClient(fetch).llm.chat(HELLO);
     const spot: Partial<ChatReply> = name === "Default"
@@ -366,7 +366,7 @@ Deno.test("the schema validator rejects malformed request bodies", () => {
   for (const [what, body] of bad) assert.equal(validateRequest(body), false, what);
 });
 
-Deno.test("OpenAICompatibleLLM.chat() sends a schema-valid body with tools", async () => {
+Deno.test("HttpLLM.chat() sends a schema-valid body with tools", async () => {
   const body = await sentBody(CONVERSATION.slice(0, 2), TOOLS);
   assertValidRequest(body);
   assert.deepEqual(body, {
@@ -379,7 +379,7 @@ Deno.test("OpenAICompatibleLLM.chat() sends a schema-valid body with tools", asy
   });
 });
 
-Deno.test("OpenAICompatibleLLM.chat() sends assistant tool calls, tool results and a runtime nudge validly", async () => {
+Deno.test("HttpLLM.chat() sends assistant tool calls, tool results and a runtime nudge validly", async () => {
   const body = await sentBody(CONVERSATION, TOOLS);
   assertValidRequest(body);
   // deno-lint-ignore no-explicit-any
@@ -403,14 +403,14 @@ Deno.test("OpenAICompatibleLLM.chat() sends assistant tool calls, tool results a
   ]);
 });
 
-Deno.test("OpenAICompatibleLLM.chat() sends exactly what buildRequestBody() builds, without tools when none", async () => {
+Deno.test("HttpLLM.chat() sends exactly what buildRequestBody() builds, without tools when none", async () => {
   const body = await sentBody(CONVERSATION);
   assertValidRequest(body);
   assert.deepEqual(body, buildRequestBody(MODEL, CONVERSATION, []));
   assert.ok(!Object.hasOwn(body as object, "tools"), "no empty tools array");
 });
 
-Deno.test("OpenAICompatibleLLM.chat() sends a response_format OpenAI's schema accepts: json_schema and json_object", async () => {
+Deno.test("HttpLLM.chat() sends a response_format OpenAI's schema accepts: json_schema and json_object", async () => {
   const schema = { type: "object", properties: { n: { type: "integer" } }, required: ["n"] };
   const formats: [ResponseFormat, unknown][] = [
     [
@@ -436,7 +436,7 @@ Deno.test("OpenAICompatibleLLM.chat() sends a response_format OpenAI's schema ac
   assert.ok(!Object.hasOwn(sent[0].body as object, "response_format"), "none without a format");
 });
 
-Deno.test("OpenAICompatibleLLM.chat() sends reasoning_effort when one is set, and no such field otherwise", async () => {
+Deno.test("HttpLLM.chat() sends reasoning_effort when one is set, and no such field otherwise", async () => {
   for (const reasoningEffort of ["low", "medium", "high"] as const) {
     const { fetch, sent } = stubFetch(OK);
     const responseFormat: ResponseFormat = { type: "json_object" };
@@ -518,7 +518,7 @@ Deno.test("buildRequestBody() rejects a tool message without toolCallId with a T
 // ---------------------------------------------------------------------------------------------------------
 // HTTP details
 
-Deno.test("OpenAICompatibleLLM.chat() POSTs JSON to {baseUrl}/chat/completions with the bearer key", async () => {
+Deno.test("HttpLLM.chat() POSTs JSON to {baseUrl}/chat/completions with the bearer key", async () => {
   const { fetch, sent } = stubFetch(OK);
   await makeClient(fetch).llm.chat(HELLO);
   assert.equal(sent[0].url, "https://api.example.com/v1/chat/completions");
@@ -527,14 +527,14 @@ Deno.test("OpenAICompatibleLLM.chat() POSTs JSON to {baseUrl}/chat/completions w
   assert.equal(sent[0].headers.get("authorization"), `Bearer ${KEY}`);
 });
 
-Deno.test("OpenAICompatibleLLM.chat() sends no Authorization header when the key is empty", async () => {
+Deno.test("HttpLLM.chat() sends no Authorization header when the key is empty", async () => {
   const { fetch, sent } = stubFetch(OK);
   await makeClient(fetch, { apiKey: "", baseUrl: "http://127.0.0.1:8080/v1/" }).llm.chat(HELLO);
   assert.equal(sent[0].url, "http://127.0.0.1:8080/v1/chat/completions", "a trailing slash is dropped");
   assert.equal(sent[0].headers.has("authorization"), false);
 });
 
-Deno.test("OpenAICompatibleLLM.chat() falls back to the configured model when the body names none", async () => {
+Deno.test("HttpLLM.chat() falls back to the configured model when the body names none", async () => {
   const body = completion({ content: "hi" }) as Record<string, unknown>;
   delete body.model;
   delete body.usage;
@@ -546,7 +546,7 @@ Deno.test("OpenAICompatibleLLM.chat() falls back to the configured model when th
 // ---------------------------------------------------------------------------------------------------------
 // Retries
 
-Deno.test("OpenAICompatibleLLM.chat() retries a timed-out attempt and returns the next reply", async () => {
+Deno.test("HttpLLM.chat() retries a timed-out attempt and returns the next reply", async () => {
   const { fetch, sent } = stubFetch(hang(), OK);
   const { llm, delays } = makeClient(fetch, { timeoutSeconds: 0.05 });
   const reply = await llm.chat(HELLO);
@@ -556,7 +556,7 @@ Deno.test("OpenAICompatibleLLM.chat() retries a timed-out attempt and returns th
   assert.deepEqual(delays, [500]);
 });
 
-Deno.test("OpenAICompatibleLLM.chat() fails with kind timeout after every attempt timed out", async () => {
+Deno.test("HttpLLM.chat() fails with kind timeout after every attempt timed out", async () => {
   const { fetch, sent } = stubFetch(hang());
   const { llm, delays } = makeClient(fetch, { timeoutSeconds: 0.05, retries: 1 });
   const error = await llmError(llm.chat(HELLO));
@@ -568,7 +568,7 @@ Deno.test("OpenAICompatibleLLM.chat() fails with kind timeout after every attemp
   assert.deepEqual(delays, [500]);
 });
 
-Deno.test("OpenAICompatibleLLM.chat() waits the Retry-After seconds of a 429", async () => {
+Deno.test("HttpLLM.chat() waits the Retry-After seconds of a 429", async () => {
   const { fetch, sent } = stubFetch(
     respond(429, { error: { message: "Rate limit" } }, { "Retry-After": "2" }),
     OK,
@@ -579,7 +579,7 @@ Deno.test("OpenAICompatibleLLM.chat() waits the Retry-After seconds of a 429", a
   assert.equal(sent.length, 2);
 });
 
-Deno.test("OpenAICompatibleLLM.chat() measures an HTTP-date Retry-After against the injected clock", async () => {
+Deno.test("HttpLLM.chat() measures an HTTP-date Retry-After against the injected clock", async () => {
   const now = () => Date.parse("Wed, 21 Oct 2015 07:28:00 GMT");
   const { fetch } = stubFetch(respond(503, "busy", { "Retry-After": "Wed, 21 Oct 2015 07:28:03 GMT" }), OK);
   const { llm, delays } = makeClient(fetch, { now });
@@ -587,7 +587,7 @@ Deno.test("OpenAICompatibleLLM.chat() measures an HTTP-date Retry-After against 
   assert.deepEqual(delays, [3000]);
 });
 
-Deno.test("OpenAICompatibleLLM.chat() retries at once when the Retry-After date has passed", async () => {
+Deno.test("HttpLLM.chat() retries at once when the Retry-After date has passed", async () => {
   const now = () => Date.parse("Wed, 21 Oct 2015 08:00:00 GMT");
   const { fetch } = stubFetch(
     respond(429, "slow down", { "Retry-After": "Wed, 21 Oct 2015 07:28:03 GMT" }),
@@ -598,21 +598,21 @@ Deno.test("OpenAICompatibleLLM.chat() retries at once when the Retry-After date 
   assert.deepEqual(delays, [0]);
 });
 
-Deno.test("OpenAICompatibleLLM.chat() caps a Retry-After of 120 s at 60 s", async () => {
+Deno.test("HttpLLM.chat() caps a Retry-After of 120 s at 60 s", async () => {
   const { fetch } = stubFetch(respond(429, "slow down", { "Retry-After": "120" }), OK);
   const { llm, delays } = makeClient(fetch);
   await llm.chat(HELLO);
   assert.deepEqual(delays, [60_000]);
 });
 
-Deno.test("OpenAICompatibleLLM.chat() falls back to backoff when Retry-After is unreadable", async () => {
+Deno.test("HttpLLM.chat() falls back to backoff when Retry-After is unreadable", async () => {
   const { fetch } = stubFetch(respond(429, "slow down", { "Retry-After": "soon" }), OK);
   const { llm, delays } = makeClient(fetch);
   await llm.chat(HELLO);
   assert.deepEqual(delays, [500]);
 });
 
-Deno.test("OpenAICompatibleLLM.chat() returns the reply after a 500", async () => {
+Deno.test("HttpLLM.chat() returns the reply after a 500", async () => {
   const { fetch, sent } = stubFetch(respond(500, { error: { message: "boom" } }), OK);
   const { llm, delays } = makeClient(fetch);
   assert.equal((await llm.chat(HELLO)).content, "ok");
@@ -620,7 +620,7 @@ Deno.test("OpenAICompatibleLLM.chat() returns the reply after a 500", async () =
   assert.deepEqual(delays, [500]);
 });
 
-Deno.test("OpenAICompatibleLLM.chat() backs off 0.5 s then 1 s through a 502 and a 503", async () => {
+Deno.test("HttpLLM.chat() backs off 0.5 s then 1 s through a 502 and a 503", async () => {
   const { fetch, sent } = stubFetch(respond(502, "<html>Bad Gateway</html>"), respond(503, ""), OK);
   const { llm, delays } = makeClient(fetch);
   assert.equal((await llm.chat(HELLO)).content, "ok");
@@ -629,7 +629,7 @@ Deno.test("OpenAICompatibleLLM.chat() backs off 0.5 s then 1 s through a 502 and
 });
 
 for (const status of [408, 409, 429, 500, 504, 599]) {
-  Deno.test(`OpenAICompatibleLLM.chat() retries HTTP ${status}`, async () => {
+  Deno.test(`HttpLLM.chat() retries HTTP ${status}`, async () => {
     const { fetch, sent } = stubFetch(respond(status, "try again"), OK);
     const { llm, delays } = makeClient(fetch);
     await llm.chat(HELLO);
@@ -639,7 +639,7 @@ for (const status of [408, 409, 429, 500, 504, 599]) {
 }
 
 for (const status of [400, 401, 403, 404, 422]) {
-  Deno.test(`OpenAICompatibleLLM.chat() does not retry HTTP ${status}`, async () => {
+  Deno.test(`HttpLLM.chat() does not retry HTTP ${status}`, async () => {
     const { fetch, sent } = stubFetch(respond(status, { error: { message: `provider says ${status}` } }), OK);
     const { llm, delays } = makeClient(fetch);
     const error = await llmError(llm.chat(HELLO));
@@ -655,7 +655,7 @@ for (const status of [400, 401, 403, 404, 422]) {
   });
 }
 
-Deno.test("OpenAICompatibleLLM.chat() says once, without retry, to unset AGENT_REASONING_EFFORT when the provider rejects reasoning_effort", async () => {
+Deno.test("HttpLLM.chat() says once, without retry, to unset AGENT_REASONING_EFFORT when the provider rejects reasoning_effort", async () => {
   const cases: [string, unknown, string][] = [
     [
       "OpenAI, an argument it does not know",
@@ -723,9 +723,9 @@ Deno.test("OpenAICompatibleLLM.chat() says once, without retry, to unset AGENT_R
   }
 });
 
-Deno.test("OpenAICompatibleLLM.chat() names AGENT_REASONING_EFFORT only for a 400 about reasoning_effort to a request that sent it", async () => {
+Deno.test("HttpLLM.chat() names AGENT_REASONING_EFFORT only for a 400 about reasoning_effort to a request that sent it", async () => {
   const aboutEffort = { error: { message: "Unrecognized request argument supplied: reasoning_effort" } };
-  const cases: [string, number, unknown, Partial<OpenAICompatibleLLMOptions>][] = [
+  const cases: [string, number, unknown, Partial<HttpLLMOptions>][] = [
     ["no effort was sent", 400, aboutEffort, {}],
     ["another field was refused", 400, { error: { message: "Unrecognized argument: foo" } }, {
       reasoningEffort: "low",
@@ -740,7 +740,7 @@ Deno.test("OpenAICompatibleLLM.chat() names AGENT_REASONING_EFFORT only for a 40
   }
 });
 
-Deno.test("OpenAICompatibleLLM.chat() reports a 401 with the provider's message and without the key", async () => {
+Deno.test("HttpLLM.chat() reports a 401 with the provider's message and without the key", async () => {
   const providerMessage = `Incorrect API key provided: ${KEY}. You can find your API key at ` +
     "https://platform.openai.com/account/api-keys.";
   const { fetch, sent } = stubFetch(
@@ -759,7 +759,7 @@ Deno.test("OpenAICompatibleLLM.chat() reports a 401 with the provider's message 
   assertNoKey(error);
 });
 
-Deno.test("OpenAICompatibleLLM.chat() quotes a short cut of a non-JSON error body", async () => {
+Deno.test("HttpLLM.chat() quotes a short cut of a non-JSON error body", async () => {
   const page = `<html><body>${"Not Found ".repeat(100)}</body></html>`;
   const { fetch } = stubFetch(respond(404, page));
   const error = await llmError(makeClient(fetch).llm.chat(HELLO));
@@ -770,7 +770,7 @@ Deno.test("OpenAICompatibleLLM.chat() quotes a short cut of a non-JSON error bod
   assert.ok(error.message.length < 300, `${error.message.length} chars`);
 });
 
-Deno.test("OpenAICompatibleLLM.chat() gives up after the configured retries with waits of 0.5 s and 1 s", async () => {
+Deno.test("HttpLLM.chat() gives up after the configured retries with waits of 0.5 s and 1 s", async () => {
   const { fetch, sent } = stubFetch(respond(500, { error: { message: "The server had an error" } }));
   const { llm, delays } = makeClient(fetch, { retries: 2 });
   const error = await llmError(llm.chat(HELLO));
@@ -785,7 +785,7 @@ Deno.test("OpenAICompatibleLLM.chat() gives up after the configured retries with
   );
 });
 
-Deno.test("OpenAICompatibleLLM.chat() tries once when retries is 0", async () => {
+Deno.test("HttpLLM.chat() tries once when retries is 0", async () => {
   const { fetch, sent } = stubFetch(respond(503, "down"));
   const { llm, delays } = makeClient(fetch, { retries: 0 });
   const error = await llmError(llm.chat(HELLO));
@@ -794,7 +794,7 @@ Deno.test("OpenAICompatibleLLM.chat() tries once when retries is 0", async () =>
   assert.deepEqual(delays, []);
 });
 
-Deno.test("OpenAICompatibleLLM.chat() reports each retry to onRetry", async () => {
+Deno.test("HttpLLM.chat() reports each retry to onRetry", async () => {
   const infos: RetryInfo[] = [];
   const { fetch } = stubFetch(respond(500, "boom"), respond(429, "", { "Retry-After": "1" }), OK);
   const { llm } = makeClient(fetch, { onRetry: (info) => infos.push(info) });
@@ -805,7 +805,7 @@ Deno.test("OpenAICompatibleLLM.chat() reports each retry to onRetry", async () =
   ]);
 });
 
-Deno.test("OpenAICompatibleLLM.chat() retries a network failure and redacts the key from its text", async () => {
+Deno.test("HttpLLM.chat() retries a network failure and redacts the key from its text", async () => {
   const infos: RetryInfo[] = [];
   const { fetch, sent } = stubFetch(
     throwing(new TypeError("fetch failed", { cause: new Error(`proxy refused token ${KEY}`) })),
@@ -821,7 +821,7 @@ Deno.test("OpenAICompatibleLLM.chat() retries a network failure and redacts the 
   );
 });
 
-Deno.test("OpenAICompatibleLLM.chat() names the host when the network stays down, without the URL or key", async () => {
+Deno.test("HttpLLM.chat() names the host when the network stays down, without the URL or key", async () => {
   const cause = new Error(
     `error sending request for url (${BASE}/chat/completions?key=${KEY}): connection reset`,
   );
@@ -838,7 +838,7 @@ Deno.test("OpenAICompatibleLLM.chat() names the host when the network stays down
   assertNoKey(error);
 });
 
-Deno.test("OpenAICompatibleLLM.chat() does not retry a host name that does not resolve, and names its origin only", async () => {
+Deno.test("HttpLLM.chat() does not retry a host name that does not resolve, and names its origin only", async () => {
   const cause = new Error(
     `error sending request for url (${BASE}/chat/completions?key=${KEY}): client error (Connect): dns error: ` +
       "failed to lookup address information: Name or service not known",
@@ -854,14 +854,14 @@ Deno.test("OpenAICompatibleLLM.chat() does not retry a host name that does not r
   assertNoKey(error);
 });
 
-Deno.test("OpenAICompatibleLLM.chat() does not retry a fetch that fails with something other than TypeError", async () => {
+Deno.test("HttpLLM.chat() does not retry a fetch that fails with something other than TypeError", async () => {
   const { fetch, sent } = stubFetch(throwing(new RangeError("stub broke")));
   const error = await llmError(makeClient(fetch).llm.chat(HELLO));
   assert.equal(error.kind, "network");
   assert.equal(sent.length, 1);
 });
 
-Deno.test("OpenAICompatibleLLM.chat() fails with invalid_response on a body that is not JSON, without retry", async () => {
+Deno.test("HttpLLM.chat() fails with invalid_response on a body that is not JSON, without retry", async () => {
   const { fetch, sent } = stubFetch(respond(200, `<html>login required for ${KEY}</html>`));
   const error = await llmError(makeClient(fetch).llm.chat(HELLO));
   assert.equal(error.kind, "invalid_response");
@@ -874,7 +874,7 @@ Deno.test("OpenAICompatibleLLM.chat() fails with invalid_response on a body that
   assertNoKey(error);
 });
 
-Deno.test("OpenAICompatibleLLM.chat() fails with invalid_response on JSON without choices", async () => {
+Deno.test("HttpLLM.chat() fails with invalid_response on JSON without choices", async () => {
   const { fetch, sent } = stubFetch(respond(200, { id: "x", object: "chat.completion" }));
   const error = await llmError(makeClient(fetch).llm.chat(HELLO));
   assert.equal(error.kind, "invalid_response");
@@ -882,7 +882,7 @@ Deno.test("OpenAICompatibleLLM.chat() fails with invalid_response on JSON withou
   assert.equal(sent.length, 1);
 });
 
-Deno.test("OpenAICompatibleLLM.chat() shows the error a gateway returned with status 200", async () => {
+Deno.test("HttpLLM.chat() shows the error a gateway returned with status 200", async () => {
   const { fetch } = stubFetch(respond(200, { error: { message: "Upstream model overloaded" } }));
   const error = await llmError(makeClient(fetch).llm.chat(HELLO));
   assert.equal(error.kind, "invalid_response");
@@ -892,7 +892,7 @@ Deno.test("OpenAICompatibleLLM.chat() shows the error a gateway returned with st
 // ---------------------------------------------------------------------------------------------------------
 // Aborts
 
-Deno.test("OpenAICompatibleLLM.chat() fails with kind aborted when the caller aborts mid-request", async () => {
+Deno.test("HttpLLM.chat() fails with kind aborted when the caller aborts mid-request", async () => {
   const controller = new AbortController();
   const step: Step = (signal) => {
     controller.abort();
@@ -908,21 +908,21 @@ Deno.test("OpenAICompatibleLLM.chat() fails with kind aborted when the caller ab
   assert.deepEqual(delays, []);
 });
 
-Deno.test("OpenAICompatibleLLM.chat() sends nothing when the signal is already aborted", async () => {
+Deno.test("HttpLLM.chat() sends nothing when the signal is already aborted", async () => {
   const { fetch, sent } = stubFetch(OK);
   const error = await llmError(makeClient(fetch).llm.chat(HELLO, { signal: AbortSignal.abort() }));
   assert.equal(error.kind, "aborted");
   assert.equal(sent.length, 0);
 });
 
-Deno.test("OpenAICompatibleLLM.chat() stops a real backoff wait when the caller aborts", async () => {
+Deno.test("HttpLLM.chat() stops a real backoff wait when the caller aborts", async () => {
   const controller = new AbortController();
   let abortTimer: ReturnType<typeof setTimeout> | undefined;
   let failsafe: ReturnType<typeof setTimeout> | undefined;
   const { fetch, sent } = stubFetch(respond(500, "boom"), OK);
   // An hour's backoff: a wait the abort did not end would hold the test, and the failsafe fails it instead;
   // one it ended but left running fails the ops sanitizer.
-  const llm = new OpenAICompatibleLLM({
+  const llm = new HttpLLM({
     baseUrl: BASE,
     apiKey: KEY,
     model: MODEL,
@@ -946,7 +946,7 @@ Deno.test("OpenAICompatibleLLM.chat() stops a real backoff wait when the caller 
   assert.equal(sent.length, 1);
 });
 
-Deno.test("OpenAICompatibleLLM.chat() really waits the backoff with the default sleep", async () => {
+Deno.test("HttpLLM.chat() really waits the backoff with the default sleep", async () => {
   // Timers fire in the order they fall due: a 10 ms one, set before the call, fires before the 20 ms backoff
   // set after it. A client that did not wait would retry before any timer fired.
   let fired = false;
@@ -956,7 +956,7 @@ Deno.test("OpenAICompatibleLLM.chat() really waits the backoff with the default 
     firedByRetry = fired;
     return OK(signal);
   });
-  const llm = new OpenAICompatibleLLM({ baseUrl: BASE, model: MODEL, fetch, retryBaseDelaySeconds: 0.02 });
+  const llm = new HttpLLM({ baseUrl: BASE, model: MODEL, fetch, retryBaseDelaySeconds: 0.02 });
   try {
     assert.equal((await llm.chat(HELLO)).content, "ok");
   } finally {
@@ -1104,10 +1104,10 @@ Deno.test("parseCompletion() rejects bodies that are not completions", () => {
 // ---------------------------------------------------------------------------------------------------------
 // Options
 
-Deno.test("new OpenAICompatibleLLM() rejects malformed options before any request", () => {
+Deno.test("new HttpLLM() rejects malformed options before any request", () => {
   const fetch = stubFetch(OK).fetch;
   const base = { baseUrl: BASE, model: MODEL, fetch };
-  const cases: [Partial<OpenAICompatibleLLMOptions>, string, RegExp][] = [
+  const cases: [Partial<HttpLLMOptions>, string, RegExp][] = [
     [{ baseUrl: "not a url" }, "TypeError", /"baseUrl" must be an http\(s\) URL/],
     [{ baseUrl: "ftp://example.com" }, "TypeError", /"baseUrl" must be an http\(s\) URL, got ftp:/],
     [{ model: " " }, "TypeError", /"model" must be a non-empty string/],
@@ -1128,7 +1128,7 @@ Deno.test("new OpenAICompatibleLLM() rejects malformed options before any reques
   ];
   for (const [override, name, message] of cases) {
     assert.throws(
-      () => new OpenAICompatibleLLM({ ...base, ...override }),
+      () => new HttpLLM({ ...base, ...override }),
       { name, message },
       JSON.stringify(override),
     );

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { runTurn } from "../src/agent/loop.ts";
 import { runCommand } from "../src/cli/commands.ts";
 import { LlmError } from "../src/errors.ts";
-import { OpenAICompatibleLLM } from "../src/llm/openai.ts";
+import { HttpLLM } from "../src/llm/client.ts";
 import { ReplyAssembler } from "../src/llm/stream.ts";
 import { parseCompletion } from "../src/llm/wire.ts";
 import { parsePrices } from "../src/prices.ts";
@@ -61,8 +61,8 @@ function sum(counts: readonly (number | null)[]): number {
   return counts.reduce((total: number, n) => total + (n ?? 0), 0);
 }
 
-function client(url: string, stream: boolean): OpenAICompatibleLLM {
-  return new OpenAICompatibleLLM({ baseUrl: url, apiKey: KEY, model: MODEL, stream, retries: 0 });
+function client(url: string, stream: boolean): HttpLLM {
+  return new HttpLLM({ baseUrl: url, apiKey: KEY, model: MODEL, stream, retries: 0 });
 }
 
 Deno.test("the dialect fixtures cover thirteen providers, each reasoning one with the marker in its replies", () => {
@@ -102,7 +102,7 @@ for (const dialect of dialects) {
   for (const stream of [true, false]) {
     const mode = stream ? "streamed" : "whole";
 
-    Deno.test(`OpenAICompatibleLLM reads ${dialect.name}'s ${mode} tool call and answer, keeping reasoning only as provider state`, async () => {
+    Deno.test(`HttpLLM reads ${dialect.name}'s ${mode} tool call and answer, keeping reasoning only as provider state`, async () => {
       const provider = replayProvider(dialect.replies);
       try {
         const llm = client(provider.url, stream);

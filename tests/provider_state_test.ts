@@ -13,7 +13,7 @@ import { runChat } from "../src/cli/chat.ts";
 import { parseApprovalPolicy } from "../src/approval/policy.ts";
 import { LlmError } from "../src/errors.ts";
 import { messageJson } from "../src/session/session_json.ts";
-import { OpenAICompatibleLLM } from "../src/llm/openai.ts";
+import { HttpLLM } from "../src/llm/client.ts";
 import { modelOrigin, serializeRequestBody } from "../src/llm/wire.ts";
 import { createLlmSummarizer } from "../src/memory/summarizer.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
@@ -26,7 +26,7 @@ import { REFUSALS, THINKING_DIALECTS, thinkingProvider, THOUGHT } from "./_think
 const MODEL = "thinker-v4-pro";
 
 function client(provider: { baseUrl: string; fetch: typeof fetch }, stream: boolean, model = MODEL) {
-  return new OpenAICompatibleLLM({
+  return new HttpLLM({
     baseUrl: provider.baseUrl,
     model,
     stream,
@@ -288,7 +288,7 @@ Deno.test("a provider state over the byte cap is dropped: the llm_call event giv
     );
   };
   using h = harness([]);
-  const llm = new OpenAICompatibleLLM({
+  const llm = new HttpLLM({
     baseUrl: "https://big.example/v1",
     model: MODEL,
     fetch,

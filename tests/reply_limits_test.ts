@@ -5,7 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { loadConfig } from "../src/config.ts";
-import { createLlmFromConfig, OpenAICompatibleLLM } from "../src/llm/openai.ts";
+import { createLlmFromConfig, HttpLLM } from "../src/llm/client.ts";
 import { runTurn } from "../src/agent/loop.ts";
 import { JsonlTracer, readTrace } from "../src/trace/trace.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
@@ -53,7 +53,7 @@ const PIECE = "x".repeat(16 * 1024);
 const JSON_HEAD = '{"choices":[{"index":0,"message":{"role":"assistant","content":"';
 const SSE_PIECE = `data: ${JSON.stringify({ choices: [{ index: 0, delta: { content: PIECE } }] })}\n\n`;
 
-Deno.test("OpenAICompatibleLLM.chat() fails with too_large, without retry, on a JSON body past maxReplyBytes", async () => {
+Deno.test("HttpLLM.chat() fails with too_large, without retry, on a JSON body past maxReplyBytes", async () => {
   const source = endlessBody(JSON_HEAD, PIECE);
   const { fetch, sent } = stubFetch(answer(source));
   const { llm, delays } = makeClient(fetch, { maxReplyBytes: 256 * 1024, retries: 2 });
@@ -71,7 +71,7 @@ Deno.test("OpenAICompatibleLLM.chat() fails with too_large, without retry, on a 
   assert.equal(source.cancelled(), 1);
 });
 
-Deno.test("OpenAICompatibleLLM.chat() rejects a whole 2 MiB completion under the default 1 MiB limit", async () => {
+Deno.test("HttpLLM.chat() rejects a whole 2 MiB completion under the default 1 MiB limit", async () => {
   const body = JSON.stringify({ choices: [{ message: { content: "y".repeat(2 * 1024 * 1024) } }] });
   const { fetch } = stubFetch(() => Promise.resolve(new Response(body)));
   const error = await llmError(makeClient(fetch).llm.chat(HELLO));
@@ -79,7 +79,7 @@ Deno.test("OpenAICompatibleLLM.chat() rejects a whole 2 MiB completion under the
   assert.match(error.message, /past the limit of 1048576 bytes$/);
 });
 
-Deno.test("OpenAICompatibleLLM({stream: true}) drops an endless stream at maxReplyBytes with too_large", async () => {
+Deno.test("HttpLLM({stream: true}) drops an endless stream at maxReplyBytes with too_large", async () => {
   const source = endlessBody(SSE_PIECE, SSE_PIECE);
   const { fetch, sent } = stubFetch(answer(source, 200, "text/event-stream"));
   const { llm, delays } = makeClient(fetch, { stream: true, maxReplyBytes: 256 * 1024 });
@@ -95,7 +95,7 @@ Deno.test("OpenAICompatibleLLM({stream: true}) drops an endless stream at maxRep
   assert.equal(source.cancelled(), 1);
 });
 
-Deno.test("OpenAICompatibleLLM({stream: true}) drops a JSON answer to a stream request past maxReplyBytes", async () => {
+Deno.test("HttpLLM({stream: true}) drops a JSON answer to a stream request past maxReplyBytes", async () => {
   const source = endlessBody(JSON_HEAD, PIECE);
   const { fetch } = stubFetch(answer(source));
   const { llm } = makeClient(fetch, { stream: true, maxReplyBytes: 64 * 1024 });
@@ -104,7 +104,7 @@ Deno.test("OpenAICompatibleLLM({stream: true}) drops a JSON answer to a stream r
   assert.ok(source.pulled() <= 64 * 1024 + PIECE.length, `pulled ${source.pulled()} bytes`);
 });
 
-Deno.test("OpenAICompatibleLLM.chat() keeps only the first 16 KiB of an endless error body and quotes its start", async () => {
+Deno.test("HttpLLM.chat() keeps only the first 16 KiB of an endless error body and quotes its start", async () => {
   for (const stream of [false, true]) {
     const source = endlessBody("<html><body>Bad gateway ", PIECE);
     const { fetch, sent } = stubFetch(answer(source, 502, "text/html"));
@@ -131,17 +131,17 @@ Deno.test("createLlmFromConfig() applies LLM_MAX_REPLY_BYTES", async () => {
   assert.match(error.message, /past the limit of 2048 bytes$/);
 });
 
-Deno.test("new OpenAICompatibleLLM() rejects a maxReplyBytes that is not a whole number of 1 or more", () => {
+Deno.test("new HttpLLM() rejects a maxReplyBytes that is not a whole number of 1 or more", () => {
   const base = { baseUrl: BASE, model: MODEL };
   for (const bad of [0, -1, 1.5, Number.POSITIVE_INFINITY]) {
     assert.throws(
-      () => new OpenAICompatibleLLM({ ...base, maxReplyBytes: bad }),
+      () => new HttpLLM({ ...base, maxReplyBytes: bad }),
       RangeError,
       `maxReplyBytes ${bad}`,
     );
   }
   assert.throws(
-    () => new OpenAICompatibleLLM({ ...base, maxReplyBytes: "1024" as unknown as number }),
+    () => new HttpLLM({ ...base, maxReplyBytes: "1024" as unknown as number }),
     TypeError,
   );
 });

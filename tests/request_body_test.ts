@@ -1,7 +1,7 @@
 import { fc } from "./_fast_check.ts";
 import assert from "node:assert/strict";
 import { buildContext } from "../src/agent/context.ts";
-import { buildRequestBody, serializeRequestBody } from "../src/llm/openai.ts";
+import { buildRequestBody, serializeRequestBody } from "../src/llm/client.ts";
 import { type Message, REASONING_EFFORTS, type ResponseFormat, type ToolSchema } from "../src/types.ts";
 
 /** A message frozen with its tool calls, as the store and the loop hand them out. */

@@ -2,14 +2,14 @@
  * What makes a provider's prompt cache hit: each request of a session starts with the bytes of the one
  * before — system messages, tools, summary, older turns — up to the recall of the user's memory (the one block
  * that may change at every turn, just before the turn's question), until a compaction rewrites them. 30 turns through
- * `runTurn` on a SQLite file, the real `OpenAICompatibleLLM` on a fetch that records every body; some turns
+ * `runTurn` on a SQLite file, the real `HttpLLM` on a fetch that records every body; some turns
  * call tools, and the user's memory recalls other items at other turns.
  */
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { runTurn } from "../src/agent/loop.ts";
 import { SYSTEM_PROMPT } from "../src/agent/context.ts";
-import { OpenAICompatibleLLM } from "../src/llm/openai.ts";
+import { HttpLLM } from "../src/llm/client.ts";
 import { RUNTIME_CONTEXT_HEADER } from "../src/memory/summary.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { harness, steppingClock, tempDir } from "./_harness.ts";
@@ -87,7 +87,7 @@ async function session(options: { turns: number; maxRawTurns: number; compactBat
     maxCtxTokens: 1_000_000,
     userMemory: { items: 200, recall: 5 },
   });
-  const llm = new OpenAICompatibleLLM({ baseUrl: "http://127.0.0.1:9/v1", model: "m", fetch, retries: 0 });
+  const llm = new HttpLLM({ baseUrl: "http://127.0.0.1:9/v1", model: "m", fetch, retries: 0 });
   const agent = { ...h.agent, llm };
   await store.remember("u", { items: MEMORY, limit: 200 });
   for (let turn = 0; turn < options.turns; turn++) {

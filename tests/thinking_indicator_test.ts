@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { PassThrough } from "node:stream";
 import { runChat } from "../src/cli/chat.ts";
 import { loadConfig } from "../src/config.ts";
-import { createLlmFromConfig, OpenAICompatibleLLM } from "../src/llm/openai.ts";
+import { createLlmFromConfig, HttpLLM } from "../src/llm/client.ts";
 import type { Message } from "../src/types.ts";
 import { httpHarness } from "./_http_harness.ts";
 import { harness, textSink } from "./_harness.ts";
@@ -18,7 +18,7 @@ const MODEL = "thinker-v4-pro";
 const QUESTION: Message[] = [{ role: "user", content: "what is 6*7?" }];
 
 function client(provider: { baseUrl: string; fetch: typeof fetch }, reasoningProgress: boolean) {
-  return new OpenAICompatibleLLM({
+  return new HttpLLM({
     baseUrl: provider.baseUrl,
     model: MODEL,
     stream: true,

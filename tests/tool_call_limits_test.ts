@@ -5,7 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { loadConfig, MAX_TOOL_RESULT_CHARS } from "../src/config.ts";
-import { createLlmFromConfig } from "../src/llm/openai.ts";
+import { createLlmFromConfig } from "../src/llm/client.ts";
 import { runTurn } from "../src/agent/loop.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { MAX_TOOL_ARGUMENT_BYTES } from "../src/agent/tool_calls.ts";

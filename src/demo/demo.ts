@@ -9,7 +9,7 @@ import { createStyle, renderEvent } from "../cli/render.ts";
 import { type Config, loadConfig, readEnvironment, requireApiKey } from "../config.ts";
 import { ConfigError, errorMessage } from "../errors.ts";
 import type { LLM } from "../llm/llm.ts";
-import { createLlmFromConfig, type RetryInfo } from "../llm/openai.ts";
+import { createLlmFromConfig, type RetryInfo } from "../llm/client.ts";
 import { ENV_VARIABLES, llmNetHost } from "../permissions.ts";
 import { SqliteStore } from "../store/sqlite.ts";
 import { createLlmSummarizer, deterministicSummarizer, type Summarizer } from "../memory/summarizer.ts";

@@ -19,8 +19,8 @@ import {
   tooLarge,
 } from "./_failure.ts";
 import type { ChatOptions } from "./llm.ts";
-import { ReplyAssembler, SseParser } from "./stream.ts";
-import { invalidResponseError, parseCompletion, quoteBody } from "./wire.ts";
+import { SseParser } from "./stream.ts";
+import { invalidResponseError, quoteBody } from "./wire.ts";
 
 /** What a streamed attempt reports as it reads: answer text and reasoning's arrival (see `ChatOptions`). */
 export type StreamProgress = Pick<ChatOptions, "onDelta" | "onReasoning">;
@@ -100,7 +100,7 @@ async function readText(
   }
 }
 
-function parseBody(text: string, { host, model, origin }: AttemptContext): Attempt {
+function parseBody(text: string, { host, model, origin, dialect }: AttemptContext): Attempt {
   try {
     let json: unknown;
     try {
@@ -108,8 +108,8 @@ function parseBody(text: string, { host, model, origin }: AttemptContext): Attem
     } catch {
       throw invalidResponseError(`body is not JSON: ${quoteBody(text)}`, host);
     }
-    const reply = parseCompletion(json, { model, source: host, origin });
-    noteResponse(reply.finishReason, (json as { id?: unknown }).id);
+    const { reply, id } = dialect.read(json, { model, source: host, origin });
+    noteResponse(reply.finishReason, id);
     return { ok: true, reply };
   } catch (error) {
     return fail(invalid(error));
@@ -128,14 +128,14 @@ export async function attempt(
   progress: StreamProgress,
 ): Promise<Attempt> {
   const { onDelta } = progress;
-  const { stream, apiKey, maxReplyBytes } = context;
+  const { stream, apiKey, maxReplyBytes, dialect } = context;
   const deadlines = new Deadlines(context.timeoutSeconds);
   const combined = signal === undefined ? deadlines.signal : AbortSignal.any([signal, deadlines.signal]);
   const thrown = (error: unknown, where: Pick<Thrown, "status" | "bytes"> = {}) =>
     fail(classify({ error, aborted: signal?.aborted ?? false, passed: deadlines.passed, ...where }, context));
-  const headers: Record<string, string> = { "Content-Type": "application/json" };
+  const headers: Record<string, string> = { "Content-Type": "application/json", ...dialect.headers };
   if (stream) headers.Accept = "text/event-stream";
-  if (apiKey !== "") headers.Authorization = `Bearer ${apiKey}`;
+  if (apiKey !== "") Object.assign(headers, dialect.auth(apiKey));
   try {
     let response: Response;
     try {
@@ -182,12 +182,13 @@ async function readEvents(
 ): Promise<Attempt> {
   const reader = chunkReader(body);
   const parser = new SseParser();
-  const assembler = new ReplyAssembler({
+  const assembler = context.dialect.stream({
     model: context.model,
     source: context.host,
     origin: context.origin,
   });
   let bytes = 0;
+  let shown = false;
   try {
     while (!assembler.done) {
       let chunk: ReadableStreamReadResult<Uint8Array>;
@@ -208,17 +209,21 @@ async function readEvents(
         try {
           piece = assembler.add(event);
         } catch (error) {
-          return fail(invalid(error));
+          // A provider's error event (overloaded) before any text was shown may be retried.
+          return fail(invalid(error, !shown));
         }
         if (signal?.aborted) return fail(ABORTED);
         if (assembler.reasoningChunks > reasoned) onReasoning?.();
-        if (piece !== "") onDelta?.(piece);
+        if (piece !== "") {
+          shown = true;
+          onDelta?.(piece);
+        }
         if (assembler.done) break;
       }
       if (chunk.done) break;
     }
     if (signal?.aborted) return fail(ABORTED);
-    const reason = `the stream ended after ${bytes} bytes without [DONE] or a finish_reason`;
+    const reason = `the stream ended after ${bytes} bytes ${assembler.missing}`;
     const cut = () => fail(invalid(invalidResponseError(reason, context.host)));
     let reply: ChatReply;
     try {

@@ -5,12 +5,15 @@
  */
 import { LlmError, type LlmErrorKind } from "../errors.ts";
 import type { ReasoningEffort } from "../types.ts";
+import type { Dialect } from "./dialect.ts";
 import { parseRetryAfter, providerErrorMessage, quoteBody } from "./wire.ts";
 
 /** What every attempt of one client shares: where and how it posts, what its failures name. */
 export interface AttemptContext {
-  /** `{baseUrl}/chat/completions` */
+  /** The base URL and the dialect's path: `{baseUrl}/chat/completions`. */
   url: string;
+  /** The wire format: headers, body, how a reply reads. */
+  dialect: Dialect;
   /** Named in messages instead of the URL, whose path may be private. */
   host: string;
   model: string;
@@ -139,15 +142,34 @@ export function httpFailure(response: Response, text: string, context: AttemptCo
     said += ` (the provider rejected reasoning_effort "${context.reasoningEffort}": ` +
       "unset AGENT_REASONING_EFFORT for this model)";
   }
-  const retryable = status === 408 || status === 409 || status === 429 || (status >= 500 && status < 600);
+  const retryable = isRetryableStatus(status);
   const result = failure(
     "http",
     `LLM request failed: HTTP ${status} from ${context.host}${said}`,
     retryable,
     status,
   );
-  if (retryable) result.retryAfterMs = parseRetryAfter(response.headers.get("retry-after"), context.now());
+  if (retryable) {
+    const now = context.now();
+    result.retryAfterMs = parseRetryAfter(response.headers.get("retry-after"), now) ??
+      rateLimitReset(response.headers, now);
+  }
   return result;
+}
+
+/**
+ * Without a `Retry-After`, the wait Anthropic's rate-limit headers imply: until the latest
+ * `anthropic-ratelimit-*-reset` (an RFC 3339 time) of a limit whose `-remaining` is 0; null when none is spent.
+ */
+export function rateLimitReset(headers: Headers, nowMs: number): number | null {
+  let until: number | null = null;
+  for (const [name, value] of headers) {
+    const limit = /^anthropic-ratelimit-(.+)-remaining$/.exec(name)?.[1];
+    if (limit === undefined || value.trim() !== "0") continue;
+    const reset = Date.parse(headers.get(`anthropic-ratelimit-${limit}-reset`) ?? "");
+    if (!Number.isNaN(reset)) until = Math.max(until ?? reset, reset);
+  }
+  return until === null ? null : Math.max(0, until - nowMs);
 }
 
 /** A reply past the byte limit; never retried, as the next answer would be as long. */
@@ -156,8 +178,19 @@ export function tooLarge({ host, maxReplyBytes }: AttemptContext): Failure {
   return failure("too_large", message, false);
 }
 
-/** An `LlmError` from parsing becomes an `invalid_response` failure; anything else is a bug, rethrown. */
-export function invalid(error: unknown): Failure {
+/**
+ * An `LlmError` from parsing becomes an `invalid_response` failure, or an `http` one for a provider's error
+ * event with its status (retried when `retryable`, as that status would be); anything else is a bug, rethrown.
+ */
+export function invalid(error: unknown, retryable = false): Failure {
   if (!(error instanceof LlmError)) throw error;
+  if (error.kind === "http" && error.status !== null) {
+    return failure("http", error.message, retryable && isRetryableStatus(error.status), error.status);
+  }
   return failure("invalid_response", error.message, false);
+}
+
+/** Statuses worth another attempt: a timeout, a conflict, a rate limit, a server error (529: overloaded). */
+function isRetryableStatus(status: number): boolean {
+  return status === 408 || status === 409 || status === 429 || (status >= 500 && status < 600);
 }

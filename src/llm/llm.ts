@@ -23,6 +23,12 @@ export interface ChatOptions {
   onReasoning?: () => void;
   /** Sent to the provider as `response_format`: what the answer must be. @default {null} (plain text) */
   responseFormat?: ResponseFormat | null;
+  /**
+   * The same for every request of a session, so that they share the provider's prompt cache (Responses'
+   * `prompt_cache_key`); a client may hash it and never sends it where the dialect has no such field.
+   * @default {null}
+   */
+  cacheKey?: string | null;
 }
 
 /** A chat model: messages and tools in, one reply out. Fails only with `LlmError`. */

@@ -5,10 +5,10 @@
  */
 import { redact } from "../redact.ts";
 import { connectCause, describeThrown } from "./_failure.ts";
-import type { OpenAICompatibleLLMOptions } from "./openai.ts";
+import type { HttpLLMOptions } from "./client.ts";
 
 /** Options of {@linkcode probeProvider}: the key and fetch as the model client takes them, and a deadline. */
-export interface ProbeOptions extends Pick<OpenAICompatibleLLMOptions, "apiKey" | "fetch"> {
+export interface ProbeOptions extends Pick<HttpLLMOptions, "apiKey" | "fetch"> {
   /** How long the provider has to answer, in milliseconds. @default {2000} */
   timeoutMs?: number;
 }

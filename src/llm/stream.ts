@@ -9,11 +9,14 @@ import { isRecord } from "../_json.ts";
 import {
   contentText,
   invalidResponseError,
+  parseCompletion,
   providerErrorMessage,
   quoteBody,
   replyFromMessage,
   reportedUsage,
+  serializeRequestBody,
 } from "./wire.ts";
+import type { Dialect, StreamReader } from "./dialect.ts";
 import type { ParseCompletionOptions } from "./wire.ts";
 
 /** One dispatched event. */
@@ -154,7 +157,7 @@ const JOINED_DETAIL_FIELDS = new Set(["text", "summary", "data"]);
  * delta both work. Either way a fragment with an id other than its call's starts a new call, as does a
  * second entry for the same call in one delta: arguments are never joined across calls.
  */
-export class ReplyAssembler {
+export class ReplyAssembler implements StreamReader {
   #options: ParseCompletionOptions;
   #content: string | null = null;
   #calls: PendingCall[] = [];
@@ -197,6 +200,9 @@ export class ReplyAssembler {
   get reasoningChunks(): number {
     return this.#reasoningChunks;
   }
+
+  /** What a stream that ends before it is complete lacked. */
+  readonly missing = "without [DONE] or a finish_reason";
 
   /** `[DONE]` has arrived: later events are not read. */
   get done(): boolean {
@@ -356,3 +362,13 @@ export class ReplyAssembler {
     return this.#invalid(`the provider sent an error mid-stream: ${quoteBody(detail)}`);
   }
 }
+
+/** Chat Completions (`LLM_API=chat`): `POST {baseUrl}/chat/completions` with a bearer key. */
+export const CHAT_COMPLETIONS: Dialect = {
+  path: "/chat/completions",
+  headers: {},
+  auth: (apiKey) => ({ Authorization: `Bearer ${apiKey}` }),
+  body: (messages, tools, options) => serializeRequestBody(options.model, messages, tools, options),
+  read: (body, options) => ({ reply: parseCompletion(body, options), id: isRecord(body) ? body.id : undefined }),
+  stream: (options) => new ReplyAssembler(options),
+};

@@ -1,7 +1,8 @@
 /**
- * The model client for any OpenAI-compatible Chat Completions endpoint (OpenAI, DeepSeek, a local server):
- * one POST per attempt under its own deadline, bounded retries of transient failures, and errors that name
- * the cause without ever showing the API key.
+ * The model client for the three wire formats (`LLM_API`): any OpenAI-compatible Chat Completions endpoint
+ * (OpenAI, DeepSeek, a local server), Anthropic Messages, OpenAI Responses. One POST per attempt under its own
+ * deadline, bounded retries of transient failures, and errors that name the cause without ever showing the
+ * API key.
  * @module
  */
 import { delay } from "../abort.ts";
@@ -15,14 +16,18 @@ import { attempt } from "./_attempt.ts";
 import { ABORTED, type AttemptContext, type Failure } from "./_failure.ts";
 import type { ChatOptions, LLM } from "./llm.ts";
 import type { ModelInfo } from "../types.ts";
-import { modelOrigin, serializeRequestBody } from "./wire.ts";
+import { modelOrigin } from "./wire.ts";
+import { ANTHROPIC_MESSAGES } from "./anthropic.ts";
+import { OPENAI_RESPONSES } from "./responses.ts";
+import { CHAT_COMPLETIONS } from "./stream.ts";
+import { type BodyOptions, type Dialect, LLM_APIS, type LlmApi } from "./dialect.ts";
 
 export { buildRequestBody, parseCompletion, serializeRequestBody } from "./wire.ts";
 
 /** Longest wait a provider's `Retry-After` may impose: beyond it, failing is more useful than hanging. */
 const MAX_RETRY_AFTER_MS = 60_000;
 
-/** What {@linkcode OpenAICompatibleLLMOptions.onRetry} learns before each retry. */
+/** What {@linkcode HttpLLMOptions.onRetry} learns before each retry. */
 export interface RetryInfo {
   /** Which attempt failed: 1 is the first request. */
   attempt: number;
@@ -32,11 +37,29 @@ export interface RetryInfo {
   reason: string;
 }
 
-/** Options of {@linkcode OpenAICompatibleLLM}. */
-export interface OpenAICompatibleLLMOptions {
-  /** The API root without a trailing slash, e.g. `https://api.openai.com/v1`. Required. */
+/** The dialect of each `LLM_API`. */
+const DIALECTS: Readonly<Record<LlmApi, Dialect>> = {
+  chat: CHAT_COMPLETIONS,
+  anthropic: ANTHROPIC_MESSAGES,
+  responses: OPENAI_RESPONSES,
+};
+
+/** Options of {@linkcode HttpLLM}. */
+export interface HttpLLMOptions {
+  /**
+   * The wire format: `chat` (Chat Completions), `anthropic` (Messages), `responses` (OpenAI Responses).
+   * @default {"chat"}
+   */
+  api?: LlmApi;
+  /**
+   * The API root without a trailing slash, to which the dialect's path is added: `https://api.openai.com/v1`
+   * (`/chat/completions`, `/responses`), `https://api.anthropic.com` (`/v1/messages`). Required.
+   */
   baseUrl: string;
-  /** Sent as `Authorization: Bearer <key>`; empty sends none (local servers). @default {""} */
+  /**
+   * Sent as `Authorization: Bearer <key>` (`x-api-key` to Anthropic); empty sends none (local servers).
+   * @default {""}
+   */
   apiKey?: string;
   /** The model name sent with every request. Required. */
   model: string;
@@ -47,6 +70,10 @@ export interface OpenAICompatibleLLMOptions {
    * AGENT_REASONING_EFFORT. @default {null} (not sent)
    */
   reasoningEffort?: ReasoningEffort | null;
+  /** Tokens the model may think for before it answers (Anthropic's extended thinking). @default {null} (off) */
+  thinkingBudget?: number | null;
+  /** Most tokens of one reply; Messages requires one and gets 8192 unless set. @default {null} */
+  maxOutputTokens?: number | null;
   /** Send `stream: true`, passing answer text to `onDelta` as it arrives; same reply. @default {false} */
   stream?: boolean;
   /**
@@ -72,7 +99,7 @@ export interface OpenAICompatibleLLMOptions {
   onRetry?: (info: RetryInfo) => void;
 }
 
-const CANNOT_CREATE = "Cannot create OpenAICompatibleLLM";
+const CANNOT_CREATE = "Cannot create HttpLLM";
 
 /** One attempt's failure, thrown so the retry loop sees it; the client turns it into an `LlmError`. */
 class FailedAttempt extends Error {
@@ -117,21 +144,25 @@ function requireNumber(
  * point, waits included. `chat` rejects only with `LlmError`, never showing the API key, except for a
  * `TypeError` on a malformed message (see {@linkcode buildRequestBody}) and whatever `onDelta` throws.
  */
-export class OpenAICompatibleLLM implements LLM {
+export class HttpLLM implements LLM {
   #context: AttemptContext;
   #reasoningProgress: boolean;
   /** How `chat` retries, all but the caller's signal. */
   #retry: RetryOptions;
   #span: SpanOptions<ChatReply>;
+  #body: Omit<BodyOptions, "responseFormat" | "cacheKey">;
 
   /** Validates the options: `TypeError` for a wrong type or URL, `RangeError` for a number out of range. */
-  constructor(options: OpenAICompatibleLLMOptions) {
+  constructor(options: HttpLLMOptions) {
     const {
+      api = "chat",
       baseUrl,
       apiKey = "",
       model,
       timeoutSeconds = 60,
       reasoningEffort = null,
+      thinkingBudget = null,
+      maxOutputTokens = null,
       stream = false,
       reasoningProgress = false,
       idleTimeoutSeconds = timeoutSeconds,
@@ -148,11 +179,15 @@ export class OpenAICompatibleLLM implements LLM {
       const got = url === null ? String(baseUrl) : url.protocol;
       throw new TypeError(`${CANNOT_CREATE}: "baseUrl" must be an http(s) URL, got ${got}`);
     }
+    if (!(LLM_APIS as readonly unknown[]).includes(api)) {
+      throw new TypeError(`${CANNOT_CREATE}: "api" must be ${LLM_APIS.join(", ")}, got ${String(api)}`);
+    }
     requireType("apiKey", apiKey, "string");
     if (typeof model !== "string" || model.trim() === "") {
       throw new TypeError(`${CANNOT_CREATE}: "model" must be a non-empty string`);
     }
     requireNumber("timeoutSeconds", timeoutSeconds, "a number greater than 0", (n) => n > 0);
+    const whole = (min: number) => (n: number) => Number.isInteger(n) && n >= min;
     if (reasoningEffort !== null && !(REASONING_EFFORTS as readonly unknown[]).includes(reasoningEffort)) {
       const got = typeof reasoningEffort === "string"
         ? JSON.stringify(reasoningEffort)
@@ -161,10 +196,12 @@ export class OpenAICompatibleLLM implements LLM {
         `${CANNOT_CREATE}: "reasoningEffort" must be ${REASONING_EFFORTS.join(", ")} or null, got ${got}`,
       );
     }
+    for (const [name, value] of Object.entries({ thinkingBudget, maxOutputTokens })) {
+      if (value !== null) requireNumber(name, value, "a whole number of 1 or more, or null", whole(1));
+    }
     requireType("stream", stream, "boolean");
     requireType("reasoningProgress", reasoningProgress, "boolean");
     requireNumber("idleTimeoutSeconds", idleTimeoutSeconds, "a number greater than 0", (n) => n > 0);
-    const whole = (min: number) => (n: number) => Number.isInteger(n) && n >= min;
     requireNumber("maxReplyBytes", maxReplyBytes, "a whole number of 1 or more", whole(1));
     requireNumber("retries", retries, "a whole number of 0 or more", whole(0));
     requireNumber("retryBaseDelaySeconds", retryBaseDelaySeconds, "a number of 0 or more", (n) => n >= 0);
@@ -172,12 +209,15 @@ export class OpenAICompatibleLLM implements LLM {
       requireType(name, value, "function");
     }
 
+    const dialect = DIALECTS[api];
+    const origin = modelOrigin(baseUrl, model);
     this.#context = {
       // Config already strips trailing slashes; a hand-built client must not produce "//chat/completions".
-      url: `${baseUrl.replace(/\/+$/, "")}/chat/completions`,
+      url: `${baseUrl.replace(/\/+$/, "")}${dialect.path}`,
+      dialect,
       host: url.host,
       model,
-      origin: modelOrigin(baseUrl, model),
+      origin,
       apiKey,
       reasoningEffort,
       stream,
@@ -188,6 +228,7 @@ export class OpenAICompatibleLLM implements LLM {
       now,
     };
     this.#reasoningProgress = reasoningProgress;
+    this.#body = { model, stream, origin, reasoningEffort, thinkingBudget, maxOutputTokens };
     this.#retry = {
       maxAttempts: retries + 1,
       minTimeout: retryBaseDelaySeconds * 1000,
@@ -217,16 +258,10 @@ export class OpenAICompatibleLLM implements LLM {
   }
 
   async #chat(messages: Message[], options: ChatOptions): Promise<ChatReply> {
-    const { tools = [], signal, onDelta, onReasoning, responseFormat = null } = options;
+    const { tools = [], signal, onDelta, onReasoning, responseFormat = null, cacheKey = null } = options;
     const progress = { onDelta, onReasoning: this.#reasoningProgress ? onReasoning : undefined };
-    const { model, stream, origin, reasoningEffort } = this.#context;
     // Built once: every attempt sends the same bytes.
-    const body = serializeRequestBody(model, messages, tools, {
-      stream,
-      responseFormat,
-      origin,
-      reasoningEffort,
-    });
+    const body = this.#context.dialect.body(messages, tools, { ...this.#body, responseFormat, cacheKey });
     let retries = 0;
     try {
       const reply = await retry(async (number) => {
@@ -256,19 +291,23 @@ export class OpenAICompatibleLLM implements LLM {
 }
 
 /**
- * The client for a loaded configuration: its endpoint, key, model, reasoning effort, whether it reports
+ * The client for a loaded configuration: its wire format, endpoint, key, model, reasoning effort or thinking
+ * budget, output limit, whether it reports
  * reasoning's arrival, timeout, reply size and retry settings.
  * Streaming is the caller's choice (`options.stream`); tests may inject `fetch`, `sleep` and `now`.
  */
 export function createLlmFromConfig(
   config: Readonly<Config>,
-  options: Pick<OpenAICompatibleLLMOptions, "fetch" | "onRetry" | "stream" | "sleep" | "now"> = {},
-): OpenAICompatibleLLM {
-  return new OpenAICompatibleLLM({
+  options: Pick<HttpLLMOptions, "fetch" | "onRetry" | "stream" | "sleep" | "now"> = {},
+): HttpLLM {
+  return new HttpLLM({
+    api: config.api,
     baseUrl: config.baseUrl,
     apiKey: config.apiKey,
     model: config.model,
     reasoningEffort: config.reasoningEffort,
+    thinkingBudget: config.thinkingBudget,
+    maxOutputTokens: config.maxOutputTokens,
     reasoningProgress: config.showThinking,
     timeoutSeconds: config.llmTimeoutSeconds,
     maxReplyBytes: config.llmMaxReplyBytes,
