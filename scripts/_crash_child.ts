@@ -1,4 +1,5 @@
 /** The crash test's `chat` child, run with the task's own flags, and what it leaves on disk. @module */
+import type { Api } from "./_fake_wires.ts";
 import { existsSync } from "node:fs";
 import { DatabaseSync } from "node:sqlite";
 import { fileURLToPath } from "node:url";
@@ -15,6 +16,8 @@ const CRASH_KEY = { userId: "local", sessionId: CRASH_SESSION };
 
 /** The state of a crash run: its files, its provider, and how far its schedule got. */
 export interface Run {
+  /** The wire format the child speaks to the provider. */
+  api: Api;
   dbPath: string;
   tracePath: string;
   provider: CrashProvider;
@@ -36,6 +39,8 @@ export function spawnChat(run: Run, stream: boolean): Chat {
   run.spawns++;
   const env: Record<string, string> = {
     OPENAI_BASE_URL: run.provider.url,
+    LLM_API: run.api,
+    ANTHROPIC_BASE_URL: run.provider.url.replace(/\/v1$/, ""),
     AGENT_DB_PATH: run.dbPath,
     AGENT_TRACE_PATH: run.tracePath,
     AGENT_MAX_RAW_TURNS: "2",

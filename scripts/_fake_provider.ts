@@ -1,12 +1,13 @@
 /**
- * The fake OpenAI-compatible provider of the bench and the crash test, on 127.0.0.1, answering by rule like a
- * tiny model. The crash test's {@linkcode startCrashProvider} adds seeded delays, streaming and awaited
+ * The fake provider of the bench and the crash test, on 127.0.0.1, answering by rule like a tiny model, in
+ * each of the three wire formats (Chat Completions, Messages, Responses: see `_fake_wires.ts`). The crash test's {@linkcode startCrashProvider} adds seeded delays, streaming and awaited
  * moments; the bench runs this file as a process: `deno run --allow-net=127.0.0.1 scripts/_fake_provider.ts
  * [LATENCY_MS]` prints its port, answers by {@linkcode answer} after LATENCY_MS, counts requests by kind at
  * `GET /stats`, and exits on SIGTERM, SIGINT, or when stdin closes.
  * @module
  */
 import { SUMMARY_PROMPT } from "../src/memory/summarizer.ts";
+import { type Api, API_PATHS, ruleMessages, streamedReply, wholeReply } from "./_fake_wires.ts";
 
 type WireMessage = { role: string; content: string | null };
 
@@ -106,7 +107,7 @@ export interface CrashProviderOptions {
 
 /** The running provider. */
 export interface CrashProvider {
-  /** The base URL for `OPENAI_BASE_URL`. */
+  /** The base URL for `OPENAI_BASE_URL`; without its `/v1`, `ANTHROPIC_BASE_URL`. */
   url: string;
   /** Summary replies sent (some perhaps to a client already killed). */
   stats: { summaries: number };
@@ -287,10 +288,10 @@ export function startCrashProvider(options: CrashProviderOptions = {}): CrashPro
     waiters = [];
   };
 
-  async function exchange(request: Request): Promise<Response> {
+  async function exchange(request: Request, api: Api): Promise<Response> {
     const body = await request.json();
     const index = requests++;
-    const messages = (body.messages ?? []) as WireMessage[];
+    const messages = ruleMessages(api, body) as WireMessage[];
     const stream = body.stream === true;
     const kind = requestKind(messages);
     await onMoment({ kind: "request", request: kind, index, stream });
@@ -304,7 +305,14 @@ export function startCrashProvider(options: CrashProviderOptions = {}): CrashPro
     if (gone()) return new Response(null, { status: 499 });
     if (decision.kind === "summary") stats.summaries++;
     const model = String(body.model);
-    const text = stream ? sseFrames(model, decision) : [JSON.stringify(crashCompletion(model, decision))];
+    const usage = { input: 20, output: 8, read: 0, written: 0 };
+    const text = api !== "chat"
+      ? (stream
+        ? streamedReply(api, wholeReply(api, model, decision, usage, `crash${index}`))
+        : [JSON.stringify(wholeReply(api, model, decision, usage, `crash${index}`))])
+      : stream
+      ? sseFrames(model, decision)
+      : [JSON.stringify(crashCompletion(model, decision))];
     // A stream goes out in up to three pieces with short gaps, so a kill can land mid-reply.
     const [a, b] = [Math.floor(rng() * text.length), Math.floor(rng() * text.length)].sort((x, y) => x - y);
     const pieces = (stream ? [text.slice(0, a), text.slice(a, b), text.slice(b)] : [text])
@@ -337,13 +345,14 @@ export function startCrashProvider(options: CrashProviderOptions = {}): CrashPro
 
   const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen: () => {} }, async (request) => {
     const url = new URL(request.url);
-    if (request.method !== "POST" || url.pathname !== "/v1/chat/completions") {
+    const api = (Object.keys(API_PATHS) as Api[]).find((name) => API_PATHS[name] === url.pathname);
+    if (request.method !== "POST" || api === undefined) {
       await request.body?.cancel();
       return Response.json({ error: { message: "not found" } }, { status: 404 });
     }
     busy++;
     try {
-      return await exchange(request);
+      return await exchange(request, api);
     } catch (error) {
       return Response.json({ error: { message: String(error) } }, { status: 500 });
     } finally {

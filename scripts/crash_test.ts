@@ -1,5 +1,5 @@
 /**
- * `deno task crash [--rounds 50] [--seed 1] [--keep]`: `kill -9`s `chat` at random and at chosen moments
+ * `deno task crash [--rounds 50] [--seed 1] [--api chat|anthropic|responses] [--keep]`: `kill -9`s `chat` at random and at chosen moments
  * (between turns, in a model call, in tool execution, in compaction), then checks the database and trace and
  * proves a new turn succeeds. The schedule is reproducible from the seed; where a kill lands is not, so each
  * round logs the moment it hit.
@@ -11,6 +11,9 @@ import { readTrace } from "../src/trace/trace.ts";
 import { checkCrashInvariants } from "./_crash_invariants.ts";
 import { CRASH_SESSION, readSession, type Run } from "./_crash_child.ts";
 import { startCrashProvider } from "./_fake_provider.ts";
+import type { Api } from "./_fake_wires.ts";
+
+const APIS: readonly Api[] = ["chat", "anthropic", "responses"];
 import { killRound, MODES, newTurn } from "./_crash_round.ts";
 
 export { checkCrashInvariants, CRASH_SESSION };
@@ -21,6 +24,8 @@ export interface CrashRoundsOptions {
   rounds?: number;
   /** Seed of the schedule and of the provider. @default {1} */
   seed?: number;
+  /** The wire format `chat` speaks to the provider (`LLM_API`). @default {"chat"} */
+  api?: Api;
   /** Receives one line per round and the violations' details. @default {console.log} */
   log?: (line: string) => void;
   /** Keep the temporary folder with the database and the trace (its path is logged). @default {false} */
@@ -51,6 +56,7 @@ export interface CrashReport {
  */
 export async function runCrashRounds(options: CrashRoundsOptions = {}): Promise<CrashReport> {
   const { rounds = 50, seed = 1, log = (line: string) => console.log(line), keep = false } = options;
+  const { api = "chat" } = options;
   if (!Number.isInteger(rounds) || rounds < 1) {
     throw new RangeError(`rounds must be a whole number >= 1, got ${rounds}`);
   }
@@ -60,7 +66,7 @@ export async function runCrashRounds(options: CrashRoundsOptions = {}): Promise<
   let run: Run | null = null;
   const provider = startCrashProvider({ seed, onMoment: (moment) => run?.listener?.(moment) });
   const [dbPath, tracePath] = [join(dir, "db", "sessions.db"), join(dir, "trace", "traces.jsonl")];
-  run = { dbPath, tracePath, provider, seed, spawns: 0, line: 0, listener: null };
+  run = { api, dbPath, tracePath, provider, seed, spawns: 0, line: 0, listener: null };
   const violations: string[] = [];
   const moments: Record<string, number> = {};
   try {
@@ -113,12 +119,13 @@ function wholeNumber(name: string, text: string): number {
   Deno.exit(2);
 }
 
-const HELP = `deno task crash [--rounds N] [--seed N] [--keep]
+const HELP = `deno task crash [--rounds N] [--seed N] [--api chat|anthropic|responses] [--keep]
 
 Kills chat with SIGKILL N times (default 50) at moments drawn from the seed (default 1): between turns, in a
 model call, in tool execution, in compaction; after each kill it checks the database and the trace against
 the crash invariants and that a new turn is answered. Prints one line per round and a summary; exit 1 if an
-invariant was broken, 2 for bad usage. --keep leaves the temporary folder (database, trace) and logs its path.`;
+invariant was broken, 2 for bad usage. --api sets the wire format chat speaks (LLM_API, default chat) to the
+fake provider, which speaks all three. --keep leaves the temporary folder (database, trace) and logs its path.`;
 
 function options() {
   try {
@@ -127,6 +134,7 @@ function options() {
       options: {
         rounds: { type: "string", default: "50" },
         seed: { type: "string", default: "1" },
+        api: { type: "string", default: "chat" },
         keep: { type: "boolean" },
         help: { type: "boolean", short: "h" },
       },
@@ -148,7 +156,12 @@ if (import.meta.main) {
     console.error(`Invalid --rounds=${rounds}: expected 1 or more`);
     Deno.exit(2);
   }
-  const r = await runCrashRounds({ rounds, seed, keep: values.keep });
+  const api = values.api as Api;
+  if (!APIS.includes(api)) {
+    console.error(`Invalid --api=${JSON.stringify(values.api)}: expected ${APIS.join(", ")}`);
+    Deno.exit(2);
+  }
+  const r = await runCrashRounds({ rounds, seed, api, keep: values.keep });
   const byMoment = Object.entries(r.moments).sort(([, a], [, b]) => b - a).map(([m, n]) => `${n} ${m}`);
   console.log([
     `kills: ${r.kills} (${byMoment.join(", ")})`,
@@ -159,7 +172,7 @@ if (import.meta.main) {
     `(${r.summaryCalls} summary replies sent, some to a process being killed)`,
     `moments hit: ${r.compactionKills} during compaction, ${r.toolKills} during tool execution ` +
     `(${r.toolKillsUnstored} with the calls stored and their results not)`,
-    `elapsed: ${(r.elapsedMs / 1000).toFixed(1)} s (seed ${seed})`,
+    `elapsed: ${(r.elapsedMs / 1000).toFixed(1)} s (seed ${seed}, LLM_API=${api})`,
   ].join("\n"));
   Deno.exit(r.violations.length > 0 ? 1 : 0);
 }

@@ -11,6 +11,7 @@
  * of 1024 tokens or more. Tests may script the next replies (refusal, max_tokens, overloaded).
  */
 import { THOUGHT } from "./_thinking_providers.ts";
+import { messagesEvents, PromptCache, tokensOf as tokens } from "../scripts/_fake_wires.ts";
 
 export const ANTHROPIC_KEY = "sk-ant-test-SENTINEL-456";
 
@@ -48,18 +49,7 @@ export interface AnthropicProvider {
 }
 
 const EXPRESSION = /\d+\s*[-+*/]\s*\d+/g;
-/** Smallest prefix Anthropic caches (Sonnet and Opus). */
-export const MIN_CACHED_TOKENS = 1024;
 let started = 0;
-
-function tokens(value: unknown): number {
-  return Math.ceil(JSON.stringify(value).length / 4);
-}
-
-function without(block: Block, field: string): Block {
-  const { [field]: _, ...rest } = block;
-  return rest;
-}
 
 /** A refusal in Anthropic's shape. */
 function refuse(status: number, type: string, message: string): Response {
@@ -73,8 +63,7 @@ export function anthropicProvider(baseUrl = "https://api.anthropic.example"): An
   const script: Scripted[] = [];
   /** The thinking blocks it signed, by signature. */
   const signed = new Map<string, string>();
-  /** Prefix hashes written to the cache. */
-  const cache = new Set<string>();
+  const cache = new PromptCache("anthropic");
   const name = `a${++started}`;
   let replies = 0;
 
@@ -168,47 +157,6 @@ export function anthropicProvider(baseUrl = "https://api.anthropic.example"): An
     return null;
   }
 
-  /** Cached and written tokens of a request by the breakpoint rules; records what it writes. */
-  function caching(body: Record<string, unknown>): { read: number; written: number; total: number } {
-    const blocks: Block[] = [...((body.tools ?? []) as Block[]), ...((body.system ?? []) as Block[])];
-    for (const message of body.messages as Wire[]) {
-      const content = typeof message.content === "string"
-        ? [{ type: "text", text: message.content }]
-        : message.content;
-      content.forEach((block, j) => blocks.push(j === 0 ? { ...block, role: message.role } : block));
-    }
-    const hashes: string[] = [];
-    const ends: number[] = [];
-    let running = "";
-    let sum = 0;
-    for (const block of blocks) {
-      const clean = without(block, "cache_control");
-      running = `${running.length}:${hashOf(running + JSON.stringify(clean))}`;
-      sum += tokens(clean);
-      hashes.push(running);
-      ends.push(sum);
-    }
-    const points = blocks.flatMap((b, i) => (b.cache_control === undefined ? [] : [i]));
-    let readAt = -1;
-    for (const point of points) {
-      for (let back = point; back >= Math.max(0, point - 20); back--) {
-        if (cache.has(hashes[back])) {
-          readAt = Math.max(readAt, back);
-          break;
-        }
-      }
-    }
-    const read = readAt < 0 ? 0 : ends[readAt];
-    let written = 0;
-    for (const point of points) {
-      if (point > readAt && ends[point] >= MIN_CACHED_TOKENS) {
-        cache.add(hashes[point]);
-        written = ends[point] - read;
-      }
-    }
-    return { read, written, total: sum };
-  }
-
   function decide(body: Record<string, unknown>): AnthropicMessage {
     const messages = body.messages as Wire[];
     const last = messages.at(-1)!;
@@ -254,7 +202,7 @@ export function anthropicProvider(baseUrl = "https://api.anthropic.example"): An
         content.push({ type: "text", text: `echo: ${text}` });
       }
     }
-    const { read, written, total } = caching(body);
+    const { input: total, read, written } = cache.count(body);
     return {
       id: `msg_${name}_${replies++}`,
       type: "message",
@@ -308,66 +256,11 @@ export function anthropicProvider(baseUrl = "https://api.anthropic.example"): An
         type: "message_start",
         message: { ...message, content: [], stop_reason: null },
       }], ["error", { type: "error", error: step.streamError }]] as [string, unknown][]
-      : streamEvents(message);
+      : messagesEvents(message as unknown as Record<string, unknown>);
     const text = events.map(([event, data]) => `event: ${event}\ndata: ${JSON.stringify(data)}\n\n`).join("");
     return new Response(text, { headers: { "content-type": "text/event-stream" } });
   }
 
   const fetch = (input: string | URL | Request, init?: RequestInit) => Promise.resolve(answer(input, init));
   return { baseUrl, fetch, requests, headers, refused, script };
-}
-
-/** A message as the API streams it: start, each block's start, deltas and stop, the stop reason, the end. */
-export function streamEvents(message: AnthropicMessage): [string, unknown][] {
-  const { usage, content, stop_reason } = message;
-  const events: [string, unknown][] = [[
-    "message_start",
-    {
-      type: "message_start",
-      message: { ...message, content: [], stop_reason: null, usage: { ...usage, output_tokens: 1 } },
-    },
-  ]];
-  events.push(["ping", { type: "ping" }]);
-  for (const [index, block] of content.entries()) {
-    const start = block.type === "text"
-      ? { type: "text", text: "" }
-      : block.type === "thinking"
-      ? { type: "thinking", thinking: "", signature: "" }
-      : block.type === "tool_use"
-      ? { ...block, input: {} }
-      : block;
-    events.push(["content_block_start", { type: "content_block_start", index, content_block: start }]);
-    const delta = (d: Block) =>
-      events.push(["content_block_delta", { type: "content_block_delta", index, delta: d }]);
-    if (block.type === "text") {
-      for (const word of String(block.text).match(/\S+\s*/g) ?? []) delta({ type: "text_delta", text: word });
-    } else if (block.type === "thinking") {
-      delta({ type: "thinking_delta", thinking: block.thinking });
-      delta({ type: "signature_delta", signature: block.signature });
-    } else if (block.type === "tool_use") {
-      const json = JSON.stringify(block.input);
-      const half = Math.ceil(json.length / 2);
-      delta({ type: "input_json_delta", partial_json: "" });
-      delta({ type: "input_json_delta", partial_json: json.slice(0, half) });
-      delta({ type: "input_json_delta", partial_json: json.slice(half) });
-    }
-    events.push(["content_block_stop", { type: "content_block_stop", index }]);
-  }
-  events.push(["message_delta", {
-    type: "message_delta",
-    delta: { stop_reason, stop_sequence: null },
-    usage: { output_tokens: usage.output_tokens },
-  }]);
-  events.push(["message_stop", { type: "message_stop" }]);
-  return events;
-}
-
-/** FNV-1a, 32 bits, in hex: enough to tell prefixes apart in a test. */
-function hashOf(text: string): string {
-  let hash = 0x811c9dc5;
-  for (let i = 0; i < text.length; i++) {
-    hash ^= text.charCodeAt(i);
-    hash = Math.imul(hash, 0x01000193);
-  }
-  return (hash >>> 0).toString(16);
 }
