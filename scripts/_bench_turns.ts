@@ -31,13 +31,21 @@ export interface BenchRuntimeOptions {
   persist?: boolean;
   /** The user's memory across sessions, as AGENT_USER_MEMORY turns it on or off. @default {its default, on} */
   userMemory?: boolean;
+  /** The wire format (`LLM_API`), `baseUrl` holding its `/v1` for all three. @default {"chat"} */
+  api?: "chat" | "anthropic" | "responses";
 }
 
 /** A runtime on `sessions.db` and `traces.jsonl` in `dir` against `baseUrl`, streaming off. */
 export function openBenchRuntime(dir: string, baseUrl: string, options: BenchRuntimeOptions = {}) {
   const { fetch: send = fetch, persist = true } = options;
   const [dbPath, tracePath] = [join(dir, "sessions.db"), join(dir, "traces.jsonl")];
-  const env = { OPENAI_BASE_URL: baseUrl, AGENT_DB_PATH: dbPath, AGENT_TRACE_PATH: tracePath };
+  const env = {
+    OPENAI_BASE_URL: baseUrl,
+    ANTHROPIC_BASE_URL: baseUrl.replace(/\/v1$/, ""),
+    LLM_API: options.api ?? "chat",
+    AGENT_DB_PATH: dbPath,
+    AGENT_TRACE_PATH: tracePath,
+  };
   const config = loadConfig({ ...env, AGENT_STREAM: "0" });
   let sent: string[] = [];
   // Keeps a reference to each body: no copy and no classification inside the timed turn.

@@ -20,6 +20,7 @@ import {
 } from "./_bench_turns.ts";
 import { measureHttpPostgres } from "./_bench_postgres.ts";
 import { measureTokens, type TokensResult } from "./_bench_tokens.ts";
+import { type CacheResult, measureCache } from "./_bench_cache.ts";
 import { measureRecall, type RecallResult } from "./_bench_memory.ts";
 
 export { measureHttp, measureMemory, measureStartup, measureSustained } from "./_bench_serve.ts";
@@ -27,7 +28,7 @@ export { measureGrowth, measureOverhead, measureRuntimeWork, openBenchRuntime } 
 export { measureRecall } from "./_bench_memory.ts";
 
 const HELP = `Usage: deno task bench [--quick] [--json]
-                        [--only overhead,recall,growth,http,http-postgres,sustained,memory,startup,tokens]
+                        [--only overhead,recall,growth,http,http-postgres,sustained,memory,startup,tokens,cache]
                         [--latency-ms N]
 
   --quick       reduced sizes (about 4 min on 2 cores; the full run takes about 11 min)
@@ -93,12 +94,20 @@ in the HTTP section after a fixed 50 ms.
    the runtime's per-script estimate, its calibrated count (the previous request's exact count plus the
    estimate of what was added) and that count with AGENT_TOKENIZER=o200k_base (what was added counted
    exactly): error in %, median and largest, first and later calls.
+6. Prompt cache. One session of 200 turns (40 with --quick) in each wire format (LLM_API chat, anthropic,
+   responses), compaction on, against an in-process fake that counts cached tokens by the provider's rules
+   (Messages: read only up to an earlier request's breakpoint, looking back 20 blocks, written at each of
+   1,024 tokens or more; Chat Completions and Responses: the longest earlier prefix of the same cache key,
+   1,024 tokens or more, in steps of 128): the share of input tokens read from the cache after turn 2, the
+   input dollars per turn at public prices (claude-sonnet-4-5 3/0.30/3.75, gpt-5 1.25/0.125), the same
+   for a client without breakpoints or cache key, compactions, and requests under half cached.
 
 Noise: figures are medians and p95s of one run, on a shared machine; compare runs, not single numbers.
 Nothing asserts a time: the targets (per-turn <= 1.2x the floor at 0 ms and <= 1.05x at 20 ms, model
 requests per turn <= 2.15, recall < 10% of the runtime's own work per turn, growth <= 1.1x, HTTP >= 90% of ideal at 16 clients and >= 80% at 64 with zero
 errors, serve RSS <= 150 MB during and after the 64 clients and with 1,000 sessions, and over the sustained
-load <= 200 MiB at its peak and <= 120 MiB 30 s after) are reported as met or missed.`;
+load <= 200 MiB at its peak and <= 120 MiB 30 s after, the prompt cache >= 90% of input tokens in every
+format with at most one request under half cached per compaction) are reported as met or missed.`;
 
 const SECTIONS = [
   "overhead",
@@ -110,6 +119,7 @@ const SECTIONS = [
   "memory",
   "startup",
   "tokens",
+  "cache",
 ] as const;
 type Section = (typeof SECTIONS)[number];
 const ONLY = { type: "string", default: SECTIONS.join(",") } as const;
@@ -168,6 +178,8 @@ export interface BenchReport {
   startup?: StartupResult;
   /** How far each way of counting a request's tokens is from o200k_base, per class of text. */
   tokens?: TokensResult;
+  /** The prompt cache's share of input tokens in a long session, per wire format. */
+  cache?: CacheResult;
   targets: Record<
     | "overhead"
     | "overheadAtLatency"
@@ -177,14 +189,15 @@ export interface BenchReport {
     | "http"
     | "httpRss"
     | "sustainedRss"
-    | "memory",
+    | "memory"
+    | "cache",
     boolean | null
   >;
 }
 
 /** Judges the targets from what ran. Pure. */
 export function judgeTargets(report: Omit<BenchReport, "targets">): BenchReport["targets"] {
-  const { overhead, overheadAtLatency, recall, growth, http, sustained, memory } = report;
+  const { overhead, overheadAtLatency, recall, growth, http, sustained, memory, cache } = report;
   const row = (n: number) => http?.rows.find((r) => r.sessions === "distinct" && r.clients === n);
   const errors = http?.rows.filter((r) => r.sessions === "distinct").reduce((n, r) => n + r.errors, 0);
   const [r16, r64] = [row(16), row(64)];
@@ -201,6 +214,9 @@ export function judgeTargets(report: Omit<BenchReport, "targets">): BenchReport[
       ? sustained.peakRssMiB <= 200 && sustained.idleRssMiB <= 120 && sustained.errors === 0
       : null,
     memory: memory ? underMB(memory.afterCreateRssMiB, memory.afterListRssMiB) : null,
+    cache: cache
+      ? cache.rows.every((row) => row.cachedShare >= 0.9 && row.uncachedRequests <= row.compactions)
+      : null,
   };
 }
 
@@ -249,6 +265,7 @@ export async function runBench(
     memory: await step("memory", () => measureMemory()),
     startup: await step("startup", () => measureStartup({ repeats: size.repeats })),
     tokens: await step("tokens", () => measureTokens(quick ? 8 : 12)),
+    cache: await step("cache", () => measureCache(quick ? 40 : 200)),
   };
   report.seconds = (performance.now() - started) / 1000;
   return { ...report, targets: judgeTargets(report) };
@@ -267,6 +284,8 @@ const LABELS: Record<string, string> = {
   memory: "4a. Memory: VmRSS of serve, MiB",
   startup: "4b. Start-up, ms (medians)",
   tokens: "5. Token counts against o200k_base, error in % (median and largest absolute; count)",
+  cache:
+    "6. Prompt cache over one long session, compaction on: share of input tokens read after turn 2, $ per turn",
   targets: "Targets (true = met)",
 };
 

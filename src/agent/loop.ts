@@ -287,6 +287,8 @@ async function askModel(
       onDelta: delta,
       onReasoning,
       responseFormat,
+      // A session's requests share one prompt cache where the provider keys it (Responses).
+      cacheKey: `${turn.key.userId}/${turn.key.sessionId}`,
     });
   } catch (error) {
     if (signal?.aborted || (error instanceof LlmError && error.kind === "aborted")) {
