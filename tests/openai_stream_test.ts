@@ -4,11 +4,7 @@ import assert from "node:assert/strict";
 import { loadConfig } from "../src/config.ts";
 import { LlmError } from "../src/errors.ts";
 import { ReplyAssembler } from "../src/llm/stream.ts";
-import {
-  createLlmFromConfig,
-  HttpLLM,
-  type HttpLLMOptions,
-} from "../src/llm/client.ts";
+import { createLlmFromConfig, HttpLLM, type HttpLLMOptions } from "../src/llm/client.ts";
 import type { ChatReply, ToolSchema } from "../src/types.ts";
 import {
   BASE,

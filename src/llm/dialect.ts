@@ -5,9 +5,16 @@
  * @module
  */
 import type { ChatReply, Message, ReasoningEffort, ResponseFormat, ToolSchema } from "../types.ts";
-import type { SseEvent } from "./stream.ts";
 
 export { LLM_APIS, type LlmApi } from "../types.ts";
+
+/** One dispatched Server-Sent Event (see `SseParser` in `stream.ts`). */
+export interface SseEvent {
+  /** The last `event:` field of the event; `null` when it had none (the spec's default type "message"). */
+  event: string | null;
+  /** Its `data:` fields joined with `\n`. */
+  data: string;
+}
 
 /** What a request's body is built from besides its messages and tools; the same for every attempt. */
 export interface BodyOptions {

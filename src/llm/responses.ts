@@ -15,8 +15,7 @@ import type {
   Usage,
 } from "../types.ts";
 import { deepFreeze, isRecord, jsonType } from "../_json.ts";
-import type { BodyOptions, Dialect, ReadOptions, ReadReply, StreamReader } from "./dialect.ts";
-import type { SseEvent } from "./stream.ts";
+import type { BodyOptions, Dialect, ReadOptions, ReadReply, SseEvent, StreamReader } from "./dialect.ts";
 import { INVALID_TOOL_CALL_NAME, invalidResponseError, providerErrorMessage, quoteBody } from "./wire.ts";
 
 /** One item of the request's `input`, in the API's shape. */

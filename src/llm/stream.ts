@@ -16,16 +16,10 @@ import {
   reportedUsage,
   serializeRequestBody,
 } from "./wire.ts";
-import type { Dialect, StreamReader } from "./dialect.ts";
+import type { Dialect, SseEvent, StreamReader } from "./dialect.ts";
 import type { ParseCompletionOptions } from "./wire.ts";
 
-/** One dispatched event. */
-export interface SseEvent {
-  /** The last `event:` field of the event; `null` when it had none (the spec's default type "message"). */
-  event: string | null;
-  /** Its `data:` fields joined with `\n`. */
-  data: string;
-}
+export type { SseEvent } from "./dialect.ts";
 
 /** Options of {@linkcode SseParser}. */
 export interface SseParserOptions {
@@ -369,6 +363,9 @@ export const CHAT_COMPLETIONS: Dialect = {
   headers: {},
   auth: (apiKey) => ({ Authorization: `Bearer ${apiKey}` }),
   body: (messages, tools, options) => serializeRequestBody(options.model, messages, tools, options),
-  read: (body, options) => ({ reply: parseCompletion(body, options), id: isRecord(body) ? body.id : undefined }),
+  read: (body, options) => ({
+    reply: parseCompletion(body, options),
+    id: isRecord(body) ? body.id : undefined,
+  }),
   stream: (options) => new ReplyAssembler(options),
 };
