@@ -109,8 +109,8 @@ export interface CrashProviderOptions {
 export interface CrashProvider {
   /** The base URL for `OPENAI_BASE_URL`; without its `/v1`, `ANTHROPIC_BASE_URL`. */
   url: string;
-  /** Summary replies sent (some perhaps to a client already killed). */
-  stats: { summaries: number };
+  /** Summary replies sent (some perhaps to a client already killed), requests by wire format. */
+  stats: { summaries: number; requests: Record<Api, number> };
   /** Resolves when no exchange is in progress (a killed client's last reply has been dropped). */
   idle(): Promise<void>;
   /** Stops the server; resolves once it is closed. */
@@ -277,7 +277,7 @@ export function startCrashProvider(options: CrashProviderOptions = {}): CrashPro
   }
   const rng = createRng(seed);
   const rules = new Rules(seed, rng);
-  const stats = { summaries: 0 };
+  const stats = { summaries: 0, requests: { chat: 0, anthropic: 0, responses: 0 } };
   let requests = 0;
   const encoder = new TextEncoder();
   let busy = 0;
@@ -291,6 +291,7 @@ export function startCrashProvider(options: CrashProviderOptions = {}): CrashPro
   async function exchange(request: Request, api: Api): Promise<Response> {
     const body = await request.json();
     const index = requests++;
+    stats.requests[api]++;
     const messages = ruleMessages(api, body) as WireMessage[];
     const stream = body.stream === true;
     const kind = requestKind(messages);

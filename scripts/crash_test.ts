@@ -46,6 +46,8 @@ export interface CrashReport {
   compactionKills: number;
   toolKills: number;
   toolKillsUnstored: number;
+  /** Requests the provider received in each wire format. */
+  requests: Record<Api, number>;
   elapsedMs: number;
 }
 
@@ -99,6 +101,7 @@ export async function runCrashRounds(options: CrashRoundsOptions = {}): Promise<
       turns: (await readSession(dbPath))?.turns ?? 0,
       compactions: traced.filter((e) => e.event === "compact" && e.data.ok === true).length,
       summaryCalls: provider.stats.summaries,
+      requests: { ...provider.stats.requests },
       moments,
       compactionKills: sum("during compaction"),
       toolKills: sum("during tool execution"),

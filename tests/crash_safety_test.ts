@@ -70,20 +70,24 @@ function breakWith(dbPath: string, sql: string): void {
   }
 }
 
-Deno.test("runCrashRounds() keeps every invariant over 5 SIGKILLs, in compaction and tools too", async () => {
-  const lines: string[] = [];
-  const report = await runCrashRounds({ rounds: 5, seed: 1, log: (l) => lines.push(l) });
-  assert.deepEqual(report.violations, [], lines.join("\n"));
-  assert.equal(report.kills, 5);
-  assert.equal(lines.filter((l) => /^round \d+: killed .* — ok$/.test(l)).length, 5, lines.join("\n"));
-  assert.ok(lines.includes("final new turn: ok"), lines.join("\n"));
-  // The summary_request and tool_blocked rounds force these moments; the timing alone might miss them.
-  assert.ok(report.compactionKills >= 1, lines.join("\n"));
-  assert.ok(report.toolKillsUnstored >= 1, lines.join("\n"));
-  assert.ok(report.compactions >= 1, "compactions happened and were stored");
-  assert.ok(report.turns >= 5, `turns stored: ${report.turns}`);
-  assert.ok(report.elapsedMs < 20_000, `took ${report.elapsedMs} ms`);
-});
+for (const api of ["chat", "anthropic", "responses"] as const) {
+  Deno.test(`runCrashRounds() with LLM_API=${api} keeps every invariant over 5 SIGKILLs, in compaction and tools too`, async () => {
+    const lines: string[] = [];
+    const report = await runCrashRounds({ rounds: 5, seed: 1, api, log: (l) => lines.push(l) });
+    assert.deepEqual(report.violations, [], lines.join("\n"));
+    assert.equal(report.kills, 5);
+    assert.equal(lines.filter((l) => /^round \d+: killed .* — ok$/.test(l)).length, 5, lines.join("\n"));
+    assert.ok(lines.includes("final new turn: ok"), lines.join("\n"));
+    // The summary_request and tool_blocked rounds force these moments; the timing alone might miss them.
+    assert.ok(report.compactionKills >= 1, lines.join("\n"));
+    assert.ok(report.toolKillsUnstored >= 1, lines.join("\n"));
+    assert.ok(report.compactions >= 1, "compactions happened and were stored");
+    assert.ok(report.turns >= 5, `turns stored: ${report.turns}`);
+    // Every request spoke the format asked for.
+    assert.ok(report.requests[api] > 0);
+    assert.equal(Object.values(report.requests).reduce((a, b) => a + b), report.requests[api]);
+  });
+}
 
 Deno.test("checkCrashInvariants() passes a consistent database and trace, and missing files", async () => {
   using dir = tempDir();
