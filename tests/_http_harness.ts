@@ -126,6 +126,8 @@ export function httpHarness(
     traceMaxBytes?: number;
     /** Compaction: raw turns kept, the batch beyond them, the summarizer. @default {20, 10, deterministic} */
     compaction?: { maxRawTurns: number; compactBatch: number; summarizer: Summarizer };
+    /** The model the turns ask, in place of the rule model (`llm` is still the rule model). */
+    model?: LLM;
   } = {},
 ): HttpHarness {
   const dir = Deno.makeTempDirSync({ prefix: "mra-http-" });
@@ -144,7 +146,7 @@ export function httpHarness(
   let stopping = false;
   const deps: HandlerDeps = {
     agent: {
-      llm,
+      llm: options.model ?? llm,
       tools: realTools(store),
       maxSteps: 8,
       summarizer: options.compaction?.summarizer ?? deterministicSummarizer,

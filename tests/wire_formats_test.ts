@@ -1,0 +1,86 @@
+/**
+ * The surfaces in each wire format (`LLM_API`), streamed and whole: the sessions API and the OpenAI route run
+ * a tool turn through the real model client against the fake provider on loopback, which speaks Chat
+ * Completions, Messages and Responses in their published shapes, and answers with what the tools returned.
+ */
+import assert from "node:assert/strict";
+import { HttpLLM } from "../src/llm/client.ts";
+import type { LlmApi } from "../src/types.ts";
+import { startCrashProvider } from "../scripts/_fake_provider.ts";
+import { httpHarness, parseSse, postMessage } from "./_http_harness.ts";
+
+const APIS: readonly LlmApi[] = ["chat", "anthropic", "responses"];
+
+function model(api: LlmApi, url: string, stream: boolean): HttpLLM {
+  // The provider's root is the Anthropic base URL; the OpenAI ones hold its `/v1`.
+  const baseUrl = api === "anthropic" ? url.replace(/\/v1$/, "") : url;
+  return new HttpLLM({ api, baseUrl, model: "fake-model", stream, retries: 0 });
+}
+
+for (const api of APIS) {
+  for (const stream of [false, true]) {
+    const mode = stream ? "streamed" : "whole";
+
+    Deno.test(`LLM_API=${api} (${mode}): the sessions API answers a tool turn with the tool's result`, async () => {
+      const provider = startCrashProvider({ seed: 3, maxDelayMs: 0 });
+      try {
+        using h = httpHarness({ model: model(api, provider.url, stream) });
+        const accept = stream ? "text/event-stream" : "application/json";
+        const response = await h.handler(postMessage("s1", { message: "what is 6*7?" }, { accept }));
+        assert.equal(response.status, 200);
+        let answer: string;
+        if (stream) {
+          const frames = parseSse(await response.text());
+          const deltas = frames.filter((f) => f.event === "delta").map((f) => f.data.text).join("");
+          answer = (frames.find((f) => f.event === "answer")!.data.data as { text: string }).text;
+          assert.equal(deltas, answer, "the answer streamed as it came");
+          assert.ok(frames.some((f) => f.event === "tool_result"));
+        } else {
+          const body = await response.json();
+          assert.equal(body.outcome, "answered", JSON.stringify(body));
+          answer = body.answer;
+        }
+        assert.match(answer, /6\*7 = 42/);
+        await provider.idle();
+        const { requests } = provider.stats;
+        assert.equal(requests[api], Object.values(requests).reduce((a, b) => a + b), "only its own format");
+      } finally {
+        await provider.close();
+      }
+    });
+
+    Deno.test(`LLM_API=${api} (${mode}): the OpenAI route answers a tool turn, and the next request carries the session`, async () => {
+      const provider = startCrashProvider({ seed: 4, maxDelayMs: 0 });
+      try {
+        using h = httpHarness({ model: model(api, provider.url, stream) });
+        const post = (content: string) =>
+          h.handler(
+            new Request("http://agent.test/v1/chat/completions", {
+              method: "POST",
+              headers: { "content-type": "application/json", "x-session-id": "o1" },
+              body: JSON.stringify({ model: "mini-agent", stream, messages: [{ role: "user", content }] }),
+            }),
+          );
+        const first = await post("my name is Ada, what is 2+3?");
+        assert.equal(first.status, 200);
+        const text = async (response: Response) => {
+          if (!stream) return (await response.json()).choices[0].message.content as string;
+          const frames = (await response.text()).split("\n\n").filter((f) =>
+            f !== "" && f !== "data: [DONE]"
+          );
+          return frames.map((f) => JSON.parse(f.replace(/^data: /, "")).choices[0]?.delta.content ?? "").join(
+            "",
+          );
+        };
+        assert.match(await text(first), /2\+3 = 5/);
+        const second = await post("what is my name?");
+        assert.equal(await text(second), "Your name is Ada.");
+        await provider.idle();
+        const { requests } = provider.stats;
+        assert.equal(requests[api], Object.values(requests).reduce((a, b) => a + b), "only its own format");
+      } finally {
+        await provider.close();
+      }
+    });
+  }
+}
