@@ -1,6 +1,7 @@
 /**
- * Live tests against the configured provider. They run only with RUN_LIVE_TESTS=1 and OPENAI_API_KEY set
- * (and --allow-net for the provider's host); otherwise they are ignored and say why.
+ * Live tests against the configured provider, in the wire format of LLM_API (chat, anthropic with
+ * ANTHROPIC_API_KEY, responses). They run only with RUN_LIVE_TESTS=1 and the format's key set (and --allow-net
+ * for the provider's host); otherwise they are ignored and say why.
  */
 import { BackgroundCompactions } from "../src/session/background.ts";
 import assert from "node:assert/strict";
@@ -17,11 +18,16 @@ const config = loadConfig({
   OPENAI_API_KEY: Deno.env.get("OPENAI_API_KEY"),
   OPENAI_BASE_URL: Deno.env.get("OPENAI_BASE_URL"),
   MODEL: Deno.env.get("MODEL"),
+  LLM_API: Deno.env.get("LLM_API"),
+  ANTHROPIC_API_KEY: Deno.env.get("ANTHROPIC_API_KEY"),
+  ANTHROPIC_BASE_URL: Deno.env.get("ANTHROPIC_BASE_URL"),
+  AGENT_THINKING_BUDGET: Deno.env.get("AGENT_THINKING_BUDGET"),
+  AGENT_REASONING_EFFORT: Deno.env.get("AGENT_REASONING_EFFORT"),
 });
 const reason = !config.runLiveTests
   ? "RUN_LIVE_TESTS is not 1"
   : config.apiKey === ""
-  ? "OPENAI_API_KEY is empty"
+  ? `${config.api === "anthropic" ? "ANTHROPIC_API_KEY" : "OPENAI_API_KEY"} is empty`
   : null;
 if (reason !== null) console.log(`live tests ignored: ${reason}`);
 
@@ -117,3 +123,28 @@ Deno.test({
     }
   },
 });
+
+for (const stream of [false, true]) {
+  Deno.test({
+    name: `live (${
+      stream ? "streamed" : "whole"
+    }): two tool turns in the configured wire format, the second reading the first`,
+    ignore: reason !== null,
+    async fn() {
+      const store = new SqliteStore(":memory:");
+      try {
+        const deps = { ...liveDeps(store), llm: createLlmFromConfig(config, { stream }) };
+        const ask = (message: string) =>
+          runTurn({ sessionId: "live-wire", userId: "live", message }, deps, quiet);
+        const first = await ask("Use the calculator: what is 17 * 23?");
+        assert.equal(first.outcome, "answered", first.answer);
+        assert.match(first.answer, /\b391\b/);
+        const second = await ask("Use the calculator to add 9 to the previous result.");
+        assert.equal(second.outcome, "answered", second.answer);
+        assert.match(second.answer, /\b400\b/);
+      } finally {
+        await store.close();
+      }
+    },
+  });
+}
