@@ -1,5 +1,5 @@
 /**
- * The surfaces in each wire format (`LLM_API`), streamed and whole: the sessions API and the OpenAI route run
+ * The surfaces in each wire format (`LLM_API`), streamed and whole: chat, the sessions API and the OpenAI route run
  * a tool turn through the real model client against the fake provider on loopback, which speaks Chat
  * Completions, Messages and Responses in their published shapes, and answers with what the tools returned.
  */
@@ -8,6 +8,9 @@ import { HttpLLM } from "../src/llm/client.ts";
 import type { LlmApi } from "../src/types.ts";
 import { startCrashProvider } from "../scripts/_fake_provider.ts";
 import { httpHarness, parseSse, postMessage } from "./_http_harness.ts";
+import { PassThrough } from "node:stream";
+import { runChat } from "../src/cli/chat.ts";
+import { harness, textSink } from "./_harness.ts";
 
 const APIS: readonly LlmApi[] = ["chat", "anthropic", "responses"];
 
@@ -20,6 +23,36 @@ function model(api: LlmApi, url: string, stream: boolean): HttpLLM {
 for (const api of APIS) {
   for (const stream of [false, true]) {
     const mode = stream ? "streamed" : "whole";
+
+    Deno.test(`LLM_API=${api} (${mode}): chat answers a tool turn and a follow-up that reads the first`, async () => {
+      const provider = startCrashProvider({ seed: 5, maxDelayMs: 0 });
+      try {
+        using h = harness([]);
+        h.agent.llm = model(api, provider.url, stream);
+        const [input, output, status] = [new PassThrough(), textSink(), textSink()];
+        const chat = runChat({
+          sessionId: "c",
+          userId: "u",
+          deps: h.agent,
+          store: h.store,
+          emit: h.run.emit,
+          input,
+          output: output.stream,
+          status: status.stream,
+          interactive: false,
+          model: "fake-model",
+          setModel: () => {},
+        });
+        input.end("my name is Ada. what is 6*7?\nwhat is my name?\n");
+        assert.equal(await chat, 0, status.text());
+        assert.match(output.text(), /6\*7 = 42[^]*Your name is Ada\./);
+        await provider.idle();
+        const { requests } = provider.stats;
+        assert.equal(requests[api], Object.values(requests).reduce((a, b) => a + b), "only its own format");
+      } finally {
+        await provider.close();
+      }
+    });
 
     Deno.test(`LLM_API=${api} (${mode}): the sessions API answers a tool turn with the tool's result`, async () => {
       const provider = startCrashProvider({ seed: 3, maxDelayMs: 0 });
