@@ -146,6 +146,14 @@ Deno.test("GET /v1/usage gives the caller's tokens by day and model, and today's
   }]);
   const response = await h.handler(new Request("http://agent.test/v1/usage"));
   assert.equal(response.status, 200);
+  const today = () => ({
+    day: "2026-03-01",
+    total_tokens: 16,
+    cached_tokens: 0,
+    cache_write_tokens: 2,
+    daily_tokens: 100,
+    left: 84,
+  });
   const row = (
     model: string,
     prompt: number,
@@ -183,15 +191,17 @@ Deno.test("GET /v1/usage gives the caller's tokens by day and model, and today's
         models: [row("other", 3, 1, 1, 1, 2), row("rule", 10, 2, 1)],
       },
     ],
-    today: {
-      day: "2026-03-01",
-      total_tokens: 16,
-      cached_tokens: 0,
-      cache_write_tokens: 2,
-      daily_tokens: 100,
-      left: 84,
-    },
+    today: today(),
   });
+  // The served OpenAPI document names every field of the page, the cache-written tokens too.
+  const doc = await (await h.handler(new Request("http://agent.test/openapi.json"))).json();
+  const page = doc.paths["/v1/usage"].get.responses["200"].content["application/json"].schema.properties;
+  const day = page.days.items.properties;
+  const keys = (o: object) => Object.keys(o).sort();
+  const totals = ["cache_write_tokens", "cached_tokens", "cost_usd", "day", "total_tokens"];
+  assert.deepEqual(keys(page.today.properties), keys({ ...today(), cost_usd: null }));
+  assert.deepEqual(keys(day), [...totals, "models"].sort());
+  assert.deepEqual(keys(day.models.items.properties), keys({ ...row("m", 0, 0, 0), cost_usd: null }));
   const one = await h.handler(new Request("http://agent.test/v1/usage?from=2026-02-28&to=2026-02-28"));
   assert.deepEqual((await one.json()).days.map((d: { day: string }) => d.day), ["2026-02-28"]);
   for (const query of ["from=2026-2-1", "to=tomorrow", "from=2026-02-30", "from=2026-03-02&to=2026-03-01"]) {
