@@ -108,7 +108,8 @@ const EXPECTED: Record<Kind, string> = {
   tokenizer: `${TOKENIZERS.join(" or ")}, or unset`,
   api: LLM_APIS.join(", "),
   effort: `${REASONING_EFFORTS.slice(0, -1).join(", ")} or ${REASONING_EFFORTS.at(-1)}, or unset`,
-  prices: "comma-separated model=in/out or model=in/out/cached, dollars per million tokens",
+  prices:
+    "comma-separated model=in/out, model=in/out/cached or model=in/out/cached/write, dollars per million tokens",
 };
 
 /** The pairs of AGENT_API_TOKENS. A message names a pair by its position and user, never by its token. */

@@ -179,7 +179,7 @@ export const SETTINGS = {
     "prices",
     "prices",
     "",
-    "comma-separated model=in/out[/cached] in dollars per million tokens (gpt-4o-mini=0.15/0.6/0.075): a cost in run_end, /usage and the web page, cached prompt tokens at the cached price (at in without one); a dated model name takes its base name's price",
+    "comma-separated model=in/out[/cached[/write]] in dollars per million tokens (gpt-4o-mini=0.15/0.6/0.075, claude-sonnet-4-5=3/15/0.30/3.75): a cost in run_end, /usage and the web page, cached prompt tokens at the cached price and those written to the cache at the write price (each at in without one); a dated model name takes its base name's price",
   ),
   AGENT_DB_PATH: setting("dbPath", "string", "data/sessions.db", "SQLite file"),
   AGENT_DATABASE_URL: setting(

@@ -45,6 +45,8 @@ export interface RunEventData {
     latency_ms: number;
     /** Of `prompt_tokens`, those the provider read from its prompt cache; null when it did not say. */
     cached_tokens: number | null;
+    /** Of `prompt_tokens`, those the provider wrote to its prompt cache; null when it did not say. */
+    cache_write_tokens: number | null;
     tool_call_count: number;
     retries: number;
   };

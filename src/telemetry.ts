@@ -165,6 +165,7 @@ export function agentSpan(sessionId: string, model?: ModelInfo): SpanOptions<Tur
         "gen_ai.usage.input_tokens": result.usage.promptTokens,
         "gen_ai.usage.output_tokens": result.usage.completionTokens,
         "gen_ai.usage.cache_read.input_tokens": result.usage.cachedTokens,
+        "gen_ai.usage.cache_creation.input_tokens": result.usage.cacheWriteTokens,
       },
       errorType: result.outcome === "error" ? "llm_error" : undefined,
     }),
@@ -182,8 +183,9 @@ export function providerName(hostname: string): string {
 /**
  * The span of one model call to `url` (every attempt, its waits and its `fetch` spans). The attempt that
  * answered adds `gen_ai.response.finish_reasons` ({@linkcode noteResponse}). Its usage is the reply's as
- * reported: `gen_ai.usage.input_tokens` counts the cached prompt tokens too, which
- * `gen_ai.usage.cache_read.input_tokens` gives when the provider said.
+ * reported: `gen_ai.usage.input_tokens` counts the cached and cache-written prompt tokens too, which
+ * `gen_ai.usage.cache_read.input_tokens` and `gen_ai.usage.cache_creation.input_tokens` give when the provider
+ * said.
  */
 export function chatSpan(url: URL, model: string): SpanOptions<ChatReply> {
   const port = Number(url.port || (url.protocol === "https:" ? 443 : 80));
@@ -202,6 +204,7 @@ export function chatSpan(url: URL, model: string): SpanOptions<ChatReply> {
         "gen_ai.usage.input_tokens": reply.usage?.promptTokens,
         "gen_ai.usage.output_tokens": reply.usage?.completionTokens,
         "gen_ai.usage.cache_read.input_tokens": reply.usage?.cachedTokens,
+        "gen_ai.usage.cache_creation.input_tokens": reply.usage?.cacheWriteTokens,
         "mini_agent.llm.retries": reply.retries ?? 0,
       },
     }),

@@ -100,6 +100,11 @@ export interface UsageEntry {
   promptTokens: number;
   /** Of `promptTokens`, those the provider read from its prompt cache (0 when not reported or estimated). */
   cachedTokens: number;
+  /**
+   * Of `promptTokens`, those the provider wrote to its prompt cache (0 when not reported or estimated); with
+   * `cachedTokens` never more than `promptTokens`.
+   */
+  cacheWriteTokens: number;
   completionTokens: number;
   calls: number;
   estimatedCalls: number;

@@ -207,6 +207,30 @@ Deno.test("/usage says how many prompt tokens the provider read from its cache, 
   );
 });
 
+Deno.test("/usage says how many prompt tokens the provider wrote to its cache, beside the cached ones or alone", async () => {
+  const both = { ...usage(1100, 50), cachedTokens: 800, cacheWriteTokens: 200 };
+  const writes = { ...usage(300, 10), cachedTokens: 0, cacheWriteTokens: 250 };
+  using h = harness([{ content: "a", usage: both }, { content: "b", usage: writes }]);
+  const c = commands(h);
+  await runTurn({ sessionId: "main", userId: "local", message: "one" }, h.agent, h.run);
+  await runTurn({ sessionId: "main", userId: "local", message: "two" }, h.agent, h.run);
+  recordUsage(c.state, both);
+  const text = await c.run("/usage");
+  assert.match(
+    text,
+    /this session \(main\): 1,460 tokens \(1,400 prompt, 800 of them cached, 450 written to the cache, \+ 60 completion\) over 2 model calls/,
+  );
+  assert.match(
+    text,
+    /last turn: 1,150 tokens \(1,100 prompt, 800 of them cached, 200 written to the cache, \+ 50 completion\)/,
+  );
+  recordUsage(c.state, writes);
+  assert.match(
+    await c.run("/usage"),
+    /last turn: 310 tokens \(300 prompt, 250 of them written to the cache, \+ 10 completion\)/,
+  );
+});
+
 Deno.test("/usage says how many of the session's calls had no counts and were estimated", async () => {
   using h = harness([{ content: "no counts", usage: null }]);
   const c = commands(h);

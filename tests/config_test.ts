@@ -98,7 +98,7 @@ Deno.test("loadConfig() reads AGENT_REASONING_EFFORT as low, medium or high, uns
   }
 });
 
-Deno.test("loadConfig() reads AGENT_PRICES as a table of dollars per million tokens, cached ones optional, naming a bad entry", () => {
+Deno.test("loadConfig() reads AGENT_PRICES as a table of dollars per million tokens, cached and cache-write ones optional, naming a bad entry", () => {
   const config = loadConfig({ AGENT_PRICES: "gpt-4o-mini=0.15/0.6, deepseek-chat = 0.27/1.10" });
   assert.deepEqual([...config.prices], [
     ["gpt-4o-mini", { input: 0.15, output: 0.6 }],
@@ -107,6 +107,9 @@ Deno.test("loadConfig() reads AGENT_PRICES as a table of dollars per million tok
   assert.deepEqual([...loadConfig({ AGENT_PRICES: "gpt-4o-mini=0.15/0.6/0.075" }).prices], [
     ["gpt-4o-mini", { input: 0.15, output: 0.6, cached: 0.075 }],
   ]);
+  assert.deepEqual([...loadConfig({ AGENT_PRICES: "claude-sonnet-4-5=3/15/0.30/3.75" }).prices], [
+    ["claude-sonnet-4-5", { input: 3, output: 15, cached: 0.3, write: 3.75 }],
+  ]);
   assert.throws(() => loadConfig({ AGENT_PRICES: "gpt-4o-mini=0.15/0.6/cheap" }), {
     name: "ConfigError",
     message:
@@ -114,9 +117,10 @@ Deno.test("loadConfig() reads AGENT_PRICES as a table of dollars per million tok
   });
   assert.throws(() => loadConfig({ AGENT_PRICES: "gpt-4o-mini=0.15" }), {
     name: "ConfigError",
-    message: 'Invalid AGENT_PRICES="gpt-4o-mini=0.15": expected comma-separated model=in/out or ' +
-      'model=in/out/cached, dollars per million tokens: entry 1 ("gpt-4o-mini=0.15") is not model=in/out or ' +
-      "model=in/out/cached, dollars per million tokens",
+    message: 'Invalid AGENT_PRICES="gpt-4o-mini=0.15": expected comma-separated model=in/out, ' +
+      "model=in/out/cached or model=in/out/cached/write, dollars per million tokens: entry 1 " +
+      '("gpt-4o-mini=0.15") is not model=in/out, model=in/out/cached or model=in/out/cached/write, dollars ' +
+      "per million tokens",
   });
 });
 

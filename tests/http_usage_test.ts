@@ -57,14 +57,15 @@ Deno.test("a user past AGENT_USER_DAILY_TOKENS gets 429 quota_exceeded until 00:
   assert.equal((await h.handler(postMessage("a", { message: "next day" }))).status, 200);
 });
 
-Deno.test("the daily quota counts the prompt tokens read from the provider's cache like the others", async () => {
+Deno.test("the daily quota counts the prompt tokens read from the provider's cache or written to it like the others", async () => {
   const at = { value: EVENING };
   using h = quotaHarness(20, at);
   await h.store.recordUsage(keyOf("a", "local"), [{
     day: "2026-03-01",
     model: "rule",
     promptTokens: 20,
-    cachedTokens: 20,
+    cachedTokens: 12,
+    cacheWriteTokens: 8,
     completionTokens: 0,
     calls: 1,
     estimatedCalls: 0,
@@ -73,7 +74,13 @@ Deno.test("the daily quota counts the prompt tokens read from the provider's cac
   assert.equal(response.status, 429);
   assert.match((await response.json()).error.message, /has spent 20 tokens today/);
   const page = await (await h.handler(new Request("http://agent.test/v1/usage"))).json();
-  assert.deepEqual([page.today.total_tokens, page.today.cached_tokens, page.today.left], [20, 20, 0]);
+  const { today } = page;
+  assert.deepEqual([today.total_tokens, today.cached_tokens, today.cache_write_tokens, today.left], [
+    20,
+    12,
+    8,
+    0,
+  ]);
 });
 
 Deno.test("the quota is each user's own, and absent without AGENT_USER_DAILY_TOKENS", async () => {
@@ -85,6 +92,7 @@ Deno.test("the quota is each user's own, and absent without AGENT_USER_DAILY_TOK
       model: "rule",
       promptTokens: 1000,
       cachedTokens: 0,
+      cacheWriteTokens: 0,
       completionTokens: 0,
       calls: 1,
       estimatedCalls: 0,
@@ -111,6 +119,7 @@ Deno.test("a chat completion without a session counts its tokens in the server's
       model: "rule",
       promptTokens: 20,
       cachedTokens: 0,
+      cacheWriteTokens: 0,
       completionTokens: 4,
       calls: 2,
       estimatedCalls: 0,
@@ -130,16 +139,33 @@ Deno.test("GET /v1/usage gives the caller's tokens by day and model, and today's
     model: "other",
     promptTokens: 3,
     cachedTokens: 0,
+    cacheWriteTokens: 2,
     completionTokens: 1,
     calls: 1,
     estimatedCalls: 1,
   }]);
   const response = await h.handler(new Request("http://agent.test/v1/usage"));
   assert.equal(response.status, 200);
-  const row = (model: string, prompt: number, completion: number, calls: number, estimated = 0) => ({
+  const today = () => ({
+    day: "2026-03-01",
+    total_tokens: 16,
+    cached_tokens: 0,
+    cache_write_tokens: 2,
+    daily_tokens: 100,
+    left: 84,
+  });
+  const row = (
+    model: string,
+    prompt: number,
+    completion: number,
+    calls: number,
+    estimated = 0,
+    written = 0,
+  ) => ({
     model,
     prompt_tokens: prompt,
     cached_tokens: 0,
+    cache_write_tokens: written,
     completion_tokens: completion,
     total_tokens: prompt + completion,
     calls,
@@ -150,16 +176,32 @@ Deno.test("GET /v1/usage gives the caller's tokens by day and model, and today's
     from: "2026-01-31",
     to: "2026-03-01",
     days: [
-      { day: "2026-02-28", total_tokens: 24, cached_tokens: 0, models: [row("rule", 20, 4, 2)] },
+      {
+        day: "2026-02-28",
+        total_tokens: 24,
+        cached_tokens: 0,
+        cache_write_tokens: 0,
+        models: [row("rule", 20, 4, 2)],
+      },
       {
         day: "2026-03-01",
         total_tokens: 16,
         cached_tokens: 0,
-        models: [row("other", 3, 1, 1, 1), row("rule", 10, 2, 1)],
+        cache_write_tokens: 2,
+        models: [row("other", 3, 1, 1, 1, 2), row("rule", 10, 2, 1)],
       },
     ],
-    today: { day: "2026-03-01", total_tokens: 16, cached_tokens: 0, daily_tokens: 100, left: 84 },
+    today: today(),
   });
+  // The served OpenAPI document names every field of the page, the cache-written tokens too.
+  const doc = await (await h.handler(new Request("http://agent.test/openapi.json"))).json();
+  const page = doc.paths["/v1/usage"].get.responses["200"].content["application/json"].schema.properties;
+  const day = page.days.items.properties;
+  const keys = (o: object) => Object.keys(o).sort();
+  const totals = ["cache_write_tokens", "cached_tokens", "cost_usd", "day", "total_tokens"];
+  assert.deepEqual(keys(page.today.properties), keys({ ...today(), cost_usd: null }));
+  assert.deepEqual(keys(day), [...totals, "models"].sort());
+  assert.deepEqual(keys(day.models.items.properties), keys({ ...row("m", 0, 0, 0), cost_usd: null }));
   const one = await h.handler(new Request("http://agent.test/v1/usage?from=2026-02-28&to=2026-02-28"));
   assert.deepEqual((await one.json()).days.map((d: { day: string }) => d.day), ["2026-02-28"]);
   for (const query of ["from=2026-2-1", "to=tomorrow", "from=2026-02-30", "from=2026-03-02&to=2026-03-01"]) {

@@ -118,6 +118,7 @@ Deno.test({
         model: "m",
         promptTokens: 3,
         cachedTokens: 0,
+        cacheWriteTokens: 0,
         completionTokens: 1,
         calls: 1,
       };
@@ -173,6 +174,38 @@ Deno.test({
       assert.equal((await store.get(keyOf("old", "alice")))?.title, null);
       await store.append(keyOf("old", "alice"), [msg("q2", "user", "New question")]);
       assert.equal((await store.get(keyOf("old", "alice")))?.title, "Old question?");
+    });
+  },
+});
+
+Deno.test({
+  name: "PostgresStore migrates a version-11 database to cache-written tokens: old counts read 0 of them",
+  ignore,
+  async fn() {
+    const url = await pg().freshUrl();
+    await withPool(url, async (sql) => {
+      await migrate(sql, 11);
+      await sql`INSERT INTO sessions (user_id, id, created_at, updated_at) VALUES ('alice', 'old', 't0', 't1')`;
+      await sql`INSERT INTO usage_daily (user_id, day, model, prompt_tokens, completion_tokens, calls,
+          estimated_calls, cached_tokens) VALUES ('alice', '2026-01-01', 'm', 10, 1, 1, 0, 4)`;
+    });
+    await openMigrated(url, async (store) => {
+      const key = keyOf("old", "alice");
+      assert.equal((await store.userUsage("alice"))[0].cacheWriteTokens, 0);
+      const counts = {
+        day: "2026-01-01",
+        model: "m",
+        promptTokens: 10,
+        cachedTokens: 2,
+        cacheWriteTokens: 6,
+        completionTokens: 1,
+        calls: 1,
+        estimatedCalls: 0,
+      };
+      await store.recordUsage(key, [counts]);
+      const [day] = await store.userUsage("alice");
+      assert.deepEqual([day.promptTokens, day.cachedTokens, day.cacheWriteTokens], [20, 6, 6]);
+      assert.deepEqual(await store.sessionUsage(key), [counts]);
     });
   },
 });

@@ -19,19 +19,20 @@ const usage = (prompt: number, completion: number) => ({
   cachedTokens: null,
 });
 
-function entry(model: string, prompt: number, completion: number, cached = 0): UsageEntry {
+function entry(model: string, prompt: number, completion: number, cached = 0, written = 0): UsageEntry {
   return {
     day: "2026-01-01",
     model,
     promptTokens: prompt,
     cachedTokens: cached,
+    cacheWriteTokens: written,
     completionTokens: completion,
     calls: 1,
     estimatedCalls: 0,
   };
 }
 
-Deno.test("parsePrices() reads model=in/out and model=in/out/cached entries and refuses anything else, naming the entry", () => {
+Deno.test("parsePrices() reads model=in/out, model=in/out/cached and model=in/out/cached/write entries and refuses anything else, naming the entry", () => {
   assert.deepEqual(parsePrices(""), new Map());
   assert.deepEqual(
     parsePrices("gpt-4o-mini=0.15/0.6,deepseek-chat=0.27/1.10"),
@@ -44,12 +45,22 @@ Deno.test("parsePrices() reads model=in/out and model=in/out/cached entries and 
       ["deepseek-chat", { input: 0.27, output: 1.1, cached: 0.07 }],
     ]),
   );
+  assert.deepEqual(
+    parsePrices("claude-sonnet-4-5=3/15/0.30/3.75"),
+    new Map([["claude-sonnet-4-5", { input: 3, output: 15, cached: 0.3, write: 3.75 }]]),
+  );
   // A model name may hold "=", "/" or ":" (a router's names): the last "=" separates the prices.
   assert.deepEqual([...parsePrices("org/model:free=0/0").keys()], ["org/model:free"]);
   for (
     const [raw, why] of [
-      ["gpt=1", /entry 1 \("gpt=1"\) is not model=in\/out or model=in\/out\/cached/],
-      ["gpt=1/2/3/4", /entry 1/],
+      [
+        "gpt=1",
+        /entry 1 \("gpt=1"\) is not model=in\/out, model=in\/out\/cached or model=in\/out\/cached\/write/,
+      ],
+      ["gpt=1/2/3/4/5", /entry 1/],
+      ["gpt=1/2/3/", /entry 1/],
+      ["gpt=1/2/3/x", /entry 1/],
+      ["gpt=1/2//4", /entry 1/],
       ["gpt=1/2/", /entry 1/],
       ["gpt=1/2/x", /entry 1/],
       ["gpt=1/2/-0.5", /entry 1/],
@@ -98,6 +109,22 @@ Deno.test("costOf() prices cached prompt tokens at the cached price, the rest of
   // Without a cached price, cached tokens cost what the others do.
   assert.equal(costOf(parsePrices("a=1/2"), [entry("a", 1_000_000, 500_000, 800_000)]), 2);
   assert.equal(costOf(cached, [entry("a", 3, 0)]), 0.000003, "no cached tokens: the input price");
+});
+
+Deno.test("costOf() prices prompt tokens written to the cache at the write price, else at the input price", () => {
+  const table = parsePrices("claude=3/15/0.30/3.75");
+  // 100,000 uncached at $3, 800,000 read at $0.30, 100,000 written at $3.75, 10,000 out at $15 per million.
+  assert.equal(
+    costOf(table, [entry("claude", 1_000_000, 10_000, 800_000, 100_000)]),
+    0.3 + 0.24 + 0.375 + 0.15,
+  );
+  assert.equal(costOf(table, [entry("claude", 1_000_000, 0, 0, 1_000_000)]), 3.75, "a prompt written whole");
+  // Without a write price, written tokens cost what the uncached ones do; the cached price still holds.
+  assert.equal(
+    costOf(parsePrices("claude=3/15/0.30"), [entry("claude", 1_000_000, 0, 800_000, 100_000)]),
+    0.84,
+  );
+  assert.equal(costOf(parsePrices("claude=3/15"), [entry("claude", 1_000_000, 0, 0, 1_000_000)]), 3);
 });
 
 Deno.test("formatCost() writes dollars to three significant digits (two to eight decimals), and $? when unknown", () => {
@@ -156,6 +183,29 @@ Deno.test("run_end prices the turn's cached prompt tokens at the cached price; a
   const estimated = entry.promptTokens - 1000;
   assert.ok(estimated > 0);
   const cost = (200 * 1 + 800 * 0.25 + estimated * 1 + entry.completionTokens * 10) / 1e6;
+  assert.equal(h.events.at(-1)!.data.cost_usd, Math.round(cost * 1e8) / 1e8);
+});
+
+Deno.test("run_end prices the turn's prompt tokens written to the cache at the write price", async () => {
+  const usage = {
+    promptTokens: 2000,
+    completionTokens: 100,
+    totalTokens: 2100,
+    cachedTokens: 800,
+    cacheWriteTokens: 1000,
+  };
+  using h = harness([{ content: "hi", usage, model: "claude-x" }]);
+  const prices = parsePrices("claude-x=3/15/0.30/3.75");
+  const result = await runTurn(
+    { sessionId: "s", userId: "u", message: "hello" },
+    { ...h.agent, prices },
+    h.run,
+  );
+  assert.equal(result.outcome, "answered");
+  assert.equal(result.usage.cacheWriteTokens, 1000);
+  const [entry] = await h.store.sessionUsage({ sessionId: "s", userId: "u" });
+  assert.deepEqual([entry.cachedTokens, entry.cacheWriteTokens], [800, 1000]);
+  const cost = (200 * 3 + 800 * 0.3 + 1000 * 3.75 + 100 * 15) / 1e6;
   assert.equal(h.events.at(-1)!.data.cost_usd, Math.round(cost * 1e8) / 1e8);
 });
 

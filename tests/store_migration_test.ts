@@ -229,7 +229,7 @@ Deno.test("SqliteStore migrates a version-4 database (no trace table) to the cur
   await olderDatabase(
     path,
     4,
-    `${DROP_STATE} DROP TABLE trace_events; DROP INDEX todos_by_call; ALTER TABLE todos DROP COLUMN call_id; ` +
+    `${DROP_CACHE_WRITES} ${DROP_STATE} DROP TABLE trace_events; DROP INDEX todos_by_call; ALTER TABLE todos DROP COLUMN call_id; ` +
       "ALTER TABLE sessions DROP COLUMN calibration; DROP TABLE session_usage; DROP TABLE usage_daily; " +
       `${DROP_MEMORY} ${DROP_TITLE}`,
   );
@@ -247,6 +247,7 @@ Deno.test("SqliteStore migrates a version-4 database (no trace table) to the cur
       model: "m",
       promptTokens: 3,
       cachedTokens: 0,
+      cacheWriteTokens: 0,
       completionTokens: 1,
       calls: 1,
     };
@@ -271,11 +272,14 @@ const DROP_TITLE = "ALTER TABLE sessions DROP COLUMN title;";
 const DROP_STATE = "ALTER TABLE messages DROP COLUMN provider_state; " +
   "ALTER TABLE pending_steps DROP COLUMN provider_state; " +
   "ALTER TABLE usage_daily DROP COLUMN cached_tokens; ALTER TABLE session_usage DROP COLUMN cached_tokens;";
+/** Version 12's columns, dropped to make a version-11 database. */
+const DROP_CACHE_WRITES = "ALTER TABLE usage_daily DROP COLUMN cache_write_tokens; " +
+  "ALTER TABLE session_usage DROP COLUMN cache_write_tokens;";
 
 Deno.test("SqliteStore migrates a version-8 database to the user's memory, keeping every row", async () => {
   using dir = tempDir();
   const path = `${dir.path}/s.db`;
-  await olderDatabase(path, 8, `${DROP_MEMORY} ${DROP_TITLE} ${DROP_STATE}`);
+  await olderDatabase(path, 8, `${DROP_MEMORY} ${DROP_TITLE} ${DROP_STATE} ${DROP_CACHE_WRITES}`);
 
   const migrated = new SqliteStore(path);
   try {
@@ -296,7 +300,7 @@ Deno.test("SqliteStore migrates a version-8 database to the user's memory, keepi
 Deno.test("SqliteStore migrates a version-9 database to session titles: a session asked before is named from its first question", async () => {
   using dir = tempDir();
   const path = `${dir.path}/s.db`;
-  await olderDatabase(path, 9, `${DROP_TITLE} ${DROP_STATE}`, async (store) => {
+  await olderDatabase(path, 9, `${DROP_TITLE} ${DROP_STATE} ${DROP_CACHE_WRITES}`, async (store) => {
     await store.append(keyOf("s"), [{ id: "q1", role: "user", content: "Old question?", createdAt: T0 }]);
   });
 
@@ -323,7 +327,7 @@ Deno.test("SqliteStore migrates a version-9 database to session titles: a sessio
 Deno.test("SqliteStore migrates a version-10 database to provider state and cached tokens: old messages read without state, new ones keep theirs", async () => {
   using dir = tempDir();
   const path = `${dir.path}/s.db`;
-  await olderDatabase(path, 10, DROP_STATE, async (store) => {
+  await olderDatabase(path, 10, `${DROP_STATE} ${DROP_CACHE_WRITES}`, async (store) => {
     await store.append(keyOf("s"), [{ id: "q1", role: "user", content: "Old question?", createdAt: T0 }]);
   });
 
@@ -348,5 +352,40 @@ Deno.test("SqliteStore migrates a version-10 database to provider state and cach
     await migrated.close();
   }
   assert.equal(userVersion(path), SCHEMA_VERSION);
-  assert.equal(SCHEMA_VERSION, 11);
+});
+
+Deno.test("SqliteStore migrates a version-11 database to cache-written tokens: old counts read 0 of them, new ones add theirs", async () => {
+  using dir = tempDir();
+  const path = `${dir.path}/s.db`;
+  const counts = {
+    day: "2026-01-01",
+    model: "m",
+    promptTokens: 10,
+    cachedTokens: 4,
+    cacheWriteTokens: 0,
+    completionTokens: 1,
+    calls: 1,
+    estimatedCalls: 0,
+  };
+  await olderDatabase(path, 11, DROP_CACHE_WRITES, async (store) => {
+    await store.recordUsage(keyOf("s"), [counts]);
+  });
+  assert.equal(userVersion(path), 11);
+
+  const migrated = new SqliteStore(path, { now: () => new Date(T0) });
+  try {
+    assert.deepEqual(
+      await migrated.sessionUsage(keyOf("s")),
+      [counts],
+      "an old count wrote nothing to the cache",
+    );
+    await migrated.recordUsage(keyOf("s"), [{ ...counts, cachedTokens: 2, cacheWriteTokens: 6 }]);
+    const [day] = await migrated.userUsage("u");
+    assert.deepEqual([day.promptTokens, day.cachedTokens, day.cacheWriteTokens], [20, 6, 6]);
+    assert.equal((await migrated.sessionUsage(keyOf("s")))[0].cacheWriteTokens, 6);
+  } finally {
+    await migrated.close();
+  }
+  assert.equal(userVersion(path), SCHEMA_VERSION);
+  assert.equal(SCHEMA_VERSION, 12);
 });

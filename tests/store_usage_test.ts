@@ -1,7 +1,7 @@
 /**
  * Tokens counted in the store, on SQLite and PostgreSQL: per user, UTC day and model (what the daily quota
  * and `GET /v1/usage` read), and per session and model (what chat's `/usage` reads), the prompt tokens read
- * from the provider's cache beside the others; written with the messages a call produced, added up across
+ * from the provider's cache and those written to it beside the others; written with the messages a call produced, added up across
  * connections, never taken back by a discard.
  */
 import assert from "node:assert/strict";
@@ -18,12 +18,14 @@ function entry(
   completion: number,
   estimated = 0,
   cached = 0,
+  written = 0,
 ): UsageEntry {
   return {
     day,
     model,
     promptTokens: prompt,
     cachedTokens: cached,
+    cacheWriteTokens: written,
     completionTokens: completion,
     calls: 1,
     estimatedCalls: estimated,
@@ -31,20 +33,20 @@ function entry(
 }
 
 storeTest(
-  "$Store counts tokens with an append by user, day and model, and by session and model, cached ones too",
+  "$Store counts tokens with an append by user, day and model, and by session and model, cached and cache-written ones too",
   async (db) => {
     const store = await db.open({ now: steppingClock() });
     try {
       await store.getOrCreate(ALICE);
       await store.append(ALICE, [msg("m1", "user", "hi")], {
-        usage: [entry("2026-01-01", "gpt", 10, 2, 0, 8)],
+        usage: [entry("2026-01-01", "gpt", 10, 2, 0, 8, 2)],
       });
       await store.append(ALICE, [msg("m2", "assistant", "yo")], {
-        usage: [entry("2026-01-01", "gpt", 20, 3, 0, 15), entry("2026-01-02", "mini", 5, 1, 1)],
+        usage: [entry("2026-01-01", "gpt", 20, 3, 0, 15, 4), entry("2026-01-02", "mini", 5, 1, 1)],
       });
       // Both appends' rows, added up by day and model.
       const totals = [
-        { ...entry("2026-01-01", "gpt", 30, 5, 0, 23), calls: 2 },
+        { ...entry("2026-01-01", "gpt", 30, 5, 0, 23, 6), calls: 2 },
         entry("2026-01-02", "mini", 5, 1, 1),
       ];
       assert.deepEqual(await store.userUsage("alice"), totals);
@@ -91,16 +93,19 @@ storeTest(
     const store = await db.open({ now: steppingClock() });
     try {
       const gone = keyOf("ephemeral-1", "alice");
-      await store.recordUsage(gone, [entry("2026-01-01", "gpt", 7, 1, 0, 6)]);
+      await store.recordUsage(gone, [entry("2026-01-01", "gpt", 7, 1, 0, 5, 1)]);
       assert.equal((await store.userUsage("alice"))[0].promptTokens, 7);
-      assert.equal((await store.userUsage("alice"))[0].cachedTokens, 6);
+      assert.equal((await store.userUsage("alice"))[0].cachedTokens, 5);
+      assert.equal((await store.userUsage("alice"))[0].cacheWriteTokens, 1);
       assert.equal(await store.get(gone), null, "no session is made for the count");
       await store.getOrCreate(ALICE);
-      await store.recordUsage(ALICE, [entry("2026-01-01", "gpt", 3, 1, 0, 2)]);
+      await store.recordUsage(ALICE, [entry("2026-01-01", "gpt", 3, 1, 0, 2, 1)]);
       assert.equal((await store.userUsage("alice"))[0].promptTokens, 10);
-      assert.equal((await store.userUsage("alice"))[0].cachedTokens, 8);
+      assert.equal((await store.userUsage("alice"))[0].cachedTokens, 7);
+      assert.equal((await store.userUsage("alice"))[0].cacheWriteTokens, 2);
       assert.equal((await store.sessionUsage(ALICE))[0].promptTokens, 3);
       assert.equal((await store.sessionUsage(ALICE))[0].cachedTokens, 2);
+      assert.equal((await store.sessionUsage(ALICE))[0].cacheWriteTokens, 1);
       await store.savePending(ALICE, {
         runId: "r",
         turn: 1,
@@ -110,9 +115,10 @@ storeTest(
         toolCalls: [{ id: "c", name: "calculator", arguments: "{}" }],
         asked: ["c"],
         createdAt: "2026-01-01T00:00:00.000Z",
-      }, { usage: [entry("2026-01-01", "gpt", 100, 0, 0, 64)] });
+      }, { usage: [entry("2026-01-01", "gpt", 100, 0, 0, 64, 30)] });
       assert.equal((await store.sessionUsage(ALICE))[0].promptTokens, 103, "with the pending step too");
       assert.equal((await store.sessionUsage(ALICE))[0].cachedTokens, 66);
+      assert.equal((await store.sessionUsage(ALICE))[0].cacheWriteTokens, 31);
     } finally {
       await store.close();
     }
@@ -140,7 +146,7 @@ storeTest("$Store adds up counts written at once from two connections", async (d
 }, { only: ["PostgresStore"] });
 
 storeTest(
-  "$Store refuses counts that are not whole numbers, more cached than prompt tokens, or a malformed day, changing nothing",
+  "$Store refuses counts that are not whole numbers, more cached and cache-written than prompt tokens, or a malformed day, changing nothing",
   async (db) => {
     const store = await db.open();
     try {
@@ -151,6 +157,9 @@ storeTest(
           entry("2026-01-01", "gpt", 1.5, 0),
           entry("2026-01-01", "gpt", 10, 0, 0, -1),
           entry("2026-01-01", "gpt", 10, 0, 0, 11),
+          entry("2026-01-01", "gpt", 10, 0, 0, 0, -1),
+          entry("2026-01-01", "gpt", 10, 0, 0, 0, 0.5),
+          entry("2026-01-01", "gpt", 10, 0, 0, 6, 5),
           entry("1/1/26", "gpt", 1, 0),
         ]
       ) {

@@ -87,6 +87,39 @@ Deno.test("runTurn() counts cached prompt tokens toward AGENT_MAX_TURN_TOKENS li
   assert.equal(h.llm.requests.length, 1);
 });
 
+Deno.test("runTurn() sums the prompt tokens its calls wrote to the cache, traces each, and stores them within the prompt", async () => {
+  const written = (prompt: number, cached: number, cacheWriteTokens: number) => ({
+    ...usage(prompt, 5),
+    cachedTokens: cached,
+    cacheWriteTokens,
+  });
+  // The second call says more were written than its prompt had left after the cached ones: 200 are stored.
+  const script = [{ ...calc("1+1"), usage: written(1000, 600, 300) }, {
+    content: "2",
+    usage: written(1100, 900, 500),
+  }];
+  using h = harness(script);
+  const result = await runTurn(input("what is 1+1?"), h.agent, h.run);
+  assert.equal(result.outcome, "answered");
+  assert.equal(result.usage.cacheWriteTokens, 800, "the turn's usage as reported");
+  assert.deepEqual(
+    h.events.filter((e) => e.event === "llm_call").map((
+      e,
+    ) => [e.data.cached_tokens, e.data.cache_write_tokens]),
+    [[600, 300], [900, 500]],
+  );
+  const [entry] = await h.store.sessionUsage(keyOf("s1", "u1"));
+  assert.deepEqual([entry.promptTokens, entry.cachedTokens, entry.cacheWriteTokens], [2100, 1500, 500]);
+});
+
+Deno.test("runTurn() leaves cacheWriteTokens out of a turn's usage and at 0 in the store when no call reports it", async () => {
+  using h = harness([{ content: "hi", usage: usage(100, 5) }]);
+  const result = await runTurn(input("hello"), h.agent, h.run);
+  assert.equal("cacheWriteTokens" in result.usage, false);
+  assert.equal(h.events.find((e) => e.event === "llm_call")!.data.cache_write_tokens, null);
+  assert.equal((await h.store.sessionUsage(keyOf("s1", "u1")))[0].cacheWriteTokens, 0);
+});
+
 Deno.test("runTurn() counts a call's estimated tokens toward the budget when the provider reports none", async () => {
   const script = () => [{ ...calc("2+2"), usage: null }, { content: "4", usage: null }];
   const [first, second] = await requestEstimates(script(), "what is 2+2?");
@@ -253,6 +286,7 @@ Deno.test("runTurn() counts each call's tokens in the store, and a timed-out tur
     model: "m-1",
     promptTokens: 140,
     cachedTokens: 0,
+    cacheWriteTokens: 0,
     completionTokens: 7,
     calls: 2,
   };

@@ -315,6 +315,7 @@ async function askModel(
     completion_tokens: reply.usage?.completionTokens ?? null,
     total_tokens: reply.usage?.totalTokens ?? null,
     cached_tokens: reply.usage?.cachedTokens ?? null,
+    cache_write_tokens: reply.usage?.cacheWriteTokens ?? null,
     tool_call_count: reply.toolCalls.length,
     retries: reply.retries ?? 0,
     ...state.traced,

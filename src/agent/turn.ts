@@ -149,8 +149,8 @@ export class Turn {
   /**
    * Adds a model call's tokens to what the turn spent: its reported total (else prompt + completion), cached
    * prompt tokens included, or when none was reported, `requestTokens` (the request's estimate) plus the
-   * reply's estimate. Returns the call's counts as the store keeps them: its cached tokens as reported (0 when
-   * not, or estimated), never more than its prompt tokens.
+   * reply's estimate. Returns the call's counts as the store keeps them: its cached tokens and those written to
+   * the cache as reported (0 when not, or estimated), the two together never more than its prompt tokens.
    */
   spend(reply: ChatReply, requestTokens: number): UsageEntry {
     this.addUsage(reply.usage);
@@ -164,12 +164,14 @@ export class Turn {
       : [usage.promptTokens ?? reported - (usage.completionTokens ?? 0), usage.completionTokens ?? 0];
     if (reported === null) this.spent += prompt + completion;
     const promptTokens = Math.max(0, prompt);
-    const cached = reported === null ? 0 : usage?.cachedTokens ?? 0;
+    const cached = Math.min(promptTokens, Math.max(0, reported === null ? 0 : usage?.cachedTokens ?? 0));
+    const written = reported === null ? 0 : usage?.cacheWriteTokens ?? 0;
     const entry = {
       day: this.now().toISOString().slice(0, 10),
       model: reply.model === "" ? "unknown" : reply.model,
       promptTokens,
-      cachedTokens: Math.min(promptTokens, Math.max(0, cached)),
+      cachedTokens: cached,
+      cacheWriteTokens: Math.min(promptTokens - cached, Math.max(0, written)),
       completionTokens: completion,
       calls: 1,
       estimatedCalls: reported === null ? 1 : 0,
@@ -192,6 +194,9 @@ export class Turn {
       const value = usage[key];
       if (value !== null) this.usage[key] = (this.usage[key] ?? 0) + value;
     }
+    // Absent unless a call reported it, so a turn of a provider without cache writes reads as before.
+    const written = usage.cacheWriteTokens ?? null;
+    if (written !== null) this.usage.cacheWriteTokens = (this.usage.cacheWriteTokens ?? 0) + written;
   }
 
   /**

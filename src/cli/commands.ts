@@ -85,25 +85,40 @@ export function recordUsage(state: ChatState, usage: Usage): void {
 
 /**
  * The session's tokens as the store counted them, every process's turns: "1,150 tokens (1,100 prompt, 800 of
- * them cached, + 50 completion) over 2 model calls" (the cached ones only when there are), with how many calls
- * were estimated.
+ * them cached, + 50 completion) over 2 model calls" (the cached and cache-written ones only when there are),
+ * with how many calls were estimated.
  */
 function storedTokens(rows: readonly UsageEntry[], prices?: PriceTable): string {
-  const fields = ["promptTokens", "cachedTokens", "completionTokens", "calls", "estimatedCalls"] as const;
-  const [prompt, cached, completion, calls, estimated] = fields.map((f) =>
+  const fields = [
+    "promptTokens",
+    "cachedTokens",
+    "cacheWriteTokens",
+    "completionTokens",
+    "calls",
+    "estimatedCalls",
+  ] as const;
+  const [prompt, cached, written, completion, calls, estimated] = fields.map((f) =>
     rows.reduce((n, r) => n + r[f], 0)
   );
   if (calls === 0) return "no model calls yet";
   const guessed = estimated > 0 ? `; ${plural(estimated, "call")} without counts, estimated` : "";
   const cost = prices === undefined || prices.size === 0 ? "" : `, ${costText(costOf(prices, rows))}`;
-  return `${plural(prompt + completion, "token")} (${countsText(prompt, cached, completion)}) over ` +
+  return `${plural(prompt + completion, "token")} (${
+    countsText(prompt, cached, written, completion)
+  }) over ` +
     `${plural(calls, "model call")}${guessed}${cost}`;
 }
 
-/** "1,100 prompt + 50 completion", with ", 800 of them cached," when the provider read some from cache. */
-function countsText(prompt: number, cached: number, completion: number): string {
-  const of = cached > 0 ? `, ${cached.toLocaleString("en-US")} of them cached,` : "";
-  return `${prompt.toLocaleString("en-US")} prompt${of} + ${completion.toLocaleString("en-US")} completion`;
+/**
+ * "1,100 prompt + 50 completion", with ", 800 of them cached," when the provider read some from its cache, and
+ * ", 200 written to the cache," after it (", 200 of them written to the cache," alone) when it wrote some.
+ */
+function countsText(prompt: number, cached: number, written: number, completion: number): string {
+  const count = (n: number) => n.toLocaleString("en-US");
+  const read = cached > 0 ? `, ${count(cached)} of them cached` : "";
+  const wrote = written > 0 ? `, ${count(written)} ${read === "" ? "of them " : ""}written to the cache` : "";
+  const of = read + wrote === "" ? "" : `${read}${wrote},`;
+  return `${count(prompt)} prompt${of} + ${count(completion)} completion`;
 }
 
 function costText(dollars: number | null): string {
@@ -118,7 +133,13 @@ export async function describeSession(store: SessionStore, key: SessionKey): Pro
 
 function tokens(usage: Usage): string {
   if (usage.totalTokens === null) return "tokens not reported by the provider";
-  const counts = countsText(usage.promptTokens ?? 0, usage.cachedTokens ?? 0, usage.completionTokens ?? 0);
+  const { promptTokens, cachedTokens, cacheWriteTokens, completionTokens } = usage;
+  const counts = countsText(
+    promptTokens ?? 0,
+    cachedTokens ?? 0,
+    cacheWriteTokens ?? 0,
+    completionTokens ?? 0,
+  );
   return `${plural(usage.totalTokens, "token")} (${counts})`;
 }
 

@@ -163,17 +163,28 @@ const cachedTokens = {
   ...int,
   description: "of prompt_tokens, those the provider read from its prompt cache (0 when it did not say)",
 };
+const cacheWriteTokens = {
+  ...int,
+  description: "of prompt_tokens, those the provider wrote to its prompt cache (0 when it did not say)",
+};
 const usageRow = object({
   model: str,
   prompt_tokens: int,
   cached_tokens: cachedTokens,
+  cache_write_tokens: cacheWriteTokens,
   completion_tokens: int,
   total_tokens: int,
   calls: int,
   estimated_calls: { ...int, description: "calls whose provider reported no counts: estimated" },
   cost_usd: costUsd,
 });
-const dayTotals = { day: str, total_tokens: int, cached_tokens: cachedTokens, cost_usd: costUsd };
+const dayTotals = {
+  day: str,
+  total_tokens: int,
+  cached_tokens: cachedTokens,
+  cache_write_tokens: cacheWriteTokens,
+  cost_usd: costUsd,
+};
 const usagePage = object({
   user_id: str,
   from: str,

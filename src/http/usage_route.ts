@@ -37,13 +37,14 @@ function cost(entries: readonly UsageEntry[], prices: PriceTable | undefined): {
 
 /**
  * A counted row in the API's spelling, with its total (and cost, with prices): `cached_tokens` are the part of
- * `prompt_tokens` the provider read from its cache.
+ * `prompt_tokens` the provider read from its cache, `cache_write_tokens` the part it wrote to it.
  */
 function usageRow(entry: UsageEntry, prices: PriceTable | undefined): Record<string, unknown> {
   return {
     model: entry.model,
     prompt_tokens: entry.promptTokens,
     cached_tokens: entry.cachedTokens,
+    cache_write_tokens: entry.cacheWriteTokens,
     completion_tokens: entry.completionTokens,
     total_tokens: entry.promptTokens + entry.completionTokens,
     calls: entry.calls,
@@ -81,6 +82,7 @@ export async function handleUsage(request: Request, userId: string, deps: Handle
       day,
       total_tokens: spentTokens(entries),
       cached_tokens: cachedTokens(entries),
+      cache_write_tokens: cacheWriteTokens(entries),
       ...cost(entries, prices),
       models: entries.map((entry) => usageRow(entry, prices)),
     })),
@@ -88,6 +90,7 @@ export async function handleUsage(request: Request, userId: string, deps: Handle
       day: today,
       total_tokens: spent,
       cached_tokens: cachedTokens(todays),
+      cache_write_tokens: cacheWriteTokens(todays),
       ...cost(todays, prices),
       daily_tokens: limit,
       left: limit === null ? null : Math.max(0, limit - spent),
@@ -97,4 +100,8 @@ export async function handleUsage(request: Request, userId: string, deps: Handle
 
 function cachedTokens(entries: readonly UsageEntry[]): number {
   return entries.reduce((sum, e) => sum + e.cachedTokens, 0);
+}
+
+function cacheWriteTokens(entries: readonly UsageEntry[]): number {
+  return entries.reduce((sum, e) => sum + e.cacheWriteTokens, 0);
 }

@@ -169,6 +169,12 @@ ALTER TABLE usage_daily ADD COLUMN cached_tokens bigint NOT NULL DEFAULT 0;
 ALTER TABLE session_usage ADD COLUMN cached_tokens bigint NOT NULL DEFAULT 0;
 `;
 
+/** Version 12: the input tokens a provider wrote to its cache (priced apart from the rest of the input). */
+const CACHE_WRITES = `
+ALTER TABLE usage_daily ADD COLUMN cache_write_tokens bigint NOT NULL DEFAULT 0;
+ALTER TABLE session_usage ADD COLUMN cache_write_tokens bigint NOT NULL DEFAULT 0;
+`;
+
 const STEPS: readonly MigrationStep<string>[] = [
   { from: 0, to: 3, run: SESSION_TABLES },
   { from: 3, to: 4, run: LEASE_TABLE },
@@ -179,6 +185,7 @@ const STEPS: readonly MigrationStep<string>[] = [
   { from: 8, to: 9, run: MEMORY_TABLES },
   { from: 9, to: 10, run: SESSION_TITLE },
   { from: 10, to: 11, run: PROVIDER_STATE },
+  { from: 11, to: 12, run: CACHE_WRITES },
 ];
 
 /**

@@ -237,38 +237,41 @@ export class PostgresSql implements SessionSql {
 
   async addUsage({ userId, sessionId }: SessionKey, entry: UsageEntry): Promise<void> {
     const { day, model, promptTokens: prompt, completionTokens: completion, calls, estimatedCalls } = entry;
-    const { cachedTokens: cached } = entry;
+    const { cachedTokens: cached, cacheWriteTokens: written } = entry;
     // One row per user, day and model: replicas counting at once add up, each upsert on the row's lock.
     await this.#db`INSERT INTO usage_daily AS u (user_id, day, model, prompt_tokens, completion_tokens, calls,
-        estimated_calls, cached_tokens)
-      VALUES (${userId}, ${day}, ${model}, ${prompt}, ${completion}, ${calls}, ${estimatedCalls}, ${cached})
+        estimated_calls, cached_tokens, cache_write_tokens)
+      VALUES (${userId}, ${day}, ${model}, ${prompt}, ${completion}, ${calls}, ${estimatedCalls}, ${cached},
+        ${written})
       ON CONFLICT (user_id, day, model) DO UPDATE SET prompt_tokens = u.prompt_tokens + excluded.prompt_tokens,
         completion_tokens = u.completion_tokens + excluded.completion_tokens, calls = u.calls + excluded.calls,
         estimated_calls = u.estimated_calls + excluded.estimated_calls,
-        cached_tokens = u.cached_tokens + excluded.cached_tokens`;
+        cached_tokens = u.cached_tokens + excluded.cached_tokens,
+        cache_write_tokens = u.cache_write_tokens + excluded.cache_write_tokens`;
     // Only for a session of this store: a request's private one is not here.
     await this.#db`INSERT INTO session_usage AS u (user_id, session_id, model, last_day, prompt_tokens,
-        completion_tokens, calls, estimated_calls, cached_tokens)
+        completion_tokens, calls, estimated_calls, cached_tokens, cache_write_tokens)
       SELECT ${userId}, ${sessionId}, ${model}, ${day}, ${prompt}, ${completion}, ${calls}, ${estimatedCalls},
-        ${cached}
+        ${cached}, ${written}
       WHERE EXISTS (SELECT 1 FROM sessions WHERE user_id = ${userId} AND id = ${sessionId})
       ON CONFLICT (user_id, session_id, model) DO UPDATE SET last_day = greatest(u.last_day, excluded.last_day),
         prompt_tokens = u.prompt_tokens + excluded.prompt_tokens,
         completion_tokens = u.completion_tokens + excluded.completion_tokens, calls = u.calls + excluded.calls,
         estimated_calls = u.estimated_calls + excluded.estimated_calls,
-        cached_tokens = u.cached_tokens + excluded.cached_tokens`;
+        cached_tokens = u.cached_tokens + excluded.cached_tokens,
+        cache_write_tokens = u.cache_write_tokens + excluded.cache_write_tokens`;
   }
 
   async userUsage(userId: string, from: string, to: string): Promise<UsageEntry[]> {
-    const rows = await this.#db`SELECT day, model, prompt_tokens, cached_tokens, completion_tokens, calls,
-        estimated_calls FROM usage_daily WHERE user_id = ${userId} AND day >= ${from} AND day <= ${to}
+    const rows = await this.#db`SELECT day, model, prompt_tokens, cached_tokens, cache_write_tokens,
+        completion_tokens, calls, estimated_calls FROM usage_daily WHERE user_id = ${userId} AND day >= ${from} AND day <= ${to}
       ORDER BY day, model`;
     return rows.map(toUsage);
   }
 
   async sessionUsage({ userId, sessionId }: SessionKey): Promise<UsageEntry[]> {
     const rows = await this.#db`SELECT last_day AS day, model, prompt_tokens, cached_tokens,
-        completion_tokens, calls, estimated_calls FROM session_usage WHERE user_id = ${userId} AND session_id = ${sessionId}
+        cache_write_tokens, completion_tokens, calls, estimated_calls FROM session_usage WHERE user_id = ${userId} AND session_id = ${sessionId}
       ORDER BY model`;
     return rows.map(toUsage);
   }

@@ -101,6 +101,7 @@ export function toUsage(row: Row): UsageEntry {
     model: row.model as string,
     promptTokens: Number(row.prompt_tokens),
     cachedTokens: Number(row.cached_tokens),
+    cacheWriteTokens: Number(row.cache_write_tokens),
     completionTokens: Number(row.completion_tokens),
     calls: Number(row.calls),
     estimatedCalls: Number(row.estimated_calls),

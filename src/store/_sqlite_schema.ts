@@ -200,6 +200,12 @@ ALTER TABLE usage_daily ADD COLUMN cached_tokens INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE session_usage ADD COLUMN cached_tokens INTEGER NOT NULL DEFAULT 0;
 `;
 
+/** Version 12: the input tokens a provider wrote to its cache (priced apart from the rest of the input). */
+const CACHE_WRITES = `
+ALTER TABLE usage_daily ADD COLUMN cache_write_tokens INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE session_usage ADD COLUMN cache_write_tokens INTEGER NOT NULL DEFAULT 0;
+`;
+
 const DROP_VERSION_1 = `
 DROP TABLE messages_v1;
 DROP TABLE todos_v1;
@@ -235,7 +241,7 @@ const STEPS: readonly MigrationStep<(db: DatabaseSync) => void>[] = [
     to: SCHEMA_VERSION,
     run: exec(
       SESSION_TABLES + PENDING_TABLE + LEASE_TABLE + TRACE_TABLE + TODO_CALLS + CALIBRATION + USAGE_TABLES +
-        MEMORY_TABLES + SESSION_TITLE + PROVIDER_STATE,
+        MEMORY_TABLES + SESSION_TITLE + PROVIDER_STATE + CACHE_WRITES,
     ),
   },
   { from: 1, to: 2, run: fromVersion1 },
@@ -248,6 +254,7 @@ const STEPS: readonly MigrationStep<(db: DatabaseSync) => void>[] = [
   { from: 8, to: 9, run: exec(MEMORY_TABLES) },
   { from: 9, to: 10, run: exec(SESSION_TITLE) },
   { from: 10, to: 11, run: exec(PROVIDER_STATE) },
+  { from: 11, to: 12, run: exec(CACHE_WRITES) },
 ];
 
 /**

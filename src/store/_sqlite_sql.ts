@@ -115,22 +115,28 @@ export const SQL = {
   // The last row id of the `limit` events after a row id: the end of a retention batch.
   traceBatchEnd: "SELECT max(id) AS last FROM (SELECT id FROM trace_events WHERE id > ? ORDER BY id LIMIT ?)",
   pruneTraceOlder: "DELETE FROM trace_events WHERE id > ? AND id <= ? AND ts < ?",
-  // ?1 user, ?2 day, ?3 model, ?4 prompt, ?5 completion, ?6 calls, ?7 estimated calls, ?8 cached; ?9 session.
+  // ?1 user, ?2 day, ?3 model, ?4 prompt, ?5 completion, ?6 calls, ?7 estimated calls, ?8 cached,
+  // ?9 written to the cache; ?10 session.
   addUserUsage: "INSERT INTO usage_daily (user_id, day, model, prompt_tokens, completion_tokens, calls, " +
-    "estimated_calls, cached_tokens) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT(user_id, day, model) " +
+    "estimated_calls, cached_tokens, cache_write_tokens) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) " +
+    "ON CONFLICT(user_id, day, model) " +
     "DO UPDATE SET prompt_tokens = prompt_tokens + ?4, completion_tokens = completion_tokens + ?5, " +
-    "calls = calls + ?6, estimated_calls = estimated_calls + ?7, cached_tokens = cached_tokens + ?8",
+    "calls = calls + ?6, estimated_calls = estimated_calls + ?7, cached_tokens = cached_tokens + ?8, " +
+    "cache_write_tokens = cache_write_tokens + ?9",
   // Only for a session of this store: a request's private one is not here.
   addSessionUsage: "INSERT INTO session_usage (user_id, session_id, model, last_day, prompt_tokens, " +
-    "completion_tokens, calls, estimated_calls, cached_tokens) SELECT ?1, ?9, ?3, ?2, ?4, ?5, ?6, ?7, ?8 " +
-    "WHERE EXISTS (SELECT 1 FROM sessions WHERE user_id = ?1 AND id = ?9) " +
+    "completion_tokens, calls, estimated_calls, cached_tokens, cache_write_tokens) " +
+    "SELECT ?1, ?10, ?3, ?2, ?4, ?5, ?6, ?7, ?8, ?9 " +
+    "WHERE EXISTS (SELECT 1 FROM sessions WHERE user_id = ?1 AND id = ?10) " +
     "ON CONFLICT(user_id, session_id, model) DO UPDATE SET last_day = max(last_day, ?2), " +
     "prompt_tokens = prompt_tokens + ?4, completion_tokens = completion_tokens + ?5, calls = calls + ?6, " +
-    "estimated_calls = estimated_calls + ?7, cached_tokens = cached_tokens + ?8",
-  userUsage: "SELECT day, model, prompt_tokens, cached_tokens, completion_tokens, calls, estimated_calls " +
-    "FROM usage_daily WHERE user_id = ? AND day >= ? AND day <= ? ORDER BY day, model",
-  sessionUsage: "SELECT last_day AS day, model, prompt_tokens, cached_tokens, completion_tokens, calls, " +
-    "estimated_calls FROM session_usage WHERE user_id = ? AND session_id = ? ORDER BY model",
+    "estimated_calls = estimated_calls + ?7, cached_tokens = cached_tokens + ?8, " +
+    "cache_write_tokens = cache_write_tokens + ?9",
+  userUsage:
+    "SELECT day, model, prompt_tokens, cached_tokens, cache_write_tokens, completion_tokens, calls, " +
+    "estimated_calls FROM usage_daily WHERE user_id = ? AND day >= ? AND day <= ? ORDER BY day, model",
+  sessionUsage: "SELECT last_day AS day, model, prompt_tokens, cached_tokens, cache_write_tokens, " +
+    "completion_tokens, calls, estimated_calls FROM session_usage WHERE user_id = ? AND session_id = ? ORDER BY model",
   memoryOfKey: "SELECT id FROM user_memory WHERE user_id = ? AND norm = ?",
   insertMemory: "INSERT INTO user_memory (user_id, text, norm, source_session, first_seen, last_seen, " +
     "last_used) VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?5) RETURNING id",
@@ -389,7 +395,14 @@ export class SqliteSql implements SessionSql {
 
   async addUsage({ userId, sessionId }: SessionKey, entry: UsageEntry): Promise<void> {
     const { day, model, promptTokens, completionTokens, calls, estimatedCalls, cachedTokens } = entry;
-    const counts = [promptTokens, completionTokens, calls, estimatedCalls, cachedTokens] as const;
+    const counts = [
+      promptTokens,
+      completionTokens,
+      calls,
+      estimatedCalls,
+      cachedTokens,
+      entry.cacheWriteTokens,
+    ] as const;
     this.#sql.addUserUsage.run(userId, day, model, ...counts);
     this.#sql.addSessionUsage.run(userId, day, model, ...counts, sessionId);
   }

@@ -164,15 +164,14 @@ async function addUsage(sql: SessionSql, key: SessionKey, usage: readonly UsageE
 const DAY = /^\d{4}-\d{2}-\d{2}$/;
 
 function checkedEntry(entry: UsageEntry): UsageEntry {
-  const { promptTokens: prompt, cachedTokens: cached, completionTokens, calls, estimatedCalls } = entry;
-  if (
-    ![prompt, cached, completionTokens, calls, estimatedCalls].every((n) => Number.isSafeInteger(n) && n >= 0)
-  ) {
+  const { promptTokens: prompt, cachedTokens: cached, cacheWriteTokens: written } = entry;
+  const counts = [prompt, cached, written, entry.completionTokens, entry.calls, entry.estimatedCalls];
+  if (!counts.every((n) => Number.isSafeInteger(n) && n >= 0)) {
     throw new TypeError("Cannot count tokens: every count must be a whole number of 0 or more");
   }
-  if (cached > prompt) {
+  if (cached + written > prompt) {
     throw new TypeError(
-      `Cannot count tokens: ${cached} cached tokens are more than the ${prompt} prompt tokens`,
+      `Cannot count tokens: ${cached} cached and ${written} cache-written tokens are more than the ${prompt} prompt tokens`,
     );
   }
   if (!DAY.test(entry.day) || typeof entry.model !== "string" || entry.model === "") {

@@ -364,9 +364,10 @@ export function leaseFrom(options: AcquireLeaseOptions | undefined): string | un
  * each todo (`todos.call_id`), 7 the provider's count of the last request (`sessions.calibration`), 8 tokens
  * counted per user, day and model (`usage_daily`) and per session (`session_usage`), 9 the user's memory across
  * sessions (`user_memory`, with its full-text index), 10 the session's title (`sessions.title`), 11 what a provider needs back of an assistant message
- * (`provider_state`) and the input tokens read from its cache (`cached_tokens`).
+ * (`provider_state`) and the input tokens read from its cache (`cached_tokens`), 12 the input tokens written to
+ * its cache (`cache_write_tokens`).
  */
-export const SCHEMA_VERSION = 11;
+export const SCHEMA_VERSION = 12;
 
 /** One migration of a dialect's list: it brings the schema from version `from` to `to` by `run`. */
 export interface MigrationStep<Run> {
