@@ -10,6 +10,7 @@ import { startCrashProvider } from "../scripts/_fake_provider.ts";
 import { httpHarness, parseSse, postMessage } from "./_http_harness.ts";
 import { PassThrough } from "node:stream";
 import { runChat } from "../src/cli/chat.ts";
+import { parseApprovalPolicy } from "../src/approval/policy.ts";
 import { harness, textSink } from "./_harness.ts";
 
 const APIS: readonly LlmApi[] = ["chat", "anthropic", "responses"];
@@ -111,6 +112,60 @@ for (const api of APIS) {
         await provider.idle();
         const { requests } = provider.stats;
         assert.equal(requests[api], Object.values(requests).reduce((a, b) => a + b), "only its own format");
+      } finally {
+        await provider.close();
+      }
+    });
+  }
+}
+
+/** What each provider says when it refuses a request, in its own error shape. */
+const REFUSED: Record<LlmApi, { said: string; body: unknown }> = {
+  chat: {
+    said: "The model `fake-model` does not exist",
+    body: { error: { message: "The model `fake-model` does not exist" } },
+  },
+  anthropic: {
+    said: "model: fake-model not found",
+    body: { type: "error", error: { type: "not_found_error", message: "model: fake-model not found" } },
+  },
+  responses: {
+    said: "The requested model 'fake-model' does not exist.",
+    body: {
+      error: { message: "The requested model 'fake-model' does not exist.", type: "invalid_request_error" },
+    },
+  },
+};
+
+for (const api of APIS) {
+  for (const stream of [false, true]) {
+    Deno.test(`LLM_API=${api} (${stream ? "streamed" : "whole"}): a provider's refusal ends the turn llm_error with the provider's words, and a tool that asks waits for approval`, async () => {
+      const refusing = new HttpLLM({
+        api,
+        baseUrl: "http://127.0.0.1:9/v1",
+        model: "fake-model",
+        stream,
+        retries: 0,
+        apiKey: "sk-SECRET-KEY-000",
+        fetch: () => Promise.resolve(Response.json(REFUSED[api].body, { status: 404 })),
+      });
+      using h = httpHarness({ model: refusing });
+      const response = await h.handler(postMessage("e1", { message: "hello" }));
+      assert.equal(response.status, 502);
+      const text = await response.text();
+      assert.ok(text.includes(REFUSED[api].said), text);
+      assert.match(text, /llm_error/);
+      assert.ok(!text.includes("SECRET-KEY"));
+
+      const provider = startCrashProvider({ seed: 6, maxDelayMs: 0 });
+      try {
+        using asking = httpHarness({ model: model(api, provider.url, stream) });
+        asking.deps.agent.approval = parseApprovalPolicy({ tools: { calculator: "ask" } });
+        const waiting = await asking.handler(postMessage("a1", { message: "what is 6*7?" }));
+        const body = await waiting.json();
+        assert.equal(body.outcome, "awaiting_approval", JSON.stringify(body));
+        assert.equal(body.approval.calls[0].name, "calculator");
+        await provider.idle();
       } finally {
         await provider.close();
       }
