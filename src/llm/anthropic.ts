@@ -17,7 +17,15 @@ import type {
   Usage,
 } from "../types.ts";
 import type { BodyOptions, Dialect, ReadOptions, SseEvent, StreamReader } from "./dialect.ts";
-import { INVALID_TOOL_CALL_NAME, invalidResponseError, providerErrorMessage, quoteBody } from "./wire.ts";
+import {
+  countOf,
+  invalidResponseError,
+  providerErrorMessage,
+  quoteBody,
+  toolCallIdOf,
+  toolCallOf,
+  unknownRole,
+} from "./wire.ts";
 
 /** The API version every request names. */
 export const ANTHROPIC_VERSION = "2023-06-01";
@@ -97,17 +105,16 @@ function blocksOf(message: Message, index: number, origin: string): WireMessage 
       return blocks.length === 0 ? null : { role: "assistant", content: blocks };
     }
     case "tool": {
-      if (typeof message.toolCallId !== "string" || message.toolCallId === "") {
-        throw new TypeError(`Cannot build request: tool message ${index} has no toolCallId`);
-      }
-      const result: Block = { type: "tool_result", tool_use_id: wireId(message.toolCallId), content };
+      const result: Block = {
+        type: "tool_result",
+        tool_use_id: wireId(toolCallIdOf(message, index)),
+        content,
+      };
       if (failedResult(content)) result.is_error = true;
       return { role: "user", content: [result] };
     }
-    default: {
-      const role: unknown = (message as { role: unknown }).role;
-      throw new TypeError(`Cannot build request: message ${index} has unknown role ${JSON.stringify(role)}`);
-    }
+    default:
+      throw unknownRole(message, index);
   }
 }
 
@@ -213,11 +220,10 @@ function finishReasonOf(stop: unknown, calls: number): string | null {
 /** The counts of a usage object: the prompt is the uncached, written and read input tokens together. */
 function usageOf(raw: unknown): Usage | null {
   if (!isRecord(raw)) return null;
-  const count = (value: unknown) => typeof value === "number" && Number.isFinite(value) ? value : null;
-  const input = count(raw.input_tokens);
-  const written = count(raw.cache_creation_input_tokens);
-  const read = count(raw.cache_read_input_tokens);
-  const output = count(raw.output_tokens);
+  const input = countOf(raw.input_tokens);
+  const written = countOf(raw.cache_creation_input_tokens);
+  const read = countOf(raw.cache_read_input_tokens);
+  const output = countOf(raw.output_tokens);
   const promptTokens = input === null ? null : input + (written ?? 0) + (read ?? 0);
   return {
     promptTokens,
@@ -226,14 +232,6 @@ function usageOf(raw: unknown): Usage | null {
     cachedTokens: read,
     cacheWriteTokens: written,
   };
-}
-
-/** A `tool_use` block as a call; never throws (see `parseToolCall` in `wire.ts`). */
-function callOf(block: Block, args: string): ToolCall {
-  const name = typeof block.name === "string" && block.name !== "" ? block.name : INVALID_TOOL_CALL_NAME;
-  const call: ToolCall = { id: typeof block.id === "string" ? block.id : "", name, arguments: args };
-  if (name === INVALID_TOOL_CALL_NAME) call.problem = "it has no tool name";
-  return call;
 }
 
 /** A reply from a message's content blocks: text joined, calls in order, thinking kept as provider state. */
@@ -251,7 +249,7 @@ function replyOf(
     if (block.type === "text" && typeof block.text === "string") text = (text ?? "") + block.text;
     else if (block.type === "thinking" || block.type === "redacted_thinking") thinking.push(block);
     else if (block.type === "tool_use" && block.name === ANSWER_TOOL) answer = args[i];
-    else if (block.type === "tool_use") calls.push(callOf(block, args[i]));
+    else if (block.type === "tool_use") calls.push(toolCallOf(block.id, block.name, args[i]));
   }
   // A structured answer is the answer tool's input, unless the model also called its own tools.
   if (answer !== null && calls.length === 0) text = answer;

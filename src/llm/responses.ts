@@ -16,7 +16,16 @@ import type {
 } from "../types.ts";
 import { deepFreeze, isRecord, jsonType } from "../_json.ts";
 import type { BodyOptions, Dialect, ReadOptions, ReadReply, SseEvent, StreamReader } from "./dialect.ts";
-import { INVALID_TOOL_CALL_NAME, invalidResponseError, providerErrorMessage, quoteBody } from "./wire.ts";
+import {
+  countOf,
+  invalidResponseError,
+  providerErrorMessage,
+  quoteBody,
+  toolCallIdOf,
+  toolCallOf,
+  toWireResponseFormat,
+  unknownRole,
+} from "./wire.ts";
 
 /** One item of the request's `input`, in the API's shape. */
 export type InputItem = Readonly<Record<string, unknown>>;
@@ -59,28 +68,16 @@ function toInputItems(message: Message, index: number, origin: string): InputIte
       return items;
     }
     case "tool":
-      if (typeof message.toolCallId !== "string" || message.toolCallId === "") {
-        throw new TypeError(`Cannot build request: tool message ${index} has no toolCallId`);
-      }
-      return [{ type: "function_call_output", call_id: message.toolCallId, output: content }];
-    default: {
-      // Unreachable for typed callers; messages loaded from storage are not checked by the compiler.
-      const role: unknown = (message as { role: unknown }).role;
-      throw new TypeError(`Cannot build request: message ${index} has unknown role ${JSON.stringify(role)}`);
-    }
+      return [{ type: "function_call_output", call_id: toolCallIdOf(message, index), output: content }];
+    default:
+      throw unknownRole(message, index);
   }
 }
 
+/** Chat Completions' `response_format` with its `json_schema` fields one level up, as `text.format` has them. */
 function toTextFormat(format: ResponseFormat): Record<string, unknown> {
-  if (format.type === "json_object") return { type: "json_object" };
-  const { name, schema, strict, description } = format;
-  return {
-    type: "json_schema",
-    name,
-    ...(description === undefined ? {} : { description }),
-    schema,
-    ...(strict === undefined ? {} : { strict }),
-  };
+  const wire = toWireResponseFormat(format);
+  return wire.type === "json_object" ? wire : { type: "json_schema", ...wire.json_schema };
 }
 
 /**
@@ -119,41 +116,22 @@ export function buildResponsesBody(
   return body;
 }
 
-function count(value: unknown): number | null {
-  return typeof value === "number" && Number.isFinite(value) ? value : null;
-}
-
 /** The counts of a Responses `usage` object; null when it is not one. */
 function parseUsage(raw: unknown): Usage | null {
   if (!isRecord(raw)) return null;
   const details = isRecord(raw.input_tokens_details) ? raw.input_tokens_details : {};
   return {
-    promptTokens: count(raw.input_tokens),
-    completionTokens: count(raw.output_tokens),
-    totalTokens: count(raw.total_tokens),
-    cachedTokens: count(details.cached_tokens),
+    promptTokens: countOf(raw.input_tokens),
+    completionTokens: countOf(raw.output_tokens),
+    totalTokens: countOf(raw.total_tokens),
+    cachedTokens: countOf(details.cached_tokens),
   };
 }
 
 /** A `function_call` item as a call; like Chat Completions, one that cannot run keeps its `problem`. */
 function parseFunctionCall(item: Record<string, unknown>): ToolCall {
-  const problems: string[] = [];
-  let name = typeof item.name === "string" ? item.name : "";
-  if (name === "") {
-    name = INVALID_TOOL_CALL_NAME;
-    problems.push("it has no function name");
-  }
-  const args = item.arguments;
-  let serialized = "{}";
-  if (typeof args === "string" && args !== "") serialized = args;
-  else if (isRecord(args)) serialized = JSON.stringify(args);
-  else if (args !== undefined && args !== null && args !== "") {
-    problems.push(`its arguments must be a JSON string or object, got ${jsonType(args)}`);
-  }
-  const id = typeof item.call_id === "string" ? item.call_id : typeof item.id === "string" ? item.id : "";
-  const call: ToolCall = { id, name, arguments: serialized };
-  if (problems.length > 0) call.problem = problems.join("; ");
-  return call;
+  const id = typeof item.call_id === "string" ? item.call_id : item.id;
+  return toolCallOf(id, item.name, item.arguments);
 }
 
 /** How a response ended, in Chat Completions' words; a cut-off reply is `length` even with calls. */

@@ -126,16 +126,25 @@ function toWireMessage(message: Message, index: number, origin: string | null): 
       };
     }
     case "tool":
-      if (typeof message.toolCallId !== "string" || message.toolCallId === "") {
-        throw new TypeError(`Cannot build request: tool message ${index} has no toolCallId`);
-      }
-      return { role: "tool", tool_call_id: message.toolCallId, content };
-    default: {
-      // Unreachable for typed callers; messages loaded from storage are not checked by the compiler.
-      const role: unknown = (message as { role: unknown }).role;
-      throw new TypeError(`Cannot build request: message ${index} has unknown role ${JSON.stringify(role)}`);
-    }
+      return { role: "tool", tool_call_id: toolCallIdOf(message, index), content };
+    default:
+      throw unknownRole(message, index);
   }
+}
+
+/** The `toolCallId` of tool message `index`; `TypeError` when it has none. */
+export function toolCallIdOf(message: Message, index: number): string {
+  if (typeof message.toolCallId !== "string" || message.toolCallId === "") {
+    throw new TypeError(`Cannot build request: tool message ${index} has no toolCallId`);
+  }
+  return message.toolCallId;
+}
+
+/** The error for message `index` of a role no dialect knows. */
+export function unknownRole(message: Message, index: number): TypeError {
+  // Unreachable for typed callers; messages loaded from storage are not checked by the compiler.
+  const role: unknown = (message as { role: unknown }).role;
+  return new TypeError(`Cannot build request: message ${index} has unknown role ${JSON.stringify(role)}`);
 }
 
 function toWireTools(tools: readonly ToolSchema[]): WireTool[] {
@@ -145,7 +154,7 @@ function toWireTools(tools: readonly ToolSchema[]): WireTool[] {
   }));
 }
 
-function toWireResponseFormat(format: ResponseFormat): WireResponseFormat {
+export function toWireResponseFormat(format: ResponseFormat): WireResponseFormat {
   if (format.type === "json_object") return { type: "json_object" };
   const { name, schema, strict, description } = format;
   return {
@@ -304,14 +313,24 @@ export function invalidResponseError(reason: string, source?: string): LlmError 
 function parseToolCall(raw: unknown): ToolCall {
   const call = isRecord(raw) ? raw : {};
   const fn = isRecord(call.function) ? call.function : {};
+  const parsed = toolCallOf(call.id, fn.name, fn.arguments);
+  if (isRecord(raw)) return parsed;
+  // Not an object at all: that is the one problem worth naming.
+  return { ...parsed, problem: `the call is ${jsonType(raw)}, not an object` };
+}
+
+/**
+ * A call from its id, name and arguments as a dialect found them; never throws (see {@linkcode parseToolCall}):
+ * no name becomes {@linkcode INVALID_TOOL_CALL_NAME}, arguments neither a JSON string nor an object `"{}"`, each
+ * with its `problem`.
+ */
+export function toolCallOf(id: unknown, name: unknown, args: unknown): ToolCall {
   const problems: string[] = [];
-  if (!isRecord(raw)) problems.push(`the call is ${jsonType(raw)}, not an object`);
-  let name = typeof fn.name === "string" ? fn.name : "";
-  if (name === "") {
-    name = INVALID_TOOL_CALL_NAME;
-    if (isRecord(raw)) problems.push("it has no function name");
+  let named = typeof name === "string" ? name : "";
+  if (named === "") {
+    named = INVALID_TOOL_CALL_NAME;
+    problems.push("it has no function name");
   }
-  const args = fn.arguments;
   // A call without arguments means "no arguments"; some providers send them as an object, not a string.
   let serialized = "{}";
   if (typeof args === "string" && args !== "") serialized = args;
@@ -319,9 +338,14 @@ function parseToolCall(raw: unknown): ToolCall {
   else if (args !== undefined && args !== null && args !== "") {
     problems.push(`its arguments must be a JSON string or object, got ${jsonType(args)}`);
   }
-  const parsed: ToolCall = { id: typeof call.id === "string" ? call.id : "", name, arguments: serialized };
-  if (problems.length > 0) parsed.problem = problems.join("; ");
-  return parsed;
+  const call: ToolCall = { id: typeof id === "string" ? id : "", name: named, arguments: serialized };
+  if (problems.length > 0) call.problem = problems.join("; ");
+  return call;
+}
+
+/** A finite number as is, anything else as null: a count a usage object reports. */
+export function countOf(value: unknown): number | null {
+  return typeof value === "number" && Number.isFinite(value) ? value : null;
 }
 
 /**
@@ -342,7 +366,7 @@ export function reportedUsage(body: Record<string, unknown>, choice: unknown): u
  */
 function parseUsage(raw: unknown): Usage | null {
   if (!isRecord(raw)) return null;
-  const count = (value: unknown) => typeof value === "number" && Number.isFinite(value) ? value : null;
+  const count = countOf;
   const details = isRecord(raw.prompt_tokens_details) ? raw.prompt_tokens_details : {};
   const [hit, miss] = [count(raw.prompt_cache_hit_tokens), count(raw.prompt_cache_miss_tokens)];
   return {
