@@ -6,7 +6,15 @@
  * @module
  */
 import { answer } from "./_fake_provider.ts";
-import { type Api, API_PATHS, PromptCache, ruleMessages, tokensOf, wholeReply } from "./_fake_wires.ts";
+import {
+  type Api,
+  API_PATHS,
+  MIN_CACHED_TOKENS,
+  PromptCache,
+  ruleMessages,
+  tokensOf,
+  wholeReply,
+} from "./_fake_wires.ts";
 import { makeTempDir } from "./_bench_process.ts";
 import { openBenchRuntime } from "./_bench_turns.ts";
 
@@ -31,8 +39,16 @@ export interface CacheRow {
   inputCostPerTurn: number;
   baselineInputCostPerTurn: number;
   compactions: number;
-  /** Requests after turn 2 with less than half their input read from the cache (summaries included). */
+  /**
+   * Requests after turn 2 with less than half their input read from the cache (summaries included), of those
+   * long enough to be cached at all.
+   */
   uncachedRequests: number;
+  /**
+   * Requests after turn 2 the cache could not yet hold: shorter than the provider's minimum cacheable prompt,
+   * or the first one long enough (nothing before it was cached).
+   */
+  coldRequests: number;
 }
 
 /** The cache section's result: a row per format. */
@@ -57,7 +73,8 @@ async function measureApi(api: Api, turns: number): Promise<CacheRow> {
   const price = PRICES[api];
   const [cache, baseline] = [new PromptCache(api), new PromptCache(api)];
   let turn = 0;
-  const counted = { input: 0, read: 0, written: 0, base: 0, baseRead: 0, requests: 0, uncached: 0 };
+  const counted = { input: 0, read: 0, written: 0, base: 0, baseRead: 0, requests: 0, uncached: 0, cold: 0 };
+  let warm = false;
   const cost = { main: 0, base: 0 };
   const fetch: typeof globalThis.fetch = (_input, init) => {
     const body = JSON.parse(String(init?.body));
@@ -70,7 +87,9 @@ async function measureApi(api: Api, turns: number): Promise<CacheRow> {
       counted.read += usage.read;
       counted.base += base.input;
       counted.baseRead += base.read;
-      if (usage.read < usage.input / 2) counted.uncached++;
+      if (usage.input < MIN_CACHED_TOKENS || !warm) counted.cold++;
+      else if (usage.read < usage.input / 2) counted.uncached++;
+      warm ||= usage.input >= MIN_CACHED_TOKENS;
       const uncached = usage.input - usage.read - usage.written;
       cost.main += (uncached * price.input + usage.read * price.read + usage.written * price.write) / 1e6;
       cost.base += ((base.input - base.read - base.written) * price.input + base.read * price.read +
@@ -120,6 +139,7 @@ async function measureApi(api: Api, turns: number): Promise<CacheRow> {
     baselineInputCostPerTurn: cost.base / measured,
     compactions: runtime.compactions.ok,
     uncachedRequests: counted.uncached,
+    coldRequests: counted.cold,
   };
 }
 

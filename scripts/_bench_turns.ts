@@ -21,7 +21,8 @@ import type { Message, ToolSchema } from "../src/types.ts";
 import { answer, completion } from "./_fake_provider.ts";
 import { distribution, makeTempDir, median, startProvider } from "./_bench_process.ts";
 
-const SUMMARY_PROMPT_JSON = JSON.stringify(SUMMARY_PROMPT);
+// The summary request's last message starts with the prompt: its JSON, without the closing quote.
+const SUMMARY_PROMPT_JSON = JSON.stringify(SUMMARY_PROMPT).slice(0, -1);
 
 /** Options of {@linkcode openBenchRuntime}. */
 export interface BenchRuntimeOptions {

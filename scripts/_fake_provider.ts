@@ -7,9 +7,16 @@
  * @module
  */
 import { SUMMARY_PROMPT } from "../src/memory/summarizer.ts";
-import { type Api, API_PATHS, ruleMessages, streamedReply, wholeReply } from "./_fake_wires.ts";
+import {
+  type Api,
+  API_PATHS,
+  type RuleMessage,
+  ruleMessages,
+  streamedReply,
+  wholeReply,
+} from "./_fake_wires.ts";
 
-type WireMessage = { role: string; content: string | null };
+type WireMessage = RuleMessage;
 
 /** Resolves after `ms` milliseconds. */
 export function delay(ms: number): Promise<void> {
@@ -25,9 +32,11 @@ const RESULT = /"result":(-?[\d.eE+-]+)/g;
 export function answer(body: Record<string, unknown>): { kind: Kind; message: Record<string, unknown> } {
   const messages = (Array.isArray(body.messages) ? body.messages : []) as WireMessage[];
   const last = messages.at(-1);
-  if (requestKind(messages) === "summary") {
+  const removed = removedMessages(messages);
+  if (removed !== null) {
     // Keep the newest calculator result being cut, as a model would keep a result worth keeping.
-    const results = [...(last?.content ?? "").matchAll(RESULT)];
+    const cutResults = removed.filter((m) => m.role === "tool").map((m) => m.content ?? "").join("\n");
+    const results = [...cutResults.matchAll(RESULT)];
     const fact = results.length > 0
       ? `The calculator returned ${results.at(-1)![1]}.`
       : "The user asked arithmetic questions.";
@@ -121,8 +130,23 @@ type Decision = { kind: ReplyKind; content: string | null; calls: WireCall[] };
 
 const EXPRESSION = /[(\d][\d\s+\-*/%().]*[\d)]/g;
 
+/**
+ * The messages a summary request removes, or null for another request: one whose last message is the
+ * summarizer's ask, which says how many messages go or quotes the user message the kept ones start with.
+ */
+export function removedMessages(messages: readonly WireMessage[]): WireMessage[] | null {
+  const ask = messages.at(-1);
+  if (ask?.role !== "user" || !ask.content?.startsWith(SUMMARY_PROMPT)) return null;
+  const conversation = messages.slice(0, -1).filter((m) => m.role !== "system");
+  const quoted = /everything before the user message that begins (".*")\.$/.exec(ask.content);
+  if (quoted === null) return conversation;
+  const start = (JSON.parse(quoted[1]) as string).replace(/…$/, "");
+  const kept = conversation.findIndex((m) => m.role === "user" && (m.content ?? "").startsWith(start));
+  return kept < 0 ? conversation : conversation.slice(0, kept);
+}
+
 function requestKind(messages: readonly WireMessage[]): RequestKind {
-  if (messages[0]?.role === "system" && messages[0].content === SUMMARY_PROMPT) return "summary";
+  if (removedMessages(messages) !== null) return "summary";
   return messages.at(-1)?.role === "tool" ? "tool_results" : "chat";
 }
 
@@ -144,7 +168,7 @@ class Rules {
 
   decide(kind: RequestKind, messages: readonly WireMessage[]): Decision {
     if (kind === "summary") {
-      return { kind, content: this.#summary(messages.at(-1)?.content ?? ""), calls: [] };
+      return { kind, content: this.#summary(removedMessages(messages) ?? []), calls: [] };
     }
     if (kind === "tool_results") return { kind: "answer", content: this.#results(messages), calls: [] };
     const text = messages.at(-1)?.content ?? "";
@@ -173,13 +197,13 @@ class Rules {
     return this.#call("todo", { action: "add", text: `${text} #${++this.#todos}` });
   }
 
-  #summary(transcript: string): string {
-    const users = [...transcript.matchAll(/^\[user\] (.*)$/gm)].map((m) => m[1]);
+  #summary(removed: readonly WireMessage[]): string {
+    const users = removed.filter((m) => m.role === "user").map((m) => m.content ?? "");
     const facts = users.slice(-2).reverse().map((u) => short(`User said: ${u}`));
     const todos: string[] = [];
-    for (const [, args] of transcript.matchAll(/^\[assistant calls todo\] (.*)$/gm)) {
+    for (const call of removed.flatMap((m) => m.calls ?? []).filter((c) => c.name === "todo")) {
       try {
-        const { text } = JSON.parse(args);
+        const { text } = JSON.parse(call.arguments);
         if (typeof text === "string") todos.unshift(short(text));
       } catch {
         // Not JSON: nothing to remember.

@@ -10,7 +10,12 @@
 export type Api = "chat" | "anthropic" | "responses";
 
 /** A request message as the rules read it: a role and its text (a tool result's JSON). */
-export type RuleMessage = { role: string; content: string | null };
+export type RuleMessage = {
+  role: string;
+  content: string | null;
+  /** An assistant message's calls. */
+  calls?: { name: string; arguments: string }[];
+};
 
 /** A reply to write: its text, its calls. */
 export interface WireDecision {
@@ -46,7 +51,16 @@ function text(content: unknown): string {
 
 /** A request body's messages as the rules read them, whatever its API. */
 export function ruleMessages(api: Api, body: Record<string, unknown>): RuleMessage[] {
-  if (api === "chat") return (body.messages ?? []) as RuleMessage[];
+  if (api === "chat") {
+    const wire = (body.messages ?? []) as (RuleMessage & { tool_calls?: { function: Block }[] })[];
+    return wire.map(({ role, content, tool_calls }) => {
+      const calls = tool_calls?.map(({ function: f }) => ({
+        name: String(f.name),
+        arguments: String(f.arguments),
+      }));
+      return calls === undefined ? { role, content } : { role, content, calls };
+    });
+  }
   const messages: RuleMessage[] = [];
   if (api === "anthropic") {
     if (Array.isArray(body.system)) messages.push({ role: "system", content: text(body.system) });
@@ -54,15 +68,20 @@ export function ruleMessages(api: Api, body: Record<string, unknown>): RuleMessa
       for (const block of message.content) {
         if (block.type === "tool_result") messages.push({ role: "tool", content: text(block.content) });
         else if (block.type === "text") messages.push({ role: message.role, content: String(block.text) });
-        else if (block.type === "tool_use") messages.push({ role: "assistant", content: null });
+        else if (block.type === "tool_use") {
+          const calls = [{ name: String(block.name), arguments: JSON.stringify(block.input) }];
+          messages.push({ role: "assistant", content: null, calls });
+        }
       }
     }
     return messages;
   }
   for (const item of (body.input ?? []) as Block[]) {
     if (item.type === "function_call_output") messages.push({ role: "tool", content: String(item.output) });
-    else if (item.type === "function_call") messages.push({ role: "assistant", content: null });
-    else if (typeof item.role === "string") {
+    else if (item.type === "function_call") {
+      const calls = [{ name: String(item.name), arguments: String(item.arguments) }];
+      messages.push({ role: "assistant", content: null, calls });
+    } else if (typeof item.role === "string") {
       const role = item.role === "developer" ? "system" : item.role;
       messages.push({ role, content: text(item.content) });
     }

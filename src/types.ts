@@ -176,6 +176,9 @@ export const REASONING_EFFORTS = ["low", "medium", "high"] as const;
 /** How hard a reasoning model thinks before it answers, sent as `reasoning_effort`. */
 export type ReasoningEffort = typeof REASONING_EFFORTS[number];
 
+/** Whether the model may call the tools a request offers: `none` offers them without letting it. */
+export type ToolChoice = "auto" | "none";
+
 /**
  * How a turn ended. `invalid_output`: the answer did not match the turn's response format, even after one
  * repair request (it is stored all the same; the failure's `errors` say what is wrong). `budget`: its next

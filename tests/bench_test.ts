@@ -5,7 +5,8 @@
 import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
 import { parseSummaryPatch } from "../src/memory/summary.ts";
-import { SUMMARY_PROMPT } from "../src/memory/summarizer.ts";
+import { summaryAsk } from "../src/memory/summarizer.ts";
+import type { Message } from "../src/types.ts";
 import { distribution, median, percentile } from "../scripts/_bench_process.ts";
 import { answer, completion } from "../scripts/_fake_provider.ts";
 import { commonPrefixBytes, PrefixMeter } from "../scripts/_bench_turns.ts";
@@ -39,11 +40,14 @@ Deno.test("bench provider answers a sum with a call, a result with an answer, a 
   assert.equal(final.kind, "answer");
   assert.match(String(final.message.content), /84/);
 
+  const removed = [{ role: "user", content: "what is 12*(3+4)?" }, { role: "tool", content: tool }];
+  const kept = [{ role: "user", content: "thanks" }];
+  const ask = summaryAsk(null, removed as Message[], kept as Message[]);
   const summary = answer({
-    messages: [
-      { role: "system", content: SUMMARY_PROMPT },
-      { role: "user", content: `Messages being removed:\n[tool calculator] ${tool}` },
-    ],
+    messages: [{ role: "system", content: "the system prompt" }, ...removed, ...kept, {
+      role: "user",
+      content: ask,
+    }],
   });
   assert.equal(summary.kind, "summary");
   const patch = parseSummaryPatch(String(summary.message.content));

@@ -11,6 +11,7 @@ import {
   deterministicSummarizer,
   type Summarizer,
   SUMMARY_PROMPT,
+  summaryAsk,
 } from "../src/memory/summarizer.ts";
 import type { Message } from "../src/types.ts";
 import { harness, keyOf } from "./_harness.ts";
@@ -180,9 +181,10 @@ Deno.test("runTurn() keeps an old fact the summarizer omits until newer ones pus
   ]);
 });
 
-Deno.test("createLlmSummarizer() asks with the dedicated prompt, no tools, the old summary and the cut messages", async () => {
+Deno.test("createLlmSummarizer() sends the session's own request, its tools not callable, then asks at the end", async () => {
   const llm = new ScriptedLLM([{ content: '{"goals": ["ship"]}' }]);
   const previous = { goals: ["old goal"], facts: [], todos: [], unresolved: [], updated_at: "t" };
+  const system: Message[] = [{ role: "system", content: "the system prompt" }];
   const messages: Message[] = [
     { role: "user", content: "compute 2+2" },
     {
@@ -191,20 +193,41 @@ Deno.test("createLlmSummarizer() asks with the dedicated prompt, no tools, the o
       toolCalls: [{ id: "c", name: "calculator", arguments: '{"expression":"2+2"}' }],
     },
     { role: "tool", content: '{"ok":true,"data":{"result":4}}', toolCallId: "c" },
-    { role: "runtime", content: "[runtime] nudge" },
+    { role: "assistant", content: "4" },
   ];
-  const reply = await createLlmSummarizer(llm)({ previous, messages });
+  const kept: Message[] = [{ role: "user", content: "and now 3+3, please" }, {
+    role: "assistant",
+    content: "6",
+  }];
+  const tools = [{ name: "calculator", description: "d", parameters: { type: "object" } }];
+  const session = { system, kept, tools, cacheKey: "u/s" };
+  const reply = await createLlmSummarizer(llm)({ previous, messages, session });
   assert.equal(reply.text, '{"goals": ["ship"]}');
   const [request] = llm.requests;
-  assert.deepEqual(request.tools, []);
-  assert.equal(request.messages[0].content, SUMMARY_PROMPT);
-  const body = request.messages[1].content!;
-  assert.match(body, /"goals":\["old goal"\]/);
+  assert.deepEqual(request.tools, tools, "the same tools as the session's requests: the cached prefix");
+  assert.equal(request.toolChoice, "none");
+  assert.deepEqual(request.messages.slice(0, -1), [...system, ...messages, ...kept]);
+  const ask = request.messages.at(-1)!;
+  assert.equal(ask.role, "user");
+  assert.ok(ask.content!.startsWith(SUMMARY_PROMPT));
   assert.match(
-    body,
-    /\[user\] compute 2\+2\n\[assistant calls calculator\] \{"expression":"2\+2"\}\n\[tool calculator\]/,
+    ask.content!,
+    /Previous memory:\n\{"goals":\["old goal"\],"facts":\[\],"todos":\[\],"unresolved":\[\]\}/,
   );
-  assert.ok(!body.includes("nudge"), "runtime nudges are not memory");
+  assert.match(
+    ask.content!,
+    /the first 4 messages of the conversation above \(1 user turns\): everything before the user message that begins "and now 3\+3, please"\.$/,
+  );
+});
+
+Deno.test("summaryAsk() says every message goes when none is kept, and quotes a long kept message short", () => {
+  const removed: Message[] = [{ role: "user", content: "a" }, { role: "assistant", content: "b" }];
+  assert.match(
+    summaryAsk(null, removed, []),
+    /Previous memory:\n\{\}\n\nMessages being removed: all the messages of the conversation above \(1 user turns\)\.$/,
+  );
+  const long = summaryAsk(null, removed, [{ role: "user", content: "x".repeat(500) }]);
+  assert.ok(long.length < SUMMARY_PROMPT.length + 300, "the kept message is quoted, not copied");
 });
 
 Deno.test("deterministicSummarizer() turns statements, goals, todos, results and open questions into JSON", async () => {

@@ -15,7 +15,7 @@ import { LlmError } from "../src/errors.ts";
 import { messageJson } from "../src/session/session_json.ts";
 import { HttpLLM } from "../src/llm/client.ts";
 import { modelOrigin, serializeRequestBody } from "../src/llm/wire.ts";
-import { createLlmSummarizer } from "../src/memory/summarizer.ts";
+import { createLlmSummarizer, SUMMARY_PROMPT } from "../src/memory/summarizer.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import type { LLM } from "../src/llm/llm.ts";
 import type { Message } from "../src/types.ts";
@@ -233,7 +233,7 @@ Deno.test("the sessions API and the OpenAI route answer tool turns of a thinking
   }
 });
 
-Deno.test("compaction folds the state away with its messages: the summary request and the summary carry none; deleting the session deletes it", async () => {
+Deno.test("compaction folds the state away with its messages: the summary request sends the session's own bytes back to the same provider, the summary carries none; deleting the session deletes it", async () => {
   using dir = tempDir();
   const store = openDb(dir.path);
   const provider = thinkingProvider("openrouter");
@@ -246,9 +246,19 @@ Deno.test("compaction folds the state away with its messages: the summary reques
       assert.equal(result.outcome, "answered", JSON.stringify(result.failure));
       await h.agent.compactions?.idle();
     }
-    const summaries = provider.requests.filter((body) => !("tools" in body));
+    type Body = { messages: { role: string; content: unknown }[]; tools?: unknown; tool_choice?: unknown };
+    const bodies = provider.requests as Body[];
+    const isSummary = (body: Body) => String(body.messages.at(-1)?.content).startsWith(SUMMARY_PROMPT);
+    const summaries = bodies.flatMap((body, i) => isSummary(body) ? [i] : []);
     assert.ok(summaries.length > 0, "a compaction asked for a summary");
-    for (const body of summaries) assertNoThought("a summary request", body.messages);
+    for (const at of summaries) {
+      // The turn's last request, then its answer: the summary call reads them from the provider's cache.
+      const before = bodies.slice(0, at).findLast((body) => !isSummary(body))!;
+      const sent = bodies[at];
+      assert.deepEqual(sent.messages.slice(0, before.messages.length), before.messages);
+      assert.deepEqual(sent.tools, before.tools);
+      assert.equal(sent.tool_choice, "none");
+    }
     assertNoThought("the stored summary", (await store.get(keyOf("s")))?.summary);
     assert.deepEqual(provider.refused, []);
 

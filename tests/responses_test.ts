@@ -7,7 +7,9 @@ import assert from "node:assert/strict";
 import { runTurn } from "../src/agent/loop.ts";
 import { LlmError } from "../src/errors.ts";
 import { HttpLLM, type HttpLLMOptions } from "../src/llm/client.ts";
-import type { BodyOptions } from "../src/llm/dialect.ts";
+import type { BodyOptions, Dialect } from "../src/llm/dialect.ts";
+import { ANTHROPIC_MESSAGES } from "../src/llm/anthropic.ts";
+import { CHAT_COMPLETIONS } from "../src/llm/stream.ts";
 import { OPENAI_RESPONSES } from "../src/llm/responses.ts";
 import { modelOrigin } from "../src/llm/wire.ts";
 import type { Message, ToolSchema } from "../src/types.ts";
@@ -60,6 +62,7 @@ const BODY_OPTIONS: BodyOptions = {
   thinkingBudget: null,
   maxOutputTokens: null,
   cacheKey: null,
+  toolChoice: "auto",
 };
 
 for (const stream of [true, false]) {
@@ -406,4 +409,24 @@ Deno.test("responses: an LlmError of the client is what a failure rejects with",
   }], KEY);
   const error = await client(fake, false).llm.chat(ASK).catch((e) => e);
   assert.ok(error instanceof LlmError);
+});
+
+Deno.test("every wire format offers the tools but forbids calling them with toolChoice none, and says nothing without tools or with auto", () => {
+  const tools: ToolSchema[] = [{ name: "calculator", description: "d", parameters: { type: "object" } }];
+  const choiceOf = (dialect: Dialect, options: Partial<BodyOptions>, offered = tools) =>
+    JSON.parse(dialect.body(ASK, offered, { ...BODY_OPTIONS, ...options })).tool_choice;
+  const none = { toolChoice: "none" as const };
+  assert.equal(choiceOf(CHAT_COMPLETIONS, none), "none");
+  assert.equal(choiceOf(OPENAI_RESPONSES, none), "none");
+  // With thinking on, Messages takes auto or none: none stays allowed.
+  assert.deepEqual(choiceOf(ANTHROPIC_MESSAGES, { ...none, thinkingBudget: 2048 }), { type: "none" });
+  assert.deepEqual(
+    choiceOf(ANTHROPIC_MESSAGES, { ...none, responseFormat: { type: "json_object" } }),
+    { type: "none" },
+    "no forced answer tool in a request that may call no tool",
+  );
+  for (const dialect of [CHAT_COMPLETIONS, OPENAI_RESPONSES, ANTHROPIC_MESSAGES]) {
+    assert.equal(choiceOf(dialect, none, []), undefined, "no tools, no tool_choice");
+    assert.equal(choiceOf(dialect, {}), undefined, "auto is every API's default");
+  }
 });

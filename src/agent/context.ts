@@ -12,7 +12,7 @@
  * them within a turn, all but the previous turn's messages from one turn to the next.
  * @module
  */
-import { type MemoryEntry, parseSummary, runtimeContextText } from "../memory/summary.ts";
+import { type MemoryEntry, runtimeContextText, summaryBlock } from "../memory/summary.ts";
 import type { Message } from "../types.ts";
 
 /**
@@ -90,7 +90,7 @@ export function buildContext(messages: readonly Message[], options: BuildContext
     request.push({ role: "system", content: `${CLIENT_INSTRUCTIONS_HEADER}\n\n${instructions}` });
   }
   if (responseFormat !== null) request.push({ role: "system", content: responseFormat });
-  const block = summary === null ? null : summaryMessage(summary);
+  const block = summaryBlock(summary);
   if (block !== null) request.push(block);
   if (userMemory.length === 0) {
     request.push(...messages);
@@ -100,20 +100,6 @@ export function buildContext(messages: readonly Message[], options: BuildContext
   request.push(...messages.slice(0, question), memoryMessage(userMemory));
   request.push(...messages.slice(question));
   return request;
-}
-
-/** The summary block last built, with its summary: every request of a session until it compacts has it. */
-let lastSummary: { summary: string; message: Message | null } | null = null;
-
-/** The [RUNTIME CONTEXT] block of a stored summary, frozen (its JSON is then built once); null: none valid. */
-function summaryMessage(summary: string): Message | null {
-  if (lastSummary?.summary === summary) return lastSummary.message;
-  const parsed = parseSummary(summary);
-  const message = parsed === null
-    ? null
-    : Object.freeze({ role: "system" as const, content: runtimeContextText(parsed) });
-  lastSummary = { summary, message };
-  return message;
 }
 
 /** Blocks of recalled items, by a frozen list of frozen items (a turn's requests share theirs). */

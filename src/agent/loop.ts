@@ -41,6 +41,7 @@ import { checkAnswer, listed, repairRequest } from "./response_format.ts";
 import { isDeadline, TurnDeadline } from "./deadline.ts";
 import type { Closing, EventSink } from "../events.ts";
 import type { CompactionResult } from "../memory/compact.ts";
+import { sessionCacheKey } from "../llm/llm.ts";
 
 export type { Agent, Decision, RunOptions, TurnInput };
 
@@ -288,7 +289,7 @@ async function askModel(
       onReasoning,
       responseFormat,
       // A session's requests share one prompt cache where the provider keys it (Responses).
-      cacheKey: `${turn.key.userId}/${turn.key.sessionId}`,
+      cacheKey: sessionCacheKey(turn.key),
     });
   } catch (error) {
     if (signal?.aborted || (error instanceof LlmError && error.kind === "aborted")) {

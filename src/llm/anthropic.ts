@@ -176,7 +176,7 @@ function toolsOf(tools: readonly ToolSchema[], format: ResponseFormat | null): B
  * the summary, the last message of the previous turn, the request's last message.
  */
 function body(messages: readonly Message[], tools: readonly ToolSchema[], options: BodyOptions): string {
-  const { model, stream, responseFormat, origin, thinkingBudget, maxOutputTokens } = options;
+  const { model, stream, responseFormat, origin, thinkingBudget, maxOutputTokens, toolChoice } = options;
   const { system, wire, previousTurnEnd } = split(messages, origin);
   const summary = system.findIndex((block) => String(block.text).startsWith(RUNTIME_CONTEXT));
   if (summary > 0) mark(system.slice(0, summary));
@@ -193,6 +193,7 @@ function body(messages: readonly Message[], tools: readonly ToolSchema[], option
   if (wireTools.length > 0) request.tools = wireTools;
   // Thinking takes only `auto`: the answer tool is then asked for by the format's system block alone.
   if (responseFormat !== null && thinkingBudget === null) request.tool_choice = { type: "any" };
+  if (wireTools.length > 0 && toolChoice === "none") request.tool_choice = { type: "none" };
   if (thinkingBudget !== null) request.thinking = { type: "enabled", budget_tokens: thinkingBudget };
   if (stream) request.stream = true;
   return JSON.stringify(request);

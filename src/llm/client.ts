@@ -150,7 +150,7 @@ export class HttpLLM implements LLM {
   /** How `chat` retries, all but the caller's signal. */
   #retry: RetryOptions;
   #span: SpanOptions<ChatReply>;
-  #body: Omit<BodyOptions, "responseFormat" | "cacheKey">;
+  #body: Omit<BodyOptions, "responseFormat" | "cacheKey" | "toolChoice">;
 
   /** Validates the options: `TypeError` for a wrong type or URL, `RangeError` for a number out of range. */
   constructor(options: HttpLLMOptions) {
@@ -259,9 +259,15 @@ export class HttpLLM implements LLM {
 
   async #chat(messages: Message[], options: ChatOptions): Promise<ChatReply> {
     const { tools = [], signal, onDelta, onReasoning, responseFormat = null, cacheKey = null } = options;
+    const { toolChoice = "auto" } = options;
     const progress = { onDelta, onReasoning: this.#reasoningProgress ? onReasoning : undefined };
     // Built once: every attempt sends the same bytes.
-    const body = this.#context.dialect.body(messages, tools, { ...this.#body, responseFormat, cacheKey });
+    const body = this.#context.dialect.body(messages, tools, {
+      ...this.#body,
+      responseFormat,
+      cacheKey,
+      toolChoice,
+    });
     let retries = 0;
     try {
       const reply = await retry(async (number) => {

@@ -4,7 +4,14 @@
  * how a whole or streamed reply reads; the client does the same I/O, deadlines and retries for each.
  * @module
  */
-import type { ChatReply, Message, ReasoningEffort, ResponseFormat, ToolSchema } from "../types.ts";
+import type {
+  ChatReply,
+  Message,
+  ReasoningEffort,
+  ResponseFormat,
+  ToolChoice,
+  ToolSchema,
+} from "../types.ts";
 
 export { LLM_APIS, type LlmApi } from "../types.ts";
 
@@ -32,6 +39,8 @@ export interface BodyOptions {
   maxOutputTokens: number | null;
   /** The same for every request of a session, so they share the provider's prompt cache; null: none. */
   cacheKey: string | null;
+  /** Whether the model may call the tools offered (`none`: sent only with tools). */
+  toolChoice: ToolChoice;
 }
 
 /** How a reply names where it came from, for its errors and its provider state. */

@@ -2,7 +2,7 @@
  * The one interface every model client implements.
  * @module
  */
-import type { ChatReply, Message, ModelInfo, ResponseFormat, ToolSchema } from "../types.ts";
+import type { ChatReply, Message, ModelInfo, ResponseFormat, ToolChoice, ToolSchema } from "../types.ts";
 
 /** Options of {@linkcode LLM.chat}. */
 export interface ChatOptions {
@@ -29,6 +29,12 @@ export interface ChatOptions {
    * @default {null}
    */
   cacheKey?: string | null;
+  /**
+   * Whether the model may call the tools offered: `none` offers them without letting it (a summary request
+   * that shares the session's prefix, tools included, so the provider's prompt cache still hits).
+   * @default {"auto"}
+   */
+  toolChoice?: ToolChoice;
 }
 
 /** A chat model: messages and tools in, one reply out. Fails only with `LlmError`. */
@@ -36,4 +42,9 @@ export interface LLM {
   chat(messages: Message[], options?: ChatOptions): Promise<ChatReply>;
   /** The provider and model asked for, when known (a test model has none). */
   readonly info?: ModelInfo;
+}
+
+/** The cache key of a session's requests (see {@linkcode ChatOptions.cacheKey}): its user and id. */
+export function sessionCacheKey(key: { userId: string; sessionId: string }): string {
+  return `${key.userId}/${key.sessionId}`;
 }

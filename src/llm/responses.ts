@@ -92,6 +92,7 @@ export function buildResponsesBody(
   options: BodyOptions,
 ): Record<string, unknown> {
   const { model, stream, responseFormat, origin, reasoningEffort, maxOutputTokens, cacheKey } = options;
+  const { toolChoice } = options;
   const input = messages.flatMap((message, i) => toInputItems(message, i, origin));
   const body: Record<string, unknown> = {
     model,
@@ -107,6 +108,7 @@ export function buildResponsesBody(
       parameters,
       strict: false,
     }));
+    if (toolChoice === "none") body.tool_choice = "none";
   }
   if (responseFormat !== null) body.text = { format: toTextFormat(responseFormat) };
   if (reasoningEffort !== null) body.reasoning = { effort: reasoningEffort };

@@ -3,7 +3,7 @@
  * @module
  */
 import { LlmError } from "../errors.ts";
-import type { ChatReply, Message, ResponseFormat, ToolSchema, Usage } from "../types.ts";
+import type { ChatReply, Message, ResponseFormat, ToolChoice, ToolSchema, Usage } from "../types.ts";
 import type { ChatOptions, LLM } from "./llm.ts";
 
 /** A reply as a script writes it; tool call ids and arguments may be left to the runtime to fill in. */
@@ -24,6 +24,8 @@ export interface ScriptedRequest {
   tools: readonly ToolSchema[];
   /** The `response_format` the request asked for, or null. */
   responseFormat: ResponseFormat | null;
+  /** Whether the model may call the tools offered. */
+  toolChoice: ToolChoice;
 }
 
 /** A step of the script: a reply, an error to throw, or a function of the request that returns a reply. */
@@ -49,7 +51,7 @@ export class ScriptedLLM implements LLM {
   }
 
   async chat(messages: Message[], options: ChatOptions = {}): Promise<ChatReply> {
-    const { tools = [], signal, responseFormat = null } = options;
+    const { tools = [], signal, responseFormat = null, toolChoice = "auto" } = options;
     // What a provider would read of each message: stored ids and timestamps are the runtime's own.
     const seen = messages.map(({ role, content, toolCalls, toolCallId }) => ({
       role,
@@ -57,7 +59,7 @@ export class ScriptedLLM implements LLM {
       ...(toolCalls !== undefined && toolCalls.length > 0 ? { toolCalls } : {}),
       ...(toolCallId !== undefined ? { toolCallId } : {}),
     }));
-    const request = structuredClone({ messages: seen, tools, responseFormat });
+    const request = structuredClone({ messages: seen, tools, responseFormat, toolChoice });
     this.requests.push(request);
     if (signal?.aborted) throw new LlmError("LLM request aborted", { kind: "aborted" });
     const index = this.#calls++;

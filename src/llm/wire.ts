@@ -12,6 +12,7 @@ import type {
   ReasoningEffort,
   ResponseFormat,
   ToolCall,
+  ToolChoice,
   ToolSchema,
   Usage,
 } from "../types.ts";
@@ -92,6 +93,8 @@ export interface ChatCompletionRequestBody {
   response_format?: WireResponseFormat;
   /** Present only when an effort is set: providers without reasoning models may reject it. */
   reasoning_effort?: ReasoningEffort;
+  /** Present only as `none` with tools: they are offered but may not be called. */
+  tool_choice?: "none";
   /** With `stream_options` (asking for the final usage chunk), only on a streaming request. */
   stream?: true;
   stream_options?: { include_usage: boolean };
@@ -179,6 +182,8 @@ export interface BuildRequestOptions {
   origin?: string | null;
   /** Sent as `reasoning_effort`. @default {null} (the provider's own, not sent) */
   reasoningEffort?: ReasoningEffort | null;
+  /** `none` is sent as `tool_choice` when tools are offered; `auto` is the API's default, not sent. @default {"auto"} */
+  toolChoice?: ToolChoice;
 }
 
 /**
@@ -193,10 +198,11 @@ export function buildRequestBody(
   tools: readonly ToolSchema[] = [],
   options: BuildRequestOptions = {},
 ): ChatCompletionRequestBody {
-  const { responseFormat = null, origin = null, reasoningEffort = null } = options;
+  const { responseFormat = null, origin = null, reasoningEffort = null, toolChoice = "auto" } = options;
   const wire = messages.map((message, i) => toWireMessage(message, i, origin));
   const body: ChatCompletionRequestBody = { model, messages: wire };
   if (tools.length > 0) body.tools = toWireTools(tools);
+  if (tools.length > 0 && toolChoice === "none") body.tool_choice = "none";
   if (responseFormat !== null) body.response_format = toWireResponseFormat(responseFormat);
   if (reasoningEffort !== null) body.reasoning_effort = reasoningEffort;
   return body;
@@ -291,6 +297,7 @@ export function serializeRequestBody(
   const { stream = false, responseFormat = null, origin = null, reasoningEffort = null } = options;
   let json = `{"model":${JSON.stringify(model)},"messages":[${messagesJson(messages, origin)}]`;
   if (tools.length > 0) json += `,"tools":${wireToolsJson(tools)}`;
+  if (tools.length > 0 && options.toolChoice === "none") json += `,"tool_choice":"none"`;
   if (responseFormat !== null) {
     json += `,"response_format":${JSON.stringify(toWireResponseFormat(responseFormat))}`;
   }

@@ -14,7 +14,9 @@ import {
   runtimeContextText,
   type Summary,
   SUMMARY_FIELDS,
+  summaryBlock,
 } from "./summary.ts";
+import { sessionCacheKey } from "../llm/llm.ts";
 import { errorMessage } from "../errors.ts";
 import type { MemoryWritten, SessionKey, TranscriptStore } from "../store/store.ts";
 import { compactionSpan, inSpan } from "../telemetry.ts";
@@ -133,7 +135,14 @@ export async function compactIfDue(
   let summary: Summary;
   let usage: Usage | null = null;
   try {
-    const summarize = () => summarizer({ previous, messages: cut }, signal);
+    const block = summaryBlock(state.summary);
+    const session = {
+      system: block === null ? fixed.system : [...fixed.system, block],
+      kept: state.history.slice(plan.cutIndex),
+      tools: fixed.tools,
+      cacheKey: sessionCacheKey(state.key),
+    };
+    const summarize = () => summarizer({ previous, messages: cut, session }, signal);
     const reply = await inSpan("compaction", summarize, compactionSpan(plan.trigger, cut.length));
     usage = reply.usage;
     const patch = parseSummaryPatch(reply.text);

@@ -7,7 +7,7 @@
 import { type Summary, SUMMARY_FIELDS, type SummaryPatch } from "./summary.ts";
 import { shorten } from "../shorten.ts";
 import type { LLM } from "../llm/llm.ts";
-import type { Message, Usage } from "../types.ts";
+import type { Message, ToolSchema, Usage } from "../types.ts";
 
 /** What a summarizer is given. */
 export interface SummaryRequest {
@@ -15,6 +15,24 @@ export interface SummaryRequest {
   previous: Summary | null;
   /** The messages being cut, oldest first. */
   messages: readonly Message[];
+  /** The rest of the session's request, which a model summarizer sends too (see {@linkcode SessionPrefix}). */
+  session: SessionPrefix;
+}
+
+/**
+ * The session's request around the cut messages, as its turns send it: a summary call that sends the same
+ * bytes and asks at the end reads them from the provider's prompt cache, so a compaction costs no uncached
+ * request of its own.
+ */
+export interface SessionPrefix {
+  /** The system messages of its requests: the system prompt, the turn's blocks and the summary's block. */
+  system: readonly Message[];
+  /** The messages after the cut ones, which stay. */
+  kept: readonly Message[];
+  /** The tools its requests offer (the summary call may not call them). */
+  tools: readonly ToolSchema[];
+  /** Its requests' cache key (see `ChatOptions.cacheKey`). */
+  cacheKey: string;
 }
 
 /** A summarizer's raw reply: text that should be the summary JSON, and the call's usage if any. */
@@ -26,10 +44,13 @@ export interface SummaryReply {
 /** Turns cut messages into summary JSON text. May reject (LLM error, timeout); the caller handles it. */
 export type Summarizer = (request: SummaryRequest, signal?: AbortSignal) => Promise<SummaryReply>;
 
-/** The summarizer's system prompt. */
+/**
+ * How the summary request's last message begins: it follows the session's own messages, so it says that it
+ * is the runtime's and what to return.
+ */
 export const SUMMARY_PROMPT =
-  `You maintain the long-term memory of a conversation between a user and an assistant.
-You receive the previous memory (JSON) and the oldest messages, which are about to be removed from the conversation.
+  `[RUNTIME REQUEST] This message comes from the runtime, not from the user. Do not continue the conversation, call no tool, and ignore any response format asked for above: this reply is read by the runtime alone.
+You maintain the long-term memory of the conversation above. Its oldest messages are about to be removed from it; the previous memory (JSON) and which messages go are given below.
 Return ONLY a JSON object, no prose and no code fence, exactly of this shape:
 {"goals": [...], "facts": [...], "todos": [...], "unresolved": [...]}
 - goals: what the user is trying to achieve.
@@ -38,43 +59,39 @@ Return ONLY a JSON object, no prose and no code fence, exactly of this shape:
 - unresolved: questions or problems not yet answered.
 Each item is one short, self-contained English or original-language sentence of at most 160 characters.
 List the most important and newest items first, at most 5 per field. Use [] for an empty field.
-Only include what the messages or the previous memory support; never invent.`;
+Only include what the removed messages or the previous memory support; never invent.`;
 
-const MAX_TOOL_TEXT = 500;
+const QUOTE_CHARS = 80;
 
-/** The messages as a plain transcript, one line per message, tool output cut short. */
-export function renderTranscript(messages: readonly Message[]): string {
-  const lines: string[] = [];
-  const names = new Map<string, string>();
-  for (const m of messages) {
-    if (m.role === "assistant" && m.toolCalls?.length) {
-      for (const call of m.toolCalls) {
-        names.set(call.id, call.name);
-        lines.push(`[assistant calls ${call.name}] ${call.arguments}`);
-      }
-      if (m.content) lines.push(`[assistant] ${m.content}`);
-    } else if (m.role === "tool") {
-      const text = m.content ?? "";
-      lines.push(`[tool ${names.get(m.toolCallId ?? "") ?? "result"}] ${shorten(text, MAX_TOOL_TEXT)}`);
-    } else if (m.role !== "runtime" && m.role !== "system") {
-      lines.push(`[${m.role}] ${m.content ?? ""}`);
-    }
-  }
-  return lines.join("\n");
+/** The summary request's last message: the prompt, the previous memory and which messages are removed. */
+export function summaryAsk(
+  previous: Summary | null,
+  removed: readonly Message[],
+  kept: readonly Message[],
+): string {
+  const fields = previous === null ? {} : Object.fromEntries(SUMMARY_FIELDS.map((f) => [f, previous[f]]));
+  const turns = removed.filter((m) => m.role === "user").length;
+  const next = kept.find((m) => m.role === "user")?.content;
+  const which = next === undefined || next === null
+    ? `all the messages of the conversation above (${turns} user turns).`
+    : `the first ${removed.length} messages of the conversation above (${turns} user turns): everything ` +
+      `before the user message that begins ${JSON.stringify(shorten(next, QUOTE_CHARS))}.`;
+  return `${SUMMARY_PROMPT}\n\nPrevious memory:\n${
+    JSON.stringify(fields)
+  }\n\nMessages being removed: ${which}`;
 }
 
-/** A summarizer that asks `llm` (with no tools) using {@linkcode SUMMARY_PROMPT}. */
+/**
+ * A summarizer that asks `llm`: the session's own request (its system messages, the removed and the kept
+ * messages, its tools, which it may not call, and its cache key), then {@linkcode summaryAsk} as the last
+ * user message.
+ */
 export function createLlmSummarizer(llm: LLM): Summarizer {
-  return async ({ previous, messages }, signal) => {
-    const fields = previous === null ? {} : Object.fromEntries(SUMMARY_FIELDS.map((f) => [f, previous[f]]));
-    const memory = JSON.stringify(fields);
-    const reply = await llm.chat([
-      { role: "system", content: SUMMARY_PROMPT },
-      {
-        role: "user",
-        content: `Previous memory:\n${memory}\n\nMessages being removed:\n${renderTranscript(messages)}`,
-      },
-    ], { signal });
+  return async ({ previous, messages, session }, signal) => {
+    const ask: Message = { role: "user", content: summaryAsk(previous, messages, session.kept) };
+    const request = [...session.system, ...messages, ...session.kept, ask];
+    const { tools, cacheKey } = session;
+    const reply = await llm.chat(request, { signal, tools, toolChoice: "none", cacheKey });
     return { text: reply.content ?? "", usage: reply.usage };
   };
 }
@@ -94,7 +111,10 @@ const GOAL = /^(i want|i'd like|i would like|my goal|help me|i need|i'm trying|i
  * ones goals), added todos become todos, unanswered questions unresolved, calculator results facts. Newest
  * first. Deterministic; never rejects.
  */
-export const deterministicSummarizer: Summarizer = ({ messages }) => {
+export const deterministicSummarizer = (
+  { messages }: Pick<SummaryRequest, "previous" | "messages">,
+  _signal?: AbortSignal,
+): Promise<SummaryReply> => {
   const patch: SummaryPatch = { goals: [], facts: [], todos: [], unresolved: [] };
   let question: string | null = null;
   for (const m of messages) {

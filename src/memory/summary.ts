@@ -7,6 +7,7 @@
 import { memoryKey } from "../store/memory_text.ts";
 import type { MemoryItem } from "../store/store.ts";
 import { isRecord } from "../_json.ts";
+import type { Message } from "../types.ts";
 
 /** Most items a summary field keeps. */
 export const MAX_SUMMARY_ITEMS = 5;
@@ -63,6 +64,24 @@ export function runtimeContextText(summary: Summary | null, memory: readonly Mem
   if (memory.length > 0) data.user_memory = memory.map(({ id, text }) => ({ id, text }));
   return `${RUNTIME_CONTEXT_HEADER}\nThe following data is provided by the runtime and is not a user message.\n` +
     JSON.stringify(data);
+}
+
+/** The summary block last built, with its summary: every request of a session until it compacts has it. */
+let lastSummary: { summary: string; message: Message | null } | null = null;
+
+/**
+ * The [RUNTIME CONTEXT] system message of a stored summary (`sessions.summary`), frozen, so that its JSON is
+ * built once for the requests that carry it; null when there is none or it is not valid.
+ */
+export function summaryBlock(summary: string | null): Message | null {
+  if (summary === null) return null;
+  if (lastSummary?.summary === summary) return lastSummary.message;
+  const parsed = parseSummary(summary);
+  const message = parsed === null
+    ? null
+    : Object.freeze({ role: "system" as const, content: runtimeContextText(parsed) });
+  lastSummary = { summary, message };
+  return message;
 }
 
 /** Removes one surrounding ```json fence, which models add even when told not to. */
