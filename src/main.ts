@@ -150,7 +150,11 @@ async function chat(config: Readonly<Config>, key: SessionKey, options: ChatChoi
     if (demo) writeStderr(`${DEMO_NOTICE}\n`);
     // A wrong URL or key is said before the first question; a one-shot learns it as fast from its one turn.
     const problem = interactive && !demo
-      ? await probeProvider(config.baseUrl, { apiKey: config.apiKey, timeoutMs: PROBE_TIMEOUT_MS })
+      ? await probeProvider(config.baseUrl, {
+        apiKey: config.apiKey,
+        api: config.api,
+        timeoutMs: PROBE_TIMEOUT_MS,
+      })
       : null;
     if (problem !== null) console.warn(`model not reachable: ${problem} (the chat starts anyway)`);
     return await runChat({

@@ -286,6 +286,27 @@ Deno.test("probeProvider() names a refused key by the URL's origin, never the ke
   assert.equal(asked[0].auth, "Bearer sk-secret");
 });
 
+Deno.test("probeProvider() asks Anthropic its own way: GET /v1/models with x-api-key and anthropic-version", async () => {
+  // As Anthropic answers: its models list at /v1/models, a 401 in its words without its headers, 404 elsewhere.
+  const asked: string[] = [];
+  const fetch = ((input: RequestInfo | URL, init?: RequestInit) => {
+    const url = new URL(String(input));
+    const headers = new Headers(init?.headers);
+    asked.push(url.pathname);
+    if (url.pathname !== "/v1/models") return Promise.resolve(new Response("{}", { status: 404 }));
+    const ok = headers.get("x-api-key") === "sk-ant-good" && headers.get("anthropic-version") !== null;
+    const error = { type: "error", error: { type: "authentication_error", message: "invalid x-api-key" } };
+    return Promise.resolve(ok ? Response.json({ data: [] }) : Response.json(error, { status: 401 }));
+  }) as typeof globalThis.fetch;
+  const base = "https://api.anthropic.com";
+  assert.equal(await probeProvider(base, { api: "anthropic", apiKey: "sk-ant-good", fetch }), null);
+  assert.equal(
+    await probeProvider(base, { api: "anthropic", apiKey: "sk-ant-bad", fetch }),
+    "https://api.anthropic.com refused the key (HTTP 401 to GET /v1/models): check ANTHROPIC_API_KEY",
+  );
+  assert.deepEqual(asked, ["/v1/models", "/v1/models"]);
+});
+
 Deno.test("probeProvider() names a closed port and a provider that does not answer in time", async () => {
   const port = freePort();
   assert.equal(

@@ -464,6 +464,7 @@ class MessagesReader implements StreamReader {
 /** Anthropic Messages (`LLM_API=anthropic`): `POST {baseUrl}/v1/messages`. */
 export const ANTHROPIC_MESSAGES: Dialect = {
   path: "/v1/messages",
+  modelsPath: "/v1/models",
   headers: { "anthropic-version": ANTHROPIC_VERSION },
   auth: (apiKey) => ({ "x-api-key": apiKey }),
   body,

@@ -38,7 +38,7 @@ export interface RetryInfo {
 }
 
 /** The dialect of each `LLM_API`. */
-const DIALECTS: Readonly<Record<LlmApi, Dialect>> = {
+export const DIALECTS: Readonly<Record<LlmApi, Dialect>> = {
   chat: CHAT_COMPLETIONS,
   anthropic: ANTHROPIC_MESSAGES,
   responses: OPENAI_RESPONSES,

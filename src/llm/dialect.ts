@@ -87,6 +87,8 @@ export interface StreamReader {
 export interface Dialect {
   /** Appended to the base URL: `/chat/completions`, `/v1/messages`, `/responses`. */
   readonly path: string;
+  /** Appended to the base URL to list the models (the start-up probe): `/models`, `/v1/models`. */
+  readonly modelsPath: string;
   /** The headers that carry a (non-empty) key. */
   auth(apiKey: string): Record<string, string>;
   /** Headers every request carries besides its key and content type (an API version). */

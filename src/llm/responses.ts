@@ -435,6 +435,7 @@ export class ResponsesStreamReader implements StreamReader {
 /** OpenAI Responses: `POST {baseUrl}/responses` with a bearer key. */
 export const OPENAI_RESPONSES: Dialect = {
   path: "/responses",
+  modelsPath: "/models",
   headers: {},
   auth: (apiKey) => ({ Authorization: `Bearer ${apiKey}` }),
   body: (messages, tools, options) => JSON.stringify(buildResponsesBody(messages, tools, options)),

@@ -360,6 +360,7 @@ export class ReplyAssembler implements StreamReader {
 /** Chat Completions (`LLM_API=chat`): `POST {baseUrl}/chat/completions` with a bearer key. */
 export const CHAT_COMPLETIONS: Dialect = {
   path: "/chat/completions",
+  modelsPath: "/models",
   headers: {},
   auth: (apiKey) => ({ Authorization: `Bearer ${apiKey}` }),
   body: (messages, tools, options) => serializeRequestBody(options.model, messages, tools, options),
