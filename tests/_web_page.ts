@@ -101,6 +101,11 @@ export async function withPage(
       if (message.type() === "error" && !expected) problems.push(message.text());
     });
     page.on("pageerror", (error) => problems.push(String(error)));
+    // Chromium's console line names no URL: the failed responses say which request it was.
+    page.on("response", (response) => {
+      const status = response.status();
+      if (status >= 400 && !/40[19]/.test(String(status))) problems.push(`HTTP ${status} ${response.url()}`);
+    });
     await fn(page, `http://127.0.0.1:${serve.port()}`, { serve, provider, dialogs });
     // A policy violation or a script error shows up here (Chromium logs both as console errors).
     assert.deepEqual(problems, []);
