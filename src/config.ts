@@ -406,10 +406,15 @@ export function isLoopbackUrl(baseUrl: string): boolean {
   return isLoopbackHost(new URL(baseUrl).hostname);
 }
 
+/** The setting that holds the key a wire format sends. */
+export function apiKeySetting(api: Config["api"]): "ANTHROPIC_API_KEY" | "OPENAI_API_KEY" {
+  return api === "anthropic" ? "ANTHROPIC_API_KEY" : "OPENAI_API_KEY";
+}
+
 /** Fails with `ConfigError` when the key is missing for a provider that is not on loopback. */
 export function requireApiKey(config: Readonly<Config>): void {
   if (config.apiKey === "" && !isLoopbackUrl(config.baseUrl)) {
-    const name = config.api === "anthropic" ? "ANTHROPIC_API_KEY" : "OPENAI_API_KEY";
+    const name = apiKeySetting(config.api);
     throw new ConfigError(
       name,
       `Missing ${name}: ${config.baseUrl} is not a loopback address, so a key is required`,

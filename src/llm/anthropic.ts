@@ -191,9 +191,9 @@ function body(messages: readonly Message[], tools: readonly ToolSchema[], option
   request.messages = wire;
   const wireTools = toolsOf(tools, responseFormat);
   if (wireTools.length > 0) request.tools = wireTools;
-  // Thinking takes only `auto`: the answer tool is then asked for by the format's system block alone.
-  if (responseFormat !== null && thinkingBudget === null) request.tool_choice = { type: "any" };
+  // Thinking takes only `auto` or `none`: the answer tool is then asked for by the format's system block alone.
   if (wireTools.length > 0 && toolChoice === "none") request.tool_choice = { type: "none" };
+  else if (responseFormat !== null && thinkingBudget === null) request.tool_choice = { type: "any" };
   if (thinkingBudget !== null) request.thinking = { type: "enabled", budget_tokens: thinkingBudget };
   if (stream) request.stream = true;
   return JSON.stringify(request);

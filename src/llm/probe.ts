@@ -3,6 +3,7 @@
  * a wrong `OPENAI_BASE_URL` or key is said at start-up rather than at the first turn.
  * @module
  */
+import { apiKeySetting } from "../config.ts";
 import { redact } from "../redact.ts";
 import { connectCause, describeThrown } from "./_failure.ts";
 import { DIALECTS, type HttpLLMOptions } from "./client.ts";
@@ -28,7 +29,7 @@ export async function probeProvider(baseUrl: string, options: ProbeOptions = {})
   const headers = { ...dialect.headers, ...(apiKey === "" ? {} : dialect.auth(apiKey)) };
   const signal = AbortSignal.timeout(timeoutMs);
   const path = dialect.modelsPath;
-  const setting = api === "anthropic" ? "ANTHROPIC_API_KEY" : "OPENAI_API_KEY";
+  const setting = apiKeySetting(api);
   try {
     const response = await fetch(`${baseUrl.replace(/\/+$/, "")}${path}`, { headers, signal });
     await response.body?.cancel();
