@@ -80,6 +80,8 @@ export interface McpConnectionOptions {
    * @default {RETRY_BACKOFF}
    */
   retry?: BackoffOptions;
+  /** How an HTTP or SSE server is reached. @default {globalThis.fetch} */
+  fetch?: typeof fetch;
 }
 
 /** A server that failed to start is tried again after 1 s, doubling to at most a minute, ±20%. */
@@ -101,6 +103,8 @@ export class McpConnection {
   #tools: readonly ListedTool[] = [];
   #restarts: number[] = [];
   #starting: Promise<boolean> | null = null;
+  /** The client of the start in flight, closed by `close` so that start ends at once. */
+  #connecting: Client | null = null;
   /** The next background try of a server that failed to start, and how many came before it. */
   #retry: { timer?: ReturnType<typeof setTimeout>; tries: number } = { tries: 0 };
 
@@ -108,13 +112,14 @@ export class McpConnection {
     const { sdk, timeoutMs = 10_000, onToolsChanged = () => {}, warn = () => {}, now = Date.now } = options;
     const { maxCallMs = PROGRESS_LIMIT * timeoutMs, startTimeoutMs = 60_000, retry = RETRY_BACKOFF } =
       options;
+    const { fetch = (input, init) => globalThis.fetch(input, init) } = options;
     backoffDelay(0, retry); // checks the options
     if (!(timeoutMs > 0)) throw new RangeError(`timeoutMs must be over 0, got ${timeoutMs}`);
     if (!(startTimeoutMs > 0)) throw new RangeError(`startTimeoutMs must be over 0, got ${startTimeoutMs}`);
     if (!(maxCallMs >= timeoutMs)) {
       throw new RangeError(`maxCallMs must be at least timeoutMs (${timeoutMs}), got ${maxCallMs}`);
     }
-    this.#options = { sdk, timeoutMs, startTimeoutMs, maxCallMs, onToolsChanged, warn, now, retry };
+    this.#options = { sdk, timeoutMs, startTimeoutMs, maxCallMs, onToolsChanged, warn, now, retry, fetch };
   }
 
   /** The tools listed at the last start or change; empty unless the server started. */
@@ -180,6 +185,7 @@ export class McpConnection {
         },
       },
     });
+    this.#connecting = client;
     try {
       await client.connect(this.#transport(), { timeout: timeoutMs });
       const listed = await client.listTools(undefined, { timeout: timeoutMs });
@@ -195,6 +201,8 @@ export class McpConnection {
       if (!this.#closed()) this.#state = "failed";
       this.#error = `cannot start or list its tools: ${oneLine(error)}`;
       return false;
+    } finally {
+      this.#connecting = null;
     }
   }
 
@@ -213,9 +221,13 @@ export class McpConnection {
       return new DenoStdioTransport({ command, args, env: { ...Object.fromEntries(inherited), ...env } });
     }
     const requestInit = { headers: { ...config.headers } };
+    const { fetch } = this.#options;
     return config.transport === "sse"
-      ? new sdk.SSEClientTransport(new URL(config.url), { requestInit })
-      : new sdk.StreamableHTTPClientTransport(new URL(config.url), { requestInit });
+      ? new sdk.SSEClientTransport(new URL(config.url), { requestInit, fetch })
+      : new sdk.StreamableHTTPClientTransport(new URL(config.url), {
+        requestInit,
+        fetch: quietOnClose(fetch),
+      });
   }
 
   #died(client: Client): void {
@@ -292,15 +304,36 @@ export class McpConnection {
     }
   }
 
-  /** Stops the server (its child process, or its HTTP session). Never throws. */
+  /**
+   * Stops the server (its child process, or its HTTP session); a start in flight (a background try, or a
+   * call's restart) is cut short and waited for, so nothing of this connection runs after. Never throws.
+   */
   async close(): Promise<void> {
     this.#state = "closed";
     clearTimeout(this.#retry.timer);
     this.#retry.timer = undefined;
-    const client = this.#client;
+    const clients = [this.#client, this.#connecting];
     this.#client = null;
-    await client?.close().catch(() => {});
+    await Promise.all(clients.map((client) => client?.close().catch(() => {})));
+    await this.#starting;
   }
+}
+
+/**
+ * `fetchFn` for the Streamable HTTP transport, except that a GET its `close` aborted answers 405 ("no stream
+ * here") instead of failing. The SDK (1.32.2) tries a lost GET stream again on a timer, and when a try in
+ * flight fails it sets the next one without asking whether the transport closed meanwhile: that timer would
+ * outlive the closed client. A 405 it takes quietly, as the end of the stream.
+ */
+function quietOnClose(fetchFn: typeof fetch): typeof fetch {
+  return async (input, init) => {
+    try {
+      return await fetchFn(input, init);
+    } catch (error) {
+      if (init?.method !== "GET" || init.signal?.aborted !== true) throw error;
+      return new Response(null, { status: 405 });
+    }
+  };
 }
 
 /**
