@@ -100,19 +100,7 @@ async function measureApi(api: Api, turns: number): Promise<CacheRow> {
         .map((c) => ({ id: c.id, name: c.function.name, arguments: c.function.arguments }));
     const decision = { content: (reply.content ?? null) as string | null, calls };
     const output = tokensOf(reply);
-    const sent = api === "chat"
-      ? {
-        id: "chatcmpl-cache",
-        model: price.model,
-        choices: [{ index: 0, message: reply, finish_reason: calls.length > 0 ? "tool_calls" : "stop" }],
-        usage: {
-          prompt_tokens: usage.input,
-          completion_tokens: output,
-          total_tokens: usage.input + output,
-          prompt_tokens_details: { cached_tokens: usage.read },
-        },
-      }
-      : wholeReply(api, price.model, decision, { ...usage, output });
+    const sent = wholeReply(api, price.model, decision, { ...usage, output }, "cache");
     return Promise.resolve(Response.json(sent));
   };
   const runtime = openBenchRuntime(dir.path, "http://127.0.0.1:9/v1", { fetch, api, userMemory: false });

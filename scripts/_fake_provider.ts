@@ -250,46 +250,6 @@ class Rules {
   }
 }
 
-function crashCompletion(model: string, decision: Decision): Record<string, unknown> {
-  const message: Record<string, unknown> = { role: "assistant", content: decision.content };
-  if (decision.calls.length > 0) {
-    message.tool_calls = decision.calls.map((c) => ({
-      id: c.id,
-      type: "function",
-      function: { name: c.name, arguments: c.arguments },
-    }));
-  }
-  return {
-    id: "chatcmpl-crash",
-    object: "chat.completion",
-    created: 0,
-    model,
-    choices: [{ index: 0, message, finish_reason: decision.calls.length > 0 ? "tool_calls" : "stop" }],
-    usage: { prompt_tokens: 20, completion_tokens: 8, total_tokens: 28 },
-  };
-}
-
-/** The reply as SSE frames, OpenAI style: argument fragments by `index`, usage in a `choices: []` chunk. */
-function sseFrames(model: string, decision: Decision): string[] {
-  const base = { id: "chatcmpl-crash", object: "chat.completion.chunk", created: 0, model };
-  const chunks: Record<string, unknown>[] = [];
-  const push = (delta: Record<string, unknown>, finish: string | null = null) =>
-    chunks.push({ ...base, choices: [{ index: 0, delta, finish_reason: finish }], usage: null });
-  push({ role: "assistant", content: "" });
-  decision.calls.forEach((call, index) => {
-    const half = Math.ceil(call.arguments.length / 2);
-    push({
-      tool_calls: [{ index, id: call.id, type: "function", function: { name: call.name, arguments: "" } }],
-    });
-    push({ tool_calls: [{ index, function: { arguments: call.arguments.slice(0, half) } }] });
-    push({ tool_calls: [{ index, function: { arguments: call.arguments.slice(half) } }] });
-  });
-  for (const word of decision.content?.match(/\S+\s*/g) ?? []) push({ content: word });
-  push({}, decision.calls.length > 0 ? "tool_calls" : "stop");
-  chunks.push({ ...base, choices: [], usage: { prompt_tokens: 20, completion_tokens: 8, total_tokens: 28 } });
-  return [...chunks.map((c) => `data: ${JSON.stringify(c)}\n\n`), "data: [DONE]\n\n"];
-}
-
 /** Starts the provider on an ephemeral loopback port. */
 export function startCrashProvider(options: CrashProviderOptions = {}): CrashProvider {
   const { seed = 1, maxDelayMs = 40, onMoment = () => {} } = options;
@@ -331,13 +291,8 @@ export function startCrashProvider(options: CrashProviderOptions = {}): CrashPro
     if (decision.kind === "summary") stats.summaries++;
     const model = String(body.model);
     const usage = { input: 20, output: 8, read: 0, written: 0 };
-    const text = api !== "chat"
-      ? (stream
-        ? streamedReply(api, wholeReply(api, model, decision, usage, `crash${index}`))
-        : [JSON.stringify(wholeReply(api, model, decision, usage, `crash${index}`))])
-      : stream
-      ? sseFrames(model, decision)
-      : [JSON.stringify(crashCompletion(model, decision))];
+    const whole = wholeReply(api, model, decision, usage, `crash${index}`);
+    const text = stream ? streamedReply(api, whole) : [JSON.stringify(whole)];
     // A stream goes out in up to three pieces with short gaps, so a kill can land mid-reply.
     const [a, b] = [Math.floor(rng() * text.length), Math.floor(rng() * text.length)].sort((x, y) => x - y);
     const pieces = (stream ? [text.slice(0, a), text.slice(a, b), text.slice(b)] : [text])

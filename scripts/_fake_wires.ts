@@ -150,17 +150,77 @@ function responsesBody(model: string, decision: WireDecision, usage: WireUsage, 
   };
 }
 
-/** A whole reply body of `api` (Chat Completions is the fakes' own business). */
+function chatCompletion(model: string, decision: WireDecision, usage: WireUsage, id: string) {
+  const message: Block = { role: "assistant", content: decision.content };
+  if (decision.calls.length > 0) {
+    message.tool_calls = decision.calls.map((c) => ({
+      id: c.id,
+      type: "function",
+      function: { name: c.name, arguments: c.arguments },
+    }));
+  }
+  return {
+    id: `chatcmpl-${id}`,
+    object: "chat.completion",
+    created: 0,
+    model,
+    choices: [{ index: 0, message, finish_reason: decision.calls.length > 0 ? "tool_calls" : "stop" }],
+    usage: {
+      prompt_tokens: usage.input,
+      completion_tokens: usage.output,
+      total_tokens: usage.input + usage.output,
+      prompt_tokens_details: { cached_tokens: usage.read },
+    },
+  };
+}
+
+/** A whole reply body of `api`. */
 export function wholeReply(
-  api: Exclude<Api, "chat">,
+  api: Api,
   model: string,
   decision: WireDecision,
   usage: WireUsage,
   id = "fake",
 ): Record<string, unknown> {
-  return api === "anthropic"
+  return api === "chat"
+    ? chatCompletion(model, decision, usage, id)
+    : api === "anthropic"
     ? anthropicMessage(model, decision, usage, id)
     : responsesBody(model, decision, usage, id);
+}
+
+/**
+ * A Chat Completions body as the API streams it: the role, the text word by word, each call's id and name
+ * then its arguments in two fragments by `index`, the finish reason, then usage in a `choices: []` chunk.
+ */
+export function chatChunks(completion: Record<string, unknown>): Record<string, unknown>[] {
+  const { id, model } = completion;
+  const base = { id, object: "chat.completion.chunk", created: 0, model };
+  const [choice] = completion.choices as { message: Block; finish_reason: string }[];
+  const chunks: Record<string, unknown>[] = [];
+  const push = (delta: Block, finish: string | null = null) =>
+    chunks.push({ ...base, choices: [{ index: 0, delta, finish_reason: finish }], usage: null });
+  push({ role: "assistant", content: "" });
+  const content = choice.message.content as string | null;
+  for (const word of content?.match(/\S+\s*/g) ?? []) push({ content: word });
+  const calls = (choice.message.tool_calls ?? []) as { id: string; function: Block }[];
+  calls.forEach((call, index) => {
+    const args = String(call.function.arguments);
+    const half = Math.ceil(args.length / 2);
+    push({
+      tool_calls: [{
+        index,
+        id: call.id,
+        type: "function",
+        function: { name: call.function.name, arguments: "" },
+      }],
+    });
+    push({ tool_calls: [{ index, function: { arguments: args.slice(0, half) } }] });
+    push({ tool_calls: [{ index, function: { arguments: args.slice(half) } }] });
+  });
+  push({}, choice.finish_reason);
+  chunks.push({ ...base, choices: [], usage: completion.usage });
+  return chunks;
 }
 
 /** A Messages body as the API streams it: start, each block's start, deltas and stop, stop reason, end. */
@@ -255,8 +315,14 @@ export function responsesEvents(response: Record<string, unknown>): [string, unk
   return events;
 }
 
-/** A streamed reply of `api` as SSE frames, each `event:` named as the API names it. */
-export function streamedReply(api: Exclude<Api, "chat">, body: Record<string, unknown>): string[] {
+/**
+ * A whole reply body of `api` streamed as SSE frames: Messages and Responses events each named as the API
+ * names them, Chat Completions chunks unnamed and ended by `[DONE]`.
+ */
+export function streamedReply(api: Api, body: Record<string, unknown>): string[] {
+  if (api === "chat") {
+    return [...chatChunks(body).map((c) => `data: ${JSON.stringify(c)}\n\n`), "data: [DONE]\n\n"];
+  }
   const events = api === "anthropic" ? messagesEvents(body) : responsesEvents(body);
   return events.map(([event, data]) => `event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
 }

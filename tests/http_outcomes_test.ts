@@ -2,7 +2,9 @@
  * Every way a turn ends, driven through both APIs on a kept session: the sessions API
  * (`POST /v1/sessions/{id}/messages`) and the OpenAI-compatible route (`X-Session-Id`) answer it with the
  * same status and error code, JSON and streamed alike (the stream's last frame carries that error); and the
- * OpenAI-compatible route says the same text both ways: the answer's content, or the error's message.
+ * OpenAI-compatible route says the same text both ways: the answer's content, or the error's message. Each
+ * runs with the rule model in process, then behind the real model client of each wire format (`LLM_API`),
+ * the model streamed and whole.
  */
 import assert from "node:assert/strict";
 import { parseApprovalPolicy } from "../src/approval/policy.ts";
@@ -13,6 +15,8 @@ import { leaseStoreWith } from "./_harness.ts";
 import { FakeClock } from "./_fake_clock.ts";
 import { BUDGET_ANSWER } from "../src/agent/loop.ts";
 import { type HttpHarness, httpHarness, parseSse, postMessage, until } from "./_http_harness.ts";
+import { ruleProvider } from "./_rule_provider.ts";
+import { LLM_APIS, type LlmApi } from "../src/types.ts";
 
 type Api = "sessions" | "openai";
 
@@ -102,6 +106,8 @@ interface Outcome {
   code: string | null;
   /** What the OpenAI-compatible route says, both ways, when the test names it. */
   says?: string;
+  /** The deadline of a model client's attempt, in seconds, when the test needs a short one. @default {60} */
+  modelTimeoutSeconds?: number;
 }
 
 const OUTCOMES: Outcome[] = [
@@ -166,6 +172,8 @@ const OUTCOMES: Outcome[] = [
     name: "error: the model timed out",
     message: "hello",
     setup: (h) => (h.llm.fail = new LlmError("LLM request timed out after 60s", { kind: "timeout" })),
+    // Behind a wire, the reply never comes: the client's own deadline ends the attempt.
+    modelTimeoutSeconds: 0.05,
     status: 504,
     code: "llm_timeout",
   },
@@ -214,38 +222,62 @@ const OUTCOMES: Outcome[] = [
   },
 ];
 
-for (const outcome of OUTCOMES) {
-  Deno.test(`both APIs answer a turn that ends "${outcome.name}" with ${outcome.status}, JSON and streamed`, async () => {
-    const answers: Record<string, { status: number; code: string | null }> = {};
-    said.length = 0;
-    for (const api of ["sessions", "openai"] as const) {
-      for (const stream of [false, true]) {
-        using h = httpHarness();
-        outcome.setup?.(h);
-        const client = new AbortController();
-        const sent = request(api, `${api}-session`, outcome.message, stream, outcome.format);
-        const response = h.handler(new Request(sent, { signal: client.signal }));
-        if (outcome.during !== undefined) {
-          await until(() => h.llm.calls === 1, "the model call");
-          await outcome.during(h, client);
+/** The model of a run: the rule model itself, or the rule model behind the wire of an `LLM_API`, streamed or whole. */
+type Wire = { api: LlmApi; stream: boolean } | null;
+
+for (
+  const wires of [
+    [null],
+    ...LLM_APIS.map((api) => [{ api, stream: false }, { api, stream: true }]),
+  ] as Wire[][]
+) {
+  const via = wires[0] === null ? "" : `LLM_API=${wires[0].api} (the model streamed and whole): `;
+  for (const outcome of OUTCOMES) {
+    Deno.test(`${via}both APIs answer a turn that ends "${outcome.name}" with ${outcome.status}, JSON and streamed`, async () => {
+      for (const wire of wires) {
+        const answers: Record<string, { status: number; code: string | null }> = {};
+        said.length = 0;
+        for (const api of ["sessions", "openai"] as const) {
+          for (const stream of [false, true]) {
+            using h = httpHarness();
+            const provider = wire === null ? null : ruleProvider(h.llm);
+            try {
+              outcome.setup?.(h);
+              if (wire !== null) {
+                h.deps.agent.llm = provider!.model(wire.api, wire.stream, outcome.modelTimeoutSeconds);
+              }
+              const client = new AbortController();
+              const sent = request(api, `${api}-session`, outcome.message, stream, outcome.format);
+              const response = h.handler(new Request(sent, { signal: client.signal }));
+              if (outcome.during !== undefined) {
+                await until(() => h.llm.calls === 1, "the model call");
+                await outcome.during(h, client);
+              }
+              // Every held model call ends by an abort: read to the end first, let go of nothing before.
+              answers[`${api} ${stream ? "stream" : "json"}`] = await seen(api, await response, stream);
+              h.llm.release();
+            } finally {
+              await provider?.close();
+            }
+          }
         }
-        // Every held model call ends by an abort: read to the end first, let go of nothing before.
-        answers[`${api} ${stream ? "stream" : "json"}`] = await seen(api, await response, stream);
-        h.llm.release();
+        const expected = { status: outcome.status, code: outcome.code };
+        const model = wire === null ? "" : ` (the model ${wire.stream ? "streamed" : "whole"})`;
+        assert.deepEqual(answers, {
+          "sessions json": expected,
+          "sessions stream": expected,
+          "openai json": expected,
+          "openai stream": expected,
+        }, model);
+        if (outcome.status === 499) continue; // nobody reads what a gone client would have been told
+        // Each request ran its own run (and provider): its id (and port) in a message is the one difference.
+        const [json, streamed] = said.map((text) =>
+          text.replace(/run [\w:-]+\)/g, "run …)").replace(/127\.0\.0\.1:\d+/g, "127.0.0.1:…")
+        );
+        assert.notEqual(json, "");
+        assert.equal(streamed, json, model);
+        if (outcome.says !== undefined) assert.equal(json, outcome.says, model);
       }
-    }
-    const expected = { status: outcome.status, code: outcome.code };
-    assert.deepEqual(answers, {
-      "sessions json": expected,
-      "sessions stream": expected,
-      "openai json": expected,
-      "openai stream": expected,
     });
-    if (outcome.status === 499) return; // nobody reads what a gone client would have been told
-    // Each request ran its own run: its id in a message is the one difference.
-    const [json, streamed] = said.map((text) => text.replace(/run [\w:-]+\)/g, "run …)"));
-    assert.notEqual(json, "");
-    assert.equal(streamed, json);
-    if (outcome.says !== undefined) assert.equal(json, outcome.says);
-  });
+  }
 }

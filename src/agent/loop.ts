@@ -275,7 +275,11 @@ async function askModel(
     userMemory,
   });
   // An answer with a response format is shown only once it is checked: it does not stream.
-  const delta = onDelta === undefined || format !== null ? undefined : (text: string) => onDelta(text, step);
+  let streamed = false;
+  const delta = onDelta === undefined || format !== null ? undefined : (text: string) => {
+    streamed = true;
+    onDelta(text, step);
+  };
   const onReasoning = reasoning === undefined ? undefined : () => reasoning(step);
   const responseFormat = (agent.responseFormatMode ?? "native") === "native" ? format : null;
   const requestTokens = turn.memory.requestTokens;
@@ -303,6 +307,8 @@ async function askModel(
     return { failure: { ...failure, message: e?.message ?? String(error) } };
   }
   turn.steps = step + 1;
+  // Text written before calling tools is shown as it would have streamed, from a model that does not stream.
+  if (!streamed && reply.toolCalls.length > 0 && reply.content) delta?.(reply.content);
   const latency = performance.now() - started;
   const state = keptState(reply);
   reply = state.reply;
