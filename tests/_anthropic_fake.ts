@@ -4,8 +4,9 @@
  * version headers, `max_tokens`, roles, non-empty text, every `tool_use` answered by a `tool_result` in the next
  * message (results first), at most 4 `cache_control` blocks, a thinking budget of 1024 or more under
  * `max_tokens`, no forced tool with thinking, thinking blocks back unchanged (their signature checked) and first
- * in an assistant message with calls. It answers by rule like a tiny model (arithmetic: `calculator` calls, two
- * at once for two expressions; a tool result: an answer), with a signed thinking block when thinking is on,
+ * in an assistant message with calls, structured outputs (`output_config.format`) only for the models that
+ * have them and only with closed objects and no refused constraint. It answers by rule like a tiny model (arithmetic: `calculator` calls, two
+ * at once for two expressions; a tool result: an answer; with an output format, `{"answer": text}`), with a signed thinking block when thinking is on,
  * streamed or whole in the API's recorded shapes, and counts cached tokens by Anthropic's rules: a prefix is
  * read only up to a breakpoint an earlier request wrote (looking back 20 blocks), written at each breakpoint
  * of 1024 tokens or more. Tests may script the next replies (refusal, max_tokens, overloaded).
@@ -56,6 +57,36 @@ function refuse(status: number, type: string, message: string): Response {
   return Response.json({ type: "error", error: { type, message } }, { status });
 }
 
+/** The models with structured outputs (`output_config.format`): Opus, Sonnet and Haiku 4.5 and later. */
+const STRUCTURED_OUTPUTS = /claude-(opus|sonnet|haiku)-(4-[5-9]|[5-9])(?!\d)/;
+
+/** Constraints structured outputs refuse in a schema. */
+const REFUSED_KEYWORDS = ["minimum", "maximum", "minLength", "maxLength", "maxItems", "multipleOf", "$ref"];
+
+/** What Anthropic says of the first part of `schema` structured outputs do not take, or null. */
+function schemaRule(schema: unknown, at: string): string | null {
+  if (typeof schema !== "object" || schema === null) return null;
+  const node = schema as Block;
+  for (const keyword of REFUSED_KEYWORDS) {
+    if (keyword in node) return `${at}: '${keyword}' is not supported`;
+  }
+  if (node.type === "object" && node.additionalProperties !== false) {
+    return `${at}: For 'object' type, 'additionalProperties' must be explicitly set to false`;
+  }
+  for (const [name, inner] of Object.entries((node.properties ?? {}) as Block)) {
+    const broken = schemaRule(inner, `${at}.properties.${name}`);
+    if (broken !== null) return broken;
+  }
+  for (const key of ["items", "anyOf", "allOf"]) {
+    const inner = node[key];
+    for (const [i, part] of (Array.isArray(inner) ? inner : [inner]).entries()) {
+      const broken = schemaRule(part, `${at}.${key}${Array.isArray(inner) ? `.${i}` : ""}`);
+      if (broken !== null) return broken;
+    }
+  }
+  return null;
+}
+
 export function anthropicProvider(baseUrl = "https://api.anthropic.example"): AnthropicProvider {
   const requests: Record<string, unknown>[] = [];
   const headers: Headers[] = [];
@@ -85,6 +116,14 @@ export function anthropicProvider(baseUrl = "https://api.anthropic.example"): An
       if (choice === "any" || choice === "tool") {
         return "Thinking may not be enabled when tool_choice forces tool use.";
       }
+    }
+    const format = (body.output_config as { format?: Block } | undefined)?.format;
+    if (format !== undefined) {
+      if (!STRUCTURED_OUTPUTS.test(String(body.model))) {
+        return `output_config.format: structured outputs are not supported for model ${body.model}`;
+      }
+      const broken = schemaRule(format.schema, "output_config.format.schema");
+      if (broken !== null) return broken;
     }
     for (const [k, tool] of ((body.tools ?? []) as Block[]).entries()) {
       if (!/^[a-zA-Z0-9_-]{1,64}$/.test(String(tool.name))) {
@@ -169,6 +208,7 @@ export function anthropicProvider(baseUrl = "https://api.anthropic.example"): An
       content.push({ type: "thinking", thinking: thought, signature });
     }
     const results = blocks.filter((b) => b.type === "tool_result");
+    const format = (body.output_config as { format?: Block } | undefined)?.format;
     const answerTool = ((body.tools ?? []) as Block[]).find((t) => t.name === "structured_answer");
     let stop = "end_turn";
     if (results.length > 0) {
@@ -190,6 +230,8 @@ export function anthropicProvider(baseUrl = "https://api.anthropic.example"): An
           });
         }
         stop = "tool_use";
+      } else if (format !== undefined) {
+        content.push({ type: "text", text: JSON.stringify({ answer: text }) });
       } else if (answerTool !== undefined) {
         content.push({
           type: "tool_use",

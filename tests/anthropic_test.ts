@@ -7,8 +7,8 @@
 import assert from "node:assert/strict";
 import { runTurn } from "../src/agent/loop.ts";
 import { HttpLLM, type HttpLLMOptions } from "../src/llm/client.ts";
-import { ANSWER_TOOL } from "../src/llm/anthropic.ts";
-import type { Message, ToolSchema } from "../src/types.ts";
+import { ANSWER_TOOL, hasStructuredOutputs, outputSchema } from "../src/llm/anthropic.ts";
+import type { Message, ResponseFormat, ToolSchema } from "../src/types.ts";
 import { harness } from "./_harness.ts";
 import { llmError, recordingSleep } from "./_openai_stubs.ts";
 import { ANTHROPIC_KEY, type AnthropicProvider, anthropicProvider } from "./_anthropic_fake.ts";
@@ -233,7 +233,8 @@ for (const stream of [false, true]) {
 
   Deno.test(`Messages (${mode}): a structured answer is asked as a tool the model must call, and comes back as the answer's JSON`, async () => {
     const provider = anthropicProvider();
-    const { llm } = client(provider, stream);
+    // Before 4.5, Claude has no structured outputs.
+    const { llm } = client(provider, stream, { model: "claude-sonnet-4-20250514" });
     const schema = { type: "object", properties: { answer: { type: "string" } }, required: ["answer"] };
     const reply = await llm.chat([{ role: "user", content: "say yes" }], {
       responseFormat: { type: "json_schema", name: "yes", schema },
@@ -244,8 +245,55 @@ for (const stream of [false, true]) {
     const body = provider.requests[0];
     assert.deepEqual(body.tool_choice, { type: "any" });
     assert.equal((body.tools as { name: string }[])[0].name, ANSWER_TOOL);
+    assert.equal(body.output_config, undefined);
   });
 
+  Deno.test(`Messages (${mode}): a model with structured outputs gets the schema as output_config.format, objects closed and constraints left to the runtime`, async () => {
+    const provider = anthropicProvider();
+    const { llm } = client(provider, stream);
+    const schema = {
+      type: "object",
+      properties: {
+        answer: { type: "string", minLength: 1 },
+        tags: {
+          type: "array",
+          items: { type: "object", properties: { n: { type: "integer", minimum: 0 } } },
+        },
+      },
+      required: ["answer"],
+    };
+    const reply = await llm.chat([{ role: "user", content: "say yes" }], {
+      tools: [CALCULATOR],
+      responseFormat: { type: "json_schema", name: "yes", schema },
+    });
+    assert.deepEqual(provider.refused, []);
+    assert.deepEqual(JSON.parse(reply.content!), { answer: "say yes" });
+    const body = provider.requests[0];
+    assert.deepEqual(body.output_config, {
+      format: {
+        type: "json_schema",
+        schema: {
+          type: "object",
+          properties: {
+            answer: { type: "string" },
+            tags: {
+              type: "array",
+              items: { type: "object", properties: { n: { type: "integer" } }, additionalProperties: false },
+            },
+          },
+          required: ["answer"],
+          additionalProperties: false,
+        },
+      },
+    });
+    assert.deepEqual((body.tools as { name: string }[]).map((t) => t.name), ["calculator"], "no answer tool");
+    assert.equal(body.tool_choice, undefined);
+    assert.deepEqual(
+      schema.properties.answer,
+      { type: "string", minLength: 1 },
+      "the caller's schema untouched",
+    );
+  });
   Deno.test(`Messages (${mode}): with thinking, a tool turn sends the signed thinking back unchanged, a later turn too, and no thought reaches the trace or the answer`, async () => {
     const provider = anthropicProvider();
     const { llm } = client(provider, stream, { thinkingBudget: 2048 });
@@ -305,6 +353,69 @@ Deno.test("Messages (streamed): an overloaded error event before any text is ret
   assert.equal(reply.content, "echo: hi");
   assert.equal(reply.retries, 1);
   assert.equal(delays.length, 1);
+});
+
+Deno.test("Messages: a schema structured outputs cannot take (an open object, a $ref) or a bare JSON object goes through the answer tool", async () => {
+  const open = { type: "object", properties: { a: { type: "string" } }, additionalProperties: true };
+  const recursive = { type: "object", properties: { next: { $ref: "#" } } };
+  const formats: ResponseFormat[] = [
+    { type: "json_schema", name: "open", schema: open },
+    { type: "json_schema", name: "tree", schema: recursive },
+    { type: "json_object" },
+  ];
+  for (const responseFormat of formats) {
+    const provider = anthropicProvider();
+    const { llm } = client(provider, false);
+    const reply = await llm.chat([{ role: "user", content: "say yes" }], { responseFormat });
+    assert.deepEqual(JSON.parse(reply.content!), { answer: "say yes" });
+    const body = provider.requests[0];
+    assert.equal(body.output_config, undefined, JSON.stringify(responseFormat));
+    assert.equal((body.tools as { name: string }[])[0].name, ANSWER_TOOL);
+  }
+  assert.equal(outputSchema(open), null);
+  assert.equal(outputSchema(recursive), null);
+});
+
+Deno.test("hasStructuredOutputs() knows Claude 4.5 and later by the model id, dated, aliased or on Bedrock", () => {
+  const yes = [
+    "claude-sonnet-4-5",
+    "claude-sonnet-4-5-20250929",
+    "claude-opus-4-6",
+    "claude-haiku-4-5@20251001",
+  ];
+  const more = ["anthropic.claude-opus-4-5-20251101-v1:0", "claude-sonnet-5", "claude-opus-4-10"];
+  const no = ["claude-sonnet-4-20250514", "claude-opus-4-1-20250805", "claude-3-5-haiku-latest", "gpt-5"];
+  assert.deepEqual([...yes, ...more].filter((m) => !hasStructuredOutputs(m)), []);
+  assert.deepEqual(no.filter(hasStructuredOutputs), []);
+});
+
+Deno.test("the fake refuses an output format for a model without structured outputs, and an open object, in Anthropic's words", async () => {
+  for (
+    const [model, schema, said] of [
+      [
+        "claude-sonnet-4-20250514",
+        { type: "object", additionalProperties: false },
+        /not supported for model/,
+      ],
+      ["claude-sonnet-4-5", { type: "object" }, /'additionalProperties' must be explicitly set to false/],
+    ] as const
+  ) {
+    const provider = anthropicProvider();
+    const response = await provider.fetch(`${provider.baseUrl}/v1/messages`, {
+      method: "POST",
+      headers: { "x-api-key": ANTHROPIC_KEY, "anthropic-version": "2023-06-01" },
+      body: JSON.stringify({
+        model,
+        max_tokens: 64,
+        messages: [{ role: "user", content: "hi" }],
+        output_config: { format: { type: "json_schema", schema } },
+      }),
+    });
+    assert.equal(response.status, 400);
+    const body = await response.json();
+    assert.equal(body.error.type, "invalid_request_error");
+    assert.match(body.error.message, said);
+  }
 });
 
 Deno.test("Messages: a structured answer with thinking leaves the tool choice to the model, which thinking requires", async () => {

@@ -108,6 +108,8 @@ export class TurnView {
   #heldBreaks = "";
   /** Piped: the last character written on the answer line ("" when none). */
   #lastChar = "";
+  /** Piped: tools were called since the last streamed text, so the answer to come has not streamed yet. */
+  #answerToCome = false;
 
   constructor(options: TurnViewOptions) {
     this.#options = options;
@@ -191,19 +193,21 @@ export class TurnView {
 
   /**
    * Piped: ends the turn's answer line. Text streamed before tool calls is already on it, so an answer that was
-   * not streamed (a closing answer, an error) continues the line rather than starting another. An answer not
+   * not streamed (from a model that does not stream, a closing answer, an error) continues the line rather than
+   * starting another. An answer not
    * in the response format, or an error, leaves its line empty; the status says why (run).
    */
   #endPipedLine(result: TurnResult): void {
     const { output } = this.#options;
     const printable = result.outcome !== "invalid_output" && result.outcome !== "error";
-    if (printable && (this.#pipedStep === null || result.outcome !== "answered")) {
+    if (printable && (this.#pipedStep === null || result.outcome !== "answered" || this.#answerToCome)) {
       output.write(`${this.#separator()}${result.answer}`);
     }
     output.write("\n");
     this.#pipedStep = null;
     this.#heldBreaks = "";
     this.#lastChar = "";
+    this.#answerToCome = false;
   }
 
   /** Piped: a space between text already on the answer line and what continues it, unless it ends in one. */
@@ -221,6 +225,7 @@ export class TurnView {
     if (this.#pipedStep === step) out = this.#heldBreaks + out;
     else if (this.#pipedStep !== null) out = this.#separator() + out;
     this.#pipedStep = step;
+    this.#answerToCome = false;
     const kept = out.replace(/[\r\n]+$/, "");
     this.#heldBreaks = out.slice(kept.length);
     if (kept === "") return;
@@ -250,7 +255,10 @@ export class TurnView {
     if (event.event === "llm_call") this.#modelCalls++;
     // Text streamed alongside tool calls is finished before the tool lines appear.
     if (event.event === "tool_call") this.#endStreamLine();
-    if (!interactive) return;
+    if (!interactive) {
+      if (event.event === "tool_call") this.#answerToCome = true;
+      return;
+    }
     const line = renderEvent(event, style);
     if (line === null) return;
     this.#thinking.stop();

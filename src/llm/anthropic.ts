@@ -155,6 +155,74 @@ function mark(blocks: Block[] | undefined): void {
 }
 
 /** The tools, with the answer tool of a structured answer. */
+/**
+ * Whether `model` has structured outputs (`output_config.format`): Claude Opus, Sonnet and Haiku 4.5 and
+ * later, by the model id's family and version (`claude-sonnet-4-5-20250929`, `claude-opus-4-6`, a Bedrock
+ * `anthropic.claude-haiku-4-5-…`). Earlier models are asked through the answer tool.
+ */
+export function hasStructuredOutputs(model: string): boolean {
+  const found = /claude-(?:opus|sonnet|haiku)-(\d+)(?:-(\d{1,2})(?![\d]))?/.exec(model);
+  if (found === null) return false;
+  const [major, minor] = [Number(found[1]), Number(found[2] ?? 0)];
+  return major > 4 || (major === 4 && minor >= 5);
+}
+
+/** Keywords structured outputs do not take: the runtime checks them once the answer is back. */
+const UNCONSTRAINED = new Set([
+  "minimum",
+  "maximum",
+  "exclusiveMinimum",
+  "exclusiveMaximum",
+  "multipleOf",
+  "minLength",
+  "maxLength",
+  "maxItems",
+  "uniqueItems",
+  "minProperties",
+  "maxProperties",
+]);
+
+/**
+ * A schema as structured outputs take it, or null when they cannot: every object closed
+ * (`additionalProperties: false`, which an object that leaves it unset gets), no `$ref` (a recursive schema
+ * is refused), and without the constraints of {@linkcode UNCONSTRAINED} (`minItems` above 1 too), which the
+ * runtime's own check of the answer still applies. An object open to other properties is left to the tool.
+ */
+export function outputSchema(schema: unknown): Record<string, unknown> | null {
+  if (Array.isArray(schema)) {
+    const items = schema.map(outputSchema);
+    return items.includes(null) ? null : items as unknown as Record<string, unknown>;
+  }
+  if (!isRecord(schema)) return schema as Record<string, unknown>;
+  if ("$ref" in schema) return null;
+  const out: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(schema)) {
+    if (UNCONSTRAINED.has(key) || (key === "minItems" && typeof value === "number" && value > 1)) continue;
+    if (key === "properties" && isRecord(value)) {
+      const properties: Record<string, unknown> = {};
+      for (const [name, property] of Object.entries(value)) {
+        const inner = outputSchema(property);
+        if (inner === null) return null;
+        properties[name] = inner;
+      }
+      out.properties = properties;
+    } else if (key === "const" || key === "enum" || key === "default" || key === "examples") {
+      out[key] = value;
+    } else if (typeof value === "object" && value !== null) {
+      const inner = outputSchema(value);
+      if (inner === null) return null;
+      out[key] = inner;
+    } else out[key] = value;
+  }
+  const object = out.type === "object" || (Array.isArray(out.type) && out.type.includes("object")) ||
+    "properties" in out;
+  if (object) {
+    if (out.additionalProperties === undefined) out.additionalProperties = false;
+    else if (out.additionalProperties !== false) return null;
+  }
+  return out;
+}
+
 function toolsOf(tools: readonly ToolSchema[], format: ResponseFormat | null): Block[] {
   const wire: Block[] = tools.map(({ name, description, parameters }) => ({
     name,
@@ -189,11 +257,17 @@ function body(messages: readonly Message[], tools: readonly ToolSchema[], option
   };
   if (system.length > 0) request.system = system;
   request.messages = wire;
-  const wireTools = toolsOf(tools, responseFormat);
+  // A schema the model's structured outputs take is asked so; anything else through the answer tool.
+  const native = responseFormat?.type === "json_schema" && hasStructuredOutputs(model)
+    ? outputSchema(responseFormat.schema)
+    : null;
+  const toolFormat = native === null ? responseFormat : null;
+  const wireTools = toolsOf(tools, toolFormat);
   if (wireTools.length > 0) request.tools = wireTools;
   // Thinking takes only `auto` or `none`: the answer tool is then asked for by the format's system block alone.
   if (wireTools.length > 0 && toolChoice === "none") request.tool_choice = { type: "none" };
-  else if (responseFormat !== null && thinkingBudget === null) request.tool_choice = { type: "any" };
+  else if (toolFormat !== null && thinkingBudget === null) request.tool_choice = { type: "any" };
+  if (native !== null) request.output_config = { format: { type: "json_schema", schema: native } };
   if (thinkingBudget !== null) request.thinking = { type: "enabled", budget_tokens: thinkingBudget };
   if (stream) request.stream = true;
   return JSON.stringify(request);
