@@ -5,7 +5,7 @@
  */
 import { BackgroundCompactions } from "../src/session/background.ts";
 import assert from "node:assert/strict";
-import { loadConfig } from "../src/config.ts";
+import { apiKeySetting, loadConfig } from "../src/config.ts";
 import { runTurn } from "../src/agent/loop.ts";
 import { createLlmFromConfig } from "../src/llm/client.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
@@ -27,7 +27,7 @@ const config = loadConfig({
 const reason = !config.runLiveTests
   ? "RUN_LIVE_TESTS is not 1"
   : config.apiKey === ""
-  ? `${config.api === "anthropic" ? "ANTHROPIC_API_KEY" : "OPENAI_API_KEY"} is empty`
+  ? `${apiKeySetting(config.api)} is empty`
   : null;
 if (reason !== null) console.log(`live tests ignored: ${reason}`);
 
