@@ -24,11 +24,14 @@ function completions(body: unknown, headers: Record<string, string> = {}): Reque
   });
 }
 
-/** The response's OpenAI error object, checked to have exactly OpenAI's four fields (plus a run id). */
+/**
+ * The response's OpenAI error object, checked to have exactly OpenAI's four fields (plus, for a turn that ran,
+ * its run id and whether the session kept it).
+ */
 async function openaiError(response: Response): Promise<Record<string, unknown>> {
   const { error, ...rest } = await response.json();
   assert.deepEqual(rest, {});
-  const keys = Object.keys(error).filter((k) => k !== "run_id").sort();
+  const keys = Object.keys(error).filter((k) => k !== "run_id" && k !== "turn_kept").sort();
   assert.deepEqual(keys, ["code", "message", "param", "type"], JSON.stringify(error));
   return error;
 }
@@ -166,6 +169,44 @@ Deno.test("a model failure is a 502 InternalServerError; sending the same messag
   assert.equal((await h.store.get(keyOf("oa-fail", "local")))!.turnCount, 1);
 });
 
+Deno.test("the official client with its default retries asks once for a turn that failed after it ran, and the error says the session kept it", async () => {
+  for (const session of ["oa-kept", null]) {
+    using h = httpHarness();
+    h.llm.fail = new LlmError("LLM request failed: HTTP 500 from provider.test", {
+      kind: "http",
+      status: 500,
+    });
+    await withServer(h, async ({ url }) => {
+      // The client's defaults: two retries of a 5xx, unless the server says not to.
+      const openai = new OpenAI({ apiKey: "no-auth-configured", baseURL: `${url}/v1`, timeout: 30_000 });
+      const headers = session === null ? {} : { "X-Session-Id": session };
+      const request = { model: "mini-agent", messages: ask("what is 6*7?") };
+      const error = await rejection(openai.chat.completions.create(request, { headers }));
+      assert.ok(error instanceof OpenAI.InternalServerError, String(error));
+      assert.equal(error.headers.get("x-should-retry"), "false");
+      assert.equal((error.error as { turn_kept: boolean }).turn_kept, session !== null);
+    });
+    assert.equal(h.llm.calls, 1, "one request, one turn, one model call");
+  }
+});
+
+Deno.test("an error before any work is still the client's to retry: a full queue's 429 has no x-should-retry", async () => {
+  using h = httpHarness({ maxWaiting: 0 });
+  h.llm.hold = true;
+  const first = h.handler(
+    completions({ model: "mini-agent", messages: ask("one") }, { "x-session-id": "q" }),
+  );
+  await until(() => h.llm.calls === 1, "the first turn to reach the model");
+  const second = await h.handler(
+    completions({ model: "mini-agent", messages: ask("two") }, { "x-session-id": "q" }),
+  );
+  assert.equal(second.status, 429);
+  assert.equal(second.headers.get("x-should-retry"), null);
+  assert.equal((await openaiError(second)).turn_kept, undefined);
+  h.llm.release();
+  assert.equal((await first).status, 200);
+});
+
 Deno.test("a session with its queue full answers 429, the client's RateLimitError", async () => {
   using h = httpHarness({ maxWaiting: 0 });
   h.llm.hold = true;
@@ -252,7 +293,11 @@ Deno.test("a turn cut short by the shutdown is a 503, as JSON and as the stream'
   h.shutdown.abort();
   const response = await json;
   assert.equal(response.status, 503);
-  assert.equal((await openaiError(response)).code, "shutting_down");
+  // The turn had asked the model already: a client's own retry would ask it again.
+  assert.equal(response.headers.get("x-should-retry"), "false");
+  const error = await openaiError(response);
+  assert.equal(error.code, "shutting_down");
+  assert.equal(error.turn_kept, false);
   const frames = (await streamed.text()).split("\n\n").filter((f) => f !== "");
   assert.equal(JSON.parse(frames[0].slice(6)).choices[0].delta.role, "assistant");
   assert.equal(JSON.parse(frames.at(-1)!.slice(6)).error.code, "shutting_down");

@@ -13,7 +13,7 @@ import type { SessionKey } from "../store/store.ts";
 import type { TurnResult } from "../types.ts";
 import { readJsonBody } from "./body.ts";
 import type { HandlerDeps } from "./deps.ts";
-import { failedTurn, type HttpError, toHttpError } from "./errors.ts";
+import { failedTurn, HttpError, toHttpError } from "./errors.ts";
 import { type ChatRequest, parseChatRequest } from "./openai_request.ts";
 import {
   chunkBody,
@@ -101,18 +101,31 @@ function idsOf(runId: string, created: number): CompletionIds {
   return { id: `chatcmpl-${runId}`, created };
 }
 
+/** Failures after which the session holds nothing of the turn (see `failureMessage`). */
+const NOTHING_KEPT: ReadonlySet<string> = new Set(["aborted", "lease", "deadline"]);
+
 /**
  * The error of a turn without an answer (see {@linkcode failedTurn}), a model or store failure worded for an
  * API client: the cause, how to retry (on a kept session, sending the same message again retries the turn).
+ * The turn did work already (model calls, perhaps tools), which a client's own retry would do again: every
+ * such error says `x-should-retry: false`, the header the official clients obey, and `turn_kept` says
+ * whether the session holds the turn, so that sending the same message again continues it.
  */
 function noAnswer(result: TurnResult, kept: boolean): HttpError {
   const advice = kept ? "; send the same message again to retry the turn" : "";
   const cause = result.failure?.message ?? "unknown error";
-  if (result.failure?.kind === "deadline") return failedTurn(result);
-  const message = result.failure?.kind === "store"
+  const kind = result.failure?.kind ?? "internal";
+  const message = kind === "deadline"
+    ? undefined
+    : kind === "store"
     ? `The session database is unavailable: ${cause}${advice} (run ${result.runId})`
     : `The agent could not get an answer from its model: ${cause}${advice} (run ${result.runId})`;
-  return failedTurn(result, message);
+  const error = failedTurn(result, message);
+  return new HttpError(error.status, error.code, error.message, {
+    headers: { ...error.headers, "x-should-retry": "false" },
+    details: { ...error.details, turn_kept: kept && !NOTHING_KEPT.has(kind) },
+    cause: error,
+  });
 }
 
 /**
