@@ -104,6 +104,8 @@ export class TurnView {
   #modelCalls = 0;
   /** Piped: the step whose streamed text is on the answer line (null: none yet this turn). */
   #pipedStep: number | null = null;
+  /** Piped: the step of the turn's answer event (null: none yet this turn). */
+  #answerStep: number | null = null;
   /** Piped: the line breaks that ended the streamed text, written only if more text of its step follows. */
   #heldBreaks = "";
   /** Piped: the last character written on the answer line ("" when none). */
@@ -191,17 +193,21 @@ export class TurnView {
 
   /**
    * Piped: ends the turn's answer line. Text streamed before tool calls is already on it, so an answer that was
-   * not streamed (a closing answer, an error) continues the line rather than starting another. An answer not
-   * in the response format, or an error, leaves its line empty; the status says why (run).
+   * not streamed (a closing answer, an answer of a model that does not stream) continues the line rather than
+   * starting another. An answer not in the response format, or an error, leaves its line empty; the status
+   * says why (run).
    */
   #endPipedLine(result: TurnResult): void {
     const { output } = this.#options;
     const printable = result.outcome !== "invalid_output" && result.outcome !== "error";
-    if (printable && (this.#pipedStep === null || result.outcome !== "answered")) {
+    // Only the answer's own step streamed means it is on the line: text of an earlier step is not the answer.
+    const streamed = this.#pipedStep !== null && this.#pipedStep === this.#answerStep;
+    if (printable && !(streamed && result.outcome === "answered")) {
       output.write(`${this.#separator()}${result.answer}`);
     }
     output.write("\n");
     this.#pipedStep = null;
+    this.#answerStep = null;
     this.#heldBreaks = "";
     this.#lastChar = "";
   }
@@ -248,6 +254,7 @@ export class TurnView {
     const { status, interactive, style, emit } = this.#options;
     emit(event);
     if (event.event === "llm_call") this.#modelCalls++;
+    if (event.event === "answer") this.#answerStep = event.step;
     // Text streamed alongside tool calls is finished before the tool lines appear.
     if (event.event === "tool_call") this.#endStreamLine();
     if (!interactive) return;
