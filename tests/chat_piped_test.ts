@@ -49,7 +49,7 @@ Deno.test("piped chat prints one line per question when text streams before tool
   assert.equal(status, "");
 });
 
-Deno.test("deno task chat piped prints one answer line per question from a provider that writes before its tool calls, streamed or not", async () => {
+Deno.test("deno task chat piped prints one answer line per question from a provider that writes before its tool calls", async () => {
   const anthropic = readDialects().find((dialect) => dialect.name === "anthropic")!;
   const { call_text: before, answer } = anthropic.expect;
   for (const stream of ["1", "0"]) {
@@ -64,7 +64,7 @@ Deno.test("deno task chat piped prints one answer line per question from a provi
         clearEnv: true,
       });
       assert.equal(result.code, 0, result.stderr);
-      // Streamed or not, the text written before the calls comes first, as the model wrote it.
+      // Streamed or not, the text before the calls and the answer share the line.
       const line = `${before} ${answer}`;
       assert.equal(result.stdout, `${line}\n${line}\n`, `AGENT_STREAM=${stream}`);
       assert.equal(provider.requests.length, 4);

@@ -104,12 +104,12 @@ export class TurnView {
   #modelCalls = 0;
   /** Piped: the step whose streamed text is on the answer line (null: none yet this turn). */
   #pipedStep: number | null = null;
+  /** Piped: the step of the turn's answer event (null: none yet this turn). */
+  #answerStep: number | null = null;
   /** Piped: the line breaks that ended the streamed text, written only if more text of its step follows. */
   #heldBreaks = "";
   /** Piped: the last character written on the answer line ("" when none). */
   #lastChar = "";
-  /** Piped: tools were called since the last streamed text, so the answer to come has not streamed yet. */
-  #answerToCome = false;
 
   constructor(options: TurnViewOptions) {
     this.#options = options;
@@ -193,21 +193,23 @@ export class TurnView {
 
   /**
    * Piped: ends the turn's answer line. Text streamed before tool calls is already on it, so an answer that was
-   * not streamed (from a model that does not stream, a closing answer, an error) continues the line rather than
-   * starting another. An answer not
-   * in the response format, or an error, leaves its line empty; the status says why (run).
+   * not streamed (a closing answer, an answer of a model that does not stream) continues the line rather than
+   * starting another. An answer not in the response format, or an error, leaves its line empty; the status
+   * says why (run).
    */
   #endPipedLine(result: TurnResult): void {
     const { output } = this.#options;
     const printable = result.outcome !== "invalid_output" && result.outcome !== "error";
-    if (printable && (this.#pipedStep === null || result.outcome !== "answered" || this.#answerToCome)) {
+    // Only the answer's own step streamed means it is on the line: text of an earlier step is not the answer.
+    const streamed = this.#pipedStep !== null && this.#pipedStep === this.#answerStep;
+    if (printable && !(streamed && result.outcome === "answered")) {
       output.write(`${this.#separator()}${result.answer}`);
     }
     output.write("\n");
     this.#pipedStep = null;
+    this.#answerStep = null;
     this.#heldBreaks = "";
     this.#lastChar = "";
-    this.#answerToCome = false;
   }
 
   /** Piped: a space between text already on the answer line and what continues it, unless it ends in one. */
@@ -225,7 +227,6 @@ export class TurnView {
     if (this.#pipedStep === step) out = this.#heldBreaks + out;
     else if (this.#pipedStep !== null) out = this.#separator() + out;
     this.#pipedStep = step;
-    this.#answerToCome = false;
     const kept = out.replace(/[\r\n]+$/, "");
     this.#heldBreaks = out.slice(kept.length);
     if (kept === "") return;
@@ -253,12 +254,10 @@ export class TurnView {
     const { status, interactive, style, emit } = this.#options;
     emit(event);
     if (event.event === "llm_call") this.#modelCalls++;
+    if (event.event === "answer") this.#answerStep = event.step;
     // Text streamed alongside tool calls is finished before the tool lines appear.
     if (event.event === "tool_call") this.#endStreamLine();
-    if (!interactive) {
-      if (event.event === "tool_call") this.#answerToCome = true;
-      return;
-    }
+    if (!interactive) return;
     const line = renderEvent(event, style);
     if (line === null) return;
     this.#thinking.stop();
