@@ -161,8 +161,12 @@ const OUTCOMES: Outcome[] = [
     },
     during: (h) => (h.agent.clock as FakeClock).advance(30_000),
     shows: same(
-      // Piped, the exit code says it failed; the status stream does not say why.
-      { code: 1, stdout: `${TIMEOUT_ANSWER}\n`, status: "" },
+      // Piped, the exit code says it failed and the status stream why.
+      {
+        code: 1,
+        stdout: `${TIMEOUT_ANSWER}\n`,
+        status: "! the turn was stopped: it passed its time limit of 30 s (AGENT_TURN_TIMEOUT_SECONDS)\n",
+      },
       repl("hello", [`agent> ${TIMEOUT_ANSWER}`, stats(0)], {
         status: ["  ! the turn was stopped: it passed its time limit of 30 s (AGENT_TURN_TIMEOUT_SECONDS)"],
       }),

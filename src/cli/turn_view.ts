@@ -167,6 +167,10 @@ export class TurnView {
       if (result.outcome === "invalid_output") {
         status.write(`${invalidOutputText(result.failure?.errors ?? [], style)}\n`);
       }
+      // The runtime's closing is on the output; why the turn stopped short goes where a script looks for it.
+      if (result.outcome === "timeout" && result.failure !== undefined) {
+        status.write(`${style.red(`! ${result.failure.message}`)}\n`);
+      }
       status.write(error);
       return result;
     }
