@@ -48,6 +48,8 @@ interface Seen {
   ended: string[];
   /** What the client was asked through elicitation, when it answers elicitation. */
   elicited?: string[];
+  /** When the outcome's text says to retry: the result of doing so, and what the session kept then. */
+  retried?: { result: Seen["result"]; kept: string[] };
 }
 
 /** One way for a turn to end: how to set it up, how to end it once it runs, what the client gets. */
@@ -63,6 +65,8 @@ interface Outcome {
   elicit?: "accept" | "decline";
   /** What the client gets with a progress token; without one, the same but no progress notification. */
   gets: Seen;
+  /** Makes the fault go, before the client retries as the outcome's text says. @default {none retries} */
+  heal?: (h: HttpHarness) => void;
   /**
    * The tool error's text with the rule model in process, which fails in its own words rather than in the
    * words the model client gives a provider's error. @default {the text of `gets`}
@@ -95,12 +99,14 @@ function calculatorResult(expression: string, result: number): string {
 }
 
 const MODEL_FAILED = "LLM request failed: HTTP 500";
+/** How a failed turn's tool error says to run its saved message again. */
+const RETRY = 'ask again with "retry": true and the same session_id';
 const MODEL_TIMED_OUT = "LLM request timed out after 0.05 s";
 
 /** What a failed model call's tool error says, `what` the model client's words. */
 function modelFailure(what: string): string {
   return `Sorry, I could not get an answer from the model: ${what}. ` +
-    "Your message is saved; ask again, without sending it again.";
+    `Your message is saved; ${RETRY}, without sending it again.`;
 }
 
 /** The clock of each harness's leases. */
@@ -246,7 +252,10 @@ const OUTCOMES: Outcome[] = [
       progress: [],
       kept: ["user"],
       ended: ["error"],
+      // As the text says: the saved message runs again, stored once, the turn keeping its number.
+      retried: { result: answered("echo: hello"), kept: ["user", "assistant: echo: hello"] },
     },
+    heal: (h) => (h.llm.fail = null),
     inProcessText: modelFailure(MODEL_FAILED),
   },
   {
@@ -271,12 +280,19 @@ const OUTCOMES: Outcome[] = [
     },
     gets: {
       result: refused(
-        "Sorry, I could not finish: the session database sqlite:test is unavailable. Ask again once it is back.",
+        "Sorry, I could not finish: the session database sqlite:test is unavailable. " +
+          `${RETRY.replace("a", "A")} once it is back.`,
       ),
       progress: ["1 step 1: 1 tool call(s)"],
       kept: ["user"],
       ended: ["error"],
+      retried: {
+        result: answered("The answer is 6.", [calculated("3+3")]),
+        kept: ["user", "assistant", calculatorResult("3+3", 6), "assistant: The answer is 6."],
+      },
     },
+    // Only the turn's second write failed: the database is back.
+    heal: () => {},
   },
   {
     name: "aborted: the client cancelled its ask",
@@ -390,6 +406,13 @@ function runEnds(h: HttpHarness): { runId: string; outcome: string }[] {
     .map((event) => ({ runId: event.run_id, outcome: event.data.outcome }));
 }
 
+/** The messages session "s" kept, as {@linkcode Seen.kept} shows them. */
+async function keptIn(h: HttpHarness): Promise<string[]> {
+  return (await h.store.messages(KEY)).map((m) =>
+    m.role === "user" || !m.content ? m.role : `${m.role}: ${m.content}`
+  );
+}
+
 /** Asks `outcome.message` on session "s" over `/mcp` with the model of `wire`, with a progress token or not. */
 async function ask(outcome: Outcome, wire: Wire, withProgress: boolean): Promise<Seen> {
   using h = mcpHarness();
@@ -420,12 +443,18 @@ async function ask(outcome: Outcome, wire: Wire, withProgress: boolean): Promise
     const result = await resultOf(asked, () => runEnds(h).map((end) => end.runId));
     // A cancelled call's turn ends after the client stopped waiting: wait for it, let go of nothing before.
     await until(() => h.deps.sessions.active === 0, "the turn to end");
-    assert.deepEqual(errors, []);
-    const kept = (await h.store.messages(KEY)).map((m) =>
-      m.role === "user" || !m.content ? m.role : `${m.role}: ${m.content}`
-    );
+    const kept = await keptIn(h);
     const ended = runEnds(h).map((end) => end.outcome);
-    return { result, progress, kept, ended, ...(outcome.elicit === undefined ? {} : { elicited }) };
+    const seen: Seen = { result, progress, kept, ended };
+    if (outcome.elicit !== undefined) seen.elicited = elicited;
+    if (outcome.heal !== undefined) {
+      outcome.heal(h);
+      const again = client.callTool({ name: "ask", arguments: { session_id: KEY.sessionId, retry: true } });
+      seen.retried = { result: await resultOf(again, () => runEnds(h).map((end) => end.runId)), kept: [] };
+      seen.retried.kept = await keptIn(h);
+    }
+    assert.deepEqual(errors, []);
+    return seen;
   } finally {
     h.llm.release();
     await client?.close();
@@ -459,3 +488,36 @@ for (const outcome of OUTCOMES) {
     assert.deepEqual(seen, expected);
   });
 }
+
+Deno.test('/mcp ask with "retry" runs a session\'s unanswered message again, and refuses a retry it cannot run', async () => {
+  using h = mcpHarness();
+  const client = await connect(h, undefined, []);
+  try {
+    const call = async (args: Record<string, unknown>) => {
+      const result = await resultOf(client.callTool({ name: "ask", arguments: args }), () => []);
+      assert.ok("text" in result);
+      return result;
+    };
+    assert.deepEqual(
+      await call({ retry: true }),
+      refused('Cannot retry: "session_id" must name the session whose message to run again'),
+    );
+    assert.deepEqual(
+      await call({ session_id: "s", retry: "yes" }),
+      refused('Cannot ask: "retry" must be a boolean'),
+    );
+    assert.deepEqual(
+      await call({ session_id: "s", retry: true }),
+      refused('Cannot retry: session "s" has no unanswered message (its last turn was answered)'),
+    );
+    assert.equal((await call({ session_id: "s", message: "hello" })).text, "echo: hello");
+    assert.deepEqual(
+      await call({ session_id: "s", retry: true }),
+      refused('Cannot retry: session "s" has no unanswered message (its last turn was answered)'),
+    );
+    assert.deepEqual(await keptIn(h), ["user", "assistant: echo: hello"]);
+  } finally {
+    await client.close();
+    await h.endpoint.close();
+  }
+});
