@@ -3,7 +3,9 @@
  * through the SDK's client, with a progress token and without, gets the same tool result (an answer, or a
  * tool error in the words of the other surfaces) from the rule model in process and from the rule model
  * behind the real model client of each wire format (`LLM_API`), the model streamed and whole; with a token,
- * one progress notification per model call.
+ * one progress notification per model call. What the session kept and the trace's outcome back each result,
+ * and a failure whose words say to retry is retried so. (`ask` takes no response format: there is no
+ * `invalid_output` here.)
  */
 import assert from "node:assert/strict";
 import {
@@ -38,7 +40,7 @@ const WIRES: Wire[] = [
 
 /** What the client got of one `ask`, and what the turn left behind. */
 interface Seen {
-  /** The tool result, its run ids and loopback ports made alike; or the message the call rejected with. */
+  /** The tool result, its run id and loopback ports made alike; or the message the call rejected with. */
   result: { isError: boolean; text: string; structured: unknown } | { rejected: string };
   /** `progress message` of each progress notification, in order (none without a progress token). */
   progress: string[];
@@ -65,7 +67,7 @@ interface Outcome {
   elicit?: "accept" | "decline";
   /** What the client gets with a progress token; without one, the same but no progress notification. */
   gets: Seen;
-  /** Makes the fault go, before the client retries as the outcome's text says. @default {none retries} */
+  /** Makes the fault go, before the client retries as the outcome's text says. @default {undefined} (no retry) */
   heal?: (h: HttpHarness) => void;
   /**
    * The tool error's text with the rule model in process, which fails in its own words rather than in the
@@ -98,9 +100,9 @@ function calculatorResult(expression: string, result: number): string {
   return `tool: {"ok":true,"data":${JSON.stringify({ expression, result })},"error":null,"truncated":false}`;
 }
 
-const MODEL_FAILED = "LLM request failed: HTTP 500";
 /** How a failed turn's tool error says to run its saved message again. */
 const RETRY = 'ask again with "retry": true and the same session_id';
+const MODEL_FAILED = "LLM request failed: HTTP 500";
 const MODEL_TIMED_OUT = "LLM request timed out after 0.05 s";
 
 /** What a failed model call's tool error says, `what` the model client's words. */
@@ -377,10 +379,10 @@ async function connect(h: HttpHarness, elicit: Outcome["elicit"], elicited: stri
 }
 
 /**
- * The tool result `asked` resolves to, `runId` (the run's id in the trace) shown as "…": any other run id
- * stays, to fail the comparison; or the message it rejects with.
+ * The tool result `asked` resolves to, its run id shown as "…" when it is the newest run's of the trace (any
+ * other stays, to fail the comparison); or the message it rejects with.
  */
-async function resultOf(asked: Promise<unknown>, runIds: () => string[]): Promise<Seen["result"]> {
+async function resultOf(asked: Promise<unknown>, h: HttpHarness | null): Promise<Seen["result"]> {
   let got: {
     content: { type: string; text: string }[];
     structuredContent?: Record<string, unknown>;
@@ -393,7 +395,7 @@ async function resultOf(asked: Promise<unknown>, runIds: () => string[]): Promis
   }
   assert.deepEqual(got.content.map((part) => part.type), ["text"]);
   let structured: Record<string, unknown> | null = got.structuredContent ?? null;
-  if (structured !== null && structured.run_id === runIds().at(-1)) {
+  if (structured !== null && h !== null && structured.run_id === runEnds(h).at(-1)?.runId) {
     structured = { ...structured, run_id: "…" };
   }
   return { isError: got.isError === true, text: alike(got.content[0].text), structured };
@@ -440,7 +442,7 @@ async function ask(outcome: Outcome, wire: Wire, withProgress: boolean): Promise
       await until(() => h.llm.calls === 1, "the model call");
       await outcome.during(h, cancel);
     }
-    const result = await resultOf(asked, () => runEnds(h).map((end) => end.runId));
+    const result = await resultOf(asked, h);
     // A cancelled call's turn ends after the client stopped waiting: wait for it, let go of nothing before.
     await until(() => h.deps.sessions.active === 0, "the turn to end");
     const kept = await keptIn(h);
@@ -450,7 +452,7 @@ async function ask(outcome: Outcome, wire: Wire, withProgress: boolean): Promise
     if (outcome.heal !== undefined) {
       outcome.heal(h);
       const again = client.callTool({ name: "ask", arguments: { session_id: KEY.sessionId, retry: true } });
-      seen.retried = { result: await resultOf(again, () => runEnds(h).map((end) => end.runId)), kept: [] };
+      seen.retried = { result: await resultOf(again, h), kept: [] };
       seen.retried.kept = await keptIn(h);
     }
     assert.deepEqual(errors, []);
@@ -494,7 +496,7 @@ Deno.test('/mcp ask with "retry" runs a session\'s unanswered message again, and
   const client = await connect(h, undefined, []);
   try {
     const call = async (args: Record<string, unknown>) => {
-      const result = await resultOf(client.callTool({ name: "ask", arguments: args }), () => []);
+      const result = await resultOf(client.callTool({ name: "ask", arguments: args }), null);
       assert.ok("text" in result);
       return result;
     };
