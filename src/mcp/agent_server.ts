@@ -48,6 +48,11 @@ export interface AgentServerOptions {
 const HISTORY_DEFAULT = 20;
 /** The most messages one `session_history` call returns. */
 const HISTORY_MAX = 200;
+/**
+ * How a client runs a failed turn's saved message again: `ask` can only send a message, and sending it again
+ * would store it twice.
+ */
+const RETRY = 'ask again with "retry": true and the same session_id';
 /** The error code of an unknown resource (MCP's). */
 const RESOURCE_NOT_FOUND = -32002;
 
@@ -61,13 +66,19 @@ const TOOLS = [
     inputSchema: {
       type: "object",
       properties: {
-        message: { type: "string", description: "The user's message." },
+        message: { type: "string", description: "The user's message; required unless retry is true." },
         session_id: {
           type: "string",
           description: "The session to continue (1-128 letters, digits and . _ : -); omitted: a new one.",
         },
+        retry: {
+          type: "boolean",
+          default: false,
+          description:
+            "True: run the session's unanswered message again (after a failed turn) instead of a new one; " +
+            "needs session_id, reads no message.",
+        },
       },
-      required: ["message"],
     },
   },
   {
@@ -177,16 +188,21 @@ export function createAgentServer(
   };
 
   const ask = async (args: Record<string, unknown>, context: CallContext): Promise<CallToolResult> => {
-    const { message } = args;
-    if (typeof message !== "string" || message.trim() === "") {
+    const { message, retry = false } = args;
+    if (typeof retry !== "boolean") return toolError('Cannot ask: "retry" must be a boolean');
+    if (retry && args.session_id === undefined) {
+      return toolError('Cannot retry: "session_id" must name the session whose message to run again');
+    }
+    if (!retry && (typeof message !== "string" || message.trim() === "")) {
       return toolError('Cannot ask: "message" must be a non-empty string');
     }
     const sessionId = args.session_id === undefined ? `mcp-${newId()}` : validateId(args.session_id);
     const key: SessionKey = { userId, sessionId };
+    const asked = retry ? { ...key, retry } : { ...key, message: message as string };
     const progress = { steps: 0 };
     let result: TurnResult;
     try {
-      result = await run(queueTurn(context.signal, { ...key, message }, deps), context, progress);
+      result = await run(queueTurn(context.signal, asked, deps), context, progress);
     } catch (error) {
       if (!(error instanceof SessionError) || error.reason !== "approval_pending") throw error;
       return toolError(`${error.message}. ${approveHint(sessionId)}`);
@@ -199,7 +215,7 @@ export function createAgentServer(
       result = await run(queueTurn(context.signal, input, deps), context, progress);
     }
     if (result.failure !== undefined) {
-      return toolError(failureMessage({ ...result, failure: result.failure }, { retry: "ask again" }));
+      return toolError(failureMessage({ ...result, failure: result.failure }, { retry: RETRY }));
     }
     const { runId: run_id, turn, outcome, answer, toolCalls: tool_calls } = result;
     return {
