@@ -1,4 +1,7 @@
-/** The chat's approval prompt, with piped answers: a paused turn is asked about and resumes. */
+/**
+ * The chat's approval prompt, with piped answers: a paused turn is asked about on the status stream and
+ * resumes; the output holds answers only. A run that ends with a turn waiting exits 3 and says where to decide.
+ */
 import assert from "node:assert/strict";
 import { PassThrough } from "node:stream";
 import { parseApprovalPolicy } from "../src/approval/policy.ts";
@@ -9,7 +12,10 @@ import type { Harness } from "./_harness.ts";
 
 const addTodo = (text: string, id: string) => ({ name: "todo", arguments: { action: "add", text }, id });
 
-async function pipedChat(h: Harness, lines: string): Promise<{ code: number; output: string }> {
+async function pipedChat(
+  h: Harness,
+  lines: string,
+): Promise<{ code: number; output: string; status: string }> {
   const input = new PassThrough();
   input.end(lines);
   const output = textSink();
@@ -24,20 +30,21 @@ async function pipedChat(h: Harness, lines: string): Promise<{ code: number; out
     status: status.stream,
     interactive: false,
   });
-  return { code, output: output.text() };
+  return { code, output: output.text(), status: status.text() };
 }
 
 Deno.test("chat asks before an ask tool runs and resumes with the piped answer", async () => {
   using h = harness([{ toolCalls: [addTodo("milk", "t1")] }, { content: "Added milk." }]);
   h.agent.approval = parseApprovalPolicy({ tools: { todo: "ask" } });
-  const { code, output } = await pipedChat(h, "add milk\nmaybe\ny\n");
+  const { code, output, status } = await pipedChat(h, "add milk\nmaybe\ny\n");
   assert.equal(code, 0);
   assert.match(
-    output,
+    status,
     /Allow todo \{"action":"add","text":"milk"\}\? \[y\]es \/ \[n\]o \/ \[a\]lways for this session/,
   );
-  assert.match(output, /Please answer y, n or a\./);
-  assert.match(output, /Added milk\./);
+  assert.match(status, /Please answer y, n or a\./);
+  // One question, one answer line: no prompt and no word of the wait on the output.
+  assert.equal(output, "Added milk.\n");
   assert.deepEqual((await h.store.listTodos(keyOf("s"))).map((t) => t.text), ["milk"]);
   assert.equal(await h.store.pendingStep(keyOf("s")), null);
 });
@@ -52,9 +59,9 @@ Deno.test("chat: 'n' denies the call; 'a' allows the tool for the rest of the se
     { content: "Added tea." },
   ]);
   h.agent.approval = parseApprovalPolicy({ tools: { todo: "ask" } });
-  const { output } = await pipedChat(h, "add milk\nn\nadd eggs\na\nadd tea\n");
-  assert.match(output, /Not added\.[\s\S]*Added eggs\.[\s\S]*Added tea\./);
-  assert.equal(output.match(/Allow todo/g)?.length, 2, "tea is not asked about");
+  const { output, status } = await pipedChat(h, "add milk\nn\nadd eggs\na\nadd tea\n");
+  assert.equal(output, "Not added.\nAdded eggs.\nAdded tea.\n");
+  assert.equal(status.match(/Allow todo/g)?.length, 2, "tea is not asked about");
   assert.deepEqual((await h.store.listTodos(keyOf("s"))).map((t) => t.text), ["eggs", "tea"]);
 });
 
@@ -62,15 +69,21 @@ Deno.test("chat settles a turn left waiting by an earlier run before reading a n
   using h = harness([{ toolCalls: [addTodo("milk", "t1")] }, { content: "Added milk." }, { content: "hi" }]);
   h.agent.approval = parseApprovalPolicy({ tools: { todo: "ask" } });
   await runTurn({ ...keyOf("s"), message: "add milk" }, h.agent, { ...h.run, emit: () => {} });
-  const { output } = await pipedChat(h, "y\nhello\n");
-  assert.match(output, /^Allow todo[^\n]*\nAdded milk\.\nhi\n$/);
+  const { output, status } = await pipedChat(h, "y\nhello\n");
+  assert.match(status, /^Allow todo[^\n]*\n$/);
+  assert.equal(output, "Added milk.\nhi\n");
 });
 
-Deno.test("chat leaves the turn waiting, stored, when input ends before an answer", async () => {
+Deno.test("chat leaves the turn waiting, stored, when input ends before an answer, and exits 3 saying where to decide", async () => {
   using h = harness([{ toolCalls: [addTodo("milk", "t1")] }]);
   h.agent.approval = parseApprovalPolicy({ tools: { todo: "ask" } });
-  const { code, output } = await pipedChat(h, "add milk\n");
-  assert.equal(code, 0);
-  assert.match(output, /Waiting for your approval to run todo: approve or deny in chat/);
+  const { code, output, status } = await pipedChat(h, "add milk\n");
+  assert.equal(code, 3, "a script can tell the turn still waits");
+  assert.equal(output, "");
+  assert.match(status, /Allow todo/);
+  assert.match(
+    status,
+    /! waiting for your approval to run todo: approve or deny in deno task chat --session s, on the web page or with POST \/v1\/sessions\/s\/approvals\n$/,
+  );
   assert.notEqual(await h.store.pendingStep(keyOf("s")), null);
 });

@@ -49,9 +49,10 @@ interface Outcome {
 const SESSION = "chat-outcomes";
 const RETRY = `/retry in deno task chat --session ${SESSION} sends it again`;
 const BANNER = `mini-runtime-agent — session ${SESSION} (user u), 0 turns. /help for commands.`;
+/** What a piped or one-shot run that ends with the turn waiting says on the status stream, before it exits 3. */
 const WAITING =
-  `Waiting for your approval to run calculator: approve or deny in chat, on the web page or with ` +
-  `POST /v1/sessions/${SESSION}/approvals.`;
+  `! waiting for your approval to run calculator: approve or deny in deno task chat --session ${SESSION}, ` +
+  `on the web page or with POST /v1/sessions/${SESSION}/approvals`;
 const ASKED = 'Allow calculator {"expression":"2+2"}? [y]es / [n]o / [a]lways for this session ';
 /**
  * The rule model's echo of the repair request, the answer that fails the format a second time, as the REPL
@@ -177,11 +178,12 @@ const OUTCOMES: Outcome[] = [
     message: "what is 2+2?",
     setup: (h) => (h.agent.approval = parseApprovalPolicy({ tools: { calculator: "ask" } })),
     shows: {
-      // Piped, the chat asks the next line, as a run that finds a turn waiting does; none comes.
-      piped: { code: 0, stdout: `${WAITING}\n${ASKED}\n`, status: "" },
-      "one-shot": { code: 0, stdout: `${WAITING}\n`, status: "" },
-      // Ctrl-D at the approval's prompt leaves the REPL, the turn still waiting.
-      repl: repl("what is 2+2?", [`agent> ${WAITING}`, stats(1), ASKED], { leftAt: APPROVAL_PROMPT }),
+      // Piped, the chat asks the next line on the status stream, as a run that finds a turn waiting does; none
+      // comes. Nothing reaches the output a script reads, and the exit code says the turn waits.
+      piped: { code: 3, stdout: "", status: `${ASKED}\n${WAITING}\n` },
+      "one-shot": { code: 3, stdout: "", status: `${WAITING}\n` },
+      // The calls and the approval's prompt only; Ctrl-D there leaves the REPL, the turn still waiting.
+      repl: repl("what is 2+2?", [stats(1), ASKED], { leftAt: APPROVAL_PROMPT }),
     },
   },
   {
@@ -190,10 +192,10 @@ const OUTCOMES: Outcome[] = [
     setup: (h) => (h.agent.approval = parseApprovalPolicy({ tools: { calculator: "ask" } })),
     answers: ["y"],
     shows: {
-      piped: { code: 0, stdout: `${WAITING}\n${ASKED}\nThe answer is 4.\n`, status: "" },
+      piped: { code: 0, stdout: "The answer is 4.\n", status: `${ASKED}\n` },
       repl: repl(
         "what is 2+2?",
-        [`agent> ${WAITING}`, stats(1), ASKED, `${APPROVAL_PROMPT}y`, "agent> The answer is 4.", stats(1, 1)],
+        [stats(1), ASKED, `${APPROVAL_PROMPT}y`, "agent> The answer is 4.", stats(1, 1)],
         { status: calculated("2+2", 4) },
       ),
     },

@@ -8,6 +8,7 @@ import type { Readable } from "node:stream";
 import type { Agent } from "../agent/loop.ts";
 import type { SessionKey, SessionStore } from "../store/store.ts";
 import { APPROVAL_PROMPT, askApprovals } from "./approval_prompt.ts";
+import { approvalCalls } from "../approval/decisions.ts";
 import { parseResponseFormat } from "../agent/response_format.ts";
 import { schemaProblems } from "../tools/json_schema.ts";
 import type { ResponseFormat, TurnResult } from "../types.ts";
@@ -107,10 +108,23 @@ function failed(result: TurnResult | null): boolean {
   return result?.outcome === "error" || result?.outcome === "invalid_output" || result?.outcome === "timeout";
 }
 
+/** The exit code of a piped or one-shot run whose last turn still waits for the user's approval. */
+export const AWAITING_APPROVAL_EXIT = 3;
+
+/** The status line of a piped or one-shot run that ends while a turn waits: which tools, where to decide. */
+function waitingLine(names: readonly string[], sessionId: string, style: Style): string {
+  const tools = [...new Set(names)].join(", ");
+  return style.red(
+    `! waiting for your approval to run ${tools}: approve or deny in deno task chat --session ${sessionId}, ` +
+      `on the web page or with POST /v1/sessions/${sessionId}/approvals`,
+  ) + "\n";
+}
+
 /**
  * Runs the chat until end of input or `/exit`. Resolves to the process exit code: 0, or 1 when stdin was
  * piped (or the one-shot message was sent) and a turn ended in error, `invalid_output` or passed its deadline,
- * so scripts notice.
+ * or {@linkcode AWAITING_APPROVAL_EXIT} (3) when the run ends with a turn waiting for approval, so scripts
+ * notice.
  */
 export async function runChat(options: ChatOptions): Promise<number> {
   const { interactive, color = interactive, deps, sessionId, userId, responseFormat = null } = options;
@@ -126,9 +140,13 @@ export async function runChat(options: ChatOptions): Promise<number> {
       deps,
       new AbortController().signal,
     );
+    if (result?.outcome === "awaiting_approval") {
+      options.status.write(waitingLine(result.approval?.calls.map((c) => c.name) ?? [], sessionId, style));
+      return AWAITING_APPROVAL_EXIT;
+    }
     return failed(result) ? 1 : 0;
   }
-  return interactive ? await repl(options, view, style) : await piped(options, view);
+  return interactive ? await repl(options, view, style) : await piped(options, view, style);
 }
 
 /** What REPL and piped input share: the session the next turn goes to, the commands, the allowed tools. */
@@ -204,15 +222,16 @@ class ChatRun {
  * One turn per piped line, in one session (which `/new` and `/switch` change); a line that is a command is
  * run as one, as in the REPL (`/clear` does nothing: there is no screen).
  */
-async function piped(options: ChatOptions, view: TurnView): Promise<number> {
+async function piped(options: ChatOptions, view: TurnView, style: Style): Promise<number> {
   const run = new ChatRun(options, view, () => {});
   const lines = createInterface({ input: options.input, terminal: false })[Symbol.asyncIterator]();
   const next = async () => {
     const line = await lines.next();
     return line.done ? null : line.value;
   };
+  // The output is the answers a script reads: the questions go to the status stream.
   const ask = (question: string) => {
-    options.output.write(`${question}\n`);
+    options.status.write(`${question}\n`);
     return next();
   };
   const signal = () => new AbortController().signal;
@@ -220,14 +239,18 @@ async function piped(options: ChatOptions, view: TurnView): Promise<number> {
   // A turn left waiting (by an earlier run of the chat) is settled before anything new is sent.
   while (await run.settle(ask, signal)) {
     const raw = await next();
-    if (raw === null) break;
+    if (raw === null) return anyFailed ? 1 : 0;
     const text = raw.trim();
     if (text === "") continue;
     const result = await run.send(text, signal);
-    if (result === "exit") break;
+    if (result === "exit") return anyFailed ? 1 : 0;
     if (failed(result)) anyFailed = true;
   }
-  return anyFailed ? 1 : 0;
+  // Input ended while a turn waits: it stays waiting, stored; say where to decide.
+  const pending = await options.store.pendingStep(run.key);
+  const names = pending === null ? [] : approvalCalls(pending).map((call) => call.name);
+  options.status.write(waitingLine(names, run.state.sessionId, style));
+  return AWAITING_APPROVAL_EXIT;
 }
 
 async function repl(options: ChatOptions, view: TurnView, style: Style): Promise<number> {

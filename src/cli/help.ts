@@ -59,5 +59,5 @@ ${variables}
 ${telemetry}
 
 Exit codes: 0 done; 1 a piped or one-shot turn ended in error (or, with --schema, without valid JSON);
-2 bad usage, configuration or permissions.`;
+2 bad usage, configuration or permissions; 3 a piped or one-shot run ended with a turn waiting for approval.`;
 }

@@ -183,7 +183,8 @@ export class TurnView {
       const { failure } = result;
       const lost = failure?.kind === "lease" ? `: ${errorMessage(failure.cause)}` : "";
       output.write(`${style.dim(`cancelled${lost}`)}\n`);
-    } else if (!shown) {
+    } else if (!shown && result.outcome !== "awaiting_approval") {
+      // A turn that waits says nothing of its own: the calls and `[y/n/a]>` come next.
       output.write(`${style.bold("agent>")} ${renderMarkdown(result.answer, style, { columns })}\n`);
     }
     // A failed turn's line is its error: no stats line counting the calls that never answered.
@@ -196,13 +197,20 @@ export class TurnView {
   }
 
   /**
-   * Piped: ends the turn's answer line. Text streamed before tool calls is already on it, so an answer that was
+   * Piped: ends the turn's answer line (a turn that waits for approval leaves it to the resumed turn). Text
+   * streamed before tool calls is already on it, so an answer that was
    * not streamed (a closing answer, an answer of a model that does not stream) continues the line rather than
    * starting another. An answer not in the response format, or an error, leaves its line empty; the status
    * says why (run).
    */
   #endPipedLine(result: TurnResult): void {
     const { output } = this.#options;
+    // A turn that waits has no answer yet: its line is the resumed turn's (text streamed so far is ended).
+    if (result.outcome === "awaiting_approval") {
+      if (this.#pipedStep !== null) output.write("\n");
+      this.#resetPipedLine();
+      return;
+    }
     const printable = result.outcome !== "invalid_output" && result.outcome !== "error";
     // Only the answer's own step streamed means it is on the line: text of an earlier step is not the answer.
     const streamed = this.#pipedStep !== null && this.#pipedStep === this.#answerStep;
@@ -210,6 +218,10 @@ export class TurnView {
       output.write(`${this.#separator()}${result.answer}`);
     }
     output.write("\n");
+    this.#resetPipedLine();
+  }
+
+  #resetPipedLine(): void {
     this.#pipedStep = null;
     this.#answerStep = null;
     this.#heldBreaks = "";
