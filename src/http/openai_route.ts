@@ -155,7 +155,18 @@ async function jsonAnswer(prepared: Prepared, created: number, deps: HandlerDeps
   const result = await runSaying(prepared, deps, (piece) => content += piece);
   if (result.failure !== undefined) throw noAnswer(result, prepared.kept);
   const ids = idsOf(result.runId, created);
-  return Response.json(completionBody(ids, content, finishReason(result.outcome), result.usage));
+  const body = completionBody(ids, content, finishReason(result.outcome), result.usage);
+  return Response.json({ ...body, ...waitingFor(result) });
+}
+
+/**
+ * What marks a turn that waits for approval, beside its `stop` and the text that says so: the field
+ * `awaiting_approval` with the session and the waiting calls (`{id, name, arguments}`), for a client that
+ * decides through `POST /v1/sessions/{id}/approvals`. Nothing for any other turn.
+ */
+function waitingFor(result: TurnResult): Record<string, unknown> {
+  if (result.outcome !== "awaiting_approval") return {};
+  return { awaiting_approval: { session_id: result.sessionId, calls: result.approval?.calls ?? [] } };
 }
 
 /**
@@ -183,7 +194,7 @@ function streamAnswer(
       },
     );
     if (result.failure !== undefined) return sendError(noAnswer(result, prepared.kept), send);
-    json(chunkBody(ids, {}, finishReason(result.outcome), includeUsage));
+    json({ ...chunkBody(ids, {}, finishReason(result.outcome), includeUsage), ...waitingFor(result) });
     if (includeUsage) json(usageChunk(ids, result.usage));
     send("[DONE]");
   }, (error, send) => sendError(toHttpError(error, deps.log, "internal error"), send));
