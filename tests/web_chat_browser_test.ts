@@ -322,6 +322,11 @@ Deno.test({
         assert.match((await texts(page, ".run-end")).at(-1)!, /^aborted/);
         assert.equal(await page.$(".progress"), null);
         await page.waitForFunction(() => (document.querySelector("#stop") as HTMLElement).hidden);
+        // A Stop the user asked for says so once, quietly: no error, nothing to retry.
+        await page.waitForSelector(".marker.stopped");
+        assert.deepEqual(await texts(page, ".marker.stopped"), ["stopped"]);
+        assert.deepEqual(await texts(page, ".msg.error"), []);
+        assert.equal(await page.$("button.retry"), null);
         never.release();
         // The access log is written in batches: its line may come after the page has seen the run end.
         await until(

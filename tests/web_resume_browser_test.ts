@@ -133,10 +133,11 @@ Deno.test({
         await page.click("#stop");
         await page.waitForFunction(() => document.querySelectorAll(".run-end").length === 2);
         assert.match((await texts(page, ".run-end")).at(-1)!, /^aborted/);
-        assert.match(
-          (await texts(page, ".msg.error .cause")).join("\n"),
-          /turn_cancelled: The turn was cancelled/,
-        );
+        // The Stop the user asked for is said once, as such: no error box, no Retry.
+        await page.waitForSelector(".marker.stopped");
+        assert.deepEqual(await texts(page, ".marker.stopped"), ["stopped"]);
+        assert.deepEqual(await texts(page, ".msg.error"), []);
+        assert.equal(await page.$("button.retry"), null);
         release();
         const session = await (await fetch(`${front}/v1/sessions/${page.url().split("#")[1]}`)).json();
         assert.deepEqual(

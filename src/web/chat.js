@@ -195,6 +195,14 @@ export class LiveTurn {
       this.#say(null);
       this.#add(answer(data.data.text, data.data.closing));
     } else if (event === "error") {
+      // A stopped run's own error event is passed over: the server's frame after it says why (a Stop, the
+      // shutdown). A Stop the user asked for is no error: one quiet line, nothing to retry.
+      if (data.data?.kind === "aborted") return;
+      if (data.error?.code === "turn_cancelled") {
+        this.#say(null);
+        this.#add(el("li", { class: "marker stopped" }, "stopped"));
+        return;
+      }
       // A run's error event carries `data`; an error frame of the server carries `error`.
       const cause = data.error
         ? `${data.error.code}: ${data.error.message}`
