@@ -83,10 +83,11 @@ const HTTP_KEYS = ["url", "headers", ...COMMON_KEYS];
 const STDIO_TYPES = ["stdio"];
 const HTTP_TYPES = ["http", "streamable-http", "streamableHttp", "sse"];
 
-/** An entry as read: the server to start (null when disabled) and the tools it approves. */
+/** An entry as read: the server to start (null when disabled), the tools it approves, the variables it read. */
 interface ParsedEntry {
   server: McpServerConfig | null;
   autoApprove: readonly string[];
+  variables: readonly string[];
 }
 
 /** Fills an entry's placeholders in `text` (its field `where`), keeping what it read; fails on a problem. */
@@ -137,7 +138,7 @@ function parseServer(
   fail: (detail: string) => never,
   warn: (line: string) => void,
   options: McpConfigOptions,
-): ParsedEntry & { variables: readonly string[] } {
+): ParsedEntry {
   const at = (detail: string): never => fail(`server "${name}": ${detail}`);
   if (name.trim() === "") fail(`a server has an empty name`);
   if (!isRecord(entry)) return at(`expected an object, got ${describe(entry)}`);
