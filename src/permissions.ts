@@ -59,13 +59,15 @@ function folders(config: Readonly<Config>, history = false, relative = false): s
 
 /**
  * What MCP servers add to a task's grants: `run` of each stdio server's command and the variables such a
- * server inherits (PATH, HOME, …), `net` to each URL server's host:port. Nothing else widens.
+ * server inherits (PATH, HOME, …), the variables the entries' `${VAR}` placeholders name, `net` to each URL
+ * server's host:port. Nothing else widens.
  */
 export function mcpGrants(file: McpFile | null): { run: string[]; env: string[]; net: string[] } {
   const servers = file?.servers ?? [];
   const run = [...new Set(servers.flatMap((s) => s.transport === "stdio" ? [s.command] : []))];
   const net = [...new Set(servers.flatMap((s) => s.transport !== "stdio" ? [llmNetHost(s.url)] : []))];
-  return { run, env: run.length > 0 ? [...INHERITED_ENV] : [], net };
+  const inherited = run.length > 0 ? INHERITED_ENV : [];
+  return { run, env: [...new Set([...inherited, ...file?.variables ?? []])], net };
 }
 
 /** Options of {@linkcode taskPermissionFlags}. */
@@ -83,6 +85,8 @@ export interface TaskFlagsOptions {
    * @default {"/tmp"}
    */
   tempDir?: string;
+  /** Where the MCP file's `${VAR}` placeholders are read. @default {Deno.env} */
+  mcpEnv?: Pick<Deno.Env, "get">;
 }
 
 /**
@@ -101,7 +105,7 @@ export function taskPermissionFlags(
   env: Record<string, string | undefined>,
   options: TaskFlagsOptions = {},
 ): string[] {
-  const { task = "chat", tempDir = "/tmp" } = options;
+  const { task = "chat", tempDir = "/tmp", mcpEnv = Deno.env } = options;
   const variables = [...ENV_VARIABLES, ...TERMINAL_VARIABLES, ...TELEMETRY_VARIABLES];
   const flags = [`--allow-env=${variables.join(",")}`];
   let config: Readonly<Config>;
@@ -111,11 +115,16 @@ export function taskPermissionFlags(
     return flags;
   }
   let mcpFile: McpFile | null = null;
+  const named: string[] = [];
+  const recording = { get: (name: string) => (named.push(name), mcpEnv.get(name)) };
   try {
-    if (task === "chat" || task === "serve" || task === "mcp") mcpFile = readMcpConfig(config.mcpConfig);
+    if (task === "chat" || task === "serve" || task === "mcp") {
+      mcpFile = readMcpConfig(config.mcpConfig, { env: recording });
+    }
   } catch {
-    // A malformed file: the program may read it, to report the problem, and its servers get nothing.
-    mcpFile = { path: resolve(config.mcpConfig), servers: [], approval: undefined };
+    // A malformed file: the program may read it, to report the problem, and its servers get nothing. The
+    // variables read up to the problem are granted, so an unset one is said to be unset, not unreadable.
+    mcpFile = { path: resolve(config.mcpConfig), servers: [], approval: undefined, variables: named };
   }
   const mcp = mcpGrants(mcpFile);
   const database = databaseGrants(config);

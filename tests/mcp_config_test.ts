@@ -72,6 +72,122 @@ Deno.test("parseMcpConfig() names the entry and the problem in one line, never a
   assert.doesNotMatch(secret, /s3cret/);
 });
 
+/** An environment of `vars` alone; a name in `denied` is one this process may not read. */
+function environment(vars: Record<string, string>, denied: string[] = []): Pick<Deno.Env, "get"> {
+  return {
+    get(name) {
+      if (denied.includes(name)) throw new Deno.errors.NotCapable(`Requires env access to "${name}"`);
+      return vars[name];
+    },
+  };
+}
+
+/** The one line parseMcpConfig() gives for `entry` as server "gh" under `vars`. */
+function expansionProblem(entry: unknown, vars: Record<string, string> = {}, denied: string[] = []): string {
+  try {
+    parseMcpConfig({ mcpServers: { gh: entry } }, "/x/mcp.json", { env: environment(vars, denied) });
+  } catch (error) {
+    assert.ok(error instanceof ConfigError);
+    assert.equal(error.variable, "AGENT_MCP_CONFIG");
+    return error.message;
+  }
+  throw new Error("no problem reported");
+}
+
+Deno.test("parseMcpConfig() fills ${VAR}, ${env:VAR}, ${VAR:-default} and ${workspaceFolder} in command, args, env, url and headers, and leaves ${user}", () => {
+  const env = environment({ TOKEN: "tok-123456", BIN: "/opt/bin", HOST: "127.0.0.1", EMPTY: "" });
+  const file = parseMcpConfig(
+    {
+      mcpServers: {
+        local: {
+          command: "${BIN}/server",
+          args: ["--root", "${workspaceFolder}/notes", "--log=${LOG_LEVEL:-info}", "--empty=${EMPTY:-none}"],
+          env: { API_TOKEN: "${env:TOKEN}", DATA: "${workspaceFolder}/data/${user}" },
+        },
+      },
+      servers: {
+        remote: {
+          type: "http",
+          url: "http://${HOST}:${PORT:-3001}/mcp",
+          headers: { Authorization: "Bearer ${TOKEN}" },
+        },
+      },
+    },
+    "/x/mcp.json",
+    { env, workspaceFolder: "/work/project" },
+  );
+  const [local, remote] = file.servers;
+  assert.ok(local.transport === "stdio" && remote.transport === "http");
+  assert.equal(local.command, "/opt/bin/server");
+  assert.deepEqual(local.args, ["--root", "/work/project/notes", "--log=info", "--empty=none"]);
+  assert.deepEqual(local.env, { API_TOKEN: "tok-123456", DATA: "/work/project/data/${user}" });
+  assert.deepEqual(local.secrets, ["/opt/bin", "tok-123456"]);
+  assert.equal(remote.url, "http://127.0.0.1:3001/mcp");
+  assert.deepEqual(remote.headers, { Authorization: "Bearer tok-123456" });
+  assert.deepEqual(file.variables, ["BIN", "LOG_LEVEL", "EMPTY", "TOKEN", "HOST", "PORT"]);
+});
+
+Deno.test("parseMcpConfig() with no placeholders keeps every string as written and reads no variable", () => {
+  const file = parseMcpConfig(
+    {
+      mcpServers: { fs: { command: "npx", args: ["-y", "$HOME", "{x}", "$"], env: { A: "${user}" } } },
+    },
+    "/x/mcp.json",
+    { env: environment({}) },
+  );
+  const [fs] = file.servers;
+  assert.ok(fs.transport === "stdio");
+  assert.deepEqual(fs.args, ["-y", "$HOME", "{x}", "$"]);
+  assert.deepEqual(fs.env, { A: "${user}" });
+  assert.equal(fs.secrets, undefined);
+  assert.deepEqual(file.variables, []);
+});
+
+Deno.test("parseMcpConfig() names the entry and the variable, never a value, for an unset or unreadable variable, an ${input:…} and an unknown placeholder", () => {
+  assert.equal(
+    expansionProblem({ command: "srv", env: { TOKEN: "${GITHUB_TOKEN}" } }),
+    'Invalid MCP config /x/mcp.json (AGENT_MCP_CONFIG): server "gh": "env.TOKEN" needs the variable ' +
+      "GITHUB_TOKEN, which is not set (set it, or give a default: ${GITHUB_TOKEN:-default})",
+  );
+  const denied = expansionProblem(
+    { url: "https://h/mcp", headers: { Authorization: "Bearer ${env:GITHUB_TOKEN}" } },
+    { GITHUB_TOKEN: "ghp_s3cret" },
+    ["GITHUB_TOKEN"],
+  );
+  assert.equal(
+    denied,
+    'Invalid MCP config /x/mcp.json (AGENT_MCP_CONFIG): server "gh": "headers.Authorization" needs the ' +
+      "variable GITHUB_TOKEN, which this process may not read (grant it with --allow-env=GITHUB_TOKEN)",
+  );
+  assert.equal(
+    expansionProblem({ command: "srv", args: ["--key", "${input:github_token}"] }),
+    'Invalid MCP config /x/mcp.json (AGENT_MCP_CONFIG): server "gh": "args[1]" asks for the input ' +
+      '"github_token", which only VS Code prompts for: put the value in a variable and write ${env:NAME} instead',
+  );
+  assert.match(
+    expansionProblem({ command: "${command:pickServer}" }),
+    /server "gh": "command" holds \$\{command:pickServer\}, which is not expanded here \(known: /,
+  );
+  assert.match(
+    expansionProblem({ url: "${BASE}/mcp" }),
+    /server "gh": "url" needs the variable BASE, which is not set/,
+  );
+  // A value read before the problem is not shown either.
+  const after = expansionProblem({ command: "srv", args: ["${SET}", "${UNSET}"] }, { SET: "s3cret-value" });
+  assert.match(after, /"args\[1\]" needs the variable UNSET/);
+  assert.doesNotMatch(after + denied, /s3cret/);
+});
+
+Deno.test("parseMcpConfig() reads no variable for a disabled entry", () => {
+  const file = parseMcpConfig(
+    { mcpServers: { off: { command: "${UNSET}", disabled: true } } },
+    "/x/mcp.json",
+    { env: environment({}) },
+  );
+  assert.deepEqual(file.servers, []);
+  assert.deepEqual(file.variables, []);
+});
+
 Deno.test("readMcpConfig() returns null for an absent file and one line for a file that is not JSON", () => {
   using dir = tempDir();
   assert.equal(readMcpConfig(join(dir.path, "none.json")), null);
@@ -113,6 +229,20 @@ Deno.test("deno task chat exits 2 with one line naming the entry when the MCP fi
   assert.equal(
     result.stderr.trim(),
     `Invalid MCP config ${path} (AGENT_MCP_CONFIG): server "fs": "command" must be a non-empty string`,
+  );
+});
+
+Deno.test("deno task chat exits 2 naming an unset variable of the MCP file and its entry, as unset rather than unreadable", async () => {
+  using dir = tempDir();
+  const path = join(dir.path, "mcp.json");
+  const entry = { command: "deno", env: { TOKEN: "${MCPVARS_TEST_UNSET}" } };
+  Deno.writeTextFileSync(path, JSON.stringify({ mcpServers: { gh: entry } }));
+  const result = await chatWith(path, dir.path);
+  assert.equal(result.code, 2, result.stderr);
+  assert.equal(
+    result.stderr.trim(),
+    `Invalid MCP config ${path} (AGENT_MCP_CONFIG): server "gh": "env.TOKEN" needs the variable ` +
+      "MCPVARS_TEST_UNSET, which is not set (set it, or give a default: ${MCPVARS_TEST_UNSET:-default})",
   );
 });
 

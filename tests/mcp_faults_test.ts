@@ -6,8 +6,9 @@ import { MAX_TOOL_RESULT_CHARS } from "../src/config.ts";
 import { startMcpTools } from "../src/mcp/mcp_tools.ts";
 import { loadMcpSdk } from "../src/mcp/sdk.ts";
 import { serializeToolResult } from "../src/tools/registry.ts";
-import { harness, lastToolResult } from "./_harness.ts";
-import { scriptServer } from "./_mcp_servers.ts";
+import type { StdioServerConfig } from "../src/mcp/config.ts";
+import { harness, lastToolResult, tempDir } from "./_harness.ts";
+import { denoEnvironment, scriptServer } from "./_mcp_servers.ts";
 
 const FAULT = fileURLToPath(new URL("./fixtures/mcp_fault_server.ts", import.meta.url));
 const sdk = await loadMcpSdk();
@@ -67,6 +68,108 @@ Deno.test("an MCP server slow to start (a cold npx fetch) starts within the star
     assert.deepEqual(warnings, []);
     assert.equal(mcp.health().cold.state, "ready");
     assert.deepEqual(mcp.tools().map((tool) => tool.name), ["cold__big"]);
+  } finally {
+    await mcp.close();
+  }
+});
+
+/** A stdio server entry that runs `script` with `deno eval`, `env` given to it. */
+function evalServer(name: string, script: string, env: Record<string, string> = {}): StdioServerConfig {
+  return {
+    name,
+    transport: "stdio",
+    command: "deno",
+    args: ["eval", script],
+    env: { ...denoEnvironment(), ...env },
+  };
+}
+
+/** Writes 30 numbered lines to stderr, then its token, a key-shaped string and an escape code, and exits. */
+const DYING = `
+  const lines = Array.from({ length: 30 }, (_, i) => "line " + (i + 1)).join("\\n");
+  console.error(lines);
+  console.error("using the token " + Deno.env.get("API_TOKEN") + " for " + Deno.env.get("DEBUG"));
+  console.error("\\x1b[31mError:\\x1b[0m the key sk-live0123456789abcdefghij was refused");
+  Deno.exit(1);
+`;
+
+Deno.test("an MCP server that exits at start is one warning with the last lines of its stderr, redacted, and health() holds them", async () => {
+  const warnings: string[] = [];
+  const secret = "plain-secret-value";
+  const mcp = await startMcpTools(
+    {
+      path: "mcp.json",
+      servers: [evalServer("dies", DYING, { API_TOKEN: secret, DEBUG: "1" })],
+      approval: undefined,
+    },
+    { sdk, timeoutMs: 5000, warn: (line) => warnings.push(line) },
+  );
+  try {
+    assert.equal(warnings.length, 1, warnings.join("\n"));
+    assert.match(
+      warnings[0],
+      /^MCP server "dies" is not available: cannot start or list its tools: .*Connection closed; stderr: line 13 .*line 30 \| using the token \[redacted\] for 1 \| Error: the key \[redacted\] was refused$/,
+    );
+    const health = mcp.health().dies;
+    assert.equal(health.state, "failed");
+    assert.deepEqual(health.stderr, [
+      ...Array.from({ length: 18 }, (_, i) => `line ${i + 13}`),
+      "using the token [redacted] for 1",
+      "Error: the key [redacted] was refused",
+    ]);
+    assert.match(health.error!, /; trying again in \d+ s; stderr: line 13 \| /);
+    assert.doesNotMatch(JSON.stringify(health) + warnings[0], /plain-secret|sk-live/);
+    assert.ok(!warnings[0].includes("\x1b") && !health.stderr!.some((line) => line.includes("\x1b")));
+  } finally {
+    await mcp.close();
+  }
+});
+
+Deno.test("a call of a server that died and cannot start again has the redacted last lines of its stderr in its tool result and the trace", async () => {
+  using dir = tempDir();
+  const marker = `${dir.path}/crashed`;
+  const server = scriptServer("fragile", FAULT, ["fragile", marker]);
+  const secret = "another-secret-value";
+  const args = [
+    "run",
+    "--quiet",
+    `--allow-read=${marker}`,
+    `--allow-write=${marker}`,
+    "--allow-env=API_TOKEN",
+    ...server.args.slice(2),
+  ];
+  const mcp = await startMcpTools(
+    {
+      path: "mcp.json",
+      servers: [{ ...server, args, env: { ...server.env, API_TOKEN: secret } }],
+      approval: undefined,
+    },
+    { sdk, timeoutMs: 5000 },
+  );
+  try {
+    using h = harness([
+      { toolCalls: [{ name: "fragile__big" }] },
+      { toolCalls: [{ name: "fragile__big" }] },
+      { content: "gave up" },
+    ], { toolSources: [mcp] });
+    const result = await runTurn({ sessionId: "s", userId: "u", message: "go" }, h.agent, h.run);
+    assert.equal(result.outcome, "answered");
+    const errors = h.events.filter((event) => event.event === "tool_result").map((event) => event.data.error);
+    assert.equal(errors.length, 2, JSON.stringify(errors));
+    assert.match(
+      String(errors[1]),
+      /MCP server "fragile" is failed: cannot start or list its tools: .*; stderr: /,
+    );
+    assert.match(
+      String(errors[1]),
+      /stderr: fragile: starting again after a crash \| fragile: token \[redacted\] refused \| fragile: cannot open the database$/,
+    );
+    assert.doesNotMatch(JSON.stringify(h.events), /another-secret/);
+    assert.deepEqual(mcp.health().fragile.stderr, [
+      "fragile: starting again after a crash",
+      "fragile: token [redacted] refused",
+      "fragile: cannot open the database",
+    ]);
   } finally {
     await mcp.close();
   }

@@ -106,3 +106,37 @@ Deno.test("/healthz of serve reports each MCP server's state; a server that cann
     await provider.close();
   }
 });
+
+Deno.test("/healthz of serve shows the last stderr lines of a server that exits at start, its token given as ${VAR} redacted", async () => {
+  using dir = tempDir();
+  const provider = startFakeProvider();
+  const port = freePort();
+  const path = `${dir.path}/mcp.json`;
+  const script =
+    'console.error("starting"); console.error("token " + Deno.env.get("API_TOKEN") + " refused");' +
+    " Deno.exit(3);";
+  const dies = { command: "deno", args: ["eval", script], env: { API_TOKEN: "${MCP_SURFACE_TOKEN}" } };
+  Deno.writeTextFileSync(path, JSON.stringify({ mcpServers: { dies } }));
+  const env = childEnv(dir.path, {
+    AGENT_PORT: String(port),
+    OPENAI_BASE_URL: provider.url,
+    AGENT_MCP_CONFIG: path,
+    MCP_SURFACE_TOKEN: "plain-secret-value",
+  });
+  const serve = spawnServe(["task", "--quiet", "serve"], env);
+  try {
+    await serve.listening;
+    const health = await (await fetch(`http://127.0.0.1:${port}/healthz`)).json();
+    assert.equal(health.mcp.dies.state, "failed", JSON.stringify(health.mcp) + serve.stderr());
+    assert.deepEqual(health.mcp.dies.stderr, ["starting", "token [redacted] refused"]);
+    assert.match(health.mcp.dies.error, /; stderr: starting \| token \[redacted\] refused$/);
+    assert.match(
+      serve.stderr(),
+      /MCP server "dies" is not available: cannot start or list its tools: .*; stderr: starting \| token \[redacted\] refused\n/,
+    );
+    assert.doesNotMatch(JSON.stringify(health) + serve.stderr(), /plain-secret-value/);
+  } finally {
+    assert.equal(await serve.stop(), 0, serve.stderr());
+    await provider.close();
+  }
+});

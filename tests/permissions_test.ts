@@ -156,3 +156,32 @@ Deno.test("taskPermissionFlags() for compile keeps relative data folders relativ
   assert.ok(flags.includes("--allow-net=10.0.0.5:11434,127.0.0.1:9000"), flags.join(" "));
   assert.ok(!flags.some((f) => f.includes(Deno.cwd())), "nothing of the build machine's folder");
 });
+
+Deno.test("taskPermissionFlags() grants the variables an MCP file's placeholders name, up to an unset one", () => {
+  using dir = tempDir();
+  const path = `${dir.path}/mcp.json`;
+  const env = { AGENT_MCP_CONFIG: path };
+  const vars: Record<string, string> = { MCP_BIN: "deno", GH_TOKEN: "t" };
+  const mcpEnv = { get: (name: string) => vars[name] };
+  const envNames = (flags: string[]) => flags[0].slice("--allow-env=".length).split(",");
+  Deno.writeTextFileSync(
+    path,
+    JSON.stringify({
+      mcpServers: {
+        gh: { command: "${MCP_BIN}", env: { TOKEN: "${env:GH_TOKEN}" } },
+        web: { url: "http://127.0.0.1:${WEB_PORT:-3001}/mcp" },
+      },
+    }),
+  );
+  const flags = taskPermissionFlags(env, { mcpEnv });
+  assert.ok(flags.includes("--allow-run=deno"), flags.join(" "));
+  assert.ok(flags.some((flag) => flag.startsWith("--allow-net=") && flag.endsWith(",127.0.0.1:3001")));
+  for (const name of ["MCP_BIN", "GH_TOKEN", "WEB_PORT", "PATH"]) {
+    assert.ok(envNames(flags).includes(name), name);
+  }
+  delete vars.GH_TOKEN;
+  const unset = taskPermissionFlags(env, { mcpEnv });
+  // The program reads GH_TOKEN itself to say it is unset; the entries' grants are not given.
+  assert.ok(envNames(unset).includes("GH_TOKEN") && envNames(unset).includes("MCP_BIN"));
+  assert.ok(!unset.some((flag) => flag.startsWith("--allow-run")), unset.join(" "));
+});

@@ -4,7 +4,9 @@
  * deadline (each progress notification of the call starts it again, up to {@linkcode PROGRESS_LIMIT} times it
  * in all), notices the server's death and restarts it on the next call (at most 3 times in 5 minutes, then
  * its tools report "unavailable"), starts a new session with an HTTP server that lost its own (and tries the
- * call once more), and follows the server's `notifications/tools/list_changed`. Nothing here prints a header or an env value.
+ * call once more), and follows the server's `notifications/tools/list_changed`. A stdio server that fails to
+ * start or dies says why with the last lines of its stderr, redacted. Nothing here prints a header or an env
+ * value.
  * @module
  */
 import { errorMessage } from "../errors.ts";
@@ -49,6 +51,8 @@ export interface ServerHealth {
   restarts: number;
   /** Why it is not ready, when it is not. */
   error: string | null;
+  /** A stdio server that failed to start or died: the last lines of its stderr, redacted (absent when none). */
+  stderr?: readonly string[];
   /** `user` for a server with an instance per user ({@linkcode UserServers} in `user_servers.ts`). */
   scope?: "user";
   /** How many users' instances run now, for a `user` scope. */
@@ -84,6 +88,9 @@ export interface McpConnectionOptions {
   fetch?: typeof fetch;
 }
 
+/** Characters of stderr's last lines quoted in the one-line error (`/healthz` has them whole). */
+const STDERR_IN_ERROR_CHARS = 500;
+
 /** A server that failed to start is tried again after 1 s, doubling to at most a minute, ±20%. */
 export const RETRY_BACKOFF: BackoffOptions = {
   minTimeout: 1000,
@@ -100,6 +107,8 @@ export class McpConnection {
   #client: Client | null = null;
   #state: ServerState = "starting";
   #error: string | null = null;
+  /** The last stderr lines of a stdio server that failed or died; empty while it runs. */
+  #stderr: readonly string[] = [];
   #tools: readonly ListedTool[] = [];
   #restarts: number[] = [];
   #starting: Promise<boolean> | null = null;
@@ -131,7 +140,8 @@ export class McpConnection {
   health(): ServerHealth {
     const restarts = this.#restarts.length;
     const { transport } = this.config;
-    return { state: this.#state, transport, tools: this.#tools.length, restarts, error: this.#error };
+    const health = { state: this.#state, transport, tools: this.#tools.length, restarts, error: this.#why() };
+    return this.#stderr.length === 0 ? health : { ...health, stderr: this.#stderr };
   }
 
   /**
@@ -141,7 +151,7 @@ export class McpConnection {
   async start(): Promise<boolean> {
     const ok = await this.#connectOnce();
     if (!ok) {
-      this.#options.warn(`MCP server "${this.config.name}" is not available: ${this.#error}`);
+      this.#options.warn(`MCP server "${this.config.name}" is not available: ${this.#why()}`);
       this.#retryLater();
     }
     return ok;
@@ -186,24 +196,33 @@ export class McpConnection {
       },
     });
     this.#connecting = client;
+    const transport = this.#transport();
     try {
-      await client.connect(this.#transport(), { timeout: timeoutMs });
+      await client.connect(transport, { timeout: timeoutMs });
       const listed = await client.listTools(undefined, { timeout: timeoutMs });
       if (this.#closed()) throw new Error("closed while starting");
-      client.onclose = () => this.#died(client);
+      client.onclose = () => this.#died(client, transport);
       this.#client = client;
       this.#tools = listed.tools as ListedTool[];
       this.#state = "ready";
       this.#error = null;
+      this.#stderr = [];
       return true;
     } catch (error) {
+      // Closed first: a stdio server's stderr is then read to its end.
       await client.close().catch(() => {});
       if (!this.#closed()) this.#state = "failed";
+      this.#stderr = stderrOf(transport);
       this.#error = `cannot start or list its tools: ${oneLine(error)}`;
       return false;
     } finally {
       this.#connecting = null;
     }
+  }
+
+  /** Why it is not ready, with the last of its stderr; null when it is. */
+  #why(): string | null {
+    return this.#error === null ? null : `${this.#error}${quoted(this.#stderr)}`;
   }
 
   /** Whether `close` was called, read afresh after an await. */
@@ -218,7 +237,14 @@ export class McpConnection {
       const { command, args, env } = config;
       const inherited = Object.entries(readEnvironment(INHERITED_ENV))
         .filter((entry): entry is [string, string] => entry[1] !== undefined);
-      return new DenoStdioTransport({ command, args, env: { ...Object.fromEntries(inherited), ...env } });
+      // The entry's env values and what it took from the environment never show in its stderr's lines.
+      const secrets = [...Object.values(env), ...config.secrets ?? []];
+      return new DenoStdioTransport({
+        command,
+        args,
+        env: { ...Object.fromEntries(inherited), ...env },
+        secrets,
+      });
     }
     const requestInit = { headers: { ...config.headers } };
     const { fetch } = this.#options;
@@ -230,10 +256,11 @@ export class McpConnection {
       });
   }
 
-  #died(client: Client): void {
+  #died(client: Client, transport: unknown): void {
     if (this.#client !== client || this.#state === "closed") return;
     this.#client = null;
     this.#state = "down";
+    this.#stderr = stderrOf(transport);
     this.#error = "the server exited";
   }
 
@@ -266,7 +293,7 @@ export class McpConnection {
         `MCP server "${this.config.name}" is unavailable: it stopped ${MAX_RESTARTS} times within 5 minutes`,
       );
     }
-    throw new Error(`MCP server "${this.config.name}" is ${this.#state}: ${this.#error ?? "not started"}`);
+    throw new Error(`MCP server "${this.config.name}" is ${this.#state}: ${this.#why() ?? "not started"}`);
   }
 
   /**
@@ -343,6 +370,19 @@ function quietOnClose(fetchFn: typeof fetch): typeof fetch {
 function sessionLost(error: unknown): boolean {
   const code = (error as { code?: unknown })?.code;
   return code === 404 || (code === 400 && /session/i.test(errorMessage(error)));
+}
+
+/** The last stderr lines of a stdio server's transport; none for HTTP. */
+function stderrOf(transport: unknown): readonly string[] {
+  return transport instanceof DenoStdioTransport ? transport.stderr() : [];
+}
+
+/** `; stderr: a | b` with the last of `lines` that fit in {@linkcode STDERR_IN_ERROR_CHARS}; empty for none. */
+function quoted(lines: readonly string[]): string {
+  if (lines.length === 0) return "";
+  const text = lines.map((line) => line.trim()).join(" | ");
+  const tail = text.length <= STDERR_IN_ERROR_CHARS ? text : `…${text.slice(-STDERR_IN_ERROR_CHARS)}`;
+  return `; stderr: ${tail}`;
 }
 
 function oneLine(error: unknown): string {
