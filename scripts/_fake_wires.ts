@@ -190,8 +190,9 @@ export function wholeReply(
 }
 
 /**
- * A Chat Completions body as the API streams it: the role, the text word by word, each call's id and name
- * then its arguments in two fragments by `index`, the finish reason, then usage in a `choices: []` chunk.
+ * A Chat Completions body as the API streams it: the role, any `reasoning_content`, the text word by word, each
+ * call's id and name then its arguments in two fragments by `index`, the finish reason, then usage in a
+ * `choices: []` chunk.
  */
 export function chatChunks(completion: Record<string, unknown>): Record<string, unknown>[] {
   const { id, model } = completion;
@@ -201,6 +202,10 @@ export function chatChunks(completion: Record<string, unknown>): Record<string, 
   const push = (delta: Block, finish: string | null = null) =>
     chunks.push({ ...base, choices: [{ index: 0, delta, finish_reason: finish }], usage: null });
   push({ role: "assistant", content: "" });
+  // Reasoning as the OpenAI-compatible servers that show it send it (DeepSeek, vLLM), before the answer.
+  if (typeof choice.message.reasoning_content === "string") {
+    push({ reasoning_content: choice.message.reasoning_content });
+  }
   const content = choice.message.content as string | null;
   for (const word of content?.match(/\S+\s*/g) ?? []) push({ content: word });
   const calls = (choice.message.tool_calls ?? []) as { id: string; function: Block }[];

@@ -8,7 +8,7 @@ import { ScriptedLLM, type ScriptStep } from "../src/llm/scripted.ts";
 import type { LeaseStore } from "../src/store/store.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { StoreUnavailableError } from "../src/errors.ts";
-import type { SessionKey, TodoStore } from "../src/store/store.ts";
+import type { SessionKey, TodoStore, TranscriptStore } from "../src/store/store.ts";
 import { builtinToolsFor, createBuiltinTools } from "../src/tools/builtin.ts";
 import type { ToolRegistry, ToolSource, ToolSpec } from "../src/tools/registry.ts";
 import { deterministicSummarizer, type Summarizer } from "../src/memory/summarizer.ts";
@@ -276,6 +276,19 @@ export function textSink(): { stream: PassThrough; text(): string } {
     text += typeof chunk === "string" ? chunk : new TextDecoder().decode(chunk);
   });
   return { stream, text: () => text };
+}
+
+/**
+ * Makes `store`'s second append fail as an unreachable database does: the question is stored, the step after
+ * the model's reply finds the database gone (outcome `error`, failure kind `store`).
+ */
+export function failSecondAppend(store: Pick<TranscriptStore, "append">): void {
+  const append = store.append.bind(store);
+  let appends = 0;
+  store.append = (key, messages, ...rest) =>
+    ++appends === 2
+      ? Promise.reject(new StoreUnavailableError("the session database sqlite:test is unavailable"))
+      : append(key, messages, ...rest);
 }
 
 /** `store`'s lease methods with some replaced: a store that loses leases, fails renewals or counts calls. */

@@ -11,10 +11,10 @@ import { parseResponseFormat, repairRequest } from "../src/agent/response_format
 import { BUDGET_ANSWER, MAX_STEPS_ANSWER, TIMEOUT_ANSWER } from "../src/agent/loop.ts";
 import { APPROVAL_PROMPT } from "../src/cli/approval_prompt.ts";
 import { runChat } from "../src/cli/chat.ts";
-import { LlmError, StoreUnavailableError } from "../src/errors.ts";
+import { LlmError } from "../src/errors.ts";
 import { LLM_APIS, type LlmApi, type ResponseFormat } from "../src/types.ts";
 import { FakeClock } from "./_fake_clock.ts";
-import { type Harness, harness, textSink } from "./_harness.ts";
+import { failSecondAppend, type Harness, harness, textSink } from "./_harness.ts";
 import { RuleLLM, until } from "./_http_harness.ts";
 import { ruleProvider } from "./_rule_provider.ts";
 
@@ -246,14 +246,7 @@ const OUTCOMES: Outcome[] = [
   {
     name: "error: the session database went away",
     message: "what is 3+3?",
-    setup: (h) => {
-      const append = h.store.append.bind(h.store);
-      let appends = 0;
-      h.store.append = (key, messages) =>
-        ++appends === 2
-          ? Promise.reject(new StoreUnavailableError("the session database sqlite:test is unavailable"))
-          : append(key, messages);
-    },
+    setup: (h) => failSecondAppend(h.store),
     shows: same(
       { code: 1, stdout: "\n", status: `${STORE_GONE}: ${RETRY}\n` },
       repl("what is 3+3?", [], { status: [`${STORE_GONE}: /retry sends it again`] }),

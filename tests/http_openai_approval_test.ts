@@ -6,9 +6,8 @@
  */
 import assert from "node:assert/strict";
 import { parseApprovalPolicy } from "../src/approval/policy.ts";
-import { StoreUnavailableError } from "../src/errors.ts";
 import { readTrace } from "../src/trace/trace.ts";
-import { keyOf } from "./_harness.ts";
+import { failSecondAppend, keyOf } from "./_harness.ts";
 import { httpHarness, withServer } from "./_http_harness.ts";
 import { ask, assertValid, client } from "./_openai_client.ts";
 
@@ -102,14 +101,7 @@ Deno.test("streamed, the finish chunk of a turn that waits carries awaiting_appr
 
 Deno.test("a session database that fails mid-turn on the OpenAI route is a 503 store_unavailable, in OpenAI's shape", async () => {
   using h = httpHarness();
-  const store = h.deps.store;
-  const append = store.append.bind(store);
-  let appends = 0;
-  // The question is stored; the step after the model's reply finds the database gone.
-  store.append = (key, messages) =>
-    ++appends === 2
-      ? Promise.reject(new StoreUnavailableError("the session database sqlite:test is unavailable"))
-      : append(key, messages);
+  failSecondAppend(h.deps.store);
   await withServer(h, async ({ url }) => {
     const response = await fetch(`${url}/v1/chat/completions`, {
       method: "POST",

@@ -8,10 +8,10 @@
  */
 import assert from "node:assert/strict";
 import { parseApprovalPolicy } from "../src/approval/policy.ts";
-import { LlmError, StoreUnavailableError } from "../src/errors.ts";
+import { LlmError } from "../src/errors.ts";
 import { SessionLeases } from "../src/session/leases.ts";
 import { SessionRunner } from "../src/session/runner.ts";
-import { leaseStoreWith } from "./_harness.ts";
+import { failSecondAppend, leaseStoreWith } from "./_harness.ts";
 import { FakeClock } from "./_fake_clock.ts";
 import { BUDGET_ANSWER } from "../src/agent/loop.ts";
 import { type HttpHarness, httpHarness, parseSse, postMessage, until } from "./_http_harness.ts";
@@ -180,14 +180,7 @@ const OUTCOMES: Outcome[] = [
   {
     name: "error: the session database went away",
     message: "what is 3+3?",
-    setup: (h) => {
-      const append = h.store.append.bind(h.store);
-      let appends = 0;
-      h.store.append = (key, messages) =>
-        ++appends === 2
-          ? Promise.reject(new StoreUnavailableError("the session database sqlite:test is unavailable"))
-          : append(key, messages);
-    },
+    setup: (h) => failSecondAppend(h.store),
     status: 503,
     code: "store_unavailable",
   },

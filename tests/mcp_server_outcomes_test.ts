@@ -15,14 +15,14 @@ import {
 } from "npm:@modelcontextprotocol/sdk@1.32.2/types.js";
 import { BUDGET_ANSWER, MAX_STEPS_ANSWER } from "../src/agent/loop.ts";
 import { parseApprovalPolicy } from "../src/approval/policy.ts";
-import { LlmError, StoreUnavailableError } from "../src/errors.ts";
+import { LlmError } from "../src/errors.ts";
 import { McpEndpoint } from "../src/mcp/http_endpoint.ts";
 import { loadMcpSdk } from "../src/mcp/sdk.ts";
 import { SessionLeases } from "../src/session/leases.ts";
 import { SessionRunner } from "../src/session/runner.ts";
 import { LLM_APIS, type LlmApi } from "../src/types.ts";
 import { FakeClock } from "./_fake_clock.ts";
-import { leaseStoreWith } from "./_harness.ts";
+import { failSecondAppend, leaseStoreWith } from "./_harness.ts";
 import { type HttpHarness, httpHarness, until } from "./_http_harness.ts";
 import { ruleProvider } from "./_rule_provider.ts";
 
@@ -272,14 +272,7 @@ const OUTCOMES: Outcome[] = [
   {
     name: "error: the session database went away",
     message: "what is 3+3?",
-    setup: (h) => {
-      const append = h.store.append.bind(h.store);
-      let appends = 0;
-      h.store.append = (key, messages) =>
-        ++appends === 2
-          ? Promise.reject(new StoreUnavailableError("the session database sqlite:test is unavailable"))
-          : append(key, messages);
-    },
+    setup: (h) => failSecondAppend(h.store),
     gets: {
       result: refused(
         "Sorry, I could not finish: the session database sqlite:test is unavailable. " +
