@@ -4,7 +4,8 @@
  * title from its first question, a rename's title is kept over later messages, a compaction is refused
  * whole for a changed summary or a missing message (and with it the memory it would write), a discard takes
  * its user turns off the count, a pending step resolves once, a memory write folds equal items and keeps the
- * user's limit. A dialect ({@linkcode SqlDialect}) gives the statements ({@linkcode SessionSql}) and
+ * user's limit, an idempotency key is claimed once (a claim past its day, or running past its bound, taken
+ * over). A dialect ({@linkcode SqlDialect}) gives the statements ({@linkcode SessionSql}) and
  * the transaction they run in; SQLite (`sqlite.ts`) and PostgreSQL (`postgres.ts`) are the two.
  * @module
  */
