@@ -211,6 +211,26 @@ Deno.test({
 });
 
 Deno.test({
+  name: "PostgresStore migrates a version-12 database to idempotency keys, keeping its rows",
+  ignore,
+  async fn() {
+    const url = await pg().freshUrl();
+    await withPool(url, async (sql) => {
+      assert.equal(await migrate(sql, 12), 0);
+      await sql`INSERT INTO sessions (user_id, id, created_at, updated_at) VALUES ('alice', 'old', 't0', 't1')`;
+    });
+    await openMigrated(url, async (store) => {
+      assert.equal((await store.get(keyOf("old", "alice")))?.id, "old");
+      const key = { userId: "alice", key: "k1" };
+      assert.deepEqual(await store.claimRequest(key, "h"), { state: "new" });
+      const response = { status: 502, contentType: "application/json", body: '{"error":{}}' };
+      assert.equal(await store.finishRequest(key, response), true);
+      assert.deepEqual(await store.claimRequest(key, "h"), { state: "done", response });
+    });
+  },
+});
+
+Deno.test({
   name: "PostgresStore refuses a database written by a newer schema version, changing nothing",
   ignore,
   async fn() {

@@ -97,13 +97,17 @@ storeTest(
       await trace.write(rows);
       const retention = retentionOf(store, { traceDays: 30, batch: 4, clock })!;
       const pass = await retention.prune();
-      assert.deepEqual(pass, { traceEvents: 12, sessions: 0 });
+      assert.deepEqual(pass, { traceEvents: 12, sessions: 0, requests: 0 });
       assert.deepEqual(await eventsOf(trace, a), [11, 13, 15, 17]);
       assert.deepEqual(await eventsOf(trace, b), [14, 16]);
-      assert.deepEqual(await retention.prune(), { traceEvents: 0, sessions: 0 }, "nothing more is old");
+      assert.deepEqual(
+        await retention.prune(),
+        { traceEvents: 0, sessions: 0, requests: 0 },
+        "nothing more is old",
+      );
       // A day later the events of 29 days ago are 30 days and a bit old.
       await clock.advance(DAY + 10);
-      assert.deepEqual(await retention.prune(), { traceEvents: 5, sessions: 0 });
+      assert.deepEqual(await retention.prune(), { traceEvents: 5, sessions: 0, requests: 0 });
       assert.deepEqual(await eventsOf(trace, a), [11]);
       assert.deepEqual(await eventsOf(trace, b), []);
     } finally {
@@ -128,7 +132,7 @@ storeTest(
       assert.deepEqual(await other.acquireLease(leased, "box:1:100:aaaaaaaa:1", 60_000), { taken: true });
       const retention = retentionOf(store, { sessionDays: 7, owner: "box:2:200:bbbbbbbb:0", clock })!;
 
-      assert.deepEqual(await retention.prune(), { traceEvents: 0, sessions: 1 });
+      assert.deepEqual(await retention.prune(), { traceEvents: 0, sessions: 1, requests: 0 });
       const gone = { session: false, messages: 0, todos: 0, pending: false, events: 0 };
       const whole = { session: true, messages: 2, todos: 1, pending: true, events: 2 };
       assert.deepEqual(await holdings(other, idle), gone);
@@ -141,10 +145,10 @@ storeTest(
 
       // Once its turn has ended, the leased session goes too; the recent one only when it is idle long enough.
       await other.releaseLease(leased, "box:1:100:aaaaaaaa:1");
-      assert.deepEqual(await retention.prune(), { traceEvents: 0, sessions: 1 });
+      assert.deepEqual(await retention.prune(), { traceEvents: 0, sessions: 1, requests: 0 });
       assert.deepEqual(await holdings(other, leased), gone);
       await clock.advance(7 * DAY + 1);
-      assert.deepEqual(await retention.prune(), { traceEvents: 0, sessions: 1 });
+      assert.deepEqual(await retention.prune(), { traceEvents: 0, sessions: 1, requests: 0 });
       assert.deepEqual(await holdings(other, recent), gone);
     } finally {
       await store.close();
@@ -421,7 +425,7 @@ Deno.test("Retention walks the trace table batch by batch and stops at the first
     () => Promise.resolve({ last: 40, deleted: 10 }),
   ]);
   const retention = new Retention(target, { batch: 10, clock: new FakeClock(START) });
-  assert.deepEqual(await retention.prune(), { traceEvents: 13, sessions: 0 });
+  assert.deepEqual(await retention.prune(), { traceEvents: 13, sessions: 0, requests: 0 });
   assert.deepEqual(calls.map((c) => c.after), [0, 10, 20]);
   const stopped = new AbortController();
   stopped.abort(new Error("stop"));

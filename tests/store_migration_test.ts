@@ -272,9 +272,11 @@ const DROP_TITLE = "ALTER TABLE sessions DROP COLUMN title;";
 const DROP_STATE = "ALTER TABLE messages DROP COLUMN provider_state; " +
   "ALTER TABLE pending_steps DROP COLUMN provider_state; " +
   "ALTER TABLE usage_daily DROP COLUMN cached_tokens; ALTER TABLE session_usage DROP COLUMN cached_tokens;";
-/** Version 12's columns, dropped to make a version-11 database. */
+/** Version 12's columns and version 13's table, dropped to make a version-11 database. */
 const DROP_CACHE_WRITES = "ALTER TABLE usage_daily DROP COLUMN cache_write_tokens; " +
-  "ALTER TABLE session_usage DROP COLUMN cache_write_tokens;";
+  "ALTER TABLE session_usage DROP COLUMN cache_write_tokens; DROP TABLE idempotency_keys;";
+/** Version 13's table, dropped to make a version-12 database. */
+const DROP_IDEMPOTENCY = "DROP TABLE idempotency_keys;";
 
 Deno.test("SqliteStore migrates a version-8 database to the user's memory, keeping every row", async () => {
   using dir = tempDir();
@@ -387,5 +389,25 @@ Deno.test("SqliteStore migrates a version-11 database to cache-written tokens: o
     await migrated.close();
   }
   assert.equal(userVersion(path), SCHEMA_VERSION);
-  assert.equal(SCHEMA_VERSION, 12);
+});
+
+Deno.test("SqliteStore migrates a version-12 database to idempotency keys, keeping its rows", async () => {
+  using dir = tempDir();
+  const path = `${dir.path}/s.db`;
+  await olderDatabase(path, 12, DROP_IDEMPOTENCY);
+  assert.equal(userVersion(path), 12);
+
+  const migrated = new SqliteStore(path, { now: () => new Date(T0) });
+  try {
+    assert.deepEqual((await migrated.listTodos(keyOf("s"))).map((t) => t.text), ["keep me"]);
+    const key = { userId: "u", key: "k1" };
+    assert.deepEqual(await migrated.claimRequest(key, "h"), { state: "new" });
+    const response = { status: 200, contentType: "application/json", body: "{}" };
+    assert.equal(await migrated.finishRequest(key, response), true);
+    assert.deepEqual(await migrated.claimRequest(key, "h"), { state: "done", response });
+  } finally {
+    await migrated.close();
+  }
+  assert.equal(userVersion(path), SCHEMA_VERSION);
+  assert.equal(SCHEMA_VERSION, 13);
 });

@@ -22,6 +22,7 @@ Deno.test("SqliteStore creates the schema with WAL and records its version", () 
   const tables = db.prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").all()
     .map((r) => r.name);
   assert.deepEqual(tables, [
+    "idempotency_keys",
     "messages",
     "pending_steps",
     "session_leases",

@@ -14,6 +14,7 @@ import type { TurnResult } from "../types.ts";
 import { readJsonBody } from "./body.ts";
 import type { HandlerDeps } from "./deps.ts";
 import { failedTurn, HttpError, toHttpError } from "./errors.ts";
+import { answerOnce, idempotencyKey, requestHash } from "./idempotency_key.ts";
 import { type ChatRequest, parseChatRequest } from "./openai_request.ts";
 import {
   chunkBody,
@@ -28,27 +29,48 @@ import { type QueuedTurn, queueTurn } from "../session/turn.ts";
 import { requestSession } from "../session/request_session.ts";
 import { RequestTodos } from "../tools/todo.ts";
 
-/** A turn ready to run, and whether it keeps a session (the advice of a failure depends on it). */
+/**
+ * A turn ready to run, whether it keeps a session (the advice of a failure depends on it), and what learns
+ * that it did work a repeat must not do again (it ended, and its session was not taken back).
+ */
 interface Prepared {
   run: QueuedTurn;
   kept: boolean;
+  didWork?: () => void;
 }
 
 /**
  * Answers one Chat Completions request of `userId`. Everything that can reject it (body, parameters, a full
- * queue) is checked before a stream starts; see {@linkcode parseChatRequest} for the 400s and the 404.
+ * queue) is checked before a stream starts; see {@linkcode parseChatRequest} for the 400s and the 404. With an
+ * `Idempotency-Key`, a repeat of the request gets the first one's response (see `idempotency_key.ts`).
  */
 export async function handleChatCompletion(
   request: Request,
   userId: string,
   deps: HandlerDeps,
 ): Promise<Response> {
+  const key = idempotencyKey(request.headers);
   const body = await readJsonBody(request, { maxBytes: deps.maxBodyBytes });
   const chat = parseChatRequest(body, request.headers);
+  if (key === null) return await answer(request, userId, chat, deps);
+  const hash = await requestHash(new URL(request.url).pathname, chat.sessionId, body);
+  const { turnTimeoutSeconds } = deps.agent;
+  const once = { store: deps.store, key: { userId, key }, hash, log: deps.log, turnTimeoutSeconds };
+  return await answerOnce(once, (didWork) => answer(request, userId, chat, deps, didWork));
+}
+
+async function answer(
+  request: Request,
+  userId: string,
+  chat: ChatRequest,
+  deps: HandlerDeps,
+  didWork?: () => void,
+): Promise<Response> {
   const created = Math.floor((deps.agent.now ?? (() => new Date()))().getTime() / 1000);
   const prepared = chat.sessionId === null
     ? await prepareEphemeral(request, userId, chat, deps)
     : await prepareKept(request, { userId, sessionId: chat.sessionId }, chat, deps);
+  prepared.didWork = didWork;
   return chat.stream
     ? streamAnswer(prepared, chat.includeUsage, created, deps)
     : await jsonAnswer(prepared, created, deps);
@@ -145,6 +167,7 @@ async function runSaying(
     else if (event.event === "answer") text.answer(event.data.text, event.step!);
   };
   const result = await prepared.run(emit, { onDelta: (piece, step) => text.delta(piece, step) });
+  if (!NOTHING_KEPT.has(result.failure?.kind ?? "")) prepared.didWork?.();
   // A turn that waits for approval has no answer event: what it says is the result's.
   if (result.outcome === "awaiting_approval") text.answer(result.answer, -1);
   return result;

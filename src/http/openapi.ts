@@ -96,8 +96,12 @@ function openaiErrors(statuses: number[]) {
   return errors(statuses, "OpenAIError", {
     ...DESCRIPTIONS,
     400: "invalid JSON or parameters (`param` names which), a last message that is not a user message, " +
-      "client tools, a response_format the runtime cannot use, or an invalid session id",
+      "client tools, a response_format the runtime cannot use, an invalid session id, or a malformed " +
+      "Idempotency-Key (invalid_idempotency_key)",
     404: "a model other than mini-agent (`model_not_found`)",
+    409: "a request of the same Idempotency-Key still runs (idempotency_key_in_use, Retry-After: 1)",
+    422: "the Idempotency-Key was used within 24 h for another body (idempotency_key_reused), or its " +
+      "result was over 1 MiB and not kept (idempotency_result_too_large)",
   });
 }
 
@@ -107,6 +111,14 @@ const sessionHeader = param(
   idSchema,
   "keep the conversation in this session of the caller's: only the last message is new. " +
     "Without it (or metadata.session_id) the request's messages are the whole history and nothing is stored.",
+);
+
+const idempotencyHeader = param(
+  "Idempotency-Key",
+  "header",
+  { ...str, pattern: "^[\\x21-\\x7e]{1,255}$" },
+  "run the request once: a repeat of the same key and body within 24 h gets the first one's response " +
+    "(a stream's text at once), with idempotent-replayed: true, without running the turn again; per user",
 );
 
 type Operation = {
@@ -494,7 +506,7 @@ export const OPENAPI = {
       get: op("OpenAI-compatible: one model", json(ref("Model")), [401, 404], {}, openaiErrors),
     },
     "/v1/chat/completions": {
-      parameters: [sessionHeader],
+      parameters: [sessionHeader, idempotencyHeader],
       post: op(
         "OpenAI-compatible: one agent turn (the whole tool loop, tools run on the server) as a " +
           "chat.completion, or with stream: true as chat.completion.chunk events ending in data: [DONE]",
@@ -505,7 +517,7 @@ export const OPENAPI = {
             "when the turn reached its step limit or token budget; usage sums the turn's model calls",
           content: { "application/json": { schema: anyObject }, "text/event-stream": { schema: str } },
         },
-        [400, 401, 404, 413, 415, 429, 502, 503, 504],
+        [400, 401, 404, 409, 413, 415, 422, 429, 502, 503, 504],
         {
           requestBody: {
             required: true,

@@ -175,6 +175,26 @@ ALTER TABLE usage_daily ADD COLUMN cache_write_tokens bigint NOT NULL DEFAULT 0;
 ALTER TABLE session_usage ADD COLUMN cache_write_tokens bigint NOT NULL DEFAULT 0;
 `;
 
+/**
+ * Version 13: the requests a client marked with an `Idempotency-Key`, per user: a hash of what the request
+ * asked, whether it still runs or is done, and when done its response. Times are milliseconds since the epoch
+ * on the store's clock; the index serves the retention pass.
+ */
+const IDEMPOTENCY_TABLE = `
+CREATE TABLE idempotency_keys (
+  user_id text COLLATE "C" NOT NULL,
+  key text COLLATE "C" NOT NULL,
+  request_hash text NOT NULL,
+  state text NOT NULL CHECK (state IN ('running', 'done')),
+  status integer,
+  content_type text,
+  body text,
+  created_at bigint NOT NULL,
+  PRIMARY KEY (user_id, key)
+);
+CREATE INDEX idempotency_keys_by_age ON idempotency_keys (created_at);
+`;
+
 const STEPS: readonly MigrationStep<string>[] = [
   { from: 0, to: 3, run: SESSION_TABLES },
   { from: 3, to: 4, run: LEASE_TABLE },
@@ -186,6 +206,7 @@ const STEPS: readonly MigrationStep<string>[] = [
   { from: 9, to: 10, run: SESSION_TITLE },
   { from: 10, to: 11, run: PROVIDER_STATE },
   { from: 11, to: 12, run: CACHE_WRITES },
+  { from: 12, to: 13, run: IDEMPOTENCY_TABLE },
 ];
 
 /**

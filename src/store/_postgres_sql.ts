@@ -8,11 +8,13 @@ import type { StoredMessage, UsageEntry } from "../types.ts";
 import {
   bytes,
   type MessageRow,
+  type RequestRow,
   stateColumn,
   text,
   toMemoryItem,
   toMessage,
   toPending,
+  toRequestRow,
   toSession,
   toTodo,
   toUsage,
@@ -24,8 +26,10 @@ import type {
   MemoryItem,
   PendingStep,
   RecalledItem,
+  RequestKey,
   Session,
   SessionKey,
+  StoredResponse,
   Todo,
 } from "./store.ts";
 
@@ -326,6 +330,47 @@ export class PostgresSql implements SessionSql {
     const rows = id === null
       ? await this.#db`DELETE FROM user_memory WHERE user_id = ${userId} RETURNING id`
       : await this.#db`DELETE FROM user_memory WHERE user_id = ${userId} AND id = ${id} RETURNING id`;
+    return rows.length;
+  }
+
+  async insertRequest({ userId, key }: RequestKey, hash: string, at: number): Promise<boolean> {
+    // Of two transactions inserting the key at once, the second waits for the first, then does nothing.
+    const rows = await this.#db`INSERT INTO idempotency_keys (user_id, key, request_hash, state, created_at)
+      VALUES (${userId}, ${key}, ${hash}, 'running', ${at}) ON CONFLICT (user_id, key) DO NOTHING
+      RETURNING key`;
+    return rows.length === 1;
+  }
+
+  async request({ userId, key }: RequestKey): Promise<RequestRow | null> {
+    // Locked, and read as last committed: a claim that waited here sees what the one before it wrote.
+    const rows = await this.#db`SELECT request_hash, state, status, content_type, body, created_at
+      FROM idempotency_keys WHERE user_id = ${userId} AND key = ${key} FOR UPDATE`;
+    return rows.length === 0 ? null : toRequestRow(rows[0]);
+  }
+
+  async retakeRequest({ userId, key }: RequestKey, hash: string, at: number): Promise<void> {
+    await this.#db`UPDATE idempotency_keys SET request_hash = ${hash}, state = 'running', status = NULL,
+        content_type = NULL, body = NULL, created_at = ${at}
+      WHERE user_id = ${userId} AND key = ${key}`;
+  }
+
+  async finishRequest({ userId, key }: RequestKey, response: StoredResponse): Promise<boolean> {
+    const { status, contentType, body } = response;
+    const rows = await this.#db`UPDATE idempotency_keys SET state = 'done', status = ${status},
+        content_type = ${contentType}, body = ${body}
+      WHERE user_id = ${userId} AND key = ${key} AND state = 'running' RETURNING key`;
+    return rows.length === 1;
+  }
+
+  async deleteRequest({ userId, key }: RequestKey): Promise<boolean> {
+    const rows = await this.#db`DELETE FROM idempotency_keys WHERE user_id = ${userId} AND key = ${key}
+      RETURNING key`;
+    return rows.length === 1;
+  }
+
+  async pruneRequests(before: number, limit: number): Promise<number> {
+    const rows = await this.#db`DELETE FROM idempotency_keys WHERE (user_id, key) IN (SELECT user_id, key
+      FROM idempotency_keys WHERE created_at <= ${before} LIMIT ${limit}) RETURNING key`;
     return rows.length;
   }
 }

@@ -6,7 +6,7 @@
  */
 import type { ProviderState, Role, StoredMessage, ToolCall, UsageEntry } from "../types.ts";
 import { deepFreeze } from "../_json.ts";
-import type { MemoryItem, PendingStep, Session, Todo } from "./store.ts";
+import type { MemoryItem, PendingStep, Session, StoredResponse, Todo } from "./store.ts";
 
 export type Row = Record<string, unknown>;
 
@@ -193,4 +193,31 @@ export function toRow(m: StoredMessage, index: number): MessageRow {
     m.createdAt,
     stateColumn(m.providerState),
   ];
+}
+
+/** A claim of an idempotency key as stored: its request's hash, its state, when it was made, its response. */
+export interface RequestRow {
+  hash: string;
+  state: "running" | "done";
+  /** Milliseconds since the epoch. */
+  createdAt: number;
+  /** Null while it runs. */
+  response: StoredResponse | null;
+}
+
+/** A row of `idempotency_keys` (its body as text, or as bytes from SQLite's `CAST(… AS BLOB)`). */
+export function toRequestRow(row: Row): RequestRow {
+  const done = row.state === "done";
+  return {
+    hash: row.request_hash as string,
+    state: done ? "done" : "running",
+    createdAt: Number(row.created_at),
+    response: done
+      ? {
+        status: Number(row.status),
+        contentType: row.content_type as string,
+        body: typeof row.body === "string" ? row.body : text(row.body),
+      }
+      : null,
+  };
 }

@@ -206,6 +206,26 @@ ALTER TABLE usage_daily ADD COLUMN cache_write_tokens INTEGER NOT NULL DEFAULT 0
 ALTER TABLE session_usage ADD COLUMN cache_write_tokens INTEGER NOT NULL DEFAULT 0;
 `;
 
+/**
+ * Version 13: the requests a client marked with an `Idempotency-Key`, per user: a hash of what the request
+ * asked, whether it still runs or is done, and when done its response (status, content type, body). Times are
+ * milliseconds since the epoch; the index serves the retention pass, which deletes claims older than a day.
+ */
+const IDEMPOTENCY_TABLE = `
+CREATE TABLE idempotency_keys (
+  user_id TEXT NOT NULL,
+  key TEXT NOT NULL,
+  request_hash TEXT NOT NULL,
+  state TEXT NOT NULL CHECK (state IN ('running', 'done')),
+  status INTEGER,
+  content_type TEXT,
+  body TEXT,
+  created_at INTEGER NOT NULL,
+  PRIMARY KEY (user_id, key)
+);
+CREATE INDEX idempotency_keys_by_age ON idempotency_keys(created_at);
+`;
+
 const DROP_VERSION_1 = `
 DROP TABLE messages_v1;
 DROP TABLE todos_v1;
@@ -241,7 +261,7 @@ const STEPS: readonly MigrationStep<(db: DatabaseSync) => void>[] = [
     to: SCHEMA_VERSION,
     run: exec(
       SESSION_TABLES + PENDING_TABLE + LEASE_TABLE + TRACE_TABLE + TODO_CALLS + CALIBRATION + USAGE_TABLES +
-        MEMORY_TABLES + SESSION_TITLE + PROVIDER_STATE + CACHE_WRITES,
+        MEMORY_TABLES + SESSION_TITLE + PROVIDER_STATE + CACHE_WRITES + IDEMPOTENCY_TABLE,
     ),
   },
   { from: 1, to: 2, run: fromVersion1 },
@@ -255,6 +275,7 @@ const STEPS: readonly MigrationStep<(db: DatabaseSync) => void>[] = [
   { from: 9, to: 10, run: exec(SESSION_TITLE) },
   { from: 10, to: 11, run: exec(PROVIDER_STATE) },
   { from: 11, to: 12, run: exec(CACHE_WRITES) },
+  { from: 12, to: 13, run: exec(IDEMPOTENCY_TABLE) },
 ];
 
 /**

@@ -8,7 +8,7 @@
 // deno-lint-ignore-file require-await
 import type { StatementSync } from "node:sqlite";
 import type { StoredMessage, UsageEntry } from "../types.ts";
-import type { MessageRow } from "./_rows.ts";
+import type { MessageRow, RequestRow } from "./_rows.ts";
 import {
   insertedMessage,
   stateColumn,
@@ -16,6 +16,7 @@ import {
   toMemoryItem,
   toMessage,
   toPending,
+  toRequestRow,
   toSession,
   toTodo,
   toUsage,
@@ -28,9 +29,11 @@ import {
   type MemoryItem,
   type PendingStep,
   type RecalledItem,
+  type RequestKey,
   type Session,
   type SessionKey,
   sessionName,
+  type StoredResponse,
   type Todo,
 } from "./store.ts";
 
@@ -160,6 +163,18 @@ export const SQL = {
   mergeMemoryIndex: "INSERT INTO user_memory_words (user_memory_words, rank) VALUES ('merge', 64)",
   deleteMemoryItem: "DELETE FROM user_memory WHERE user_id = ? AND id = ?",
   deleteMemory: "DELETE FROM user_memory WHERE user_id = ?",
+  insertRequest: "INSERT INTO idempotency_keys (user_id, key, request_hash, state, created_at) " +
+    "VALUES (?, ?, ?, 'running', ?) ON CONFLICT(user_id, key) DO NOTHING",
+  // No lock to take: every write transaction begins IMMEDIATE, holding the whole database.
+  getRequest: "SELECT request_hash, state, status, content_type, CAST(body AS BLOB) AS body, created_at " +
+    "FROM idempotency_keys WHERE user_id = ? AND key = ?",
+  retakeRequest: "UPDATE idempotency_keys SET request_hash = ?, state = 'running', status = NULL, " +
+    "content_type = NULL, body = NULL, created_at = ? WHERE user_id = ? AND key = ?",
+  finishRequest: "UPDATE idempotency_keys SET state = 'done', status = ?, content_type = ?, body = ? " +
+    "WHERE user_id = ? AND key = ? AND state = 'running'",
+  deleteRequest: "DELETE FROM idempotency_keys WHERE user_id = ? AND key = ?",
+  pruneRequests: "DELETE FROM idempotency_keys WHERE rowid IN (SELECT rowid FROM idempotency_keys " +
+    "WHERE created_at <= ? LIMIT ?)",
   ping: "SELECT 1 AS ok",
   // Changes when another connection commits.
   dataVersion: "PRAGMA data_version",
@@ -470,6 +485,32 @@ export class SqliteSql implements SessionSql {
       ? this.#sql.deleteMemory.run(userId)
       : this.#sql.deleteMemoryItem.run(userId, id);
     return Number(result.changes);
+  }
+
+  async insertRequest({ userId, key }: RequestKey, hash: string, at: number): Promise<boolean> {
+    return this.#sql.insertRequest.run(userId, key, hash, at).changes === 1;
+  }
+
+  async request({ userId, key }: RequestKey): Promise<RequestRow | null> {
+    const row = this.#sql.getRequest.get(userId, key);
+    return row === undefined ? null : toRequestRow(row);
+  }
+
+  async retakeRequest({ userId, key }: RequestKey, hash: string, at: number): Promise<void> {
+    this.#sql.retakeRequest.run(hash, at, userId, key);
+  }
+
+  async finishRequest({ userId, key }: RequestKey, response: StoredResponse): Promise<boolean> {
+    const { status, contentType, body } = response;
+    return this.#sql.finishRequest.run(status, contentType, body, userId, key).changes === 1;
+  }
+
+  async deleteRequest({ userId, key }: RequestKey): Promise<boolean> {
+    return this.#sql.deleteRequest.run(userId, key).changes === 1;
+  }
+
+  async pruneRequests(before: number, limit: number): Promise<number> {
+    return Number(this.#sql.pruneRequests.run(before, limit).changes);
   }
 }
 

@@ -37,12 +37,12 @@ export function sharedTraceOf(store: SessionStore, maxEvents?: number): SharedTr
 }
 
 /**
- * What deletes the store's expired trace events and idle sessions in the background (not started); null for a
+ * What deletes the store's expired trace events, idle sessions and old idempotency keys in the background (not started); null for a
  * store that keeps neither in a database.
  */
 export function retentionOf(store: SessionStore, options: RetentionOptions = {}): Retention | null {
   if (!(store instanceof SqliteStore || store instanceof PostgresStore)) return null;
-  return new Retention({ trace: store.trace, sessions: store }, options);
+  return new Retention({ trace: store.trace, sessions: store, requests: store }, options);
 }
 
 /** Opens the store `config` names; rejects with a `ConfigError` saying what failed and what to do. */

@@ -1,6 +1,6 @@
 /**
- * Retention: the database keeps trace events for AGENT_TRACE_RETENTION_DAYS and, when
- * AGENT_SESSION_RETENTION_DAYS is set, the sessions written to within that many days; a pass at an interval
+ * Retention: the database keeps trace events for AGENT_TRACE_RETENTION_DAYS, the claims of idempotency keys
+ * for a day and, when AGENT_SESSION_RETENTION_DAYS is set, the sessions written to within that many days; a pass at an interval
  * deletes the rest in the background, a bounded batch or one session at a time, so a write lock is never held
  * for long and a turn waits at most for one batch.
  *
@@ -25,10 +25,15 @@ const DAY_MS = 24 * 60 * 60 * 1000;
 /** What retention needs of a store's sessions: the idle ones, and deleting one whole. */
 export type IdleSessions = Pick<SqlStore, "idleSessions" | "deleteIdleSession">;
 
-/** What a store offers retention: its trace table, its sessions; null where it has none. */
+/** What retention needs of a store's idempotency keys: deleting the claims past their day. */
+export type OldRequests = Pick<SqlStore, "pruneRequests">;
+
+/** What a store offers retention: its trace table, its sessions, its idempotency keys; null where it has none. */
 export interface RetentionTarget {
   trace: Pick<TraceTable, "pruneOlder"> | null;
   sessions: IdleSessions | null;
+  /** @default {null} */
+  requests?: OldRequests | null;
 }
 
 /** Options of {@linkcode Retention}. */
@@ -66,6 +71,8 @@ export interface RetentionOptions {
 export interface RetentionPass {
   traceEvents: number;
   sessions: number;
+  /** Claims of idempotency keys older than a day (`IDEMPOTENCY_KEEP_MS`), which count as absent already. */
+  requests: number;
 }
 
 /** The ISO time `days` before `now`: what is older goes (the epoch for a span longer than time has run). */
@@ -112,11 +119,12 @@ export class Retention {
    */
   async prune(signal?: AbortSignal): Promise<RetentionPass> {
     const { clock, traceDays, sessionDays } = this.#options;
-    const pass: RetentionPass = { traceEvents: 0, sessions: 0 };
-    const { trace, sessions } = this.#target;
+    const pass: RetentionPass = { traceEvents: 0, sessions: 0, requests: 0 };
+    const { trace, sessions, requests = null } = this.#target;
     if (trace !== null) {
       pass.traceEvents = await this.#pruneTrace(trace, cutoff(clock.now(), traceDays), signal);
     }
+    if (requests !== null) pass.requests = await this.#pruneRequests(requests, clock.now(), signal);
     if (sessions !== null && sessionDays !== null) {
       pass.sessions = await this.#pruneSessions(sessions, cutoff(clock.now(), sessionDays), signal);
     }
@@ -138,6 +146,17 @@ export class Retention {
       deleted += batch.deleted;
       if (batch.last === null || batch.deleted === 0) return deleted;
       after = batch.last;
+    }
+  }
+
+  /** Deletes the claims of idempotency keys past their day at `now`, a batch per transaction. */
+  async #pruneRequests(requests: OldRequests, now: number, signal?: AbortSignal) {
+    let deleted = 0;
+    for (;;) {
+      signal?.throwIfAborted();
+      const batch = await requests.pruneRequests(now, this.#options.batch);
+      deleted += batch;
+      if (batch < this.#options.batch) return deleted;
     }
   }
 

@@ -4,19 +4,23 @@
  * title from its first question, a rename's title is kept over later messages, a compaction is refused
  * whole for a changed summary or a missing message (and with it the memory it would write), a discard takes
  * its user turns off the count, a pending step resolves once, a memory write folds equal items and keeps the
- * user's limit. A dialect ({@linkcode SqlDialect}) gives the statements ({@linkcode SessionSql}) and
+ * user's limit, an idempotency key is claimed once (a claim past its day, or running past its bound, taken
+ * over). A dialect ({@linkcode SqlDialect}) gives the statements ({@linkcode SessionSql}) and
  * the transaction they run in; SQLite (`sqlite.ts`) and PostgreSQL (`postgres.ts`) are the two.
  * @module
  */
 import type { StoredMessage, UsageEntry } from "../types.ts";
-import { type MessageRow, toRow } from "./_rows.ts";
+import { type MessageRow, type RequestRow, toRow } from "./_rows.ts";
 import { memoryKey, recallTerms } from "./memory_text.ts";
 import { givenTitle, titleFrom } from "../text/title.js";
 import {
   type AcquireLeaseOptions,
   type Calibration,
   CANCEL_MARK,
+  type ClaimRequestOptions,
   type HealthStore,
+  IDEMPOTENCY_KEEP_MS,
+  IDEMPOTENCY_RUNNING_MS,
   leaseFrom,
   type LeaseTake,
   leaseTtl,
@@ -25,14 +29,18 @@ import {
   type MemoryWritten,
   type PendingStep,
   type RecalledItem,
+  type RequestClaim,
+  type RequestKey,
   type Session,
   type SessionKey,
   type SessionStore,
+  type StoredResponse,
   type Todo,
   type UsageOptions,
   type UsageRange,
   validateId,
   validateKey,
+  validateRequestKey,
 } from "./store.ts";
 
 /**
@@ -137,6 +145,21 @@ export interface SessionSql {
   deleteMemory(userId: string, id: number | null): Promise<number>;
   /** Some work towards fewer pieces of the memory's full-text index after new items, where it has pieces. */
   mergeMemoryIndex(): Promise<void>;
+  /**
+   * Inserts a running claim of `key` for `hash`, made at `at` (ms), unless the user has a claim of that key
+   * (then it waits for a claim another transaction inserts, and does nothing); true when it inserted.
+   */
+  insertRequest(key: RequestKey, hash: string, at: number): Promise<boolean>;
+  /** The claim of `key`, held against every other writer until the transaction ends; null when none. */
+  request(key: RequestKey): Promise<RequestRow | null>;
+  /** Makes the claim of `key` a new running one of `hash`, made at `at`, without a response. */
+  retakeRequest(key: RequestKey, hash: string, at: number): Promise<void>;
+  /** Stores `response` in the running claim of `key`, now done; false when it has none running. */
+  finishRequest(key: RequestKey, response: StoredResponse): Promise<boolean>;
+  /** Deletes the claim of `key`; false when there was none. */
+  deleteRequest(key: RequestKey): Promise<boolean>;
+  /** Deletes at most `limit` claims made at `before` (ms) or earlier; resolves to how many. */
+  pruneRequests(before: number, limit: number): Promise<number>;
 }
 
 /** Where a page of {@linkcode SqlStore.idleSessions} starts: after the session of these fields. */
@@ -548,6 +571,93 @@ export class SqlStore implements SessionStore {
       await this.releaseLease(key, owner).catch(() => {});
       throw error;
     }
+  }
+
+  /** `work` on the checked request key, in one transaction that holds no session. */
+  async #writeRequest<T>(
+    action: string,
+    key: RequestKey,
+    work: (sql: SessionSql, key: RequestKey) => Promise<T>,
+  ): Promise<T> {
+    // The key stays out of the action: errors name the user only.
+    const checked = validateRequestKey(key);
+    return await this.#db.write(`${action} of user "${key.userId}"`, null, (sql) => work(sql, checked));
+  }
+
+  claimRequest(key: RequestKey, hash: string, options: ClaimRequestOptions = {}): Promise<RequestClaim> {
+    const { runningMs = IDEMPOTENCY_RUNNING_MS } = options;
+    if (typeof hash !== "string" || hash === "") {
+      return Promise.reject(
+        new TypeError("Cannot claim an idempotency key: the hash must be a non-empty string"),
+      );
+    }
+    if (!(runningMs > 0)) {
+      return Promise.reject(
+        new RangeError(`Cannot claim an idempotency key: runningMs must be a number > 0, got ${runningMs}`),
+      );
+    }
+    return this.#writeRequest("claim an idempotency key", key, async (sql, key) => {
+      const at = this.#now().getTime();
+      for (;;) {
+        if (await sql.insertRequest(key, hash, at)) return { state: "new" };
+        const claim = await sql.request(key);
+        // Released between the insert and the read: the key is free again.
+        if (claim === null) continue;
+        return await this.#claimHeld(sql, key, claim, hash, at, runningMs);
+      }
+    });
+  }
+
+  /** What a claim of `hash` at `at` finds of the held `claim`, taking it over when it counts as absent. */
+  async #claimHeld(
+    sql: SessionSql,
+    key: RequestKey,
+    claim: RequestRow,
+    hash: string,
+    at: number,
+    runningMs: number,
+  ): Promise<RequestClaim> {
+    const bound = claim.state === "done" ? IDEMPOTENCY_KEEP_MS : Math.min(runningMs, IDEMPOTENCY_KEEP_MS);
+    if (at - claim.createdAt >= bound) {
+      await sql.retakeRequest(key, hash, at);
+      return { state: "new" };
+    }
+    if (claim.hash !== hash) return { state: "mismatch" };
+    if (claim.response === null) return { state: "running" };
+    return { state: "done", response: claim.response };
+  }
+
+  finishRequest(key: RequestKey, response: StoredResponse): Promise<boolean> {
+    const { status, contentType, body } = response;
+    if (!Number.isInteger(status) || typeof contentType !== "string" || typeof body !== "string") {
+      return Promise.reject(
+        new TypeError(
+          "Cannot finish a request: the response needs an integer status, a content type and a body",
+        ),
+      );
+    }
+    return this.#writeRequest("finish a request", key, (sql, key) => sql.finishRequest(key, response));
+  }
+
+  releaseRequest(key: RequestKey): Promise<boolean> {
+    return this.#writeRequest("release an idempotency key", key, (sql, key) => sql.deleteRequest(key));
+  }
+
+  /**
+   * Deletes at most `limit` claims of idempotency keys older than {@linkcode IDEMPOTENCY_KEEP_MS} at `now`
+   * (ms; the retention pass's clock), which count as absent already; resolves to how many.
+   */
+  pruneRequests(now: number, limit: number): Promise<number> {
+    if (!Number.isInteger(limit) || limit < 1) {
+      return Promise.reject(
+        new RangeError(`Cannot delete old idempotency keys: limit must be an integer >= 1, got ${limit}`),
+      );
+    }
+    return this.#db.write(
+      "delete old idempotency keys",
+      null,
+      (sql) => sql.pruneRequests(now - IDEMPOTENCY_KEEP_MS, limit),
+    );
   }
 
   ping(): Promise<boolean> {

@@ -302,6 +302,70 @@ export interface LeaseStore {
   cancelLease(key: SessionKey): Promise<boolean>;
 }
 
+/** Which request of a user a client marks as one (`Idempotency-Key`): its repeats get its result. */
+export interface RequestKey {
+  userId: string;
+  /** The client's key: 1-255 visible ASCII characters ({@linkcode IDEMPOTENCY_KEY}). */
+  key: string;
+}
+
+/** What a key accepts: 1-255 visible ASCII characters (no space, no control character). */
+export const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,255}$/;
+
+/** How long a request's result answers its repeats, from the first request's claim: 24 h. */
+export const IDEMPOTENCY_KEEP_MS = 24 * 60 * 60 * 1000;
+
+/**
+ * How long a claim still running holds its key by default: 15 min. Past it the claim counts as dead (its
+ * process gone before it finished or released it), and the key is free again.
+ */
+export const IDEMPOTENCY_RUNNING_MS = 15 * 60 * 1000;
+
+/** A response kept for a request's repeats: its status, content type and whole body. */
+export interface StoredResponse {
+  status: number;
+  contentType: string;
+  body: string;
+}
+
+/**
+ * What {@linkcode IdempotencyStore.claimRequest} found: the key was free and is now the caller's (`new`); a
+ * request of the same body holds it and still runs (`running`) or has finished (`done`, with its response); a
+ * request of another body holds it (`mismatch`).
+ */
+export type RequestClaim =
+  | { state: "new" }
+  | { state: "running" }
+  | { state: "done"; response: StoredResponse }
+  | { state: "mismatch" };
+
+/** Options of {@linkcode IdempotencyStore.claimRequest}. */
+export interface ClaimRequestOptions {
+  /**
+   * How long a running claim holds the key, in milliseconds: an older one is taken over as dead.
+   * @default {IDEMPOTENCY_RUNNING_MS}
+   */
+  runningMs?: number;
+}
+
+/**
+ * The requests a client marked with an `Idempotency-Key`, per user, each kept {@linkcode IDEMPOTENCY_KEEP_MS}
+ * from its claim; an older one counts as absent. Every method validates its key (`SessionError` for a
+ * malformed user id or key).
+ */
+export interface IdempotencyStore {
+  /**
+   * Claims `key` for a request whose hash (of what it asks) is `hash`, atomically across processes: of two
+   * claims at once only one is `new`. A claim older than its bound (kept or running, see
+   * {@linkcode ClaimRequestOptions.runningMs}) counts as absent and is taken over.
+   */
+  claimRequest(key: RequestKey, hash: string, options?: ClaimRequestOptions): Promise<RequestClaim>;
+  /** Stores the response of the running claim of `key`; false when there is none (released, taken over). */
+  finishRequest(key: RequestKey, response: StoredResponse): Promise<boolean>;
+  /** Frees `key` (its request did no work a repeat must not do again); false when it was not held. */
+  releaseRequest(key: RequestKey): Promise<boolean>;
+}
+
 /** The database itself. Every method validates its key (`SessionError` for a malformed id). */
 export interface HealthStore {
   /** True when the database answers; never rejects. */
@@ -315,7 +379,7 @@ export interface HealthStore {
  * A consumer takes only the role it uses; `SqlStore` implements them all over SQLite and PostgreSQL.
  */
 export interface SessionStore
-  extends TranscriptStore, TodoStore, MemoryStore, UsageStore, LeaseStore, HealthStore {}
+  extends TranscriptStore, TodoStore, MemoryStore, UsageStore, LeaseStore, IdempotencyStore, HealthStore {}
 
 /** `id` if it is 1–128 characters of `[A-Za-z0-9._:-]`, else a `SessionError`; `what` names it in the message. */
 export function validateId(id: unknown, what = "session id"): string {
@@ -325,6 +389,19 @@ export function validateId(id: unknown, what = "session id"): string {
     : typeof id;
   throw new SessionError(
     `Invalid ${what} ${shown}: expected 1-128 characters of letters, digits and . _ : -`,
+    "invalid_id",
+  );
+}
+
+/**
+ * The request key, its user id checked with {@linkcode validateId} and its key against
+ * {@linkcode IDEMPOTENCY_KEY} (a `SessionError`, whose message never shows the key).
+ */
+export function validateRequestKey(key: RequestKey): RequestKey {
+  validateId(key.userId, "user id");
+  if (typeof key.key === "string" && IDEMPOTENCY_KEY.test(key.key)) return key;
+  throw new SessionError(
+    "Invalid idempotency key: expected 1-255 visible ASCII characters",
     "invalid_id",
   );
 }
@@ -365,9 +442,10 @@ export function leaseFrom(options: AcquireLeaseOptions | undefined): string | un
  * counted per user, day and model (`usage_daily`) and per session (`session_usage`), 9 the user's memory across
  * sessions (`user_memory`, with its full-text index), 10 the session's title (`sessions.title`), 11 what a provider needs back of an assistant message
  * (`provider_state`) and the input tokens read from its cache (`cached_tokens`), 12 the input tokens written to
- * its cache (`cache_write_tokens`).
+ * its cache (`cache_write_tokens`), 13 the requests a client marked with an `Idempotency-Key`, with their
+ * results (`idempotency_keys`).
  */
-export const SCHEMA_VERSION = 12;
+export const SCHEMA_VERSION = 13;
 
 /** One migration of a dialect's list: it brings the schema from version `from` to `to` by `run`. */
 export interface MigrationStep<Run> {
