@@ -88,7 +88,7 @@ in the HTTP section after a fixed 50 ms.
    whole load, and VmRSS 30 s after the load ended.
 4. Memory: VmRSS of serve idle, after 1,000 sessions created through it, and after listing them (the
    target reads the larger, in MB). Start-up: spawn to the first /healthz 200 of serve, and to the
-   first answer line of a piped chat (deno task adds the task_flags.ts subprocess, about 25 ms, before).
+   first answer line of a piped chat (deno task starts scripts/launch.ts, which derives the flags and runs it).
 5. Token counts. Requests of five conversations (English, Chinese, mixed, JSON tool results, code),
    counted exactly with o200k_base (js-tiktoken, as AGENT_TOKENIZER loads it), against characters / 4,
    the runtime's per-script estimate, its calibrated count (the previous request's exact count plus the

@@ -11,6 +11,7 @@ import { type ChatOptions, oneShotMessage, runChat, schemaFormat } from "./cli/c
 import { colorWanted } from "./cli/render.ts";
 import { FileHistory } from "./cli/history.ts";
 import { helpText } from "./cli/help.ts";
+import { COMMAND_LINE_OPTIONS } from "./cli/command_line.ts";
 import { type Config, isLoopbackHost, loadConfig, readEnvironment, requireApiKey } from "./config.ts";
 import { ConfigError, errorMessage, SessionError } from "./errors.ts";
 import { Authenticator } from "./http/auth.ts";
@@ -65,8 +66,8 @@ async function readSchema(source: string): Promise<ChatOptions["responseFormat"]
   } catch (error) {
     const denied = error instanceof Deno.errors.NotCapable || error instanceof Deno.errors.PermissionDenied;
     const hint = denied
-      ? "; deno task chat reads only its data folders (AGENT_DB_PATH's, AGENT_TRACE_PATH's): put the file " +
-        "there, or pass it on stdin with --schema - < FILE"
+      ? "; run it through deno task chat, which grants the file it names, or pass it on stdin with " +
+        "--schema - < FILE"
       : "";
     fail(`Cannot read --schema ${source}: ${errorMessage(error)}${hint}`);
   }
@@ -304,16 +305,7 @@ export async function main(args: string[]): Promise<number> {
     parsed = parseArgs({
       args,
       allowPositionals: true,
-      options: {
-        session: { type: "string" },
-        continue: { type: "boolean", short: "c", default: false },
-        verbose: { type: "boolean", short: "v", default: false },
-        demo: { type: "boolean", default: false },
-        user: { type: "string", default: "local" },
-        "no-color": { type: "boolean", default: false },
-        schema: { type: "string" },
-        help: { type: "boolean", short: "h", default: false },
-      },
+      options: COMMAND_LINE_OPTIONS,
     });
   } catch (error) {
     // Node's own wording of an unknown option suggests `--` with unbalanced quotes: said plainly instead.

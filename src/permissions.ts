@@ -87,6 +87,11 @@ export interface TaskFlagsOptions {
   tempDir?: string;
   /** Where the MCP file's `${VAR}` placeholders are read. @default {Deno.env} */
   mcpEnv?: Pick<Deno.Env, "get">;
+  /**
+   * Files the command line names for the program to read (`--schema FILE`, as absolute paths): each is
+   * granted read alone, nothing beside it. @default {[]}
+   */
+  files?: readonly string[];
 }
 
 /**
@@ -95,7 +100,8 @@ export interface TaskFlagsOptions {
  * temporary folder), read of the docs corpus, the runtime's variables (and OTEL_DENO, which says whether to
  * record spans), and net to the LLM's host:port only (with AGENT_DATABASE_URL: and to the database's, with the
  * variables its client reads). Deno's OTLP exporter needs no grant. Chat and serve
- * also read AGENT_MCP_CONFIG's file and get what its servers need ({@linkcode mcpGrants}); every task but the
+ * also read AGENT_MCP_CONFIG's file and get what its servers need ({@linkcode mcpGrants}), and each file the
+ * command line names (`options.files`); every task but the
  * demo reads the host name (`--allow-sys=hostname`), which names a lease's holder (without it, a crashed
  * process's leases expire instead of being taken at once). A task that loads an optional package (MCP
  * servers, a PostgreSQL URL, `OTEL_DENO=true`, serve's `/mcp`, the `mcp` task) runs with {@linkcode RUNTIME_LOCK}, frozen.
@@ -105,7 +111,7 @@ export function taskPermissionFlags(
   env: Record<string, string | undefined>,
   options: TaskFlagsOptions = {},
 ): string[] {
-  const { task = "chat", tempDir = "/tmp", mcpEnv = Deno.env } = options;
+  const { task = "chat", tempDir = "/tmp", mcpEnv = Deno.env, files = [] } = options;
   const variables = [...ENV_VARIABLES, ...TERMINAL_VARIABLES, ...TELEMETRY_VARIABLES];
   const flags = [`--allow-env=${variables.join(",")}`];
   let config: Readonly<Config>;
@@ -137,7 +143,7 @@ export function taskPermissionFlags(
     ? [...folders(config, true, true), resolve(tempDir)]
     : folders(config, task === "chat");
   const docs = task === "compile" ? [] : [DOCS_DIR];
-  const readable = [...writable, ...docs, ...(mcpFile === null ? [] : [mcpFile.path])];
+  const readable = [...writable, ...docs, ...(mcpFile === null ? [] : [mcpFile.path]), ...files];
   flags.push(`--allow-read=${readable.join(",")}`);
   flags.push(`--allow-write=${writable.join(",")}`);
   const net = [llmNetHost(config.baseUrl)];

@@ -1,11 +1,14 @@
 /**
  * `deno task chat --schema FILE "message"` as a subprocess, with the task's own permissions and a fake
  * provider: the checked JSON on stdout and exit 0, or nothing on stdout, the errors on stderr and exit 1; the
- * schema read from stdin with `--schema -`; a file the task may not read, or that is no schema, is exit 2.
+ * schema read from stdin with `--schema -`; the file named is granted alone, wherever it is; a file that is
+ * missing or no schema is exit 2.
  */
 import assert from "node:assert/strict";
 import { startFakeProvider } from "./fixtures/fake_openai.ts";
 import { childEnv, runProcess, tempDir } from "./_harness.ts";
+import { taskPermissionFlags } from "../src/permissions.ts";
+import { namedFiles } from "../src/cli/command_line.ts";
 
 const SCHEMA = {
   type: "object",
@@ -58,19 +61,38 @@ Deno.test("deno task chat --schema prints the checked JSON and exits 0, or exits
   }
 });
 
-Deno.test("deno task chat --schema exits 2 for a file it may not read, one that is no schema, or two stdins", async () => {
+Deno.test("deno task chat --schema reads the file it names outside the data folders, granted that file alone", async () => {
   using dir = tempDir();
   using outside = tempDir();
+  const provider = startFakeProvider();
+  try {
+    const env = childEnv(dir.path, { OPENAI_BASE_URL: provider.url });
+    const file = `${outside.path}/city.json`;
+    Deno.writeTextFileSync(file, JSON.stringify(SCHEMA));
+    const read = await chat(["--schema", file, `say: ${CITY}`], "", env);
+    assert.equal(read.code, 0, read.stderr);
+    assert.equal(read.stdout, `${CITY}\n`);
+    // The grant is that one file, not its folder.
+    const reads = taskPermissionFlags(env, { files: namedFiles(["chat", "--schema", file]) })
+      .find((flag) => flag.startsWith("--allow-read="))!.slice("--allow-read=".length).split(",");
+    assert.ok(reads.includes(file), reads.join());
+    assert.ok(!reads.includes(outside.path), reads.join());
+  } finally {
+    await provider.close();
+  }
+});
+
+Deno.test("deno task chat --schema exits 2 for a file that does not exist, one that is no schema, or two stdins", async () => {
+  using dir = tempDir();
   const env = childEnv(dir.path, { OPENAI_BASE_URL: "http://127.0.0.1:9/v1" });
   Deno.mkdirSync(`${dir.path}/db`, { recursive: true });
-  Deno.writeTextFileSync(`${outside.path}/city.json`, JSON.stringify(SCHEMA));
   Deno.writeTextFileSync(`${dir.path}/db/bad.json`, '{"type": "objekt"}');
   Deno.writeTextFileSync(`${dir.path}/db/prose.json`, "an object with a city");
   const cases: [string[], string, RegExp][] = [
     [
-      ["--schema", `${outside.path}/city.json`, "hi"],
+      ["--schema", `${dir.path}/db/none.json`, "hi"],
       "",
-      /^Cannot read --schema .*city\.json: .*deno task chat reads only its data folders .* --schema - < FILE$/m,
+      /^Cannot read --schema .*none\.json: .*No such file/m,
     ],
     [
       ["--schema", `${dir.path}/db/bad.json`, "hi"],

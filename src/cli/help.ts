@@ -47,8 +47,8 @@ Options:
   --no-color     chat: no colour or bold (NO_COLOR set to anything, or TERM=dumb, does the same)
   --schema FILE  chat: every answer must be JSON valid against the JSON Schema in FILE (- : read it from
                  stdin): it is printed once checked; one still invalid after a repair request prints its
-                 errors on stderr, and a one-shot or piped chat exits 1. deno task chat reads FILE only in
-                 its data folders (AGENT_DB_PATH's, AGENT_TRACE_PATH's); elsewhere use --schema - < FILE
+                 errors on stderr, and a one-shot or piped chat exits 1. deno task chat grants a read of
+                 FILE alone, wherever it is
   -h, --help     show this help
 
 Piped input is one turn per line; a line that is a /command (/help, /usage, /retry, /new, /switch, …) is
