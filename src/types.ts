@@ -26,10 +26,32 @@ export interface ToolCall {
  */
 export type Role = "system" | "user" | "assistant" | "tool" | "runtime";
 
+/** The image formats every wire format takes (Chat Completions, Messages and Responses alike). */
+export const IMAGE_MEDIA_TYPES = ["image/png", "image/jpeg", "image/gif", "image/webp"] as const;
+
+/**
+ * An image a user message carries beside its text, inline: each wire format sends it as the provider's own
+ * image part (a `data:` URL, or a base64 source block).
+ */
+export interface ImagePart {
+  /** One of {@linkcode IMAGE_MEDIA_TYPES}: what the bytes are. */
+  mediaType: typeof IMAGE_MEDIA_TYPES[number];
+  /** The image's bytes in base64, without a `data:` prefix. */
+  data: string;
+  /** The file name it came from, for people; never sent to the model. */
+  name?: string;
+}
+
 /** A message in the provider-neutral shape the context builder produces and LLM clients consume. */
 export interface Message {
   role: Role;
+  /** The message's text; with `images`, the text that goes with them. */
   content: string | null;
+  /**
+   * User only: images that go with the text, in order. Every other role ignores them; whatever reads
+   * `content` as the message's text is unchanged by them.
+   */
+  images?: readonly ImagePart[];
   /** Assistant only: the calls the model made. */
   toolCalls?: ToolCall[];
   /** Tool only: which call this result answers. */

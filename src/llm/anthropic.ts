@@ -1,8 +1,9 @@
 /**
  * Anthropic Messages (`LLM_API=anthropic`): `POST {baseUrl}/v1/messages` with `x-api-key` and
- * `anthropic-version`. Leading system messages become `system` blocks, tool calls `tool_use` blocks, a step's
- * results `tool_result` blocks of one user message; thinking blocks go back unchanged, and only to the origin
- * that sent them; `cache_control` marks where the prefix is stable. Pure; the client does the I/O.
+ * `anthropic-version`. Leading system messages become `system` blocks, a user message's images `image` blocks
+ * (base64 sources) before its text, tool calls `tool_use` blocks, a step's results `tool_result` blocks of one
+ * user message; thinking blocks go back unchanged, and only to the origin that sent them; `cache_control`
+ * marks where the prefix is stable. Pure; the client does the I/O.
  * @module
  */
 import { LlmError } from "../errors.ts";
@@ -19,6 +20,7 @@ import type {
 import type { BodyOptions, Dialect, ReadOptions, SseEvent, StreamReader } from "./dialect.ts";
 import {
   countOf,
+  imagesOf,
   invalidResponseError,
   providerErrorMessage,
   quoteBody,
@@ -83,12 +85,20 @@ function failedResult(content: string): boolean {
 /** The blocks of one runtime message; the thinking of its provider state only when it goes back there. */
 function blocksOf(message: Message, index: number, origin: string): WireMessage | null {
   const content = message.content ?? "";
+  const images = imagesOf(message);
   switch (message.role) {
     case "system":
     case "user":
-    case "runtime":
+    case "runtime": {
+      // Images before the text, as Anthropic's vision guide advises; then no empty text is needed.
+      const blocks: Block[] = images.map(({ mediaType, data }) => ({
+        type: "image",
+        source: { type: "base64", media_type: mediaType, data },
+      }));
       // A system message within the history (recalled memory) is data the user turn carries.
-      return { role: "user", content: [textBlock(content === "" ? " " : content)] };
+      if (content !== "" || blocks.length === 0) blocks.push(textBlock(content === "" ? " " : content));
+      return { role: "user", content: blocks };
+    }
     case "assistant": {
       const state = message.providerState?.origin === origin ? message.providerState : undefined;
       const thinking = state?.message?.thinking;

@@ -18,6 +18,8 @@ import { deepFreeze, isRecord, jsonType } from "../_json.ts";
 import type { BodyOptions, Dialect, ReadOptions, ReadReply, SseEvent, StreamReader } from "./dialect.ts";
 import {
   countOf,
+  imageDataUrl,
+  imagesOf,
   invalidResponseError,
   providerErrorMessage,
   quoteBody,
@@ -54,9 +56,17 @@ function toInputItems(message: Message, index: number, origin: string): InputIte
     case "system":
       return [{ role: "system", content }];
     case "user":
-    case "runtime":
+    case "runtime": {
+      const images = imagesOf(message);
       // The nudge already carries its "[runtime]" prefix; the provider only knows user messages.
-      return [{ role: "user", content }];
+      if (images.length === 0) return [{ role: "user", content }];
+      // The text first, as the API reference writes it; an empty text part is left out.
+      const parts: InputItem[] = content === "" ? [] : [{ type: "input_text", text: content }];
+      for (const image of images) {
+        parts.push({ type: "input_image", image_url: imageDataUrl(image), detail: "auto" });
+      }
+      return [{ role: "user", content: parts }];
+    }
     case "assistant": {
       const calls = message.toolCalls ?? [];
       // Reasoning goes first: the API wants each reasoning item followed by the item it led to.
@@ -81,9 +91,10 @@ function toTextFormat(format: ResponseFormat): Record<string, unknown> {
 }
 
 /**
- * The request body as an object: `model`, `input`, `store: false` with `include` asking for the reasoning's
- * encrypted content (so it can come back without the provider storing anything), `tools` (non-strict, as in
- * Chat Completions; omitted when empty), then `text.format`, `reasoning.effort`, `max_output_tokens`,
+ * The request body as an object: `model`, `input` (a user message with images as an `input_text` part and
+ * an `input_image` part per image), `store: false` with `include` asking for the reasoning's encrypted
+ * content (so it can come back without the provider storing anything), `tools` (non-strict, as in Chat
+ * Completions; omitted when empty), then `text.format`, `reasoning.effort`, `max_output_tokens`,
  * `prompt_cache_key` (a hash of the key) and `stream` only when set. Throws `TypeError` like the messages do.
  */
 export function buildResponsesBody(

@@ -7,6 +7,7 @@ import { LlmError } from "../errors.ts";
 import { shorten } from "../shorten.ts";
 import type {
   ChatReply,
+  ImagePart,
   Message,
   ProviderState,
   ReasoningEffort,
@@ -43,9 +44,15 @@ export interface WireAssistantMessage {
   [state: string]: unknown;
 }
 
+/** One part of a user message that carries images: its text, or one image as a `data:` URL. */
+export type WireContentPart =
+  | { type: "text"; text: string }
+  | { type: "image_url"; image_url: { url: string } };
+
 /** One message of the request body, in the provider's shape. */
 export type WireMessage =
   | { role: "system" | "user"; content: string }
+  | { role: "user"; content: WireContentPart[] }
   | WireAssistantMessage
   | { role: "tool"; tool_call_id: string; content: string };
 
@@ -100,13 +107,30 @@ export interface ChatCompletionRequestBody {
   stream_options?: { include_usage: boolean };
 }
 
+/** An image as the `data:` URL that Chat Completions' `image_url` and Responses' `input_image` take. */
+export function imageDataUrl(image: ImagePart): string {
+  return `data:${image.mediaType};base64,${image.data}`;
+}
+
+/** A user message's images, or none: every other role ignores them. */
+export function imagesOf(message: Message): readonly ImagePart[] {
+  return message.role === "user" ? message.images ?? [] : [];
+}
+
 function toWireMessage(message: Message, index: number, origin: string | null): WireMessage {
   // Providers reject `content: null` on these roles; an empty string means the same to the model.
   const content = message.content ?? "";
   switch (message.role) {
     case "system":
-    case "user":
       return { role: message.role, content };
+    case "user": {
+      const images = imagesOf(message);
+      if (images.length === 0) return { role: "user", content };
+      // The text first, as OpenAI's vision guide writes it; an empty text part is left out.
+      const parts: WireContentPart[] = content === "" ? [] : [{ type: "text", text: content }];
+      for (const image of images) parts.push({ type: "image_url", image_url: { url: imageDataUrl(image) } });
+      return { role: "user", content: parts };
+    }
     case "runtime":
       // The nudge already carries its "[runtime]" prefix; the provider only knows user messages.
       return { role: "user", content };
@@ -187,7 +211,8 @@ export interface BuildRequestOptions {
 }
 
 /**
- * Maps runtime messages and tools to a request body: `runtime` messages go out as `user`, an assistant
+ * Maps runtime messages and tools to a request body: `runtime` messages go out as `user`, a user message with
+ * images as content parts (its text, unless empty, then an `image_url` part per image), an assistant
  * message with calls gets `tool_calls` (`content: null` when it has no text), `tools` is omitted when empty,
  * `response_format` and `reasoning_effort` unless they are set. Throws `TypeError` only for a malformed
  * message (a tool message without `toolCallId`, an unknown role).
@@ -217,7 +242,9 @@ const toolsJson = new WeakMap<readonly ToolSchema[], string>();
 /** Whether `message` is frozen as far as its JSON reads it, so that its JSON can be kept. */
 function isFrozenMessage(message: Message): boolean {
   const calls = message.toolCalls;
-  const frozen = calls === undefined || (Object.isFrozen(calls) && calls.every(Object.isFrozen));
+  const images = message.images;
+  const frozen = (calls === undefined || (Object.isFrozen(calls) && calls.every(Object.isFrozen))) &&
+    (images === undefined || (Object.isFrozen(images) && images.every(Object.isFrozen)));
   // A provider state is frozen all the way by whoever made it (see `replyFromMessage`, the store).
   const state = message.providerState;
   return frozen && Object.isFrozen(message) && (state === undefined || Object.isFrozen(state));
