@@ -15,6 +15,8 @@ export type RuleMessage = {
   content: string | null;
   /** An assistant message's calls. */
   calls?: { name: string; arguments: string }[];
+  /** How many images came with the text (absent: none). */
+  images?: number;
 };
 
 /** A reply to write: its text, its calls. */
@@ -49,30 +51,56 @@ function text(content: unknown): string {
   return content.filter((b) => typeof b?.text === "string").map((b) => b.text).join("\n");
 }
 
-/** A request body's messages as the rules read them, whatever its API. */
+/** `message` with `images` when there are any: a message without keeps the shape it always had. */
+function withImages(message: RuleMessage, images: number): RuleMessage {
+  return images === 0 ? message : { ...message, images };
+}
+
+/** How many of a message's content parts are of `type` (none for a text content). */
+function countParts(content: unknown, type: string): number {
+  return Array.isArray(content) ? content.filter((part) => part?.type === type).length : 0;
+}
+
+/**
+ * A request body's messages as the rules read them, whatever its API: a user message's image parts (Chat
+ * Completions' `image_url`, Messages' `image` blocks before the text they go with, Responses' `input_image`)
+ * counted as its `images`.
+ */
 export function ruleMessages(api: Api, body: Record<string, unknown>): RuleMessage[] {
   if (api === "chat") {
-    const wire = (body.messages ?? []) as (RuleMessage & { tool_calls?: { function: Block }[] })[];
-    return wire.map(({ role, content, tool_calls }) => {
+    const wire = (body.messages ?? []) as {
+      role: string;
+      content: string | null | Block[];
+      tool_calls?: { function: Block }[];
+    }[];
+    return wire.map(({ role, content: raw, tool_calls }) => {
+      const content = Array.isArray(raw) ? text(raw) : raw;
       const calls = tool_calls?.map(({ function: f }) => ({
         name: String(f.name),
         arguments: String(f.arguments),
       }));
-      return calls === undefined ? { role, content } : { role, content, calls };
+      const message = calls === undefined ? { role, content } : { role, content, calls };
+      return withImages(message, countParts(raw, "image_url"));
     });
   }
   const messages: RuleMessage[] = [];
   if (api === "anthropic") {
     if (Array.isArray(body.system)) messages.push({ role: "system", content: text(body.system) });
     for (const message of (body.messages ?? []) as { role: string; content: Block[] }[]) {
+      // Images go before the text they come with.
+      let images = 0;
       for (const block of message.content) {
         if (block.type === "tool_result") messages.push({ role: "tool", content: text(block.content) });
-        else if (block.type === "text") messages.push({ role: message.role, content: String(block.text) });
-        else if (block.type === "tool_use") {
+        else if (block.type === "image") images++;
+        else if (block.type === "text") {
+          messages.push(withImages({ role: message.role, content: String(block.text) }, images));
+          images = 0;
+        } else if (block.type === "tool_use") {
           const calls = [{ name: String(block.name), arguments: JSON.stringify(block.input) }];
           messages.push({ role: "assistant", content: null, calls });
         }
       }
+      if (images > 0) messages.push({ role: message.role, content: "", images });
     }
     return messages;
   }
@@ -83,10 +111,35 @@ export function ruleMessages(api: Api, body: Record<string, unknown>): RuleMessa
       messages.push({ role: "assistant", content: null, calls });
     } else if (typeof item.role === "string") {
       const role = item.role === "developer" ? "system" : item.role;
-      messages.push({ role, content: text(item.content) });
+      messages.push(
+        withImages({ role, content: text(item.content) }, countParts(item.content, "input_image")),
+      );
     }
   }
   return messages;
+}
+
+const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
+
+/** Whether `data` is standard base64 with its padding, as the providers decode an image's bytes. */
+export function isBase64(data: string): boolean {
+  return data !== "" && BASE64.test(data);
+}
+
+/** The leading bytes of each image format the providers take, as they tell one from another. */
+const SIGNATURES: readonly [string, (bytes: Uint8Array) => boolean][] = [
+  ["image/png", (b) => [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a].every((x, i) => b[i] === x)],
+  ["image/jpeg", (b) => b[0] === 0xff && b[1] === 0xd8 && b[2] === 0xff],
+  ["image/gif", (b) => /^GIF8[79]a/.test(String.fromCharCode(...b.slice(0, 6)))],
+  ["image/webp", (b) => /^RIFF....WEBP/s.test(String.fromCharCode(...b.slice(0, 12)))],
+];
+
+/** The image format base64 `data` holds, by its leading bytes; null when it is none of them, or not base64. */
+export function imageTypeOf(data: string): string | null {
+  if (!isBase64(data)) return null;
+  const head = atob(data.slice(0, 16));
+  const bytes = Uint8Array.from(head, (c) => c.charCodeAt(0));
+  return SIGNATURES.find(([, matches]) => matches(bytes))?.[0] ?? null;
 }
 
 function anthropicMessage(model: string, decision: WireDecision, usage: WireUsage, id: string) {

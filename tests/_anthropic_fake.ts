@@ -5,14 +5,23 @@
  * message (results first), at most 4 `cache_control` blocks, a thinking budget of 1024 or more under
  * `max_tokens`, no forced tool with thinking, thinking blocks back unchanged (their signature checked) and first
  * in an assistant message with calls, structured outputs (`output_config.format`) only for the models that
- * have them and only with closed objects and no refused constraint. It answers by rule like a tiny model (arithmetic: `calculator` calls, two
- * at once for two expressions; a tool result: an answer; with an output format, `{"answer": text}`), with a signed thinking block when thinking is on,
+ * have them and only with closed objects and no refused constraint, image blocks only in user messages with a
+ * base64 source of one of the four media types whose bytes are that type (see {@linkcode imageRule}). It
+ * answers by rule like a tiny model (arithmetic: `calculator` calls, two at once for two expressions; a tool
+ * result: an answer; with an output format, `{"answer": text}`; images in the last message: `I see 2
+ * image(s) (image/png, image/jpeg): text`), with a signed thinking block when thinking is on,
  * streamed or whole in the API's recorded shapes, and counts cached tokens by Anthropic's rules: a prefix is
  * read only up to a breakpoint an earlier request wrote (looking back 20 blocks), written at each breakpoint
  * of 1024 tokens or more. Tests may script the next replies (refusal, max_tokens, overloaded).
  */
 import { THOUGHT } from "./_thinking_providers.ts";
-import { messagesEvents, PromptCache, tokensOf as tokens } from "../scripts/_fake_wires.ts";
+import {
+  imageTypeOf,
+  isBase64,
+  messagesEvents,
+  PromptCache,
+  tokensOf as tokens,
+} from "../scripts/_fake_wires.ts";
 
 export const ANTHROPIC_KEY = "sk-ant-test-SENTINEL-456";
 
@@ -83,6 +92,38 @@ function schemaRule(schema: unknown, at: string): string | null {
       const broken = schemaRule(part, `${at}.${key}${Array.isArray(inner) ? `.${i}` : ""}`);
       if (broken !== null) return broken;
     }
+  }
+  return null;
+}
+
+/** The media types an image block may name, in the order Anthropic's error lists them. */
+const MEDIA_TYPES = ["image/jpeg", "image/png", "image/gif", "image/webp"];
+
+/**
+ * What Anthropic would say of image block `j` of message `i` (worded by this fake after the API's validation
+ * errors), or null when it would take it: a user message's, with a `base64` source (or a `url` one), one of
+ * the four media types, base64 data, and bytes of the media type it names.
+ */
+function imageRule(block: Block, role: string, i: number, j: number): string | null {
+  const at = `messages.${i}.content.${j}.image`;
+  if (role !== "user") return `messages.${i}.content.${j}: image blocks are only allowed in user messages`;
+  const source = (block.source ?? {}) as Block;
+  if (source.type === "url") {
+    return typeof source.url === "string" ? null : `${at}.source.url.url: Field required`;
+  }
+  if (source.type !== "base64") {
+    return `${at}.source: Input tag '${source.type}' found using 'type' does not match any of the expected tags: 'base64', 'url'`;
+  }
+  if (!MEDIA_TYPES.includes(String(source.media_type))) {
+    return `${at}.source.base64.media_type: Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp'`;
+  }
+  if (typeof source.data !== "string" || !isBase64(source.data)) {
+    return `${at}.source.base64: invalid base64 data`;
+  }
+  const found = imageTypeOf(source.data);
+  if (found === null) return `${at}.source.base64.data: Could not process image`;
+  if (found !== source.media_type) {
+    return `${at}.source.base64.data: The image was specified using the ${source.media_type} media type, but the image appears to be a ${found} image`;
   }
   return null;
 }
@@ -158,6 +199,10 @@ export function anthropicProvider(baseUrl = "https://api.anthropic.example"): An
               `${block.tool_use_id}. Each \`tool_result\` block must have a corresponding \`tool_use\` block in the previous message.`;
           }
         } else seenOther = true;
+        if (block.type === "image") {
+          const broken = imageRule(block, message.role, i, j);
+          if (broken !== null) return broken;
+        }
         if (block.type === "tool_use" && !/^[a-zA-Z0-9_-]+$/.test(String(block.id))) {
           return `messages.${i}.content.${j}.tool_use.id: String should match pattern '^[a-zA-Z0-9_-]+$'`;
         }
@@ -230,6 +275,10 @@ export function anthropicProvider(baseUrl = "https://api.anthropic.example"): An
           });
         }
         stop = "tool_use";
+      } else if (blocks.some((b) => b.type === "image")) {
+        const images = blocks.filter((b) => b.type === "image");
+        const types = images.map((b) => imageTypeOf(String((b.source as Block).data))).join(", ");
+        content.push({ type: "text", text: `I see ${images.length} image(s) (${types}): ${text}` });
       } else if (format !== undefined) {
         content.push({ type: "text", text: JSON.stringify({ answer: text }) });
       } else if (answerTool !== undefined) {

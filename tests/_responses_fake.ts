@@ -3,8 +3,13 @@
  * as the stream events the reference describes, and refuses in OpenAI's words (400 `invalid_request_error`)
  * what the real API refuses: `store` not false, reasoning items it did not produce (or changed), reasoning
  * sent back without `include: ["reasoning.encrypted_content"]`, a `function_call_output` whose call is not
- * earlier in `input`, and a wrong key (401).
+ * earlier in `input`, an `input_image` outside a user message or that is not a data URL of an image
+ * (see `imageUrlProblem` in `_openai_stubs.ts`), and a wrong key (401). A request whose last input item is a
+ * user message with images it answers by rule, whatever the fixture: `I see 2 image(s) (image/png,
+ * image/jpeg): text`.
  */
+import { imageUrlProblem } from "./_openai_stubs.ts";
+import { imageTypeOf } from "../scripts/_fake_wires.ts";
 
 /** Where the fixtures are. */
 export const RESPONSES_FIXTURES = new URL("./fixtures/responses/", import.meta.url);
@@ -93,6 +98,25 @@ function violation(body: Record<string, unknown>, produced: Map<string, string>)
   const calls = new Set<string>();
   let reasoning = false;
   for (const [i, item] of (input as Record<string, unknown>[]).entries()) {
+    const message = typeof item.role === "string" && Array.isArray(item.content);
+    const parts = message ? item.content as Record<string, unknown>[] : [];
+    for (const [j, part] of parts.entries()) {
+      const param = `input[${i}].content[${j}]`;
+      if (part.type === "input_image") {
+        const problem = item.role === "user"
+          ? imageUrlProblem(part.image_url, `${param}.image_url`)
+          : `Invalid '${param}': image inputs are only supported in user messages.`;
+        if (problem !== null) return refuse(400, problem, `${param}.image_url`, "invalid_value");
+        if (part.detail !== undefined && !["low", "high", "auto"].includes(String(part.detail))) {
+          return refuse(
+            400,
+            `Invalid value: '${part.detail}'. Supported values are: 'low', 'high', and 'auto'.`,
+            `${param}.detail`,
+            "invalid_value",
+          );
+        }
+      }
+    }
     if (item.type === "function_call") calls.add(String(item.call_id));
     if (item.type === "function_call_output" && !calls.has(String(item.call_id))) {
       return refuse(
@@ -151,9 +175,25 @@ export function responsesFake(replies: FakeReply[], apiKey: string): ResponsesFa
       return Promise.resolve(Response.json({ error: refusal.error }, { status: refusal.status }));
     }
     const reply = replies[Math.min(served++, replies.length - 1)];
-    return Promise.resolve(serve(reply, body.stream === true, produced));
+    const seen = imagesReply(body.input);
+    return Promise.resolve(serve(seen ?? reply, body.stream === true, produced));
   }
   return { fetch, requests, refused };
+}
+
+/** The rule's answer to a last input item that is a user message with images; null for any other request. */
+function imagesReply(input: Record<string, unknown>[]): FakeReply | null {
+  const last = input.at(-1);
+  const parts = (Array.isArray(last?.content) ? last.content : []) as Record<string, unknown>[];
+  const images = parts.filter((part) => part.type === "input_image");
+  if (last?.role !== "user" || images.length === 0) return null;
+  const types = images.map((part) => imageTypeOf(String(part.image_url).split(",")[1])).join(", ");
+  const text = parts.filter((part) => part.type === "input_text").map((part) => part.text).join(" ");
+  const answer = `I see ${images.length} image(s) (${types}): ${text}`;
+  const response = structuredClone((fixture("text") as { response: Record<string, unknown> }).response);
+  const [message] = response.output as { content: { text: string }[] }[];
+  message.content[0].text = answer;
+  return { response };
 }
 
 function serve(reply: FakeReply, stream: boolean, produced: Map<string, string>): Response {
