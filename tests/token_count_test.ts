@@ -6,9 +6,10 @@
 import assert from "node:assert/strict";
 import { fc } from "./_fast_check.ts";
 import { runTurn } from "../src/agent/loop.ts";
-import { estimateRequestTokens, estimateTokens, useTokenizer } from "../src/memory/plan.ts";
+import { estimateRequestTokens, estimateTokens, IMAGE_TOKENS, useTokenizer } from "../src/memory/plan.ts";
 import { loadTokenizer } from "../src/memory/tokenizer.ts";
 import type { ScriptedRequest } from "../src/llm/scripted.ts";
+import type { Message } from "../src/types.ts";
 import { SqliteStore } from "../src/store/sqlite.ts";
 import { harness, keyOf, tempDir } from "./_harness.ts";
 
@@ -114,6 +115,22 @@ Deno.test("estimateTokens() counts any text exactly as the per-script regular ex
       assert.equal(estimateTokens(text), regexEstimate(text));
     }),
     { numRuns: 2000 },
+  );
+});
+
+Deno.test("estimateRequestTokens() counts each image of a user message as IMAGE_TOKENS, never its base64, and another role's images not at all", () => {
+  // 30 kB of base64: as text it would be thousands of tokens.
+  const data = "iVBORw0KGgo".padEnd(30_000, "AbCd");
+  const image = { mediaType: "image/png", data } as const;
+  const text: Message = { role: "user", content: "what is in these?" };
+  const plain = estimateRequestTokens([text]);
+  assert.equal(IMAGE_TOKENS, 1600);
+  assert.equal(estimateRequestTokens([{ ...text, images: [image, image] }]), plain + 2 * IMAGE_TOKENS);
+  assert.equal(estimateRequestTokens([{ ...text, images: [] }]), plain);
+  const assistant: Message = { role: "assistant", content: "what is in these?" };
+  assert.equal(
+    estimateRequestTokens([{ ...assistant, images: [image] }]),
+    estimateRequestTokens([assistant]),
   );
 });
 

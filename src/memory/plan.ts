@@ -86,6 +86,15 @@ function isLowSurrogate(unit: number): boolean {
 /** The tokens a provider adds around each message (its role and separators), by the per-script estimate. */
 export const MESSAGE_OVERHEAD_TOKENS = 4;
 
+/**
+ * The tokens one image of a user message counts, whatever its size: the most Anthropic bills for one, since it
+ * scales a larger image down to about 1.15 megapixels and counts width × height / 750 (1092 × 1092 / 750 ≈
+ * 1,590). OpenAI's high detail costs less for the same picture (a 1024 × 1024 image: 85 + 170 × 4 = 765), so
+ * the figure errs on the side of the budget. Its base64 is never counted as text: the per-script estimate
+ * would make some 50,000 tokens of a 100 kB PNG.
+ */
+export const IMAGE_TOKENS = 1600;
+
 /** The built-in counter: {@linkcode estimateTokens}, dependency-free. */
 const PER_SCRIPT: TextCounter = {
   name: "per-script",
@@ -122,7 +131,8 @@ export function countTokens(text: string): number {
 
 /**
  * Tokens of one message: its text, call ids, names and arguments, the provider state it carries back (as its
- * JSON: it goes out with the message), and the message's overhead.
+ * JSON: it goes out with the message), {@linkcode IMAGE_TOKENS} for each image of a user message, and the
+ * message's overhead.
  */
 export function estimateMessageTokens(message: Message): number {
   const known = messageTokens.get(message);
@@ -131,7 +141,8 @@ export function estimateMessageTokens(message: Message): number {
   for (const call of message.toolCalls ?? []) text += ` ${call.id} ${call.name} ${call.arguments}`;
   const state = message.providerState;
   if (state !== undefined) text += ` ${JSON.stringify([state.message ?? null, state.calls ?? null])}`;
-  const tokens = counter.messageOverhead + counter.count(text);
+  const images = message.role === "user" ? message.images?.length ?? 0 : 0;
+  const tokens = counter.messageOverhead + counter.count(text) + images * IMAGE_TOKENS;
   if (Object.isFrozen(message)) messageTokens.set(message, tokens);
   return tokens;
 }
