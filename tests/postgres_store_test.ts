@@ -222,9 +222,10 @@ Deno.test({
     await openMigrated(url, async (store) => {
       assert.equal((await store.get(keyOf("old", "alice")))?.id, "old");
       const key = { userId: "alice", key: "k1" };
-      assert.deepEqual(await store.claimRequest(key, "h"), { state: "new" });
+      const claim = await store.claimRequest(key, "h");
+      assert.ok(claim.state === "new", claim.state);
       const response = { status: 502, contentType: "application/json", body: '{"error":{}}' };
-      assert.equal(await store.finishRequest(key, response), true);
+      assert.equal(await store.finishRequest(claim.held, response), true);
       assert.deepEqual(await store.claimRequest(key, "h"), { state: "done", response });
     });
   },

@@ -28,6 +28,11 @@ const ANSWER: StoredResponse = {
   body: '{"choices":[{"message":{"content":"ünïcode \\u0000 ok"}}]}',
 };
 
+/** The claim of `key` made at `at` (the store's clock then), as `claimRequest` gives it to its holder. */
+function held(key: { userId: string; key: string }, at = START) {
+  return { ...key, claimedAt: at };
+}
+
 /** A store on `db` whose clock reads `clock.now` (moved by the test). */
 function openAt(db: StoreDatabase, clock: { now: number }): Promise<SessionStore> {
   return db.open({ now: () => new Date(clock.now) });
@@ -39,12 +44,16 @@ storeTest(
     const clock = { now: START };
     const store = await openAt(db, clock);
     try {
-      assert.deepEqual(await store.claimRequest(ALICE, HASH), { state: "new" });
+      assert.deepEqual(await store.claimRequest(ALICE, HASH), { state: "new", held: held(ALICE) });
       assert.deepEqual(await store.claimRequest(ALICE, HASH), { state: "running" });
-      assert.equal(await store.finishRequest(ALICE, ANSWER), true);
+      assert.equal(await store.finishRequest(held(ALICE), ANSWER), true);
       clock.now += 60_000;
       assert.deepEqual(await store.claimRequest(ALICE, HASH), { state: "done", response: ANSWER });
-      assert.equal(await store.finishRequest(ALICE, ANSWER), false, "done once: nothing runs to finish");
+      assert.equal(
+        await store.finishRequest(held(ALICE), ANSWER),
+        false,
+        "done once: nothing runs to finish",
+      );
     } finally {
       await store.close();
     }
@@ -58,7 +67,7 @@ storeTest(
     try {
       await store.claimRequest(ALICE, HASH);
       assert.deepEqual(await store.claimRequest(ALICE, OTHER), { state: "mismatch" });
-      await store.finishRequest(ALICE, ANSWER);
+      await store.finishRequest(held(ALICE), ANSWER);
       assert.deepEqual(await store.claimRequest(ALICE, OTHER), { state: "mismatch" });
       assert.deepEqual(await store.claimRequest(ALICE, HASH), { state: "done", response: ANSWER });
     } finally {
@@ -73,10 +82,10 @@ storeTest(
     const store = await openAt(db, { now: START });
     try {
       await store.claimRequest(ALICE, HASH);
-      await store.finishRequest(ALICE, ANSWER);
-      assert.deepEqual(await store.claimRequest(BOB, OTHER), { state: "new" });
+      await store.finishRequest(held(ALICE), ANSWER);
+      assert.deepEqual(await store.claimRequest(BOB, OTHER), { state: "new", held: held(BOB) });
       assert.deepEqual(await store.claimRequest(BOB, OTHER), { state: "running" });
-      assert.equal(await store.releaseRequest(BOB), true);
+      assert.equal(await store.releaseRequest(held(BOB)), true);
       assert.deepEqual(await store.claimRequest(ALICE, HASH), { state: "done", response: ANSWER });
     } finally {
       await store.close();
@@ -113,11 +122,14 @@ storeTest(
     const store = await openAt(db, clock);
     try {
       await store.claimRequest(ALICE, HASH);
-      await store.finishRequest(ALICE, ANSWER);
+      await store.finishRequest(held(ALICE), ANSWER);
       clock.now = START + IDEMPOTENCY_KEEP_MS - 1;
       assert.deepEqual(await store.claimRequest(ALICE, HASH), { state: "done", response: ANSWER });
       clock.now = START + IDEMPOTENCY_KEEP_MS;
-      assert.deepEqual(await store.claimRequest(ALICE, OTHER), { state: "new" });
+      assert.deepEqual(await store.claimRequest(ALICE, OTHER), {
+        state: "new",
+        held: held(ALICE, clock.now),
+      });
       assert.deepEqual(
         await store.claimRequest(ALICE, OTHER),
         { state: "running" },
@@ -140,11 +152,40 @@ storeTest(
       clock.now = START + IDEMPOTENCY_RUNNING_MS - 1;
       assert.deepEqual(await store.claimRequest(ALICE, HASH), { state: "running" });
       clock.now = START + IDEMPOTENCY_RUNNING_MS;
-      assert.deepEqual(await store.claimRequest(ALICE, HASH), { state: "new" });
+      assert.deepEqual(await store.claimRequest(ALICE, HASH), { state: "new", held: held(ALICE, clock.now) });
       clock.now += 5_000;
       assert.deepEqual(await store.claimRequest(ALICE, HASH, { runningMs: 10_000 }), { state: "running" });
       clock.now += 5_000;
-      assert.deepEqual(await store.claimRequest(ALICE, HASH, { runningMs: 10_000 }), { state: "new" });
+      assert.deepEqual(await store.claimRequest(ALICE, HASH, { runningMs: 10_000 }), {
+        state: "new",
+        held: held(ALICE, clock.now),
+      });
+    } finally {
+      await store.close();
+    }
+  },
+);
+
+storeTest(
+  "$Store a claim taken over as dead can neither finish nor free the key: the later claim's result is kept",
+  async (db) => {
+    const clock = { now: START };
+    const store = await openAt(db, clock);
+    try {
+      await store.claimRequest(ALICE, HASH);
+      clock.now = START + IDEMPOTENCY_RUNNING_MS;
+      const later = await store.claimRequest(ALICE, HASH);
+      assert.deepEqual(later, { state: "new", held: held(ALICE, clock.now) });
+      // The first request was alive after all and ends now: what it says changes nothing.
+      assert.equal(await store.releaseRequest(held(ALICE)), false);
+      assert.equal(await store.finishRequest(held(ALICE), { ...ANSWER, body: "the first's" }), false);
+      assert.deepEqual(
+        await store.claimRequest(ALICE, HASH),
+        { state: "running" },
+        "the later claim holds it",
+      );
+      assert.equal(await store.finishRequest(held(ALICE, clock.now), ANSWER), true);
+      assert.deepEqual(await store.claimRequest(ALICE, HASH), { state: "done", response: ANSWER });
     } finally {
       await store.close();
     }
@@ -157,10 +198,10 @@ storeTest(
     const store = await openAt(db, { now: START });
     try {
       await store.claimRequest(ALICE, HASH);
-      assert.equal(await store.releaseRequest(ALICE), true);
-      assert.equal(await store.finishRequest(ALICE, ANSWER), false);
-      assert.equal(await store.releaseRequest(ALICE), false, "nothing left to release");
-      assert.deepEqual(await store.claimRequest(ALICE, OTHER), { state: "new" });
+      assert.equal(await store.releaseRequest(held(ALICE)), true);
+      assert.equal(await store.finishRequest(held(ALICE), ANSWER), false);
+      assert.equal(await store.releaseRequest(held(ALICE)), false, "nothing left to release");
+      assert.deepEqual(await store.claimRequest(ALICE, OTHER), { state: "new", held: held(ALICE) });
     } finally {
       await store.close();
     }
@@ -180,9 +221,8 @@ storeTest("$Store refuses a malformed idempotency key without naming it, and an 
     }
     await assert.rejects(store.claimRequest({ userId: "a b", key: "k" }, HASH), SessionError);
     await assert.rejects(store.claimRequest(ALICE, ""), TypeError);
-    assert.deepEqual(await store.claimRequest({ userId: "alice", key: "~".repeat(255) }, HASH), {
-      state: "new",
-    });
+    const longest = { userId: "alice", key: "~".repeat(255) };
+    assert.deepEqual(await store.claimRequest(longest, HASH), { state: "new", held: held(longest) });
   } finally {
     await store.close();
   }

@@ -401,9 +401,10 @@ Deno.test("SqliteStore migrates a version-12 database to idempotency keys, keepi
   try {
     assert.deepEqual((await migrated.listTodos(keyOf("s"))).map((t) => t.text), ["keep me"]);
     const key = { userId: "u", key: "k1" };
-    assert.deepEqual(await migrated.claimRequest(key, "h"), { state: "new" });
+    const claim = await migrated.claimRequest(key, "h");
+    assert.ok(claim.state === "new", claim.state);
     const response = { status: 200, contentType: "application/json", body: "{}" };
-    assert.equal(await migrated.finishRequest(key, response), true);
+    assert.equal(await migrated.finishRequest(claim.held, response), true);
     assert.deepEqual(await migrated.claimRequest(key, "h"), { state: "done", response });
   } finally {
     await migrated.close();

@@ -94,8 +94,8 @@ export async function answerOnce(
   let worked = false;
   const settle = async (response: StoredResponse | null) => {
     try {
-      if (worked && response !== null) await store.finishRequest(key, response);
-      else await store.releaseRequest(key);
+      if (worked && response !== null) await store.finishRequest(claim.held, response);
+      else await store.releaseRequest(claim.held);
     } catch (error) {
       log(
         `warning: cannot ${worked ? "keep" : "free"} a request's idempotency key: ${

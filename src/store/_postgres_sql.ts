@@ -23,6 +23,7 @@ import type { Sql, Tx } from "./_postgres_client.ts";
 import type { IdleCursor, SessionSql } from "./sql_store.ts";
 import type {
   Calibration,
+  HeldRequest,
   MemoryItem,
   PendingStep,
   RecalledItem,
@@ -354,17 +355,18 @@ export class PostgresSql implements SessionSql {
       WHERE user_id = ${userId} AND key = ${key}`;
   }
 
-  async finishRequest({ userId, key }: RequestKey, response: StoredResponse): Promise<boolean> {
+  async finishRequest({ userId, key, claimedAt }: HeldRequest, response: StoredResponse): Promise<boolean> {
     const { status, contentType, body } = response;
     const rows = await this.#db`UPDATE idempotency_keys SET state = 'done', status = ${status},
         content_type = ${contentType}, body = ${body}
-      WHERE user_id = ${userId} AND key = ${key} AND state = 'running' RETURNING key`;
+      WHERE user_id = ${userId} AND key = ${key} AND created_at = ${claimedAt} AND state = 'running'
+      RETURNING key`;
     return rows.length === 1;
   }
 
-  async deleteRequest({ userId, key }: RequestKey): Promise<boolean> {
-    const rows = await this.#db`DELETE FROM idempotency_keys WHERE user_id = ${userId} AND key = ${key}
-      RETURNING key`;
+  async deleteRequest({ userId, key, claimedAt }: HeldRequest): Promise<boolean> {
+    const rows = await this.#db`DELETE FROM idempotency_keys
+      WHERE user_id = ${userId} AND key = ${key} AND created_at = ${claimedAt} RETURNING key`;
     return rows.length === 1;
   }
 

@@ -26,6 +26,7 @@ import { memoryWords } from "./memory_text.ts";
 import type { IdleCursor, SessionSql } from "./sql_store.ts";
 import {
   type Calibration,
+  type HeldRequest,
   type MemoryItem,
   type PendingStep,
   type RecalledItem,
@@ -171,8 +172,8 @@ export const SQL = {
   retakeRequest: "UPDATE idempotency_keys SET request_hash = ?, state = 'running', status = NULL, " +
     "content_type = NULL, body = NULL, created_at = ? WHERE user_id = ? AND key = ?",
   finishRequest: "UPDATE idempotency_keys SET state = 'done', status = ?, content_type = ?, body = ? " +
-    "WHERE user_id = ? AND key = ? AND state = 'running'",
-  deleteRequest: "DELETE FROM idempotency_keys WHERE user_id = ? AND key = ?",
+    "WHERE user_id = ? AND key = ? AND created_at = ? AND state = 'running'",
+  deleteRequest: "DELETE FROM idempotency_keys WHERE user_id = ? AND key = ? AND created_at = ?",
   pruneRequests: "DELETE FROM idempotency_keys WHERE rowid IN (SELECT rowid FROM idempotency_keys " +
     "WHERE created_at <= ? LIMIT ?)",
   ping: "SELECT 1 AS ok",
@@ -500,13 +501,13 @@ export class SqliteSql implements SessionSql {
     this.#sql.retakeRequest.run(hash, at, userId, key);
   }
 
-  async finishRequest({ userId, key }: RequestKey, response: StoredResponse): Promise<boolean> {
+  async finishRequest({ userId, key, claimedAt }: HeldRequest, response: StoredResponse): Promise<boolean> {
     const { status, contentType, body } = response;
-    return this.#sql.finishRequest.run(status, contentType, body, userId, key).changes === 1;
+    return this.#sql.finishRequest.run(status, contentType, body, userId, key, claimedAt).changes === 1;
   }
 
-  async deleteRequest({ userId, key }: RequestKey): Promise<boolean> {
-    return this.#sql.deleteRequest.run(userId, key).changes === 1;
+  async deleteRequest({ userId, key, claimedAt }: HeldRequest): Promise<boolean> {
+    return this.#sql.deleteRequest.run(userId, key, claimedAt).changes === 1;
   }
 
   async pruneRequests(before: number, limit: number): Promise<number> {

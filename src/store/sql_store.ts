@@ -19,6 +19,7 @@ import {
   CANCEL_MARK,
   type ClaimRequestOptions,
   type HealthStore,
+  type HeldRequest,
   IDEMPOTENCY_KEEP_MS,
   IDEMPOTENCY_RUNNING_MS,
   leaseFrom,
@@ -154,10 +155,10 @@ export interface SessionSql {
   request(key: RequestKey): Promise<RequestRow | null>;
   /** Makes the claim of `key` a new running one of `hash`, made at `at`, without a response. */
   retakeRequest(key: RequestKey, hash: string, at: number): Promise<void>;
-  /** Stores `response` in the running claim of `key`, now done; false when it has none running. */
-  finishRequest(key: RequestKey, response: StoredResponse): Promise<boolean>;
-  /** Deletes the claim of `key`; false when there was none. */
-  deleteRequest(key: RequestKey): Promise<boolean>;
+  /** Stores `response` in the running claim `held`, now done; false when that claim is not there running. */
+  finishRequest(held: HeldRequest, response: StoredResponse): Promise<boolean>;
+  /** Deletes the claim `held`; false when that claim is not there. */
+  deleteRequest(held: HeldRequest): Promise<boolean>;
   /** Deletes at most `limit` claims made at `before` (ms) or earlier; resolves to how many. */
   pruneRequests(before: number, limit: number): Promise<number>;
 }
@@ -599,7 +600,7 @@ export class SqlStore implements SessionStore {
     return this.#writeRequest("claim an idempotency key", key, async (sql, key) => {
       const at = this.#now().getTime();
       for (;;) {
-        if (await sql.insertRequest(key, hash, at)) return { state: "new" };
+        if (await sql.insertRequest(key, hash, at)) return { state: "new", held: { ...key, claimedAt: at } };
         const claim = await sql.request(key);
         // Released between the insert and the read: the key is free again.
         if (claim === null) continue;
@@ -620,14 +621,14 @@ export class SqlStore implements SessionStore {
     const bound = claim.state === "done" ? IDEMPOTENCY_KEEP_MS : Math.min(runningMs, IDEMPOTENCY_KEEP_MS);
     if (at - claim.createdAt >= bound) {
       await sql.retakeRequest(key, hash, at);
-      return { state: "new" };
+      return { state: "new", held: { ...key, claimedAt: at } };
     }
     if (claim.hash !== hash) return { state: "mismatch" };
     if (claim.response === null) return { state: "running" };
     return { state: "done", response: claim.response };
   }
 
-  finishRequest(key: RequestKey, response: StoredResponse): Promise<boolean> {
+  finishRequest(held: HeldRequest, response: StoredResponse): Promise<boolean> {
     const { status, contentType, body } = response;
     if (!Number.isInteger(status) || typeof contentType !== "string" || typeof body !== "string") {
       return Promise.reject(
@@ -636,11 +637,11 @@ export class SqlStore implements SessionStore {
         ),
       );
     }
-    return this.#writeRequest("finish a request", key, (sql, key) => sql.finishRequest(key, response));
+    return this.#writeRequest("finish a request", held, (sql) => sql.finishRequest(held, response));
   }
 
-  releaseRequest(key: RequestKey): Promise<boolean> {
-    return this.#writeRequest("release an idempotency key", key, (sql, key) => sql.deleteRequest(key));
+  releaseRequest(held: HeldRequest): Promise<boolean> {
+    return this.#writeRequest("release an idempotency key", held, (sql) => sql.deleteRequest(held));
   }
 
   /**

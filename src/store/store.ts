@@ -334,10 +334,18 @@ export interface StoredResponse {
  * request of another body holds it (`mismatch`).
  */
 export type RequestClaim =
-  | { state: "new" }
+  | { state: "new"; held: HeldRequest }
   | { state: "running" }
   | { state: "done"; response: StoredResponse }
   | { state: "mismatch" };
+
+/**
+ * A claim its caller holds: the key, and when it was claimed (ms), which tells this claim from a later one
+ * that took the key over: only the holder of the claim still there may finish or free it.
+ */
+export interface HeldRequest extends RequestKey {
+  claimedAt: number;
+}
 
 /** Options of {@linkcode IdempotencyStore.claimRequest}. */
 export interface ClaimRequestOptions {
@@ -360,10 +368,16 @@ export interface IdempotencyStore {
    * {@linkcode ClaimRequestOptions.runningMs}) counts as absent and is taken over.
    */
   claimRequest(key: RequestKey, hash: string, options?: ClaimRequestOptions): Promise<RequestClaim>;
-  /** Stores the response of the running claim of `key`; false when there is none (released, taken over). */
-  finishRequest(key: RequestKey, response: StoredResponse): Promise<boolean>;
-  /** Frees `key` (its request did no work a repeat must not do again); false when it was not held. */
-  releaseRequest(key: RequestKey): Promise<boolean>;
+  /**
+   * Stores the response of the running claim `held`; false when it is no longer there (released, or taken
+   * over as dead by a later claim, whose result it never overwrites).
+   */
+  finishRequest(held: HeldRequest, response: StoredResponse): Promise<boolean>;
+  /**
+   * Frees the key of claim `held` (its request did no work a repeat must not do again); false when that claim
+   * is no longer there (a later claim that took the key over keeps it).
+   */
+  releaseRequest(held: HeldRequest): Promise<boolean>;
 }
 
 /** The database itself. Every method validates its key (`SessionError` for a malformed id). */
