@@ -10,7 +10,7 @@ export { Ajv2020 } from "npm:ajv@8.20.0/dist/2020.js";
 export { default as OpenAI } from "npm:openai@7.59.0";
 export { default as puppeteer } from "npm:puppeteer-core@25.16.0";
 export type { Browser, Page } from "npm:puppeteer-core@25.16.0";
-export { zodResponseFormat } from "npm:openai@7.59.0/helpers/zod";
+export { zodResponseFormat, zodTextFormat } from "npm:openai@7.59.0/helpers/zod";
 export { z } from "npm:zod@4.6.7";
 
 /**
