@@ -67,7 +67,11 @@ Deno.test("responses.create() runs one agent turn, tools on the server, and gets
       output_tokens_details: { reasoning_tokens: 0 },
       total_tokens: 24,
     });
-    assert.equal((response as unknown as { store: boolean }).store, true, "a field the type lacks; the API sends it");
+    assert.equal(
+      (response as unknown as { store: boolean }).store,
+      true,
+      "a field the type lacks; the API sends it",
+    );
     assert.equal(response.previous_response_id, null);
     assert.deepEqual(response.text, { format: { type: "text" } });
     assert.equal(response.incomplete_details, null);
@@ -223,7 +227,11 @@ Deno.test("store: false runs on a private session kept nowhere; its id is no pre
       store: false,
     });
     assert.equal(response.output_text, "The answer is 5.");
-    assert.equal((response as unknown as { store: boolean }).store, false, "a field the type lacks; the API sends it");
+    assert.equal(
+      (response as unknown as { store: boolean }).store,
+      false,
+      "a field the type lacks; the API sends it",
+    );
     assert.deepEqual(await h.store.listSessions("local"), []);
     const retrieved = await rejection(openai.responses.retrieve(response.id));
     assert.ok(retrieved instanceof OpenAI.NotFoundError);
