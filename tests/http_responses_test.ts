@@ -5,6 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { CLIENT_INSTRUCTIONS_HEADER, SYSTEM_PROMPT } from "../src/agent/context.ts";
+import { parseApprovalPolicy } from "../src/approval/policy.ts";
 import { MAX_STEPS_ANSWER } from "../src/agent/loop.ts";
 import { LlmError } from "../src/errors.ts";
 import type { LLM } from "../src/llm/llm.ts";
@@ -401,5 +402,40 @@ Deno.test("an Idempotency-Key makes a repeated request get the first response, t
     const other = await post(url, { model: "mini-agent", input: "what is 4*4?" }, headers);
     assert.equal(other.status, 422);
     assert.equal((await other.json()).error.code, "idempotency_key_reused");
+  });
+});
+
+Deno.test("a call that waits for approval marks the response awaiting_approval; the sessions API resumes it", async () => {
+  using h = httpHarness();
+  h.deps.agent.approval = parseApprovalPolicy({ tools: { calculator: "ask" } });
+  await withServer(h, async ({ url }) => {
+    const openai = client(url);
+    const response = await openai.responses.create({ model: "mini-agent", input: "what is 12*7?" });
+    assertResponse(response);
+    assert.equal(response.status, "completed");
+    assert.match(response.output_text, /^Waiting for your approval to run calculator: .*\/approvals/);
+    const [session] = await h.store.listSessions("local");
+    const marked = (response as unknown as { awaiting_approval: Record<string, unknown> }).awaiting_approval;
+    const shown = await (await fetch(`${url}/v1/sessions/${session.id}`)).json();
+    assert.deepEqual(marked, { session_id: session.id, calls: shown.pending_approval.calls });
+    const kept = await openai.responses.retrieve(response.id);
+    assert.deepEqual((kept as unknown as { awaiting_approval: unknown }).awaiting_approval, marked);
+    const resumed = await fetch(`${url}/v1/sessions/${session.id}/approvals`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ decisions: { [shown.pending_approval.calls[0].id]: "approve" } }),
+    });
+    assert.equal((await resumed.json()).answer, "The answer is 84.");
+    const stream = await openai.responses.create({
+      model: "mini-agent",
+      input: "what is 1+1?",
+      previous_response_id: response.id,
+      stream: true,
+    });
+    let last: Record<string, unknown> = {};
+    for await (const event of stream) last = event as unknown as Record<string, unknown>;
+    assert.equal(last.type, "response.completed");
+    const waiting = (last.response as { awaiting_approval: { session_id: string } }).awaiting_approval;
+    assert.equal(waiting.session_id, session.id, "the streamed response is marked too");
   });
 });
