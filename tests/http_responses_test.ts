@@ -267,6 +267,11 @@ Deno.test("GET /v1/responses/{id} answers the user who made the response, 404 in
         code: "not_found",
       },
     });
+    const malformed = await fetch(`${url}/v1/responses/${"x".repeat(200)}`, {
+      headers: { authorization: `Bearer ${alice.token}` },
+    });
+    assert.equal(malformed.status, 404, "a malformed id is no response's");
+    assert.equal((await malformed.json()).error.code, "not_found");
     // Deleting the session deletes its responses.
     const [session] = await h.store.listSessions("alice");
     const deleted = await fetch(`${url}/v1/sessions/${session.id}`, {

@@ -6,7 +6,8 @@
  * with `store: false` and neither, on a private session kept nowhere, as chat completions does.
  * @module
  */
-import type { SessionKey } from "../store/store.ts";
+import { SessionError } from "../errors.ts";
+import type { KeptResponse, SessionKey } from "../store/store.ts";
 import type { TurnResult } from "../types.ts";
 import { readJsonBody } from "./body.ts";
 import type { HandlerDeps } from "./deps.ts";
@@ -62,8 +63,14 @@ export async function handleCreateResponse(
 /** `GET /v1/responses/{id}`: the caller's kept response, as it was answered; 404 for any other id. */
 export async function handleGetResponse(id: string, userId: string, deps: HandlerDeps): Promise<Response> {
   const notFound = requestError(404, "not_found", `Response with id '${id}' not found.`, null);
-  if (!/^[A-Za-z0-9._:-]{1,128}$/.test(id)) throw notFound;
-  const kept = await deps.store.response(userId, id);
+  let kept: KeptResponse | null;
+  try {
+    kept = await deps.store.response(userId, id);
+  } catch (error) {
+    // A malformed id is no response's.
+    if (error instanceof SessionError) throw notFound;
+    throw error;
+  }
   if (kept === null) throw notFound;
   return new Response(kept.body, { headers: { "content-type": "application/json; charset=utf-8" } });
 }
