@@ -378,6 +378,12 @@ Deno.test("input the agent does not take is a 400 naming the parameter; another 
       [{ input: [{ role: "assistant", content: "hi" }] }, 400, "input[0]", /must be a user message/],
       [{}, 400, "input", /Missing required parameter/],
       [
+        { input: [{ type: "item_reference", id: "msg_nope" }, { role: "user", content: "hi" }] },
+        400,
+        "input[0].id",
+        /no message of a response this user kept/,
+      ],
+      [
         { input: "hi", text: { format: { type: "json_schema", name: "x" } } },
         400,
         "text.format.schema",

@@ -38,7 +38,7 @@ const ROLES = new Set(["system", "developer", "user", "assistant"]);
  * Reads `body` (parsed JSON) and `headers` as a {@linkcode ResponsesRequest}. Throws an `HttpError` with the
  * parameter at fault: 404 `model_not_found` for a model other than `mini-agent`; 400 for a missing or empty
  * `input`, an input item other than a message (`function_call_output`, `item_reference`, …), content other
- * than text (`input_image`: images are not supported yet), a last item that is not a user message with text,
+ * than text (`input_image`: images are not supported yet; an `item_reference` is read by the route first), a last item that is not a user message with text,
  * client `tools`, a `text.format` the runtime cannot use, or a malformed session or response id.
  * Sampling parameters (`temperature`, `max_output_tokens`, …) are accepted and ignored.
  */

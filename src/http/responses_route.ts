@@ -38,6 +38,7 @@ import {
   textPart,
 } from "./responses_shape.ts";
 import { sseResponse } from "./sse.ts";
+import { isRecord } from "../_json.ts";
 
 /**
  * Answers one Responses request of `userId`. Everything that can reject it (body, parameters, an unknown
@@ -52,7 +53,7 @@ export async function handleCreateResponse(
 ): Promise<Response> {
   const key = idempotencyKey(request.headers);
   const body = await readJsonBody(request, { maxBytes: deps.maxBodyBytes });
-  const ask = parseResponsesRequest(body, request.headers);
+  const ask = parseResponsesRequest(await withReferencesRead(body, userId, deps), request.headers);
   if (key === null) return await answer(request, userId, ask, deps);
   const hash = await requestHash(new URL(request.url).pathname, ask.sessionId, body);
   const { turnTimeoutSeconds } = deps.agent;
@@ -73,6 +74,50 @@ export async function handleGetResponse(id: string, userId: string, deps: Handle
   }
   if (kept === null) throw notFound;
   return new Response(kept.body, { headers: { "content-type": "application/json; charset=utf-8" } });
+}
+
+/**
+ * `body` with each `item_reference` input item that names a kept response's message (`msg_<run id>`, as the
+ * AI SDK sends back the assistant messages of a stored response) replaced by that message. A reference to no
+ * message the caller has kept is a 400 naming the item.
+ */
+async function withReferencesRead(body: unknown, userId: string, deps: HandlerDeps): Promise<unknown> {
+  if (!isRecord(body) || !Array.isArray(body.input) || !body.input.some(isReference)) return body;
+  const input: unknown[] = [];
+  for (const [i, item] of body.input.entries()) {
+    if (!isReference(item)) {
+      input.push(item);
+      continue;
+    }
+    const message = await keptMessage(item.id, userId, deps);
+    if (message === null) {
+      const text =
+        `input[${i}] refers to item '${item.id}', which is no message of a response this user kept`;
+      throw invalid(text, `input[${i}].id`);
+    }
+    input.push(message);
+  }
+  return { ...body, input };
+}
+
+function isReference(item: unknown): item is { type: "item_reference"; id: string } {
+  return isRecord(item) && item.type === "item_reference" && typeof item.id === "string";
+}
+
+/** The kept message item `id` (`msg_<run id>`, of response `resp_<run id>`), or null. */
+async function keptMessage(id: string, userId: string, deps: HandlerDeps): Promise<unknown> {
+  const run = /^msg_(.+)$/.exec(id)?.[1];
+  if (run === undefined) return null;
+  let kept: KeptResponse | null;
+  try {
+    kept = await deps.store.response(userId, `resp_${run}`);
+  } catch (error) {
+    if (error instanceof SessionError) return null;
+    throw error;
+  }
+  const output = kept === null ? [] : JSON.parse(kept.body).output as Record<string, unknown>[];
+  const item = output.find((item) => item.id === id);
+  return item === undefined ? null : { type: "message", role: "assistant", content: item.content };
 }
 
 /** Where the turn runs: a kept session (`fresh`: made for this response's chain), or null: kept nowhere. */
