@@ -450,3 +450,23 @@ Deno.test("a call that waits for approval marks the response awaiting_approval; 
     assert.equal(waiting.session_id, session.id, "the streamed response is marked too");
   });
 });
+
+Deno.test("a new chain whose turn is refused leaves no session: the quota's 429 keeps nothing of its input", async () => {
+  using h = httpHarness();
+  h.deps.dailyTokens = 1;
+  await withServer(h, async ({ url }) => {
+    const spent = await post(url, { model: "mini-agent", input: "hi", store: false });
+    assert.equal(spent.status, 200);
+    await spent.body?.cancel();
+    const refused = await post(url, {
+      model: "mini-agent",
+      input: [{ role: "user", content: "a" }, { role: "assistant", content: "b" }, {
+        role: "user",
+        content: "c",
+      }],
+    });
+    assert.equal(refused.status, 429);
+    assert.equal((await refused.json()).error.code, "quota_exceeded");
+  });
+  assert.deepEqual(await h.store.listSessions("local"), []);
+});
