@@ -172,7 +172,7 @@ Deno.test("SqliteStore migrates a version-2 database to the current version keep
       "ALTER TABLE todos DROP COLUMN call_id; ALTER TABLE sessions DROP COLUMN calibration; " +
       "DROP TABLE session_usage; DROP TABLE usage_daily; DROP TRIGGER user_memory_unindexed; " +
       "DROP TABLE user_memory_words; DROP TABLE user_memory; ALTER TABLE sessions DROP COLUMN title; " +
-      "DROP TABLE idempotency_keys; " +
+      "DROP TABLE idempotency_keys; DROP TABLE responses; " +
       "PRAGMA user_version = 2;",
   );
   db.close();

@@ -232,6 +232,27 @@ Deno.test({
 });
 
 Deno.test({
+  name: "PostgresStore migrates a version-13 database to kept responses, which go with their session",
+  ignore,
+  async fn() {
+    const url = await pg().freshUrl();
+    await withPool(url, async (sql) => {
+      assert.equal(await migrate(sql, 13), 0);
+      await sql`INSERT INTO sessions (user_id, id, created_at, updated_at) VALUES ('alice', 'old', 't0', 't1')`;
+    });
+    await openMigrated(url, async (store) => {
+      const key = keyOf("old", "alice");
+      assert.equal(await store.saveResponse(key, "resp_1", '{"id":"resp_1"}'), true);
+      assert.equal(await store.saveResponse(keyOf("gone", "alice"), "resp_2", "{}"), false);
+      assert.equal((await store.response("alice", "resp_1"))?.body, '{"id":"resp_1"}');
+      assert.equal(await store.response("bob", "resp_1"), null);
+      assert.equal(await store.deleteSession(key), true);
+      assert.equal(await store.response("alice", "resp_1"), null);
+    });
+  },
+});
+
+Deno.test({
   name: "PostgresStore refuses a database written by a newer schema version, changing nothing",
   ignore,
   async fn() {

@@ -64,6 +64,7 @@ async function seedSession(store: SessionStore, clock: FakeClock, key: SessionKe
   ]);
   await store.addTodo(key, "milk");
   await store.savePending(key, pendingStep(`run-${key.sessionId}`));
+  await store.saveResponse(key, `resp_${key.sessionId}`, "{}");
   const rows = Array.from({ length: events }, (_, i) => row(key, clock.now(), i));
   await traceTableOf(store)!.write(rows);
 }
@@ -76,6 +77,7 @@ async function holdings(store: SessionStore, key: SessionKey) {
     todos: (await store.listTodos(key)).length,
     pending: (await store.pendingStep(key)) !== null,
     events: (await eventsOf(traceTableOf(store)!, key)).length,
+    response: (await store.response(key.userId, `resp_${key.sessionId}`)) !== null,
   };
 }
 
@@ -117,7 +119,7 @@ storeTest(
 );
 
 storeTest(
-  "$Store retention deletes a session idle past the session retention with its messages, todos, pending step, lease and trace events; a recent one and a leased one stay",
+  "$Store retention deletes a session idle past the session retention with its messages, todos, pending step, kept responses, lease and trace events; a recent one and a leased one stay",
   async (db) => {
     const clock = new FakeClock(START);
     const store = await openAt(db, clock);
@@ -133,8 +135,8 @@ storeTest(
       const retention = retentionOf(store, { sessionDays: 7, owner: "box:2:200:bbbbbbbb:0", clock })!;
 
       assert.deepEqual(await retention.prune(), { traceEvents: 0, sessions: 1, requests: 0 });
-      const gone = { session: false, messages: 0, todos: 0, pending: false, events: 0 };
-      const whole = { session: true, messages: 2, todos: 1, pending: true, events: 2 };
+      const gone = { session: false, messages: 0, todos: 0, pending: false, events: 0, response: false };
+      const whole = { session: true, messages: 2, todos: 1, pending: true, events: 2, response: true };
       assert.deepEqual(await holdings(other, idle), gone);
       assert.deepEqual(await holdings(other, leased), whole);
       assert.deepEqual(await holdings(other, recent), whole);
@@ -302,9 +304,9 @@ storeTest(
     const store = await openAt(db, clock);
     try {
       assert.deepEqual(await eventsOf(traceTableOf(store)!, old), [400, 401, 402, 403, 404, 405]);
-      const gone = { session: false, messages: 0, todos: 0, pending: false, events: 0 };
+      const gone = { session: false, messages: 0, todos: 0, pending: false, events: 0, response: false };
       for (const key of idle) assert.deepEqual(await holdings(store, key), gone, key.sessionId);
-      const whole = { session: true, messages: 2, todos: 1, pending: true, events: 2 };
+      const whole = { session: true, messages: 2, todos: 1, pending: true, events: 2, response: true };
       assert.deepEqual(await holdings(store, recent), whole);
       for (const key of [...idle, recent]) {
         assert.deepEqual(

@@ -274,9 +274,11 @@ const DROP_STATE = "ALTER TABLE messages DROP COLUMN provider_state; " +
   "ALTER TABLE usage_daily DROP COLUMN cached_tokens; ALTER TABLE session_usage DROP COLUMN cached_tokens;";
 /** Version 12's columns and version 13's table, dropped to make a version-11 database. */
 const DROP_CACHE_WRITES = "ALTER TABLE usage_daily DROP COLUMN cache_write_tokens; " +
-  "ALTER TABLE session_usage DROP COLUMN cache_write_tokens; DROP TABLE idempotency_keys;";
-/** Version 13's table, dropped to make a version-12 database. */
-const DROP_IDEMPOTENCY = "DROP TABLE idempotency_keys;";
+  "ALTER TABLE session_usage DROP COLUMN cache_write_tokens; DROP TABLE idempotency_keys; DROP TABLE responses;";
+/** Version 13's and 14's tables, dropped to make a version-12 database. */
+const DROP_IDEMPOTENCY = "DROP TABLE idempotency_keys; DROP TABLE responses;";
+/** Version 14's table, dropped to make a version-13 database. */
+const DROP_RESPONSES = "DROP TABLE responses;";
 
 Deno.test("SqliteStore migrates a version-8 database to the user's memory, keeping every row", async () => {
   using dir = tempDir();
@@ -410,5 +412,32 @@ Deno.test("SqliteStore migrates a version-12 database to idempotency keys, keepi
     await migrated.close();
   }
   assert.equal(userVersion(path), SCHEMA_VERSION);
-  assert.equal(SCHEMA_VERSION, 13);
+});
+
+Deno.test("SqliteStore migrates a version-13 database to kept responses, which go with their session", async () => {
+  using dir = tempDir();
+  const path = `${dir.path}/s.db`;
+  await olderDatabase(path, 13, DROP_RESPONSES);
+  assert.equal(userVersion(path), 13);
+
+  const migrated = new SqliteStore(path, { now: () => new Date(T0) });
+  try {
+    assert.deepEqual((await migrated.listTodos(keyOf("s"))).map((t) => t.text), ["keep me"]);
+    assert.equal(await migrated.saveResponse(keyOf("s"), "resp_1", '{"id":"resp_1"}'), true);
+    const kept = await migrated.response("u", "resp_1");
+    assert.deepEqual(kept, {
+      id: "resp_1",
+      userId: "u",
+      sessionId: "s",
+      body: '{"id":"resp_1"}',
+      createdAt: new Date(T0).toISOString(),
+    });
+    assert.equal(await migrated.response("someone-else", "resp_1"), null);
+    assert.equal(await migrated.deleteSession(keyOf("s")), true);
+    assert.equal(await migrated.response("u", "resp_1"), null);
+  } finally {
+    await migrated.close();
+  }
+  assert.equal(userVersion(path), SCHEMA_VERSION);
+  assert.equal(SCHEMA_VERSION, 14);
 });

@@ -25,6 +25,7 @@ Deno.test("SqliteStore creates the schema with WAL and records its version", () 
     "idempotency_keys",
     "messages",
     "pending_steps",
+    "responses",
     "session_leases",
     "session_usage",
     "sessions",

@@ -26,15 +26,30 @@ const MAX_QUOTED_CHARS = 8000;
 /** Most validation errors named in a repair request or an error message; the rest are counted. */
 const MAX_NAMED_ERRORS = 20;
 
+/** Options of {@linkcode parseResponseFormat}. */
+export interface ParseResponseFormatOptions {
+  /**
+   * The schema's fields (`name`, `schema`, `strict`, `description`) sit beside `type`, as in the Responses
+   * API's `text.format`, not under `json_schema`. @default {false}
+   */
+  flat?: boolean;
+}
+
 /**
  * Reads a client's `response_format` (OpenAI's shape, on both APIs): `{"type": "json_object"}`,
  * `{"type": "json_schema", "json_schema": {"name", "schema", "strict", "description"}}`, or
  * `{"type": "text"}`, `null` or absent: plain text, returned as null. Throws
  * {@linkcode ResponseFormatError} naming the parameter at fault for anything else: an unknown type, a schema
  * that is not an object, a schema whose keywords the validator checks are malformed (see
- * {@linkcode schemaProblems}), a name other than 1-64 characters of `a-z A-Z 0-9 _ -`.
+ * {@linkcode schemaProblems}), a name other than 1-64 characters of `a-z A-Z 0-9 _ -`. With `flat`, the
+ * Responses API's `text.format`: `{"type": "json_schema", "name", "schema", "strict", "description"}`.
  */
-export function parseResponseFormat(value: unknown, param = "response_format"): ResponseFormat | null {
+export function parseResponseFormat(
+  value: unknown,
+  param = "response_format",
+  options: ParseResponseFormatOptions = {},
+): ResponseFormat | null {
+  const { flat = false } = options;
   if (value === undefined || value === null) return null;
   if (!isRecord(value)) throw invalid(`${param} must be an object, got ${jsonType(value)}`, param);
   const { type } = value;
@@ -45,8 +60,8 @@ export function parseResponseFormat(value: unknown, param = "response_format"): 
     const message = `${param}.type must be "json_schema", "json_object" or "text", got ${got}`;
     throw invalid(message, `${param}.type`);
   }
-  const at = `${param}.json_schema`;
-  const spec = value.json_schema;
+  const at = flat ? param : `${param}.json_schema`;
+  const spec = flat ? value : value.json_schema;
   if (!isRecord(spec)) throw invalid(`${at} must be an object, got ${jsonType(spec)}`, at);
   const { name = DEFAULT_SCHEMA_NAME, schema, strict, description } = spec;
   if (typeof name !== "string" || !/^[A-Za-z0-9_-]{1,64}$/.test(name)) {

@@ -6,8 +6,9 @@
 import { ResponseFormatError, SessionError } from "../errors.ts";
 import { validateId } from "../store/store.ts";
 import type { Message, ResponseFormat } from "../types.ts";
-import { parseResponseFormat } from "../agent/response_format.ts";
+import { parseResponseFormat, type ParseResponseFormatOptions } from "../agent/response_format.ts";
 import { AGENT_MODEL, modelNotFound, requestError } from "./openai_shape.ts";
+import type { HttpError } from "./errors.ts";
 import { isRecord, jsonType } from "../_json.ts";
 
 /** A Chat Completions request, as one agent turn. */
@@ -41,10 +42,8 @@ const ROLES = new Set(["system", "developer", "user", "assistant"]);
  */
 export function parseChatRequest(body: unknown, headers: Headers): ChatRequest {
   if (!isRecord(body)) throw invalid("The request body must be a JSON object", null);
-  const { model, messages } = body;
-  if (model === undefined) throw missing("model");
-  if (typeof model !== "string") throw invalid(`"model" must be a string, got ${jsonType(model)}`, "model");
-  if (model !== AGENT_MODEL) throw modelNotFound(model, "model");
+  checkModel(body);
+  const { messages } = body;
   for (const name of ["tools", "functions"]) {
     const value = body[name];
     if (value === undefined || value === null || (Array.isArray(value) && value.length === 0)) continue;
@@ -83,9 +82,25 @@ export function parseChatRequest(body: unknown, headers: Headers): ChatRequest {
   };
 }
 
-function readResponseFormat(value: unknown): ResponseFormat | null {
+/** Checks the request's `model`: 400 when missing or not a string, 404 `model_not_found` unless the agent's. */
+export function checkModel(body: Record<string, unknown>): void {
+  const { model } = body;
+  if (model === undefined) throw missing("model");
+  if (typeof model !== "string") throw invalid(`"model" must be a string, got ${jsonType(model)}`, "model");
+  if (model !== AGENT_MODEL) throw modelNotFound(model, "model");
+}
+
+/**
+ * `value` read by `parseResponseFormat` (with `options`), its `ResponseFormatError` a 400 naming the
+ * parameter.
+ */
+export function readResponseFormat(
+  value: unknown,
+  param?: string,
+  options?: ParseResponseFormatOptions,
+): ResponseFormat | null {
   try {
-    return parseResponseFormat(value);
+    return parseResponseFormat(value, param, options);
   } catch (error) {
     if (!(error instanceof ResponseFormatError)) throw error;
     throw invalid(error.message, error.param);
@@ -137,7 +152,11 @@ function readContent(content: unknown, param: string): string {
   }).join("\n");
 }
 
-function sessionIdOf(body: Record<string, unknown>, headers: Headers): string | null {
+/**
+ * The session a request names (header `X-Session-Id`, else `metadata.session_id`), or null; a 400
+ * `invalid_session_id` for a malformed one.
+ */
+export function sessionIdOf(body: Record<string, unknown>, headers: Headers): string | null {
   const header = headers.get("x-session-id");
   const metadata = isRecord(body.metadata) ? body.metadata.session_id : undefined;
   const id = header ?? metadata;
@@ -152,7 +171,8 @@ function sessionIdOf(body: Record<string, unknown>, headers: Headers): string | 
   }
 }
 
-function readFlag(value: unknown, param: string): boolean {
+/** `value` as a boolean: false when absent or null, else a 400 unless it is one. */
+export function readFlag(value: unknown, param: string): boolean {
   if (value === undefined || value === null) return false;
   if (typeof value !== "boolean") {
     throw invalid(`"${param}" must be a boolean, got ${jsonType(value)}`, param);
@@ -160,10 +180,12 @@ function readFlag(value: unknown, param: string): boolean {
   return value;
 }
 
-function missing(param: string) {
+/** The 400 of a missing required parameter. */
+export function missing(param: string): HttpError {
   return requestError(400, "missing_required_parameter", `Missing required parameter: "${param}"`, param);
 }
 
-function invalid(message: string, param: string | null) {
+/** The 400 `invalid_value` of parameter `param` (null: the body). */
+export function invalid(message: string, param: string | null): HttpError {
   return requestError(400, "invalid_value", message, param);
 }

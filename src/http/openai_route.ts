@@ -5,15 +5,9 @@
  * private session kept nowhere, gone once the request is (its events still reach the trace).
  * @module
  */
-import type { TurnInput } from "../agent/loop.ts";
-import { BackgroundCompactions } from "../session/background.ts";
-import { askAsDeny, AUTO_POLICY } from "../approval/policy.ts";
-import type { RunEvent } from "../events.ts";
-import type { SessionKey } from "../store/store.ts";
-import type { TurnResult } from "../types.ts";
 import { readJsonBody } from "./body.ts";
 import type { HandlerDeps } from "./deps.ts";
-import { failedTurn, HttpError, toHttpError } from "./errors.ts";
+import { type HttpError, toHttpError } from "./errors.ts";
 import { answerOnce, idempotencyKey, requestHash } from "./idempotency_key.ts";
 import { type ChatRequest, parseChatRequest } from "./openai_request.ts";
 import {
@@ -24,20 +18,15 @@ import {
   openaiErrorBody,
   usageChunk,
 } from "./openai_shape.ts";
+import {
+  noAnswer,
+  type Prepared,
+  prepareEphemeral,
+  prepareKept,
+  runSaying,
+  waitingFor,
+} from "./openai_turn.ts";
 import { sseResponse, type SseSend } from "./sse.ts";
-import { type QueuedTurn, queueTurn } from "../session/turn.ts";
-import { requestSession } from "../session/request_session.ts";
-import { RequestTodos } from "../tools/todo.ts";
-
-/**
- * A turn ready to run, whether it keeps a session (the advice of a failure depends on it), and what learns
- * that it did work a repeat must not do again (it ended, and its session was not taken back).
- */
-interface Prepared {
-  run: QueuedTurn;
-  kept: boolean;
-  didWork?: () => void;
-}
 
 /**
  * Answers one Chat Completions request of `userId`. Everything that can reject it (body, parameters, a full
@@ -76,101 +65,8 @@ async function answer(
     : await jsonAnswer(prepared, created, deps);
 }
 
-/**
- * The next turn of a stored session: the last message is the question, the stored history the context. When
- * the session's last question went unanswered (a model failure) and the client sends it again, as the
- * openai client does on a 5xx, the turn is retried rather than asked twice.
- */
-async function prepareKept(
-  request: Request,
-  key: SessionKey,
-  chat: ChatRequest,
-  deps: HandlerDeps,
-): Promise<Prepared> {
-  const { question: message, instructions, responseFormat } = chat;
-  const input: TurnInput = { ...key, message, instructions, responseFormat };
-  return { run: await queueTurn(request.signal, input, deps, { retryIfResent: true }), kept: true };
-}
-
-/**
- * A turn on a private session of the client's messages, kept nowhere (`request_session.ts`), its todos in
- * memory: nothing of it outlives the request but the tokens it spent (counted for the user) and its events.
- */
-async function prepareEphemeral(
-  request: Request,
-  userId: string,
-  chat: ChatRequest,
-  deps: HandlerDeps,
-): Promise<Prepared> {
-  const now = deps.agent.now ?? (() => new Date());
-  const newId = deps.agent.newId ?? (() => crypto.randomUUID());
-  const key = { userId, sessionId: `ephemeral-${newId()}` };
-  const session = requestSession(key, chat.history, { usage: deps.store, now });
-  const { question: message, instructions, responseFormat } = chat;
-  const input: TurnInput = { ...key, message, instructions, responseFormat };
-  // The session is dropped after the turn: a compaction due by the turn trigger, which runs after the
-  // answer, would only cost a model call. One due by the token budget still runs within the turn.
-  const compactions = new BackgroundCompactions(deps.emit);
-  await compactions.close();
-  // Nobody can approve a call of a session dropped after the request: a tool that asks is refused.
-  const approval = askAsDeny(deps.agent.approval ?? AUTO_POLICY);
-  const tools = deps.requestTools(new RequestTodos(now));
-  const agent = { ...deps.agent, tools, compactions, approval };
-  return { run: await queueTurn(request.signal, input, deps, { agent, session }), kept: false };
-}
-
 function idsOf(runId: string, created: number): CompletionIds {
   return { id: `chatcmpl-${runId}`, created };
-}
-
-/** Failures after which the session holds nothing of the turn (see `failureMessage`). */
-const NOTHING_KEPT: ReadonlySet<string> = new Set(["aborted", "lease", "deadline"]);
-
-/**
- * The error of a turn without an answer (see {@linkcode failedTurn}), a model or store failure worded for an
- * API client: the cause, how to retry (on a kept session, sending the same message again retries the turn).
- * The turn did work already (model calls, perhaps tools), which a client's own retry would do again: every
- * such error says `x-should-retry: false`, the header the official clients obey, and `turn_kept` says
- * whether the session holds the turn, so that sending the same message again continues it.
- */
-function noAnswer(result: TurnResult, kept: boolean): HttpError {
-  const advice = kept ? "; send the same message again to retry the turn" : "";
-  const cause = result.failure?.message ?? "unknown error";
-  const kind = result.failure?.kind ?? "internal";
-  const message = kind === "deadline"
-    ? undefined
-    : kind === "store"
-    ? `The session database is unavailable: ${cause}${advice} (run ${result.runId})`
-    : `The agent could not get an answer from its model: ${cause}${advice} (run ${result.runId})`;
-  const error = failedTurn(result, message);
-  return new HttpError(error.status, error.code, error.message, {
-    headers: { ...error.headers, "x-should-retry": "false" },
-    details: { ...error.details, turn_kept: kept && !NOTHING_KEPT.has(kind) },
-    cause: error,
-  });
-}
-
-/**
- * Runs the turn, writing what it says to `write` as it comes (see {@linkcode streamedText}); `onStart` gets
- * the run's id when it starts. Both forms of the answer say this same text.
- */
-async function runSaying(
-  prepared: Prepared,
-  deps: HandlerDeps,
-  write: (content: string) => void,
-  onStart: (runId: string) => void = () => {},
-): Promise<TurnResult> {
-  const text = streamedText(write);
-  const emit = (event: RunEvent) => {
-    deps.emit(event);
-    if (event.event === "run_start") onStart(event.run_id);
-    else if (event.event === "answer") text.answer(event.data.text, event.step!);
-  };
-  const result = await prepared.run(emit, { onDelta: (piece, step) => text.delta(piece, step) });
-  if (!NOTHING_KEPT.has(result.failure?.kind ?? "")) prepared.didWork?.();
-  // A turn that waits for approval has no answer event: what it says is the result's.
-  if (result.outcome === "awaiting_approval") text.answer(result.answer, -1);
-  return result;
 }
 
 async function jsonAnswer(prepared: Prepared, created: number, deps: HandlerDeps): Promise<Response> {
@@ -180,16 +76,6 @@ async function jsonAnswer(prepared: Prepared, created: number, deps: HandlerDeps
   const ids = idsOf(result.runId, created);
   const body = completionBody(ids, content, finishReason(result.outcome), result.usage);
   return Response.json({ ...body, ...waitingFor(result) });
-}
-
-/**
- * What marks a turn that waits for approval, beside its `stop` and the text that says so: the field
- * `awaiting_approval` with the session and the waiting calls (`{id, name, arguments}`), for a client that
- * decides through `POST /v1/sessions/{id}/approvals`. Nothing for any other turn.
- */
-function waitingFor(result: TurnResult): Record<string, unknown> {
-  if (result.outcome !== "awaiting_approval") return {};
-  return { awaiting_approval: { session_id: result.sessionId, calls: result.approval?.calls ?? [] } };
 }
 
 /**
@@ -226,28 +112,4 @@ function streamAnswer(
 function sendError(error: HttpError, send: SseSend): void {
   // A client gone is routine: nobody reads a frame.
   if (error.status !== 499) send(JSON.stringify(openaiErrorBody(error)));
-}
-
-/**
- * Sends a turn's text as content: the deltas of each step, a blank line between steps, and at the answer
- * whatever of it did not stream (all of it from a model that does not stream, or a closing the runtime wrote).
- */
-function streamedText(write: (content: string) => void) {
-  let step: number | null | undefined; // Of the text last sent; null: a whole answer.
-  let sent = ""; // Of that step.
-  const put = (text: string, at: number | null) => {
-    if (text === "") return;
-    const apart = step !== undefined && at !== step;
-    if (at !== step) sent = "";
-    step = at;
-    sent += text;
-    write(apart ? `\n\n${text}` : text);
-  };
-  return {
-    delta: put,
-    answer(text: string, at: number) {
-      if (step === at && text.startsWith(sent)) put(text.slice(sent.length), at);
-      else put(text, null);
-    },
-  };
 }

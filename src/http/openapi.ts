@@ -234,7 +234,7 @@ export const OPENAPI = {
     version: "1.0.0",
     description:
       'Sessions API over one bounded tool-calling loop. Errors are {"error": {"code", "message"}}, except on ' +
-      "the OpenAI-compatible routes (/v1/chat/completions, /v1/models), which use OpenAI's " +
+      "the OpenAI-compatible routes (/v1/chat/completions, /v1/responses, /v1/models), which use OpenAI's " +
       '{"error": {"message", "type", "param", "code"}}.',
   },
   components: {
@@ -292,6 +292,42 @@ export const OPENAPI = {
         description:
           "The last message must be a user message: the turn's question. tools, functions and tool " +
           "messages are rejected (the agent runs its own tools); n must be 1; sampling parameters are ignored.",
+      },
+      ResponsesRequest: {
+        ...object({
+          model: { const: "mini-agent" },
+          input: {
+            anyOf: [
+              str,
+              array(object({
+                type: { const: "message" },
+                role: { enum: ["system", "developer", "user", "assistant"] },
+                content: {
+                  anyOf: [
+                    str,
+                    array(
+                      object({ type: { enum: ["input_text", "output_text"] }, text: str }, ["type", "text"]),
+                    ),
+                  ],
+                },
+              }, ["role", "content"])),
+            ],
+          },
+          instructions: str,
+          previous_response_id: {
+            ...idSchema,
+            description: "continue the session this response was made on",
+          },
+          stream: bool,
+          store: { ...bool, default: true },
+          text: object({ format: anyObject }),
+          metadata: object({ session_id: { ...idSchema, description: "like the X-Session-Id header" } }),
+        }, ["model", "input"]),
+        description:
+          "The last input item must be a user message: the turn's question. text.format is OpenAI's " +
+          "(json_schema with name, schema, strict beside type; json_object; text) and maps to ResponseFormat. " +
+          "Other item types (function_call_output, item_reference, …), input_image parts and client tools are " +
+          "rejected (the agent runs its own tools; images are not supported yet); sampling parameters are ignored.",
       },
       ResponseFormat: {
         anyOf: [
@@ -504,6 +540,40 @@ export const OPENAPI = {
     "/v1/models/{model}": {
       parameters: [param("model", "path", str)],
       get: op("OpenAI-compatible: one model", json(ref("Model")), [401, 404], {}, openaiErrors),
+    },
+    "/v1/responses": {
+      parameters: [sessionHeader, idempotencyHeader],
+      post: op(
+        "OpenAI-compatible (the Responses API): one agent turn (the whole tool loop, tools run on the server) " +
+          "as a response object, or with stream: true as its events (response.created … response.completed)",
+        {
+          description:
+            "OpenAI's Response: one assistant message item with one output_text part (the server's tool calls " +
+            "are not output items); status completed, or incomplete (incomplete_details.reason " +
+            "max_output_tokens) when the turn reached its step limit or token budget; awaiting_approval beside " +
+            "when a call waits. Streamed, a turn without an answer ends with an error event and " +
+            "response.failed. Kept (store, the default) for GET /v1/responses/{id} and previous_response_id",
+          content: { "application/json": { schema: anyObject }, "text/event-stream": { schema: str } },
+        },
+        [400, 401, 404, 409, 413, 415, 422, 429, 502, 503, 504],
+        {
+          requestBody: {
+            required: true,
+            content: { "application/json": { schema: ref("ResponsesRequest") } },
+          },
+        },
+        openaiErrors,
+      ),
+    },
+    "/v1/responses/{id}": {
+      parameters: [param("id", "path", str, "the response's id, resp_…")],
+      get: op(
+        "OpenAI-compatible: a response the caller made with store (the default), as it was answered",
+        json(anyObject),
+        [401, 404],
+        {},
+        openaiErrors,
+      ),
     },
     "/v1/chat/completions": {
       parameters: [sessionHeader, idempotencyHeader],

@@ -12,6 +12,7 @@ import type { HandlerDeps } from "./deps.ts";
 import { HttpError } from "./errors.ts";
 import { OPENAPI } from "./openapi.ts";
 import { handleChatCompletion } from "./openai_route.ts";
+import { handleCreateResponse, handleGetResponse } from "./responses_route.ts";
 import { AGENT_MODEL, modelList, modelNotFound, modelObject, openaiErrorResponse } from "./openai_shape.ts";
 import { handleTrace } from "./trace_route.ts";
 import { handleTurn } from "./turn_route.ts";
@@ -167,6 +168,12 @@ export function createRoutes(deps: HandlerDeps): Route[] {
     }, OPENAI),
     route("POST", "/v1/chat/completions", (request, _params, userId) => {
       return handleChatCompletion(request, userId, deps);
+    }, OPENAI),
+    route("POST", "/v1/responses", (request, _params, userId) => {
+      return handleCreateResponse(request, userId, deps);
+    }, OPENAI),
+    route("GET", "/v1/responses/{id}", (_request, params, userId) => {
+      return handleGetResponse(params.id, userId, deps);
     }, OPENAI),
   ];
 }

@@ -195,6 +195,23 @@ CREATE TABLE idempotency_keys (
 CREATE INDEX idempotency_keys_by_age ON idempotency_keys (created_at);
 `;
 
+/**
+ * Version 14: the responses of `POST /v1/responses` (the response object's JSON), each with the session its
+ * turn ran on and going with it. Ids are unique per user; `created_at` is ISO time.
+ */
+const RESPONSES_TABLE = `
+CREATE TABLE responses (
+  user_id text COLLATE "C" NOT NULL,
+  id text COLLATE "C" NOT NULL,
+  session_id text COLLATE "C" NOT NULL,
+  body text NOT NULL,
+  created_at text NOT NULL,
+  PRIMARY KEY (user_id, id),
+  FOREIGN KEY (user_id, session_id) REFERENCES sessions (user_id, id) ON DELETE CASCADE
+);
+CREATE INDEX responses_by_session ON responses (user_id, session_id);
+`;
+
 const STEPS: readonly MigrationStep<string>[] = [
   { from: 0, to: 3, run: SESSION_TABLES },
   { from: 3, to: 4, run: LEASE_TABLE },
@@ -207,6 +224,7 @@ const STEPS: readonly MigrationStep<string>[] = [
   { from: 10, to: 11, run: PROVIDER_STATE },
   { from: 11, to: 12, run: CACHE_WRITES },
   { from: 12, to: 13, run: IDEMPOTENCY_TABLE },
+  { from: 13, to: 14, run: RESPONSES_TABLE },
 ];
 
 /**

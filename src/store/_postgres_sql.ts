@@ -11,6 +11,7 @@ import {
   type RequestRow,
   stateColumn,
   text,
+  toKeptResponse,
   toMemoryItem,
   toMessage,
   toPending,
@@ -24,6 +25,7 @@ import type { IdleCursor, SessionSql } from "./sql_store.ts";
 import type {
   Calibration,
   HeldRequest,
+  KeptResponse,
   MemoryItem,
   PendingStep,
   RecalledItem,
@@ -368,6 +370,18 @@ export class PostgresSql implements SessionSql {
     const rows = await this.#db`DELETE FROM idempotency_keys
       WHERE user_id = ${userId} AND key = ${key} AND created_at = ${claimedAt} RETURNING key`;
     return rows.length === 1;
+  }
+
+  async upsertResponse({ userId, sessionId }: SessionKey, id: string, body: string, stamp: string) {
+    await this.#db`INSERT INTO responses (user_id, id, session_id, body, created_at)
+      VALUES (${userId}, ${id}, ${sessionId}, ${body}, ${stamp})
+      ON CONFLICT (user_id, id) DO UPDATE SET body = EXCLUDED.body`;
+  }
+
+  async response(userId: string, id: string): Promise<KeptResponse | null> {
+    const rows = await this.#db`SELECT user_id, id, session_id, body, created_at FROM responses
+      WHERE user_id = ${userId} AND id = ${id}`;
+    return rows.length === 0 ? null : toKeptResponse(rows[0]);
   }
 
   async pruneRequests(before: number, limit: number): Promise<number> {

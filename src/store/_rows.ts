@@ -6,7 +6,7 @@
  */
 import type { ProviderState, Role, StoredMessage, ToolCall, UsageEntry } from "../types.ts";
 import { deepFreeze } from "../_json.ts";
-import type { MemoryItem, PendingStep, Session, StoredResponse, Todo } from "./store.ts";
+import type { KeptResponse, MemoryItem, PendingStep, Session, StoredResponse, Todo } from "./store.ts";
 
 export type Row = Record<string, unknown>;
 
@@ -219,5 +219,16 @@ export function toRequestRow(row: Row): RequestRow {
         body: typeof row.body === "string" ? row.body : text(row.body),
       }
       : null,
+  };
+}
+
+/** A row of `responses` (its body as text, or as bytes from SQLite's `CAST(… AS BLOB)`). */
+export function toKeptResponse(row: Row): KeptResponse {
+  return {
+    id: row.id as string,
+    userId: row.user_id as string,
+    sessionId: row.session_id as string,
+    body: typeof row.body === "string" ? row.body : text(row.body),
+    createdAt: row.created_at as string,
   };
 }

@@ -226,6 +226,23 @@ CREATE TABLE idempotency_keys (
 CREATE INDEX idempotency_keys_by_age ON idempotency_keys(created_at);
 `;
 
+/**
+ * Version 14: the responses of `POST /v1/responses` (the response object's JSON), each with the session its
+ * turn ran on and going with it. Ids are unique per user; `created_at` is ISO time.
+ */
+const RESPONSES_TABLE = `
+CREATE TABLE responses (
+  user_id TEXT NOT NULL,
+  id TEXT NOT NULL,
+  session_id TEXT NOT NULL,
+  body TEXT NOT NULL,
+  created_at TEXT NOT NULL,
+  PRIMARY KEY (user_id, id),
+  FOREIGN KEY (user_id, session_id) REFERENCES sessions(user_id, id) ON DELETE CASCADE
+);
+CREATE INDEX responses_by_session ON responses(user_id, session_id);
+`;
+
 const DROP_VERSION_1 = `
 DROP TABLE messages_v1;
 DROP TABLE todos_v1;
@@ -261,7 +278,8 @@ const STEPS: readonly MigrationStep<(db: DatabaseSync) => void>[] = [
     to: SCHEMA_VERSION,
     run: exec(
       SESSION_TABLES + PENDING_TABLE + LEASE_TABLE + TRACE_TABLE + TODO_CALLS + CALIBRATION + USAGE_TABLES +
-        MEMORY_TABLES + SESSION_TITLE + PROVIDER_STATE + CACHE_WRITES + IDEMPOTENCY_TABLE,
+        MEMORY_TABLES + SESSION_TITLE + PROVIDER_STATE + CACHE_WRITES + IDEMPOTENCY_TABLE +
+        RESPONSES_TABLE,
     ),
   },
   { from: 1, to: 2, run: fromVersion1 },
@@ -276,6 +294,7 @@ const STEPS: readonly MigrationStep<(db: DatabaseSync) => void>[] = [
   { from: 10, to: 11, run: exec(PROVIDER_STATE) },
   { from: 11, to: 12, run: exec(CACHE_WRITES) },
   { from: 12, to: 13, run: exec(IDEMPOTENCY_TABLE) },
+  { from: 13, to: 14, run: exec(RESPONSES_TABLE) },
 ];
 
 /**

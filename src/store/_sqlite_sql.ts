@@ -13,6 +13,7 @@ import {
   insertedMessage,
   stateColumn,
   text,
+  toKeptResponse,
   toMemoryItem,
   toMessage,
   toPending,
@@ -27,6 +28,7 @@ import type { IdleCursor, SessionSql } from "./sql_store.ts";
 import {
   type Calibration,
   type HeldRequest,
+  type KeptResponse,
   type MemoryItem,
   type PendingStep,
   type RecalledItem,
@@ -176,6 +178,11 @@ export const SQL = {
   deleteRequest: "DELETE FROM idempotency_keys WHERE user_id = ? AND key = ? AND created_at = ?",
   pruneRequests: "DELETE FROM idempotency_keys WHERE rowid IN (SELECT rowid FROM idempotency_keys " +
     "WHERE created_at <= ? LIMIT ?)",
+  upsertResponse:
+    "INSERT INTO responses (user_id, id, session_id, body, created_at) VALUES (?, ?, ?, ?, ?) " +
+    "ON CONFLICT(user_id, id) DO UPDATE SET body = excluded.body",
+  getResponse: "SELECT user_id, id, session_id, CAST(body AS BLOB) AS body, created_at FROM responses " +
+    "WHERE user_id = ? AND id = ?",
   ping: "SELECT 1 AS ok",
   // Changes when another connection commits.
   dataVersion: "PRAGMA data_version",
@@ -512,6 +519,15 @@ export class SqliteSql implements SessionSql {
 
   async pruneRequests(before: number, limit: number): Promise<number> {
     return Number(this.#sql.pruneRequests.run(before, limit).changes);
+  }
+
+  async upsertResponse(key: SessionKey, id: string, body: string, stamp: string): Promise<void> {
+    this.#sql.upsertResponse.run(key.userId, id, key.sessionId, body, stamp);
+  }
+
+  async response(userId: string, id: string): Promise<KeptResponse | null> {
+    const row = this.#sql.getResponse.get(userId, id);
+    return row === undefined ? null : toKeptResponse(row);
   }
 }
 

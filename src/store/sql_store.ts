@@ -22,6 +22,7 @@ import {
   type HeldRequest,
   IDEMPOTENCY_KEEP_MS,
   IDEMPOTENCY_RUNNING_MS,
+  type KeptResponse,
   leaseFrom,
   type LeaseTake,
   leaseTtl,
@@ -161,6 +162,10 @@ export interface SessionSql {
   deleteRequest(held: HeldRequest): Promise<boolean>;
   /** Deletes at most `limit` claims made at `before` (ms) or earlier; resolves to how many. */
   pruneRequests(before: number, limit: number): Promise<number>;
+  /** Inserts (or replaces the body of) response `id` of the session `key`, made at `stamp` (ISO). */
+  upsertResponse(key: SessionKey, id: string, body: string, stamp: string): Promise<void>;
+  /** The user's response `id`, or null. */
+  response(userId: string, id: string): Promise<KeptResponse | null>;
 }
 
 /** Where a page of {@linkcode SqlStore.idleSessions} starts: after the session of these fields. */
@@ -659,6 +664,25 @@ export class SqlStore implements SessionStore {
       null,
       (sql) => sql.pruneRequests(now - IDEMPOTENCY_KEEP_MS, limit),
     );
+  }
+
+  saveResponse(key: SessionKey, id: string, body: string): Promise<boolean> {
+    if (typeof body !== "string") {
+      return Promise.reject(new TypeError("Cannot keep a response: its body must be a string of JSON"));
+    }
+    return this.#write("keep a response", key, async (sql, key) => {
+      validateId(id, "response id");
+      if (await sql.session(key) === null) return false;
+      await sql.upsertResponse(key, id, body, this.#stamp());
+      return true;
+    });
+  }
+
+  response(userId: string, id: string): Promise<KeptResponse | null> {
+    return this.#readUser("read a response", userId, (sql, userId) => {
+      validateId(id, "response id");
+      return sql.response(userId, id);
+    });
   }
 
   ping(): Promise<boolean> {

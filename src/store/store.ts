@@ -380,6 +380,34 @@ export interface IdempotencyStore {
   releaseRequest(held: HeldRequest): Promise<boolean>;
 }
 
+/** A response of `POST /v1/responses` as kept: whose, on which session, its body, when it was made. */
+export interface KeptResponse {
+  /** `resp_…`, unique per user. */
+  id: string;
+  userId: string;
+  /** The session its turn ran on: `previous_response_id` continues it. */
+  sessionId: string;
+  /** The response object as JSON. */
+  body: string;
+  /** ISO time. */
+  createdAt: string;
+}
+
+/**
+ * The responses of `POST /v1/responses` kept with the session their turn ran on (`store: true`), for
+ * `GET /v1/responses/{id}` and `previous_response_id`; each goes with its session. Every method validates its
+ * ids (`SessionError`).
+ */
+export interface ResponseStore {
+  /**
+   * Keeps response `id` (its body JSON) of the session `key`; a second save of the same id replaces the body.
+   * False when the session is not stored (deleted since its turn): nothing is kept.
+   */
+  saveResponse(key: SessionKey, id: string, body: string): Promise<boolean>;
+  /** The user's response `id`, or null when the user has none of that id (another user's never is). */
+  response(userId: string, id: string): Promise<KeptResponse | null>;
+}
+
 /** The database itself. Every method validates its key (`SessionError` for a malformed id). */
 export interface HealthStore {
   /** True when the database answers; never rejects. */
@@ -393,7 +421,15 @@ export interface HealthStore {
  * A consumer takes only the role it uses; `SqlStore` implements them all over SQLite and PostgreSQL.
  */
 export interface SessionStore
-  extends TranscriptStore, TodoStore, MemoryStore, UsageStore, LeaseStore, IdempotencyStore, HealthStore {}
+  extends
+    TranscriptStore,
+    TodoStore,
+    MemoryStore,
+    UsageStore,
+    LeaseStore,
+    IdempotencyStore,
+    ResponseStore,
+    HealthStore {}
 
 /** `id` if it is 1–128 characters of `[A-Za-z0-9._:-]`, else a `SessionError`; `what` names it in the message. */
 export function validateId(id: unknown, what = "session id"): string {
@@ -457,9 +493,10 @@ export function leaseFrom(options: AcquireLeaseOptions | undefined): string | un
  * sessions (`user_memory`, with its full-text index), 10 the session's title (`sessions.title`), 11 what a provider needs back of an assistant message
  * (`provider_state`) and the input tokens read from its cache (`cached_tokens`), 12 the input tokens written to
  * its cache (`cache_write_tokens`), 13 the requests a client marked with an `Idempotency-Key`, with their
- * results (`idempotency_keys`).
+ * results (`idempotency_keys`), 14 the responses of `POST /v1/responses`, kept with their session
+ * (`responses`).
  */
-export const SCHEMA_VERSION = 13;
+export const SCHEMA_VERSION = 14;
 
 /** One migration of a dialect's list: it brings the schema from version `from` to `to` by `run`. */
 export interface MigrationStep<Run> {
