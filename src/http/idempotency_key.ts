@@ -12,6 +12,7 @@ import {
   type RequestKey,
   type StoredResponse,
 } from "../store/store.ts";
+import type { HandlerDeps } from "./deps.ts";
 import { HttpError, toHttpError } from "./errors.ts";
 import { openaiErrorBody, openaiErrorResponse } from "./openai_shape.ts";
 
@@ -236,4 +237,31 @@ function tooLarge(maxBytes: number): StoredResponse {
     contentType: "application/json; charset=utf-8",
     body: JSON.stringify(openaiErrorBody(error)),
   };
+}
+
+/** A request of an OpenAI-shaped route, read: its key (null: none), whose it is, the session it goes to. */
+export interface MarkedRequest {
+  request: Request;
+  key: string | null;
+  userId: string;
+  sessionId: string | null;
+  /** The parsed body, as {@linkcode requestHash} reads it. */
+  body: unknown;
+}
+
+/**
+ * Answers `marked` by `answer`: at once without an idempotency key, else once per user and key
+ * ({@linkcode answerOnce}), the store and the turn's time limit from `deps`.
+ */
+export async function answerMarked(
+  marked: MarkedRequest,
+  deps: Pick<HandlerDeps, "store" | "log" | "agent">,
+  answer: (didWork?: () => void) => Promise<Response>,
+): Promise<Response> {
+  const { request, key, userId, sessionId, body } = marked;
+  if (key === null) return await answer();
+  const hash = await requestHash(new URL(request.url).pathname, sessionId, body);
+  const { turnTimeoutSeconds } = deps.agent;
+  const once = { store: deps.store, key: { userId, key }, hash, log: deps.log, turnTimeoutSeconds };
+  return await answerOnce(once, answer);
 }

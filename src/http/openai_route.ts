@@ -8,7 +8,7 @@
 import { readJsonBody } from "./body.ts";
 import type { HandlerDeps } from "./deps.ts";
 import { type HttpError, toHttpError } from "./errors.ts";
-import { answerOnce, idempotencyKey, requestHash } from "./idempotency_key.ts";
+import { answerMarked, idempotencyKey } from "./idempotency_key.ts";
 import { type ChatRequest, parseChatRequest } from "./openai_request.ts";
 import {
   chunkBody,
@@ -41,11 +41,8 @@ export async function handleChatCompletion(
   const key = idempotencyKey(request.headers);
   const body = await readJsonBody(request, { maxBytes: deps.maxBodyBytes });
   const chat = parseChatRequest(body, request.headers);
-  if (key === null) return await answer(request, userId, chat, deps);
-  const hash = await requestHash(new URL(request.url).pathname, chat.sessionId, body);
-  const { turnTimeoutSeconds } = deps.agent;
-  const once = { store: deps.store, key: { userId, key }, hash, log: deps.log, turnTimeoutSeconds };
-  return await answerOnce(once, (didWork) => answer(request, userId, chat, deps, didWork));
+  const marked = { request, key, userId, sessionId: chat.sessionId, body };
+  return await answerMarked(marked, deps, (didWork) => answer(request, userId, chat, deps, didWork));
 }
 
 async function answer(

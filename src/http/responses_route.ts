@@ -12,7 +12,7 @@ import type { TurnResult } from "../types.ts";
 import { readJsonBody } from "./body.ts";
 import type { HandlerDeps } from "./deps.ts";
 import { type HttpError, toHttpError } from "./errors.ts";
-import { answerOnce, idempotencyKey, requestHash } from "./idempotency_key.ts";
+import { answerMarked, idempotencyKey } from "./idempotency_key.ts";
 import { invalid } from "./openai_request.ts";
 import { requestError } from "./openai_shape.ts";
 import {
@@ -54,11 +54,8 @@ export async function handleCreateResponse(
   const key = idempotencyKey(request.headers);
   const body = await readJsonBody(request, { maxBytes: deps.maxBodyBytes });
   const ask = parseResponsesRequest(await withReferencesRead(body, userId, deps), request.headers);
-  if (key === null) return await answer(request, userId, ask, deps);
-  const hash = await requestHash(new URL(request.url).pathname, ask.sessionId, body);
-  const { turnTimeoutSeconds } = deps.agent;
-  const once = { store: deps.store, key: { userId, key }, hash, log: deps.log, turnTimeoutSeconds };
-  return await answerOnce(once, (didWork) => answer(request, userId, ask, deps, didWork));
+  const marked = { request, key, userId, sessionId: ask.sessionId, body };
+  return await answerMarked(marked, deps, (didWork) => answer(request, userId, ask, deps, didWork));
 }
 
 /** `GET /v1/responses/{id}`: the caller's kept response, as it was answered; 404 for any other id. */
