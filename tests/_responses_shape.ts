@@ -36,6 +36,17 @@ const RESPONSE_FIELDS = [
 const _everyField: Exclude<RequiredKeys<Response>, (typeof RESPONSE_FIELDS)[number] | "output_text"> =
   undefined as never;
 
+/** The fields the package's `mcp_call` item (a call a server ran) requires, as the agent's tool calls show. */
+const TOOL_CALL_FIELDS = ["id", "arguments", "name", "server_label", "status"] as const satisfies readonly (
+  keyof OpenAI.Responses.ResponseOutputItem.McpCall
+)[];
+
+// Fails to type-check when the package's mcp_call item requires a field the list above misses.
+const _everyToolCallField: Exclude<
+  RequiredKeys<OpenAI.Responses.ResponseOutputItem.McpCall>,
+  (typeof TOOL_CALL_FIELDS)[number] | "type"
+> = undefined as never;
+
 /** Each event the route sends, with the fields the package's type of it requires beside `type`. */
 const EVENT_FIELDS = {
   "response.created": ["response", "sequence_number"],
@@ -87,7 +98,7 @@ export function assertResponse(value: unknown): void {
   assert.ok(body.instructions === null || typeof body.instructions === "string");
   assert.ok(typeof body.metadata === "object");
   assert.ok(Array.isArray(body.output));
-  for (const item of body.output as Record<string, unknown>[]) assertMessageItem(item);
+  for (const item of body.output as Record<string, unknown>[]) assertOutputItem(item);
   if (body.usage !== null && body.usage !== undefined) assertUsage(body.usage as Record<string, unknown>);
   const format = (body.text as { format: { type: string } }).format;
   assert.ok(["text", "json_object", "json_schema"].includes(format.type));
@@ -101,6 +112,18 @@ function assertUsage(usage: Record<string, unknown>): void {
   assert.ok(
     Number.isInteger((usage.output_tokens_details as { reasoning_tokens: unknown }).reasoning_tokens),
   );
+}
+
+/**
+ * Fails unless `item` is an output item the route writes: the assistant's `message`, or an `mcp_call` of the
+ * agent's own tools, done, with its result or its error.
+ */
+function assertOutputItem(item: Record<string, unknown>): void {
+  if (item.type !== "mcp_call") return assertMessageItem(item);
+  for (const field of TOOL_CALL_FIELDS) assert.equal(typeof item[field], "string", `mcp_call.${field}`);
+  assert.equal(item.server_label, "mini-agent");
+  assert.equal(item.status, "completed");
+  assert.ok((typeof item.output === "string") !== (typeof item.error === "string"), "an output or an error");
 }
 
 /** Fails unless `item` is an assistant `message` item with `output_text` parts. */
@@ -126,7 +149,7 @@ export function assertResponseEvent(event: Record<string, unknown>): void {
   for (const field of fields) assert.ok(field in event, `${event.type} has no "${field}"`);
   assert.ok(Number.isInteger(event.sequence_number));
   if ("response" in event) assertResponse(event.response);
-  if ("item" in event) assertMessageItem(event.item as Record<string, unknown>);
+  if ("item" in event) assertOutputItem(event.item as Record<string, unknown>);
   if ("part" in event) assertTextPart(event.part as Record<string, unknown>);
   for (const field of ["output_index", "content_index"]) {
     if (field in event) assert.ok(Number.isInteger(event[field]));

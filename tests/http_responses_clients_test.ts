@@ -34,7 +34,17 @@ Deno.test("the AI SDK's openai provider gets generateText and streamText from /v
     ) => JSON.parse(l));
     assert.equal(generated.text, "The answer is 84.");
     assert.equal(generated.finishReason, "stop");
-    assert.equal(generated.toolCalls, 0, "the server's calculator call is no call the client must run");
+    // The server's calculator call, shown as done on the server: no call the client must run.
+    assert.deepEqual(generated.toolCalls, [
+      { name: "mcp.calculator", input: { expression: "12*7" }, providerExecuted: true },
+    ]);
+    assert.deepEqual(generated.toolResults, [{
+      type: "call",
+      serverLabel: "mini-agent",
+      name: "calculator",
+      arguments: '{"expression":"12*7"}',
+      output: '{"expression":"12*7","result":84}',
+    }]);
     assert.deepEqual(generated.usage, { input: 20, output: 4 });
     assert.match(generated.responseId, /^resp_/);
     assert.equal(streamed.text, "echo: and again");

@@ -53,13 +53,23 @@ Deno.test("responses.create() runs one agent turn, tools on the server, and gets
       "The answer is 84.",
       "the client computes output_text from the output",
     );
-    // The calculator ran on the server: the client sees the message alone, no call it would have to run.
+    // The calculator ran on the server: the message, then the call as one the server made (an `mcp_call`
+    // with its result), never a `function_call` the client would have to run.
     assert.deepEqual(response.output, [{
       id: `msg_${runId}`,
       type: "message",
       status: "completed",
       role: "assistant",
       content: [{ type: "output_text", text: "The answer is 84.", annotations: [], logprobs: [] }],
+    }, {
+      id: `mcp_${runId}_1`,
+      type: "mcp_call",
+      status: "completed",
+      server_label: "mini-agent",
+      name: "calculator",
+      arguments: '{"expression":"12*7"}',
+      output: '{"expression":"12*7","result":84}',
+      error: null,
     }]);
     assert.deepEqual(response.usage, {
       input_tokens: 20,
@@ -88,6 +98,30 @@ Deno.test("responses.create() runs one agent turn, tools on the server, and gets
   });
 });
 
+Deno.test("an item_reference to a kept response's tool call is taken as read (the session holds it); to no call of it, a 400", async () => {
+  using h = httpHarness();
+  await withServer(h, async ({ url }) => {
+    const first = await (await post(url, { model: "mini-agent", input: "what is 12*7?" })).json();
+    const [message, call] = first.output as { id: string }[];
+    const reference = (id: string) => ({ type: "item_reference", id });
+    const input = [
+      { role: "user", content: "what is 12*7?" },
+      reference(message.id),
+      reference(call.id),
+      { role: "user", content: "thanks" },
+    ];
+    const followed = await post(url, { model: "mini-agent", input });
+    assert.equal(followed.status, 200);
+    assert.equal((await followed.json()).output[0].content[0].text, "echo: thanks");
+    const wrong = await post(url, {
+      model: "mini-agent",
+      input: [reference(call.id.replace(/_1$/, "_9")), { role: "user", content: "thanks" }],
+    });
+    assert.equal(wrong.status, 400);
+    assert.equal((await wrong.json()).error.param, "input[0].id");
+  });
+});
+
 Deno.test("responses.create({stream: true}) sends the Responses events in order, the text as it streams", async () => {
   using h = httpHarness();
   h.llm.preamble = "Let me compute.";
@@ -110,11 +144,17 @@ Deno.test("responses.create({stream: true}) sends the Responses events in order,
       "response.in_progress",
       "response.output_item.added",
       "response.content_part.added",
+      // The calculator's call, once its result is in: an item of its own after the message.
+      "response.output_item.added",
+      "response.output_item.done",
       "response.output_text.done",
       "response.content_part.done",
       "response.output_item.done",
       "response.completed",
     ]);
+    const call = events.filter((e) => e.type === "response.output_item.added")[1];
+    assert.equal(call.output_index, 1);
+    assert.equal((call.item as { type: string; name: string }).name, "calculator");
     const text = events.filter((e) => e.type === "response.output_text.delta").map((e) => e.delta).join("");
     assert.equal(text, "Let me compute.\n\nThe answer is 42.", "text before the tool call, set apart");
     assert.equal(events.find((e) => e.type === "response.output_text.done")!.text, text);

@@ -134,17 +134,20 @@ export function noAnswer(result: TurnResult, kept: boolean): HttpError {
 
 /**
  * Runs the turn, writing what it says to `write` as it comes (see {@linkcode streamedText}); `onStart` gets
- * the run's id when it starts. Every form of the answer says this same text.
+ * the run's id when it starts, `onEvent` each run event as it is emitted. Every form of the answer says this
+ * same text.
  */
 export async function runSaying(
   prepared: Prepared,
   deps: HandlerDeps,
   write: (content: string) => void,
   onStart: (runId: string) => void = () => {},
+  onEvent: (event: RunEvent) => void = () => {},
 ): Promise<TurnResult> {
   const text = streamedText(write);
   const emit = (event: RunEvent) => {
     deps.emit(event);
+    onEvent(event);
     if (event.event === "run_start") onStart(event.run_id);
     else if (event.event === "answer") text.answer(event.data.text, event.step!);
   };

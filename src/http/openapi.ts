@@ -326,7 +326,8 @@ export const OPENAPI = {
         description:
           "The last input item must be a user message: the turn's question. text.format is OpenAI's " +
           "(json_schema with name, schema, strict beside type; json_object; text) and maps to ResponseFormat. " +
-          "Other item types (function_call_output, item_reference, …), input_image parts and client tools are " +
+          "An item_reference to a kept response's message is read as it, to its mcp_call items passed over. " +
+          "Other item types (function_call_output, …), input_image parts and client tools are " +
           "rejected (the agent runs its own tools; images are not supported yet); sampling parameters are ignored.",
       },
       ResponseFormat: {
@@ -548,8 +549,8 @@ export const OPENAPI = {
           "as a response object, or with stream: true as its events (response.created … response.completed)",
         {
           description:
-            "OpenAI's Response: one assistant message item with one output_text part (the server's tool calls " +
-            "are not output items); status completed, or incomplete (incomplete_details.reason " +
+            "OpenAI's Response: one assistant message item with one output_text part, then an mcp_call item " +
+            "(server_label mini-agent, with its output) per tool call the agent ran; status completed, or incomplete (incomplete_details.reason " +
             "max_output_tokens) when the turn reached its step limit or token budget; awaiting_approval beside " +
             "when a call waits. Streamed, a turn without an answer ends with an error event and " +
             "response.failed. Kept (store, the default) for GET /v1/responses/{id} and previous_response_id",

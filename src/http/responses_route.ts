@@ -9,6 +9,7 @@
 import { SessionError } from "../errors.ts";
 import type { KeptResponse, SessionKey } from "../store/store.ts";
 import type { TurnResult } from "../types.ts";
+import type { RunEvent } from "../events.ts";
 import { readJsonBody } from "./body.ts";
 import type { HandlerDeps } from "./deps.ts";
 import { type HttpError, toHttpError } from "./errors.ts";
@@ -36,6 +37,7 @@ import {
   responseEvents,
   responseStatus,
   textPart,
+  toolCallItem,
 } from "./responses_shape.ts";
 import { sseResponse } from "./sse.ts";
 import { isRecord } from "../_json.ts";
@@ -75,8 +77,9 @@ export async function handleGetResponse(id: string, userId: string, deps: Handle
 
 /**
  * `body` with each `item_reference` input item that names a kept response's message (`msg_<run id>`, as the
- * AI SDK sends back the assistant messages of a stored response) replaced by that message. A reference to no
- * message the caller has kept is a 400 naming the item.
+ * AI SDK sends back the assistant messages of a stored response) replaced by that message, and each that names
+ * one of its tool calls (`mcp_<call id>`) left out: the session holds the call. A reference to no item the
+ * caller has kept is a 400 naming the item.
  */
 async function withReferencesRead(body: unknown, userId: string, deps: HandlerDeps): Promise<unknown> {
   if (!isRecord(body) || !Array.isArray(body.input) || !body.input.some(isReference)) return body;
@@ -87,6 +90,7 @@ async function withReferencesRead(body: unknown, userId: string, deps: HandlerDe
       continue;
     }
     const message = await keptMessage(item.id, userId, deps);
+    if (message === TOOL_CALL) continue;
     if (message === null) {
       const text =
         `input[${i}] refers to item '${item.id}', which is no message of a response this user kept`;
@@ -101,9 +105,15 @@ function isReference(item: unknown): item is { type: "item_reference"; id: strin
   return isRecord(item) && item.type === "item_reference" && typeof item.id === "string";
 }
 
-/** The kept message item `id` (`msg_<run id>`, of response `resp_<run id>`), or null. */
+/** What {@linkcode keptMessage} answers for a kept tool call item: nothing to read, nothing wrong. */
+const TOOL_CALL = Symbol("a kept tool call");
+
+/**
+ * The kept message item `id` (`msg_<run id>`, of response `resp_<run id>`), {@linkcode TOOL_CALL} for one of
+ * its tool call items (`mcp_<run id>_<n>`), or null.
+ */
 async function keptMessage(id: string, userId: string, deps: HandlerDeps): Promise<unknown> {
-  const run = /^msg_(.+)$/.exec(id)?.[1];
+  const run = (/^msg_(.+)$/.exec(id) ?? /^mcp_(.+)_\d+$/.exec(id))?.[1];
   if (run === undefined) return null;
   let kept: KeptResponse | null;
   try {
@@ -114,7 +124,9 @@ async function keptMessage(id: string, userId: string, deps: HandlerDeps): Promi
   }
   const output = kept === null ? [] : JSON.parse(kept.body).output as Record<string, unknown>[];
   const item = output.find((item) => item.id === id);
-  return item === undefined ? null : { type: "message", role: "assistant", content: item.content };
+  if (item === undefined) return null;
+  if (item.type === "mcp_call") return TOOL_CALL;
+  return { type: "message", role: "assistant", content: item.content };
 }
 
 /** Where the turn runs: a kept session (`fresh`: made for this response's chain), or null: kept nowhere. */
@@ -179,12 +191,41 @@ interface ResponseTurn {
   keep(body: Record<string, unknown>): Promise<void>;
 }
 
-/** The final response of a turn that ended with an answer, `text` its one message. */
-function finalBody(echo: ResponseEcho, result: TurnResult, text: string): Record<string, unknown> {
+/**
+ * What a run's events say of its tool calls, as items ({@linkcode toolCallItem}): each once its result is
+ * in; `onItem` gets each as it comes.
+ */
+function toolCallItems(onItem: (item: Record<string, unknown>) => void = () => {}) {
+  const items: Record<string, unknown>[] = [];
+  const calls = new Map<string, { id: string; name: string; arguments: string }>();
+  return {
+    items,
+    onEvent(event: RunEvent) {
+      if (event.event === "tool_call") calls.set(event.data.id, event.data);
+      if (event.event !== "tool_result") return;
+      const call = calls.get(event.data.id);
+      if (call === undefined) return;
+      const item = toolCallItem(`mcp_${event.run_id}_${items.length + 1}`, call, event.data);
+      items.push(item);
+      onItem(item);
+    },
+  };
+}
+
+/**
+ * The final response of a turn that ended with an answer: `text` its message, then the tool calls the agent
+ * ran on the way (`tools`).
+ */
+function finalBody(
+  echo: ResponseEcho,
+  result: TurnResult,
+  text: string,
+  tools: readonly Record<string, unknown>[],
+): Record<string, unknown> {
   const status = responseStatus(result.outcome);
   return responseBody(echo, {
     status,
-    output: [messageItem(`msg_${result.runId}`, text, status)],
+    output: [messageItem(`msg_${result.runId}`, text, status), ...tools],
     usage: result.usage,
     incompleteReason: status === "incomplete" ? "max_output_tokens" : null,
     extra: waitingFor(result),
@@ -193,9 +234,10 @@ function finalBody(echo: ResponseEcho, result: TurnResult, text: string): Record
 
 async function jsonAnswer(turn: ResponseTurn, deps: HandlerDeps): Promise<Response> {
   let text = "";
-  const result = await runSaying(turn.prepared, deps, (piece) => text += piece);
+  const tools = toolCallItems();
+  const result = await runSaying(turn.prepared, deps, (piece) => text += piece, undefined, tools.onEvent);
   if (result.failure !== undefined) throw noAnswer(result, turn.prepared.kept);
-  const body = finalBody(turn.echoOf(result.runId), result, text);
+  const body = finalBody(turn.echoOf(result.runId), result, text, tools.items);
   await turn.keep(body);
   return Response.json(body);
 }
@@ -224,10 +266,22 @@ function streamAnswer(turn: ResponseTurn, deps: HandlerDeps): Response {
       put("response.output_item.added", { output_index: 0, item: messageItem(itemId, null, "in_progress") });
       put("response.content_part.added", { ...at(), part: textPart("") });
     };
-    const result = await runSaying(turn.prepared, deps, (delta) => {
-      text += delta;
-      put("response.output_text.delta", { ...at(), delta, logprobs: [] });
-    }, open);
+    // Each tool call the agent ran is an item of its own after the message, added and done at once.
+    const tools = toolCallItems((item) => {
+      const output_index = tools.items.length;
+      put("response.output_item.added", { output_index, item });
+      put("response.output_item.done", { output_index, item });
+    });
+    const result = await runSaying(
+      turn.prepared,
+      deps,
+      (delta) => {
+        text += delta;
+        put("response.output_text.delta", { ...at(), delta, logprobs: [] });
+      },
+      open,
+      tools.onEvent,
+    );
     if (echo === undefined) open(result.runId);
     if (result.failure !== undefined) {
       const error = noAnswer(result, turn.prepared.kept);
@@ -239,7 +293,7 @@ function streamAnswer(turn: ResponseTurn, deps: HandlerDeps): Response {
       });
       return;
     }
-    const body = finalBody(echo!, result, text);
+    const body = finalBody(echo!, result, text, tools.items);
     put("response.output_text.done", { ...at(), text, logprobs: [] });
     put("response.content_part.done", { ...at(), part: textPart(text) });
     put("response.output_item.done", { output_index: 0, item: (body.output as unknown[])[0] });

@@ -103,6 +103,32 @@ export function messageItem(
   return { id, type: "message", status, role: "assistant", content: text === null ? [] : [textPart(text)] };
 }
 
+/** The `server_label` of the items that show the agent's own tool calls. */
+export const TOOLS_LABEL = "mini-agent";
+
+/**
+ * A tool call the agent ran on the server (item `id`: `mcp_<run id>_<n>`, the run's n-th from 1), as the
+ * item OpenAI has for a call a server made: `mcp_call`, with
+ * the tool's result as its `output` (its error as `error`). Clients take it as done already (the AI SDK as a
+ * provider-executed call with its result) and never run it themselves, as a `function_call` would ask them to.
+ */
+export function toolCallItem(
+  id: string,
+  call: { name: string; arguments: string },
+  result: { ok: boolean; data: unknown; error: unknown },
+): Record<string, unknown> {
+  return {
+    id,
+    type: "mcp_call",
+    status: "completed",
+    server_label: TOOLS_LABEL,
+    name: call.name,
+    arguments: call.arguments,
+    output: result.ok ? JSON.stringify(result.data) : null,
+    error: result.ok ? null : String(result.error),
+  };
+}
+
 /**
  * Writes a stream's events, each `{type, sequence_number, …}` with `sequence_number` counted from 0, to
  * `send` (the SSE frame named after its type).
