@@ -30,7 +30,52 @@ export interface ChatRequest {
 }
 
 /** A role a client may send; `tool` (and `function`) are not: the agent's tools are its own. */
-const ROLES = new Set(["system", "developer", "user", "assistant"]);
+export const ROLES: ReadonlySet<string> = new Set(["system", "developer", "user", "assistant"]);
+
+/** A client message as the routes read it: its role and its text. */
+export interface ReadMessage {
+  role: string;
+  content: string;
+}
+
+/**
+ * A 400 `unsupported_parameter` when the body carries client tools under one of `names` (absent, null and an
+ * empty array are none): the agent runs its own.
+ */
+export function refuseClientTools(body: Record<string, unknown>, names: readonly string[]): void {
+  for (const name of names) {
+    const value = body[name];
+    if (value === undefined || value === null || (Array.isArray(value) && value.length === 0)) continue;
+    const message = `Client "${name}" are not supported: ${AGENT_MODEL} runs its own tools on the server ` +
+      `and answers with their results; send the request without "${name}"`;
+    throw requestError(400, "unsupported_parameter", message, name);
+  }
+}
+
+/**
+ * The turn `read` asks: its question (the last message, which must be a user message with text, else a 400 at
+ * `lastParam` saying so of "the last `item`"), the user and assistant messages before it, and the system and
+ * developer messages' text, in order.
+ */
+export function turnOf(
+  read: readonly ReadMessage[],
+  item: string,
+  lastParam: string,
+): { question: string; history: Message[]; system: string[] } {
+  const last = read.at(-1)!;
+  if (last.role !== "user" || last.content.trim() === "") {
+    const got = last.role === "user" ? "a user message without text" : `a ${last.role} message`;
+    const message = `The last ${item} must be a user message with text (it is the question of the turn), ` +
+      `got ${got}`;
+    throw invalid(message, lastParam);
+  }
+  return {
+    question: last.content,
+    history: read.slice(0, -1).filter((m) => m.role === "user" || m.role === "assistant")
+      .map(({ role, content }) => ({ role: role as "user" | "assistant", content })),
+    system: read.filter((m) => m.role === "system" || m.role === "developer").map((m) => m.content),
+  };
+}
 
 /**
  * Reads `body` (parsed JSON) and `headers` as a {@linkcode ChatRequest}. Throws an `HttpError` with the
@@ -44,13 +89,7 @@ export function parseChatRequest(body: unknown, headers: Headers): ChatRequest {
   if (!isRecord(body)) throw invalid("The request body must be a JSON object", null);
   checkModel(body);
   const { messages } = body;
-  for (const name of ["tools", "functions"]) {
-    const value = body[name];
-    if (value === undefined || value === null || (Array.isArray(value) && value.length === 0)) continue;
-    const message = `Client "${name}" are not supported: ${AGENT_MODEL} runs its own tools on the server ` +
-      `and answers with their results; send the request without "${name}"`;
-    throw requestError(400, "unsupported_parameter", message, name);
-  }
+  refuseClientTools(body, ["tools", "functions"]);
   if (body.n !== undefined && body.n !== null && body.n !== 1) {
     throw requestError(400, "unsupported_value", `"n" must be 1, got ${JSON.stringify(body.n)}`, "n");
   }
@@ -59,19 +98,10 @@ export function parseChatRequest(body: unknown, headers: Headers): ChatRequest {
     throw invalid(`"messages" must be a non-empty array, got ${jsonType(messages)}`, "messages");
   }
   const read = messages.map(readMessage);
-  const last = read.at(-1)!;
-  if (last.role !== "user" || last.content.trim() === "") {
-    const got = last.role === "user" ? "a user message without text" : `a ${last.role} message`;
-    const message = `The last message must be a user message with text (it is the question of the turn), ` +
-      `got ${got}`;
-    throw invalid(message, `messages[${read.length - 1}]`);
-  }
-  const system = read.filter((m) => m.role === "system" || m.role === "developer").map((m) => m.content);
-  const history = read.slice(0, -1).filter((m) => m.role === "user" || m.role === "assistant")
-    .map(({ role, content }) => ({ role: role as "user" | "assistant", content }));
+  const { question, history, system } = turnOf(read, "message", `messages[${read.length - 1}]`);
   return {
     sessionId: sessionIdOf(body, headers),
-    question: last.content,
+    question,
     history,
     instructions: system.length === 0 ? null : system.join("\n\n"),
     stream: readFlag(body.stream, "stream"),
@@ -108,7 +138,7 @@ export function readResponseFormat(
 }
 
 /** Message `index` as its role and text: text parts are joined by newlines. */
-function readMessage(message: unknown, index: number): { role: string; content: string } {
+function readMessage(message: unknown, index: number): ReadMessage {
   const at = `messages[${index}]`;
   if (!isRecord(message)) throw invalid(`${at} must be an object, got ${jsonType(message)}`, at);
   const { role, content } = message;

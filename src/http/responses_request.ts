@@ -6,10 +6,20 @@
  */
 import { SessionError } from "../errors.ts";
 import { validateId } from "../store/store.ts";
-import type { Message } from "../types.ts";
 import { isRecord, jsonType } from "../_json.ts";
 import type { HttpError } from "./errors.ts";
-import { checkModel, invalid, missing, readFlag, readResponseFormat, sessionIdOf } from "./openai_request.ts";
+import {
+  checkModel,
+  invalid,
+  missing,
+  readFlag,
+  type ReadMessage,
+  readResponseFormat,
+  refuseClientTools,
+  ROLES,
+  sessionIdOf,
+  turnOf,
+} from "./openai_request.ts";
 import { AGENT_MODEL, requestError } from "./openai_shape.ts";
 import type { TurnAsk } from "./openai_turn.ts";
 
@@ -31,9 +41,6 @@ export interface ResponsesRequest extends TurnAsk {
   metadata: Record<string, unknown>;
 }
 
-/** The roles an input message may have; tool calls and their results are not input: the agent runs its own. */
-const ROLES = new Set(["system", "developer", "user", "assistant"]);
-
 /**
  * Reads `body` (parsed JSON) and `headers` as a {@linkcode ResponsesRequest}. Throws an `HttpError` with the
  * parameter at fault: 404 `model_not_found` for a model other than `mini-agent`; 400 for a missing or empty
@@ -45,31 +52,17 @@ const ROLES = new Set(["system", "developer", "user", "assistant"]);
 export function parseResponsesRequest(body: unknown, headers: Headers): ResponsesRequest {
   if (!isRecord(body)) throw invalid("The request body must be a JSON object", null);
   checkModel(body);
-  const tools = body.tools;
-  if (Array.isArray(tools) ? tools.length > 0 : tools !== undefined && tools !== null) {
-    const message = `Client "tools" are not supported: ${AGENT_MODEL} runs its own tools on the server ` +
-      `and answers with their results; send the request without "tools"`;
-    throw requestError(400, "unsupported_parameter", message, "tools");
-  }
+  refuseClientTools(body, ["tools"]);
   const messages = readInput(body.input);
-  const last = messages.at(-1)!;
-  if (last.role !== "user" || last.content.trim() === "") {
-    const got = last.role === "user" ? "a user message without text" : `a ${last.role} message`;
-    const message =
-      `The last input item must be a user message with text (it is the question of the turn), ` +
-      `got ${got}`;
-    throw invalid(message, typeof body.input === "string" ? "input" : `input[${messages.length - 1}]`);
-  }
+  const lastParam = typeof body.input === "string" ? "input" : `input[${messages.length - 1}]`;
+  const { question, history, system } = turnOf(messages, "input item", lastParam);
   const instructionsParam = readInstructions(body.instructions);
-  const system = messages.filter((m) => m.role === "system" || m.role === "developer").map((m) => m.content);
   const given = [...(instructionsParam === null ? [] : [instructionsParam]), ...system];
-  const history = messages.slice(0, -1).filter((m) => m.role === "user" || m.role === "assistant")
-    .map(({ role, content }) => ({ role, content }) as Message);
   const { responseFormat, textFormat } = readText(body.text);
   return {
     sessionId: sessionIdOf(body, headers),
     previousResponseId: readResponseId(body.previous_response_id),
-    question: last.content,
+    question,
     history,
     instructions: given.length === 0 ? null : given.join("\n\n"),
     instructionsParam,
@@ -82,7 +75,7 @@ export function parseResponsesRequest(body: unknown, headers: Headers): Response
 }
 
 /** `input` as messages, each its role and text (text parts joined by newlines). */
-function readInput(input: unknown): { role: string; content: string }[] {
+function readInput(input: unknown): ReadMessage[] {
   if (input === undefined) throw missing("input");
   if (typeof input === "string") return [{ role: "user", content: input }];
   if (!Array.isArray(input) || input.length === 0) {
@@ -91,7 +84,7 @@ function readInput(input: unknown): { role: string; content: string }[] {
   return input.map(readItem);
 }
 
-function readItem(item: unknown, index: number): { role: string; content: string } {
+function readItem(item: unknown, index: number): ReadMessage {
   const at = `input[${index}]`;
   if (!isRecord(item)) throw invalid(`${at} must be an object, got ${jsonType(item)}`, at);
   if (item.type !== undefined && item.type !== "message") {

@@ -5,6 +5,7 @@
  */
 import type { Message, ToolSchema } from "../types.ts";
 import type { TextCounter } from "./tokenizer.ts";
+import { imagesOf } from "../llm/wire.ts";
 
 /**
  * Estimated tokens of a text, per script class, as BPE tokenizers of current models split them: a Latin word
@@ -141,8 +142,7 @@ export function estimateMessageTokens(message: Message): number {
   for (const call of message.toolCalls ?? []) text += ` ${call.id} ${call.name} ${call.arguments}`;
   const state = message.providerState;
   if (state !== undefined) text += ` ${JSON.stringify([state.message ?? null, state.calls ?? null])}`;
-  const images = message.role === "user" ? message.images?.length ?? 0 : 0;
-  const tokens = counter.messageOverhead + counter.count(text) + images * IMAGE_TOKENS;
+  const tokens = counter.messageOverhead + counter.count(text) + imagesOf(message).length * IMAGE_TOKENS;
   if (Object.isFrozen(message)) messageTokens.set(message, tokens);
   return tokens;
 }
