@@ -550,8 +550,9 @@ export const OPENAPI = {
         {
           description:
             "OpenAI's Response: one assistant message item with one output_text part, then an mcp_call item " +
-            "(server_label mini-agent, with its output) per tool call the agent ran; status completed, or incomplete (incomplete_details.reason " +
-            "max_output_tokens) when the turn reached its step limit or token budget; awaiting_approval beside " +
+            "(server_label mini-agent, with its output) per tool call the agent ran; status completed, or " +
+            "incomplete (incomplete_details.reason max_output_tokens) when the turn reached its step limit or " +
+            "token budget; awaiting_approval beside " +
             "when a call waits. Streamed, a turn without an answer ends with an error event and " +
             "response.failed. Kept (store, the default) for GET /v1/responses/{id} and previous_response_id",
           content: { "application/json": { schema: anyObject }, "text/event-stream": { schema: str } },
@@ -585,7 +586,9 @@ export const OPENAPI = {
           description:
             "OpenAI's CreateChatCompletionResponse; streamed, CreateChatCompletionStreamResponse " +
             'events (a failure mid-stream is a data: {"error": …} frame). finish_reason is stop, or length ' +
-            "when the turn reached its step limit or token budget; usage sums the turn's model calls",
+            "when the turn reached its step limit or token budget; usage sums the turn's model calls; " +
+            "awaiting_approval ({session_id, calls}) beside, on the completion and the finish chunk, when a " +
+            "call waits for approval",
           content: { "application/json": { schema: anyObject }, "text/event-stream": { schema: str } },
         },
         [400, 401, 404, 409, 413, 415, 422, 429, 502, 503, 504],
