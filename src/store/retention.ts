@@ -113,7 +113,8 @@ export class Retention {
   }
 
   /**
-   * One pass, now: trace events older than the trace cutoff, then idle sessions. Between batches it yields to
+   * One pass, now: trace events older than the trace cutoff, claims of idempotency keys past their day, then
+   * idle sessions. Between batches it yields to
    * other work, and stops when `signal` aborts (rejecting with its reason). Rejects when the database does,
    * leaving what it already deleted deleted.
    */
