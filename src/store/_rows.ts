@@ -12,9 +12,12 @@ export type Row = Record<string, unknown>;
 
 // ignoreBOM: a text that starts with U+FEFF keeps it.
 const decoder = new TextDecoder("utf-8", { ignoreBOM: true });
-/** A text column read as bytes (SQLite's `CAST(… AS BLOB)`, PostgreSQL's `bytea`). */
-export function text(bytes: unknown): string {
-  return decoder.decode(bytes as Uint8Array);
+/**
+ * A text column read as bytes (SQLite's `CAST(… AS BLOB)`, PostgreSQL's `bytea`), or already as a string
+ * (PostgreSQL's `text`).
+ */
+export function text(value: unknown): string {
+  return typeof value === "string" ? value : decoder.decode(value as Uint8Array);
 }
 
 const encoder = new TextEncoder();
@@ -123,7 +126,7 @@ export function toMemoryItem(row: Row): MemoryItem {
   return {
     id: Number(row.id),
     // SQLite's comes as bytes (read so, whole); PostgreSQL's `text` as a string.
-    text: typeof row.text === "string" ? row.text : text(row.text),
+    text: text(row.text),
     sourceSession: row.source_session as string | null,
     firstSeen: row.first_seen as string,
     lastSeen: row.last_seen as string,
@@ -216,7 +219,7 @@ export function toRequestRow(row: Row): RequestRow {
       ? {
         status: Number(row.status),
         contentType: row.content_type as string,
-        body: typeof row.body === "string" ? row.body : text(row.body),
+        body: text(row.body),
       }
       : null,
   };
@@ -228,7 +231,7 @@ export function toKeptResponse(row: Row): KeptResponse {
     id: row.id as string,
     userId: row.user_id as string,
     sessionId: row.session_id as string,
-    body: typeof row.body === "string" ? row.body : text(row.body),
+    body: text(row.body),
     createdAt: row.created_at as string,
   };
 }
