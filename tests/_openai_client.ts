@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { Ajv2020, OpenAI } from "./_dev_deps.ts";
 import { OPENAPI } from "./_openai_stubs.ts";
 import { freePort } from "../scripts/_bench_process.ts";
-import { childEnv, type ServeProcess, spawnServe } from "./_harness.ts";
+import { childEnv, ROOT, type ServeProcess, spawnServe } from "./_harness.ts";
 
 const ajv = new Ajv2020({ strict: false, validateFormats: false, allErrors: true });
 ajv.addSchema(JSON.parse(Deno.readTextFileSync(OPENAPI)), "openai");
@@ -50,6 +50,34 @@ export function serveForClients(
   const port = freePort();
   const env = { AGENT_PORT: String(port), OPENAI_BASE_URL: modelUrl, AGENT_API_TOKENS: `${token}:alice` };
   return { serve: spawnServe(["task", "serve"], childEnv(dir, env)), url: `http://127.0.0.1:${port}` };
+}
+
+/**
+ * Runs an AI SDK client fixture (`tests/fixtures/<name>.ts`) with `args`, in a child process granted what the
+ * SDK needs (`--allow-sys=hostname`, see `loadAiSdk`): its JSON output lines, once it exited 0.
+ */
+export async function runAiSdkClient(
+  name: string,
+  args: readonly string[],
+): Promise<Record<string, unknown>[]> {
+  const child = await new Deno.Command("deno", {
+    args: [
+      "run",
+      "--lock=tests/deno.lock",
+      "--no-prompt",
+      "--allow-net=127.0.0.1",
+      "--allow-sys=hostname",
+      "--allow-env",
+      "--allow-read",
+      `tests/fixtures/${name}.ts`,
+      ...args,
+    ],
+    cwd: ROOT,
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  assert.equal(child.code, 0, new TextDecoder().decode(child.stderr));
+  return new TextDecoder().decode(child.stdout).trim().split("\n").map((line) => JSON.parse(line));
 }
 
 export { OpenAI };

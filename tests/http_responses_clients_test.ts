@@ -3,35 +3,18 @@
  * process, see `tests/fixtures/ai_sdk_responses_client.ts`) against a real server on 127.0.0.1.
  */
 import assert from "node:assert/strict";
-import { keyOf, ROOT } from "./_harness.ts";
+import { keyOf } from "./_harness.ts";
 import { httpHarness, withServer } from "./_http_harness.ts";
+import { runAiSdkClient } from "./_openai_client.ts";
 
 Deno.test("the AI SDK's openai provider gets generateText and streamText from /v1/responses, chains by id and by messages", async () => {
   using h = httpHarness();
   await withServer(h, async ({ url }) => {
-    const child = await new Deno.Command("deno", {
-      args: [
-        "run",
-        "--lock=tests/deno.lock",
-        "--no-prompt",
-        "--allow-net=127.0.0.1",
-        "--allow-sys=hostname",
-        "--allow-env",
-        "--allow-read",
-        "tests/fixtures/ai_sdk_responses_client.ts",
-        url,
-        "no-auth-configured",
-        "what is 12*7?",
-      ],
-      cwd: ROOT,
-      stdout: "piped",
-      stderr: "piped",
-    }).output();
-    const stderr = new TextDecoder().decode(child.stderr);
-    assert.equal(child.code, 0, stderr);
-    const [generated, streamed, followed] = new TextDecoder().decode(child.stdout).trim().split("\n").map((
-      l,
-    ) => JSON.parse(l));
+    const [generated, streamed, followed] = await runAiSdkClient("ai_sdk_responses_client", [
+      url,
+      "no-auth-configured",
+      "what is 12*7?",
+    ]);
     assert.equal(generated.text, "The answer is 84.");
     assert.equal(generated.finishReason, "stop");
     // The server's calculator call, shown as done on the server: no call the client must run.
@@ -46,9 +29,9 @@ Deno.test("the AI SDK's openai provider gets generateText and streamText from /v
       output: '{"expression":"12*7","result":84}',
     }]);
     assert.deepEqual(generated.usage, { input: 20, output: 4 });
-    assert.match(generated.responseId, /^resp_/);
+    assert.match(String(generated.responseId), /^resp_/);
     assert.equal(streamed.text, "echo: and again");
-    assert.ok(streamed.deltas >= 1);
+    assert.ok(Number(streamed.deltas) >= 1);
     assert.equal(followed.text, "echo: thanks");
     const sessions = await h.store.listSessions("local");
     assert.equal(sessions.length, 2, "previousResponseId continued the first response's session");

@@ -7,8 +7,8 @@
 import assert from "node:assert/strict";
 import { z, zodResponseFormat } from "./_dev_deps.ts";
 import { startFakeProvider } from "./fixtures/fake_openai.ts";
-import { ROOT, tempDir } from "./_harness.ts";
-import { ask, client, serveForClients } from "./_openai_client.ts";
+import { tempDir } from "./_harness.ts";
+import { ask, client, runAiSdkClient, serveForClients } from "./_openai_client.ts";
 
 const TOKEN = "tok-structured-0123456789";
 const CITY = { city: "Lyon", population: 522250 };
@@ -46,32 +46,12 @@ Deno.test("deno task serve answers the openai client's parse() and the AI SDK's 
     assert.deepEqual(final.choices[0].message.parsed, { ...CITY, population: 7 });
 
     const before = provider.requests.length;
-    const child = await new Deno.Command("deno", {
-      args: [
-        "run",
-        "--lock=tests/deno.lock",
-        "--no-prompt",
-        "--allow-net=127.0.0.1",
-        "--allow-sys=hostname",
-        "--allow-env",
-        "--allow-read",
-        "tests/fixtures/ai_sdk_client.ts",
-        url,
-        TOKEN,
-        JSON.stringify(CITY),
-      ],
-      cwd: ROOT,
-      stdout: "piped",
-      stderr: "piped",
-    }).output();
-    const stderr = new TextDecoder().decode(child.stderr);
-    assert.equal(child.code, 0, stderr);
-    const lines = new TextDecoder().decode(child.stdout).trim().split("\n").map((line) => JSON.parse(line));
+    const lines = await runAiSdkClient("ai_sdk_client", [url, TOKEN, JSON.stringify(CITY)]);
     assert.deepEqual(lines.map((l) => [l.call, l.object]), [["generateObject", CITY], [
       "streamObject",
       CITY,
     ]]);
-    assert.ok(lines[1].partials >= 1);
+    assert.ok(Number(lines[1].partials) >= 1);
     const formats = provider.requests.slice(before).map((r) => r.response_format as Record<string, unknown>);
     assert.deepEqual(formats.map((f) => f.type), ["json_schema", "json_object"]);
     assert.equal((formats[0].json_schema as Record<string, unknown>).name, "city");
