@@ -112,22 +112,27 @@ async function loadTrace(id) {
   return events;
 }
 
-/** Reloads the open session's messages, trace, memory and approvals; a session not yet used shows empty. */
+/**
+ * Reloads the open session's messages, trace, memory and approvals; a session not yet used shows empty. All of
+ * it is of the session open when it started: another opened meanwhile draws its own.
+ */
 async function refreshSession() {
-  const id = encodeURIComponent(state.session);
+  const open = state.session;
+  const id = encodeURIComponent(open);
   /** @type {any} */
   let session = { messages: [], summary: null, title: null };
   let todos = [];
   /** @type {TraceEvent[]} */
   let events = [];
   try {
-    if (!state.known.has(state.session)) throw new ApiError(404, "not_found", "a new session");
+    if (!state.known.has(open)) throw new ApiError(404, "not_found", "a new session");
     session = await request("GET", `/v1/sessions/${id}`);
     todos = (await request("GET", `/v1/sessions/${id}/todos`)).todos;
-    events = await loadTrace(state.session);
+    events = await loadTrace(open);
   } catch (error) {
     if (!(error instanceof ApiError && error.status === 404)) throw error;
   }
+  if (state.session !== open) return;
   state.runs = groupRuns(events);
   const closings = new Map();
   let compactedTurns = 0;
@@ -300,13 +305,19 @@ async function streamRun(message, posted) {
   if (state.session === session) await guarded(refreshTrace);
 }
 
-/** Re-reads the trace, the memory panel and the approvals, keeping the chat as drawn live. */
+/**
+ * Re-reads the trace, the memory panel and the approvals, keeping the chat as drawn live; of the session open
+ * when it started only (one opened meanwhile, which may not exist yet, draws its own).
+ */
 async function refreshTrace() {
-  const id = encodeURIComponent(state.session);
+  const open = state.session;
+  const id = encodeURIComponent(open);
   const session = await request("GET", `/v1/sessions/${id}`).catch(() => null);
   const todos = session === null ? [] : (await request("GET", `/v1/sessions/${id}/todos`)).todos;
+  const events = await loadTrace(open).catch(() => []);
+  if (state.session !== open) return;
   renderMemory(byId("memory"), session?.summary ?? null, todos);
-  state.runs = groupRuns(await loadTrace(state.session).catch(() => []));
+  state.runs = groupRuns(events);
   drawRuns();
   showApprovals(session?.pending_approval ?? null);
 }
